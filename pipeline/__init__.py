@@ -1,0 +1,1 @@
+"""Token Pipeline Explorer backend: plain Python, no Streamlit."""

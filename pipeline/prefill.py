@@ -1,0 +1,157 @@
+"""Prefill: the whole prompt in one forward pass, with every internal tensor captured.
+
+Shape letters used throughout: L layers, H query heads, Hkv key/value heads, T positions,
+D model width, Dh head width, V vocabulary, K top candidates kept per position.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .capture import capture
+from .kv import bytes_per_layer, cache_layers
+
+# Past this many prompt tokens the full attention tensor (L, H, T, T) is not kept: at 512 tokens
+# it is 30*9*512*512*4 B = 283 MB for SmolLM2. Longer prompts get one layer at a time on demand,
+# recomputed exactly from the captured post-RoPE q and k (see `attention_for_layer`).
+FULL_ATTENTION_MAX_TOKENS = 512
+TOP_K_PER_POSITION = 10  # candidates kept for every position (logit-lens-style views need only a few)
+
+
+@dataclass
+class Prefill:
+    ids: list[int]
+    embeddings: np.ndarray  # (T, D) rows of the embedding table
+    hidden_states: np.ndarray  # (L+1, T, D) residual stream; [0] = embeddings, [i] = after block i
+    attn_out: np.ndarray  # (L, T, D) attention's write to the residual stream
+    mlp_out: np.ndarray  # (L, T, D) MLP's write to the residual stream
+    q_rot: np.ndarray  # (L, H, T, Dh) queries after RoPE
+    k_rot: np.ndarray  # (L, Hkv, T, Dh) keys after RoPE (exactly what the KV cache stores)
+    v: np.ndarray  # (L, Hkv, T, Dh) values
+    attention: np.ndarray | None  # (L, H, T, T) or None past FULL_ATTENTION_MAX_TOKENS
+    final_norm: np.ndarray  # (T, D) last hidden state after the final RMSNorm
+    last_logits: np.ndarray  # (V,) scores for the token after the prompt
+    top_ids: np.ndarray  # (T, K) best next-token ids at every position
+    top_logits: np.ndarray  # (T, K)
+    top_probs: np.ndarray  # (T, K) softmax probabilities (temperature 1)
+    kv_bytes_per_layer: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def T(self) -> int:
+        return len(self.ids)
+
+
+def _names(n_layers: int, keep_attention: bool) -> list[str]:
+    names = ["embed", "rotary.cos", "rotary.sin", "final_norm"]
+    for i in range(n_layers):
+        names += [f"blocks.{i}.{p}" for p in ("attn.q", "attn.k", "attn.v", "attn.out", "mlp.out", "out")]
+        if keep_attention:
+            names.append(f"blocks.{i}.attn.pattern")
+    return names
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(1, T, n*Dh) -> (n, T, Dh)"""
+    _, T, width = x.shape
+    return x.view(T, n_heads, width // n_heads).transpose(0, 1)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (n, T, Dh) rotated by position: x*cos + rotate_half(x)*sin, cos/sin (T, Dh)."""
+    return x * cos + _rotate_half(x) * sin
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy()
+
+
+def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
+    """Run the prompt once, capturing everything. Returns (Prefill, cache, last_logits tensor)."""
+    cfg = lm.config
+    L, H, Hkv = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
+    T = len(ids)
+    if keep_attention is None:
+        keep_attention = T <= FULL_ATTENTION_MAX_TOKENS
+    input_ids = torch.tensor([ids], device=lm.device)  # (1, T)
+    with torch.inference_mode(), capture(lm.model, _names(L, keep_attention), lock=lm.lock) as rec:
+        t0 = time.perf_counter()
+        out = lm.model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
+        lm.calls += 1
+        last_logits = out.logits[0, -1].float()  # (V,)
+        seconds = time.perf_counter() - t0
+        cache = out.cache  # DynamicCache: per layer (1, Hkv, T, Dh) keys and values
+        one = {name: values[0][0] for name, values in rec.items() if values}  # drop batch dim
+    cos, sin = one["rotary.cos"], one["rotary.sin"]  # (T, Dh)
+    q_rot = torch.stack([apply_rope(_heads(one[f"blocks.{i}.attn.q"][None], H), cos, sin) for i in range(L)])
+    k_rot = torch.stack([apply_rope(_heads(one[f"blocks.{i}.attn.k"][None], Hkv), cos, sin) for i in range(L)])
+    v = torch.stack([_heads(one[f"blocks.{i}.attn.v"][None], Hkv) for i in range(L)])
+    hidden = torch.stack([one["embed"]] + [one[f"blocks.{i}.out"] for i in range(L)])  # (L+1, T, D)
+    top_ids, top_logits, top_probs = _top_per_position(lm, one["final_norm"])
+    prefill = Prefill(
+        ids=list(ids),
+        embeddings=_np(one["embed"]),
+        hidden_states=_np(hidden),
+        attn_out=_np(torch.stack([one[f"blocks.{i}.attn.out"] for i in range(L)])),
+        mlp_out=_np(torch.stack([one[f"blocks.{i}.mlp.out"] for i in range(L)])),
+        q_rot=_np(q_rot),
+        k_rot=_np(k_rot),
+        v=_np(v),
+        attention=_np(torch.stack([one[f"blocks.{i}.attn.pattern"] for i in range(L)])) if keep_attention else None,
+        final_norm=_np(one["final_norm"]),
+        last_logits=_np(last_logits),
+        top_ids=top_ids,
+        top_logits=top_logits,
+        top_probs=top_probs,
+        kv_bytes_per_layer=bytes_per_layer(cache),
+        seconds=seconds,
+    )
+    return prefill, cache, last_logits
+
+
+def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chunk: int = 256):
+    """LM head over every position in chunks, keeping only the top k: never (T, V) at once."""
+    head = lm.model.get_output_embeddings()
+    ids, logits, probs = [], [], []
+    with torch.inference_mode():
+        for start in range(0, normed.shape[0], chunk):
+            scores = head(normed[start:start + chunk]).float()  # (chunk, V)
+            top = scores.topk(k, dim=-1)
+            ids.append(top.indices)
+            logits.append(top.values)
+            probs.append(torch.softmax(scores, dim=-1).gather(-1, top.indices))
+    return _np(torch.cat(ids)).astype(np.int64), _np(torch.cat(logits)), _np(torch.cat(probs))
+
+
+def attention_for_layer(prefill: Prefill, layer: int) -> np.ndarray:
+    """(H, T, T) attention weights of one layer: softmax(q k^T / sqrt(Dh) + causal mask).
+
+    Uses the stored pattern when kept; otherwise recomputes it from the captured post-RoPE q, k.
+    Query head h reads key/value head h // (H // Hkv) (grouped-query attention).
+    """
+    if prefill.attention is not None:
+        return prefill.attention[layer]
+    q = prefill.q_rot[layer].astype(np.float64)  # (H, T, Dh)
+    k = prefill.k_rot[layer].astype(np.float64)  # (Hkv, T, Dh)
+    group = q.shape[0] // k.shape[0]
+    k = np.repeat(k, group, axis=0)  # (H, T, Dh)
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])  # (H, T, T)
+    T = scores.shape[-1]
+    scores[:, np.triu(np.ones((T, T), dtype=bool), k=1)] = -np.inf
+    scores -= scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return weights.astype(np.float32)
+
+
+def kv_snapshot(cache) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Copy of the cache as numpy: per layer (K, V), each (Hkv, T, Dh)."""
+    return [(_np(k[0]), _np(v[0])) for k, v in cache_layers(cache)]
