@@ -1,0 +1,94 @@
+"""The embedding table as a space: neighbours by cosine, analogies, a 2-D PCA map.
+
+Words are looked up with a leading space (" tomato"), the form they take inside a sentence.
+A word the tokenizer splits into several tokens is represented by the mean of its rows; every
+result says how many tokens it used (`pieces`), so a page can tell the user.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .render import piece_bytes, render_bytes
+
+
+@dataclass(frozen=True)
+class WordVector:
+    word: str
+    ids: list[int]  # token ids the word became
+    pieces: list[str]  # readable token texts
+    vector: np.ndarray  # (D,) the row, or the mean of the rows for a multi-token word
+
+    @property
+    def split(self) -> bool:
+        return len(self.ids) > 1
+
+
+def unit_rows(table: np.ndarray) -> np.ndarray:
+    """(V, D) -> (V, D) every row scaled to length 1, so a dot product is a cosine."""
+    table = np.asarray(table, dtype=np.float32)
+    norms = np.linalg.norm(table, axis=1, keepdims=True)
+    return table / np.maximum(norms, 1e-12)
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    return render_bytes(piece_bytes(tokenizer.convert_ids_to_tokens([int(token_id)])[0]))
+
+
+def word_vector(tokenizer, table: np.ndarray, word: str, leading_space: bool = True) -> WordVector:
+    text = word.strip()
+    if not text:
+        raise ValueError("empty word")
+    ids = tokenizer((" " + text) if leading_space else text, add_special_tokens=False)["input_ids"]
+    rows = np.asarray(table[ids], dtype=np.float32)  # (n, D)
+    return WordVector(text, list(ids), [token_text(tokenizer, i) for i in ids], rows.mean(axis=0))
+
+
+def _top(unit: np.ndarray, tokenizer, vector: np.ndarray, k: int, exclude=()) -> list[dict]:
+    v = vector / max(float(np.linalg.norm(vector)), 1e-12)
+    sims = unit @ v.astype(np.float32)  # (V,)
+    if exclude:
+        sims = sims.copy()
+        sims[list(exclude)] = -np.inf
+    best = np.argpartition(-sims, k)[:k]
+    best = best[np.argsort(-sims[best])]
+    return [{"id": int(i), "text": token_text(tokenizer, i), "cosine": float(sims[i])} for i in best]
+
+
+def neighbours(unit: np.ndarray, tokenizer, table: np.ndarray, word: str, k: int = 10) -> tuple[WordVector, list[dict]]:
+    """The k rows closest to the word by cosine (the word's own token included, so it comes first
+    when the word is one token)."""
+    wv = word_vector(tokenizer, table, word)
+    return wv, _top(unit, tokenizer, wv.vector, k)
+
+
+def analogy(unit: np.ndarray, tokenizer, table: np.ndarray, a: str, b: str, c: str, k: int = 10,
+            exclude_inputs: bool = True) -> tuple[list[WordVector], list[dict]]:
+    """a - b + c (e.g. king - man + woman), on unit-length vectors; the three input tokens are left
+    out of the results by default (they would otherwise win), whatever the rest turns out to be."""
+    wa, wb, wc = (word_vector(tokenizer, table, w) for w in (a, b, c))
+    unit_of = lambda w: w.vector / max(float(np.linalg.norm(w.vector)), 1e-12)  # noqa: E731
+    target = unit_of(wa) - unit_of(wb) + unit_of(wc)  # (D,)
+    exclude = set(wa.ids) | set(wb.ids) | set(wc.ids) if exclude_inputs else set()
+    return [wa, wb, wc], _top(unit, tokenizer, target, k, exclude)
+
+
+def pca_2d(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(N, D) -> ((N, 2) coordinates, (2,) share of the variance each axis explains)."""
+    x = np.asarray(vectors, dtype=np.float64)
+    x = x - x.mean(axis=0, keepdims=True)
+    _, s, vt = np.linalg.svd(x, full_matrices=False)
+    coords = x @ vt[:2].T  # (N, 2)
+    var = s ** 2
+    share = var[:2] / max(var.sum(), 1e-12)
+    if coords.shape[1] < 2:  # a single word: pad so the map still draws
+        coords = np.pad(coords, ((0, 0), (0, 2 - coords.shape[1])))
+        share = np.pad(share, (0, 2 - len(share)))
+    return coords, share
+
+
+def parse_words(text: str) -> list[str]:
+    """'tomato, apple\\nking' -> ['tomato', 'apple', 'king'] (duplicates dropped, order kept)."""
+    words = [w.strip() for chunk in text.splitlines() for w in chunk.split(",")]
+    return list(dict.fromkeys(w for w in words if w))

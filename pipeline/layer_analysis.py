@@ -1,0 +1,75 @@
+"""What the layers do to the residual stream, read from the captured prefill.
+
+hidden_states (L+1, T, D): [0] = embeddings, [i+1] = [i] + attn_out[i] + mlp_out[i].
+The last entry is BEFORE the final RMSNorm; the logit lens applies that norm and the LM head to
+every entry, asking "if the model stopped here, what would it predict?".
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def norms(hidden_states: np.ndarray) -> np.ndarray:
+    """(L+1, T, D) -> (L+1, T) length of each token's vector after each layer."""
+    return np.linalg.norm(hidden_states, axis=-1)
+
+
+def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
+    """(L+1, T, D) -> (L, T) cosine between a token's vector before and after block i."""
+    a, b = hidden_states[:-1], hidden_states[1:]  # (L, T, D) each
+    num = (a * b).sum(-1)
+    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
+    return num / np.maximum(den, 1e-12)
+
+
+def contributions(attn_out: np.ndarray, mlp_out: np.ndarray) -> dict[str, np.ndarray]:
+    """Length of what attention and the MLP each add, (L, T) each."""
+    return {"attention": np.linalg.norm(attn_out, axis=-1), "mlp": np.linalg.norm(mlp_out, axis=-1)}
+
+
+def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = 512):
+    """Top-k token ids and probabilities for every layer and position: ((L+1, T, k), (L+1, T, k)).
+
+    Uses the model's final-norm and LM-head weights directly (plain tensor maths, no module call,
+    so no capture hook can see it), over at most `chunk_rows` rows at a time: never (L+1, T, V).
+    """
+    norm = lm.model.model.norm
+    eps = float(getattr(norm, "variance_epsilon", getattr(lm.config, "rms_norm_eps", 1e-6)))
+    w_norm = norm.weight.detach().float().cpu()  # (D,)
+    w_head = lm.model.get_output_embeddings().weight.detach().float().cpu()  # (V, D)
+    L1, T, D = hidden_states.shape
+    flat = torch.from_numpy(np.ascontiguousarray(hidden_states.reshape(L1 * T, D), dtype=np.float32))
+    ids, probs = [], []
+    with torch.inference_mode():
+        for start in range(0, flat.shape[0], chunk_rows):
+            x = flat[start:start + chunk_rows]  # (n, D)
+            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w_norm  # RMSNorm
+            logits = x @ w_head.T  # (n, V)
+            p = torch.softmax(logits, dim=-1)
+            top = p.topk(k, dim=-1)
+            ids.append(top.indices)
+            probs.append(top.values)
+    ids = torch.cat(ids).numpy().reshape(L1, T, k)
+    probs = torch.cat(probs).numpy().reshape(L1, T, k)
+    return ids, probs
+
+
+def attention_by_hand(q_rot: np.ndarray, k_rot: np.ndarray, v: np.ndarray, head: int, positions) -> dict:
+    """One head's attention restricted to a few chosen positions, step by step.
+
+    q_rot (H, T, Dh), k_rot and v (Hkv, T, Dh) of one layer; positions ascending, e.g. [3, 7, 9, 12].
+    Returns compare (n, n) raw q.k/sqrt(Dh), masked (n, n) with -inf above the diagonal,
+    weights (n, n) softmax of each row over the chosen positions only, mixed (n, Dh) = weights @ v.
+    """
+    pos = np.asarray(sorted(positions))
+    kv = head // (q_rot.shape[0] // k_rot.shape[0])  # GQA: query head -> its key/value head
+    q = q_rot[head, pos].astype(np.float64)  # (n, Dh)
+    k = k_rot[kv, pos].astype(np.float64)  # (n, Dh)
+    vals = v[kv, pos].astype(np.float64)  # (n, Dh)
+    compare = q @ k.T / np.sqrt(q.shape[-1])  # (n, n)
+    masked = np.where(np.tril(np.ones_like(compare, dtype=bool)), compare, -np.inf)
+    e = np.exp(masked - masked.max(axis=-1, keepdims=True))
+    weights = e / e.sum(axis=-1, keepdims=True)  # (n, n)
+    return {"positions": pos, "kv_head": kv, "compare": compare, "masked": masked, "weights": weights,
+            "values": vals, "mixed": weights @ vals}

@@ -1,0 +1,68 @@
+"""Rotary position embedding (RoPE), recomputed with the model's real base and head width.
+
+Llama-style RoPE pairs dimension i with dimension i + Dh/2 (the "rotate half" layout) and turns
+that pair by the angle  position * base ** (-2i / Dh).  Pair 0 turns fastest (1 radian per
+position); the last pair turns slowest. Because both q and k are turned by their own position,
+their dot product only sees the difference of the two angles, i.e. the relative distance.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def inv_freq(head_dim: int, base: float) -> np.ndarray:
+    """(Dh/2,) radians per position for each frequency pair.  Dh=4, base=100 -> [1.0, 0.1]."""
+    return base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+def angles(positions, head_dim: int, base: float) -> np.ndarray:
+    """(P, Dh/2) rotation angle in radians for every position and frequency pair."""
+    pos = np.asarray(positions, dtype=np.float64)  # (P,)
+    return pos[:, None] * inv_freq(head_dim, base)[None, :]  # (P, Dh/2)
+
+
+def rotate(x: np.ndarray, positions, base: float) -> np.ndarray:
+    """Apply RoPE to x (..., P, Dh) at the given positions (P,), exactly as the model does:
+    x * cos + rotate_half(x) * sin, with cos/sin repeated over both halves."""
+    x = np.asarray(x, dtype=np.float64)
+    a = angles(positions, x.shape[-1], base)  # (P, Dh/2)
+    cos = np.concatenate([np.cos(a), np.cos(a)], axis=-1)  # (P, Dh)
+    sin = np.concatenate([np.sin(a), np.sin(a)], axis=-1)  # (P, Dh)
+    half = x.shape[-1] // 2
+    rotated_half = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated_half * sin
+
+
+def unrotate(x_rot: np.ndarray, positions, base: float) -> np.ndarray:
+    """Undo RoPE: the vector before rotation (turning back by the same angle)."""
+    return rotate(x_rot, -np.asarray(positions, dtype=np.float64), base)
+
+
+def shifted_scores(q: np.ndarray, k: np.ndarray, i: int, j: int, shifts, base: float) -> np.ndarray:
+    """Score q.k/sqrt(Dh) with q placed at position i+s and k at j+s, for every shift s.
+
+    q, k: (Dh,) pre-RoPE vectors. Returns (S,) — all equal (up to float rounding), since only
+    the distance i - j matters.
+    """
+    out = []
+    for s in shifts:
+        qr = rotate(q[None], [i + s], base)[0]  # (Dh,)
+        kr = rotate(k[None], [j + s], base)[0]  # (Dh,)
+        out.append(float(qr @ kr) / np.sqrt(len(q)))
+    return np.array(out)
+
+
+def score_by_distance(q: np.ndarray, k: np.ndarray, distances, base: float) -> np.ndarray:
+    """(N,) score of the same q, k when the key sits `d` positions before the query."""
+    kr = rotate(k[None], [0], base)[0]  # (Dh,) key at position 0
+    qr = rotate(np.repeat(q[None], len(distances), axis=0), distances, base)  # (N, Dh) query at d
+    return qr @ kr / np.sqrt(len(q))
+
+
+def pre_rope(prefill, layer: int, q_head: int, kv_head: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pre-RoPE q (T, Dh) of one query head and k (T, Dh) of one KV head, from the captured
+    post-RoPE tensors turned back by their own positions."""
+    T = prefill.q_rot.shape[2]
+    q = unrotate(prefill.q_rot[layer, q_head], np.arange(T), base)  # (T, Dh)
+    k = unrotate(prefill.k_rot[layer, kv_head], np.arange(T), base)  # (T, Dh)
+    return q, k

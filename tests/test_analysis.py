@@ -1,0 +1,157 @@
+"""Analysis invariants on the real SmolLM2 capture: RoPE, logit lens, residual stream, embeddings,
+sampling. Nothing is hard-coded: every expected value comes from the model or from maths."""
+import numpy as np
+import pytest
+import torch
+
+from pipeline import embedding_space as es
+from pipeline import layer_analysis as la
+from pipeline import rope
+from pipeline.loader import shared_model
+from pipeline.options import ChatRequest, GenerationOptions
+from pipeline.prefill import attention_for_layer
+from pipeline.sampling import draw, empirical, final_probs
+from pipeline.trace import run_trace
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return shared_model()
+
+
+@pytest.fixture(scope="module")
+def trace(lm):
+    return run_trace(ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=2)), lm)
+
+
+@pytest.fixture(scope="module")
+def table(lm):
+    return lm.model.get_input_embeddings().weight.detach().float().cpu().numpy()  # (V, D)
+
+
+def test_rope_matches_the_model(lm, trace):
+    """Our rotation with the real base reproduces the captured post-RoPE q from the model's own
+    pre-RoPE projection (input norm + q_proj of the residual stream)."""
+    layer = 4
+    block = lm.model.model.layers[layer]
+    with torch.inference_mode():
+        x = torch.from_numpy(trace.prefill.hidden_states[layer])  # (T, D)
+        q = block.self_attn.q_proj(block.input_layernorm(x)).numpy()  # (T, H*Dh)
+    H, Dh = trace.model["heads"], trace.model["head_dim"]
+    T = x.shape[0]
+    q = q.reshape(T, H, Dh).transpose(1, 0, 2)  # (H, T, Dh)
+    ours = rope.rotate(q, np.arange(T), trace.model["rope_theta"])
+    np.testing.assert_allclose(ours, trace.prefill.q_rot[layer], atol=1e-4)
+    np.testing.assert_allclose(rope.unrotate(trace.prefill.q_rot[layer], np.arange(T), trace.model["rope_theta"]),
+                               q, atol=1e-4)
+
+
+def test_rope_score_depends_only_on_distance(trace):
+    base = trace.model["rope_theta"]
+    q, k = rope.pre_rope(trace.prefill, layer=10, q_head=4, kv_head=1, base=base)  # (T, Dh) each
+    i, j = len(trace.tokens) - 1, 5
+    scores = rope.shifted_scores(q[i], k[j], i, j, [0, 1, 7, 100, 3000], base)
+    np.testing.assert_allclose(scores, scores[0], rtol=1e-9, atol=1e-9)
+    # shift 0 is the model's own (pre-softmax) score
+    own = trace.prefill.q_rot[10, 4, i] @ trace.prefill.k_rot[10, 1, j] / np.sqrt(q.shape[-1])
+    assert abs(scores[0] - own) < 1e-3
+    # ... while changing the distance does change the score
+    by_distance = rope.score_by_distance(q[i], k[j], np.arange(0, 40), base)
+    assert np.ptp(by_distance) > 1e-2
+
+
+def test_angles_use_the_real_base(trace):
+    base, Dh = trace.model["rope_theta"], trace.model["head_dim"]
+    a = rope.angles([0, 1, 10], Dh, base)  # (3, Dh/2)
+    assert a.shape == (3, Dh // 2)
+    assert a[0].max() == 0 and a[1, 0] == 1.0
+    assert np.isclose(a[1, -1], base ** (-(Dh - 2) / Dh))
+
+
+def test_residual_stream_identity(trace):
+    p = trace.prefill
+    for i in range(trace.model["layers"]):
+        np.testing.assert_allclose(p.hidden_states[i + 1], p.hidden_states[i] + p.attn_out[i] + p.mlp_out[i],
+                                   rtol=0, atol=2e-4)
+    np.testing.assert_allclose(p.hidden_states[0], p.embeddings, atol=0)
+
+
+def test_logit_lens_last_layer_is_the_models_own_prediction(lm, trace):
+    ids, probs = la.logit_lens(lm, trace.prefill.hidden_states, k=1, chunk_rows=7)  # small chunks on purpose
+    L = trace.model["layers"]
+    assert ids.shape == (L + 1, len(trace.tokens), 1)
+    assert ids[-1, -1, 0] == int(np.argmax(trace.prefill.last_logits))
+    np.testing.assert_array_equal(ids[-1, :, 0], trace.prefill.top_ids[:, 0])
+    np.testing.assert_allclose(probs[-1, :, 0], trace.prefill.top_probs[:, 0], rtol=1e-3)
+    assert ids[-1, -1, 0] == trace.generated_token_ids[0]  # greedy run: the first answer token
+
+
+def test_layer_statistics_shapes_and_ranges(trace):
+    p = trace.prefill
+    L, T = trace.model["layers"], len(trace.tokens)
+    assert la.norms(p.hidden_states).shape == (L + 1, T)
+    cos = la.consecutive_cosine(p.hidden_states)
+    assert cos.shape == (L, T) and np.all(cos <= 1 + 1e-5) and np.all(cos >= -1 - 1e-5)
+    c = la.contributions(p.attn_out, p.mlp_out)
+    np.testing.assert_allclose(c["attention"], np.linalg.norm(p.attn_out, axis=-1))
+
+
+def test_attention_by_hand_matches_the_model_on_the_full_row(trace):
+    p, layer, head = trace.prefill, 3, 5
+    T = len(trace.tokens)
+    every = la.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, range(T))
+    np.testing.assert_allclose(every["weights"], attention_for_layer(p, layer)[head], atol=1e-5)
+    four = la.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, [2, 9, 20, T - 1])
+    assert four["kv_head"] == head // 3
+    assert np.all(np.isneginf(four["masked"][np.triu_indices(4, 1)]))
+    np.testing.assert_allclose(four["weights"].sum(-1), 1.0)
+    np.testing.assert_allclose(four["mixed"], four["weights"] @ p.v[layer, head // 3, [2, 9, 20, T - 1]], atol=1e-6)
+
+
+def test_neighbours_are_real_tokens_and_the_word_is_its_own_nearest(lm, table):
+    unit = es.unit_rows(table)
+    for word in ("tomato", "king", "red"):
+        wv, top = es.neighbours(unit, lm.tokenizer, table, word, k=5)
+        assert not wv.split, f"{word} should be one token with a leading space"
+        assert top[0]["id"] == wv.ids[0] and abs(top[0]["cosine"] - 1) < 1e-5
+        for row in top:
+            assert 0 <= row["id"] < len(table)
+            assert row["text"] == es.token_text(lm.tokenizer, row["id"])
+        assert [r["cosine"] for r in top] == sorted((r["cosine"] for r in top), reverse=True)
+
+
+def test_multi_token_word_uses_the_mean(lm, table):
+    wv = es.word_vector(lm.tokenizer, table, "Solanaceae")
+    assert wv.split
+    np.testing.assert_allclose(wv.vector, table[wv.ids].mean(axis=0), atol=1e-6)
+
+
+def test_analogy_returns_real_top_results(lm, table):
+    unit = es.unit_rows(table)
+    inputs, top = es.analogy(unit, lm.tokenizer, table, "king", "man", "woman", k=5)
+    input_ids = {i for w in inputs for i in w.ids}
+    assert len(top) == 5 and not input_ids & {r["id"] for r in top}
+    # recompute the best result by brute force
+    t = sum(s * w.vector / np.linalg.norm(w.vector) for s, w in zip((1, -1, 1), inputs))
+    sims = unit @ (t / np.linalg.norm(t))
+    sims[list(input_ids)] = -np.inf
+    assert top[0]["id"] == int(np.argmax(sims))
+
+
+def test_pca_2d_explains_variance():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(12, 50)) + np.outer(np.arange(12), np.ones(50))  # one strong direction
+    coords, share = es.pca_2d(x)
+    assert coords.shape == (12, 2) and share[0] > 0.5 and share[0] >= share[1]
+    assert es.parse_words("a, b\nc,, a") == ["a", "b", "c"]
+
+
+def test_sampling_histogram_matches_theory(trace):
+    logits = trace.step_logits[0]  # (V,) real stored scores
+    probs = final_probs(logits, GenerationOptions(temperature=1.0, top_k=20))
+    n = 10_000
+    freq = empirical(draw(probs, n, np.random.default_rng(123)), len(probs))
+    top = np.argsort(-probs)[:5]
+    sigma = np.sqrt(probs[top] * (1 - probs[top]) / n)
+    assert np.all(np.abs(freq[top] - probs[top]) < 5 * sigma + 1e-9)
+    assert freq[probs == 0].sum() == 0  # filtered-out tokens are never drawn
