@@ -1,0 +1,128 @@
+"""Next token: from the stored scores (logits) to one chosen token. Never runs the model again."""
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pages.common import current_trace, get_model, page_header
+from pipeline.embedding_space import token_text
+from pipeline.options import GenerationOptions
+from pipeline.render import html_text, plotly_label
+from pipeline.sampling import draw, empirical, filter_stages, mask_logits, softmax
+
+page_header("Next token", "After the last layer the model gives every one of its V tokens a score (a logit). "
+            "Softmax turns the scores into probabilities, the filters below cut the unlikely tail, and one "
+            "token is drawn. Everything here works on scores stored during the run: no slider on this page "
+            "runs the model again.")
+trace = current_trace()
+tok = get_model().tokenizer
+V = trace.model["vocab"]
+STAGE_TITLES = {"softmax": "softmax (T = 1)", "temperature": "after temperature", "top_k": "after top-k",
+                "top_p": "after top-p", "min_p": "after min-p"}
+
+# --- which step -----------------------------------------------------------------------------------
+S = len(trace.step_logits)  # step_logits (S, V)
+step = st.slider("Generation step (0 = the first answer token, right after the prompt)", 0, max(S - 1, 1),
+                 0, disabled=S < 2, key="nt_step") if S > 1 else 0
+logits = trace.step_logits[step].astype(np.float64)  # (V,)
+so_far = "".join(s["token_text"] for s in trace.steps[:step])
+chosen = trace.steps[step]
+st.markdown(f"Answer so far: <code>{html_text(so_far) or '(nothing yet)'}</code> → the run chose "
+            f"<code>{html_text(chosen['token_text'])}</code> (id {chosen['token_id']}) at this step.",
+            unsafe_allow_html=True)
+
+# --- top candidates ---------------------------------------------------------------------------------
+raw = softmax(logits)  # (V,)
+top = np.argsort(-logits)[:15]
+st.subheader("Top candidates")
+st.dataframe(pd.DataFrame({
+    "rank": np.arange(1, len(top) + 1), "token": [token_text(tok, i) for i in top], "id": top,
+    "logit": np.round(logits[top], 3), "probability": [f"{raw[i]:.2%}" for i in top],
+}), hide_index=True, width="stretch", height=300)
+st.caption(f"Scores for all V = {V:,} tokens exist; these are the 15 highest. Probability = e^logit / sum of "
+           "e^logit over the whole vocabulary.")
+
+
+# --- sampling controls (local to this page) --------------------------------------------------------
+@st.fragment
+def sampler() -> None:
+    st.subheader("Temperature and the filters")
+    st.caption("Temperature divides every score before softmax: below 1 the favourite gets sharper, above 1 the "
+               "outsiders come back, 0 always picks the favourite. Then top-k keeps the k best, top-p keeps the best "
+               "until their total reaches p, min-p drops any token under min-p × the favourite's probability.")
+    c = st.columns(5)
+    temperature = c[0].slider("temperature", 0.0, 2.0, 1.0, 0.05, key="nt_temperature")
+    top_k = c[1].number_input("top-k (0 = off)", 0, V, 0, key="nt_top_k")
+    top_p = c[2].slider("top-p", 0.01, 1.0, 1.0, 0.01, key="nt_top_p")
+    min_p = c[3].slider("min-p", 0.0, 1.0, 0.0, 0.01, key="nt_min_p")
+    seed = c[4].number_input("seed (this page only)", 0, 2**31 - 1, 0, key="nt_seed")
+    opts = GenerationOptions(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
+                             min_p=float(min_p), seed=int(seed))
+    stages = filter_stages(logits, opts)
+    final = stages[-1].probs  # (V,)
+    shown = np.argsort(-raw)[:12]
+    labels = [plotly_label(f"{token_text(tok, i)} ({i})") for i in shown]
+    fig = go.Figure([go.Bar(name=STAGE_TITLES[s.name], x=labels, y=s.probs[shown],
+                            hovertemplate="%{x}<br>%{y:.2%}<extra>" + STAGE_TITLES[s.name] + "</extra>")
+                     for s in stages])
+    fig.update_layout(barmode="group", height=360, margin=dict(t=30, b=10), yaxis_tickformat=".0%",
+                      xaxis_title="candidate token (12 best of V)", yaxis_title="probability",
+                      legend=dict(orientation="h", y=1.12))
+    st.plotly_chart(fig, width="stretch", key="nt_stages_chart")
+    st.markdown(" → ".join(f"**{STAGE_TITLES[s.name]}**: {s.kept:,} tokens can still be drawn" for s in stages))
+
+    st.subheader("Draw many times")
+    d1, d2 = st.columns([3, 1])
+    n = d1.select_slider("number of draws N", [10, 30, 100, 300, 1000, 3000, 10000], 1000, key="nt_draws")
+    d2.button("Draw again (next seed)", key="nt_draw",
+              on_click=lambda: st.session_state.update(nt_seed=int(st.session_state.nt_seed) + 1))
+    picks = draw(final, n, np.random.default_rng(int(seed)))  # (N,) token ids
+    freq = empirical(picks, V)  # (V,)
+    possible = np.argsort(-final)[:min(15, int((final > 0).sum()))]
+    rest_theory, rest_seen = 1 - final[possible].sum(), 1 - freq[possible].sum()
+    names = [plotly_label(f"{token_text(tok, i)} ({i})") for i in possible] + (["all others"] if rest_theory > 1e-9 else [])
+    theory = list(final[possible]) + ([rest_theory] if rest_theory > 1e-9 else [])
+    seen = list(freq[possible]) + ([rest_seen] if rest_theory > 1e-9 else [])
+    fig = go.Figure([go.Bar(name=f"share of {n:,} draws", x=names, y=seen, marker_color="#f4a261"),
+                     go.Scatter(name="theoretical probability", x=names, y=theory, mode="markers",
+                                marker=dict(symbol="line-ew-open", size=28, line=dict(width=3), color="#264653"))])
+    fig.update_layout(height=340, margin=dict(t=30, b=10), yaxis_tickformat=".0%", legend=dict(orientation="h", y=1.12),
+                      xaxis_title="drawn token (id)", yaxis_title="share of draws")
+    st.plotly_chart(fig, width="stretch", key="nt_draws_chart")
+    first = int(picks[0])
+    st.markdown(f"First draw with seed {seed}: <code>{html_text(token_text(tok, first))}</code>. "
+                f"Largest gap between what was seen and the theory: {np.abs(freq - final).max():.2%} "
+                f"(it shrinks roughly like 1/√N).", unsafe_allow_html=True)
+
+
+sampler()
+
+
+# --- constrained output ------------------------------------------------------------------------------
+@st.fragment
+def constrained() -> None:
+    st.subheader("Constrained output: only some tokens allowed")
+    st.caption("A service that must answer in a fixed format sets the score of every other token to −∞ "
+               "before softmax. e^−∞ = 0, so those tokens can never be drawn, however likely they were.")
+    words = st.text_input("allowed answers (comma-separated; each word's first token is allowed)", "Yes, No",
+                          key="nt_allowed")
+    allowed = []
+    for w in dict.fromkeys(x.strip() for x in words.split(",") if x.strip()):
+        ids = tok(w, add_special_tokens=False)["input_ids"]
+        if ids:
+            allowed.append((w, int(ids[0])))
+    if not allowed:
+        st.info("Type at least one word.")
+        return
+    ids = sorted({i for _, i in allowed})
+    p = softmax(mask_logits(logits, ids))  # (V,) zero outside `ids`
+    table = pd.DataFrame({
+        "token": [token_text(tok, i) for i in ids], "id": ids, "logit": np.round(logits[ids], 3),
+        "probability without the constraint": [f"{raw[i]:.3%}" for i in ids],
+        "probability with only these allowed": [f"{p[i]:.2%}" for i in ids],
+    })
+    st.dataframe(table, hide_index=True, width="stretch")
+    st.caption(f"The other {V - len(ids):,} tokens got −∞ and now have probability exactly {p[np.setdiff1d(np.arange(V), ids)].max():.0%}.")
+
+
+constrained()
