@@ -1,0 +1,181 @@
+"""Prefix cache on the real SmolLM2: reused K/V give the same logits, and the bookkeeping is right."""
+import pytest
+import torch
+
+from pipeline.cache_demo import TRAPS, play, prompt_tokens, scenarios
+from pipeline.kv import cache_layers
+from pipeline.prefix_cache import HIT, MISS, NOT_CACHEABLE, PrefixCache, PrefixCacheConfig, chain_hashes
+
+TEXT = ("The tomato plant grows best in warm sun, in deep soil, with water at the base every morning. "
+        "Pinch the side shoots, tie the stem to a cane, and pick the fruit when it turns deep red. ") * 3
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def ids(lm):
+    out = lm.tokenizer(TEXT)["input_ids"]
+    assert len(out) >= 100
+    return out
+
+
+def full_logits(lm, ids):
+    with torch.inference_mode():
+        return lm.model(input_ids=torch.tensor([ids], device=lm.device)).logits[0, -1].float().cpu()  # (V,)
+
+
+def test_logits_from_a_cache_hit_equal_a_full_recompute(lm, ids):
+    cache = PrefixCache(PrefixCacheConfig(block_size=16))
+    cache.serve(lm, ids[:80] + [lm.tokenizer.eos_token_id])  # stores 5 blocks = 80 tokens
+    request = ids[:100]
+    served = cache.serve(lm, request)
+    assert served.stats.tokens_reused == 80  # really served from the cache
+    assert served.stats.tokens_computed == 20
+    expected = full_logits(lm, request)
+    torch.testing.assert_close(served.last_logits, expected, atol=1e-4, rtol=0)
+    cold = PrefixCache().serve(lm, request, reuse=False, store=False)
+    assert cold.stats.tokens_reused == 0
+    torch.testing.assert_close(cold.last_logits, expected, atol=1e-4, rtol=0)
+
+
+def test_reused_blocks_hold_the_real_keys_and_values(lm, ids):
+    cache = PrefixCache(PrefixCacheConfig(block_size=8))
+    cache.serve(lm, ids[:40])
+    with torch.inference_mode():
+        out = lm.model(input_ids=torch.tensor([ids[:40]], device=lm.device), use_cache=True)
+    k0, v0 = cache_layers(out.cache)[3]  # (1, Hkv, T, Dh)
+    second = cache.blocks[chain_hashes(ids[:40], 8)[1]]  # tokens 8..15
+    torch.testing.assert_close(second.keys[3], k0[0, :, 8:16].cpu().to(second.keys.device), atol=1e-5, rtol=0)
+    torch.testing.assert_close(second.values[3], v0[0, :, 8:16].cpu().to(second.values.device), atol=1e-5, rtol=0)
+
+
+def test_chained_hash_a_changed_early_token_misses_every_later_block(lm, ids):
+    request = ids[:64]
+    changed = list(request)
+    changed[3] = changed[3] + 1
+    a, b = chain_hashes(request, 16), chain_hashes(changed, 16)
+    assert len(a) == 4 and all(x != y for x, y in zip(a, b))  # block 3 has identical tokens, yet another key
+    assert request[48:64] == changed[48:64]
+    cache = PrefixCache(PrefixCacheConfig(block_size=16))
+    cache.serve(lm, request + [42])
+    stats = cache.serve(lm, changed + [42]).stats
+    assert stats.blocks_hit == 0 and stats.blocks_missed == 4
+    assert stats.divergence.token_index == 3 and stats.divergence.kind == "changed"
+    assert stats.divergence.cached_token_id == request[3] and stats.divergence.new_token_id == changed[3]
+
+
+def test_partial_blocks_are_not_stored(lm, ids):
+    cache = PrefixCache(PrefixCacheConfig(block_size=16))
+    stats = cache.serve(lm, ids[:40]).stats
+    assert stats.block_status == [MISS, MISS, NOT_CACHEABLE]
+    assert len(cache.blocks) == 2 and cache.tokens_held == 32
+    again = cache.serve(lm, ids[:50]).stats  # tokens 32..39 were sent before but formed a partial block
+    assert again.tokens_reused == 32
+    assert again.divergence.kind == "cache ends" and again.divergence.token_index == 32
+
+
+def test_hand_worked_stats(lm, ids):
+    """Block size 4. A: 10 tokens -> blocks [miss, miss, partial(2)].
+    B: A[:9] with token 6 changed, 13 tokens -> [hit, miss, miss, partial(1)], 4 reused, diverges at 6."""
+    cache = PrefixCache(PrefixCacheConfig(block_size=4))
+    a = ids[:10]
+    first = cache.serve(lm, a).stats
+    assert first.block_status == [MISS, MISS, NOT_CACHEABLE]
+    assert (first.blocks_hit, first.blocks_missed, first.blocks_not_cacheable) == (0, 2, 1)
+    assert first.tokens_reused == 0 and first.blocks_stored == 2
+    b = a[:6] + [a[6] + 7] + ids[20:26]
+    second = cache.serve(lm, b).stats
+    assert len(b) == 13
+    assert second.block_status == [HIT, MISS, MISS, NOT_CACHEABLE]
+    assert second.tokens_reused == 4 and second.tokens_computed == 9
+    assert second.divergence.token_index == 6 and second.divergence.new_token_id == a[6] + 7
+    assert second.blocks_stored == 2 and len(cache.blocks) == 4
+    assert cache.token_hit_rate == pytest.approx(4 / 23)
+    assert cache.block_hit_rate == pytest.approx(1 / 5)
+
+
+def test_whole_prompt_cached_still_computes_the_last_token(lm, ids):
+    cache = PrefixCache(PrefixCacheConfig(block_size=8))
+    cache.serve(lm, ids[:32])
+    again = cache.serve(lm, ids[:32])
+    assert again.stats.tokens_reused == 24 and again.stats.tokens_computed == 8  # the last block runs again
+    torch.testing.assert_close(again.last_logits, full_logits(lm, ids[:32]), atol=1e-4, rtol=0)
+
+
+def test_bytes_held_equal_the_kv_formula(lm, ids):
+    cache = PrefixCache(PrefixCacheConfig(block_size=16))
+    cache.serve(lm, ids[:70])
+    c = lm.config
+    per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4
+    assert cache.tokens_held == 64
+    assert cache.bytes_held == cache.formula_bytes(lm) == 64 * per_token
+
+
+def test_lru_eviction_within_a_byte_budget(lm, ids):
+    block = PrefixCache(PrefixCacheConfig(block_size=8))
+    block.serve(lm, ids[:9])
+    one_block = block.bytes_held
+    cache = PrefixCache(PrefixCacheConfig(block_size=8, max_bytes=3 * one_block))
+    a, b, c = ids[:17], ids[30:47], ids[60:77]  # two full blocks each
+    cache.serve(lm, a)
+    assert cache.bytes_held == 2 * one_block
+    stats = cache.serve(lm, b).stats  # 4 blocks wanted, 3 fit: the oldest (A's tail, touched first) goes
+    assert stats.blocks_evicted == 1 and cache.bytes_held == 3 * one_block
+    assert chain_hashes(a, 8)[0] in cache.blocks and chain_hashes(a, 8)[1] not in cache.blocks
+    cache.serve(lm, a[:9])  # A's first block is used again: now the most recent
+    cache.serve(lm, c)
+    assert cache.bytes_held <= 3 * one_block
+    assert chain_hashes(a, 8)[0] in cache.blocks  # recently used, kept
+    assert not any(k in cache.blocks for k in chain_hashes(b, 8))  # least recently used, evicted
+
+
+def test_expiry_after_idle_time(lm, ids):
+    clock = FakeClock()
+    cache = PrefixCache(PrefixCacheConfig(block_size=16, ttl_seconds=300), clock=clock)
+    request = ids[:50]
+    cache.serve(lm, request)
+    clock.now = 299
+    assert cache.serve(lm, request).stats.tokens_reused == 48  # still fresh; using it resets the timer
+    clock.now = 299 + 301
+    stats = cache.serve(lm, request).stats
+    assert stats.tokens_reused == 0 and stats.blocks_missed == 3
+    clock.now += 10
+    assert cache.expire() == 0 and len(cache.blocks) == 3  # the blocks just stored are fresh
+
+
+@pytest.mark.parametrize("trap", [key for key, _ in TRAPS])
+def test_each_trap_misses_and_its_fix_hits(lm, trap):
+    all_scenarios = scenarios()
+    results = {}
+    for kind in ("trap", "fixed"):
+        scenario = all_scenarios[f"{trap}_{kind}"]
+        first, second = (prompt_tokens(lm, p)[0] for p in scenario.prompts)
+        shared = next((i for i, (x, y) in enumerate(zip(first, second)) if x != y), min(len(first), len(second)))
+        second_stats = play(lm, scenario, measure_cold=False)[1]["stats"]
+        # exactly the full blocks before the first difference are reused
+        assert second_stats["tokens_reused"] == min(shared, len(second) - 1) // 16 * 16
+        results[kind] = (second_stats, len(second))
+    trap_stats, n_trap = results["trap"]
+    fixed_stats, n_fixed = results["fixed"]
+    assert fixed_stats["tokens_reused"] >= 0.6 * n_fixed, "the fix should reuse most of the prompt"
+    assert trap_stats["tokens_reused"] < fixed_stats["tokens_reused"] - 32  # several more blocks hit when fixed
+    assert trap_stats["divergence"]["kind"] == "changed"
+    if fixed_stats["divergence"] is not None:
+        assert trap_stats["divergence"]["token_index"] < fixed_stats["divergence"]["token_index"]
+
+
+def test_conversation_reuses_the_history(lm):
+    rows = play(lm, scenarios()["conversation"], measure_cold=False)
+    reused = [r["stats"]["tokens_reused"] for r in rows]
+    assert reused[0] == 0
+    assert all(later > earlier for earlier, later in zip(reused, reused[1:]))
+    for earlier, later in zip(rows, rows[1:]):  # everything the previous turn had in full blocks is reused
+        full = earlier["stats"]["n_tokens"] // 16 * 16
+        assert later["stats"]["tokens_reused"] >= full
+    assert rows[-1]["bytes_held"] == rows[-1]["formula_bytes"]
