@@ -1,0 +1,134 @@
+"""KV cache: what it stores, how it grows, what it saves, and what it costs in GPU memory."""
+from pages.common import current_trace, get_model, page_header, stage_link
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pipeline import kv_compare
+from pipeline.kv import kv_bytes_formula
+from pipeline.kv_memory import bytes_per_token, fit, human_bytes, load_configs
+from pipeline.render import axis_labels
+
+page_header("KV cache", "Each layer turns every token into a key (K, what it offers to be found by) and a value "
+                        "(V, what it hands over). Earlier tokens never change, so their K and V are kept and reused "
+                        "instead of being computed again for every new token.")
+lm = get_model()
+trace = current_trace()
+m = trace.model
+L, Hkv, Dh, bpv = m["layers"], m["kv_heads"], m["head_dim"], m["bytes_per_value"]
+
+
+@st.cache_data(max_entries=8, show_spinner="Running the model with and without the cache...")
+def measure(ids: tuple[int, ...], n_steps: int) -> dict:
+    return kv_compare.compare(get_model(), list(ids), n_steps)
+
+
+st.subheader("1. How the cache grows")
+st.markdown(f"After prefill the cache holds all {len(trace.tokens)} prompt tokens. Each decode step adds one more "
+            f"token to every one of the {L} layers. Per token and layer it stores {Hkv} key heads and {Hkv} value "
+            f"heads of {Dh} numbers, each {bpv} bytes ({m['dtype']}).")
+steps = pd.DataFrame([{"step": s["step"], "token": s["token_text"], "tokens in cache": s["kv_cache_tokens"],
+                       "bytes": s["kv_cache_bytes"]} for s in trace.steps])
+per_token = kv_bytes_formula(L, Hkv, Dh, 1, bpv)
+c1, c2, c3 = st.columns(3)
+c1.metric("Bytes per token (all layers)", f"{per_token:,}", help=f"2 (K and V) × {L} L × {Hkv} Hkv × {Dh} Dh × {bpv} B")
+c2.metric("Cache after prefill", human_bytes(sum(trace.prefill.kv_bytes_per_layer)))
+c3.metric("Cache when the answer ended", human_bytes(trace.cleanup["kv_bytes_released"]),
+          help=f"{trace.cleanup['kv_tokens_released']} tokens; freed once the request completed")
+labels = axis_labels(list(steps["token"]))
+fig = go.Figure(go.Scatter(x=labels, y=steps["bytes"], mode="lines+markers", name="measured bytes",
+                           customdata=steps["tokens in cache"], hovertemplate="%{x}<br>%{customdata} tokens<br>%{y:,} B"))
+fig.add_trace(go.Scatter(x=labels, y=[kv_bytes_formula(L, Hkv, Dh, n, bpv) for n in steps["tokens in cache"]],
+                         mode="lines", line_dash="dot", name="formula 2·L·Hkv·Dh·T·bytes"))
+fig.update_layout(height=300, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="decode step (token being chosen)",
+                  yaxis_title="cache bytes (all L layers)")
+st.plotly_chart(fig, width="stretch")
+
+st.markdown("Every layer has its own cache. The measured bytes per layer at each step:")
+per_layer = np.array([s["kv_bytes_per_layer"] for s in trace.steps])  # (S, L)
+heat = go.Figure(go.Heatmap(z=per_layer.T, x=labels, y=[f"layer {i}" for i in range(L)], colorscale="Blues",
+                            colorbar_title="bytes", hovertemplate="%{y}, %{x}<br>%{z:,} B<extra></extra>"))
+heat.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="decode step",
+                   yaxis_title="layer (L)", yaxis_autorange="reversed")
+st.plotly_chart(heat, width="stretch")
+
+st.subheader("2. Cache on vs off, measured")
+st.markdown("Without a cache, every new token means running the whole conversation through the model again. "
+            "With it, only the newest token goes through; the stored keys and values cover the rest. Both runs "
+            "below use greedy choice and should pick the same tokens.")
+c1, c2 = st.columns([3, 1])
+n_steps = c1.slider("Tokens to generate each way", 2, 32, 16, key="kv_n_steps")
+if c2.button("Measure now", type="primary", key="kv_measure_btn"):
+    st.session_state["kv_measured"] = True
+if st.session_state.get("kv_measured"):
+    r = measure(tuple(trace.ids), n_steps)
+    on, off = r["cache"], r["no_cache"]
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("With cache", f"{sum(on['seconds']):.2f} s")
+    c2.metric("Without cache", f"{sum(off['seconds']):.2f} s")
+    c3.metric("Speed-up", f"{r['speedup']:.1f}×")
+    c4.metric("Same tokens chosen", "yes" if r["same_tokens"] else "no")
+    x = list(range(r["n_steps"]))
+    cmp = go.Figure()
+    cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in on["seconds"]], name="with cache",
+                         customdata=on["tokens_fed"], hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))
+    cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in off["seconds"]], name="without cache",
+                         customdata=off["tokens_fed"], hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))
+    cmp.update_layout(barmode="group", height=300, margin=dict(l=10, r=10, t=10, b=10),
+                      xaxis_title="step (0 = the prompt itself)", yaxis_title="ms per step")
+    st.plotly_chart(cmp, width="stretch")
+    st.caption(f"Step 0 is the same for both: the {r['prompt_tokens']}-token prompt. After that the cached run feeds "
+               f"1 token per step, the uncached run feeds the whole sequence (up to {off['tokens_fed'][-1]} tokens). "
+               "Times come from this shared CPU and vary.")
+else:
+    st.caption("Press the button to run both ways on the real model (a few seconds per token on this CPU).")
+
+st.subheader("3. Memory calculator for real models")
+st.markdown("On a server the cache lives in GPU memory next to the model's weights. The longer the conversations "
+            "and the bigger the model, the fewer users fit on one GPU at once.")
+cfg = load_configs()
+c1, c2, c3 = st.columns(3)
+model_name = c1.selectbox("Model", list(cfg["models"]), index=list(cfg["models"]).index("Qwen3-8B"), key="kv_model")
+gpu_name = c2.selectbox("GPU", list(cfg["gpus"]), index=list(cfg["gpus"]).index("NVIDIA H100 80GB"), key="kv_gpu")
+dtypes = list(cfg["dtypes"])
+kv_dtype = c3.selectbox("Cache precision", dtypes, index=1, key="kv_dtype")
+c1, c2, c3 = st.columns(3)
+w_dtype = c1.selectbox("Weight precision", dtypes, index=1, key="kv_wdtype")
+tokens = c2.number_input("Tokens per conversation", 1, 1_000_000, 4096, step=512, key="kv_tokens")
+reserve = c3.slider("Memory kept free for the runtime", 0.0, 0.3, 0.1, 0.01, key="kv_reserve",
+                    help="Activations, buffers and fragmentation; servers typically use about 90% for weights + cache.")
+model = cfg["models"][model_name]
+f = fit(model, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["dtypes"][w_dtype], reserve)
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("KV bytes per token", human_bytes(f.bytes_per_token), help=f"2 × {model.layers} L × {model.kv_heads} Hkv × "
+          f"{model.head_dim} Dh × {cfg['dtypes'][kv_dtype]} B = {f.bytes_per_token:,} B")
+c2.metric("One conversation", human_bytes(f.conversation_bytes))
+c3.metric("Weights", human_bytes(f.weights_bytes), help=f"{model.params_b} billion parameters")
+c4.metric("Conversations that fit", f"{f.conversations:,}")
+if f.free_bytes <= 0:
+    st.error(f"The weights alone ({human_bytes(f.weights_bytes)}) do not fit in {gpu_name} with this reserve: "
+             "split the model over several GPUs or use lower precision.")
+if model.sliding_layers:
+    st.caption(f"{model_name}: {model.sliding_layers} of its {model.layers} layers only look at the last "
+               f"{model.sliding_window} tokens, so their cache stops growing there.")
+mem = go.Figure()
+for part, value, colour in [("weights", f.weights_bytes, "#64748b"),
+                            ("KV cache of the conversations that fit", f.conversations * f.conversation_bytes, "#0ea5e9"),
+                            ("kept free / unused", max(f.gpu_bytes - f.weights_bytes - f.conversations * f.conversation_bytes, 0),
+                             "#e2e8f0")]:
+    mem.add_trace(go.Bar(y=["GPU memory"], x=[value / 1e9], name=part, orientation="h", marker_color=colour))
+mem.update_layout(barmode="stack", height=170, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="GB")
+st.plotly_chart(mem, width="stretch")
+table = pd.DataFrame([{
+    "model": name, "params (B)": mdl.params_b, "L": mdl.layers, "H": mdl.heads, "Hkv": mdl.kv_heads, "Dh": mdl.head_dim,
+    "KV per token": human_bytes(bytes_per_token(mdl, cfg["dtypes"][kv_dtype])),
+    f"conversations of {int(tokens):,} tokens on {gpu_name}":
+        fit(mdl, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["dtypes"][w_dtype], reserve).conversations,
+} for name, mdl in cfg["models"].items()])
+st.dataframe(table, hide_index=True, width="stretch")
+st.caption("Shapes from each model's published configuration (assets/model_configs.json). Fewer key/value heads "
+           "than query heads (Hkv < H, grouped-query attention) is what keeps these caches small.")
+
+stage_link("pages/prefix_cache.py", "Next: reusing the cache across requests (prompt caching)", "♻️")

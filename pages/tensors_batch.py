@@ -1,0 +1,88 @@
+"""Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
+from pages.common import current_trace, get_model, page_header, stage_link
+
+import pandas as pd
+import streamlit as st
+
+from pipeline.batch import batch_tensors, describe
+from pipeline.errors import InputError
+from pipeline.options import ChatRequest
+from pipeline.render import render_text
+from pipeline.trace import tokenize_request
+
+page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
+                               "padded to the same length so several can be computed in one go.")
+lm = get_model()
+trace = current_trace()
+PAD_BG = "background-color:#fee2e2;color:#991b1b"
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def prompt_ids(question: str) -> list[int]:
+    _, _, tokens, _ = tokenize_request(get_model(), ChatRequest.from_question(question).validate())
+    return [t.id for t in tokens]
+
+
+def grid(values: list[list[int]], mask: list[list[int]], names: list[str]) -> "pd.io.formats.style.Styler":
+    """(B, T) values as a table; padding cells tinted red."""
+    df = pd.DataFrame(values, index=names, columns=[str(c) for c in range(len(values[0]))])
+    pad = pd.DataFrame([[PAD_BG if m == 0 else "" for m in row] for row in mask], index=df.index, columns=df.columns)
+    return df.style.apply(lambda _: pad, axis=None)
+
+
+st.subheader("1. Your request alone")
+st.markdown(f"One request is a batch of size B = 1. Its {len(trace.tokens)} token ids become `input_ids`; "
+            "`position_ids` count 0, 1, 2, … so the model knows the order; `attention_mask` is 1 for every "
+            "real token.")
+single = trace.batch["single"]
+st.dataframe(pd.DataFrame([{"tensor": k, "shape (B, T)": str(tuple(v["shape"])), "dtype": v["dtype"]}
+                           for k, v in single.items()]), hide_index=True)
+for name, v in single.items():
+    st.markdown(f"`{name}`")
+    st.dataframe(grid(v["values"], single["attention_mask"]["values"], ["request 0"]), width="stretch")
+
+st.subheader("2. A batch of three requests")
+st.markdown("Two other users' questions share the GPU with yours. Shorter prompts are filled with a padding token "
+            "(red cells) so all rows have the same length T. The mask tells the model to ignore padding, and "
+            "each row counts its own positions from 0 at its first real token.")
+c1, c2, c3 = st.columns([2, 2, 1])
+q2 = c1.text_input("Second user's question", "Hi!", key="batch_q2")
+q3 = c2.text_input("Third user's question", "Write a short poem about a tomato growing in the sun.", key="batch_q3")
+side = c3.radio("Padding side", ["left", "right"], key="batch_side",
+                help="Left padding keeps every request's last real token in the last column, where the next token "
+                     "is read during generation.")
+try:
+    seqs = [trace.ids] + [prompt_ids(q) for q in (q2, q3) if q.strip()]
+except InputError as e:
+    st.error(f"Please fix the question: {e}")
+    st.stop()
+names = ["request 0 (yours)"] + [f"request {i}" for i in range(1, len(seqs))]
+tensors = describe(batch_tensors(seqs, lm.tokenizer.pad_token_id, left_pad=(side == "left")))
+pad_piece = render_text(lm.tokenizer.convert_ids_to_tokens([lm.tokenizer.pad_token_id])[0])
+st.markdown(f"Padding token id **{lm.tokenizer.pad_token_id}** (`{pad_piece}`). Prompt lengths: "
+            + ", ".join(f"{n}: **{len(s)}**" for n, s in zip(names, seqs)) + ".")
+st.dataframe(pd.DataFrame([{"tensor": k, "shape (B, T)": str(tuple(v["shape"])), "dtype": v["dtype"],
+                            "padding cells": sum(r.count(0) for r in tensors["attention_mask"]["values"])}
+                           for k, v in tensors.items()]), hide_index=True)
+mask = tensors["attention_mask"]["values"]
+tabs = st.tabs(list(tensors))
+for tab, (name, v) in zip(tabs, tensors.items()):
+    with tab:
+        st.dataframe(grid(v["values"], mask, names), width="stretch")
+real = sum(len(s) for s in seqs)
+total = len(seqs) * max(len(s) for s in seqs)
+st.caption(f"{total - real} of {total} cells ({(total - real) / total:.0%}) are padding: work the GPU does for "
+           "nothing. Real servers reduce this by packing requests or batching them continuously.")
+
+st.subheader("3. The batch entry and the next decode step")
+c1, c2 = st.columns(2)
+c1.markdown("The scheduler's record for your request:")
+c1.json({"batch": [trace.batch["entry"]]})
+if trace.steps:
+    T = len(trace.tokens)
+    first = trace.steps[0]
+    c2.markdown("After prefill only the newly chosen token is fed in; the cache supplies the rest:")
+    c2.json({"input_ids": [[first["token_id"]]], "position_ids": [[T]], "attention_mask": f"[[1] * {T + 1}]",
+             "input_shape": [1, 1], "past_token_count": T})
+
+stage_link("pages/embeddings.py", "Next: each id picks a row of the embedding table", "📍")
