@@ -1,0 +1,61 @@
+"""AppTest for the Prompt caching page: it runs, shows the blocks, and a scenario button plays that scenario."""
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_page() -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / "prefix_cache.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def page_text(at: AppTest) -> str:
+    return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader])
+
+
+def test_page_shows_the_conversation_blocks_and_timings():
+    at = run_page()
+    assert at.title[0].value == "Prompt caching"
+    text = page_text(at)
+    assert "Partial blocks are not cached" in text
+    assert "A conversation, turn by turn" in text
+    for turn in range(1, 5):
+        assert f"**Turn {turn}**" in text
+    assert text.count("#0 hit") >= 3  # turns 2-4 start with a cached block
+    assert "tokens not recomputed" in text and "the same request cold" in text
+    assert len(at.get("plotly_chart")) == 1
+    assert len(at.text_area) == 2  # the two free-edit requests
+    assert any("Request B" in m.value for m in at.markdown)
+
+
+def test_clicking_a_trap_then_its_fix():
+    at = run_page()
+    at.button(key="pc_btn_date_trap").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    text = page_text(at)
+    assert "Date and user name on the first line" in text
+    assert "differs" in text
+    trap_rows = [m.value for m in at.markdown if "blocks hit" in m.value]
+    assert " 0 blocks hit" in trap_rows[1]  # request 2 of the trap reuses nothing
+    at.button(key="pc_btn_date_fixed").click().run()
+    assert not at.exception
+    text = page_text(at)
+    assert "Date and user name moved to the end" in text
+    assert "#0 hit" in text  # the second request now starts with cached blocks
+
+
+def test_compare_two_edited_requests():
+    at = run_page()
+    text_a = at.text_area(key="pc_text_a").value
+    changed = text_a.replace("You are Tilly", "You are Tomas", 1)
+    assert changed != text_a
+    at.text_area(key="pc_text_b").set_value(changed)
+    at.button(key="pc_compare_go").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    rows = [m.value for m in at.markdown if m.value.startswith("**Request B**")]
+    assert rows and " 0 blocks hit" in rows[-1]  # a name in the first line: nothing reused
+    assert any("Token" in c.value and "differs" in c.value for c in at.caption)
