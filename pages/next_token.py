@@ -38,7 +38,7 @@ st.subheader("Top candidates")
 st.dataframe(pd.DataFrame({
     "rank": np.arange(1, len(top) + 1), "token": [token_text(tok, i) for i in top], "id": top,
     "logit": np.round(logits[top], 3), "probability": [f"{raw[i]:.2%}" for i in top],
-}), hide_index=True, width="stretch", height=300)
+}), hide_index=True, width="stretch", height=35 * (len(top) + 1) + 3)
 st.caption(f"Scores for all V = {V:,} tokens exist; these are the 15 highest. Probability = e^logit / sum of "
            "e^logit over the whole vocabulary.")
 
@@ -51,9 +51,9 @@ def sampler() -> None:
                "outsiders come back, 0 always picks the favourite. Then top-k keeps the k best, top-p keeps the best "
                "until their total reaches p, min-p drops any token under min-p × the favourite's probability.")
     c = st.columns(5)
-    temperature = c[0].slider("temperature", 0.0, 2.0, 1.0, 0.05, key="nt_temperature")
+    temperature = c[0].slider("temperature", 0.0, 2.0, 0.8, 0.05, key="nt_temperature")
     top_k = c[1].number_input("top-k (0 = off)", 0, V, 0, key="nt_top_k")
-    top_p = c[2].slider("top-p", 0.01, 1.0, 1.0, 0.01, key="nt_top_p")
+    top_p = c[2].slider("top-p", 0.01, 1.0, 0.9, 0.01, key="nt_top_p")
     min_p = c[3].slider("min-p", 0.0, 1.0, 0.0, 0.01, key="nt_min_p")
     seed = c[4].number_input("seed (this page only)", 0, 2**31 - 1, 0, key="nt_seed")
     opts = GenerationOptions(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),

@@ -64,3 +64,52 @@ def test_next_token_step_selector():
     at.slider(key="nt_step").set_value(3).run()
     assert not at.exception
     assert "Answer so far" in text_of(at)
+
+
+def test_attention_page():
+    at = run_page("attention")
+    assert at.title[0].value == "Attention"
+    assert plotly_count(at) >= 2  # T x T heatmap + one row as bars
+    assert "grouped-query" in text_of(at)
+    at.slider(key="at_layer").set_value(7).run()
+    at.selectbox(key="at_head").set_value(4).run()
+    assert not at.exception
+    assert "layer 7, head 4" in str(at.get("plotly_chart")[0].proto)
+    assert "KV head 1" in text_of(at)
+    at.selectbox(key="at_row").set_value(3).run()
+    assert not at.exception
+    assert len(at.dataframe) >= 5  # GQA table + compare, mask, softmax, mix
+    assert "Mix" in text_of(at)
+
+
+def test_embeddings_page():
+    at = run_page("embeddings")
+    assert at.title[0].value == "Embeddings"
+    assert plotly_count(at) == 2  # rows heatmap + PCA map
+    assert len(at.dataframe) == 2  # neighbours + analogy
+    assert at.dataframe[0].value["token"].iloc[0] == "␣tomato"  # the word is its own nearest neighbour
+    at.text_input(key="em_word").set_value("Solanaceae").run()
+    assert not at.exception and "mean of their rows" in text_of(at)
+    at.text_area(key="em_words").set_value("cat, dog, <s>, <img src=x onerror=alert(1)>").run()
+    assert not at.exception
+    assert "&lt;img" in str(at.get("plotly_chart")[1].proto)  # escaped for plotly
+
+
+def test_position_rope_page():
+    at = run_page("position_rope")
+    assert at.title[0].value == "Position (RoPE)"
+    assert plotly_count(at) == 2
+    scores = at.dataframe[0].value["score q·k/√Dh"]
+    assert scores.nunique() == 1  # identical after every shift (6 decimals)
+    at.slider(key="rope_layer").set_value(20).run()
+    assert not at.exception and at.dataframe[0].value["score q·k/√Dh"].nunique() == 1
+
+
+def test_layers_page():
+    at = run_page("layers")
+    assert at.title[0].value == "Layers"
+    assert plotly_count(at) == 4  # norms, cosine, contributions, logit lens
+    assert "Logit lens" in text_of(at)
+    at.selectbox(key="ly_token").set_value(5).run()
+    at.slider(key="ly_positions").set_value(8).run()
+    assert not at.exception

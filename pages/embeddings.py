@@ -1,0 +1,117 @@
+"""Embeddings: each token id picks one row of a big table of numbers, its starting vector."""
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pages.common import current_trace, get_model, page_header
+from pipeline import embedding_space as es
+from pipeline.render import axis_labels, html_text, plotly_label
+
+page_header("Embeddings", "The model cannot read text, only numbers. Its first step is a lookup: the table has one "
+            "row per token in the vocabulary, and each token id picks its row, a list of D numbers. Training placed "
+            "tokens used in similar ways at nearby rows, which you can explore below.")
+trace = current_trace()
+lm = get_model()
+V, D = trace.model["vocab"], trace.model["hidden"]
+
+
+@st.cache_resource(show_spinner="Preparing the embedding table...")
+def embedding_table(model_name: str) -> tuple[np.ndarray, np.ndarray]:
+    table = lm.model.get_input_embeddings().weight.detach().float().cpu().numpy()  # (V, D)
+    return table, es.unit_rows(table)  # (V, D) each
+
+
+table, unit = embedding_table(lm.name)
+
+# --- the rows of this prompt --------------------------------------------------------------------------
+st.subheader("The rows for your prompt")
+E = trace.prefill.embeddings  # (T, D)
+labels = axis_labels([t["text"] for t in trace.tokens])
+lim = float(np.quantile(np.abs(E), 0.99))
+fig = go.Figure(go.Heatmap(z=E, y=labels, colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim,
+                           colorbar=dict(title="value"),
+                           hovertemplate="token %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>"))
+fig.update_layout(height=max(420, 14 * len(labels) + 140), margin=dict(t=20, l=10, r=10, b=10))
+fig.update_xaxes(title=f"dimension (D = {D})")
+fig.update_yaxes(title="token position (T)", autorange="reversed", tickfont=dict(size=9))
+st.plotly_chart(fig, width="stretch", key="em_heatmap")
+st.caption(f"T × D = {E.shape[0]} × {E.shape[1]} numbers, copied from a table of V × D = {V:,} × {D} "
+           f"({V * D:,} numbers). The same token always gets the same row, wherever it stands: position comes later "
+           "(see Position). Blue = positive, red = negative.")
+
+
+@st.fragment
+def pca_map() -> None:
+    st.subheader("A map of words")
+    st.caption(f"Each word's row has D = {D} numbers; PCA finds the two directions along which these words differ "
+               "most and draws them flat. Edit the list and watch the groups.")
+    text = st.text_area("words (comma or line separated)", key="em_words", height=90,
+                        value="tomato, apple, banana, cherry, carrot, potato, onion, king, queen, man, woman, "
+                              "Paris, London, France, red, green, blue, fruit, vegetable")
+    words = es.parse_words(text)[:60]
+    if len(words) < 3:
+        st.info("Give at least three words.")
+        return
+    vecs = [es.word_vector(lm.tokenizer, table, w) for w in words]
+    coords, share = es.pca_2d(np.stack([w.vector for w in vecs]))  # (N, 2), (2,)
+    split = [w for w in vecs if w.split]
+    fig = go.Figure(go.Scatter(
+        x=coords[:, 0], y=coords[:, 1], mode="markers+text",
+        text=[plotly_label(w.word + ("*" if w.split else "")) for w in vecs], textposition="top center",
+        marker=dict(size=9, color=["#e76f51" if w.split else "#2a9d8f" for w in vecs]),
+        hovertext=[plotly_label(f"{w.word}: tokens {' | '.join(w.pieces)}") for w in vecs], hoverinfo="text"))
+    fig.update_layout(height=480, margin=dict(t=20, b=10),
+                      xaxis_title=f"PCA direction 1 of D ({share[0]:.0%} of the spread)",
+                      yaxis_title=f"PCA direction 2 of D ({share[1]:.0%} of the spread)")
+    st.plotly_chart(fig, width="stretch", key="em_pca")
+    if split:
+        st.caption("* split into several tokens; the point is the mean of their rows: "
+                   + "; ".join(f"{w.word} = {' + '.join(w.pieces)}" for w in split))
+
+
+pca_map()
+
+
+@st.fragment
+def neighbours() -> None:
+    st.subheader("Nearest neighbours")
+    st.caption(f"Cosine similarity compares directions: 1 = same direction, 0 = unrelated. Searched over all "
+               f"V = {V:,} rows.")
+    word = st.text_input("word", "tomato", key="em_word")
+    if not word.strip():
+        return
+    wv, top = es.neighbours(unit, lm.tokenizer, table, word, k=12)
+    note = (f"“{word.strip()}” is {len(wv.ids)} tokens ({' + '.join(wv.pieces)}): using the mean of their rows."
+            if wv.split else f"“{word.strip()}” is one token: {wv.pieces[0]} (id {wv.ids[0]}).")
+    st.markdown(html_text(note))
+    st.dataframe(pd.DataFrame(top).rename(columns={"text": "token"})[["token", "id", "cosine"]].round(3),
+                 hide_index=True, width="stretch")
+
+
+@st.fragment
+def analogy() -> None:
+    st.subheader("Analogy: a − b + c")
+    st.caption("Take a's direction, remove b's, add c's, and look for the closest rows. The three input tokens "
+               "are left out of the results. Whatever comes out is shown as is: this small model's table is not "
+               "always as tidy as the textbook example.")
+    c = st.columns(3)
+    a = c[0].text_input("a", "king", key="em_a")
+    b = c[1].text_input("− b", "man", key="em_b")
+    cc = c[2].text_input("+ c", "woman", key="em_c")
+    if not (a.strip() and b.strip() and cc.strip()):
+        return
+    inputs, top = es.analogy(unit, lm.tokenizer, table, a, b, cc, k=12)
+    split = [w for w in inputs if w.split]
+    if split:
+        st.caption("Split into several tokens (mean used): " + "; ".join(f"{w.word} = {' + '.join(w.pieces)}"
+                                                                        for w in split))
+    st.dataframe(pd.DataFrame(top).rename(columns={"text": "token"})[["token", "id", "cosine"]].round(3),
+                 hide_index=True, width="stretch")
+
+
+left, right = st.columns(2)
+with left:
+    neighbours()
+with right:
+    analogy()

@@ -1,0 +1,68 @@
+"""Position (RoPE): how the model knows where a token stands, by turning q and k."""
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pages.common import current_trace, page_header
+from pipeline import rope
+
+
+page_header("Position (RoPE)", "An embedding row says which token it is, not where it stands. SmolLM2 adds position "
+            "inside attention: before comparing, each query and key vector is cut into pairs of numbers and each "
+            "pair is turned like a clock hand by an angle that grows with the position. Some pairs turn fast, "
+            "others very slowly.")
+trace = current_trace()
+m, p = trace.model, trace.prefill
+base, Dh, H, Hkv, L = m["rope_theta"], m["head_dim"], m["heads"], m["kv_heads"], m["layers"]
+T = len(trace.tokens)
+pairs = Dh // 2
+
+st.subheader("The angle for every position and pair")
+n_pos = max(T, 64)
+ang = rope.angles(np.arange(n_pos), Dh, base)  # (P, Dh/2) radians
+fig = go.Figure(go.Heatmap(z=np.mod(ang, 2 * np.pi), colorscale="Twilight", zmin=0, zmax=2 * np.pi,
+                           colorbar=dict(title="angle mod 2π"),
+                           customdata=ang, hovertemplate="position %{y}<br>pair %{x}<br>angle %{customdata:.3f} rad"
+                                                         "<extra></extra>"))
+fig.update_layout(height=420, margin=dict(t=20, b=10))
+fig.update_xaxes(title=f"frequency pair i (Dh/2 = {pairs}; pair i = dimensions i and i + {pairs})")
+fig.update_yaxes(title="position (T)", autorange="reversed")
+st.plotly_chart(fig, width="stretch", key="rope_angles")
+speed = rope.inv_freq(Dh, base)  # (Dh/2,) radians per position
+st.caption(f"Angle = position × base^(−2i/Dh) with this model's real base = {base:,.0f} and Dh = {Dh}. Pair 0 turns "
+           f"{speed[0]:.0f} radian per token (a full turn every {2 * np.pi / speed[0]:.1f} tokens); pair {pairs - 1} "
+           f"turns {speed[-1]:.2e} radian per token (a full turn every {2 * np.pi / speed[-1]:,.0f} tokens). Fast pairs "
+           "tell neighbours apart, slow pairs still change over thousands of tokens.")
+
+st.subheader("Only the distance matters: a check on real vectors")
+st.caption("Turning q by angle a and k by angle b changes their dot product only through a − b. So if both tokens "
+           "moved along by the same number of positions, their score would not change. Below: one head's real q "
+           "and k (turned back to before RoPE), placed at shifted positions.")
+plain = [f"({i}){t['text']}" for i, t in enumerate(trace.tokens)]
+c = st.columns(4)
+layer = c[0].slider("layer", 0, L - 1, min(10, L - 1), key="rope_layer")
+head = c[1].selectbox("query head", range(H), index=0, key="rope_head")
+i = c[2].selectbox("query token (i)", range(T), index=T - 1, format_func=plain.__getitem__, key="rope_i")
+j = c[3].selectbox("key token (j)", range(i + 1), index=min(i, max(0, i - 5)), format_func=plain.__getitem__,
+                   key="rope_j")
+kv = head // (H // Hkv)
+q, k = rope.pre_rope(p, layer, head, kv, base)  # (T, Dh) each, before RoPE
+shifts = [0, 1, 10, 100, 1000, 5000]
+scores = rope.shifted_scores(q[i], k[j], i, j, shifts, base)  # (S,)
+model_score = float(p.q_rot[layer, head, i] @ p.k_rot[layer, kv, j]) / np.sqrt(Dh)
+st.dataframe(pd.DataFrame({
+    "shift s": shifts, "query at position": [i + s for s in shifts], "key at position": [j + s for s in shifts],
+    "distance": [i - j] * len(shifts), "score q·k/√Dh": [f"{x:.6f}" for x in scores],
+}), hide_index=True, width="stretch")
+st.markdown(f"All scores agree to {np.ptp(scores):.1e}. The model's own score for this pair during the run was "
+            f"**{model_score:.6f}** (shift 0).")
+
+dist = np.arange(0, 257)
+by_d = rope.score_by_distance(q[i], k[j], dist, base)  # (N,)
+fig = go.Figure(go.Scatter(x=dist, y=by_d, mode="lines", line=dict(color="#6a4c93")))
+fig.add_vline(x=i - j, line_dash="dot", annotation_text=f"real distance {i - j}")
+fig.update_layout(height=300, margin=dict(t=30, b=10), xaxis_title="distance between the two tokens (positions)",
+                  yaxis_title="score q·k/√Dh",
+                  title="the same two vectors at different distances: now the score does change")
+st.plotly_chart(fig, width="stretch", key="rope_distance")
