@@ -1,0 +1,72 @@
+"""KV-cache memory maths checked by hand, and cache on/off giving the same tokens."""
+import pytest
+
+from pipeline.kv_compare import compare
+from pipeline.kv_memory import ModelShape, bytes_per_token, conversation_bytes, fit, human_bytes, load_configs
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_configs()
+
+
+def test_qwen3_8b_is_about_147_kb_per_token_in_16_bit(cfg):
+    m = cfg["models"]["Qwen3-8B"]
+    assert bytes_per_token(m, 2) == 2 * 36 * 8 * 128 * 2 == 147_456
+    assert human_bytes(bytes_per_token(m, 2)) == "147.5 KB"
+
+
+@pytest.mark.parametrize("name, per_token_16bit", [
+    ("SmolLM2-135M-Instruct", 2 * 30 * 3 * 64 * 2),  # 23,040
+    ("Llama-3.1-8B", 2 * 32 * 8 * 128 * 2),  # 131,072
+    ("Llama-3.1-70B", 2 * 80 * 8 * 128 * 2),  # 327,680
+    ("Qwen3-32B", 2 * 64 * 8 * 128 * 2),  # 262,144
+])
+def test_bytes_per_token_by_hand(cfg, name, per_token_16bit):
+    m = cfg["models"][name]
+    assert bytes_per_token(m, 2) == per_token_16bit
+    assert bytes_per_token(m, 1) * 2 == per_token_16bit == bytes_per_token(m, 4) // 2
+
+
+def test_conversations_fit_by_hand(cfg):
+    # Qwen3-8B on an H100 80GB, 16-bit weights and cache, 4,096-token conversations, nothing reserved:
+    # weights 8.2e9 * 2 = 16.4e9 B; free 80e9 - 16.4e9 = 63.6e9 B;
+    # one conversation 147,456 * 4,096 = 603,979,776 B; 63.6e9 / 603,979,776 = 105.3 -> 105.
+    f = fit(cfg["models"]["Qwen3-8B"], 80, 4096, 2, 2, reserve=0.0)
+    assert f.weights_bytes == 16_400_000_000
+    assert f.free_bytes == 63_600_000_000
+    assert f.conversation_bytes == 603_979_776
+    assert f.conversations == 105
+    # keeping 10% free: 72e9 - 16.4e9 = 55.6e9 -> 92.05 -> 92
+    assert fit(cfg["models"]["Qwen3-8B"], 80, 4096, 2, 2, reserve=0.1).conversations == 92
+
+
+def test_weights_that_do_not_fit_give_zero(cfg):
+    f = fit(cfg["models"]["Llama-3.1-70B"], 80, 4096, 2, 2)  # 141.2 GB of weights on 80 GB
+    assert f.free_bytes < 0 and f.conversations == 0
+
+
+def test_sliding_window_layers_stop_growing():
+    m = ModelShape("toy", 1.0, layers=4, heads=4, kv_heads=2, head_dim=8, context=1000,
+                   sliding_layers=2, sliding_window=10)
+    # 2 full layers * 100 tokens + 2 sliding layers * 10 tokens, each 2 * 2 Hkv * 8 Dh * 2 B = 64 B per layer-token
+    assert conversation_bytes(m, 100, 2) == 64 * (2 * 100 + 2 * 10)
+
+
+def test_every_gpu_and_model_in_the_assets_is_usable(cfg):
+    assert {"NVIDIA H100 80GB", "NVIDIA A100 40GB", "NVIDIA A100 80GB", "NVIDIA L4 24GB",
+            "GeForce RTX 4090 24GB", "NVIDIA H200 141GB"} <= set(cfg["gpus"])
+    for m in cfg["models"].values():
+        assert m.params_b > 0 and m.heads % m.kv_heads == 0
+
+
+def test_cache_on_and_off_choose_the_same_tokens(lm):
+    ids = lm.tokenizer.apply_chat_template([{"role": "user", "content": "Are tomatoes fruit?"}],
+                                           add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    calls = lm.calls
+    r = compare(lm, ids, n_steps=4)
+    assert r["same_tokens"] and len(r["cache"]["tokens"]) == 4
+    assert r["cache"]["tokens_fed"] == [len(ids), 1, 1, 1]
+    assert r["no_cache"]["tokens_fed"] == [len(ids) + i for i in range(4)]
+    assert lm.calls - calls == 8

@@ -1,0 +1,139 @@
+"""AppTest per page (Journey, Request & template, Tokens, Tensors & batch, Generation, KV cache).
+
+AppTest runs one page file on its own (no app.py sidebar), so each page works from the session-state
+defaults in pages/common.py. The model and the traces are cached per process, so the default request
+runs once for the whole module.
+"""
+import json
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+TIMEOUT = 300  # a trace on 2 shared CPU cores can take tens of seconds
+MALICIOUS = "<img src=x onerror=alert(1)> <s>"
+
+
+def run_page(name: str, question: str | None = None) -> AppTest:
+    at = AppTest.from_file(f"../pages/{name}.py", default_timeout=TIMEOUT)
+    if question is not None:
+        at.session_state["req_question"] = question
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def html_blocks(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if m.proto.allow_html]
+
+
+def plotly_strings(at: AppTest) -> str:
+    return " ".join(json.dumps(json.loads(c.proto.spec), ensure_ascii=False) for c in at.get("plotly_chart"))
+
+
+def texts(at: AppTest) -> str:
+    return " ".join(m.value for m in list(at.markdown) + list(at.caption) + list(at.subheader))
+
+
+def test_journey_walks_every_stage():
+    at = run_page("journey")
+    assert [s.value.split(".")[0] for s in at.subheader] == [str(i) for i in range(1, 8)]
+    bodies = [j.proto.body for j in at.json]
+    assert any('"messages"' in b and "Are tomatoes fruit?" in b for b in bodies)  # request JSON
+    assert any('"batch_index"' in b for b in bodies)  # batch entry
+    assert any('"text_delta"' in b for b in bodies)  # streaming events
+    assert any('"completed"' in b and '"finish_reason"' in b for b in bodies)  # completed event
+    assert "Time to first token (TTFT)" in [m.label for m in at.metric]
+    assert any("34" in h or "tomatoes" in h for h in html_blocks(at))  # token chips
+    assert at.get("plotly_chart")  # first-token candidates
+    assert any(df.value.shape[0] == 4 for df in at.dataframe)  # queued -> prefill -> decoding -> completed
+
+
+def test_request_template_shows_both_styles_and_marks_template_text():
+    at = run_page("request_template")
+    bodies = [json.loads(j.proto.body) for j in at.json]
+    assert any("messages" in b and "stream" in b and "max_tokens" in b for b in bodies)
+    html = " ".join(html_blocks(at))
+    assert "&lt;|im_start|&gt;" in html and "color:#b91c1c" in html  # special tokens highlighted
+    assert "You are a helpful AI assistant named SmolLM" in html  # default system prompt, template-added
+    assert "Default system prompt" in texts(at)
+
+
+def test_request_template_with_a_system_prompt_puts_it_in_both_styles():
+    at = AppTest.from_file("../pages/request_template.py", default_timeout=TIMEOUT)
+    at.session_state["req_system"] = "Answer in one sentence."
+    at.session_state["req_max_new_tokens"] = 4
+    at.run()
+    assert not at.exception
+    openai, anthropic = (json.loads(j.proto.body) for j in at.json[:2])
+    assert openai["messages"][0] == {"role": "system", "content": "Answer in one sentence."}
+    assert anthropic["system"] == "Answer in one sentence." and all(m["role"] != "system" for m in anthropic["messages"])
+
+
+def test_tokens_page_chips_comparison_and_capitals():
+    at = run_page("tokens")
+    assert "Tokens in the prompt" in [m.label for m in at.metric]
+    assert any("␣" in h for h in html_blocks(at))  # visible spaces in chips
+    frames = [df.value for df in at.dataframe]
+    comparison = next(f for f in frames if "cost ratio vs this model" in f.columns)
+    assert set(comparison["tokenizer"]) >= {"cl100k_base", "o200k_base", "llama3", "qwen3"}
+    assert (comparison["tokens"] > 0).all()
+    capitals = next(f for f in frames if "o200k_base ids" in f.columns)
+    assert list(capitals["o200k_base ids"]) == ["6698", "14221", "26186"]
+    # the default try-your-own text holds '<|im_end|>': the naive tokenization shows the control token
+    assert "naively" in texts(at)
+    at.text_area(key="tok_text").set_value("Are tomatoes fruit?").run()
+    assert not at.exception
+
+
+def test_tensors_batch_pads_three_requests():
+    at = run_page("tensors_batch")
+    summary = next(df.value for df in at.dataframe if "padding cells" in df.value.columns)
+    assert list(summary["tensor"]) == ["input_ids", "position_ids", "attention_mask"]
+    assert summary["shape (B, T)"].iloc[0].startswith("(3, ")
+    assert set(summary["dtype"]) == {"int64"}
+    assert summary["padding cells"].iloc[0] > 0
+    at.radio(key="batch_side").set_value("right").run()
+    assert not at.exception
+
+
+def test_generation_metrics_events_and_replay():
+    at = run_page("generation")
+    labels = [m.label for m in at.metric]
+    assert {"Time to first token (TTFT)", "Time per output token (TPOT)", "Finish reason"} <= set(labels)
+    assert any('"text_delta"' in j.proto.body for j in at.json)
+    assert any('"completed"' in j.proto.body for j in at.json)
+    assert len(at.get("plotly_chart")) == 2
+    at.select_slider(key="gen_speed").set_value("instant")
+    at.button[0].click().run()
+    assert not at.exception
+
+
+def test_kv_cache_growth_calculator_and_measurement():
+    at = run_page("kv_cache")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["KV bytes per token"] == "147.5 KB"  # Qwen3-8B, 16-bit, the default choice
+    assert metrics["Bytes per token (all layers)"] == f"{2 * 30 * 3 * 64 * 4:,}"  # SmolLM2 in float32
+    at.slider(key="kv_n_steps").set_value(3)
+    at.button(key="kv_measure_btn").click().run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Same tokens chosen"] == "yes"
+    at.selectbox(key="kv_model").set_value("Llama-3.1-8B").run()
+    assert {m.label: m.value for m in at.metric}["KV bytes per token"] == "131.1 KB"
+
+
+@pytest.mark.parametrize("page", ["journey", "request_template", "tokens", "tensors_batch", "generation",
+                                  "kv_cache"])
+def test_malicious_question_is_shown_as_text(page):
+    at = AppTest.from_file(f"../pages/{page}.py", default_timeout=TIMEOUT)
+    at.session_state["req_question"] = MALICIOUS
+    at.session_state["req_max_new_tokens"] = 8
+    at.run()
+    assert not at.exception, at.exception
+    for block in html_blocks(at):
+        assert "<img" not in block and "<s>" not in block
+    charts = plotly_strings(at)
+    assert "<img" not in charts and "<s>" not in charts
+    if page in ("journey", "request_template", "tokens"):
+        # the text did reach the page, escaped (chips split it into pieces such as '&lt;' and 'img')
+        assert any("&lt;" in b and "alert" in b for b in html_blocks(at))
