@@ -233,6 +233,8 @@ def play(lm, scenario: Scenario, block_size: int = 16, measure_cold: bool = True
          cache: PrefixCache | None = None) -> list[dict]:
     """Serve each request in order through one cache. Plain records (no tensors), one per request."""
     cache = cache or PrefixCache(PrefixCacheConfig(block_size=block_size))
+    if measure_cold:  # one short warm-up pass, so the first timed request does not pay for it
+        PrefixCache().serve(lm, prompt_tokens(lm, scenario.prompts[0])[0][:8], reuse=False, store=False)
     rows = []
     for prompt in scenario.prompts:
         rows.append(serve_prompt(lm, cache, prompt, measure_cold))
@@ -273,7 +275,7 @@ def parse_messages(text: str) -> tuple[tuple[str, str], ...]:
 
 def compare_texts(lm, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True) -> list[dict]:
     """Request A then request B through a fresh cache (raises InputError if either is invalid)."""
-    prompts = (Prompt("Request A", parse_messages(text_a)), Prompt("Request B", parse_messages(text_b), "edited"))
+    prompts = (Prompt("Request A", parse_messages(text_a)), Prompt("Request B", parse_messages(text_b), "after A"))
     return play(lm, Scenario("compare", "Your two requests", "conversation", "", prompts), block_size, measure_cold)
 
 
@@ -331,12 +333,17 @@ def block_legend() -> str:
                                        "</div>")
 
 
+def shows_divergence(d: dict | None) -> bool:
+    """Worth marking: a changed token, or a cached path that ends after some hits (not an empty cache)."""
+    return d is not None and (d["kind"] == "changed" or d["token_index"] > 0)
+
+
 def block_row_html(row: dict) -> str:
     """One box per block, coloured by status; the text inside is the block's tokens (hover for all)."""
     stats, tokens = row["stats"], row["tokens"]
     bs = stats["block_size"]
     d = stats["divergence"]
-    marked = d["token_index"] // bs if d else -1
+    marked = d["token_index"] // bs if shows_divergence(d) else -1
     boxes = []
     for b, status in enumerate(stats["block_status"]):
         bg, border = STATUS_STYLE[status]
@@ -356,7 +363,7 @@ def block_row_html(row: dict) -> str:
 def divergence_html(row: dict, around: int = 8) -> str:
     """The tokens around the first divergent token, that token boxed in red with the cached one beside it."""
     d = row["stats"]["divergence"]
-    if d is None:
+    if not shows_divergence(d):
         return ""
     i, tokens = d["token_index"], row["tokens"]
     parts = []
