@@ -62,19 +62,19 @@ block_size = st.select_slider("Block size (tokens)", [4, 8, 16, 32], value=16, k
 st.subheader("1. Pick a scenario")
 if "pc_scenario" not in st.session_state:
     st.session_state.pc_scenario = "conversation"
-if st.button("💬 A conversation, turn by turn", key="pc_btn_conversation"):
+if st.button("A conversation, turn by turn", key="pc_btn_conversation"):
     st.session_state.pc_scenario = "conversation"
 for col, (trap, title) in zip(st.columns(len(TRAPS)), TRAPS):
     col.markdown(f"**{title}**")
-    if col.button("❌ the trap", key=f"pc_btn_{trap}_trap", width="stretch"):
+    if col.button("✗ the trap", key=f"pc_btn_{trap}_trap", width="stretch"):
         st.session_state.pc_scenario = f"{trap}_trap"
-    if col.button("✅ the fix", key=f"pc_btn_{trap}_fixed", width="stretch"):
+    if col.button("✓ the fix", key=f"pc_btn_{trap}_fixed", width="stretch"):
         st.session_state.pc_scenario = f"{trap}_fixed"
 
 scenario = SCENARIOS[st.session_state.pc_scenario]
 rows = played(scenario.key, block_size)
 st.subheader(f"2. {scenario.title}")
-st.markdown(f"{'❌ ' if scenario.kind == 'trap' else '✅ ' if scenario.kind == 'fixed' else ''}{scenario.lesson}")
+st.markdown(f"{'**Trap.** ' if scenario.kind == 'trap' else '**Fixed.** ' if scenario.kind == 'fixed' else ''}{scenario.lesson}")
 st.markdown(block_legend(), unsafe_allow_html=True)
 for row in rows:
     show_request(row)
@@ -85,8 +85,9 @@ c1.metric("Hit rate over these requests", f"{last['session_hit_rate']:.0%}", hel
 c2.metric("Bytes the cache holds", f"{last['bytes_held'] / 2**20:.1f} MiB")
 c3.metric("KV formula for the same tokens", f"{last['formula_bytes'] / 2**20:.1f} MiB",
           help="2 (K and V) × layers × KV heads × head width × tokens × 4 bytes")
-st.caption("Times are measured on this machine for each request, once through the cache and once cold. The first "
-           "token's scores are the same either way: reusing stored keys and values changes the time, not the answer.")
+st.caption("Times are measured on this machine for each request, once through the cache and once cold. Where nothing "
+           "is reused both runs do the same work, so any gap between them is noise. The first token's scores are the "
+           "same either way: reusing stored keys and values changes the time, not the answer.")
 
 st.subheader("3. Compare two requests of your own")
 st.markdown("One message per line starting with `system:`, `user:` or `assistant:` (other lines continue the "
