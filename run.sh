@@ -29,10 +29,19 @@ browser() {
   fi
 }
 
+SERVE='import sys
+from streamlit.runtime.pages_manager import PagesManager
+PagesManager.uses_pages_directory = False
+from streamlit.web.cli import main
+sys.argv[0] = "streamlit"
+sys.exit(main())'
+
 case "${1:-app}" in
   app)
     setup
-    exec "$VENV/bin/streamlit" run app.py --server.headless true --browser.gatherUsageStats false "${@:2}"
+    # app.py builds its own navigation (st.navigation). Streamlit would otherwise treat pages/ as an
+    # old-style page folder until app.py first runs, so a bookmarked /attention would open bare.
+    exec "$VENV/bin/python" -c "$SERVE" run app.py --server.headless true --browser.gatherUsageStats false "${@:2}"
     ;;
   test)
     setup

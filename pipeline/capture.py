@@ -56,11 +56,13 @@ def hook_points(model) -> dict[str, HookPoint]:
 
 
 @contextmanager
-def capture(model, names: list[str], lock=None) -> Iterator[dict[str, list[torch.Tensor]]]:
+def capture(model, names: list[str], lock=None, store_dtype: torch.dtype | None = None
+            ) -> Iterator[dict[str, list[torch.Tensor]]]:
     """Record the named tensors of every forward pass run inside the block.
 
-    Yields {name: [tensor per forward call]}. Hooks are removed in `finally`, and `lock`
-    (the model's lock) is held from registration to removal so no other caller sees them.
+    Yields {name: [tensor per forward call]}, moved to the CPU (and to `store_dtype` if given, to
+    keep long prompts compact). Hooks are removed in `finally`, and `lock` (the model's lock) is
+    held from registration to removal so no other caller sees them.
     """
     points = hook_points(model)
     unknown = [n for n in names if n not in points]
@@ -77,7 +79,7 @@ def capture(model, names: list[str], lock=None) -> Iterator[dict[str, list[torch
             def hook(_module, _inputs, output, name=name, pick=point.pick):
                 value = pick(output)
                 if value is not None:
-                    records[name].append(value.detach())
+                    records[name].append(value.detach().to("cpu", dtype=store_dtype or value.dtype))
 
             handles.append(point.module.register_forward_hook(hook))
         yield records

@@ -74,47 +74,69 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
 
 
+# Past the same size the captured tensors are stored in float16 (half the memory; shown values
+# keep 3 significant digits, plenty for charts). Shorter prompts keep exact float32.
+COMPACT_DTYPE = torch.float16
+
+
+def _take_stack(rec: dict, names: list[str], transform=None) -> np.ndarray:
+    """Stack one tensor per name into a new leading axis, releasing each capture as it is copied."""
+    first = None
+    for i, name in enumerate(names):
+        t = rec.pop(name)[0][0]  # drop the batch axis
+        t = transform(t) if transform else t
+        if first is None:
+            first = np.empty((len(names), *t.shape), dtype=_np_dtype(t))
+        first[i] = t.numpy()
+    return first
+
+
+def _np_dtype(t: torch.Tensor):
+    return np.float16 if t.dtype == torch.float16 else np.float32
+
+
 def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
     """Run the prompt once, capturing everything. Returns (Prefill, cache, last_logits tensor)."""
     cfg = lm.config
     L, H, Hkv = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
     T = len(ids)
-    if keep_attention is None:
-        keep_attention = T <= FULL_ATTENTION_MAX_TOKENS
+    long_prompt = T > FULL_ATTENTION_MAX_TOKENS
+    keep_attention = not long_prompt if keep_attention is None else keep_attention
     input_ids = torch.tensor([ids], device=lm.device)  # (1, T)
-    with torch.inference_mode(), capture(lm.model, _names(L, keep_attention), lock=lm.lock) as rec:
+    store = COMPACT_DTYPE if long_prompt else torch.float32
+    with torch.inference_mode(), capture(lm.model, _names(L, keep_attention), lock=lm.lock, store_dtype=store) as rec:
         t0 = time.perf_counter()
         out = lm.model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
         lm.calls += 1
-        last_logits = out.logits[0, -1].float()  # (V,)
+        last_logits = out.logits[0, -1].float().cpu()  # (V,)
         seconds = time.perf_counter() - t0
         cache = out.cache  # DynamicCache: per layer (1, Hkv, T, Dh) keys and values
-        one = {name: values[0][0] for name, values in rec.items() if values}  # drop batch dim
-    cos, sin = one["rotary.cos"], one["rotary.sin"]  # (T, Dh)
-    q_rot = torch.stack([apply_rope(_heads(one[f"blocks.{i}.attn.q"][None], H), cos, sin) for i in range(L)])
-    k_rot = torch.stack([apply_rope(_heads(one[f"blocks.{i}.attn.k"][None], Hkv), cos, sin) for i in range(L)])
-    v = torch.stack([_heads(one[f"blocks.{i}.attn.v"][None], Hkv) for i in range(L)])
-    hidden = torch.stack([one["embed"]] + [one[f"blocks.{i}.out"] for i in range(L)])  # (L+1, T, D)
-    top_ids, top_logits, top_probs = _top_per_position(lm, one["final_norm"])
+        top_ids, top_logits, top_probs = _top_per_position(lm, rec["final_norm"][0][0])
+    cos, sin = rec.pop("rotary.cos")[0][0], rec.pop("rotary.sin")[0][0]  # (T, Dh)
+    rope_q = lambda q: apply_rope(_heads(q[None].float(), H), cos.float(), sin.float()).to(q.dtype)
+    rope_k = lambda k: apply_rope(_heads(k[None].float(), Hkv), cos.float(), sin.float()).to(k.dtype)
+    blocks = lambda part: [f"blocks.{i}.{part}" for i in range(L)]
+    embeddings = rec.pop("embed")[0][0].numpy()  # (T, D)
+    hidden = np.concatenate([embeddings[None], _take_stack(rec, blocks("out"))])  # (L+1, T, D)
     prefill = Prefill(
         ids=list(ids),
-        embeddings=_np(one["embed"]),
-        hidden_states=_np(hidden),
-        attn_out=_np(torch.stack([one[f"blocks.{i}.attn.out"] for i in range(L)])),
-        mlp_out=_np(torch.stack([one[f"blocks.{i}.mlp.out"] for i in range(L)])),
-        q_rot=_np(q_rot),
-        k_rot=_np(k_rot),
-        v=_np(v),
-        attention=_np(torch.stack([one[f"blocks.{i}.attn.pattern"] for i in range(L)])) if keep_attention else None,
-        final_norm=_np(one["final_norm"]),
-        last_logits=_np(last_logits),
+        embeddings=embeddings,
+        hidden_states=hidden,
+        attn_out=_take_stack(rec, blocks("attn.out")),  # (L, T, D)
+        mlp_out=_take_stack(rec, blocks("mlp.out")),  # (L, T, D)
+        q_rot=_take_stack(rec, blocks("attn.q"), rope_q),  # (L, H, T, Dh)
+        k_rot=_take_stack(rec, blocks("attn.k"), rope_k),  # (L, Hkv, T, Dh)
+        v=_take_stack(rec, blocks("attn.v"), lambda v: _heads(v[None], Hkv)),  # (L, Hkv, T, Dh)
+        attention=_take_stack(rec, blocks("attn.pattern")) if keep_attention else None,  # (L, H, T, T)
+        final_norm=rec.pop("final_norm")[0][0].numpy(),  # (T, D)
+        last_logits=last_logits.numpy(),
         top_ids=top_ids,
         top_logits=top_logits,
         top_probs=top_probs,
         kv_bytes_per_layer=bytes_per_layer(cache),
         seconds=seconds,
     )
-    return prefill, cache, last_logits
+    return prefill, cache, last_logits.to(lm.device)
 
 
 def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chunk: int = 256):
@@ -123,7 +145,8 @@ def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chu
     ids, logits, probs = [], [], []
     with torch.inference_mode():
         for start in range(0, normed.shape[0], chunk):
-            scores = head(normed[start:start + chunk]).float()  # (chunk, V)
+            rows = normed[start:start + chunk].to(lm.device, dtype=head.weight.dtype)
+            scores = head(rows).float()  # (chunk, V)
             top = scores.topk(k, dim=-1)
             ids.append(top.indices)
             logits.append(top.values)

@@ -53,18 +53,18 @@ def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]
         p = softmax(np.asarray(logits, dtype=np.float64) / options.temperature)
     stages.append(Stage("temperature", p, int((p > 0).sum())))
     if options.top_k > 0 and options.top_k < (p > 0).sum():
-        kth = np.partition(p, -options.top_k)[-options.top_k]
-        order = np.argsort(-p, kind="stable")[: options.top_k]
+        best = np.argpartition(-p, options.top_k - 1)[: options.top_k]  # the k largest, unordered
         keep = np.zeros(p.shape, dtype=bool)
-        keep[order] = True
-        p = _renorm(p, keep & (p >= kth))
+        keep[best] = True
+        p = _renorm(p, keep)
     stages.append(Stage("top_k", p, int((p > 0).sum())))
     if options.top_p < 1.0:
-        order = np.argsort(-p, kind="stable")
+        alive = np.flatnonzero(p)  # sort only the candidates still in play (few after top-k)
+        order = alive[np.argsort(-p[alive], kind="stable")]
         before = np.cumsum(p[order]) - p[order]  # mass of the better candidates
         keep = np.zeros(p.shape, dtype=bool)
         keep[order[before < options.top_p]] = True  # keep until the running total reaches top_p
-        p = _renorm(p, keep & (p > 0))
+        p = _renorm(p, keep)
     stages.append(Stage("top_p", p, int((p > 0).sum())))
     if options.min_p > 0:
         p = _renorm(p, p >= options.min_p * p.max())
