@@ -86,7 +86,7 @@ why = {"eos": "the model chose its end-of-turn token, which is not shown",
 st.markdown(f"Generation stopped because {why}. The server sends a last `completed` event with the whole text, "
             f"every token id and the usage that is billed, then frees the request's KV cache.")
 c1, c2 = st.columns(2)
-c1.json(trace.events[-1], expanded=True)
+c1.json(trace.events[-1], expanded=1)
 c2.json({"usage": trace.usage, "cleanup": trace.cleanup}, expanded=True)
 
 stage_link("pages/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")

@@ -106,5 +106,5 @@ section(7, "Done: the completed event and clean-up", f"Generation stopped becaus
         f"The server sends a final event, records usage, and frees the request's KV cache "
         f"({trace.cleanup['kv_bytes_released']:,} bytes for {trace.cleanup['kv_tokens_released']} tokens).")
 completed = trace.events[-1]
-st.json(completed, expanded=True)
+st.json(completed, expanded=1)
 st.caption(f"Forward passes run by this server so far: {lm.calls}.")

@@ -46,7 +46,8 @@ fig.update_layout(height=300, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="
                   yaxis_title="cache bytes (all L layers)")
 st.plotly_chart(fig, width="stretch")
 
-st.markdown("Every layer has its own cache. The measured bytes per layer at each step:")
+st.markdown("The dotted formula line lies exactly on the measured bytes. Every layer keeps its own cache; here all "
+            "layers have the same shape, so every row of the measured bytes per layer is the same:")
 per_layer = np.array([s["kv_bytes_per_layer"] for s in trace.steps])  # (S, L)
 heat = go.Figure(go.Heatmap(z=per_layer.T, x=labels, y=[f"layer {i}" for i in range(L)], colorscale="Blues",
                             colorbar_title="bytes", hovertemplate="%{y}, %{x}<br>%{z:,} B<extra></extra>"))
@@ -58,12 +59,16 @@ st.subheader("2. Cache on vs off, measured")
 st.markdown("Without a cache, every new token means running the whole conversation through the model again. "
             "With it, only the newest token goes through; the stored keys and values cover the rest. Both runs "
             "below use greedy choice and should pick the same tokens.")
-c1, c2 = st.columns([3, 1])
+c1, c2, c3 = st.columns([2, 2, 1])
 n_steps = c1.slider("Tokens to generate each way", 2, 32, 16, key="kv_n_steps")
-if c2.button("Measure now", type="primary", key="kv_measure_btn"):
+repeat = c2.select_slider("Prompt length", [1, 4, 8], key="kv_repeat",
+                          format_func=lambda k: f"{k * len(trace.ids)} tokens" + (" (your prompt)" if k == 1 else
+                                                                                  f" (your prompt × {k})"),
+                          help="A longer context makes recomputing everything much more expensive.")
+if c3.button("Measure now", type="primary", key="kv_measure_btn"):
     st.session_state["kv_measured"] = True
 if st.session_state.get("kv_measured"):
-    r = measure(tuple(trace.ids), n_steps)
+    r = measure(tuple(trace.ids) * repeat, n_steps)
     on, off = r["cache"], r["no_cache"]
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("With cache", f"{sum(on['seconds']):.2f} s")
@@ -95,12 +100,13 @@ gpu_name = c2.selectbox("GPU", list(cfg["gpus"]), index=list(cfg["gpus"]).index(
 dtypes = list(cfg["dtypes"])
 kv_dtype = c3.selectbox("Cache precision", dtypes, index=1, key="kv_dtype")
 c1, c2, c3 = st.columns(3)
-w_dtype = c1.selectbox("Weight precision", dtypes, index=1, key="kv_wdtype")
+w_dtypes = list(cfg["weight_dtypes"])
+w_dtype = c1.selectbox("Weight precision", w_dtypes, index=1, key="kv_wdtype")
 tokens = c2.number_input("Tokens per conversation", 1, 1_000_000, 4096, step=512, key="kv_tokens")
 reserve = c3.slider("Memory kept free for the runtime", 0.0, 0.3, 0.1, 0.01, key="kv_reserve",
                     help="Activations, buffers and fragmentation; servers typically use about 90% for weights + cache.")
 model = cfg["models"][model_name]
-f = fit(model, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["dtypes"][w_dtype], reserve)
+f = fit(model, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["weight_dtypes"][w_dtype], reserve)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("KV bytes per token", human_bytes(f.bytes_per_token), help=f"2 × {model.layers} L × {model.kv_heads} Hkv × "
           f"{model.head_dim} Dh × {cfg['dtypes'][kv_dtype]} B = {f.bytes_per_token:,} B")
@@ -125,7 +131,7 @@ table = pd.DataFrame([{
     "model": name, "params (B)": mdl.params_b, "L": mdl.layers, "H": mdl.heads, "Hkv": mdl.kv_heads, "Dh": mdl.head_dim,
     "KV per token": human_bytes(bytes_per_token(mdl, cfg["dtypes"][kv_dtype])),
     f"conversations of {int(tokens):,} tokens on {gpu_name}":
-        fit(mdl, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["dtypes"][w_dtype], reserve).conversations,
+        fit(mdl, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["weight_dtypes"][w_dtype], reserve).conversations,
 } for name, mdl in cfg["models"].items()])
 st.dataframe(table, hide_index=True, width="stretch")
 st.caption("Shapes from each model's published configuration (assets/model_configs.json). Fewer key/value heads "

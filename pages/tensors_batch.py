@@ -1,6 +1,8 @@
 """Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
 from pages.common import current_trace, get_model, page_header, stage_link
 
+import json
+
 import pandas as pd
 import streamlit as st
 
@@ -82,7 +84,9 @@ if trace.steps:
     T = len(trace.tokens)
     first = trace.steps[0]
     c2.markdown("After prefill only the newly chosen token is fed in; the cache supplies the rest:")
-    c2.json({"input_ids": [[first["token_id"]]], "position_ids": [[T]], "attention_mask": f"[[1] * {T + 1}]",
-             "input_shape": [1, 1], "past_token_count": T})
+    step = {"input_ids": [[first["token_id"]]], "position_ids": [[T]], "attention_mask": [[1] * (T + 1)],
+            "input_shape": [1, 1], "past_token_count": T}
+    c2.code("\n".join(f"{k}: {json.dumps(v)}" for k, v in step.items()), language="yaml", wrap_lines=True)
+    c2.caption(f"One new token, but the mask has {T + 1} ones: the {T} cached positions plus the new one.")
 
 stage_link("pages/embeddings.py", "Next: each id picks a row of the embedding table", "📍")

@@ -49,6 +49,7 @@ def highlighted_template(segments: list[dict], special_pieces: list[str]) -> str
                 safe = html_text(piece)
                 body = body.replace(safe, f"<b style='color:#b91c1c;border:1px solid #dc2626;border-radius:4px;"
                                           f"padding:0 2px'>{safe}</b>")
+        body = body.replace("\n", "<span style='color:#94a3b8'>↵</span><br>")  # newlines are tokens too: show them
         out.append(f"<span style='background:{bg}' title='{html_text(seg['role'])}'>{body}</span>")
-    return ("<pre style='white-space:pre-wrap;font-size:0.9em;padding:10px;border:1px solid #cbd5e1;"
-            "border-radius:8px;background:#fff;color:#111'>" + "".join(out) + "</pre>")
+    return ("<div style='font-family:monospace;white-space:pre-wrap;font-size:0.9em;line-height:1.8;padding:10px;"
+            "border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111'>" + "".join(out) + "</div>")

@@ -42,7 +42,8 @@ def load_configs(path: Path = CONFIG_PATH) -> dict:
     return {
         "models": {m["name"]: ModelShape(**m) for m in data["models"]},
         "gpus": {g["name"]: g["memory_gb"] for g in data["gpus"]},
-        "dtypes": data["dtypes"],
+        "dtypes": data["dtypes"],  # cache precision -> bytes per value
+        "weight_dtypes": data.get("weight_dtypes", data["dtypes"]),  # weight precision -> bytes per parameter
     }
 
 

@@ -70,3 +70,13 @@ def test_cache_on_and_off_choose_the_same_tokens(lm):
     assert r["cache"]["tokens_fed"] == [len(ids), 1, 1, 1]
     assert r["no_cache"]["tokens_fed"] == [len(ids) + i for i in range(4)]
     assert lm.calls - calls == 8
+
+
+def test_four_bit_weights_let_gpt_oss_120b_fit_on_one_h100(cfg):
+    m = cfg["models"]["gpt-oss-120b"]
+    assert fit(m, 80, 4096, 2, cfg["weight_dtypes"]["16-bit (bfloat16 / float16)"]).conversations == 0
+    four = fit(m, 80, 4096, 2, 0.5)  # 116.8e9 * 0.5 = 58.4e9 B of weights, 21.6e9 B free
+    assert four.weights_bytes == 58_400_000_000
+    # 18 full layers * 4,096 tokens + 18 sliding layers * 128 tokens, 2 * 8 Hkv * 64 Dh * 2 B = 2,048 B each
+    assert four.conversation_bytes == 2048 * (18 * 4096 + 18 * 128)
+    assert four.conversations == 21_600_000_000 // (2048 * (18 * 4096 + 18 * 128))
