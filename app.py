@@ -5,21 +5,21 @@ import streamlit as st
 
 from pages.common import DEFAULTS, get_model, init_state
 
-st.set_page_config(page_title="Token Pipeline Explorer", page_icon="🍅", layout="wide")
+st.set_page_config(page_title="Token Pipeline Explorer", page_icon=":material/route:", layout="wide")
 
 PAGES = [  # (file, title, icon) in the order a request travels
-    ("journey.py", "Journey", "🧭"),
-    ("request_template.py", "Request & template", "📨"),
-    ("tokens.py", "Tokens", "🔤"),
-    ("tensors_batch.py", "Tensors & batch", "🧮"),
-    ("embeddings.py", "Embeddings", "📍"),
-    ("position_rope.py", "Position (RoPE)", "🌀"),
-    ("layers.py", "Layers", "🥞"),
-    ("attention.py", "Attention", "👀"),
-    ("next_token.py", "Next token", "🎲"),
-    ("generation.py", "Generation", "⏩"),
-    ("kv_cache.py", "KV cache", "🗄️"),
-    ("prefix_cache.py", "Prompt caching", "♻️"),
+    ("journey.py", "Journey", ":material/route:"),
+    ("request_template.py", "Request & template", ":material/mail:"),
+    ("tokens.py", "Tokens", ":material/abc:"),
+    ("tensors_batch.py", "Tensors & batch", ":material/grid_on:"),
+    ("embeddings.py", "Embeddings", ":material/scatter_plot:"),
+    ("position_rope.py", "Position (RoPE)", ":material/rotate_right:"),
+    ("layers.py", "Layers", ":material/layers:"),
+    ("attention.py", "Attention", ":material/visibility:"),
+    ("next_token.py", "Next token", ":material/casino:"),
+    ("generation.py", "Generation", ":material/fast_forward:"),
+    ("kv_cache.py", "KV cache", ":material/memory:"),
+    ("prefix_cache.py", "Prompt caching", ":material/recycling:"),
 ]
 HERE = Path(__file__).parent
 

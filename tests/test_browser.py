@@ -1,0 +1,177 @@
+"""End to end in a real browser: Debian's chromium driven by Playwright against the real server.
+
+Visits every page, moves the temperature slider, draws 1,000 times, selects a head, and saves a
+screenshot of each page under artifacts/browser/. A question holding HTML must show as text.
+"""
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "artifacts" / "browser"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+# Same launcher as run.sh: app.py's st.navigation owns routing even for a first direct page URL.
+SERVE = """import sys
+from streamlit.runtime.pages_manager import PagesManager
+PagesManager.uses_pages_directory = False
+from streamlit.web.cli import main
+sys.argv[0] = "streamlit"
+sys.exit(main())"""
+EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
+
+pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = _free_port()
+    log = open(ROOT / "artifacts" / "browser-server.log", "w") if (ROOT / "artifacts").mkdir(exist_ok=True) is None else None
+    proc = subprocess.Popen([sys.executable, "-c", SERVE, "run", "app.py", "--server.headless", "true",
+                             "--server.port", str(port), "--server.address", "127.0.0.1",
+                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the Streamlit server did not start")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser_page(server):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 3000})
+        page.dialogs = []
+        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+        page.goto(server)
+        settle(page, timeout=300)  # first run: model load and the default request's trace
+        yield page
+        browser.close()
+
+
+def settle(page, timeout: float = 180) -> None:
+    """Wait until Streamlit has finished running the script (no 'Running...' status widget)."""
+    page.wait_for_timeout(800)
+    deadline = time.time() + timeout
+    quiet = 0
+    while time.time() < deadline and quiet < 3:
+        running = page.locator('[data-testid="stStatusWidget"]').count() > 0
+        quiet = 0 if running else quiet + 1
+        page.wait_for_timeout(400)
+    page.wait_for_timeout(600)
+
+
+def page_titles() -> list[str]:
+    sys.path.insert(0, str(ROOT))
+    src = (ROOT / "app.py").read_text()
+    return re.findall(r'\("\w+\.py", "([^"]+)"', src)
+
+
+def open_page(page, title: str) -> None:
+    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    settle(page)
+
+
+def forward_passes(page) -> int:
+    text = page.locator('[data-testid="stSidebar"]').inner_text()
+    return int(re.search(r"Forward passes so far: (\d+)", text).group(1))
+
+
+def check_page(page, name: str) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: the page raised an exception"
+    assert page.locator("h1").count() >= 1, f"{name}: no title rendered"
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def slug(title: str) -> str:
+    return re.sub(r"\W+", "_", title.lower()).strip("_")
+
+
+def test_every_page_renders(browser_page):
+    titles = page_titles()
+    assert len(titles) >= 12
+    for title in titles:
+        open_page(browser_page, title)
+        check_page(browser_page, slug(title))
+        plots = browser_page.locator(".js-plotly-plot")
+        for i in range(plots.count()):  # an empty chart has no drawn traces
+            assert plots.nth(i).locator("g.trace, g.heatmaplayer image, g.hm, path.point").count() > 0 or \
+                plots.nth(i).locator("g.cartesianlayer g.plot > *").count() > 0, f"{title}: chart {i} is empty"
+
+
+def test_temperature_slider_and_1000_draws_do_not_run_the_model(browser_page):
+    open_page(browser_page, "Next token")
+    before = forward_passes(browser_page)
+    main = browser_page.locator('[data-testid="stMain"]')
+    slider = main.locator('[data-testid="stSlider"]', has_text="temperature").locator('input[type="range"]').first
+    value_before = slider.input_value()
+    slider.focus()
+    for _ in range(6):
+        browser_page.keyboard.press("ArrowRight")
+    settle(browser_page)
+    assert slider.input_value() != value_before
+    draws = main.locator('[data-testid="stSlider"]', has_text="number of draws").locator('input[type="range"]').first
+    assert draws.get_attribute("aria-valuetext") == "1000"  # the default: 1,000 draws
+    browser_page.get_by_role("button", name=re.compile("Draw again")).click()
+    settle(browser_page)
+    assert browser_page.get_by_text(re.compile(r"1,?000 draws")).count() > 0
+    browser_page.reload()
+    settle(browser_page)
+    assert forward_passes(browser_page) == before, "moving a sampling slider ran the model again"
+    check_page(browser_page, "next_token_after_draws")
+
+
+def test_select_a_head(browser_page):
+    open_page(browser_page, "Attention")
+    box = browser_page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]', has_text="query head").first
+    box.click()
+    browser_page.locator('[role="option"]', has_text="head 4").first.click()
+    settle(browser_page)
+    assert browser_page.get_by_text(re.compile(r"layer \d+, head 4: attention weights")).count() > 0
+    check_page(browser_page, "attention_head_4")
+
+
+def test_html_in_the_question_shows_as_text_everywhere(browser_page):
+    sidebar = browser_page.locator('[data-testid="stSidebar"]')
+    question = sidebar.locator("textarea").first
+    question.fill(EVIL)
+    sidebar.get_by_role("button", name="Run the model").click()
+    settle(browser_page, timeout=300)
+    for title in page_titles():
+        open_page(browser_page, title)
+        assert browser_page.locator('[data-testid="stException"]').count() == 0, title
+        assert browser_page.locator('img[src="x"]').count() == 0, f"{title}: injected <img> became an element"
+        assert browser_page.locator("[data-testid='stMain'] s").count() == 0, f"{title}: injected <s> rendered"
+        browser_page.screenshot(path=str(SHOTS / f"evil_{slug(title)}.png"), full_page=True)
+    open_page(browser_page, "Tokens")
+    assert browser_page.get_by_text(re.compile(r"<img|img")).count() > 0
+    assert browser_page.dialogs == [], "a script in the question ran"
