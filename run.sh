@@ -41,7 +41,8 @@ case "${1:-app}" in
     setup
     # app.py builds its own navigation (st.navigation). Streamlit would otherwise treat pages/ as an
     # old-style page folder until app.py first runs, so a bookmarked /attention would open bare.
-    exec "$VENV/bin/python" -c "$SERVE" run app.py --server.headless true --browser.gatherUsageStats false "${@:2}"
+    exec "$VENV/bin/python" -c "$SERVE" run app.py --server.headless true --server.fileWatcherType none \
+      --browser.gatherUsageStats false "${@:2}"
     ;;
   test)
     setup
