@@ -67,15 +67,20 @@ def _top(tokenizer, logits: torch.Tensor, probs: np.ndarray, k: int) -> list[dic
     ]
 
 
-def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str) -> DecodeResult:
-    """Choose, stream and feed back tokens until EOS, a stop string or max_new_tokens."""
+def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str,
+                prefill_started_at: float | None = None) -> DecodeResult:
+    """Choose, stream and feed back tokens until EOS, a stop string or max_new_tokens.
+
+    Step 0's `seconds` runs from `prefill_started_at` (prefill + choosing the first token);
+    every later step's from the moment the previous token was fed back.
+    """
     tok = lm.tokenizer
     eos = set(tok.all_special_ids) & {tok.eos_token_id, *(_as_list(lm.model.generation_config.eos_token_id))}
     rng = np.random.default_rng(options.seed)
     stream = StreamDetokenizer(tok, options.stop)
     steps, logits_rows, events, generated = [], [], [], []
     logits = first_logits.float().cpu()  # (V,)
-    t_prev = time.perf_counter()
+    t_prev = prefill_started_at or time.perf_counter()
     first_at = 0.0
     finish = "length"
     for step in range(options.max_new_tokens):

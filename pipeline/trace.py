@@ -137,9 +137,10 @@ def run_trace(request: ChatRequest, lm=None) -> Trace:
     check_fits(lm, len(ids), request.options.max_new_tokens)
     single = batching.describe(batching.batch_tensors([ids], lm.tokenizer.pad_token_id))
     state.advance("prefill")
+    prefill_started_at = time.perf_counter()
     prefill, cache, last_logits = run_prefill(lm, ids)
     state.advance("decoding")
-    result: DecodeResult = decode_loop(lm, cache, last_logits, request.options, rid)
+    result: DecodeResult = decode_loop(lm, cache, last_logits, request.options, rid, prefill_started_at)
     state.advance("completed")
     released = {"kv_bytes_released": result.kv_bytes_at_end, "kv_tokens_released": result.kv_tokens_at_end}
     del cache  # the request's KV cache is freed once the answer is complete
