@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from .options import ChatRequest
 from .prefix_cache import HIT, MISS, NOT_CACHEABLE, PrefixCache, PrefixCacheConfig
 from .render import html_text, piece_bytes, render_bytes
-from .template import describe_tokens, render_prompt, segments, tokenize_segments
+from .template import describe_tokens, segments, tokenize_segments
 
 INSTRUCTIONS = """You are Tilly, the assistant of a community tomato garden.
 Rules for every answer:
@@ -188,13 +188,7 @@ TRAPS = [("date", "Date / user on line 1"), ("tools", "Tool order"), ("json", "J
 def prompt_tokens(lm, prompt: Prompt) -> tuple[list[int], list[str], list[str]]:
     """(ids, readable token texts, roles) exactly as the app tokenizes a request."""
     request = ChatRequest(prompt.messages).validate()
-    if prompt.template is None:
-        text = render_prompt(lm.tokenizer, request)
-    else:
-        text = lm.tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in prompt.messages],
-                                                tokenize=False, add_generation_prompt=True,
-                                                chat_template=prompt.template)
-    ids, roles = tokenize_segments(lm.tokenizer, segments(text, request), safe=True)
+    ids, roles = tokenize_segments(lm.tokenizer, segments(lm.tokenizer, request, prompt.template), safe=True)
     return ids, [t.text for t in describe_tokens(lm.tokenizer, ids, roles)], roles
 
 

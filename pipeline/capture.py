@@ -3,8 +3,8 @@
 Names follow one scheme (pinned by a test):
   embed                      token embedding rows            (B, T, D)
   rotary.cos / rotary.sin    RoPE tables for the positions   (B, T, Dh)
-  blocks.{i}.attn.q          query projection, before RoPE   (B, T, H*Dh)
-  blocks.{i}.attn.k          key projection, before RoPE     (B, T, Hkv*Dh)
+  blocks.{i}.attn.q          query, before RoPE              (B, T, H*Dh)
+  blocks.{i}.attn.k          key, before RoPE                (B, T, Hkv*Dh)
   blocks.{i}.attn.v          value projection                (B, T, Hkv*Dh)
   blocks.{i}.attn.pattern    attention weights (eager only)  (B, H, T, T)
   blocks.{i}.attn.out        attention's write to the residual stream (B, T, D)
@@ -35,6 +35,11 @@ def _second(out):
     return out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
 
 
+def _flat_heads(out):
+    """(B, T, n, Dh) -> (B, T, n*Dh), the projection's layout."""
+    return _first(out).flatten(-2)
+
+
 def hook_points(model) -> dict[str, HookPoint]:
     body = model.model
     points = {
@@ -44,8 +49,11 @@ def hook_points(model) -> dict[str, HookPoint]:
     }
     for i, block in enumerate(body.layers):
         attn = block.self_attn
-        points[f"blocks.{i}.attn.q"] = HookPoint(attn.q_proj, _first)
-        points[f"blocks.{i}.attn.k"] = HookPoint(attn.k_proj, _first)
+        # Models with q/k norms (Qwen3) normalise after the projection and before RoPE: read there.
+        q_src = HookPoint(attn.q_norm, _flat_heads) if hasattr(attn, "q_norm") else HookPoint(attn.q_proj, _first)
+        k_src = HookPoint(attn.k_norm, _flat_heads) if hasattr(attn, "k_norm") else HookPoint(attn.k_proj, _first)
+        points[f"blocks.{i}.attn.q"] = q_src
+        points[f"blocks.{i}.attn.k"] = k_src
         points[f"blocks.{i}.attn.v"] = HookPoint(attn.v_proj, _first)
         points[f"blocks.{i}.attn.pattern"] = HookPoint(attn, _second)
         points[f"blocks.{i}.attn.out"] = HookPoint(attn, _first)

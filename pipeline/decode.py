@@ -30,25 +30,41 @@ class DecodeResult:
 
 
 class StreamDetokenizer:
-    """Turns ids into text deltas, holding back a partial UTF-8 character until it completes."""
+    """Turns ids into text deltas that never need taking back.
+
+    Held back until the next token decides: a partial UTF-8 character, and any tail that could be
+    the start of a stop string (stop " to this": "The answer to" is sent as "The answer").
+    """
 
     def __init__(self, tokenizer, stop: tuple[str, ...] = ()):
         self.tokenizer = tokenizer
         self.stop = stop
         self.ids: list[int] = []
+        self.text = ""  # everything decoded so far (cut at a stop string once one appears)
         self.emitted = ""
         self.stopped = False
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        cut = min((text.find(s) for s in self.stop if s in text), default=-1)
+        self.text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        cut = min((self.text.find(s) for s in self.stop if s in self.text), default=-1)
         if cut >= 0:
-            text, self.stopped = text[:cut], True
-        elif text.endswith("\ufffd"):
+            self.text, self.stopped = self.text[:cut], True
+            return self._emit(self.text)
+        if self.text.endswith("\ufffd"):
             return ""  # wait for the rest of a multi-byte character
-        delta = text[len(self.emitted):]
-        self.emitted = text
+        return self._emit(self.text[:len(self.text) - self._stop_prefix_len(self.text)])
+
+    def flush(self) -> str:
+        """At the end of generation: send whatever was held back."""
+        return self._emit(self.text)
+
+    def _stop_prefix_len(self, text: str) -> int:
+        return max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+    def _emit(self, upto: str) -> str:
+        delta = upto[len(self.emitted):]
+        self.emitted = upto
         return delta
 
 
@@ -118,6 +134,9 @@ def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOption
             out = lm.model(input_ids=torch.tensor([[token]], device=lm.device), cache=cache, use_cache=True)
             lm.calls += 1
         logits = out.logits[0, -1].float().cpu()
+    held_back = stream.flush()
+    if held_back:
+        events.append({"event": "text_delta", "request_id": rid, "delta": held_back, "step": len(steps) - 1})
     return DecodeResult(
         steps=steps,
         step_logits=np.stack(logits_rows),

@@ -12,12 +12,12 @@ import torch
 
 def norms(hidden_states: np.ndarray) -> np.ndarray:
     """(L+1, T, D) -> (L+1, T) length of each token's vector after each layer."""
-    return np.linalg.norm(hidden_states, axis=-1)
+    return np.linalg.norm(_f32(hidden_states), axis=-1)
 
 
 def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
     """(L+1, T, D) -> (L, T) cosine between a token's vector before and after block i."""
-    a, b = hidden_states[:-1], hidden_states[1:]  # (L, T, D) each
+    a, b = _f32(hidden_states[:-1]), _f32(hidden_states[1:])  # (L, T, D) each
     num = (a * b).sum(-1)
     den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
     return num / np.maximum(den, 1e-12)
@@ -25,7 +25,12 @@ def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
 
 def contributions(attn_out: np.ndarray, mlp_out: np.ndarray) -> dict[str, np.ndarray]:
     """Length of what attention and the MLP each add, (L, T) each."""
-    return {"attention": np.linalg.norm(attn_out, axis=-1), "mlp": np.linalg.norm(mlp_out, axis=-1)}
+    return {"attention": np.linalg.norm(_f32(attn_out), axis=-1), "mlp": np.linalg.norm(_f32(mlp_out), axis=-1)}
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    """Long prompts are captured in float16, where squaring values near 25,000 overflows."""
+    return x.astype(np.float32, copy=False)
 
 
 def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = 512):

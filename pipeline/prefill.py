@@ -6,6 +6,7 @@ D model width, Dh head width, V vocabulary, K top candidates kept per position.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,9 +47,10 @@ class Prefill:
 
 
 def _names(n_layers: int, keep_attention: bool) -> list[str]:
+    """Keys and values are not hooked: the KV cache holds them exactly, after RoPE, for any model."""
     names = ["embed", "rotary.cos", "rotary.sin", "final_norm"]
     for i in range(n_layers):
-        names += [f"blocks.{i}.{p}" for p in ("attn.q", "attn.k", "attn.v", "attn.out", "mlp.out", "out")]
+        names += [f"blocks.{i}.{p}" for p in ("attn.q", "attn.out", "mlp.out", "out")]
         if keep_attention:
             names.append(f"blocks.{i}.attn.pattern")
     return names
@@ -91,6 +93,25 @@ def _take_stack(rec: dict, names: list[str], transform=None) -> np.ndarray:
     return first
 
 
+def _cache_stack(cache, which: int, dtype: torch.dtype) -> np.ndarray:
+    """Keys (which=0) or values (1) of every layer: (L, Hkv, T, Dh) on the CPU."""
+    return np.stack([kv[which][0].to("cpu", dtype=dtype).numpy() for kv in cache_layers(cache)])
+
+
+@contextmanager
+def attention_implementation(model, name: str):
+    """Switch the attention kernel for one forward pass. Past FULL_ATTENTION_MAX_TOKENS the weights
+    are not kept, so SDPA avoids building (H, T, T) per layer at all; eager is restored after."""
+    before = model.config._attn_implementation
+    if name != before:
+        model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        if model.config._attn_implementation != before:
+            model.set_attn_implementation(before)
+
+
 def _np_dtype(t: torch.Tensor):
     return np.float16 if t.dtype == torch.float16 else np.float32
 
@@ -98,13 +119,14 @@ def _np_dtype(t: torch.Tensor):
 def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
     """Run the prompt once, capturing everything. Returns (Prefill, cache, last_logits tensor)."""
     cfg = lm.config
-    L, H, Hkv = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
+    L, H = cfg.num_hidden_layers, cfg.num_attention_heads
     T = len(ids)
     long_prompt = T > FULL_ATTENTION_MAX_TOKENS
     keep_attention = not long_prompt if keep_attention is None else keep_attention
     input_ids = torch.tensor([ids], device=lm.device)  # (1, T)
     store = COMPACT_DTYPE if long_prompt else torch.float32
-    with torch.inference_mode(), capture(lm.model, _names(L, keep_attention), lock=lm.lock, store_dtype=store) as rec:
+    with torch.inference_mode(), capture(lm.model, _names(L, keep_attention), lock=lm.lock, store_dtype=store) as rec, \
+            attention_implementation(lm.model, "eager" if keep_attention else "sdpa"):
         t0 = time.perf_counter()
         out = lm.model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
         lm.calls += 1
@@ -114,7 +136,6 @@ def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
         top_ids, top_logits, top_probs = _top_per_position(lm, rec["final_norm"][0][0])
     cos, sin = rec.pop("rotary.cos")[0][0], rec.pop("rotary.sin")[0][0]  # (T, Dh)
     rope_q = lambda q: apply_rope(_heads(q[None].float(), H), cos.float(), sin.float()).to(q.dtype)
-    rope_k = lambda k: apply_rope(_heads(k[None].float(), Hkv), cos.float(), sin.float()).to(k.dtype)
     blocks = lambda part: [f"blocks.{i}.{part}" for i in range(L)]
     embeddings = rec.pop("embed")[0][0].numpy()  # (T, D)
     hidden = np.concatenate([embeddings[None], _take_stack(rec, blocks("out"))])  # (L+1, T, D)
@@ -125,8 +146,8 @@ def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
         attn_out=_take_stack(rec, blocks("attn.out")),  # (L, T, D)
         mlp_out=_take_stack(rec, blocks("mlp.out")),  # (L, T, D)
         q_rot=_take_stack(rec, blocks("attn.q"), rope_q),  # (L, H, T, Dh)
-        k_rot=_take_stack(rec, blocks("attn.k"), rope_k),  # (L, Hkv, T, Dh)
-        v=_take_stack(rec, blocks("attn.v"), lambda v: _heads(v[None], Hkv)),  # (L, Hkv, T, Dh)
+        k_rot=_cache_stack(cache, 0, store),  # (L, Hkv, T, Dh) keys after RoPE, as the cache holds them
+        v=_cache_stack(cache, 1, store),  # (L, Hkv, T, Dh)
         attention=_take_stack(rec, blocks("attn.pattern")) if keep_attention else None,  # (L, H, T, T)
         final_norm=rec.pop("final_norm")[0][0].numpy(),  # (T, D)
         last_logits=last_logits.numpy(),
@@ -145,7 +166,7 @@ def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chu
     ids, logits, probs = [], [], []
     with torch.inference_mode():
         for start in range(0, normed.shape[0], chunk):
-            rows = normed[start:start + chunk].to(lm.device, dtype=head.weight.dtype)
+            rows = normed[start:start + chunk].to(head.weight.device, dtype=head.weight.dtype)
             scores = head(rows).float()  # (chunk, V)
             top = scores.topk(k, dim=-1)
             ids.append(top.indices)

@@ -1,6 +1,7 @@
 """Chat template and tokenization, every token tagged with the role it came from."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .options import ChatRequest
@@ -28,22 +29,46 @@ class Token:
         return {"index": self.index, "id": self.id, "text": self.text, "role": self.role, "special": self.special}
 
 
-def render_prompt(tokenizer, request: ChatRequest) -> str:
+_MARK = "\ue000{}\ue001"  # private-use characters around a message number: a placeholder no template writes
+_MARK_RE = re.compile("(\ue000\\d+\ue001)")
+
+
+def render_prompt(tokenizer, request: ChatRequest, chat_template: str | None = None) -> str:
     messages = [{"role": r, "content": c} for r, c in request.messages]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                         chat_template=chat_template)
 
 
-def segments(prompt_text: str, request: ChatRequest) -> list[Segment]:
+def segments(tokenizer, request: ChatRequest, chat_template: str | None = None) -> list[Segment]:
     """Split the rendered prompt into template text and message contents.
 
-    Each message's content is located in order; whatever lies between is what the template added.
+    The template is rendered once more with a placeholder as each message's content, so the
+    contents are located by construction, never by searching (a question such as "a" or "user"
+    also occurs inside the template's own text). Whatever lies between placeholders is what the
+    template added.
     """
+    prompt_text = render_prompt(tokenizer, request, chat_template)
+    marked = ChatRequest(tuple((r, _MARK.format(i)) for i, (r, _) in enumerate(request.messages)))
+    out = []
+    for piece in _MARK_RE.split(render_prompt(tokenizer, marked, chat_template)):
+        number = piece[1:-1] if _MARK_RE.fullmatch(piece) else None
+        if number is not None:
+            role, content = request.messages[int(number)]
+            if content:
+                out.append(Segment(content, role, True))
+        elif piece:
+            out.append(Segment(piece, TEMPLATE_ROLE, False))
+    if "".join(seg.text for seg in out) != prompt_text:  # a template that rewrites contents
+        return _segments_by_search(prompt_text, request)
+    return out
+
+
+def _segments_by_search(prompt_text: str, request: ChatRequest) -> list[Segment]:
+    """Fallback: locate each (possibly rewritten) content in order, searching after the previous one."""
     out, cursor = [], 0
     for role, content in request.messages:
-        if not content:
-            continue
-        start = prompt_text.find(content, cursor)
-        if start < 0:  # a template that rewrites content: fall back to template text
+        start = prompt_text.find(content, cursor) if content else -1
+        if start < 0:
             continue
         if start > cursor:
             out.append(Segment(prompt_text[cursor:start], TEMPLATE_ROLE, False))

@@ -106,7 +106,7 @@ class Trace:
 def tokenize_request(lm, request: ChatRequest):
     """(prompt_text, segments, safe tokens, naive tokens) for a validated request."""
     prompt_text = render_prompt(lm.tokenizer, request)
-    segs = segments(prompt_text, request)
+    segs = segments(lm.tokenizer, request)
     ids, roles = tokenize_segments(lm.tokenizer, segs, safe=True)
     naive_ids, naive_roles = tokenize_segments(lm.tokenizer, segs, safe=False)
     return (prompt_text, segs, describe_tokens(lm.tokenizer, ids, roles),
