@@ -53,6 +53,20 @@ def test_chat_template_tokens_equal_hf_apply_chat_template(lm):
     assert {"system", "user", "assistant", "template"} == set(roles)
 
 
+@pytest.mark.parametrize("question", ["a", "are", "user", "<", "SmolLM", "system", "|>", "ol"])
+def test_short_questions_that_also_occur_in_the_template(lm, question):
+    request = ChatRequest.from_question(question)
+    _, _, tokens, _ = tokenize_request(lm, request)
+    ref = lm.tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in request.messages],
+                                           add_generation_prompt=True, tokenize=True)
+    ref = ref["input_ids"] if hasattr(ref, "keys") else ref
+    assert [t.id for t in tokens] == list(ref)
+    user = [t for t in tokens if t.role == "user"]
+    assert lm.tokenizer.decode([t.id for t in user]) == question
+    header = [t.index for t in tokens if t.text == "user" and t.role == "template"]
+    assert header, "the <|im_start|>user header belongs to the template"
+
+
 def test_default_system_prompt_is_marked_template_added(tomato):
     text = "".join(s["text"] for s in tomato.segments if s["role"] == "template")
     assert "You are a helpful AI assistant named SmolLM" in text
@@ -65,6 +79,17 @@ def test_kv_cache_logits_equal_full_forward(lm, tomato):
         ref = lm.model(input_ids=torch.tensor([full_ids], device=lm.device), use_cache=False).logits[0, -1]
     cached = torch.from_numpy(tomato.step_logits[-1])
     assert torch.allclose(cached, ref.float().cpu(), atol=1e-4, rtol=1e-4)
+
+
+def test_k_rot_rebuilt_from_projection_and_rope_equals_cache(lm, tomato):
+    """Our RoPE on the hooked key projection reproduces what the model stored in its cache."""
+    from pipeline.prefill import _heads, apply_rope
+
+    with capture(lm.model, ["blocks.3.attn.k", "rotary.cos", "rotary.sin"]) as rec, torch.inference_mode():
+        lm.model(input_ids=torch.tensor([tomato.ids], device=lm.device), use_cache=False)
+    k = _heads(rec["blocks.3.attn.k"][0].float().cpu(), tomato.model["kv_heads"])  # (Hkv, T, Dh)
+    cos, sin = rec["rotary.cos"][0][0].float().cpu(), rec["rotary.sin"][0][0].float().cpu()  # (T, Dh)
+    np.testing.assert_allclose(apply_rope(k, cos, sin).numpy(), tomato.prefill.k_rot[3], atol=1e-5)
 
 
 def test_attention_rows_sum_to_one_and_are_causal(tomato):
@@ -88,8 +113,9 @@ def test_hidden_states_match_embeddings_and_hf(lm, tomato):
     table = lm.model.get_input_embeddings().weight.detach().cpu().numpy()
     np.testing.assert_array_equal(p.hidden_states[0], table[tomato.ids])
     with torch.inference_mode():
-        out = lm.model(input_ids=torch.tensor([tomato.ids]), output_hidden_states=True, use_cache=False)
-    hf = torch.stack(out.hidden_states)[:, 0].numpy()  # (L+1, T, D); HF's last entry is after the final norm
+        out = lm.model(input_ids=torch.tensor([tomato.ids], device=lm.device), output_hidden_states=True,
+                       use_cache=False)
+    hf = torch.stack(out.hidden_states)[:, 0].float().cpu().numpy()  # (L+1, T, D); HF's last entry is after the final norm
     np.testing.assert_allclose(p.hidden_states[:-1], hf[:-1], atol=1e-4)
     np.testing.assert_allclose(p.final_norm, hf[-1], atol=1e-4)
 
@@ -97,9 +123,9 @@ def test_hidden_states_match_embeddings_and_hf(lm, tomato):
 def test_final_norm_times_lm_head_gives_logits(lm, tomato):
     p = tomato.prefill
     with torch.inference_mode():
-        normed = lm.model.model.norm(torch.from_numpy(p.hidden_states[-1]))  # (T, D)
+        normed = lm.model.model.norm(torch.from_numpy(p.hidden_states[-1]).to(lm.device))  # (T, D)
         logits = lm.model.get_output_embeddings()(normed)[-1]  # (V,)
-    np.testing.assert_allclose(logits.numpy(), p.last_logits, atol=1e-4)
+    np.testing.assert_allclose(logits.float().cpu().numpy(), p.last_logits, atol=1e-4)
     assert int(np.argmax(p.last_logits)) == p.top_ids[-1, 0]
 
 
@@ -124,8 +150,8 @@ def test_kv_cache_keys_are_post_rope_keys(lm, tomato):
     from pipeline.kv import cache_layers
 
     keys, values = cache_layers(cache)[7]
-    np.testing.assert_allclose(keys[0].numpy(), tomato.prefill.k_rot[7], atol=1e-5)
-    np.testing.assert_allclose(values[0].numpy(), tomato.prefill.v[7], atol=1e-6)
+    np.testing.assert_allclose(keys[0].cpu().numpy(), tomato.prefill.k_rot[7], atol=1e-5)
+    np.testing.assert_allclose(values[0].cpu().numpy(), tomato.prefill.v[7], atol=1e-6)
 
 
 def test_hook_names_are_pinned(lm):
@@ -156,6 +182,31 @@ def test_streaming_events_rebuild_the_text(tomato):
     assert done["usage"]["completion_tokens"] == len(tomato.generated_token_ids)
     assert [s["state"] for s in tomato.request["states"]] == ["queued", "prefill", "decoding", "completed"]
     assert tomato.cleanup["kv_tokens_released"] == len(tomato.ids) + len(tomato.generated_token_ids) - 1
+
+
+@pytest.mark.parametrize("stop", [" to this", "yes, tom", "zzz"])
+def test_streamed_deltas_never_include_a_cut_stop_string(lm, stop):
+    trace = _trace(lm, "Are tomatoes fruit?", max_new_tokens=14, stop=(stop,))
+    deltas = [e["delta"] for e in trace.events if e["event"] == "text_delta"]
+    assert "".join(deltas) == trace.text == trace.events[-1]["text"]
+    assert stop not in trace.text
+    full = _trace(lm, "Are tomatoes fruit?", max_new_tokens=14)
+    if stop in full.text:
+        assert trace.finish_reason == "stop" and trace.text == full.text[:full.text.index(stop)]
+    else:
+        assert trace.finish_reason == "length" and trace.text == full.text
+
+
+def test_long_prompt_is_captured_compactly_and_still_decodes(lm):
+    trace = _trace(lm, "Tomatoes are fruit. " * 150, max_new_tokens=3)
+    p = trace.prefill
+    T = len(trace.ids)
+    assert T > 512 and p.attention is None and p.hidden_states.dtype == np.float16
+    assert p.hidden_states.shape == (31, T, 576) and np.isfinite(p.hidden_states).all()
+    row = attention_for_layer(p, 5)  # (H, T, T) recomputed from q and k
+    np.testing.assert_allclose(row.sum(-1), 1.0, atol=1e-4)
+    assert lm.model.config._attn_implementation == "eager"  # restored after the SDPA prefill
+    assert len(trace.generated_token_ids) == 3
 
 
 def test_finish_reasons(lm):
@@ -202,7 +253,7 @@ def test_batch_padding_matches_single_requests(lm):
     batched = batched_last_logits(lm, seqs)  # (B, V)
     for b, seq in enumerate(seqs):
         with torch.inference_mode():
-            single = lm.model(input_ids=torch.tensor([seq]), use_cache=False).logits[0, -1]
+            single = lm.model(input_ids=torch.tensor([seq], device=lm.device), use_cache=False).logits[0, -1].cpu()
         assert torch.allclose(batched[b], single, atol=1e-3)
         assert int(batched[b].argmax()) == int(single.argmax())
 
