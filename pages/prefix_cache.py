@@ -32,6 +32,7 @@ def show_request(row: dict) -> None:
     speed = f" ({cold / s['ttft_s']:.1f}× faster)" if s["tokens_reused"] else ""
     st.markdown(f"**{row['label']}**" + (f" — {row['note']}" if row["note"] else "") +
                 f"  \n{s['n_tokens']} tokens: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
+                + (f"{s['blocks_recomputed']} cached but run again, " if s.get("blocks_recomputed") else "") +
                 f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_reused']} tokens not recomputed** · "
                 f"TTFT {s['ttft_s'] * 1e3:.0f} ms, the same request cold {cold * 1e3:.0f} ms{speed}")
     st.markdown(block_row_html(row), unsafe_allow_html=True)

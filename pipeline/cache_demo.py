@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 
 from .options import ChatRequest
-from .prefix_cache import HIT, MISS, NOT_CACHEABLE, PrefixCache, PrefixCacheConfig
+from .prefix_cache import HIT, MISS, NOT_CACHEABLE, RECOMPUTED, PrefixCache, PrefixCacheConfig
 from .render import html_text, piece_bytes, render_bytes
 from .template import describe_tokens, segments, tokenize_segments
 
@@ -205,7 +205,9 @@ def explain(stats: dict, cached_text: str, new_text: str) -> str:
     partial = f" The last {tail} tokens fill only part of a block: they are always computed and never stored." \
         if tail else ""
     if d is None:
-        return f"Every full block was already cached: {stats['tokens_reused']} tokens reused.{partial}"
+        again = (" The last block was cached too, but it is run again: the model has to process the last prompt "
+                 "token to score the next one.") if stats.get("blocks_recomputed") else ""
+        return f"Every full block was already cached: {stats['tokens_reused']} tokens reused.{again}{partial}"
     i = d["token_index"]
     if d["kind"] == "cache ends" and i == 0:
         return f"Nothing in the cache starts like this prompt: all of it is computed, and its full blocks are kept.{partial}"
@@ -311,6 +313,7 @@ def cmd_cache_demo(args) -> int:
 STATUS_STYLE = {  # background, border
     HIT: ("#bbf7d0", "2px solid #16a34a"),
     MISS: ("#fed7aa", "2px solid #ea580c"),
+    RECOMPUTED: ("#dcfce7", "2px dashed #16a34a"),
     NOT_CACHEABLE: ("#e5e7eb", "2px dashed #6b7280"),
 }
 DIVERGENT_STYLE = "box-shadow:0 0 0 3px #dc2626;"
@@ -318,6 +321,7 @@ DIVERGENT_STYLE = "box-shadow:0 0 0 3px #dc2626;"
 
 def block_legend() -> str:
     labels = {HIT: "hit: K/V read from the cache", MISS: "miss: computed, then stored",
+              RECOMPUTED: "cached, but run again: the last prompt token must go through the model",
               NOT_CACHEABLE: "not cacheable: partial block, computed, never stored"}
     return "<div style='margin:4px 0 8px 0'>" + "".join(
         f"<span style='display:inline-block;background:{STATUS_STYLE[s][0]};border:{STATUS_STYLE[s][1]};"

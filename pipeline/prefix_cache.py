@@ -29,6 +29,7 @@ from transformers import DynamicCache
 from .kv import cache_layers, kv_bytes_formula
 
 HIT, MISS, NOT_CACHEABLE = "hit", "miss", "not cacheable"
+RECOMPUTED = "cached, recomputed"  # a cached last block run again: the model must see the last prompt token
 ROOT_KEY = b"prefix-cache-root"  # parent of the first block
 
 
@@ -87,6 +88,10 @@ class RequestStats:
         return self.block_status.count(MISS)
 
     @property
+    def blocks_recomputed(self) -> int:
+        return self.block_status.count(RECOMPUTED)
+
+    @property
     def blocks_not_cacheable(self) -> int:
         return self.block_status.count(NOT_CACHEABLE)
 
@@ -94,7 +99,7 @@ class RequestStats:
         d = {k: v for k, v in self.__dict__.items() if k != "divergence"}
         d["divergence"] = None if self.divergence is None else dict(self.divergence.__dict__)
         d.update(blocks_hit=self.blocks_hit, blocks_missed=self.blocks_missed,
-                 blocks_not_cacheable=self.blocks_not_cacheable)
+                 blocks_recomputed=self.blocks_recomputed, blocks_not_cacheable=self.blocks_not_cacheable)
         return d
 
 
@@ -126,19 +131,26 @@ def common_prefix_len(a, b) -> int:
     return n
 
 
-def blocks_to_cache(blocks: list[Block], config) -> DynamicCache:
-    """Stored blocks -> a DynamicCache the model can continue from (T = len(blocks) * Bs)."""
+def blocks_to_cache(blocks: list[Block], lm) -> DynamicCache:
+    """Stored blocks -> a DynamicCache the model can continue from (T = len(blocks) * Bs).
+
+    Each layer's tensors go to the device of that layer (one GPU, or several with a device map).
+    """
     keys = torch.cat([b.keys for b in blocks], dim=2)  # (L, Hkv, T, Dh)
     values = torch.cat([b.values for b in blocks], dim=2)  # (L, Hkv, T, Dh)
-    per_layer = [(keys[i][None], values[i][None]) for i in range(keys.shape[0])]  # (1, Hkv, T, Dh) each
-    return DynamicCache(ddp_cache_data=per_layer, config=config)
+    devices = [layer.self_attn.k_proj.weight.device for layer in lm.model.model.layers]
+    per_layer = [(keys[i][None].to(d), values[i][None].to(d)) for i, d in enumerate(devices)]  # (1, Hkv, T, Dh)
+    return DynamicCache(ddp_cache_data=per_layer, config=lm.config)
 
 
 def slice_block(cache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions [start, stop) of every layer, copied so the block owns its memory: 2 x (L, Hkv, Bs, Dh)."""
+    """Positions [start, stop) of every layer, copied so the block owns its memory: 2 x (L, Hkv, Bs, Dh).
+
+    Kept on the first layer's device (layers may sit on different GPUs)."""
     layers = cache_layers(cache)  # per layer (1, Hkv, T, Dh)
-    keys = torch.stack([k[0, :, start:stop] for k, _ in layers]).clone()
-    values = torch.stack([v[0, :, start:stop] for _, v in layers]).clone()
+    home = layers[0][0].device
+    keys = torch.stack([k[0, :, start:stop].to(home) for k, _ in layers]).clone()
+    values = torch.stack([v[0, :, start:stop].to(home) for _, v in layers]).clone()
     return keys, values
 
 
@@ -239,6 +251,8 @@ class PrefixCache:
             divergence = self.find_divergence(ids, keys, run) if reuse else None
             hits = [self.blocks[k] for k in keys[:run]]
             reused = run * bs
+            status = ([HIT] * run + [RECOMPUTED if reuse and k in self.blocks else MISS for k in keys[run:]]
+                      + [NOT_CACHEABLE] * (len(ids) % bs > 0))
             logits, out_cache = self._prefill_rest(lm, ids, hits)
             first_token = int(torch.argmax(logits))  # .item() waits for the device: TTFT is real
             ttft = time.perf_counter() - t0
@@ -246,7 +260,7 @@ class PrefixCache:
             self._touch(keys[:run])
             stored, evicted = self._store(ids, keys, run, reused, out_cache) if store else (0, 0)
             store_s = time.perf_counter() - t1
-            status = [HIT] * run + [MISS] * (len(keys) - run) + [NOT_CACHEABLE] * (len(ids) % bs > 0)
+
             if reuse:
                 self._count(len(ids), reused, len(keys), run)
             stats = RequestStats(
@@ -261,7 +275,7 @@ class PrefixCache:
         """Run the model on the tokens after the reused blocks. Returns ((V,) logits, full cache)."""
         reused = len(hits) * self.config.block_size
         rest = torch.tensor([ids[reused:]], device=lm.device)  # (1, T - reused)
-        cache = blocks_to_cache(hits, lm.config) if hits else DynamicCache(config=lm.config)
+        cache = blocks_to_cache(hits, lm) if hits else DynamicCache(config=lm.config)
         with torch.inference_mode(), lm.lock:
             out = lm.model(input_ids=rest, cache=cache, use_cache=True, logits_to_keep=1)
             lm.calls += 1

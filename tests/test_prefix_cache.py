@@ -179,3 +179,18 @@ def test_conversation_reuses_the_history(lm):
         full = earlier["stats"]["n_tokens"] // 16 * 16
         assert later["stats"]["tokens_reused"] >= full
     assert rows[-1]["bytes_held"] == rows[-1]["formula_bytes"]
+
+
+def test_fully_cached_prompt_reruns_its_last_block_and_says_so(lm, ids):
+    """Block size 4, 8 tokens twice: the second time block 0 hits, block 1 is cached but run again
+    (the model must process the last prompt token), so 4 tokens are reused, not 8."""
+    from pipeline.cache_demo import explain
+    from pipeline.prefix_cache import RECOMPUTED
+
+    cache = PrefixCache(PrefixCacheConfig(block_size=4))
+    cache.serve(lm, ids[:8])
+    again = cache.serve(lm, ids[:8]).stats
+    assert again.block_status == [HIT, RECOMPUTED]
+    assert (again.blocks_hit, again.blocks_recomputed, again.blocks_missed) == (1, 1, 0)
+    assert again.tokens_reused == 4 and again.tokens_computed == 4 and again.blocks_stored == 0
+    assert "run again" in explain(again.to_dict(), "", "")
