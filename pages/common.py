@@ -32,7 +32,9 @@ def get_model() -> LoadedModel:
     return shared_model()
 
 
-@st.cache_resource(max_entries=32, show_spinner="Running the model on your request...")
+# Traces are shared by every page and session. A short request's trace is ~20 MB, a 512-token
+# one ~430 MB (its full attention), so only a handful are kept.
+@st.cache_resource(max_entries=6, show_spinner="Running the model on your request...")
 def _cached_trace(messages: tuple, options: tuple) -> Trace:
     request = ChatRequest(messages, GenerationOptions(*options))
     return run_trace(request, get_model())

@@ -71,6 +71,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return {"trace": cmd_trace, "tokens": cmd_tokens}.get(args.command, getattr(args, "func", None))(args)
-    except InputError as e:
+    except (InputError, ValueError) as e:  # bad input or a --model folder that is not a model
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -39,8 +39,8 @@ def print_trace(t: Trace) -> None:
               f"{s['kv_cache_bytes']:>11,} B  {s['seconds'] * 1000:6.1f} ms  [{top}]")
     _h("7. Completed")
     tpot = t.timings["tpot_s"]
-    print(f"  finish_reason={t.finish_reason}  TTFT {t.timings['ttft_s'] * 1000:.0f} ms  "
-          f"TPOT {tpot * 1000:.0f} ms" if tpot else f"  finish_reason={t.finish_reason}")
+    tpot_text = f"TPOT {tpot * 1000:.0f} ms" if tpot else "TPOT n/a (one token)"
+    print(f"  finish_reason={t.finish_reason}  TTFT {t.timings['ttft_s'] * 1000:.0f} ms  {tpot_text}")
     print(f"  usage {t.usage}")
     print(f"  released {t.cleanup['kv_bytes_released']:,} bytes of KV cache")
     print(f"  text: {t.text}")
