@@ -1,4 +1,6 @@
 """Attention: which earlier tokens each token reads from, in every layer and head."""
+import re
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -6,8 +8,10 @@ import streamlit as st
 
 from pages.common import current_trace, page_header
 from pipeline.layer_analysis import attention_by_hand
-from pipeline.prefill import attention_for_layer
-from pipeline.render import axis_labels, html_text
+from pipeline.prefill import Prefill
+from pipeline.render import axis_labels
+
+WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
 
 page_header("Attention", "Inside every layer, each token looks back at the tokens before it and decides how much "
             "of each to take in. One grid per head: row = the token that is looking (query), column = the token "
@@ -17,45 +21,93 @@ trace = current_trace()
 m, p = trace.model, trace.prefill
 L, H, Hkv, Dh = m["layers"], m["heads"], m["kv_heads"], m["head_dim"]
 T = len(trace.tokens)
+start = max(0, T - WINDOW)  # first query/key position shown; 0 unless the prompt is longer than WINDOW
 labels = axis_labels([t["text"] for t in trace.tokens])  # unique and escaped, for plotly
 plain = [f"({i}){t['text']}" for i, t in enumerate(trace.tokens)]  # widgets show text as text
+
+
+def code_span(text: str) -> str:
+    """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
+@st.cache_data(max_entries=4, show_spinner="Computing this layer's attention...")
+def layer_attention(request_id: str, ids: tuple[int, ...], layer: int, start: int, _p: Prefill) -> np.ndarray:
+    """(H, T - start, T) float32: the weights of query rows start..T-1 over every key.
+
+    Uses the stored pattern when the prompt is short enough to keep it; otherwise recomputes only these
+    rows from the captured post-RoPE q and k (float16 past 512 tokens, so cast up first):
+    softmax(q k^T / sqrt(Dh) + causal mask), query head h reading KV head h // (H // Hkv).
+    The cache key is plain values (request id, prompt ids, layer, start), never the tensors.
+    """
+    if _p.attention is not None:
+        return np.ascontiguousarray(_p.attention[layer][:, start:], dtype=np.float32)
+    q = _p.q_rot[layer][:, start:].astype(np.float32)  # (H, W, Dh)
+    k = _p.k_rot[layer].astype(np.float32)  # (Hkv, T, Dh)
+    k = np.repeat(k, q.shape[0] // k.shape[0], axis=0)  # (H, T, Dh)
+    scores = q @ k.transpose(0, 2, 1) / np.float32(np.sqrt(q.shape[-1]))  # (H, W, T)
+    n_keys = scores.shape[-1]
+    future = np.arange(n_keys)[None, :] > np.arange(start, n_keys)[:, None]  # (W, T) key after query
+    scores[:, future] = -np.inf
+    scores -= scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return weights  # (H, W, T) float32
+
 
 c1, c2 = st.columns(2)
 layer = c1.slider("layer", 0, L - 1, 0, key="at_layer")
 head = c2.selectbox("query head", range(H), index=0, key="at_head",
                     format_func=lambda h: f"head {h} (reads KV head {h // (H // Hkv)})")
-A = attention_for_layer(p, layer)[head]  # (T, T) rows = queries, columns = keys
+rows = layer_attention(trace.request["id"], tuple(trace.ids), layer, start, p)  # (H, T - start, T), once per rerun
+A = rows[head]  # (T - start, T) rows = queries start..T-1, columns = keys
+W = T - start
+win = A[:, start:]  # (W, W) the window: queries and keys start..T-1
 
-future = np.triu(np.ones((T, T), dtype=bool), k=1)
+future = np.triu(np.ones((W, W), dtype=bool), k=1)
+wlabels = labels[start:]
 fig = go.Figure([
-    go.Heatmap(z=np.where(future, np.nan, A), x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
+    go.Heatmap(z=np.where(future, np.nan, win), x=wlabels, y=wlabels, colorscale="Blues", zmin=0, zmax=1,
                colorbar=dict(title="weight", tickformat=".0%"),
                hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.1%}<extra></extra>"),
-    go.Heatmap(z=np.where(future, 1.0, np.nan), x=labels, y=labels, showscale=False,
+    go.Heatmap(z=np.where(future, 1.0, np.nan), x=wlabels, y=wlabels, showscale=False,
                colorscale=[[0, "#e5e5e5"], [1, "#e5e5e5"]],
                hovertemplate="query %{y}<br>key %{x}<br>future: masked (−∞ → 0 %)<extra></extra>"),
 ])
-fig.update_layout(height=max(480, 16 * T + 160), margin=dict(t=30, l=10, r=10, b=10),
-                  title=f"layer {layer}, head {head}: attention weights (T × T = {T} × {T}); grey = masked future")
+size = f"T × T = {T} × {T}" if not start else f"last {W} of T = {T} positions"
+fig.update_layout(height=max(480, 16 * W + 160) if not start else 8 * W + 160, margin=dict(t=30, l=10, r=10, b=10),
+                  title=f"layer {layer}, head {head}: attention weights ({size}); grey = masked future")
 fig.update_xaxes(title="key position (T): the token looked at", tickangle=-60, tickfont=dict(size=9))
 fig.update_yaxes(title="query position (T): the token looking", autorange="reversed", tickfont=dict(size=9))
 st.plotly_chart(fig, width="stretch", key="at_heatmap")
+if start:
+    earlier = A[:, :start].sum(axis=-1)  # (W,) weight each shown query puts on keys before the window
+    st.caption(f"The prompt has T = {T:,} tokens; the grid shows only the last {W} query and key positions "
+               f"({start}–{T - 1}) so it stays readable and quick to draw. Rows still add up to 100 % over all "
+               f"{T:,} keys: the shown rows put {earlier.min():.0%}–{earlier.max():.0%} of their weight on the "
+               f"{start:,} earlier tokens left out of the grid.")
 
 
 @st.fragment
 def one_row(A: np.ndarray) -> None:
+    """A: (T - start, T) this head's rows for queries start..T-1."""
     st.subheader("One token's row")
-    i = st.selectbox("token that is looking", range(T), index=T - 1, format_func=plain.__getitem__, key="at_row")
-    fig = go.Figure(go.Bar(x=labels[: i + 1], y=A[i, : i + 1], marker_color="#2a6f97",
+    i = st.selectbox("token that is looking", range(start, T), index=W - 1, format_func=plain.__getitem__,
+                     key="at_row")
+    row = A[i - start]  # (T,) weights over every key; zero after i
+    fig = go.Figure(go.Bar(x=labels[start: i + 1], y=row[start: i + 1], marker_color="#2a6f97",
                            hovertemplate="%{x}<br>%{y:.1%}<extra></extra>"))
     fig.update_layout(height=320, margin=dict(t=20, b=10), yaxis_tickformat=".0%",
                       xaxis_title="key position (T), up to and including the token itself",
                       yaxis_title="attention weight")
     fig.update_xaxes(tickangle=-60, tickfont=dict(size=9))
     st.plotly_chart(fig, width="stretch", key="at_row_chart")
-    best = np.argsort(-A[i, : i + 1])[:3]
-    st.markdown("Reads most from: " + ", ".join(f"<code>{html_text(trace.tokens[j]['text'])}</code> "
-                                                  f"({A[i, j]:.0%})" for j in best), unsafe_allow_html=True)
+    if start:
+        st.caption(f"Bars from position {start} on; the {start:,} earlier tokens get {row[:start].sum():.1%} "
+                   "together.")
+    best = np.argsort(-row[: i + 1])[:3]
+    st.markdown("Reads most from: " + ", ".join(f"{code_span(trace.tokens[j]['text'])} ({row[j]:.0%})" for j in best))
 
 
 one_row(A)
@@ -71,19 +123,19 @@ st.dataframe(pd.DataFrame({"KV head": range(Hkv),
 same = [h for h in range(H) if h // group == head // group]
 st.caption(f"Head {head} shares KV head {head // group} with heads {', '.join(str(h) for h in same if h != head)}. "
            f"Where each of them puts most weight for the last token: "
-           + ", ".join(f"head {h} → {trace.tokens[int(np.argmax(attention_for_layer(p, layer)[h, -1]))]['text']!r}"
-                       for h in same))
+           + ", ".join(f"head {h} → {trace.tokens[int(np.argmax(rows[h, -1]))]['text']!r}" for h in same))
 
 
 @st.fragment
-def by_hand() -> None:
+def by_hand(A: np.ndarray) -> None:
+    """A: (T - start, T) this head's rows for queries start..T-1."""
     st.subheader("Attention by hand, on four tokens")
     st.caption("The same steps the model runs, with this head's real numbers, but on only four tokens so the grid "
                "fits on screen. Each token's query vector q and key vector k have Dh = "
                f"{Dh} numbers.")
-    user = [t["index"] for t in trace.tokens if t["role"] == "user"]
+    user = [t["index"] for t in trace.tokens if t["role"] == "user" and t["index"] >= start]
     default = (user[-4:] if len(user) >= 4 else list(range(T))[-4:])
-    chosen = st.multiselect("four tokens (in prompt order)", range(T), default=default, max_selections=4,
+    chosen = st.multiselect("four tokens (in prompt order)", range(start, T), default=default, max_selections=4,
                             format_func=plain.__getitem__, key="at_hand_tokens")
     if len(chosen) < 2:
         st.info("Pick at least two tokens.")
@@ -100,8 +152,8 @@ def by_hand() -> None:
     a, b = st.columns(2)
     a.markdown("**3. Softmax**: e^score for each cell, divided by the row's total; e^−∞ = 0.")
     a.dataframe(frame(r["weights"], lambda x: f"{x:.1%}"))
-    last = r["positions"][-1]
-    full = attention_for_layer(p, layer)[head, last, r["positions"]]
+    last = int(r["positions"][-1])
+    full = A[last - start, r["positions"]]
     a.caption(f"In the real model the row of ({last}) spreads over all {last + 1} tokens before it, not just these "
               f"four; there these four get {', '.join(f'{w:.1%}' for w in full)}.")
     b.markdown(f"**4. Mix**: the new vector = weights × value vectors (KV head {r['kv_head']}). First 5 of {Dh} numbers:")
@@ -111,4 +163,4 @@ def by_hand() -> None:
     b.dataframe(mix.map(lambda x: f"{x:+.3f}"))
 
 
-by_hand()
+by_hand(A)

@@ -36,9 +36,12 @@ if st.button("▶ Replay the stream", type="primary"):
             yield e["delta"]
             time.sleep(min(secs.get(e["step"] + 1, 0.0), 2.0) * factor)
 
-    st.write_stream(stream())
+    shown, box = "", st.empty()
+    for delta in stream():  # plain text, never markdown: '$x$' or '# title' in an answer stays as typed
+        shown += delta
+        box.code(shown, language=None, wrap_lines=True)
 elif trace.text.strip():
-    st.markdown(f"> {trace.text}")
+    st.code(trace.text, language=None, wrap_lines=True)
 else:
     st.caption("(empty answer)")
 st.caption("The replay waits the recorded time before each token (capped at 5 s for the first and 2 s for the rest).")

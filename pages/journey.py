@@ -44,8 +44,15 @@ c1, c2 = st.columns(2)
 c1.json({"batch": [trace.batch["entry"]]})
 single = trace.batch["single"]
 c2.markdown("The row becomes three integer tensors:")
+
+
+def first_values(row: list, n: int = 8) -> str:
+    """[1, 2, 3] -> '[1, 2, 3]'; a row longer than n -> its first n values and '…': '[1, 2, …]'."""
+    return str(row) if len(row) <= n else str(row[:n])[:-1] + ", …]"
+
+
 c2.dataframe(pd.DataFrame([{"tensor": k, "shape (B, T)": str(v["shape"]), "dtype": v["dtype"],
-                            "first values": str(v["values"][0][:8])[:-1] + ", …]"} for k, v in single.items()]),
+                            "first values": first_values(v["values"][0])} for k, v in single.items()]),
              hide_index=True, width="stretch")
 stage_link("pages/tensors_batch.py", "Tensors & batch: padding several requests into one rectangle", "🧮")
 

@@ -8,7 +8,7 @@ import streamlit as st
 
 from pipeline import kv_compare
 from pipeline.kv import kv_bytes_formula
-from pipeline.kv_memory import bytes_per_token, fit, human_bytes, load_configs
+from pipeline.kv_memory import GIB, bytes_per_token, fit, human_bytes, load_configs
 from pipeline.render import axis_labels
 
 page_header("KV cache", "Each layer turns every token into a key (K, what it offers to be found by) and a value "
@@ -18,6 +18,11 @@ lm = get_model()
 trace = current_trace()
 m = trace.model
 L, Hkv, Dh, bpv = m["layers"], m["kv_heads"], m["head_dim"], m["bytes_per_value"]
+
+
+REPEATS = (1, 4, 8)  # prompt lengths offered: your prompt, repeated k times
+NO_CACHE_MAX_TOKENS = 1024  # the uncached run re-reads the whole sequence every step: ~1,000 tokens x 32 steps
+#                             is already tens of seconds on 2 CPU cores
 
 
 @st.cache_data(max_entries=8, show_spinner="Running the model with and without the cache...")
@@ -61,13 +66,26 @@ st.markdown("Without a cache, every new token means running the whole conversati
             "below use greedy choice and should pick the same tokens.")
 c1, c2, c3 = st.columns([2, 2, 1])
 n_steps = c1.slider("Tokens to generate each way", 2, 32, 16, key="kv_n_steps")
-repeat = c2.select_slider("Prompt length", [1, 4, 8], key="kv_repeat",
-                          format_func=lambda k: f"{k * len(trace.ids)} tokens" + (" (your prompt)" if k == 1 else
-                                                                                  f" (your prompt × {k})"),
-                          help="A longer context makes recomputing everything much more expensive.")
-if c3.button("Measure now", type="primary", key="kv_measure_btn"):
+T = len(trace.ids)
+limit = min(NO_CACHE_MAX_TOKENS, m["context_window"])  # longest sequence the uncached run may re-read
+offered = [k for k in REPEATS if T * k + n_steps <= limit]
+skipped = [k for k in REPEATS if k not in offered]
+if offered:
+    repeat = c2.radio("Prompt length", offered, key="kv_repeat", horizontal=True,
+                      format_func=lambda k: f"{k * T:,} tokens" + (" (your prompt)" if k == 1 else f" (× {k})"),
+                      help="A longer context makes recomputing everything much more expensive.")
+if skipped:
+    st.caption(", ".join(f"× {k} ({T * k:,} + {n_steps} = {T * k + n_steps:,} tokens)" for k in skipped)
+               + f" not offered: the run without a cache re-reads the whole sequence at every step, so this page "
+               f"keeps it within {limit:,} tokens (the model's context window is {m['context_window']:,}). "
+               "Fewer tokens to generate, or a shorter question, bring more lengths back.")
+if c3.button("Measure now", type="primary", key="kv_measure_btn", disabled=not offered):
     st.session_state["kv_measured"] = True
-if st.session_state.get("kv_measured"):
+if not offered:
+    st.info(f"Your prompt is {T:,} tokens: with {n_steps} new tokens the run without a cache would re-read up to "
+            f"{T + n_steps:,} tokens at every step, more than the {limit:,} this page allows on a shared CPU. "
+            "Ask a shorter question to measure cache on vs off.")
+elif st.session_state.get("kv_measured"):
     r = measure(tuple(trace.ids) * repeat, n_steps)
     on, off = r["cache"], r["no_cache"]
     c1, c2, c3, c4 = st.columns(4)
@@ -96,7 +114,9 @@ st.markdown("On a server the cache lives in GPU memory next to the model's weigh
 cfg = load_configs()
 c1, c2, c3 = st.columns(3)
 model_name = c1.selectbox("Model", list(cfg["models"]), index=list(cfg["models"]).index("Qwen3-8B"), key="kv_model")
-gpu_name = c2.selectbox("GPU", list(cfg["gpus"]), index=list(cfg["gpus"]).index("NVIDIA H100 80GB"), key="kv_gpu")
+gpu_name = c2.selectbox("GPU", list(cfg["gpus"]), index=list(cfg["gpus"]).index("NVIDIA H100 80GB"), key="kv_gpu",
+                        format_func=lambda g: f"{g} ({cfg['gpus'][g]} GiB)",
+                        help="Card sizes are binary: an '80GB' card holds 80 GiB = 80 × 2³⁰ B = 85.9 × 10⁹ B.")
 dtypes = list(cfg["dtypes"])
 kv_dtype = c3.selectbox("Cache precision", dtypes, index=1, key="kv_dtype")
 c1, c2, c3 = st.columns(3)
@@ -109,12 +129,16 @@ model = cfg["models"][model_name]
 f = fit(model, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["weight_dtypes"][w_dtype], reserve)
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("KV bytes per token", human_bytes(f.bytes_per_token), help=f"2 × {model.layers} L × {model.kv_heads} Hkv × "
-          f"{model.head_dim} Dh × {cfg['dtypes'][kv_dtype]} B = {f.bytes_per_token:,} B")
-c2.metric("One conversation", human_bytes(f.conversation_bytes))
-c3.metric("Weights", human_bytes(f.weights_bytes), help=f"{model.params_b} billion parameters")
+          f"{model.head_dim} Dh × {cfg['dtypes'][kv_dtype]} B = {f.bytes_per_token:,} B "
+          f"(decimal KB: 1 KB = 1,000 B; = {human_bytes(f.bytes_per_token, binary=True)})")
+c2.metric("One conversation", human_bytes(f.conversation_bytes, binary=True),
+          help=f"{f.conversation_bytes:,} B (1 MiB = 2²⁰ B, 1 GiB = 2³⁰ B)")
+c3.metric("Weights", human_bytes(f.weights_bytes, binary=True),
+          help=f"{model.params_b} billion parameters × {cfg['weight_dtypes'][w_dtype]} B = {f.weights_bytes:,} B")
 c4.metric("Conversations that fit", f"{f.conversations:,}")
 if f.free_bytes <= 0:
-    st.error(f"The weights alone ({human_bytes(f.weights_bytes)}) do not fit in {gpu_name} with this reserve: "
+    st.error(f"The weights alone ({human_bytes(f.weights_bytes, binary=True)}) do not fit in {gpu_name} "
+             f"({human_bytes(f.gpu_bytes, binary=True)}) with this reserve: "
              "split the model over several GPUs or use lower precision.")
 if model.sliding_layers:
     st.caption(f"{model_name}: {model.sliding_layers} of its {model.layers} layers only look at the last "
@@ -124,9 +148,13 @@ for part, value, colour in [("weights", f.weights_bytes, "#64748b"),
                             ("KV cache of the conversations that fit", f.conversations * f.conversation_bytes, "#0ea5e9"),
                             ("kept free / unused", max(f.gpu_bytes - f.weights_bytes - f.conversations * f.conversation_bytes, 0),
                              "#e2e8f0")]:
-    mem.add_trace(go.Bar(y=["GPU memory"], x=[value / 1e9], name=part, orientation="h", marker_color=colour))
-mem.update_layout(barmode="stack", height=170, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="GB")
+    mem.add_trace(go.Bar(y=["GPU memory"], x=[value / GIB], name=part, orientation="h", marker_color=colour,
+                         hovertemplate="%{x:.1f} GiB<extra>" + part + "</extra>"))
+mem.update_layout(barmode="stack", height=170, margin=dict(l=10, r=10, t=10, b=10),
+                  xaxis_title=f"GiB (1 GiB = 2³⁰ B); {gpu_name} = {cfg['gpus'][gpu_name]} GiB")
 st.plotly_chart(mem, width="stretch")
+st.caption("Units: GPU memory, weights and conversations in binary GiB/MiB (how card sizes are really counted: "
+           "'80GB' is 80 GiB, about 7% more than 80 × 10⁹ B); bytes per token in decimal KB (1 KB = 1,000 B).")
 table = pd.DataFrame([{
     "model": name, "params (B)": mdl.params_b, "L": mdl.layers, "H": mdl.heads, "Hkv": mdl.kv_heads, "Dh": mdl.head_dim,
     "KV per token": human_bytes(bytes_per_token(mdl, cfg["dtypes"][kv_dtype])),

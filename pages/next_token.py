@@ -1,4 +1,6 @@
 """Next token: from the stored scores (logits) to one chosen token. Never runs the model again."""
+import re
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -7,7 +9,7 @@ import streamlit as st
 from pages.common import current_trace, get_model, page_header
 from pipeline.embedding_space import token_text
 from pipeline.options import GenerationOptions
-from pipeline.render import html_text, plotly_label
+from pipeline.render import plotly_label
 from pipeline.sampling import draw, empirical, filter_stages, mask_logits, softmax
 
 page_header("Next token", "After the last layer the model gives every one of its V tokens a score (a logit). "
@@ -27,9 +29,9 @@ step = st.slider("Generation step (0 = the first answer token, right after the p
 logits = trace.step_logits[step].astype(np.float64)  # (V,)
 so_far = "".join(s["token_text"] for s in trace.steps[:step])
 chosen = trace.steps[step]
-st.markdown(f"Answer so far: <code>{html_text(so_far) or '(nothing yet)'}</code> → the run chose "
-            f"<code>{html_text(chosen['token_text'])}</code> (id {chosen['token_id']}) at this step.",
-            unsafe_allow_html=True)
+st.caption("Answer so far, and the token the run chose at this step (␣ = space, ↵ = new line):")
+st.code(f"answer so far: {so_far or '(nothing yet)'}\nchosen next:   {chosen['token_text']}  (id {chosen['token_id']})",
+        language=None, wrap_lines=True)
 
 # --- top candidates ---------------------------------------------------------------------------------
 raw = softmax(logits)  # (V,)
@@ -44,6 +46,16 @@ st.caption(f"Scores for all V = {V:,} tokens exist; these are the 15 highest. Pr
 
 
 # --- sampling controls (local to this page) --------------------------------------------------------
+def code_span(text: str) -> str:
+    """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
+if "nt_seed" not in st.session_state:  # set here, not as the widget's default: the Draw-again button also sets it
+    st.session_state.nt_seed = 0
+
+
 @st.fragment
 def sampler() -> None:
     st.subheader("Temperature and the filters")
@@ -55,7 +67,7 @@ def sampler() -> None:
     top_k = c[1].number_input("top-k (0 = off)", 0, V, 0, key="nt_top_k")
     top_p = c[2].slider("top-p", 0.01, 1.0, 0.9, 0.01, key="nt_top_p")
     min_p = c[3].slider("min-p", 0.0, 1.0, 0.0, 0.01, key="nt_min_p")
-    seed = c[4].number_input("seed (this page only)", 0, 2**31 - 1, 0, key="nt_seed")
+    seed = c[4].number_input("seed (this page only)", 0, 2**31 - 1, key="nt_seed")  # value from session state
     opts = GenerationOptions(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                              min_p=float(min_p), seed=int(seed))
     stages = filter_stages(logits, opts)
@@ -90,9 +102,9 @@ def sampler() -> None:
                       xaxis_title="drawn token (id)", yaxis_title="share of draws")
     st.plotly_chart(fig, width="stretch", key="nt_draws_chart")
     first = int(picks[0])
-    st.markdown(f"First draw with seed {seed}: <code>{html_text(token_text(tok, first))}</code>. "
+    st.markdown(f"First draw with seed {seed}: {code_span(token_text(tok, first))}. "
                 f"Largest gap between what was seen and the theory: {np.abs(freq - final).max():.2%} "
-                f"(it shrinks roughly like 1/√N).", unsafe_allow_html=True)
+                f"(it shrinks roughly like 1/√N).")
 
 
 sampler()

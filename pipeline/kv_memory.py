@@ -1,6 +1,9 @@
 """KV-cache memory calculator for real model configurations (assets/model_configs.json).
 
-Units are decimal (1 KB = 1,000 B, 1 GB = 10^9 B), as GPU vendors print them.
+GPU capacities are binary: the "80GB" on an H100 is 80 GiB = 80 * 2^30 B = 85,899,345,920 B
+(memory chips are sized in powers of two), so `fit` works in GiB. Parameter counts are decimal
+(8.2 billion = 8.2e9). `human_bytes` prints decimal units (147,456 B -> '147.5 KB') unless asked
+for binary ones ('144.0 KiB').
 Qwen3-8B, 16-bit: 2 (K and V) * 36 L * 8 Hkv * 128 Dh * 2 B = 147,456 B per token (about 147 KB).
 """
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 
 from .kv import kv_bytes_formula
 
+GIB = 2**30  # bytes in one GiB, the unit GPU memory sizes are quoted in
 CONFIG_PATH = Path(__file__).resolve().parent.parent / "assets" / "model_configs.json"
 
 
@@ -41,7 +45,7 @@ def load_configs(path: Path = CONFIG_PATH) -> dict:
     data = json.loads(Path(path).read_text())
     return {
         "models": {m["name"]: ModelShape(**m) for m in data["models"]},
-        "gpus": {g["name"]: g["memory_gb"] for g in data["gpus"]},
+        "gpus": {g["name"]: g["memory_gib"] for g in data["gpus"]},  # name -> GiB
         "dtypes": data["dtypes"],  # cache precision -> bytes per value
         "weight_dtypes": data.get("weight_dtypes", data["dtypes"]),  # weight precision -> bytes per parameter
     }
@@ -62,14 +66,15 @@ def conversation_bytes(m: ModelShape, tokens: int, bytes_per_value: int) -> int:
     return total
 
 
-def fit(m: ModelShape, gpu_gb: float, tokens: int, kv_bytes_per_value: int, weight_bytes_per_param: float,
+def fit(m: ModelShape, gpu_gib: float, tokens: int, kv_bytes_per_value: int, weight_bytes_per_param: float,
         reserve: float = 0.0) -> Fit:
     """How many `tokens`-long conversations fit beside the weights.
 
-    Qwen3-8B on an 80 GB GPU, 16-bit weights and cache, 4,096 tokens, no reserve:
-      weights 8.2e9 * 2 = 16.4 GB; free 63.6 GB; one conversation 147,456 * 4,096 = 0.604 GB -> 105.
+    Qwen3-8B on an 80 GiB GPU, 16-bit weights and cache, 4,096 tokens, no reserve:
+      GPU 80 * 2^30 = 85,899,345,920 B; weights 8.2e9 * 2 = 16.4e9 B; free 69,499,345,920 B;
+      one conversation 147,456 * 4,096 = 603,979,776 B (576 MiB) -> 115.07 -> 115.
     """
-    gpu = round(gpu_gb * 1e9)
+    gpu = round(gpu_gib * GIB)
     weights = round(m.params_b * 1e9 * weight_bytes_per_param)
     free = round(gpu * (1 - reserve)) - weights
     conv = conversation_bytes(m, tokens, kv_bytes_per_value)
@@ -77,10 +82,11 @@ def fit(m: ModelShape, gpu_gb: float, tokens: int, kv_bytes_per_value: int, weig
                max(0, free // conv) if conv else 0)
 
 
-def human_bytes(n: float) -> str:
-    """147456 -> '147.5 KB' (decimal units)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
+def human_bytes(n: float, binary: bool = False) -> str:
+    """147456 -> '147.5 KB' (decimal units); binary=True: 147456 -> '144.0 KiB', 80 * 2**30 -> '80.0 GiB'."""
+    step, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "KB", "MB", "GB", "TB"))
+    for unit in units:
+        if abs(n) < step or unit == units[-1]:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n} TB"
+        n /= step
+    return f"{n} {units[-1]}"

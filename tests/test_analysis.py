@@ -92,8 +92,34 @@ def test_layer_statistics_shapes_and_ranges(trace):
     assert la.norms(p.hidden_states).shape == (L + 1, T)
     cos = la.consecutive_cosine(p.hidden_states)
     assert cos.shape == (L, T) and np.all(cos <= 1 + 1e-5) and np.all(cos >= -1 - 1e-5)
-    c = la.contributions(p.attn_out, p.mlp_out)
-    np.testing.assert_allclose(c["attention"], np.linalg.norm(p.attn_out, axis=-1))
+
+
+def test_contributions_match_the_models_own_projections(lm, trace):
+    """Reference from a fresh, hook-free-of-ours forward pass: the attention block's write is the output of
+    its o_proj and the MLP's write the output of its down_proj; their sum is the change in hidden_states."""
+    writes = {"attn": [], "mlp": []}
+    handles = []
+    try:
+        for block in lm.model.model.layers:
+            handles.append(block.self_attn.o_proj.register_forward_hook(
+                lambda _m, _i, out: writes["attn"].append(out[0].double())))
+            handles.append(block.mlp.down_proj.register_forward_hook(
+                lambda _m, _i, out: writes["mlp"].append(out[0].double())))
+        with torch.inference_mode():
+            hidden = lm.model(torch.tensor([trace.ids]), output_hidden_states=True).hidden_states  # L+1 x (1, T, D)
+    finally:
+        for h in handles:
+            h.remove()
+    L = trace.model["layers"]
+    attn, mlp = torch.stack(writes["attn"]), torch.stack(writes["mlp"])  # (L, T, D) each
+    assert attn.shape[0] == L
+    # the two writes are what each block adds (HF's last hidden state is after the final norm: skip it)
+    for i in range(L - 1):
+        delta = hidden[i + 1][0].double() - hidden[i][0].double()  # (T, D)
+        torch.testing.assert_close(delta, attn[i] + mlp[i], rtol=0, atol=2e-3)
+    c = la.contributions(trace.prefill.attn_out, trace.prefill.mlp_out)
+    np.testing.assert_allclose(c["attention"], torch.linalg.vector_norm(attn, dim=-1).numpy(), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(c["mlp"], torch.linalg.vector_norm(mlp, dim=-1).numpy(), rtol=1e-3, atol=1e-3)
 
 
 def test_attention_by_hand_matches_the_model_on_the_full_row(trace):

@@ -29,20 +29,34 @@ def test_bytes_per_token_by_hand(cfg, name, per_token_16bit):
 
 
 def test_conversations_fit_by_hand(cfg):
-    # Qwen3-8B on an H100 80GB, 16-bit weights and cache, 4,096-token conversations, nothing reserved:
-    # weights 8.2e9 * 2 = 16.4e9 B; free 80e9 - 16.4e9 = 63.6e9 B;
-    # one conversation 147,456 * 4,096 = 603,979,776 B; 63.6e9 / 603,979,776 = 105.3 -> 105.
+    # Qwen3-8B on an H100 "80GB" = 80 GiB, 16-bit weights and cache, 4,096-token conversations, nothing reserved:
+    # GPU 80 * 2^30 = 80 * 1,073,741,824 = 85,899,345,920 B;
+    # weights 8.2e9 * 2 = 16,400,000,000 B; free 85,899,345,920 - 16,400,000,000 = 69,499,345,920 B;
+    # one conversation 147,456 * 4,096 = 603,979,776 B (= 576 MiB);
+    # 69,499,345,920 / 603,979,776 = 115.07 -> 115 (115 * 603,979,776 = 69,457,674,240 <= free).
+    assert cfg["gpus"]["NVIDIA H100 80GB"] == 80
     f = fit(cfg["models"]["Qwen3-8B"], 80, 4096, 2, 2, reserve=0.0)
+    assert f.gpu_bytes == 85_899_345_920
     assert f.weights_bytes == 16_400_000_000
-    assert f.free_bytes == 63_600_000_000
+    assert f.free_bytes == 69_499_345_920
     assert f.conversation_bytes == 603_979_776
-    assert f.conversations == 105
-    # keeping 10% free: 72e9 - 16.4e9 = 55.6e9 -> 92.05 -> 92
-    assert fit(cfg["models"]["Qwen3-8B"], 80, 4096, 2, 2, reserve=0.1).conversations == 92
+    assert f.conversations == 115
+    # keeping 10% free: 0.9 * 85,899,345,920 = 77,309,411,328; - 16,400,000,000 = 60,909,411,328 B;
+    # / 603,979,776 = 100.85 -> 100
+    assert fit(cfg["models"]["Qwen3-8B"], 80, 4096, 2, 2, reserve=0.1).conversations == 100
+
+
+def test_human_bytes_decimal_and_binary():
+    assert human_bytes(147_456) == "147.5 KB"  # 147,456 / 1,000
+    assert human_bytes(147_456, binary=True) == "144.0 KiB"  # 147,456 / 1,024 = 144
+    assert human_bytes(603_979_776, binary=True) == "576.0 MiB"  # 603,979,776 / 2^20 = 576
+    assert human_bytes(80 * 2**30, binary=True) == "80.0 GiB"
+    assert human_bytes(80 * 2**30) == "85.9 GB"  # the same card in decimal units (2^30 / 10^9 = 1.074)
+    assert human_bytes(512) == "512 B" == human_bytes(512, binary=True)
 
 
 def test_weights_that_do_not_fit_give_zero(cfg):
-    f = fit(cfg["models"]["Llama-3.1-70B"], 80, 4096, 2, 2)  # 141.2 GB of weights on 80 GB
+    f = fit(cfg["models"]["Llama-3.1-70B"], 80, 4096, 2, 2)  # 70.6e9 * 2 = 141.2e9 B of weights > 85.9e9 B (80 GiB)
     assert f.free_bytes < 0 and f.conversations == 0
 
 
@@ -75,8 +89,12 @@ def test_cache_on_and_off_choose_the_same_tokens(lm):
 def test_four_bit_weights_let_gpt_oss_120b_fit_on_one_h100(cfg):
     m = cfg["models"]["gpt-oss-120b"]
     assert fit(m, 80, 4096, 2, cfg["weight_dtypes"]["16-bit (bfloat16 / float16)"]).conversations == 0
-    four = fit(m, 80, 4096, 2, 0.5)  # 116.8e9 * 0.5 = 58.4e9 B of weights, 21.6e9 B free
+    # 4-bit: 116.8e9 * 0.5 = 58,400,000,000 B of weights; free 85,899,345,920 - 58,400,000,000 = 27,499,345,920 B
+    four = fit(m, 80, 4096, 2, 0.5)
     assert four.weights_bytes == 58_400_000_000
-    # 18 full layers * 4,096 tokens + 18 sliding layers * 128 tokens, 2 * 8 Hkv * 64 Dh * 2 B = 2,048 B each
-    assert four.conversation_bytes == 2048 * (18 * 4096 + 18 * 128)
-    assert four.conversations == 21_600_000_000 // (2048 * (18 * 4096 + 18 * 128))
+    assert four.free_bytes == 27_499_345_920
+    # 18 full layers * 4,096 tokens + 18 sliding layers * 128 tokens, 2 * 8 Hkv * 64 Dh * 2 B = 2,048 B each:
+    # 2,048 * (73,728 + 2,304) = 2,048 * 76,032 = 155,713,536 B per conversation
+    assert four.conversation_bytes == 2048 * (18 * 4096 + 18 * 128) == 155_713_536
+    # 27,499,345,920 / 155,713,536 = 176.6 -> 176
+    assert four.conversations == 176

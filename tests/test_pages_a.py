@@ -46,6 +46,10 @@ def test_journey_walks_every_stage():
     assert any("34" in h or "tomatoes" in h for h in html_blocks(at))  # token chips
     assert at.get("plotly_chart")  # first-token candidates
     assert any(df.value.shape[0] == 4 for df in at.dataframe)  # queued -> prefill -> decoding -> completed
+    tensors = next(df.value for df in at.dataframe if "first values" in df.value.columns)
+    T = int(tensors["shape (B, T)"].iloc[0].strip("()[]").split(",")[1])
+    for shown in tensors["first values"]:  # '…' only when the row was cut
+        assert shown.endswith(", …]") == (T > 8) and shown.count(",") == min(T, 8) - (T <= 8)
 
 
 def test_request_template_shows_both_styles_and_marks_template_text():
@@ -103,9 +107,13 @@ def test_generation_metrics_events_and_replay():
     assert any('"text_delta"' in j.proto.body for j in at.json)
     assert any('"completed"' in j.proto.body for j in at.json)
     assert len(at.get("plotly_chart")) == 2
+    text = next(json.loads(j.proto.body) for j in at.json if '"completed"' in j.proto.body)["text"]
+    assert [c.value for c in at.code] == [text]  # the answer as plain text: no markdown, no LaTeX
+    assert not any(text.strip()[:20] in m.value for m in at.markdown)
     at.select_slider(key="gen_speed").set_value("instant")
     at.button[0].click().run()
     assert not at.exception
+    assert [c.value for c in at.code] == [text]  # the replay streams into the same plain-text block
 
 
 def test_kv_cache_growth_calculator_and_measurement():
@@ -120,6 +128,27 @@ def test_kv_cache_growth_calculator_and_measurement():
     assert metrics["Same tokens chosen"] == "yes"
     at.selectbox(key="kv_model").set_value("Llama-3.1-8B").run()
     assert {m.label: m.value for m in at.metric}["KV bytes per token"] == "131.1 KB"
+
+
+def test_kv_cache_measurement_stays_within_the_token_budget():
+    at = AppTest.from_file("../pages/kv_cache.py", default_timeout=TIMEOUT)
+    at.session_state["req_question"] = "Tomatoes are fruit. " * 120  # a prompt of a bit over 600 tokens
+    at.session_state["req_max_new_tokens"] = 2
+    at.run()
+    assert not at.exception, at.exception
+    options = at.radio(key="kv_repeat").options
+    assert len(options) == 1 and options[0].endswith("(your prompt)")  # × 4 and × 8 exceed 1,024 tokens
+    T = int(options[0].split()[0].replace(",", ""))
+    assert 512 < T <= 1024 - 16
+    assert f"× 4 ({4 * T:,} + 16" in texts(at) and "not offered" in texts(at)
+    at.slider(key="kv_n_steps").set_value(32).run()
+    assert not at.exception
+    # a prompt longer than the budget: nothing to offer, the button is disabled and the page says why
+    at.session_state["req_question"] = "Tomatoes are fruit. " * 200
+    at.run()
+    assert not at.exception, at.exception
+    assert at.button(key="kv_measure_btn").disabled
+    assert any("Ask a shorter question" in i.value for i in at.info)
 
 
 @pytest.mark.parametrize("page", ["journey", "request_template", "tokens", "tensors_batch", "generation",
