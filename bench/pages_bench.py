@@ -7,7 +7,6 @@ Streamlit's AppTest in this process, so the figure is the script's own time, wit
 """
 import os
 import re
-import statistics
 import sys
 import time
 

@@ -1,5 +1,4 @@
 """Attention: which earlier tokens each token reads from, in every layer and head."""
-import re
 
 import numpy as np
 import pandas as pd
@@ -8,8 +7,8 @@ import streamlit as st
 
 from pages.common import current_trace, page_header
 from pipeline.layer_analysis import attention_by_hand
-from pipeline.prefill import Prefill
-from pipeline.render import axis_labels
+from pipeline.prefill import Prefill, attention_for_layer
+from pipeline.render import axis_labels, code_span
 
 WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
 
@@ -26,34 +25,13 @@ labels = axis_labels([t["text"] for t in trace.tokens])  # unique and escaped, f
 plain = [f"({i}){t['text']}" for i, t in enumerate(trace.tokens)]  # widgets show text as text
 
 
-def code_span(text: str) -> str:
-    """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
-
-
 @st.cache_data(max_entries=4, show_spinner="Computing this layer's attention...")
 def layer_attention(request_id: str, ids: tuple[int, ...], layer: int, start: int, _p: Prefill) -> np.ndarray:
     """(H, T - start, T) float32: the weights of query rows start..T-1 over every key.
 
-    Uses the stored pattern when the prompt is short enough to keep it; otherwise recomputes only these
-    rows from the captured post-RoPE q and k (float16 past 512 tokens, so cast up first):
-    softmax(q k^T / sqrt(Dh) + causal mask), query head h reading KV head h // (H // Hkv).
     The cache key is plain values (request id, prompt ids, layer, start), never the tensors.
     """
-    if _p.attention is not None:
-        return np.ascontiguousarray(_p.attention[layer][:, start:], dtype=np.float32)
-    q = _p.q_rot[layer][:, start:].astype(np.float32)  # (H, W, Dh)
-    k = _p.k_rot[layer].astype(np.float32)  # (Hkv, T, Dh)
-    k = np.repeat(k, q.shape[0] // k.shape[0], axis=0)  # (H, T, Dh)
-    scores = q @ k.transpose(0, 2, 1) / np.float32(np.sqrt(q.shape[-1]))  # (H, W, T)
-    n_keys = scores.shape[-1]
-    future = np.arange(n_keys)[None, :] > np.arange(start, n_keys)[:, None]  # (W, T) key after query
-    scores[:, future] = -np.inf
-    scores -= scores.max(axis=-1, keepdims=True)
-    weights = np.exp(scores)
-    weights /= weights.sum(axis=-1, keepdims=True)
-    return weights  # (H, W, T) float32
+    return attention_for_layer(_p, layer, first_row=start)
 
 
 c1, c2 = st.columns(2)

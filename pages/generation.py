@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.render import axis_labels, plotly_label
+from pipeline.render import axis_labels
 
 page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
                           "feeds it back in, and repeats until it chooses to stop or hits the limit.")

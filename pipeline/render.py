@@ -5,6 +5,7 @@ Token text is untrusted: it may hold `<img ...>`, `<s>` or control characters.
 from __future__ import annotations
 
 import html
+import re
 import unicodedata
 from functools import lru_cache
 
@@ -90,3 +91,9 @@ def plotly_label(text: str) -> str:
 def axis_labels(pieces: list[str]) -> list[str]:
     """Unique, safe axis labels: repeated tokens would otherwise collapse into one tick."""
     return [plotly_label(f"({i}){p}") for i, p in enumerate(pieces)]
+
+
+def code_span(text: str) -> str:
+    """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
+    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
