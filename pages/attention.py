@@ -46,7 +46,9 @@ win = A[:, start:]  # (W, W) the window: queries and keys start..T-1
 future = np.triu(np.ones((W, W), dtype=bool), k=1)
 wlabels = labels[start:]
 fig = go.Figure([
-    go.Heatmap(z=np.where(future, np.nan, win), x=wlabels, y=wlabels, colorscale="Blues", zmin=0, zmax=1,
+    # In a window the weight on left-out earlier tokens is missing, so the colours stretch to what is shown.
+    go.Heatmap(z=np.where(future, np.nan, win), x=wlabels, y=wlabels, colorscale="Blues", zmin=0,
+               zmax=1 if not start else max(float(win.max()), 1e-6),
                colorbar=dict(title="weight", tickformat=".0%"),
                hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.1%}<extra></extra>"),
     go.Heatmap(z=np.where(future, 1.0, np.nan), x=wlabels, y=wlabels, showscale=False,

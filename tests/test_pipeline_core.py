@@ -316,3 +316,16 @@ def test_cli_trace_writes_json(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Hi", "--top-p", "0"], capture_output=True,
                          text=True, timeout=300)
     assert bad.returncode == 2 and "top_p" in bad.stderr
+
+
+def test_loader_accepts_a_local_hf_folder(lm, tomato):
+    """Any local Hugging Face causal-LM folder loads; the converted weights cache is one."""
+    from pipeline.loader import load_model, weights_cache_dir
+
+    other = load_model(str(weights_cache_dir()))
+    assert other.name == weights_cache_dir().name and other.model is not lm.model
+    trace = run_trace(ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=8)),
+                      other)
+    assert trace.generated_token_ids == tomato.generated_token_ids
+    with pytest.raises(ValueError, match="config.json"):
+        load_model("/nonexistent-model-folder")
