@@ -80,6 +80,20 @@ def _conversation() -> Scenario:
                     tuple(prompts))
 
 
+def _trap_or_fix(key: str, fixed: bool, prompts: tuple[Prompt, ...], trap: tuple[str, str],
+                 fix: tuple[str, str]) -> Scenario:
+    """One scenario of a trap/fix pair; trap and fix are (title, lesson)."""
+    title, lesson = fix if fixed else trap
+    kind = "fixed" if fixed else "trap"
+    return Scenario(f"{key}_{kind}", title, kind, lesson, prompts)
+
+
+def _two_requests(systems: list[str], note: str) -> tuple[Prompt, ...]:
+    """Request 1 and 2: each with its own system text, then QUESTION_1 / QUESTION_2."""
+    return tuple(Prompt(f"Request {n}", (("system", system), ("user", question)), "" if n == 1 else note)
+                 for n, (system, question) in enumerate(zip(systems, (QUESTION_1, QUESTION_2)), start=1))
+
+
 def _date_first(fixed: bool) -> Scenario:
     days = [("Friday 14 March 2025", "Alice"), ("Saturday 15 March 2025", "Bob")]
     prompts = []
@@ -88,13 +102,11 @@ def _date_first(fixed: bool) -> Scenario:
         system = f"{INSTRUCTIONS}\n{header}" if fixed else f"{header}\n{INSTRUCTIONS}"
         prompts.append(Prompt(f"Request {n}: {user}, {day.split()[0]}", (("system", system), ("user", question)),
                               "" if n == 1 else "the date and the user's name changed"))
-    if fixed:
-        return Scenario("date_fixed", "Date and user name moved to the end", "fixed",
-                        "The same instructions now come first, so they are reused; only the last line differs.",
-                        tuple(prompts))
-    return Scenario("date_trap", "Date and user name on the first line", "trap",
-                    "The very first line changes every day and for every user, so no block ever matches.",
-                    tuple(prompts))
+    return _trap_or_fix("date", fixed, tuple(prompts),
+                        trap=("Date and user name on the first line",
+                              "The very first line changes every day and for every user, so no block ever matches."),
+                        fix=("Date and user name moved to the end",
+                             "The same instructions now come first, so they are reused; only the last line differs."))
 
 
 def _tools_text(names: list[str]) -> str:
@@ -106,39 +118,25 @@ def _tools(fixed: bool) -> Scenario:
     # The app collects tools from plugins; the order they register in differs between two requests.
     orders = [["weather_forecast", "bed_schedule", "tank_level", "seedling_stock"],
               ["tank_level", "weather_forecast", "seedling_stock", "bed_schedule"]]
-    prompts = []
-    for n, (order, question) in enumerate(zip(orders, (QUESTION_1, QUESTION_2)), start=1):
-        names = sorted(order) if fixed else order
-        system = f"{_tools_text(names)}\n\n{INSTRUCTIONS}"  # tools first, as several APIs render them
-        prompts.append(Prompt(f"Request {n}", (("system", system), ("user", question)),
-                              "" if n == 1 else ("the same tools, sorted by name again" if fixed
-                                                 else "the same tools, listed in another order")))
-    if fixed:
-        return Scenario("tools_fixed", "Tools sorted by name", "fixed",
-                        "Sorting the tools gives the same text every time, so the whole tool list is reused.",
-                        tuple(prompts))
-    return Scenario("tools_trap", "Tools listed in a different order", "trap",
-                    "Same tools, different order: the text differs from the first tool on, so everything after misses.",
-                    tuple(prompts))
+    systems = [f"{_tools_text(sorted(o) if fixed else o)}\n\n{INSTRUCTIONS}" for o in orders]  # tools first, as APIs do
+    note = "the same tools, sorted by name again" if fixed else "the same tools, listed in another order"
+    return _trap_or_fix("tools", fixed, _two_requests(systems, note),
+                        trap=("Tools listed in a different order", "Same tools, different order: the text differs "
+                              "from the first tool on, so everything after misses."),
+                        fix=("Tools sorted by name",
+                             "Sorting the tools gives the same text every time, so the whole tool list is reused."))
 
 
 def _json_keys(fixed: bool) -> Scenario:
     # Two code paths build the same member record with the keys inserted in a different order.
     records = [dict(MEMBER_FIELDS), dict(reversed(MEMBER_FIELDS))]
-    prompts = []
-    for n, (record, question) in enumerate(zip(records, (QUESTION_1, QUESTION_2)), start=1):
-        member = json.dumps(record, sort_keys=fixed)
-        system = f"Member record: {member}\n\n{INSTRUCTIONS}"
-        prompts.append(Prompt(f"Request {n}", (("system", system), ("user", question)),
-                              "" if n == 1 else ("the same record, keys sorted" if fixed
-                                                 else "the same record, keys in another order")))
-    if fixed:
-        return Scenario("json_fixed", "JSON serialised with sorted keys", "fixed",
-                        "json.dumps(record, sort_keys=True) writes identical text for identical data.",
-                        tuple(prompts))
-    return Scenario("json_trap", "JSON keys in a different order", "trap",
-                    "Same data, keys in another order: different text, so different tokens from the first key on.",
-                    tuple(prompts))
+    systems = [f"Member record: {json.dumps(r, sort_keys=fixed)}\n\n{INSTRUCTIONS}" for r in records]
+    note = "the same record, keys sorted" if fixed else "the same record, keys in another order"
+    return _trap_or_fix("json", fixed, _two_requests(systems, note),
+                        trap=("JSON keys in a different order", "Same data, keys in another order: different text, "
+                              "so different tokens from the first key on."),
+                        fix=("JSON serialised with sorted keys",
+                             "json.dumps(record, sort_keys=True) writes identical text for identical data."))
 
 
 def _history(fixed: bool) -> Scenario:
@@ -150,14 +148,11 @@ def _history(fixed: bool) -> Scenario:
         summary = "Summary of the conversation so far: the member asked about yellow spots (early blight) and watering."
         later = (("system", INSTRUCTIONS + "\n" + summary), ("user", QUESTION_3))
         note = "the earlier turns were replaced by a summary"
-    prompts = (Prompt("Request 1", first), Prompt("Request 2", later, note))
-    if fixed:
-        return Scenario("history_fixed", "History kept word for word", "fixed",
-                        "Appending to the history never changes what was already sent, so all of it is reused.",
-                        prompts)
-    return Scenario("history_trap", "History summarised", "trap",
-                    "Rewriting earlier turns changes the prompt right after the instructions: the rest misses.",
-                    prompts)
+    return _trap_or_fix("history", fixed, (Prompt("Request 1", first), Prompt("Request 2", later, note)),
+                        trap=("History summarised", "Rewriting earlier turns changes the prompt right after the "
+                              "instructions: the rest misses."),
+                        fix=("History kept word for word",
+                             "Appending to the history never changes what was already sent, so all of it is reused."))
 
 
 def _template(fixed: bool) -> Scenario:
@@ -166,11 +161,11 @@ def _template(fixed: bool) -> Scenario:
     prompts = (Prompt("Request 1", messages[0]),
                Prompt("Request 2", messages[1], "the same template as before" if fixed
                       else "an app update changed the chat template (a blank line after each role)", second_template))
-    if fixed:
-        return Scenario("template_fixed", "Template pinned", "fixed",
-                        "Pin the template version; change it between sessions, not in the middle of one.", prompts)
-    return Scenario("template_trap", "Template changed", "trap",
-                    "The template wraps every message, so a change in it alters the very first tokens.", prompts)
+    return _trap_or_fix("template", fixed, prompts,
+                        trap=("Template changed",
+                              "The template wraps every message, so a change in it alters the very first tokens."),
+                        fix=("Template pinned",
+                             "Pin the template version; change it between sessions, not in the middle of one."))
 
 
 def scenarios() -> dict[str, Scenario]:
