@@ -1,120 +1,167 @@
-"""One chat request followed end to end: the flat record every page and the CLI read."""
+"""One chat request followed end to end: the typed record every page and the CLI read.
+
+A Trace is built from one record per stage (request, tokens, batch, prefill, decode); `to_json`
+is the only place that turns it into plain dicts, with the keys documented in the README.
+"""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from . import batch as batching
-from .decode import DecodeResult, decode_loop
+from .model.dims import ModelDims
+from .model.prefill import Prefill, run_prefill
+from .stages import batch as batching
+from .stages.generation import Decode, Step, decode_loop
+from .stages.request import (ChatRequest, GenerationOptions, RequestState, anthropic_style, openai_style,
+                             request_id)
+from .stages.template import Segment
+from .stages.tokens import Token, TokenizedRequest, tokenize_request
 from .errors import InputError
-from .options import ChatRequest
-from .prefill import Prefill, run_prefill
-from .request import RequestState, anthropic_style, openai_style, request_id
-from .template import describe_tokens, render_prompt, segments, tokenize_segments
 
 
-def model_info(lm) -> dict:
-    c = lm.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    rope = getattr(c, "rope_parameters", None) or {}
-    return {
-        "name": lm.name,
-        "layers": c.num_hidden_layers,
-        "heads": c.num_attention_heads,
-        "kv_heads": c.num_key_value_heads,
-        "head_dim": head_dim,
-        "hidden": c.hidden_size,
-        "mlp_hidden": getattr(c, "intermediate_size", None),
-        "vocab": c.vocab_size,
-        "dtype": str(lm.model.dtype).replace("torch.", ""),
-        "context_window": c.max_position_embeddings,
-        "rope_theta": float(rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))),
-        "device": str(lm.device),
-        "bytes_per_value": torch.tensor([], dtype=lm.model.dtype).element_size(),
-    }
+@dataclass(frozen=True)
+class RequestRecord:
+    id: str  # req_xxxx
+    openai: dict  # the body in OpenAI's style (system prompt as a message)
+    anthropic: dict  # the body in Anthropic's style (system prompt as a top-level field)
+    options: GenerationOptions
+    states: list[dict]  # [{state, t_s}] queued -> prefill -> decoding -> completed
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "openai": self.openai, "anthropic": self.anthropic,
+                "options": self.options.to_dict(), "states": self.states}
+
+
+@dataclass(frozen=True)
+class Timings:
+    ttft_s: float  # arrival -> first token chosen
+    tpot_s: float | None  # mean of the decode steps after the first (None with one token)
+    prefill_s: float  # the prompt's forward pass alone
+    total_s: float
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def to_json(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    kv_bytes_released: int
+    kv_tokens_released: int  # prompt + every chosen token except the last, which is never fed back
 
 
 @dataclass
 class Trace:
-    request: dict
-    prompt_text: str
-    segments: list[dict]
-    tokens: list[dict]
-    naive_tokens: list[dict]
-    model: dict
-    batch: dict
+    request: RequestRecord
+    tokenized: TokenizedRequest
+    dims: ModelDims
+    batch: dict  # {"single": {name: {values, shape, dtype}}, "entry": {...}}
     prefill: Prefill
-    steps: list[dict]
-    step_logits: np.ndarray  # (S, V)
-    generated_token_ids: list[int]
-    text: str
-    finish_reason: str
-    timings: dict
-    events: list[dict]
-    usage: dict
-    cleanup: dict
-    extra: dict = field(default_factory=dict)
+    decode: Decode
+    timings: Timings
+    usage: Usage
+    cleanup: Cleanup
+
+    # ---- shortcuts the pages read ---------------------------------------------------------------
+    @property
+    def prompt_text(self) -> str:
+        return self.tokenized.prompt_text
+
+    @property
+    def segments(self) -> list[Segment]:
+        return self.tokenized.segments
+
+    @property
+    def tokens(self) -> list[Token]:
+        return self.tokenized.tokens
+
+    @property
+    def naive_tokens(self) -> list[Token]:
+        return self.tokenized.naive_tokens
 
     @property
     def ids(self) -> list[int]:
-        return [t["id"] for t in self.tokens]
+        return self.tokenized.ids
+
+    @property
+    def steps(self) -> list[Step]:
+        return self.decode.steps
+
+    @property
+    def step_logits(self) -> np.ndarray:
+        return self.decode.step_logits  # (S, V)
+
+    @property
+    def generated_token_ids(self) -> list[int]:
+        return self.decode.generated_ids
+
+    @property
+    def text(self) -> str:
+        return self.decode.text
+
+    @property
+    def finish_reason(self) -> str:
+        return self.decode.finish_reason
+
+    @property
+    def events(self) -> list[dict]:
+        """text_delta events, then the completed event."""
+        return self.decode.events + [{
+            "event": "completed", "request_id": self.request.id, "finish_reason": self.finish_reason,
+            "text": self.text, "generated_token_ids": self.generated_token_ids, "usage": self.usage.to_json(),
+        }]
+
+    @property
+    def nbytes(self) -> int:
+        """Memory the captured arrays hold (what a store of runs must budget for)."""
+        return self.prefill.nbytes + self.decode.step_logits.nbytes
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        return {**self.prefill.tensors(), "step_logits": self.step_logits}
 
     def to_json(self, include_tensors: bool = False) -> dict:
         out = {
-            "request": self.request,
+            "request": self.request.to_json(),
             "prompt_text": self.prompt_text,
-            "segments": self.segments,
-            "tokens": self.tokens,
-            "naive_tokens": self.naive_tokens,
-            "model": self.model,
+            "segments": [s.to_json() for s in self.segments],
+            "tokens": [t.to_json() for t in self.tokens],
+            "naive_tokens": [t.to_json() for t in self.naive_tokens],
+            "model": self.dims.to_json(),
             "batch": self.batch,
             "prefill": {
                 "seconds": self.prefill.seconds,
                 "kv_bytes_per_layer": self.prefill.kv_bytes_per_layer,
                 "shapes": {k: list(v.shape) for k, v in self.tensors().items()},
-                "first_token_top": self.steps[0]["top"] if self.steps else [],
+                "first_token_top": self.steps[0].to_json()["top"] if self.steps else [],
             },
-            "steps": self.steps,
+            "steps": [s.to_json() for s in self.steps],
             "generated_token_ids": self.generated_token_ids,
             "text": self.text,
             "finish_reason": self.finish_reason,
-            "timings": self.timings,
+            "timings": self.timings.__dict__.copy(),
             "events": self.events,
-            "usage": self.usage,
-            "cleanup": self.cleanup,
+            "usage": self.usage.to_json(),
+            "cleanup": self.cleanup.__dict__.copy(),
         }
         if include_tensors:
             out["tensors"] = {k: v.tolist() for k, v in self.tensors().items()}
         return out
 
-    def tensors(self) -> dict[str, np.ndarray]:
-        p = self.prefill
-        named = {
-            "embeddings": p.embeddings, "hidden_states": p.hidden_states, "attn_out": p.attn_out,
-            "mlp_out": p.mlp_out, "q_rot": p.q_rot, "k_rot": p.k_rot, "v": p.v, "final_norm": p.final_norm,
-            "last_logits": p.last_logits, "top_ids": p.top_ids, "top_probs": p.top_probs,
-            "step_logits": self.step_logits,
-        }
-        if p.attention is not None:
-            named["attention"] = p.attention
-        return named
 
-
-def tokenize_request(lm, request: ChatRequest):
-    """(prompt_text, segments, safe tokens, naive tokens) for a validated request."""
-    prompt_text = render_prompt(lm.tokenizer, request)
-    segs = segments(lm.tokenizer, request)
-    ids, roles = tokenize_segments(lm.tokenizer, segs, safe=True)
-    naive_ids, naive_roles = tokenize_segments(lm.tokenizer, segs, safe=False)
-    return (prompt_text, segs, describe_tokens(lm.tokenizer, ids, roles),
-            describe_tokens(lm.tokenizer, naive_ids, naive_roles))
-
-
-def check_fits(lm, n_prompt: int, max_new_tokens: int) -> None:
-    window = lm.config.max_position_embeddings
+def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int) -> None:
+    window = dims.context_window
     if n_prompt >= window:
         raise InputError("messages", f"the prompt is {n_prompt:,} tokens but the context window is {window:,}; "
                                      "shorten the conversation.")
@@ -125,56 +172,35 @@ def check_fits(lm, n_prompt: int, max_new_tokens: int) -> None:
 
 def run_trace(request: ChatRequest, lm=None) -> Trace:
     """Follow one request through every stage on the real model."""
-    from .loader import shared_model
+    from .model.loader import shared_model
 
     lm = lm or shared_model()
-    request.validate()
     t0 = time.perf_counter()
     rid = request_id(request, time.time())
     state = RequestState(rid)
-    prompt_text, segs, tokens, naive = tokenize_request(lm, request)
-    ids = [t.id for t in tokens]
-    check_fits(lm, len(ids), request.options.max_new_tokens)
+    tokenized = tokenize_request(lm.tokenizer, request)
+    ids = tokenized.ids
+    check_fits(lm.dims, len(ids), request.options.max_new_tokens)
     single = batching.describe(batching.batch_tensors([ids], lm.tokenizer.pad_token_id))
     state.advance("prefill")
     prefill_started_at = time.perf_counter()
     prefill, cache, last_logits = run_prefill(lm, ids)
     state.advance("decoding")
-    result: DecodeResult = decode_loop(lm, cache, last_logits, request.options, rid, prefill_started_at)
+    decode = decode_loop(lm, cache, last_logits, request.options, rid, prefill_started_at)
     state.advance("completed")
-    released = {"kv_bytes_released": result.kv_bytes_at_end, "kv_tokens_released": result.kv_tokens_at_end}
     del cache  # the request's KV cache is freed once the answer is complete
-    usage = {"prompt_tokens": len(ids), "completion_tokens": len(result.generated_ids),
-             "total_tokens": len(ids) + len(result.generated_ids)}
-    events = result.events + [{
-        "event": "completed", "request_id": rid, "finish_reason": result.finish_reason, "text": result.text,
-        "generated_token_ids": result.generated_ids, "usage": usage,
-    }]
-    decode_times = result.step_seconds[1:]
-    timings = {
-        "ttft_s": result.first_token_at - t0,
-        "tpot_s": float(np.mean(decode_times)) if decode_times else None,
-        "prefill_s": prefill.seconds,
-        "total_s": time.perf_counter() - t0,
-    }
+    decode_times = decode.step_seconds[1:]
     return Trace(
-        request={"id": rid, "openai": openai_style(request), "anthropic": anthropic_style(request),
-                 "options": request.options.to_dict(), "states": state.history},
-        prompt_text=prompt_text,
-        segments=[{"text": s.text, "role": s.role} for s in segs],
-        tokens=[t.to_dict() for t in tokens],
-        naive_tokens=[t.to_dict() for t in naive],
-        model=model_info(lm),
+        request=RequestRecord(rid, openai_style(request), anthropic_style(request), request.options, state.history),
+        tokenized=tokenized,
+        dims=lm.dims,
         batch={"single": single, "entry": {"request_id": rid, "batch_index": 0, "phase": "prefill",
                                             "token_count": len(ids)}},
         prefill=prefill,
-        steps=result.steps,
-        step_logits=result.step_logits,
-        generated_token_ids=result.generated_ids,
-        text=result.text,
-        finish_reason=result.finish_reason,
-        timings=timings,
-        events=events,
-        usage=usage,
-        cleanup=released,
+        decode=decode,
+        timings=Timings(ttft_s=decode.first_token_at - t0,
+                        tpot_s=float(np.mean(decode_times)) if decode_times else None,
+                        prefill_s=prefill.seconds, total_s=time.perf_counter() - t0),
+        usage=Usage(len(ids), len(decode.generated_ids)),
+        cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
     )

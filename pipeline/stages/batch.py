@@ -1,4 +1,4 @@
-"""Batch tensors: several requests padded to one rectangle, as a server would feed the GPU."""
+"""Stage: tensors & batch. Several requests padded to one rectangle, as a server feeds the GPU."""
 from __future__ import annotations
 
 import torch
@@ -34,8 +34,30 @@ def describe(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
 
 def batched_last_logits(lm, sequences: list[list[int]]) -> torch.Tensor:
     """Run a padded batch once; returns (B, V) next-token scores of each request."""
-    t = {k: v.to(lm.device) for k, v in batch_tensors(sequences, lm.tokenizer.pad_token_id).items()}
-    with torch.inference_mode(), lm.lock:
-        out = lm.model(**t, use_cache=False, logits_to_keep=1)
-        lm.calls += 1
+    t = batch_tensors(sequences, lm.tokenizer.pad_token_id)
+    out = lm.forward(t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"],
+                     use_cache=False)
     return out.logits[:, -1].float().cpu()
+
+
+def pad_token_text(tokenizer) -> str:
+    """Readable text of the padding token ('<|im_end|>' for SmolLM2)."""
+    from ..text import token_text
+
+    return token_text(tokenizer, tokenizer.pad_token_id)
+
+
+def decode_step_tensors(n_cached: int, token_id: int) -> dict:
+    """What one decode step feeds the model once `n_cached` positions sit in the KV cache.
+
+    n_cached=5, token 42 -> input_ids [[42]], position_ids [[5]], attention_mask [[1]*6]: one new
+    token, but the mask covers the cached positions too.
+    """
+    return {"input_ids": [[token_id]], "position_ids": [[n_cached]], "attention_mask": [[1] * (n_cached + 1)],
+            "input_shape": [1, 1], "past_token_count": n_cached}
+
+
+def padding_share(sequences: list[list[int]]) -> tuple[int, int]:
+    """(padding cells, all cells) of the (B, T) rectangle: [[1, 2, 3], [4]] -> (2, 6)."""
+    total = len(sequences) * max(len(s) for s in sequences)
+    return total - sum(len(s) for s in sequences), total

@@ -1,11 +1,11 @@
-"""Chat template and tokenization, every token tagged with the role it came from."""
+"""Stage 2, the chat template: the messages written into the one text the model reads, cut into
+segments that say who wrote each stretch (a message's role, or the template itself)."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from .options import ChatRequest
-from .render import piece_bytes, render_bytes
+from .request import ChatRequest
 
 TEMPLATE_ROLE = "template"  # text the chat template added: markers and any default system prompt
 
@@ -16,17 +16,8 @@ class Segment:
     role: str  # system | user | assistant | template
     is_content: bool  # True for text a user wrote (special-token look-alikes stay plain text)
 
-
-@dataclass(frozen=True)
-class Token:
-    index: int
-    id: int
-    text: str  # readable piece (see render.render_bytes)
-    role: str
-    special: bool
-
-    def to_dict(self) -> dict:
-        return {"index": self.index, "id": self.id, "text": self.text, "role": self.role, "special": self.special}
+    def to_json(self) -> dict:
+        return {"text": self.text, "role": self.role}
 
 
 _MARK = "\ue000{}\ue001"  # private-use characters around a message number: a placeholder no template writes
@@ -79,38 +70,23 @@ def _segments_by_search(prompt_text: str, request: ChatRequest) -> list[Segment]
     return out
 
 
-def tokenize_segments(tokenizer, segs: list[Segment], safe: bool = True) -> tuple[list[int], list[str]]:
-    """Token ids and per-token roles.
+def default_system_prompt(tokenizer, request: ChatRequest, chat_template: str | None = None) -> str | None:
+    """The system prompt the template adds by itself when the request has none (SmolLM2 adds one).
 
-    safe=True tokenizes message contents with special tokens split, as a real service does:
-    a user typing `<|im_end|>` gets plain text tokens, not the control token.
-    safe=False tokenizes the whole string at once, so look-alikes become control tokens.
+    Found by rendering a one-word request with and without an empty system message: the text of
+    the template's system turn that the request did not supply. None if the template adds none.
     """
-    if not safe:
-        text = "".join(s.text for s in segs)
-        enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        bounds, pos = [], 0
-        for s in segs:
-            bounds.append((pos, pos + len(s.text), s.role))
-            pos += len(s.text)
-        roles = [next((r for a, b, r in bounds if a <= start < b), TEMPLATE_ROLE) for start, _ in enc["offset_mapping"]]
-        return list(enc["input_ids"]), roles
-    ids, roles = [], []
-    for s in segs:
-        part = tokenizer(s.text, add_special_tokens=False, split_special_tokens=s.is_content)["input_ids"]
-        ids.extend(part)
-        roles.extend([s.role] * len(part))
-    return ids, roles
-
-
-def describe_tokens(tokenizer, ids: list[int], roles: list[str]) -> list[Token]:
-    special_ids = set(tokenizer.all_special_ids)
-    pieces = tokenizer.convert_ids_to_tokens(ids)
-    return [
-        Token(i, tid, piece if tid in special_ids else render_bytes(piece_bytes(piece)), role, tid in special_ids)
-        for i, (tid, piece, role) in enumerate(zip(ids, pieces, roles))
-    ]
-
-
-def token_bytes(tokenizer, token_id: int) -> bytes:
-    return piece_bytes(tokenizer.convert_ids_to_tokens([token_id])[0])
+    if request.system is not None:
+        return None
+    probe = ChatRequest((("user", "x"),))
+    with_empty = ChatRequest((("system", ""), ("user", "x")))
+    plain, empty = render_prompt(tokenizer, probe, chat_template), render_prompt(tokenizer, with_empty, chat_template)
+    if plain == empty:
+        return None
+    # The default sits where an empty system message leaves nothing: the first place they differ.
+    start = next((i for i, (a, b) in enumerate(zip(plain, empty)) if a != b), min(len(plain), len(empty)))
+    end_plain, end_empty = len(plain), len(empty)
+    while end_plain > start and end_empty > start and plain[end_plain - 1] == empty[end_empty - 1]:
+        end_plain, end_empty = end_plain - 1, end_empty - 1
+    added = plain[start:end_plain].strip()
+    return added or None

@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE), recomputed with the model's real base and head width.
+"""Stage: position. Rotary position embedding (RoPE), recomputed with the model's real base and head width.
 
 Llama-style RoPE pairs dimension i with dimension i + Dh/2 (the "rotate half" layout) and turns
 that pair by the angle  position * base ** (-2i / Dh).  Pair 0 turns fastest (1 radian per

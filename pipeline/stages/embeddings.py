@@ -1,4 +1,4 @@
-"""The embedding table as a space: neighbours by cosine, analogies, a 2-D PCA map.
+"""Stage: embeddings. The embedding table as a space: neighbours by cosine, analogies, a 2-D PCA map.
 
 Words are looked up with a leading space (" tomato"), the form they take inside a sentence.
 A word the tokenizer splits into several tokens is represented by the mean of its rows; every
@@ -10,7 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .render import piece_bytes, render_bytes
+from ..errors import InputError
+from ..text import tokens_text
+from .tokens import encode
 
 
 @dataclass(frozen=True)
@@ -32,17 +34,13 @@ def unit_rows(table: np.ndarray) -> np.ndarray:
     return table / np.maximum(norms, 1e-12)
 
 
-def token_text(tokenizer, token_id: int) -> str:
-    return render_bytes(piece_bytes(tokenizer.convert_ids_to_tokens([int(token_id)])[0]))
-
-
 def word_vector(tokenizer, table: np.ndarray, word: str, leading_space: bool = True) -> WordVector:
     text = word.strip()
     if not text:
-        raise ValueError("empty word")
-    ids = tokenizer((" " + text) if leading_space else text, add_special_tokens=False)["input_ids"]
+        raise InputError("word", "give a word.")
+    ids = encode(tokenizer, (" " + text) if leading_space else text)
     rows = np.asarray(table[ids], dtype=np.float32)  # (n, D)
-    return WordVector(text, list(ids), [token_text(tokenizer, i) for i in ids], rows.mean(axis=0))
+    return WordVector(text, list(ids), tokens_text(tokenizer, ids), rows.mean(axis=0))
 
 
 def _top(unit: np.ndarray, tokenizer, vector: np.ndarray, k: int, exclude=()) -> list[dict]:
@@ -53,7 +51,7 @@ def _top(unit: np.ndarray, tokenizer, vector: np.ndarray, k: int, exclude=()) ->
         sims[list(exclude)] = -np.inf
     best = np.argpartition(-sims, k)[:k]
     best = best[np.argsort(-sims[best])]
-    return [{"id": int(i), "text": token_text(tokenizer, i), "cosine": float(sims[i])} for i in best]
+    return [{"id": int(i), "text": text, "cosine": float(sims[i])} for i, text in zip(best, tokens_text(tokenizer, best))]
 
 
 def neighbours(unit: np.ndarray, tokenizer, table: np.ndarray, word: str, k: int = 10) -> tuple[WordVector, list[dict]]:

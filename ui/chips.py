@@ -1,7 +1,7 @@
 """Token chips as HTML: one coloured box per token, text escaped (no streamlit here)."""
 from __future__ import annotations
 
-from .render import html_text
+from .escape import html_text
 
 ROLE_COLOURS = {  # background per role; template-added text is grey so the user's own words stand out
     "system": "#dbeafe",

@@ -1,11 +1,10 @@
-"""Making token text safe and readable. Every view goes through these helpers.
+"""Token text made readable: the one helper every view uses to show a token (minbpe's render_token).
 
-Token text is untrusted: it may hold `<img ...>`, `<s>` or control characters.
+Token text is untrusted: it may hold `<img ...>`, `<s>` or control characters. This module only
+makes it readable; escaping it for HTML or plotly is the views' job (`ui/escape.py`).
 """
 from __future__ import annotations
 
-import html
-import re
 import unicodedata
 from functools import lru_cache
 
@@ -27,11 +26,15 @@ def _byte_decoder() -> dict[str, int]:
 
 
 def piece_bytes(piece: str) -> bytes:
-    """Byte-level BPE piece -> the raw bytes it stands for. 'Ġí' -> b' \\xed'."""
+    """Byte-level BPE piece -> the raw bytes it stands for. 'Ġí' -> b' \\xed'.
+
+    A piece that is not byte-level text is encoded as UTF-8; a lone surrogate is kept as its
+    (invalid) bytes so it shows as <0x..> instead of raising.
+    """
     dec = _byte_decoder()
     if all(ch in dec for ch in piece):
         return bytes(dec[ch] for ch in piece)
-    return piece.encode("utf-8")
+    return piece.encode("utf-8", "surrogatepass")
 
 
 def render_bytes(raw: bytes) -> str:
@@ -75,25 +78,35 @@ def _render_mixed(raw: bytes) -> str:
     return "".join(out)
 
 
-def html_text(text: str) -> str:
-    """Escape for HTML (also quotes, since text may land in attributes)."""
-    return html.escape(text, quote=True)
+def piece_text(piece: str) -> str:
+    """A tokenizer's piece ('Ġtom') -> readable text ('␣tom')."""
+    return render_bytes(piece_bytes(piece))
 
 
-def plotly_label(text: str) -> str:
-    """Plotly reads a subset of HTML in labels (`<b>`, `<br>`, `<s>`): neutralise it.
-
-    '<s>' -> '&lt;s&gt;' which plotly shows as the literal text <s>.
-    """
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def token_text(tokenizer, token_id: int) -> str:
+    """Readable text of one token id; special tokens keep their name ('<|im_end|>')."""
+    piece = tokenizer.convert_ids_to_tokens([int(token_id)])[0]
+    return piece if int(token_id) in _special_ids(tokenizer) else piece_text(piece)
 
 
-def axis_labels(pieces: list[str]) -> list[str]:
-    """Unique, safe axis labels: repeated tokens would otherwise collapse into one tick."""
-    return [plotly_label(f"({i}){p}") for i, p in enumerate(pieces)]
+def tokens_text(tokenizer, ids) -> list[str]:
+    """token_text for many ids at once."""
+    special = _special_ids(tokenizer)
+    pieces = tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+    return [p if int(i) in special else piece_text(p) for i, p in zip(ids, pieces)]
 
 
-def code_span(text: str) -> str:
-    """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
+def _special_ids(tokenizer) -> frozenset[int]:
+    cached = getattr(tokenizer, "_tpe_special_ids", None)
+    if cached is None:
+        cached = frozenset(tokenizer.all_special_ids)
+        try:
+            tokenizer._tpe_special_ids = cached
+        except AttributeError:
+            pass
+    return cached
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """plural(1, 'token') -> '1 token'; plural(2, 'token') -> '2 tokens'."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"

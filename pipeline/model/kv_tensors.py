@@ -1,4 +1,7 @@
-"""KV cache accounting: real bytes held by the cache, and the formula that predicts them."""
+"""Reading an HF KV cache object: its per-layer tensors, length and real bytes.
+
+Cache internals change between transformers versions; this is the only module that touches them.
+"""
 from __future__ import annotations
 
 import torch
@@ -16,6 +19,11 @@ def bytes_per_layer(cache) -> list[int]:
     return [k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in cache_layers(cache)]
 
 
-def kv_bytes_formula(layers: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: int) -> int:
-    """2 (K and V) * L * Hkv * Dh * tokens * bytes. Qwen3-8B, 16-bit: 2*36*8*128*2 = 147,456 B/token."""
-    return 2 * layers * kv_heads * head_dim * tokens * bytes_per_value
+def cache_len(cache) -> int:
+    """Positions held (T)."""
+    return int(cache.get_seq_length())
+
+
+def crop(cache, length: int) -> None:
+    """Keep the first `length` positions of every layer (the cache is changed in place)."""
+    cache.crop(length)

@@ -1,4 +1,4 @@
-"""What the layers do to the residual stream, read from the captured prefill.
+"""Stage: layers. What the blocks do to the residual stream, read from the captured prefill.
 
 hidden_states (L+1, T, D): [0] = embeddings, [i+1] = [i] + attn_out[i] + mlp_out[i].
 The last entry is BEFORE the final RMSNorm; the logit lens applies that norm and the LM head to
@@ -58,23 +58,3 @@ def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = 512)
     ids = torch.cat(ids).numpy().reshape(L1, T, k)
     probs = torch.cat(probs).numpy().reshape(L1, T, k)
     return ids, probs
-
-
-def attention_by_hand(q_rot: np.ndarray, k_rot: np.ndarray, v: np.ndarray, head: int, positions) -> dict:
-    """One head's attention restricted to a few chosen positions, step by step.
-
-    q_rot (H, T, Dh), k_rot and v (Hkv, T, Dh) of one layer; positions ascending, e.g. [3, 7, 9, 12].
-    Returns compare (n, n) raw q.k/sqrt(Dh), masked (n, n) with -inf above the diagonal,
-    weights (n, n) softmax of each row over the chosen positions only, mixed (n, Dh) = weights @ v.
-    """
-    pos = np.asarray(sorted(positions))
-    kv = head // (q_rot.shape[0] // k_rot.shape[0])  # GQA: query head -> its key/value head
-    q = q_rot[head, pos].astype(np.float64)  # (n, Dh)
-    k = k_rot[kv, pos].astype(np.float64)  # (n, Dh)
-    vals = v[kv, pos].astype(np.float64)  # (n, Dh)
-    compare = q @ k.T / np.sqrt(q.shape[-1])  # (n, n)
-    masked = np.where(np.tril(np.ones_like(compare, dtype=bool)), compare, -np.inf)
-    e = np.exp(masked - masked.max(axis=-1, keepdims=True))
-    weights = e / e.sum(axis=-1, keepdims=True)  # (n, n)
-    return {"positions": pos, "kv_head": kv, "compare": compare, "masked": masked, "weights": weights,
-            "values": vals, "mixed": weights @ vals}

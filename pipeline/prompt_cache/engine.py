@@ -1,4 +1,4 @@
-"""Prefix caching across requests: real K/V blocks kept after one request and reused by the next.
+"""Prompt caching (the engine): prefix caching across requests, real K/V blocks kept after one request and reused by the next.
 
 How it works (the scheme of vLLM's automatic prefix caching):
 - The prompt is cut into fixed-size blocks of `block_size` tokens. Only full blocks are cached;
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from .kv import cache_layers, kv_bytes_formula
+from ..errors import InputError
+from ..model.kv_tensors import cache_layers
 
 HIT, MISS, NOT_CACHEABLE = "hit", "miss", "not cacheable"
 RECOMPUTED = "cached, recomputed"  # a cached last block run again: the model must see the last prompt token
@@ -160,7 +161,7 @@ class PrefixCache:
     def __init__(self, config: PrefixCacheConfig | None = None, clock=time.monotonic):
         self.config = config or PrefixCacheConfig()
         if self.config.block_size < 1:
-            raise ValueError("block_size must be at least 1")
+            raise InputError("block_size", f"must be at least 1, got {self.config.block_size!r}.")
         self.clock = clock
         self.blocks: OrderedDict[bytes, Block] = OrderedDict()  # least recently used first
         self.children: dict[bytes, set[bytes]] = {}  # parent key -> keys of cached next blocks
@@ -179,13 +180,9 @@ class PrefixCache:
     def tokens_held(self) -> int:
         return len(self.blocks) * self.config.block_size
 
-    def formula_bytes(self, lm) -> int:
+    def formula_bytes(self, dims) -> int:
         """What the KV formula predicts for the tokens held (must equal `bytes_held`)."""
-        c = lm.config
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        bytes_per_value = torch.tensor([], dtype=lm.model.dtype).element_size()
-        return kv_bytes_formula(c.num_hidden_layers, c.num_key_value_heads, head_dim, self.tokens_held,
-                                bytes_per_value)
+        return dims.kv_bytes(self.tokens_held)
 
     @property
     def token_hit_rate(self) -> float:
@@ -241,7 +238,10 @@ class PrefixCache:
         reuse=False, store=False is the same request cold (nothing read, nothing kept).
         """
         if len(ids) < 1:
-            raise ValueError("the prompt has no tokens")
+            raise InputError("messages", "the prompt has no tokens.")
+        if len(ids) > lm.dims.context_window:
+            raise InputError("messages", f"the prompt is {len(ids):,} tokens but the context window is "
+                                         f"{lm.dims.context_window:,}; shorten it.")
         bs = self.config.block_size
         with self._lock:
             t0 = time.perf_counter()
@@ -274,11 +274,8 @@ class PrefixCache:
     def _prefill_rest(self, lm, ids: list[int], hits: list[Block]):
         """Run the model on the tokens after the reused blocks. Returns ((V,) logits, full cache)."""
         reused = len(hits) * self.config.block_size
-        rest = torch.tensor([ids[reused:]], device=lm.device)  # (1, T - reused)
         cache = blocks_to_cache(hits, lm) if hits else DynamicCache(config=lm.config)
-        with torch.inference_mode(), lm.lock:
-            out = lm.model(input_ids=rest, cache=cache, use_cache=True, logits_to_keep=1)
-            lm.calls += 1
+        out = lm.forward([ids[reused:]], cache=cache)  # (1, T - reused); SDPA: no (H, T, T) matrix
         return out.logits[0, -1], out.cache  # (V,), per layer (1, Hkv, T, Dh)
 
     def _store(self, ids, keys, run, reused, cache) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Turning logits into a chosen token: temperature, top-k, top-p, min-p, then a draw.
+"""Stage: the next token. From logits to one chosen token: temperature, top-k, top-p, min-p, a draw.
 
 Every filter stage is kept so a page can show the distribution before and after each one.
 Worked example (seed article): logits [3, 2.2, 1.6, 1.1, -1.5] -> [54, 24, 13, 8, 0.6] %.
@@ -9,8 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputError
-from .options import GenerationOptions
+from ..errors import InputError
+from ..maths import softmax as _softmax
+from ..text import tokens_text
+from .request import GenerationOptions
 
 STAGE_NAMES = ("softmax", "temperature", "top_k", "top_p", "min_p")
 
@@ -23,14 +25,11 @@ class Stage:
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
-    """(V,) -> (V,); -inf entries get probability 0."""
-    x = np.asarray(logits, dtype=np.float64)
-    finite = np.isfinite(x)
-    if not finite.any():
+    """(V,) -> (V,); -inf entries get probability 0. Refuses a row with nothing left to draw."""
+    p = _softmax(logits)
+    if not p.any():
         raise InputError("logits", "every candidate is masked out (-inf); nothing can be drawn.")
-    e = np.zeros_like(x)
-    e[finite] = np.exp(x[finite] - x[finite].max())
-    return e / e.sum()
+    return p
 
 
 def _renorm(p: np.ndarray, keep: np.ndarray) -> np.ndarray:
@@ -38,19 +37,30 @@ def _renorm(p: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return out / out.sum()
 
 
+def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits / T), computed as softmax((logits - max) / T) so no value overflows.
+
+    temperature 0 is greedy: all mass on the best token (the first one on a tie).
+    """
+    x = np.asarray(logits, dtype=np.float64)
+    if temperature == 0:
+        p = np.zeros_like(x)
+        p[int(np.argmax(x))] = 1.0
+        return p
+    finite = np.isfinite(x)
+    shifted = np.where(finite, x - x[finite].max(), -np.inf) if finite.any() else x
+    with np.errstate(over="ignore"):
+        return softmax(shifted / temperature)
+
+
 def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]:
     """Apply temperature -> top-k -> top-p -> min-p (the order HF's samplers use).
 
-    temperature 0 is greedy: all mass on the best token.
+    `options` was validated when it was built; nothing is checked again per step.
     """
-    options.validate()
     raw = softmax(logits)
     stages = [Stage("softmax", raw, int((raw > 0).sum()))]
-    if options.temperature == 0:
-        p = np.zeros_like(raw)
-        p[int(np.argmax(raw))] = 1.0
-    else:
-        p = softmax(np.asarray(logits, dtype=np.float64) / options.temperature)
+    p = raw if options.temperature == 1 else tempered(logits, options.temperature)
     stages.append(Stage("temperature", p, int((p > 0).sum())))
     if options.top_k > 0 and options.top_k < (p > 0).sum():
         best = np.argpartition(-p, options.top_k - 1)[: options.top_k]  # the k largest, unordered
@@ -78,8 +88,8 @@ def final_probs(logits: np.ndarray, options: GenerationOptions) -> np.ndarray:
 
 def draw(probs: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """n independent draws, vectorized: inverse CDF with one searchsorted, no Python loop."""
-    if n < 0:
-        raise InputError("draws", f"must be 0 or more, got {n}.")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise InputError("draws", f"must be 0 or more, got {n!r}.")
     cdf = np.cumsum(probs)
     picks = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
     return np.minimum(picks, len(probs) - 1)
@@ -92,7 +102,23 @@ def empirical(draws: np.ndarray, size: int) -> np.ndarray:
 
 def mask_logits(logits: np.ndarray, allowed_ids) -> np.ndarray:
     """Constrained output: every id not allowed gets -inf, so its probability is exactly 0."""
-    out = np.full(np.shape(logits), -np.inf)
-    allowed = np.asarray(list(allowed_ids), dtype=np.int64)
-    out[allowed] = np.asarray(logits, dtype=np.float64)[allowed]
+    logits = np.asarray(logits, dtype=np.float64)
+    try:
+        allowed = np.asarray(list(allowed_ids), dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError("allowed_ids", "must be a list of token ids.") from None
+    if allowed.size and (allowed.min() < 0 or allowed.max() >= logits.shape[-1]):
+        raise InputError("allowed_ids", f"token ids must be in 0..{logits.shape[-1] - 1}.")
+    out = np.full(logits.shape, -np.inf)
+    out[allowed] = logits[allowed]
     return out
+
+
+def candidates(tokenizer, logits: np.ndarray, k: int = 15) -> list[dict]:
+    """The k best tokens: rank, token text, id, logit and probability over the whole vocabulary."""
+    logits = np.asarray(logits, dtype=np.float64)
+    p = softmax(logits)
+    top = np.argsort(-logits)[:k]
+    return [{"rank": r, "token": text, "id": int(i), "logit": round(float(logits[i]), 3), "probability": float(p[i])}
+            for r, (i, text) in enumerate(zip(top, tokens_text(tokenizer, top)), start=1)]
+

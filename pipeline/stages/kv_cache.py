@@ -1,4 +1,5 @@
-"""KV-cache memory calculator for real model configurations (assets/model_configs.json).
+"""Stage: the KV cache. What it holds (bytes by formula and as measured), what it saves (cache on
+vs off, measured on the real model) and what it costs on real GPUs (the memory calculator).
 
 GPU capacities are binary: the "80GB" on an H100 is 80 GiB = 80 * 2^30 B = 85,899,345,920 B
 (memory chips are sized in powers of two), so `fit` works in GiB. Parameter counts are decimal
@@ -9,15 +10,74 @@ Qwen3-8B, 16-bit: 2 (K and V) * 36 L * 8 Hkv * 128 Dh * 2 B = 147,456 B per toke
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .kv import kv_bytes_formula
+from ..model.dims import kv_bytes_formula
 
 GIB = 2**30  # bytes in one GiB, the unit GPU memory sizes are quoted in
-CONFIG_PATH = Path(__file__).resolve().parent.parent / "assets" / "model_configs.json"
+CONFIG_PATH = Path(__file__).resolve().parents[2] / "assets" / "model_configs.json"
+NO_CACHE_MAX_TOKENS = 1024  # the uncached run re-reads the whole sequence every step: keep it bounded
 
 
+# ---- cache on vs off, measured -------------------------------------------------------------------
+def _timed_step(lm, fed: list[int], cache=None, use_cache: bool = True):
+    """One timed pass over `fed` (1, n). Returns (output, chosen token, seconds); reading the token
+    waits for the device, so the time covers the real work."""
+    t0 = time.perf_counter()
+    out = lm.forward([fed], cache=cache, use_cache=use_cache)
+    token = int(out.logits[0, -1].argmax())
+    return out, token, time.perf_counter() - t0
+
+
+def with_cache(lm, ids: list[int], n_steps: int) -> dict:
+    """Step 0 is the prefill of the prompt; steps 1.. feed one token each (input (1, 1))."""
+    run = {"tokens": [], "seconds": [], "tokens_fed": []}
+    cache = None
+    for step in range(n_steps):
+        fed = list(ids) if step == 0 else [run["tokens"][-1]]  # (T,) then (1,)
+        out, token, took = _timed_step(lm, fed, cache=cache)
+        cache = out.cache
+        _record(run, token, took, len(fed))
+    return run
+
+
+def without_cache(lm, ids: list[int], n_steps: int) -> dict:
+    """Every step recomputes the whole sequence so far (input (1, T + step))."""
+    run = {"tokens": [], "seconds": [], "tokens_fed": []}
+    for _ in range(n_steps):
+        fed = list(ids) + run["tokens"]  # (T + step,)
+        _, token, took = _timed_step(lm, fed, use_cache=False)
+        _record(run, token, took, len(fed))
+    return run
+
+
+def _record(run: dict, token: int, seconds: float, n_fed: int) -> None:
+    run["tokens"].append(token)
+    run["seconds"].append(seconds)
+    run["tokens_fed"].append(n_fed)
+
+
+def compare(lm, ids: list[int], n_steps: int = 16) -> dict:
+    """{'cache': {...}, 'no_cache': {...}, 'same_tokens': bool, 'speedup': float, 'tokens_computed': ...}
+
+    Tokens run through the model with and without the cache are counted as well as timed: the
+    count does not depend on how busy the machine is.
+    """
+    if len(ids) + n_steps > NO_CACHE_MAX_TOKENS:
+        from ..errors import InputError
+
+        raise InputError("n_steps", f"{len(ids):,} + {n_steps} tokens: the run without a cache is kept within "
+                                    f"{NO_CACHE_MAX_TOKENS:,} tokens.")
+    on, off = with_cache(lm, ids, n_steps), without_cache(lm, ids, n_steps)
+    return {"cache": on, "no_cache": off, "same_tokens": on["tokens"] == off["tokens"],
+            "speedup": sum(off["seconds"]) / max(sum(on["seconds"]), 1e-9), "n_steps": n_steps,
+            "prompt_tokens": len(ids), "tokens_computed": {"cache": sum(on["tokens_fed"]),
+                                                           "no_cache": sum(off["tokens_fed"])}}
+
+
+# ---- the memory calculator for real models ----------------------------------------------------------
 @dataclass(frozen=True)
 class ModelShape:
     name: str
@@ -39,6 +99,10 @@ class Fit:
     gpu_bytes: int
     free_bytes: int  # left for the cache after weights and the reserve (may be negative)
     conversations: int  # whole conversations that fit (0 when the weights alone do not fit)
+
+    @property
+    def unused_bytes(self) -> int:
+        return max(self.gpu_bytes - self.weights_bytes - self.conversations * self.conversation_bytes, 0)
 
 
 def load_configs(path: Path = CONFIG_PATH) -> dict:

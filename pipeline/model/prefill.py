@@ -1,0 +1,159 @@
+"""Prefill: the whole prompt in one forward pass, with every internal tensor captured.
+
+Shape letters: L layers, H query heads, Hkv key/value heads, T positions, D model width,
+Dh head width, V vocabulary, K top candidates kept per position.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .capture import block_names, capture
+from .kv_tensors import bytes_per_layer, cache_layers
+
+# Past this many prompt tokens the full attention tensor (L, H, T, T) is not kept: at 512 tokens
+# it is 30*9*512*512*4 B = 283 MB for SmolLM2. Longer prompts run with SDPA (no (H, T, T) matrix is
+# built at all) and a page recomputes one layer at a time from the captured q and k.
+FULL_ATTENTION_MAX_TOKENS = 512
+TOP_K_PER_POSITION = 10  # candidates kept for every position (logit-lens-style views need only a few)
+# Past the same size the captures are stored in float16 (half the memory; shown values keep 3
+# significant digits, plenty for charts). Shorter prompts keep exact float32.
+COMPACT_DTYPE = torch.float16
+
+
+@dataclass
+class Prefill:
+    """Everything the prompt's one forward pass produced. Field names = hook names (see capture.py)."""
+
+    ids: list[int]  # (T,)
+    embeddings: np.ndarray  # (T, D) rows of the embedding table
+    hidden_states: np.ndarray  # (L+1, T, D) residual stream; [0] = embeddings, [i+1] = after block i
+    attn_out: np.ndarray  # (L, T, D) attention's write to the residual stream
+    mlp_out: np.ndarray  # (L, T, D) MLP's write to the residual stream
+    q_rot: np.ndarray  # (L, H, T, Dh) queries after RoPE
+    k_rot: np.ndarray  # (L, Hkv, T, Dh) keys after RoPE (exactly what the KV cache stores)
+    v: np.ndarray  # (L, Hkv, T, Dh) values
+    attention: np.ndarray | None  # (L, H, T, T), or None past FULL_ATTENTION_MAX_TOKENS
+    final_norm: np.ndarray  # (T, D) last hidden state after the final RMSNorm
+    last_logits: np.ndarray  # (V,) scores for the token after the prompt
+    top_ids: np.ndarray  # (T, K) best next-token ids at every position
+    top_logits: np.ndarray  # (T, K)
+    top_probs: np.ndarray  # (T, K) softmax probabilities (temperature 1)
+    kv_bytes_per_layer: list[int]  # (L,) real bytes of the cache after prefill
+    seconds: float
+
+    @property
+    def T(self) -> int:
+        return len(self.ids)
+
+    def tensors(self) -> dict[str, np.ndarray]:
+        """The captured arrays by their JSON name."""
+        named = {name: getattr(self, name) for name in ("embeddings", "hidden_states", "attn_out", "mlp_out",
+                                                        "q_rot", "k_rot", "v", "final_norm", "last_logits",
+                                                        "top_ids", "top_probs")}
+        if self.attention is not None:
+            named["attention"] = self.attention
+        return named
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.tensors().values()) + self.top_logits.nbytes
+
+
+def _hook_names(n_layers: int, keep_attention: bool) -> list[str]:
+    """Keys and values are not hooked: the KV cache holds them exactly, after RoPE, for any model."""
+    names = ["embeddings", "rope.cos", "rope.sin", "final_norm"]
+    for field in ("q", "attn_out", "mlp_out", "hidden_states") + (("attention",) if keep_attention else ()):
+        names += block_names(n_layers, field)
+    return names
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(1, T, n*Dh) -> (n, T, Dh)"""
+    _, T, width = x.shape
+    return x.view(T, n_heads, width // n_heads).transpose(0, 1)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (n, T, Dh) rotated by position: x*cos + rotate_half(x)*sin, cos/sin (T, Dh)."""
+    return x * cos + _rotate_half(x) * sin
+
+
+def _np_dtype(t: torch.Tensor):
+    return np.float16 if t.dtype == torch.float16 else np.float32
+
+
+def _take_stack(rec: dict, names: list[str], transform=None) -> np.ndarray:
+    """Stack one tensor per name into a new leading axis, releasing each capture as it is copied."""
+    out = None
+    for i, name in enumerate(names):
+        t = rec.pop(name)[0][0]  # drop the batch axis
+        t = transform(t) if transform else t
+        if out is None:
+            out = np.empty((len(names), *t.shape), dtype=_np_dtype(t))
+        out[i] = t.numpy()
+    return out
+
+
+def _cache_stack(cache, which: int, dtype: torch.dtype) -> np.ndarray:
+    """Keys (which=0) or values (1) of every layer: (L, Hkv, T, Dh) on the CPU."""
+    return np.stack([kv[which][0].to("cpu", dtype=dtype).numpy() for kv in cache_layers(cache)])
+
+
+def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
+    """Run the prompt once, capturing everything. Returns (Prefill, cache, last_logits (V,) tensor)."""
+    dims = lm.dims
+    long_prompt = len(ids) > FULL_ATTENTION_MAX_TOKENS
+    keep_attention = not long_prompt if keep_attention is None else keep_attention
+    store = COMPACT_DTYPE if long_prompt else torch.float32
+    with capture(lm, _hook_names(dims.L, keep_attention), store_dtype=store) as rec:
+        t0 = time.perf_counter()
+        out = lm.forward([ids], attention="eager" if keep_attention else "sdpa")  # ids (1, T)
+        last_logits = out.logits[0, -1].float().cpu()  # (V,)
+        seconds = time.perf_counter() - t0
+        cache = out.cache  # DynamicCache: per layer (1, Hkv, T, Dh) keys and values
+    top_ids, top_logits, top_probs = _top_per_position(lm, rec["final_norm"][0][0])
+    cos, sin = rec.pop("rope.cos")[0][0], rec.pop("rope.sin")[0][0]  # (T, Dh)
+    rope_q = lambda q: apply_rope(_heads(q[None].float(), dims.H), cos.float(), sin.float()).to(q.dtype)  # noqa: E731
+    embeddings = rec.pop("embeddings")[0][0].numpy()  # (T, D)
+    prefill = Prefill(
+        ids=list(ids),
+        embeddings=embeddings,
+        hidden_states=np.concatenate([embeddings[None], _take_stack(rec, block_names(dims.L, "hidden_states"))]),
+        attn_out=_take_stack(rec, block_names(dims.L, "attn_out")),  # (L, T, D)
+        mlp_out=_take_stack(rec, block_names(dims.L, "mlp_out")),  # (L, T, D)
+        q_rot=_take_stack(rec, block_names(dims.L, "q"), rope_q),  # (L, H, T, Dh)
+        k_rot=_cache_stack(cache, 0, store),  # (L, Hkv, T, Dh) keys after RoPE, as the cache holds them
+        v=_cache_stack(cache, 1, store),  # (L, Hkv, T, Dh)
+        attention=_take_stack(rec, block_names(dims.L, "attention")) if keep_attention else None,  # (L, H, T, T)
+        final_norm=rec.pop("final_norm")[0][0].numpy(),  # (T, D)
+        last_logits=last_logits.numpy(),
+        top_ids=top_ids, top_logits=top_logits, top_probs=top_probs,
+        kv_bytes_per_layer=bytes_per_layer(cache),
+        seconds=seconds,
+    )
+    return prefill, cache, last_logits
+
+
+def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chunk: int = 256):
+    """LM head over every position in chunks, keeping only the top k: never (T, V) at once."""
+    head = lm.model.get_output_embeddings()
+    ids, logits, probs = [], [], []
+    with torch.inference_mode():
+        for start in range(0, normed.shape[0], chunk):
+            rows = normed[start:start + chunk].to(head.weight.device, dtype=head.weight.dtype)
+            scores = head(rows).float()  # (chunk, V)
+            top = scores.topk(k, dim=-1)
+            ids.append(top.indices)
+            logits.append(top.values)
+            probs.append(torch.softmax(scores, dim=-1).gather(-1, top.indices))
+    as_np = lambda t: torch.cat(t).detach().float().cpu().numpy()  # noqa: E731
+    return as_np(ids).astype(np.int64), as_np(logits), as_np(probs)

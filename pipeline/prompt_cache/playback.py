@@ -1,0 +1,79 @@
+"""Prompt caching (playback): scenarios played through a real PrefixCache on the model, with each
+request's blocks explained in words. Plain records out (no tensors), for the page and the CLI."""
+from __future__ import annotations
+
+from ..stages.request import ChatRequest, parse_turns
+from ..stages.tokens import tokenize_request
+from ..text import token_text as _token_text
+from .engine import PrefixCache, PrefixCacheConfig
+from .scenarios import Prompt, Scenario
+
+def prompt_tokens(lm, prompt: Prompt) -> tuple[list[int], list[str], list[str]]:
+    """(ids, readable token texts, roles) exactly as the app tokenizes a request."""
+    tokens = tokenize_request(lm.tokenizer, ChatRequest(prompt.messages), prompt.template).tokens
+    return [t.id for t in tokens], [t.text for t in tokens], [t.role for t in tokens]
+
+
+def token_text(lm, token_id: int | None) -> str:
+    return "" if token_id is None else _token_text(lm.tokenizer, token_id)
+
+
+def explain(stats: dict, cached_text: str, new_text: str) -> str:
+    """The reason for the row of blocks, in words."""
+    bs, d = stats["block_size"], stats["divergence"]
+    tail = stats["n_tokens"] % bs
+    partial = f" The last {tail} tokens fill only part of a block: they are always computed and never stored." \
+        if tail else ""
+    if d is None:
+        again = (" The last block was cached too, but it is run again: the model has to process the last prompt "
+                 "token to score the next one.") if stats.get("blocks_recomputed") else ""
+        return f"Every full block was already cached: {stats['tokens_reused']} tokens reused.{again}{partial}"
+    i = d["token_index"]
+    if d["kind"] == "cache ends" and i == 0:
+        return f"Nothing in the cache starts like this prompt: all of it is computed, and its full blocks are kept.{partial}"
+    if d["kind"] == "cache ends":
+        return (f"The cache holds nothing past token {i} on this path: the earlier request ended there, or its last "
+                f"tokens formed a partial block, which is never stored. From token {i} on, everything is computed."
+                f"{partial}")
+    return (f"Token {i} differs: the cached prompt had '{cached_text}', this one has '{new_text}'. "
+            f"From there on every block is computed: a block's key covers all the tokens before it, so nothing "
+            f"after a difference can match, even identical text.{partial}")
+
+
+def cold_ttft(lm, ids: list[int], block_size: int) -> float:
+    """The same request with nothing reused and nothing kept."""
+    return PrefixCache(PrefixCacheConfig(block_size=block_size)).serve(lm, ids, reuse=False, store=False).stats.ttft_s
+
+
+def play(lm, scenario: Scenario, block_size: int = 16, measure_cold: bool = True,
+         cache: PrefixCache | None = None) -> list[dict]:
+    """Serve each request in order through one cache. Plain records (no tensors), one per request."""
+    cache = cache or PrefixCache(PrefixCacheConfig(block_size=block_size))
+    if measure_cold:  # one short warm-up pass, so the first timed request does not pay for it
+        PrefixCache().serve(lm, prompt_tokens(lm, scenario.prompts[0])[0][:8], reuse=False, store=False)
+    rows = []
+    for prompt in scenario.prompts:
+        rows.append(serve_prompt(lm, cache, prompt, measure_cold))
+    return rows
+
+
+def serve_prompt(lm, cache: PrefixCache, prompt: Prompt, measure_cold: bool = True) -> dict:
+    ids, texts, roles = prompt_tokens(lm, prompt)
+    stats = cache.serve(lm, ids).stats.to_dict()
+    d = stats["divergence"] or {}
+    cached_text, new_text = token_text(lm, d.get("cached_token_id")), token_text(lm, d.get("new_token_id"))
+    return {
+        "label": prompt.label, "note": prompt.note, "ids": ids, "tokens": texts, "roles": roles,
+        "stats": stats, "reason": explain(stats, cached_text, new_text),
+        "cached_token": cached_text, "new_token": new_text,
+        "ttft_cold_s": cold_ttft(lm, ids, cache.config.block_size) if measure_cold else None,
+        "session_hit_rate": cache.token_hit_rate, "bytes_held": cache.bytes_held,
+        "formula_bytes": cache.formula_bytes(lm.dims),
+    }
+
+
+def compare_texts(lm, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True) -> list[dict]:
+    """Request A then request B through a fresh cache (raises InputError if either is invalid)."""
+    prompts = (Prompt("Request A", parse_turns(text_a, "request A", first_role="user")),
+               Prompt("Request B", parse_turns(text_b, "request B", first_role="user"), "after A"))
+    return play(lm, Scenario("compare", "Your two requests", "conversation", "", prompts), block_size, measure_cold)

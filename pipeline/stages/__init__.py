@@ -1,0 +1,1 @@
+"""One module per stage of a request's life, named like the page that shows it."""

@@ -1,0 +1,248 @@
+"""Stage 1, the request: the chat request, its generation options, the vendor JSON bodies and the
+request's lifecycle. Everything is validated once, when it is built; bad input raises InputError
+naming the field.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..errors import InputError
+
+ROLES = ("system", "user", "assistant")
+STATES = ("queued", "prefill", "decoding", "completed")
+MODEL_NAME = "SmolLM2-135M-Instruct"
+
+# Size limits that keep one request from holding the model or the memory for everyone else.
+MAX_MESSAGE_CHARS = 40_000  # ~8-10k tokens of English: past the 8,192-token window anyway
+MAX_MESSAGES = 200
+MAX_STOP_STRINGS = 8  # OpenAI allows 4, Anthropic more; a handful is plenty
+MAX_STOP_CHARS = 200  # each; the check is linear in the new text, this bounds its constant
+MAX_NEW_TOKENS = 4_096
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """How the answer is chosen. Built once, validated once (in __post_init__)."""
+
+    max_new_tokens: int = 64  # the default question's greedy answer ends by itself (eos) well before this
+    temperature: float = 0.0  # 0 = greedy, so the default run is reproducible
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    min_p: float = 0.0  # 0 = off
+    seed: int | None = 0  # fixed so a sampled run can be replayed
+    stop: tuple[str, ...] = ()  # stop strings: generation ends once the text contains one
+
+    def __post_init__(self):
+        object.__setattr__(self, "stop", _stop_tuple(self.stop))
+        if not _int(self.max_new_tokens) or not 0 < self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise InputError("max_new_tokens", f"must be an integer from 1 to {MAX_NEW_TOKENS:,}, "
+                                               f"got {self.max_new_tokens!r}.")
+        if not _finite(self.temperature) or self.temperature < 0:
+            raise InputError("temperature", f"must be 0 (greedy) or more, got {self.temperature!r}.")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise InputError("temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE}, got "
+                                            f"{self.temperature!r}: smaller values are greedy in all but name.")
+        if not _int(self.top_k) or self.top_k < 0:
+            raise InputError("top_k", f"must be 0 (off) or a positive integer, got {self.top_k!r}.")
+        if not _finite(self.top_p) or not 0 < self.top_p <= 1:
+            raise InputError("top_p", f"must be in (0, 1], got {self.top_p!r}.")
+        if not _finite(self.min_p) or not 0 <= self.min_p <= 1:
+            raise InputError("min_p", f"must be in [0, 1], got {self.min_p!r}.")
+        if self.seed is not None and (not _int(self.seed) or self.seed < 0):
+            raise InputError("seed", f"must be a non-negative integer, got {self.seed!r}.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+MIN_TEMPERATURE = 1e-3  # below this, logits / T overflows float64 for ordinary logits
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A stateless chat request: the whole history is sent every time. Validated when built."""
+
+    messages: tuple[tuple[str, str], ...]  # (role, content), the last one is the new user question
+    options: GenerationOptions = field(default_factory=GenerationOptions)
+    model: str = MODEL_NAME
+
+    def __post_init__(self):
+        object.__setattr__(self, "messages", _messages_tuple(self.messages))
+        if not isinstance(self.options, GenerationOptions):
+            raise InputError("options", "must be GenerationOptions.")
+        role, content = self.messages[-1]
+        if role != "user":
+            raise InputError("messages", "the last message must be the user's new question.")
+        if not content.strip():
+            raise InputError("messages[-1].content", "the question is empty.")
+
+    @classmethod
+    def from_question(cls, question: str, system: str | None = None,
+                      history: list[tuple[str, str]] | None = None,
+                      options: GenerationOptions | None = None) -> "ChatRequest":
+        messages = []
+        if system:
+            messages.append(("system", system))
+        messages.extend(history or [])
+        messages.append(("user", question))
+        return cls(tuple(messages), options or GenerationOptions())
+
+    @property
+    def system(self) -> str | None:
+        return next((c for r, c in self.messages if r == "system"), None)
+
+
+def _messages_tuple(messages) -> tuple[tuple[str, str], ...]:
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise InputError("messages", "the request needs at least one user message.")
+    if len(messages) > MAX_MESSAGES:
+        raise InputError("messages", f"at most {MAX_MESSAGES} messages, got {len(messages)}.")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, (list, tuple)) or len(message) != 2:
+            raise InputError(f"messages[{i}]", "must be a (role, content) pair.")
+        role, content = message
+        if role not in ROLES:
+            raise InputError(f"messages[{i}].role", f"must be one of {ROLES}, got {role!r}.")
+        out.append((role, check_text(f"messages[{i}].content", content)))
+    if not any(r == "user" for r, _ in out):
+        raise InputError("messages", "the request needs at least one user message.")
+    return tuple(out)
+
+
+def check_text(name: str, text, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Text a user typed: a str, valid Unicode (no lone surrogates), at most `limit` characters."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(name, f"is not valid UTF-8 (byte {e.start}).") from None
+    if not isinstance(text, str):
+        raise InputError(name, f"must be text, got {type(text).__name__}.")
+    if len(text) > limit:
+        raise InputError(name, f"is {len(text):,} characters; at most {limit:,} are accepted.")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(name, f"holds a character that is not valid Unicode (position {e.start}).") from None
+    return text
+
+
+def _stop_tuple(stop) -> tuple[str, ...]:
+    """None -> (); 'x' -> ('x',); a list or tuple of non-empty strings -> tuple."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = (stop,)
+    if not isinstance(stop, (list, tuple)):
+        raise InputError("stop", f"must be a string or a list of strings, got {type(stop).__name__}.")
+    if len(stop) > MAX_STOP_STRINGS:
+        raise InputError("stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(stop)}.")
+    for s in stop:
+        if not isinstance(s, str) or s == "":
+            raise InputError("stop", "stop strings must be non-empty text.")
+        check_text("stop", s, MAX_STOP_CHARS)
+    return tuple(stop)
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def parse_turns(text: str, field_name: str, roles: tuple[str, ...] = ROLES,
+                first_role: str | None = None) -> tuple[tuple[str, str], ...]:
+    """Messages typed as lines: 'system: a\\nmore\\nuser: b' -> (('system', 'a\\nmore'), ('user', 'b')).
+
+    A line starting with one of `roles` and a colon opens a message; other lines continue it. Text
+    before the first role line belongs to `first_role`, or is an error naming `field_name`.
+    """
+    check_text(field_name, text, MAX_MESSAGE_CHARS * 4)
+    messages: list[list[str]] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        role, sep, rest = line.partition(":")
+        role = role.strip().lower()
+        if sep and role in ROLES:
+            if role not in roles:
+                raise InputError(field_name, f"line {n}: {role!r} turns are not accepted here; use "
+                                             f"{' or '.join(repr(r + ':') for r in roles)}.")
+            messages.append([role, rest.strip()])
+        elif messages:
+            messages[-1][1] += "\n" + line
+        elif line.strip():
+            if first_role is None:
+                raise InputError(field_name, f"line {n} must start with "
+                                             f"{' or '.join(repr(r + ':') for r in roles)}.")
+            messages.append([first_role, line])
+    return tuple((r, c.strip()) for r, c in messages)
+
+
+# ---- the request as a vendor API receives it ----------------------------------------------------
+def request_id(request: ChatRequest, started_at: float) -> str:
+    """A short id in the style of the seed article (`req_7f3a`), unique per run."""
+    digest = hashlib.sha1(f"{request!r}{started_at}".encode("utf-8", "surrogatepass")).hexdigest()
+    return f"req_{digest[:4]}"
+
+
+def openai_style(request: ChatRequest) -> dict:
+    """OpenAI-style body: the system prompt is a message with the system role."""
+    o = request.options
+    body = {
+        "model": request.model,
+        "messages": [{"role": r, "content": c} for r, c in request.messages],
+        "max_tokens": o.max_new_tokens,
+        "temperature": o.temperature,
+        "top_p": o.top_p,
+        "stream": True,
+    }
+    if o.seed is not None:
+        body["seed"] = o.seed
+    if o.stop:
+        body["stop"] = list(o.stop)
+    return body
+
+
+def anthropic_style(request: ChatRequest) -> dict:
+    """Anthropic-style body: the system prompt is a top-level field, not a message."""
+    o = request.options
+    body = {"model": request.model, "max_tokens": o.max_new_tokens}
+    if request.system is not None:
+        body["system"] = request.system
+    body["messages"] = [{"role": r, "content": c} for r, c in request.messages if r != "system"]
+    body.update({"temperature": o.temperature, "top_p": o.top_p, "stream": True})
+    if o.top_k:
+        body["top_k"] = o.top_k
+    if o.stop:
+        body["stop_sequences"] = list(o.stop)
+    return body
+
+
+class RequestState:
+    """queued -> prefill -> decoding -> completed, each change stamped with the clock."""
+
+    def __init__(self, rid: str, clock=time.perf_counter):
+        self.id = rid
+        self._clock = clock
+        self._t0 = clock()
+        self.history: list[dict] = [{"state": "queued", "t_s": 0.0}]
+
+    @property
+    def state(self) -> str:
+        return self.history[-1]["state"]
+
+    def advance(self, state: str) -> None:
+        if STATES.index(state) != STATES.index(self.state) + 1:
+            raise RuntimeError(f"request {self.id}: cannot go from {self.state} to {state}")
+        self.history.append({"state": state, "t_s": round(self._clock() - self._t0, 6)})
