@@ -1,30 +1,36 @@
-"""Token Pipeline Explorer: follow one chat request through a real small language model."""
+"""Token Pipeline Explorer: follow one chat request through a real small language model.
+
+Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/config.toml.
+"""
 from pathlib import Path
 
 import streamlit as st
 
-from pages.common import DEFAULTS, get_model, init_state
+from pipeline.model.loader import counting_passes
+from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes
 
-st.set_page_config(page_title="Token Pipeline Explorer", page_icon=":material/route:", layout="wide")
-
-PAGES = [  # (file, title, icon) in the order a request travels
-    ("journey.py", "Journey", ":material/route:"),
-    ("request_template.py", "Request & template", ":material/mail:"),
-    ("tokens.py", "Tokens", ":material/abc:"),
-    ("tensors_batch.py", "Tensors & batch", ":material/grid_on:"),
-    ("embeddings.py", "Embeddings", ":material/scatter_plot:"),
-    ("position_rope.py", "Position (RoPE)", ":material/rotate_right:"),
-    ("layers.py", "Layers", ":material/layers:"),
-    ("attention.py", "Attention", ":material/visibility:"),
-    ("next_token.py", "Next token", ":material/casino:"),
-    ("generation.py", "Generation", ":material/fast_forward:"),
-    ("kv_cache.py", "KV cache", ":material/memory:"),
-    ("prefix_cache.py", "Prompt caching", ":material/recycling:"),
-]
 HERE = Path(__file__).parent
+st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
+                   layout="wide")
+
+PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icons are drawn locally
+    ("journey.py", "Journey", "🧭", "journey"),
+    ("request_template.py", "Request & template", "📨", "request"),
+    ("tokens.py", "Tokens", "🔤", "tokens"),
+    ("tensors_batch.py", "Tensors & batch", "🧮", "tensors"),
+    ("embeddings.py", "Embeddings", "📍", "embeddings"),
+    ("position_rope.py", "Position (RoPE)", "🌀", "position"),
+    ("layers.py", "Layers", "🥞", "layers"),
+    ("attention.py", "Attention", "👀", "attention"),
+    ("next_token.py", "Next token", "🎲", "next-token"),
+    ("generation.py", "Generation", "⏩", "generation"),
+    ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
+    ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),
+]
 
 
-def sidebar() -> None:
+def sidebar():
+    """The request form every page follows. Returns a placeholder for the pass count (filled last)."""
     init_state()
     with st.sidebar:
         st.header("Your request")
@@ -33,10 +39,11 @@ def sidebar() -> None:
                 st.session_state[f"req_{key}"] = value
             st.rerun()
         with st.form("request_form"):
-            st.text_area("Question (the new user message)", key="req_question", height=80)
-            st.text_area("System prompt (empty: the template adds SmolLM2's default)", key="req_system", height=68)
+            st.text_area("Question (the new user message)", key="req_question", height=80, max_chars=TEXT_LIMIT)
+            st.text_area("System prompt (empty: the template adds SmolLM2's default)", key="req_system", height=68,
+                         max_chars=TEXT_LIMIT)
             st.text_area("Earlier turns, one per line (`user: ...` / `assistant: ...`)", key="req_history",
-                         height=68)
+                         height=68, max_chars=TEXT_LIMIT)
             st.markdown("**Generation options**")
             st.slider("max new tokens", 1, 256, key="req_max_new_tokens")
             st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="req_temperature")
@@ -45,14 +52,17 @@ def sidebar() -> None:
             c2.number_input("seed", 0, 2**31 - 1, step=1, key="req_seed")
             c1.slider("top-p", 0.01, 1.0, step=0.01, key="req_top_p")
             c2.slider("min-p", 0.0, 1.0, step=0.01, key="req_min_p")
-            st.text_input("stop strings (separate with |)", key="req_stop")
+            st.text_input("stop strings (separate with |)", key="req_stop", max_chars=400)
             st.form_submit_button("Run the model", type="primary", use_container_width=True)
-        lm = get_model()
-        st.caption(f"Model: {lm.name} on {lm.device}. Forward passes so far: {lm.calls}.")
+        return st.empty()
 
 
-get_model()
-sidebar()
-pages = [st.Page(str(HERE / "pages" / f), title=t, icon=i, default=(n == 0))
-         for n, (f, t, i) in enumerate(PAGES) if (HERE / "pages" / f).exists()]
-st.navigation(pages).run()
+lm = get_model()
+passes_box = sidebar()
+pages = [st.Page(str(HERE / "views" / f), title=t, icon=i, url_path=u, default=(n == 0))
+         for n, (f, t, i, u) in enumerate(PAGES)]
+with counting_passes(session_passes()) as passes:
+    try:
+        st.navigation(pages).run()
+    finally:  # also after st.stop(): the count is this session's own, filled in once the page has run
+        passes_box.caption(f"Model: {lm.name} on {lm.device}. Forward passes run for your session: {passes.n}.")

@@ -17,7 +17,7 @@ setup() {
     touch "$STAMP"
   fi
   # One-time GGUF -> local weights cache conversion (~15 s); instant afterwards.
-  "$VENV/bin/python" -c "from pipeline.loader import ensure_weights_cache; ensure_weights_cache()"
+  "$VENV/bin/python" -c "from pipeline.model.loader import ensure_weights_cache; ensure_weights_cache()"
 }
 
 browser() {
@@ -29,28 +29,24 @@ browser() {
   fi
 }
 
-SERVE='import sys
-from streamlit.runtime.pages_manager import PagesManager
-PagesManager.uses_pages_directory = False
-from streamlit.web.cli import main
-sys.argv[0] = "streamlit"
-sys.exit(main())'
-
 case "${1:-app}" in
   app)
     setup
-    # app.py builds its own navigation (st.navigation). Streamlit would otherwise treat pages/ as an
-    # old-style page folder until app.py first runs, so a bookmarked /attention would open bare.
-    exec "$VENV/bin/python" -c "$SERVE" run app.py --server.headless true --server.fileWatcherType none \
-      --browser.gatherUsageStats false "${@:2}"
+    # Settings (localhost only, no usage statistics, no file watcher) are in .streamlit/config.toml;
+    # for a room on the local network: ./run.sh app --server.address 0.0.0.0
+    exec "$VENV/bin/streamlit" run app.py "${@:2}"
     ;;
   test)
     setup
     browser
-    exec "$VENV/bin/python" -m pytest -q tests "${@:2}"
+    exec "$VENV/bin/python" -m pytest -q "${@:2}"
+    ;;
+  fast)
+    setup
+    exec "$VENV/bin/python" -m pytest -q -m "not model and not app and not browser" "${@:2}"
     ;;
   *)
-    echo "usage: ./run.sh [app|test]" >&2
+    echo "usage: ./run.sh [app|test|fast]" >&2
     exit 2
     ;;
 esac

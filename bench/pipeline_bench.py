@@ -35,15 +35,15 @@ def child(code: str, env: dict | None = None) -> dict:
 
 COLD_START = """
 import time, json; t0 = time.perf_counter()
-from pipeline.loader import load_model
+from pipeline.model.loader import load_model
 lm = load_model(log=lambda m: None)
 print(json.dumps({"ready_s": time.perf_counter() - t0}))
 """
 
 PEAK = """
 import json, re
-from pipeline.loader import load_model
-from pipeline.options import ChatRequest, GenerationOptions
+from pipeline.model.loader import load_model
+from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.trace import run_trace
 
 def vm(key):
@@ -61,7 +61,7 @@ print(json.dumps({{"prompt_tokens": len(t.ids), "new": len(t.generated_token_ids
 
 def prompt_of(lm, n_tokens: int) -> str:
     """A question whose chat prompt is about n_tokens long (template included)."""
-    from pipeline.options import ChatRequest
+    from pipeline.stages.request import ChatRequest
     from pipeline.trace import tokenize_request
 
     words = "Tomatoes grow on vines and botanists classify them by how the seeds develop inside. ".split()
@@ -75,7 +75,7 @@ def prompt_of(lm, n_tokens: int) -> str:
 def bench_capture_vs_generate(lm, repeats: int = 3) -> dict:
     import torch
 
-    from pipeline.options import ChatRequest, GenerationOptions
+    from pipeline.stages.request import ChatRequest, GenerationOptions
     from pipeline.trace import run_trace
 
     question = LONG_ANSWER_QUESTION
@@ -98,8 +98,8 @@ def bench_capture_vs_generate(lm, repeats: int = 3) -> dict:
 def bench_draws(lm) -> dict:
     import numpy as np
 
-    from pipeline.options import ChatRequest, GenerationOptions
-    from pipeline.sampling import draw, final_probs
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.stages.next_token import draw, final_probs
     from pipeline.trace import run_trace
 
     trace = run_trace(ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=1)), lm)
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--skip-conversion", action="store_true", help="skip timing the one-time GGUF conversion")
     parser.add_argument("--only", choices=["startup", "capture", "memory", "draws"], default=None)
     args = parser.parse_args()
-    from pipeline.loader import ensure_weights_cache, load_model
+    from pipeline.model.loader import ensure_weights_cache, load_model
 
     ensure_weights_cache()
     want = lambda part: args.only in (None, part)
@@ -143,7 +143,7 @@ def main() -> None:
 
 
 def bench_startup(args) -> None:
-    from pipeline.loader import convert_gguf_to_cache
+    from pipeline.model.loader import convert_gguf_to_cache
 
     print("== Start-up")
     cold = [child(COLD_START)["ready_s"] for _ in range(3)]

@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.cache_demo import INSTRUCTIONS, QUESTION_1, QUESTION_2, Prompt, prompt_tokens  # noqa: E402
-from pipeline.kv import kv_bytes_formula  # noqa: E402
-from pipeline.loader import shared_model  # noqa: E402
-from pipeline.prefix_cache import PrefixCache, PrefixCacheConfig  # noqa: E402
-from pipeline.trace import model_info  # noqa: E402
+from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, Prompt
+from pipeline.prompt_cache.playback import prompt_tokens  # noqa: E402
+from pipeline.model.dims import kv_bytes_formula  # noqa: E402
+from pipeline.model.loader import shared_model  # noqa: E402
+from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig  # noqa: E402
 
 VARIETIES = ["Roma", "Cherokee Purple", "Sungold", "Brandywine", "San Marzano", "Black Krim"]
 TARGET_PREFIX_TOKENS = 1000
@@ -81,15 +81,14 @@ def main(argv=None) -> int:
     print(f"  hit / cold = {ratio:.3f}  (goal <= 0.2: {'met' if ratio <= 0.2 else 'NOT met'})")
     print(f"  same first token: {same}; max |logit difference| hit vs cold: {max_diff:.2e}")
 
-    info = model_info(lm)
-    per_token_formula = kv_bytes_formula(info["layers"], info["kv_heads"], info["head_dim"], 1,
-                                         info["bytes_per_value"])
+    d = lm.dims
+    per_token_formula = kv_bytes_formula(d.L, d.Hkv, d.Dh, 1, d.bytes_per_value)
     per_token_held = cache.bytes_held / cache.tokens_held
     print(f"\nBytes held: {cache.bytes_held:,} B for {cache.tokens_held} cached tokens "
           f"({len(cache.blocks)} blocks of {args.block_size}); A's last {len(a) % args.block_size} tokens "
           f"were a partial block, not cached")
-    print(f"  per cached token: {per_token_held:,.0f} B; KV formula 2 x L{info['layers']} x Hkv{info['kv_heads']} "
-          f"x Dh{info['head_dim']} x {info['bytes_per_value']} B = {per_token_formula:,} B "
+    print(f"  per cached token: {per_token_held:,.0f} B; KV formula 2 x L{d.L} x Hkv{d.Hkv} "
+          f"x Dh{d.Dh} x {d.bytes_per_value} B = {per_token_formula:,} B "
           f"(ratio {per_token_held / per_token_formula:.3f})")
     ok = ratio <= 0.2 and same and per_token_held == per_token_formula
     return 0 if ok else 1

@@ -29,6 +29,11 @@ class RequestRecord:
     options: GenerationOptions
     states: list[dict]  # [{state, t_s}] queued -> prefill -> decoding -> completed
 
+    @property
+    def messages(self) -> tuple[tuple[str, str], ...]:
+        """The conversation as (role, content) pairs."""
+        return tuple((m["role"], m["content"]) for m in self.openai["messages"])
+
     def to_json(self) -> dict:
         return {"id": self.id, "openai": self.openai, "anthropic": self.anthropic,
                 "options": self.options.to_dict(), "states": self.states}

@@ -24,11 +24,10 @@ def chip(text: str, token_id: int | None = None, role: str = "user", special: bo
             f"white-space:pre'>{html_text(text)}{sub}</span>")
 
 
-def token_chips(tokens: list[dict], show_ids: bool = True) -> str:
-    """tokens: [{index, id, text, role, special}] -> one HTML block of chips."""
+def token_chips(tokens, show_ids: bool = True) -> str:
+    """tokens: Token records (index, id, text, role, special) -> one HTML block of chips."""
     return "<div style='line-height:2.1'>" + "".join(
-        chip(t["text"], t["id"] if show_ids else None, t.get("role", "user"), t.get("special", False),
-             f"#{t.get('index', '')} id {t['id']} · {t.get('role', '')}")
+        chip(t.text, t.id if show_ids else None, t.role, t.special, f"#{t.index} id {t.id} · {t.role}")
         for t in tokens) + "</div>"
 
 
@@ -38,18 +37,18 @@ def legend(roles=("system", "user", "assistant", "template")) -> str:
     return "<div>" + "".join(parts) + "</div>"
 
 
-def highlighted_template(segments: list[dict], special_pieces: list[str]) -> str:
+def highlighted_template(segments, special_pieces: list[str]) -> str:
     """The rendered prompt as a <pre>: each segment tinted by role, special tokens boxed in red."""
     out = []
     for seg in segments:
-        bg = ROLE_COLOURS.get(seg["role"], "#f3f4f6")
-        body = html_text(seg["text"])
-        if seg["role"] == "template":
+        bg = ROLE_COLOURS.get(seg.role, "#f3f4f6")
+        body = html_text(seg.text)
+        if seg.role == "template":
             for piece in sorted(set(special_pieces), key=len, reverse=True):
                 safe = html_text(piece)
                 body = body.replace(safe, f"<b style='color:#b91c1c;border:1px solid #dc2626;border-radius:4px;"
                                           f"padding:0 2px'>{safe}</b>")
         body = body.replace("\n", "<span style='color:#94a3b8'>↵</span><br>")  # newlines are tokens too: show them
-        out.append(f"<span style='background:{bg}' title='{html_text(seg['role'])}'>{body}</span>")
+        out.append(f"<span style='background:{bg}' title='{html_text(seg.role)}'>{body}</span>")
     return ("<div style='font-family:monospace;white-space:pre-wrap;font-size:0.9em;line-height:1.8;padding:10px;"
             "border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111'>" + "".join(out) + "</div>")

@@ -5,10 +5,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages.common import current_trace, page_header
-from pipeline.layer_analysis import attention_by_hand
-from pipeline.prefill import Prefill, attention_for_layer
-from pipeline.render import axis_labels, code_span
+from views.common import current_trace, page_header
+from pipeline.model.prefill import Prefill
+from pipeline.stages.attention import attention_by_hand, attention_for_layer, weight_before
+from ui.escape import axis_labels, code_span
 
 WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
 
@@ -17,12 +17,12 @@ page_header("Attention", "Inside every layer, each token looks back at the token
             "looked at (key). Each row adds up to 100 %. Cells to the right of the diagonal are the future: "
             "a token may never see them, so they are masked.")
 trace = current_trace()
-m, p = trace.model, trace.prefill
-L, H, Hkv, Dh = m["layers"], m["heads"], m["kv_heads"], m["head_dim"]
+m, p = trace.dims, trace.prefill
+L, H, Hkv, Dh = m.L, m.H, m.Hkv, m.Dh
 T = len(trace.tokens)
 start = max(0, T - WINDOW)  # first query/key position shown; 0 unless the prompt is longer than WINDOW
-labels = axis_labels([t["text"] for t in trace.tokens])  # unique and escaped, for plotly
-plain = [f"({i}){t['text']}" for i, t in enumerate(trace.tokens)]  # widgets show text as text
+labels = axis_labels([t.text for t in trace.tokens])  # unique and escaped, for plotly
+plain = [f"({i}){t.text}" for i, t in enumerate(trace.tokens)]  # widgets show text as text
 
 
 @st.cache_data(max_entries=4, show_spinner="Computing this layer's attention...")
@@ -37,8 +37,8 @@ def layer_attention(request_id: str, ids: tuple[int, ...], layer: int, start: in
 c1, c2 = st.columns(2)
 layer = c1.slider("layer", 0, L - 1, 0, key="at_layer")
 head = c2.selectbox("query head", range(H), index=0, key="at_head",
-                    format_func=lambda h: f"head {h} (reads KV head {h // (H // Hkv)})")
-rows = layer_attention(trace.request["id"], tuple(trace.ids), layer, start, p)  # (H, T - start, T), once per rerun
+                    format_func=lambda h: f"head {h} (reads KV head {m.kv_head(h)})")
+rows = layer_attention(trace.request.id, tuple(trace.ids), layer, start, p)  # (H, T - start, T), once per rerun
 A = rows[head]  # (T - start, T) rows = queries start..T-1, columns = keys
 W = T - start
 win = A[:, start:]  # (W, W) the window: queries and keys start..T-1
@@ -62,7 +62,7 @@ fig.update_xaxes(title="key position (T): the token looked at", tickangle=-60, t
 fig.update_yaxes(title="query position (T): the token looking", autorange="reversed", tickfont=dict(size=9))
 st.plotly_chart(fig, width="stretch", key="at_heatmap")
 if start:
-    earlier = A[:, :start].sum(axis=-1)  # (W,) weight each shown query puts on keys before the window
+    earlier = weight_before(A, start)  # (W,) weight each shown query puts on keys before the window
     st.caption(f"The prompt has T = {T:,} tokens; the grid shows only the last {W} query and key positions "
                f"({start}–{T - 1}) so it stays readable and quick to draw. Rows still add up to 100 % over all "
                f"{T:,} keys: the shown rows put {earlier.min():.0%}–{earlier.max():.0%} of their weight on the "
@@ -87,7 +87,7 @@ def one_row(A: np.ndarray) -> None:
         st.caption(f"Bars from position {start} on; the {start:,} earlier tokens get {row[:start].sum():.1%} "
                    "together.")
     best = np.argsort(-row[: i + 1])[:3]
-    st.markdown("Reads most from: " + ", ".join(f"{code_span(trace.tokens[j]['text'])} ({row[j]:.0%})" for j in best))
+    st.markdown("Reads most from: " + ", ".join(f"{code_span(trace.tokens[j].text)} ({row[j]:.0%})" for j in best))
 
 
 one_row(A)
@@ -103,7 +103,7 @@ st.dataframe(pd.DataFrame({"KV head": range(Hkv),
 same = [h for h in range(H) if h // group == head // group]
 st.caption(f"Head {head} shares KV head {head // group} with heads {', '.join(str(h) for h in same if h != head)}. "
            f"Where each of them puts most weight for the last token: "
-           + ", ".join(f"head {h} → {trace.tokens[int(np.argmax(rows[h, -1]))]['text']!r}" for h in same))
+           + ", ".join(f"head {h} → {trace.tokens[int(np.argmax(rows[h, -1]))].text!r}" for h in same))
 
 
 @st.fragment
@@ -113,7 +113,7 @@ def by_hand(A: np.ndarray) -> None:
     st.caption("The same steps the model runs, with this head's real numbers, but on only four tokens so the grid "
                "fits on screen. Each token's query vector q and key vector k have Dh = "
                f"{Dh} numbers.")
-    user = [t["index"] for t in trace.tokens if t["role"] == "user" and t["index"] >= start]
+    user = [t.index for t in trace.tokens if t.role == "user" and t.index >= start]
     default = (user[-4:] if len(user) >= 4 else list(range(T))[-4:])
     chosen = st.multiselect("four tokens (in prompt order)", range(start, T), default=default, max_selections=4,
                             format_func=plain.__getitem__, key="at_hand_tokens")
@@ -121,7 +121,7 @@ def by_hand(A: np.ndarray) -> None:
         st.info("Pick at least two tokens.")
         return
     r = attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, chosen)
-    names = [trace.tokens[i]["text"] for i in r["positions"]]
+    names = [trace.tokens[i].text for i in r["positions"]]
     frame = lambda a, fmt: pd.DataFrame(a, index=[f"({i}) {n}" for i, n in zip(r["positions"], names)],  # noqa: E731
                                         columns=[f"({i}) {n}" for i, n in zip(r["positions"], names)]).map(fmt)
     a, b = st.columns(2)

@@ -1,30 +1,26 @@
-"""The one UI module that owns caching and session state. Pages import from here.
+"""The one UI module that owns caching and session state. Views import from here.
 
-The model is loaded once per server (`st.cache_resource`); one trace is captured per distinct
-request (plain values as the key) and shared by every page and every browser session.
+The model is loaded once per server (`st.cache_resource`). Finished runs live in one RunStore per
+server: one run per distinct request (plain values as the key), shared by every page and session,
+bounded in bytes.
 """
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import streamlit as st
 
 from pipeline.errors import InputError
-from pipeline.loader import LoadedModel, shared_model
-from pipeline.options import ChatRequest, GenerationOptions
+from pipeline.model.loader import LoadedModel, PassCounter, shared_model
+from pipeline.run_store import RunStore
+from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
 from pipeline.trace import Trace, run_trace
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
-DEFAULTS = {
-    "question": DEFAULT_QUESTION,
-    "system": "",
-    "history": "",
-    "max_new_tokens": 32,
-    "temperature": 0.0,
-    "top_k": 0,
-    "top_p": 1.0,
-    "min_p": 0.0,
-    "seed": 0,
-    "stop": "",
-}
+_OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
+DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
+            **{k: v for k, v in _OPTIONS.items() if k != "stop"}, "stop": ""}
+TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
 
 
 @st.cache_resource(show_spinner="Loading SmolLM2-135M-Instruct (first time: converting the weights, ~15 s)...")
@@ -32,31 +28,19 @@ def get_model() -> LoadedModel:
     return shared_model()
 
 
-# Traces are shared by every page and session. A short request's trace is ~20 MB, a 512-token
-# one ~430 MB (its full attention), so only a handful are kept.
-@st.cache_resource(max_entries=6, show_spinner="Running the model on your request...")
-def _cached_trace(messages: tuple, options: tuple) -> Trace:
-    request = ChatRequest(messages, GenerationOptions(*options))
-    return run_trace(request, get_model())
+@st.cache_resource
+def run_store() -> RunStore:
+    return RunStore()
+
+
+def session_passes() -> PassCounter:
+    """Forward passes run on behalf of this browser session (not everyone's)."""
+    return st.session_state.setdefault("forward_passes", PassCounter())
 
 
 def init_state() -> None:
     for key, value in DEFAULTS.items():
         st.session_state.setdefault(f"req_{key}", value)
-
-
-def parse_history(text: str) -> list[tuple[str, str]]:
-    """'user: hi\\nassistant: hello' -> [('user', 'hi'), ('assistant', 'hello')]."""
-    turns = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        role, sep, content = line.partition(":")
-        role = role.strip().lower()
-        if not sep or role not in ("user", "assistant"):
-            raise InputError("history", f"line {n} must start with 'user:' or 'assistant:'.")
-        turns.append((role, content.strip()))
-    return turns
 
 
 def current_request() -> ChatRequest:
@@ -68,18 +52,22 @@ def current_request() -> ChatRequest:
         top_p=float(s.req_top_p), min_p=float(s.req_min_p), seed=int(s.req_seed),
         stop=tuple(x for x in s.req_stop.split("|") if x),
     )
-    request = ChatRequest.from_question(s.req_question, system=s.req_system.strip() or None,
-                                        history=parse_history(s.req_history), options=options)
-    return request.validate()
+    history = parse_turns(s.req_history, "history", roles=("user", "assistant"))
+    return ChatRequest.from_question(s.req_question, system=s.req_system.strip() or None, history=list(history),
+                                     options=options)
+
+
+def trace_for(request: ChatRequest) -> Trace:
+    """The stored run for `request`, running the model only if nobody has asked it yet."""
+    key = (request.messages, tuple(sorted(request.options.to_dict().items(), key=lambda kv: kv[0])).__repr__())
+    with st.spinner("Running the model on your request..."):
+        return run_store().get_or_run(key, lambda: run_trace(request, get_model()))
 
 
 def current_trace() -> Trace:
     """The captured run for the sidebar's request; shows a clear message and stops on bad input."""
     try:
-        request = current_request()
-        o = request.options
-        return _cached_trace(request.messages, (o.max_new_tokens, o.temperature, o.top_k, o.top_p, o.min_p,
-                                                o.seed, o.stop))
+        return trace_for(current_request())
     except InputError as e:
         st.error(f"Please fix the request — {e}")
         st.stop()
@@ -92,10 +80,10 @@ def page_header(title: str, intro: str) -> None:
 
 def stage_link(page: str, label: str, icon: str | None = None) -> None:
     """Link to another stage's page; plain text when the page is not in the navigation
-    (AppTest runs one page file alone, and a page may not exist yet)."""
+    (AppTest runs one page file alone)."""
     from streamlit.errors import StreamlitAPIException, StreamlitPageNotFoundError
 
     try:
         st.page_link(page, label=label, icon=icon)
     except (StreamlitPageNotFoundError, StreamlitAPIException, KeyError):
-        st.caption(f"→ {label} ({page})")
+        st.caption(f"→ {label}")

@@ -4,16 +4,16 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages.common import current_trace, get_model, page_header
-from pipeline import embedding_space as es
-from pipeline.render import axis_labels, html_text, plotly_label
+from views.common import current_trace, get_model, page_header
+from pipeline.stages import embeddings as es
+from ui.escape import axis_labels, html_text, plotly_label
 
 page_header("Embeddings", "The model cannot read text, only numbers. Its first step is a lookup: the table has one "
             "row per token in the vocabulary, and each token id picks its row, a list of D numbers. Training placed "
             "tokens used in similar ways at nearby rows, which you can explore below.")
 trace = current_trace()
 lm = get_model()
-V, D = trace.model["vocab"], trace.model["hidden"]
+V, D = trace.dims.V, trace.dims.D
 
 
 @st.cache_resource(show_spinner="Preparing the embedding table...")
@@ -27,7 +27,7 @@ table, unit = embedding_table(lm.name)
 # --- the rows of this prompt --------------------------------------------------------------------------
 st.subheader("The rows for your prompt")
 E = trace.prefill.embeddings  # (T, D)
-labels = axis_labels([t["text"] for t in trace.tokens])
+labels = axis_labels([t.text for t in trace.tokens])
 lim = float(np.quantile(np.abs(E), 0.99))
 fig = go.Figure(go.Heatmap(z=E, y=labels, colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim,
                            colorbar=dict(title="value"),

@@ -1,5 +1,5 @@
 """Generation: the answer streamed token by token, with the measured timings."""
-from pages.common import current_trace, get_model, page_header, stage_link
+from views.common import current_trace, get_model, page_header, stage_link
 
 import time
 
@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.render import axis_labels
+from ui.escape import axis_labels
 
 page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
                           "feeds it back in, and repeats until it chooses to stop or hits the limit.")
@@ -15,13 +15,13 @@ lm = get_model()
 trace = current_trace()
 t = trace.timings
 deltas = [e for e in trace.events if e["event"] == "text_delta"]
-secs = {s["step"]: s["seconds"] for s in trace.steps}
+secs = {s.step: s.seconds for s in trace.steps}
 
 st.subheader("1. What you would see")
 c1, c2, c3, c4 = st.columns(4)
-c1.metric("Time to first token (TTFT)", f"{t['ttft_s']:.2f} s", help="From arrival to the first chosen token: "
+c1.metric("Time to first token (TTFT)", f"{t.ttft_s:.2f} s", help="From arrival to the first chosen token: "
           "mostly the prefill pass over the whole prompt.")
-c2.metric("Time per output token (TPOT)", f"{t['tpot_s'] * 1000:.0f} ms" if t["tpot_s"] else "—",
+c2.metric("Time per output token (TPOT)", f"{t.tpot_s * 1000:.0f} ms" if t.tpot_s else "—",
           help="Average time between two tokens once streaming has started.")
 c3.metric("Tokens generated", len(trace.steps))
 c4.metric("Finish reason", trace.finish_reason)
@@ -31,7 +31,7 @@ if st.button("▶ Replay the stream", type="primary"):
     factor = {"recorded": 1.0, "2× faster": 0.5, "10× faster": 0.1, "instant": 0.0}[speed]
 
     def stream():
-        time.sleep(min(t["ttft_s"], 5.0) * factor)
+        time.sleep(min(t.ttft_s, 5.0) * factor)
         for e in deltas:
             yield e["delta"]
             time.sleep(min(secs.get(e["step"] + 1, 0.0), 2.0) * factor)
@@ -49,7 +49,7 @@ st.caption("The replay waits the recorded time before each token (capped at 5 s 
 st.subheader("2. The stream as events")
 st.markdown("Each token that completes some text is sent as a small `text_delta` event. A token that ends in the "
             "middle of a multi-byte character waits until the character is complete.")
-rows = pd.DataFrame([{"step": e["step"], "delta": e["delta"], "token id": trace.steps[e["step"]]["token_id"],
+rows = pd.DataFrame([{"step": e["step"], "delta": e["delta"], "token id": trace.steps[e["step"]].token_id,
                       "ms since previous token": round(secs.get(e["step"], 0.0) * 1000, 1)} for e in deltas])
 c1, c2 = st.columns([1, 1])
 c1.json(deltas[:4], expanded=True)
@@ -58,38 +58,38 @@ c2.dataframe(rows, hide_index=True, width="stretch", height=300)
 st.subheader("3. Prefill vs decode timeline")
 st.markdown("Prefill reads the whole prompt in one pass and sets the wait before the first word. Decode then runs "
             "one short pass per new token; each pass re-reads every weight of the model to move one token forward.")
-prefill_end = t["ttft_s"]
+prefill_end = t.ttft_s
 fig = go.Figure()
 fig.add_trace(go.Bar(y=["request"], x=[prefill_end], base=[0.0], orientation="h", name="queue + prefill",
-                     marker_color="#f97316", hovertext=[f"{len(trace.tokens)} prompt tokens, {t['prefill_s']:.3f} s of "
+                     marker_color="#f97316", hovertext=[f"{len(trace.tokens)} prompt tokens, {t.prefill_s:.3f} s of "
                                                         f"model time"], hoverinfo="text+x"))
 start = prefill_end
-labels = axis_labels([s["token_text"] for s in trace.steps])
+labels = axis_labels([s.token_text for s in trace.steps])
 for s, label in zip(trace.steps[1:], labels[1:]):
-    fig.add_trace(go.Bar(y=["request"], x=[s["seconds"]], base=[start], orientation="h", showlegend=False,
+    fig.add_trace(go.Bar(y=["request"], x=[s.seconds], base=[start], orientation="h", showlegend=False,
                          marker_color="#0ea5e9", marker_line_color="white", marker_line_width=1,
-                         hovertext=[f"decode step {s['step']}: {label}"], hoverinfo="text+x"))
-    start += s["seconds"]
+                         hovertext=[f"decode step {s.step}: {label}"], hoverinfo="text+x"))
+    start += s.seconds
 fig.add_trace(go.Bar(y=["request"], x=[0], base=[0], orientation="h", name="decode steps", marker_color="#0ea5e9"))
 fig.update_layout(barmode="overlay", height=220, margin=dict(l=10, r=10, t=10, b=10),
                   xaxis_title="seconds since the request arrived", yaxis_title="")
 st.plotly_chart(fig, width="stretch")
-per_step = go.Figure(go.Bar(x=labels, y=[s["seconds"] * 1000 for s in trace.steps],
+per_step = go.Figure(go.Bar(x=labels, y=[s.seconds * 1000 for s in trace.steps],
                             marker_color=["#f97316"] + ["#0ea5e9"] * (len(trace.steps) - 1)))
 per_step.update_layout(height=280, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="generated token (step)",
                        yaxis_title="ms for this token", title="Time spent choosing each token after the previous one")
 st.plotly_chart(per_step, width="stretch")
-st.caption(f"Model time for prefill: {t['prefill_s']:.3f} s for {len(trace.tokens)} tokens. Total: {t['total_s']:.2f} s. "
+st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {len(trace.tokens)} tokens. Total: {t.total_s:.2f} s. "
            "Timings are measured on this shared CPU and vary from run to run.")
 
 st.subheader("4. The end")
 why = {"eos": "the model chose its end-of-turn token, which is not shown",
-       "length": f"the limit of {trace.request['options']['max_new_tokens']} new tokens was reached",
+       "length": f"the limit of {trace.request.options.max_new_tokens} new tokens was reached",
        "stop": "a stop string appeared, and the text was cut before it"}[trace.finish_reason]
 st.markdown(f"Generation stopped because {why}. The server sends a last `completed` event with the whole text, "
             f"every token id and the usage that is billed, then frees the request's KV cache.")
 c1, c2 = st.columns(2)
 c1.json(trace.events[-1], expanded=1)
-c2.json({"usage": trace.usage, "cleanup": trace.cleanup}, expanded=True)
+c2.json({"usage": trace.usage.to_json(), "cleanup": trace.cleanup.__dict__}, expanded=True)
 
-stage_link("pages/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")
+stage_link("views/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")

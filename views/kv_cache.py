@@ -1,51 +1,49 @@
 """KV cache: what it stores, how it grows, what it saves, and what it costs in GPU memory."""
-from pages.common import current_trace, get_model, page_header, stage_link
+from views.common import current_trace, get_model, page_header, stage_link
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline import kv_compare
-from pipeline.kv import kv_bytes_formula
-from pipeline.kv_memory import GIB, bytes_per_token, fit, human_bytes, load_configs
-from pipeline.render import axis_labels
+from pipeline.stages import kv_cache
+from pipeline.stages.kv_cache import NO_CACHE_MAX_TOKENS, GIB, bytes_per_token, fit, human_bytes, load_configs
+from ui.escape import axis_labels
 
 page_header("KV cache", "Each layer turns every token into a key (K, what it offers to be found by) and a value "
                         "(V, what it hands over). Earlier tokens never change, so their K and V are kept and reused "
                         "instead of being computed again for every new token.")
 lm = get_model()
 trace = current_trace()
-m = trace.model
-L, Hkv, Dh, bpv = m["layers"], m["kv_heads"], m["head_dim"], m["bytes_per_value"]
+m = trace.dims
+L, Hkv, Dh, bpv = m.L, m.Hkv, m.Dh, m.bytes_per_value
 
 
 REPEATS = (1, 4, 8)  # prompt lengths offered: your prompt, repeated k times
-NO_CACHE_MAX_TOKENS = 1024  # the uncached run re-reads the whole sequence every step: ~1,000 tokens x 32 steps
-#                             is already tens of seconds on 2 CPU cores
 
 
 @st.cache_data(max_entries=8, show_spinner="Running the model with and without the cache...")
 def measure(ids: tuple[int, ...], n_steps: int) -> dict:
-    return kv_compare.compare(get_model(), list(ids), n_steps)
+    return kv_cache.compare(get_model(), list(ids), n_steps)
 
 
 st.subheader("1. How the cache grows")
 st.markdown(f"After prefill the cache holds all {len(trace.tokens)} prompt tokens. Each decode step adds one more "
             f"token to every one of the {L} layers. Per token and layer it stores {Hkv} key heads and {Hkv} value "
-            f"heads of {Dh} numbers, each {bpv} bytes ({m['dtype']}).")
-steps = pd.DataFrame([{"step": s["step"], "token": s["token_text"], "tokens in cache": s["kv_cache_tokens"],
-                       "bytes": s["kv_cache_bytes"]} for s in trace.steps])
-per_token = kv_bytes_formula(L, Hkv, Dh, 1, bpv)
+            f"heads of {Dh} numbers, each {bpv} bytes ({m.dtype}).")
+steps = pd.DataFrame([{"step": s.step, "token": s.token_text, "tokens in cache": s.kv_cache_tokens,
+                       "bytes": s.kv_cache_bytes} for s in trace.steps])
+per_token = m.kv_bytes(1)
 c1, c2, c3 = st.columns(3)
 c1.metric("Bytes per token (all layers)", f"{per_token:,}", help=f"2 (K and V) × {L} L × {Hkv} Hkv × {Dh} Dh × {bpv} B")
 c2.metric("Cache after prefill", human_bytes(sum(trace.prefill.kv_bytes_per_layer)))
-c3.metric("Cache when the answer ended", human_bytes(trace.cleanup["kv_bytes_released"]),
-          help=f"{trace.cleanup['kv_tokens_released']} tokens; freed once the request completed")
+c3.metric("Cache when the answer ended", human_bytes(trace.cleanup.kv_bytes_released),
+          help=f"{trace.cleanup.kv_tokens_released} tokens: the prompt and every chosen token but the last, "
+               "which is never fed back; freed once the request completed")
 labels = axis_labels(list(steps["token"]))
 fig = go.Figure(go.Scatter(x=labels, y=steps["bytes"], mode="lines+markers", name="measured bytes",
                            customdata=steps["tokens in cache"], hovertemplate="%{x}<br>%{customdata} tokens<br>%{y:,} B"))
-fig.add_trace(go.Scatter(x=labels, y=[kv_bytes_formula(L, Hkv, Dh, n, bpv) for n in steps["tokens in cache"]],
+fig.add_trace(go.Scatter(x=labels, y=[m.kv_bytes(n) for n in steps["tokens in cache"]],
                          mode="lines", line_dash="dot", name="formula 2·L·Hkv·Dh·T·bytes"))
 fig.update_layout(height=300, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="decode step (token being chosen)",
                   yaxis_title="cache bytes (all L layers)")
@@ -53,7 +51,7 @@ st.plotly_chart(fig, width="stretch")
 
 st.markdown("The dotted formula line lies exactly on the measured bytes. Every layer keeps its own cache; here all "
             "layers have the same shape, so every row of the measured bytes per layer is the same:")
-per_layer = np.array([s["kv_bytes_per_layer"] for s in trace.steps])  # (S, L)
+per_layer = np.array([s.kv_bytes_per_layer for s in trace.steps])  # (S, L)
 heat = go.Figure(go.Heatmap(z=per_layer.T, x=labels, y=[f"layer {i}" for i in range(L)], colorscale="Blues",
                             colorbar_title="bytes", hovertemplate="%{y}, %{x}<br>%{z:,} B<extra></extra>"))
 heat.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="decode step",
@@ -67,7 +65,7 @@ st.markdown("Without a cache, every new token means running the whole conversati
 c1, c2, c3 = st.columns([2, 2, 1])
 n_steps = c1.slider("Tokens to generate each way", 2, 32, 16, key="kv_n_steps")
 T = len(trace.ids)
-limit = min(NO_CACHE_MAX_TOKENS, m["context_window"])  # longest sequence the uncached run may re-read
+limit = min(NO_CACHE_MAX_TOKENS, m.context_window)  # longest sequence the uncached run may re-read
 offered = [k for k in REPEATS if T * k + n_steps <= limit]
 skipped = [k for k in REPEATS if k not in offered]
 if offered:
@@ -77,7 +75,7 @@ if offered:
 if skipped:
     st.caption(", ".join(f"× {k} ({T * k:,} + {n_steps} = {T * k + n_steps:,} tokens)" for k in skipped)
                + f" not offered: the run without a cache re-reads the whole sequence at every step, so this page "
-               f"keeps it within {limit:,} tokens (the model's context window is {m['context_window']:,}). "
+               f"keeps it within {limit:,} tokens (the model's context window is {m.context_window:,}). "
                "Fewer tokens to generate, or a shorter question, bring more lengths back.")
 if c3.button("Measure now", type="primary", key="kv_measure_btn", disabled=not offered):
     st.session_state["kv_measured"] = True
@@ -165,4 +163,4 @@ st.dataframe(table, hide_index=True, width="stretch")
 st.caption("Shapes from each model's published configuration (assets/model_configs.json). Fewer key/value heads "
            "than query heads (Hkv < H, grouped-query attention) is what keeps these caches small.")
 
-stage_link("pages/prefix_cache.py", "Next: reusing the cache across requests (prompt caching)", "♻️")
+stage_link("views/prefix_cache.py", "Next: reusing the cache across requests (prompt caching)", "♻️")

@@ -3,19 +3,19 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages.common import current_trace, get_model, page_header
-from pipeline import layer_analysis as la
-from pipeline.embedding_space import token_text
-from pipeline.render import axis_labels, plotly_label
+from views.common import current_trace, get_model, page_header
+from pipeline.stages import layers as la
+from pipeline.text import token_text
+from ui.escape import axis_labels, plotly_label
 
 page_header("Layers", "Each token's vector travels up a stack of L blocks. Every block reads the vector, computes a "
             "change with attention (looking at other tokens) and then with an MLP (thinking about this token "
             "alone), and adds both changes to it. This running vector is called the residual stream.")
 trace = current_trace()
 lm = get_model()
-m, p = trace.model, trace.prefill
-L, T, D = m["layers"], len(trace.tokens), m["hidden"]
-labels = axis_labels([t["text"] for t in trace.tokens])  # (T,) unique, escaped
+m, p = trace.dims, trace.prefill
+L, T, D = m.L, len(trace.tokens), m.D
+labels = axis_labels([t.text for t in trace.tokens])  # (T,) unique, escaped
 layer_names = ["0 (embeddings)"] + [f"{i}" for i in range(1, L)] + [f"{L} (last)"]
 
 
@@ -51,7 +51,7 @@ st.caption(f"1 = the block left the direction unchanged. Mean over tokens: first
 def contributions() -> None:
     st.subheader("Attention vs MLP: who writes more")
     c = la.contributions(p.attn_out, p.mlp_out)  # {"attention": (L, T), "mlp": (L, T)}
-    plain = ["mean over all tokens"] + [f"({i}){t['text']}" for i, t in enumerate(trace.tokens)]
+    plain = ["mean over all tokens"] + [f"({i}){t.text}" for i, t in enumerate(trace.tokens)]
     pick = st.selectbox("token", range(T + 1), index=0, format_func=plain.__getitem__, key="ly_token")
     pick_values = (lambda a: a.mean(axis=1)) if pick == 0 else (lambda a: a[:, pick - 1])
     fig = go.Figure([go.Bar(name="attention's write", x=np.arange(L), y=pick_values(c["attention"]), marker_color="#2a6f97"),

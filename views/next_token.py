@@ -5,11 +5,13 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages.common import current_trace, get_model, page_header
-from pipeline.embedding_space import token_text
-from pipeline.options import GenerationOptions
-from pipeline.render import code_span, plotly_label
-from pipeline.sampling import draw, empirical, filter_stages, mask_logits, softmax
+from views.common import current_trace, get_model, page_header
+from pipeline.text import token_text
+from pipeline.stages.next_token import candidates, draw, empirical, filter_stages, mask_logits, softmax
+from pipeline.stages.request import GenerationOptions
+from pipeline.stages.tokens import encode
+from pipeline.text import plural
+from ui.escape import code_span, plotly_label
 
 page_header("Next token", "After the last layer the model gives every one of its V tokens a score (a logit). "
             "Softmax turns the scores into probabilities, the filters below cut the unlikely tail, and one "
@@ -17,7 +19,8 @@ page_header("Next token", "After the last layer the model gives every one of its
             "runs the model again.")
 trace = current_trace()
 tok = get_model().tokenizer
-V = trace.model["vocab"]
+V = trace.dims.V
+run = trace.request.options  # the settings the run itself used
 STAGE_TITLES = {"softmax": "softmax (T = 1)", "temperature": "after temperature", "top_k": "after top-k",
                 "top_p": "after top-p", "min_p": "after min-p"}
 
@@ -26,27 +29,27 @@ S = len(trace.step_logits)  # step_logits (S, V)
 step = st.slider("Generation step (0 = the first answer token, right after the prompt)", 0, max(S - 1, 1),
                  0, disabled=S < 2, key="nt_step") if S > 1 else 0
 logits = trace.step_logits[step].astype(np.float64)  # (V,)
-so_far = "".join(s["token_text"] for s in trace.steps[:step])
+so_far = "".join(s.token_text for s in trace.steps[:step])
 chosen = trace.steps[step]
 st.caption("Answer so far, and the token the run chose at this step (␣ = space, ↵ = new line):")
-st.code(f"answer so far: {so_far or '(nothing yet)'}\nchosen next:   {chosen['token_text']}  (id {chosen['token_id']})",
+st.code(f"answer so far: {so_far or '(nothing yet)'}\nchosen next:   {chosen.token_text}  (id {chosen.token_id})",
         language=None, wrap_lines=True)
 
 # --- top candidates ---------------------------------------------------------------------------------
 raw = softmax(logits)  # (V,)
-top = np.argsort(-logits)[:15]
+table = pd.DataFrame(candidates(tok, logits, 15))
+table["probability"] = table["probability"].map(lambda x: f"{x:.2%}")
 st.subheader("Top candidates")
-st.dataframe(pd.DataFrame({
-    "rank": np.arange(1, len(top) + 1), "token": [token_text(tok, i) for i in top], "id": top,
-    "logit": np.round(logits[top], 3), "probability": [f"{raw[i]:.2%}" for i in top],
-}), hide_index=True, width="stretch", height=35 * (len(top) + 1) + 3)
+st.dataframe(table, hide_index=True, width="stretch", height=35 * (len(table) + 1) + 3)
 st.caption(f"Scores for all V = {V:,} tokens exist; these are the 15 highest. Probability = e^logit / sum of "
            "e^logit over the whole vocabulary.")
 
 
-# --- sampling controls (local to this page) --------------------------------------------------------
-if "nt_seed" not in st.session_state:  # set here, not as the widget's default: the Draw-again button also sets it
-    st.session_state.nt_seed = 0
+# --- sampling controls (local to this page); they start from the run's own settings -------------------
+RUN_SETTINGS = {"nt_temperature": float(run.temperature), "nt_top_k": int(run.top_k), "nt_top_p": float(run.top_p),
+                "nt_min_p": float(run.min_p), "nt_seed": int(run.seed or 0)}
+if st.session_state.get("nt_run_id") != trace.request.id:  # a new run: start again from its settings
+    st.session_state.update(RUN_SETTINGS, nt_run_id=trace.request.id)
 
 
 @st.fragment
@@ -56,13 +59,22 @@ def sampler() -> None:
                "outsiders come back, 0 always picks the favourite. Then top-k keeps the k best, top-p keeps the best "
                "until their total reaches p, min-p drops any token under min-p × the favourite's probability.")
     c = st.columns(5)
-    temperature = c[0].slider("temperature", 0.0, 2.0, 0.8, 0.05, key="nt_temperature")
-    top_k = c[1].number_input("top-k (0 = off)", 0, V, 0, key="nt_top_k")
-    top_p = c[2].slider("top-p", 0.01, 1.0, 0.9, 0.01, key="nt_top_p")
-    min_p = c[3].slider("min-p", 0.0, 1.0, 0.0, 0.01, key="nt_min_p")
-    seed = c[4].number_input("seed (this page only)", 0, 2**31 - 1, key="nt_seed")  # value from session state
+    temperature = c[0].slider("temperature", 0.0, 2.0, step=0.05, key="nt_temperature")
+    top_k = c[1].number_input("top-k (0 = off)", 0, V, key="nt_top_k")
+    top_p = c[2].slider("top-p", 0.01, 1.0, step=0.01, key="nt_top_p")
+    min_p = c[3].slider("min-p", 0.0, 1.0, step=0.01, key="nt_min_p")
+    seed = c[4].number_input("seed (this page only)", 0, 2**31 - 1, key="nt_seed")  # values from session state
     opts = GenerationOptions(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                              min_p=float(min_p), seed=int(seed))
+    moved = [k.removeprefix("nt_").replace("_", "-") for k, v in RUN_SETTINGS.items()
+             if k != "nt_seed" and st.session_state[k] != v]
+    if moved:
+        st.info(f"You moved {', '.join(moved)} away from the run's own settings (temperature {run.temperature}, "
+                f"top-k {run.top_k}, top-p {run.top_p}, min-p {run.min_p}): what you see below is what the model "
+                "would have drawn from, not what it did.")
+        st.button("Back to the run's settings", key="nt_reset", on_click=lambda: st.session_state.update(RUN_SETTINGS))
+    else:
+        st.caption("These are the run's own settings: the chart shows exactly what the token above was chosen from.")
     stages = filter_stages(logits, opts)
     final = stages[-1].probs  # (V,)
     shown = np.argsort(-raw)[:12]
@@ -74,7 +86,8 @@ def sampler() -> None:
                       xaxis_title="candidate token (12 best of V)", yaxis_title="probability",
                       legend=dict(orientation="h", y=1.12))
     st.plotly_chart(fig, width="stretch", key="nt_stages_chart")
-    st.markdown(" → ".join(f"**{STAGE_TITLES[s.name]}**: {s.kept:,} tokens can still be drawn" for s in stages))
+    st.markdown(" → ".join(f"**{STAGE_TITLES[s.name]}**: {plural(s.kept, 'token')} can still be drawn"
+                           for s in stages))
 
     st.subheader("Draw many times")
     d1, d2 = st.columns([3, 1])
@@ -113,7 +126,7 @@ def constrained() -> None:
                           key="nt_allowed")
     allowed = []
     for w in dict.fromkeys(x.strip() for x in words.split(",") if x.strip()):
-        ids = tok(w, add_special_tokens=False)["input_ids"]
+        ids = encode(tok, w)
         if ids:
             allowed.append((w, int(ids[0])))
     if not allowed:

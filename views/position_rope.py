@@ -4,8 +4,8 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pages.common import current_trace, page_header
-from pipeline import rope
+from views.common import current_trace, page_header
+from pipeline.stages import position as rope
 
 
 page_header("Position (RoPE)", "An embedding row says which token it is, not where it stands. SmolLM2 adds position "
@@ -13,8 +13,8 @@ page_header("Position (RoPE)", "An embedding row says which token it is, not whe
             "pair is turned like a clock hand by an angle that grows with the position. Some pairs turn fast, "
             "others very slowly.")
 trace = current_trace()
-m, p = trace.model, trace.prefill
-base, Dh, H, Hkv, L = m["rope_theta"], m["head_dim"], m["heads"], m["kv_heads"], m["layers"]
+m, p = trace.dims, trace.prefill
+base, Dh, H, Hkv, L = m.rope_base, m.Dh, m.H, m.Hkv, m.L
 T = len(trace.tokens)
 pairs = Dh // 2
 
@@ -39,14 +39,14 @@ st.subheader("Only the distance matters: a check on real vectors")
 st.caption("Turning q by angle a and k by angle b changes their dot product only through a − b. So if both tokens "
            "moved along by the same number of positions, their score would not change. Below: one head's real q "
            "and k (turned back to before RoPE), placed at shifted positions.")
-plain = [f"({i}){t['text']}" for i, t in enumerate(trace.tokens)]
+plain = [f"({i}){t.text}" for i, t in enumerate(trace.tokens)]
 c = st.columns(4)
 layer = c[0].slider("layer", 0, L - 1, min(10, L - 1), key="rope_layer")
 head = c[1].selectbox("query head", range(H), index=0, key="rope_head")
 i = c[2].selectbox("query token (i)", range(T), index=T - 1, format_func=plain.__getitem__, key="rope_i")
 j = c[3].selectbox("key token (j)", range(i + 1), index=min(i, max(0, i - 5)), format_func=plain.__getitem__,
                    key="rope_j")
-kv = head // (H // Hkv)
+kv = m.kv_head(head)
 q, k = rope.pre_rope(p, layer, head, kv, base)  # (T, Dh) each, before RoPE
 shifts = [0, 1, 10, 100, 1000, 5000]
 scores = rope.shifted_scores(q[i], k[j], i, j, shifts, base)  # (S,)

@@ -1,13 +1,14 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
-from pages.common import get_model, page_header
+from views.common import get_model, page_header
 
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.cache_demo import (INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, block_legend, block_row_html,
-                                 compare_texts, divergence_html, play, scenarios)
+from pipeline.prompt_cache.playback import compare_texts, play
+from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
+from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from pipeline.errors import InputError
-from pipeline.render import plotly_label
+from ui.escape import plotly_label
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
                               "conversation every time. A prompt cache keeps the keys and values computed for "

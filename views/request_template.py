@@ -1,10 +1,13 @@
 """Request & template: the two JSON styles, then the one text the model really reads."""
-from pages.common import current_trace, get_model, page_header, stage_link
+from views.common import current_trace, get_model, page_header, stage_link
+from pipeline.stages.request import ChatRequest
+from pipeline.stages.template import default_system_prompt
+from pipeline.stages.tokens import role_counts
 
 import pandas as pd
 import streamlit as st
 
-from pipeline.chips import highlighted_template, legend
+from ui.chips import highlighted_template, legend
 
 page_header("Request & template", "Before any maths happens, your conversation is sent as JSON and then flattened into "
                                   "a single text with marker tokens: the chat template.")
@@ -18,44 +21,44 @@ st.markdown("Chat APIs are stateless: every request carries the full conversatio
 c1, c2 = st.columns(2)
 with c1:
     st.markdown("**OpenAI style**: the system prompt is just the first message, with role `system`.")
-    st.json(req["openai"], expanded=True)
+    st.json(req.openai, expanded=True)
 with c2:
     st.markdown("**Anthropic style**: the system prompt is a separate top-level `system` field.")
-    st.json(req["anthropic"], expanded=True)
-if not any(msg["role"] == "system" for msg in req["openai"]["messages"]):
+    st.json(req.anthropic, expanded=True)
+if not any(msg["role"] == "system" for msg in req.openai["messages"]):
     st.info("This request has no system prompt, so neither body has one. SmolLM2's template fills in its own "
             "default, as you can see below. Add one in the sidebar to see both styles place it.")
 
 st.subheader("2. The server accepts it and tracks its state")
-st.markdown(f"Request id **`{req['id']}`**. Each change of state is stamped with the time since arrival.")
-st.dataframe(pd.DataFrame(req["states"]).rename(columns={"t_s": "seconds after arrival"}), hide_index=True)
+st.markdown(f"Request id **`{req.id}`**. Each change of state is stamped with the time since arrival.")
+st.dataframe(pd.DataFrame(req.states).rename(columns={"t_s": "seconds after arrival"}), hide_index=True)
 
 st.subheader("3. The chat template: one text for the model")
 st.markdown("The model was trained on conversations written in one fixed layout. The template writes each turn "
             "between `<|im_start|>role` and `<|im_end|>`, and ends with an open `assistant` turn so the model's "
             "next words become the answer. Special marker tokens are boxed in red; grey text was added by the "
             "template, not typed by anyone.")
-special_pieces = sorted({t["text"] for t in trace.tokens if t["special"]})
+special_pieces = sorted({t.text for t in trace.tokens if t.special})
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(highlighted_template(trace.segments, special_pieces), unsafe_allow_html=True)
 
-by_role = pd.DataFrame(trace.tokens).groupby("role").size().rename("tokens").reset_index()
-added = sum(len(s["text"]) for s in trace.segments if s["role"] == "template")
+by_role = pd.DataFrame(list(role_counts(trace.tokens).items()), columns=["role", "tokens"])
+added = sum(len(s.text) for s in trace.segments if s.role == "template")
 c1, c2, c3 = st.columns(3)
 c1.metric("Characters in the prompt", len(trace.prompt_text))
 c2.metric("Characters added by the template", added)
-c3.metric("Special marker tokens", sum(t["special"] for t in trace.tokens))
+c3.metric("Special marker tokens", sum(t.special for t in trace.tokens))
 st.dataframe(by_role, hide_index=True)
 
-default_sys = next((s for s in trace.segments if s["role"] == "template" and "You are" in s["text"]), None)
+default_sys = default_system_prompt(lm.tokenizer, ChatRequest(trace.request.messages))
 if default_sys is not None:
-    st.markdown("**Default system prompt.** You gave no system prompt, so SmolLM2's template inserted "
-                "*\"You are a helpful AI assistant named SmolLM, trained by Hugging Face\"*. It is billed and "
-                "processed like any other prompt text.")
+    st.markdown("**Default system prompt.** You gave no system prompt, so the model's template inserted its own:")
+    st.code(default_sys, language=None, wrap_lines=True)
+    st.caption("It is billed and processed like any other prompt text.")
 
 with st.expander("The segments as data (role of each stretch of text)"):
-    st.dataframe(pd.DataFrame(trace.segments), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([seg.to_json() for seg in trace.segments]), hide_index=True, width="stretch")
 with st.expander("The raw rendered text"):
     st.code(trace.prompt_text, language=None)
 
-stage_link("pages/tokens.py", "Next: how this text becomes tokens", "🔤")
+stage_link("views/tokens.py", "Next: how this text becomes tokens", "🔤")

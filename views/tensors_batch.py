@@ -1,16 +1,15 @@
 """Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
-from pages.common import current_trace, get_model, page_header, stage_link
+from views.common import current_trace, get_model, page_header, stage_link
 
 import json
 
 import pandas as pd
 import streamlit as st
 
-from pipeline.batch import batch_tensors, describe
 from pipeline.errors import InputError
-from pipeline.options import ChatRequest
-from pipeline.render import render_text
-from pipeline.trace import tokenize_request
+from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, pad_token_text, padding_share
+from pipeline.stages.request import ChatRequest
+from pipeline.stages.tokens import tokenize_request
 
 page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
                                "padded to the same length so several can be computed in one go.")
@@ -21,8 +20,7 @@ PAD_BG = "background-color:#fee2e2;color:#991b1b"
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def prompt_ids(question: str) -> list[int]:
-    _, _, tokens, _ = tokenize_request(get_model(), ChatRequest.from_question(question).validate())
-    return [t.id for t in tokens]
+    return tokenize_request(get_model().tokenizer, ChatRequest.from_question(question)).ids
 
 
 def grid(values: list[list[int]], mask: list[list[int]], names: list[str]) -> "pd.io.formats.style.Styler":
@@ -60,7 +58,7 @@ except InputError as e:
     st.stop()
 names = ["request 0 (yours)"] + [f"request {i}" for i in range(1, len(seqs))]
 tensors = describe(batch_tensors(seqs, lm.tokenizer.pad_token_id, left_pad=(side == "left")))
-pad_piece = render_text(lm.tokenizer.convert_ids_to_tokens([lm.tokenizer.pad_token_id])[0])
+pad_piece = pad_token_text(lm.tokenizer)
 st.markdown(f"Padding token id **{lm.tokenizer.pad_token_id}** (`{pad_piece}`). Prompt lengths: "
             + ", ".join(f"{n}: **{len(s)}**" for n, s in zip(names, seqs)) + ".")
 st.dataframe(pd.DataFrame([{"tensor": k, "shape (B, T)": str(tuple(v["shape"])), "dtype": v["dtype"],
@@ -71,9 +69,8 @@ tabs = st.tabs(list(tensors))
 for tab, (name, v) in zip(tabs, tensors.items()):
     with tab:
         st.dataframe(grid(v["values"], mask, names), width="stretch")
-real = sum(len(s) for s in seqs)
-total = len(seqs) * max(len(s) for s in seqs)
-st.caption(f"{total - real} of {total} cells ({(total - real) / total:.0%}) are padding: work the GPU does for "
+padding, total = padding_share(seqs)
+st.caption(f"{padding} of {total} cells ({padding / total:.0%}) are padding: work the GPU does for "
            "nothing. Real servers reduce this by packing requests or batching them continuously.")
 
 st.subheader("3. The batch entry and the next decode step")
@@ -84,9 +81,8 @@ if trace.steps:
     T = len(trace.tokens)
     first = trace.steps[0]
     c2.markdown("After prefill only the newly chosen token is fed in; the cache supplies the rest:")
-    step = {"input_ids": [[first["token_id"]]], "position_ids": [[T]], "attention_mask": [[1] * (T + 1)],
-            "input_shape": [1, 1], "past_token_count": T}
+    step = decode_step_tensors(T, first.token_id)
     c2.code("\n".join(f"{k}: {json.dumps(v)}" for k, v in step.items()), language="yaml", wrap_lines=True)
     c2.caption(f"One new token, but the mask has {T + 1} ones: the {T} cached positions plus the new one.")
 
-stage_link("pages/embeddings.py", "Next: each id picks a row of the embedding table", "📍")
+stage_link("views/embeddings.py", "Next: each id picks a row of the embedding table", "📍")

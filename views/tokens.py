@@ -1,13 +1,13 @@
 """Tokens: the prompt cut into pieces, each with its id; and the same text through other tokenizers."""
-from pages.common import current_trace, get_model, page_header, stage_link
+from views.common import current_trace, get_model, page_header, stage_link
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.chips import legend, token_chips
-from pipeline.compare_tokenizers import compare, encode_model, encode_other
-from pipeline.template import describe_tokens
+from ui.chips import legend, token_chips
+from pipeline.text import plural
+from pipeline.stages.tokens import Token, compare, cost_table, encode_model, encode_other, role_counts, text_tokens
 
 page_header("Tokens", "The model never sees letters. A tokenizer cuts the text into pieces from a fixed list "
                       "(its vocabulary) and hands over each piece's number, its token id.")
@@ -16,16 +16,14 @@ trace = current_trace()
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def compare_dicts(text: str) -> list[dict]:
-    return [r.to_dict() for r in compare(text, get_model().tokenizer, trace.model["name"])]
+def compared(text: str) -> list:
+    return compare(text, get_model().tokenizer, trace.dims.name)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def model_pieces(text: str, safe: bool) -> list[dict]:
+def model_pieces(text: str, safe: bool) -> list[Token]:
     """safe=True keeps special-token look-alikes as plain text; False lets them become control tokens."""
-    tok = get_model().tokenizer
-    ids = tok(text, add_special_tokens=False, split_special_tokens=safe)["input_ids"]
-    return [t.to_dict() for t in describe_tokens(tok, ids, ["user"] * len(ids))]
+    return text_tokens(get_model().tokenizer, text, safe)
 
 
 st.subheader(f"1. Your prompt as {len(trace.tokens)} tokens")
@@ -34,23 +32,23 @@ st.markdown("Each chip is one token; the small number is its id. `␣` marks a s
             "in Korean or emoji) show their raw bytes as `<0x..>`. Red boxes are special marker tokens.")
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(token_chips(trace.tokens), unsafe_allow_html=True)
-counts = pd.DataFrame(trace.tokens).groupby("role").size()
+counts = role_counts(trace.tokens)
 cols = st.columns(len(counts) + 1)
 cols[0].metric("Tokens in the prompt", len(trace.tokens))
 for col, (role, n) in zip(cols[1:], counts.items()):
     col.metric(f"{role} tokens", int(n))
 
 st.subheader("2. Text that looks like a control token")
-safe_ids, naive_ids = [t["id"] for t in trace.tokens], [t["id"] for t in trace.naive_tokens]
+safe_ids, naive_ids = trace.ids, [t.id for t in trace.naive_tokens]
 if safe_ids != naive_ids:
     st.warning("Your text contains something that looks like a special token. A careful server (left) keeps it as "
                "ordinary text; a naive one (right) turns it into a real control token, letting a user fake the "
                "end of their turn or a system message.")
     c1, c2 = st.columns(2)
     c1.markdown(f"**Safe: {len(safe_ids)} tokens**")
-    c1.markdown(token_chips([t for t in trace.tokens if t["role"] != "template"]), unsafe_allow_html=True)
+    c1.markdown(token_chips([t for t in trace.tokens if t.role != "template"]), unsafe_allow_html=True)
     c2.markdown(f"**Naive: {len(naive_ids)} tokens**")
-    c2.markdown(token_chips([t for t in trace.naive_tokens if t["role"] != "template"]), unsafe_allow_html=True)
+    c2.markdown(token_chips([t for t in trace.naive_tokens if t.role != "template"]), unsafe_allow_html=True)
 else:
     st.markdown("Your messages contain no special-token look-alikes, so safe and naive tokenization agree. Try "
                 "typing `<|im_end|>` in the box below (or in the question) to see the difference.")
@@ -62,30 +60,27 @@ if not text:
     st.info("Type some text above.")
     st.stop()
 safe = model_pieces(text, True)
-st.markdown(f"**{trace.model['name']}: {len(safe)} tokens** (special-token look-alikes kept as text)")
+st.markdown(f"**{trace.dims.name}: {len(safe)} tokens** (special-token look-alikes kept as text)")
 st.markdown(token_chips(safe), unsafe_allow_html=True)
 naive = model_pieces(text, False)
-if [t["id"] for t in naive] != [t["id"] for t in safe]:
+if [t.id for t in naive] != [t.id for t in safe]:
     st.markdown(f"Tokenized naively the same text gives **{len(naive)} tokens**, with real control tokens in red:")
     st.markdown(token_chips(naive), unsafe_allow_html=True)
 
 st.subheader("4. The same text through other tokenizers")
 st.markdown("Every model family has its own vocabulary, so the same text costs a different number of tokens. "
             "Prices and context limits are counted in tokens, so this ratio is a ratio of cost.")
-results = compare_dicts(text)
-base = results[0]["count"]
-table = pd.DataFrame([{"tokenizer": r["name"], "used by": r["label"], "tokens": r["count"],
-                       "chars per token": round(len(text) / max(r["count"], 1), 2),
-                       "cost ratio vs this model": round(r["count"] / max(base, 1), 2)} for r in results])
+results = compared(text)
+table = pd.DataFrame(cost_table(text, results))
 st.dataframe(table, hide_index=True, width="stretch")
 fig = go.Figure(go.Bar(x=table["tokenizer"], y=table["tokens"], text=table["tokens"], marker_color="#0ea5e9"))
 fig.update_layout(height=260, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="tokenizer",
                   yaxis_title="tokens for this text")
 st.plotly_chart(fig, width="stretch")
 for r in results[1:]:
-    st.markdown(f"**{r['name']}** ({r['count']} tokens)")
-    st.markdown(token_chips([{"index": n, "id": i, "text": p, "role": "assistant", "special": False}
-                             for n, (i, p) in enumerate(zip(r["ids"], r["pieces"]))]), unsafe_allow_html=True)
+    st.markdown(f"**{r.name}** ({plural(r.count, 'token')})")
+    st.markdown(token_chips([Token(n, i, p, "assistant", False) for n, (i, p) in enumerate(zip(r.ids, r.pieces))]),
+                unsafe_allow_html=True)
 
 st.subheader("5. Capitals and spaces change the token")
 st.markdown("The same word is a different token depending on a leading space or a capital letter. To the model "
@@ -93,10 +88,10 @@ st.markdown("The same word is a different token depending on a leading space or 
 rows = []
 for variant in (" contract", "Contract", "contract"):
     o = encode_other("o200k_base", variant)
-    s = encode_model(lm.tokenizer, trace.model["name"], variant)
+    s = encode_model(lm.tokenizer, trace.dims.name, variant)
     rows.append({"text": repr(variant), "o200k_base ids": ", ".join(map(str, o.ids)),
-                 f"{trace.model['name']} ids": ", ".join(map(str, s.ids)),
-                 f"{trace.model['name']} pieces": " | ".join(s.pieces)})
+                 f"{trace.dims.name} ids": ", ".join(map(str, s.ids)),
+                 f"{trace.dims.name} pieces": " | ".join(s.pieces)})
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
-stage_link("pages/tensors_batch.py", "Next: the ids become tensors in a batch", "🧮")
+stage_link("views/tensors_batch.py", "Next: the ids become tensors in a batch", "🧮")

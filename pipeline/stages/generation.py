@@ -6,7 +6,7 @@ Shape letters: S decode steps, V vocabulary, L layers.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch

@@ -1,0 +1,66 @@
+"""Stored runs: finished traces kept in memory, bounded in bytes, one computation per request.
+
+Identical requests (same messages, same options) share one trace: a second caller asking while the
+first is still running waits for that run instead of starting another. The least recently used
+traces are dropped once their captured arrays exceed `max_bytes`.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Hashable
+
+DEFAULT_MAX_BYTES = 1_200 * 2**20  # a few long runs or dozens of short ones; the server stays under ~3 GB
+
+
+class RunStore:
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, size_of: Callable[[object], int] = lambda t: t.nbytes):
+        self.max_bytes = max_bytes
+        self.size_of = size_of
+        self._items: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()  # least recently used first
+        self._running: dict[Hashable, threading.Event] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def bytes_held(self) -> int:
+        with self._lock:
+            return sum(size for _, size in self._items.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def get_or_run(self, key: Hashable, run: Callable[[], object]):
+        """The stored result for `key`, or `run()`'s, computed once however many callers ask at once."""
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    return self._items[key][0]
+                waiting = self._running.get(key)
+                if waiting is None:
+                    done = self._running[key] = threading.Event()
+                    break
+            waiting.wait()  # another caller is computing it; then look again (it may have failed)
+        try:
+            result = run()
+            self._put(key, result)
+            return result
+        finally:
+            with self._lock:
+                self._running.pop(key, None)
+            done.set()
+
+    def _put(self, key: Hashable, result) -> None:
+        size = int(self.size_of(result))
+        with self._lock:
+            self._items[key] = (result, size)
+            self._items.move_to_end(key)
+            total = sum(s for _, s in self._items.values())
+            while total > self.max_bytes and len(self._items) > 1:
+                _, (_, dropped) = self._items.popitem(last=False)
+                total -= dropped
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
