@@ -165,7 +165,12 @@ class Trace:
         return out
 
 
-def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int) -> None:
+def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int, max_prompt_tokens: int | None = None) -> None:
+    """Refuse, before any forward pass, a prompt that does not fit the window (or a server's own cap)."""
+    if max_prompt_tokens is not None and n_prompt > max_prompt_tokens:
+        raise InputError("messages", f"the prompt is {n_prompt:,} tokens; this shared server runs prompts of up to "
+                                     f"{max_prompt_tokens:,} tokens so that one request cannot hold the model for "
+                                     f"everyone (the command line takes the full {dims.context_window:,}).")
     window = dims.context_window
     if n_prompt >= window:
         raise InputError("messages", f"the prompt is {n_prompt:,} tokens but the context window is {window:,}; "
@@ -175,7 +180,7 @@ def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int) -> None:
                                            f"{window:,}-token context window; at most {window - n_prompt:,} fit.")
 
 
-def run_trace(request: ChatRequest, lm=None) -> Trace:
+def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = None) -> Trace:
     """Follow one request through every stage on the real model."""
     from .model.loader import shared_model
 
@@ -185,7 +190,7 @@ def run_trace(request: ChatRequest, lm=None) -> Trace:
     state = RequestState(rid)
     tokenized = tokenize_request(lm.tokenizer, request)
     ids = tokenized.ids
-    check_fits(lm.dims, len(ids), request.options.max_new_tokens)
+    check_fits(lm.dims, len(ids), request.options.max_new_tokens, max_prompt_tokens)
     single = batching.describe(batching.batch_tensors([ids], lm.tokenizer.pad_token_id))
     state.advance("prefill")
     prefill_started_at = time.perf_counter()

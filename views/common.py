@@ -21,6 +21,7 @@ _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
 DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
             **{k: v for k, v in _OPTIONS.items() if k != "stop"}, "stop": ""}
 TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
+APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
 
 
 @st.cache_resource(show_spinner="Loading SmolLM2-135M-Instruct (first time: converting the weights, ~15 s)...")
@@ -61,7 +62,7 @@ def trace_for(request: ChatRequest) -> Trace:
     """The stored run for `request`, running the model only if nobody has asked it yet."""
     key = (request.messages, tuple(sorted(request.options.to_dict().items(), key=lambda kv: kv[0])).__repr__())
     with st.spinner("Running the model on your request..."):
-        return run_store().get_or_run(key, lambda: run_trace(request, get_model()))
+        return run_store().get_or_run(key, lambda: run_trace(request, get_model(), APP_MAX_PROMPT_TOKENS))
 
 
 def current_trace() -> Trace:

@@ -1,5 +1,5 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
-from views.common import get_model, page_header
+from views.common import APP_MAX_PROMPT_TOKENS, get_model, page_header
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -24,7 +24,7 @@ def played(key: str, block_size: int) -> list[dict]:
 
 @st.cache_data(max_entries=16, show_spinner="Running both requests...")
 def compared(text_a: str, text_b: str, block_size: int) -> list[dict]:
-    return compare_texts(get_model(), text_a, text_b, block_size)
+    return compare_texts(get_model(), text_a, text_b, block_size, max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
 
 
 def show_request(row: dict) -> None:

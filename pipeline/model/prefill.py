@@ -18,6 +18,7 @@ from .kv_tensors import bytes_per_layer, cache_layers
 # it is 30*9*512*512*4 B = 283 MB for SmolLM2. Longer prompts run with SDPA (no (H, T, T) matrix is
 # built at all) and a page recomputes one layer at a time from the captured q and k.
 FULL_ATTENTION_MAX_TOKENS = 512
+PREFILL_CHUNK = 512  # tokens per forward pass for long prompts: the lock is released between chunks
 TOP_K_PER_POSITION = 10  # candidates kept for every position (logit-lens-style views need only a few)
 # Past the same size the captures are stored in float16 (half the memory; shown values keep 3
 # significant digits, plenty for charts). Shorter prompts keep exact float32.
@@ -91,16 +92,23 @@ def _np_dtype(t: torch.Tensor):
     return np.float16 if t.dtype == torch.float16 else np.float32
 
 
-def _take_stack(rec: dict, names: list[str], transform=None) -> np.ndarray:
-    """Stack one tensor per name into a new leading axis, releasing each capture as it is copied."""
-    out = None
-    for i, name in enumerate(names):
-        t = rec.pop(name)[0][0]  # drop the batch axis
-        t = transform(t) if transform else t
-        if out is None:
-            out = np.empty((len(names), *t.shape), dtype=_np_dtype(t))
-        out[i] = t.numpy()
-    return out
+class _Filler:
+    """Preallocated (n, T, ...) arrays filled chunk by chunk along the positions axis."""
+
+    def __init__(self, T: int):
+        self.T = T
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def put(self, field: str, start: int, rows: list[torch.Tensor], axis: int) -> None:
+        """rows: one tensor per block, each with the chunk's positions on `axis` (after the block axis)."""
+        for i, t in enumerate(rows):
+            if field not in self.arrays:
+                shape = list(t.shape)
+                shape[axis] = self.T
+                self.arrays[field] = np.empty((len(rows), *shape), dtype=_np_dtype(t))
+            index = [i] + [slice(None)] * t.dim()
+            index[1 + axis] = slice(start, start + t.shape[axis])
+            self.arrays[field][tuple(index)] = t.numpy()
 
 
 def _cache_stack(cache, which: int, dtype: torch.dtype) -> np.ndarray:
@@ -109,32 +117,55 @@ def _cache_stack(cache, which: int, dtype: torch.dtype) -> np.ndarray:
 
 
 def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
-    """Run the prompt once, capturing everything. Returns (Prefill, cache, last_logits (V,) tensor)."""
+    """Run the prompt once, capturing everything. Returns (Prefill, cache, last_logits (V,) tensor).
+
+    Up to FULL_ATTENTION_MAX_TOKENS the prompt runs in one eager pass that also returns the
+    attention weights. A longer prompt runs in chunks of PREFILL_CHUNK tokens with SDPA, each chunk
+    continuing from the KV cache of the ones before: the model's lock is released between chunks,
+    so other requests are not held up for the whole prompt, and activations stay chunk-sized.
+    """
     dims = lm.dims
-    long_prompt = len(ids) > FULL_ATTENTION_MAX_TOKENS
+    T = len(ids)
+    long_prompt = T > FULL_ATTENTION_MAX_TOKENS
     keep_attention = not long_prompt if keep_attention is None else keep_attention
     store = COMPACT_DTYPE if long_prompt else torch.float32
-    with capture(lm, _hook_names(dims.L, keep_attention), store_dtype=store) as rec:
-        t0 = time.perf_counter()
-        out = lm.forward([ids], attention="eager" if keep_attention else "sdpa")  # ids (1, T)
-        last_logits = out.logits[0, -1].float().cpu()  # (V,)
-        seconds = time.perf_counter() - t0
-        cache = out.cache  # DynamicCache: per layer (1, Hkv, T, Dh) keys and values
-    top_ids, top_logits, top_probs = _top_per_position(lm, rec["final_norm"][0][0])
-    cos, sin = rec.pop("rope.cos")[0][0], rec.pop("rope.sin")[0][0]  # (T, Dh)
-    rope_q = lambda q: apply_rope(_heads(q[None].float(), dims.H), cos.float(), sin.float()).to(q.dtype)  # noqa: E731
-    embeddings = rec.pop("embeddings")[0][0].numpy()  # (T, D)
+    chunk = T if keep_attention else PREFILL_CHUNK
+    names = _hook_names(dims.L, keep_attention)
+    fill, cache, seconds = _Filler(T), None, 0.0
+    for start in range(0, T, chunk):
+        with capture(lm, names, store_dtype=store) as rec:
+            t0 = time.perf_counter()
+            out = lm.forward([ids[start:start + chunk]], cache=cache,
+                             attention="eager" if keep_attention else "sdpa")  # ids (1, chunk)
+            last_logits = out.logits[0, -1].float().cpu()  # (V,)
+            seconds += time.perf_counter() - t0
+            cache = out.cache  # DynamicCache: per layer (1, Hkv, T so far, Dh) keys and values
+        cos, sin = rec.pop("rope.cos")[0][0].float(), rec.pop("rope.sin")[0][0].float()  # (chunk, Dh)
+        rope_q = lambda q: apply_rope(_heads(q[None].float(), dims.H), cos, sin).to(q.dtype)  # noqa: E731
+        take = lambda field, f=None: [f(rec.pop(n)[0][0]) if f else rec.pop(n)[0][0]  # noqa: E731
+                                      for n in block_names(dims.L, field)]
+        fill.put("embeddings", start, [rec.pop("embeddings")[0][0]], axis=0)  # (1, T, D)
+        fill.put("hidden_states", start, take("hidden_states"), axis=0)  # (L, T, D)
+        fill.put("attn_out", start, take("attn_out"), axis=0)  # (L, T, D)
+        fill.put("mlp_out", start, take("mlp_out"), axis=0)  # (L, T, D)
+        fill.put("q_rot", start, take("q", rope_q), axis=1)  # (L, H, T, Dh)
+        fill.put("final_norm", start, [rec.pop("final_norm")[0][0]], axis=0)  # (1, T, D)
+        if keep_attention:
+            fill.put("attention", start, take("attention"), axis=1)  # (L, H, T, T)
+    a = fill.arrays
+    top_ids, top_logits, top_probs = _top_per_position(lm, torch.from_numpy(a["final_norm"][0]))
+    embeddings = a.pop("embeddings")[0]  # (T, D)
     prefill = Prefill(
         ids=list(ids),
         embeddings=embeddings,
-        hidden_states=np.concatenate([embeddings[None], _take_stack(rec, block_names(dims.L, "hidden_states"))]),
-        attn_out=_take_stack(rec, block_names(dims.L, "attn_out")),  # (L, T, D)
-        mlp_out=_take_stack(rec, block_names(dims.L, "mlp_out")),  # (L, T, D)
-        q_rot=_take_stack(rec, block_names(dims.L, "q"), rope_q),  # (L, H, T, Dh)
+        hidden_states=np.concatenate([embeddings[None], a.pop("hidden_states")]),  # (L+1, T, D)
+        attn_out=a.pop("attn_out"),
+        mlp_out=a.pop("mlp_out"),
+        q_rot=a.pop("q_rot"),
         k_rot=_cache_stack(cache, 0, store),  # (L, Hkv, T, Dh) keys after RoPE, as the cache holds them
         v=_cache_stack(cache, 1, store),  # (L, Hkv, T, Dh)
-        attention=_take_stack(rec, block_names(dims.L, "attention")) if keep_attention else None,  # (L, H, T, T)
-        final_norm=rec.pop("final_norm")[0][0].numpy(),  # (T, D)
+        attention=a.pop("attention", None),
+        final_norm=a.pop("final_norm")[0],  # (T, D)
         last_logits=last_logits.numpy(),
         top_ids=top_ids, top_logits=top_logits, top_probs=top_probs,
         kv_bytes_per_layer=bytes_per_layer(cache),

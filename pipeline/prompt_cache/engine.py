@@ -28,6 +28,7 @@ from transformers import DynamicCache
 
 from ..errors import InputError
 from ..model.kv_tensors import cache_layers
+from ..model.prefill import PREFILL_CHUNK
 
 HIT, MISS, NOT_CACHEABLE = "hit", "miss", "not cacheable"
 RECOMPUTED = "cached, recomputed"  # a cached last block run again: the model must see the last prompt token
@@ -275,8 +276,11 @@ class PrefixCache:
         """Run the model on the tokens after the reused blocks. Returns ((V,) logits, full cache)."""
         reused = len(hits) * self.config.block_size
         cache = blocks_to_cache(hits, lm) if hits else DynamicCache(config=lm.config)
-        out = lm.forward([ids[reused:]], cache=cache)  # (1, T - reused); SDPA: no (H, T, T) matrix
-        return out.logits[0, -1], out.cache  # (V,), per layer (1, Hkv, T, Dh)
+        rest = ids[reused:]
+        for start in range(0, len(rest), PREFILL_CHUNK):  # the lock is released between chunks
+            out = lm.forward([rest[start:start + PREFILL_CHUNK]], cache=cache)  # (1, chunk); SDPA
+            cache = out.cache
+        return out.logits[0, -1], cache  # (V,), per layer (1, Hkv, T, Dh)
 
     def _store(self, ids, keys, run, reused, cache) -> tuple[int, int]:
         """Keep this request's new full blocks; then evict LRU blocks over the budget."""

@@ -2,6 +2,7 @@
 request's blocks explained in words. Plain records out (no tensors), for the page and the CLI."""
 from __future__ import annotations
 
+from ..errors import InputError
 from ..stages.request import ChatRequest, parse_turns
 from ..stages.tokens import tokenize_request
 from ..text import token_text as _token_text
@@ -72,8 +73,15 @@ def serve_prompt(lm, cache: PrefixCache, prompt: Prompt, measure_cold: bool = Tr
     }
 
 
-def compare_texts(lm, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True) -> list[dict]:
-    """Request A then request B through a fresh cache (raises InputError if either is invalid)."""
+def compare_texts(lm, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True,
+                  max_prompt_tokens: int | None = None) -> list[dict]:
+    """Request A then request B through a fresh cache (raises InputError if either is invalid or
+    longer than `max_prompt_tokens`)."""
     prompts = (Prompt("Request A", parse_turns(text_a, "request A", first_role="user")),
                Prompt("Request B", parse_turns(text_b, "request B", first_role="user"), "after A"))
+    limit = min(lm.dims.context_window, max_prompt_tokens or lm.dims.context_window)
+    for prompt in prompts:
+        n = len(prompt_tokens(lm, prompt)[0])
+        if n > limit:
+            raise InputError(prompt.label.lower(), f"is {n:,} tokens; at most {limit:,} are run here.")
     return play(lm, Scenario("compare", "Your two requests", "conversation", "", prompts), block_size, measure_cold)

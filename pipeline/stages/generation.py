@@ -89,23 +89,31 @@ class StreamDetokenizer:
         added = self._decode_new()
         if added is None:
             return ""  # wait for the rest of a multi-byte character
+        if self._add(added):
+            return self._emit(self.text)
+        return self._emit(self.text[:len(self.text) - self._stop_prefix_len()])
+
+    def flush(self) -> str:
+        """At the end of generation: send whatever was held back. A character left unfinished (the
+        answer ended between its bytes) comes out as U+FFFD, exactly as the tokenizer decodes it."""
+        if not self.stopped and self.read_offset < len(self.ids):
+            self._add(self._decode_new(final=True))
+        return self._emit(self.text)
+
+    def _add(self, added: str) -> bool:
+        """Append newly decoded text; cut it at the first stop string. True once stopped."""
         searched_from = max(0, len(self.text) - self.longest_stop + 1)
         self.text += added
         cut = min((i for i in (self.text.find(s, searched_from) for s in self.stop) if i >= 0), default=-1)
         if cut >= 0:
             self.text, self.stopped = self.text[:cut], True
-            return self._emit(self.text)
-        return self._emit(self.text[:len(self.text) - self._stop_prefix_len()])
+        return self.stopped
 
-    def flush(self) -> str:
-        """At the end of generation: send whatever was held back."""
-        return self._emit(self.text)
-
-    def _decode_new(self) -> str | None:
+    def _decode_new(self, final: bool = False) -> str | None:
         decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
         before = decode(self.ids[self.prefix_offset:self.read_offset])
         now = decode(self.ids[self.prefix_offset:])
-        if now.endswith("\ufffd") or len(now) < len(before):
+        if not final and (now.endswith("\ufffd") or len(now) < len(before)):
             return None
         self.prefix_offset = max(self.read_offset, len(self.ids) - DETOKENIZE_CONTEXT)
         self.read_offset = len(self.ids)

@@ -48,8 +48,8 @@ def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
         p[int(np.argmax(x))] = 1.0
         return p
     finite = np.isfinite(x)
-    shifted = np.where(finite, x - x[finite].max(), -np.inf) if finite.any() else x
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # -1e308 - 1e308 -> -inf: probability 0, as it should be
+        shifted = np.where(finite, x - x[finite].max(), -np.inf) if finite.any() else x
         return softmax(shifted / temperature)
 
 
@@ -104,9 +104,16 @@ def mask_logits(logits: np.ndarray, allowed_ids) -> np.ndarray:
     """Constrained output: every id not allowed gets -inf, so its probability is exactly 0."""
     logits = np.asarray(logits, dtype=np.float64)
     try:
-        allowed = np.asarray(list(allowed_ids), dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        raise InputError("allowed_ids", "must be a list of token ids.") from None
+        ids = list(allowed_ids)
+    except TypeError:
+        ids = None
+    # whole numbers only: numpy would quietly turn 1.5 into 1, "3" into 3 and [()] into no id at all
+    if ids is None or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in ids):
+        raise InputError("allowed_ids", "must be a list of token ids.")
+    try:
+        allowed = np.asarray(ids, dtype=np.int64)
+    except OverflowError:
+        raise InputError("allowed_ids", f"token ids must be in 0..{logits.shape[-1] - 1}.") from None
     if allowed.size and (allowed.min() < 0 or allowed.max() >= logits.shape[-1]):
         raise InputError("allowed_ids", f"token ids must be in 0..{logits.shape[-1] - 1}.")
     out = np.full(logits.shape, -np.inf)

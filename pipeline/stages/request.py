@@ -16,7 +16,7 @@ STATES = ("queued", "prefill", "decoding", "completed")
 MODEL_NAME = "SmolLM2-135M-Instruct"
 
 # Size limits that keep one request from holding the model or the memory for everyone else.
-MAX_MESSAGE_CHARS = 40_000  # ~8-10k tokens of English: past the 8,192-token window anyway
+MAX_MESSAGE_CHARS = 64_000  # ~12-16k tokens of English: well past the 8,192-token window; refused after tokenizing
 MAX_MESSAGES = 200
 MAX_STOP_STRINGS = 8  # OpenAI allows 4, Anthropic more; a handful is plenty
 MAX_STOP_CHARS = 200  # each; the check is linear in the new text, this bounds its constant
@@ -159,7 +159,13 @@ def _int(x) -> bool:
 
 
 def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A real number a float can hold: 10**400 is refused here rather than overflowing later."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return False
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int beyond float range
+        return False
 
 
 def parse_turns(text: str, field_name: str, roles: tuple[str, ...] = ROLES,
