@@ -2,18 +2,21 @@
 
 Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/config.toml.
 """
+import json
 from pathlib import Path
 
 import streamlit as st
 
 from pipeline.model.loader import counting_passes
-from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes
+from views import url_state
+from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes, stored_trace
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
                    layout="wide")
 
 PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icons are drawn locally
+    ("start.py", "Start", "🍅", "start"),
     ("journey.py", "Journey", "🧭", "journey"),
     ("request_template.py", "Request & template", "📨", "request"),
     ("tokens.py", "Tokens", "🔤", "tokens"),
@@ -26,24 +29,24 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("generation.py", "Generation", "⏩", "generation"),
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
     ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),
+    ("presenter.py", "Presenter mode", "🎓", "presenter"),
 ]
+SESSION_DEFAULTS = {f"req_{k}": v for k, v in DEFAULTS.items()}
 
 
 def sidebar():
-    """The request form every page follows. Returns a placeholder for the pass count (filled last)."""
-    init_state()
+    """The request form every page follows. Returns a placeholder for what is filled after the page."""
     with st.sidebar:
         st.header("Your request")
         if st.button("Reset to the default request", use_container_width=True):
-            for key, value in DEFAULTS.items():
-                st.session_state[f"req_{key}"] = value
+            st.session_state.update(SESSION_DEFAULTS)
             st.rerun()
         with st.form("request_form"):
             st.text_area("Question (the new user message)", key="req_question", height=80, max_chars=TEXT_LIMIT)
             st.text_area("System prompt (empty: the template adds SmolLM2's default)", key="req_system", height=68,
                          max_chars=TEXT_LIMIT)
             st.text_area("Earlier turns, one per line (`user: ...` / `assistant: ...`)", key="req_history",
-                         height=68, max_chars=TEXT_LIMIT)
+                         height=68, max_chars=TEXT_LIMIT * 4)
             st.markdown("**Generation options**")
             st.slider("max new tokens", 1, 256, key="req_max_new_tokens")
             st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="req_temperature")
@@ -54,15 +57,38 @@ def sidebar():
             c2.slider("min-p", 0.0, 1.0, step=0.01, key="req_min_p")
             st.text_input("stop strings (separate with |)", key="req_stop", max_chars=400)
             st.form_submit_button("Run the model", type="primary", use_container_width=True)
-        return st.empty()
+        return st.container()
+
+
+def share_and_export(box, page: str, passes: int) -> None:
+    """After the page has run: the link to this view, the trace download, the session's pass count."""
+    lm = get_model()
+    with box:
+        with st.expander("Share or export this view", icon="🔗"):
+            st.caption("This link opens the same request and controls in any browser (copy with the icon):")
+            st.code(url_state.link(page), language=None, wrap_lines=True)
+            trace = stored_trace()
+            if trace is not None:
+                st.download_button("Download the run as JSON", json.dumps(trace.to_json(), ensure_ascii=False, indent=1),
+                                   file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
+                                   use_container_width=True)
+        st.caption(f"Model: {lm.name} on {lm.device}. Forward passes run for your session: {passes}.")
 
 
 lm = get_model()
-passes_box = sidebar()
+init_state()
 pages = [st.Page(str(HERE / "views" / f), title=t, icon=i, url_path=u, default=(n == 0))
          for n, (f, t, i, u) in enumerate(PAGES)]
+page = st.navigation(pages)
+page_path = page.url_path or "start"  # the default page is served at /
+controls = url_state.page_params(page_path, lm.dims.L, lm.dims.H)
+notes = url_state.restore(page_path, SESSION_DEFAULTS, controls)
+after = sidebar()
+for note in notes:
+    st.warning(note, icon="🔗")
 with counting_passes(session_passes()) as passes:
     try:
-        st.navigation(pages).run()
-    finally:  # also after st.stop(): the count is this session's own, filled in once the page has run
-        passes_box.caption(f"Model: {lm.name} on {lm.device}. Forward passes run for your session: {passes.n}.")
+        page.run()
+    finally:  # also after st.stop(): the link follows every control, the count is this session's own
+        url_state.write(SESSION_DEFAULTS, controls)
+        share_and_export(after, page_path, passes.n)

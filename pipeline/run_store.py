@@ -30,6 +30,12 @@ class RunStore:
         with self._lock:
             return len(self._items)
 
+    def peek(self, key: Hashable):
+        """The stored result for `key`, or None; never runs anything."""
+        with self._lock:
+            item = self._items.get(key)
+            return None if item is None else item[0]
+
     def get_or_run(self, key: Hashable, run: Callable[[], object]):
         """The stored result for `key`, or `run()`'s, computed once however many callers ask at once."""
         while True:

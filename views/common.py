@@ -58,11 +58,24 @@ def current_request() -> ChatRequest:
                                      options=options)
 
 
+def request_key(request: ChatRequest) -> tuple:
+    """Plain values that identify a run: the messages and every option, by name."""
+    return request.messages, repr(sorted(request.options.to_dict().items()))
+
+
 def trace_for(request: ChatRequest) -> Trace:
     """The stored run for `request`, running the model only if nobody has asked it yet."""
-    key = (request.messages, tuple(sorted(request.options.to_dict().items(), key=lambda kv: kv[0])).__repr__())
     with st.spinner("Running the model on your request..."):
-        return run_store().get_or_run(key, lambda: run_trace(request, get_model(), APP_MAX_PROMPT_TOKENS))
+        return run_store().get_or_run(request_key(request),
+                                      lambda: run_trace(request, get_model(), APP_MAX_PROMPT_TOKENS))
+
+
+def stored_trace() -> Trace | None:
+    """The sidebar request's run if it is already stored (never runs the model)."""
+    try:
+        return run_store().peek(request_key(current_request()))
+    except InputError:
+        return None
 
 
 def current_trace() -> Trace:
@@ -72,6 +85,15 @@ def current_trace() -> Trace:
     except InputError as e:
         st.error(f"Please fix the request — {e}")
         st.stop()
+
+
+@st.cache_data(show_spinner="Playing the conversation through the prompt cache...")
+def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
+    """The prompt-caching conversation scenario played on the model (no cold re-runs): plain records."""
+    from pipeline.prompt_cache.playback import play
+    from pipeline.prompt_cache.scenarios import scenarios
+
+    return play(get_model(), scenarios()["conversation"], block_size, measure_cold=False)
 
 
 def page_header(title: str, intro: str) -> None:

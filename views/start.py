@@ -1,0 +1,35 @@
+"""Start: what the explorer shows, the stages in order, and where to begin."""
+import streamlit as st
+
+from views.common import page_header, stage_link
+
+page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
+            "SmolLM2-135M-Instruct, running on this machine. Every number on every page comes from the real run of "
+            "the request in the sidebar: change the question there and press Run.")
+
+STAGES = [  # (page file, what happens there)
+    ("views/journey.py", "Journey: the whole request in order, one short section per stage"),
+    ("views/request_template.py", "Request & template: the JSON an app sends, and the one text the model reads"),
+    ("views/tokens.py", "Tokens: the text cut into pieces, each with its id"),
+    ("views/tensors_batch.py", "Tensors & batch: the ids as rectangles of numbers, padded into a batch"),
+    ("views/embeddings.py", "Embeddings: each id picks a row of numbers"),
+    ("views/position_rope.py", "Position (RoPE): how the model knows where each token stands"),
+    ("views/layers.py", "Layers: the vector of every token, block by block"),
+    ("views/attention.py", "Attention: which earlier tokens each token reads from"),
+    ("views/next_token.py", "Next token: from scores to one chosen token"),
+    ("views/generation.py", "Generation: the answer streamed token by token"),
+    ("views/kv_cache.py", "KV cache: what is kept so each new token is cheap"),
+    ("views/prefix_cache.py", "Prompt caching: reusing a cache across requests"),
+]
+c1, c2 = st.columns([3, 2])
+with c1:
+    st.subheader("The stages, in the order a request travels")
+    for file, label in STAGES:
+        stage_link(file, label)
+with c2:
+    st.subheader("Teaching a room?")
+    st.markdown("**Presenter mode** walks the same stages one screen at a time in large type, with ← / → keys, "
+                "and shows a link and QR code learners can open to follow the same request.")
+    stage_link("views/presenter.py", "Open presenter mode", "🎓")
+    st.markdown("Every page has **Share or export this view** at the bottom of the sidebar: a link that reopens "
+                "the same request and controls in any browser, and the run as a JSON file.")

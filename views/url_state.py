@@ -1,0 +1,142 @@
+"""The view in the URL: the whole request and each page's own controls live in the query string,
+both ways. Opening a link in a fresh browser restores the same request and the same controls;
+changing a control rewrites the link. A tampered parameter falls back to its default with a note.
+
+Widgets keep their own session-state keys (`req_question`, `at_layer`, ...); this module only
+copies between those keys and short query parameters (`q`, `layer`, ...).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from pipeline.errors import InputError
+from pipeline.stages.request import MAX_MESSAGE_CHARS, check_text
+
+
+@dataclass(frozen=True)
+class Param:
+    key: str  # the widget's session-state key
+    parse: Callable[[str], Any]  # query text -> value; raises ValueError/InputError when invalid
+    show: Callable[[Any], str] = str  # value -> query text
+
+
+def text(limit: int = MAX_MESSAGE_CHARS) -> Callable[[str], str]:
+    return lambda s: check_text("link", s, limit)
+
+
+def integer(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(s: str) -> int:
+        v = int(s)
+        if not lo <= v <= hi:
+            raise ValueError(f"must be from {lo} to {hi}")
+        return v
+    return parse
+
+
+def number(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(s: str) -> float:
+        v = float(s)
+        if not math.isfinite(v) or not lo <= v <= hi:
+            raise ValueError(f"must be from {lo} to {hi}")
+        return v
+    return parse
+
+
+def choice(options) -> Callable[[str], Any]:
+    by_text = {str(o): o for o in options}
+
+    def parse(s: str):
+        if s not in by_text:
+            raise ValueError(f"must be one of {', '.join(list(by_text)[:8])}")
+        return by_text[s]
+    return parse
+
+
+def _num(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+REQUEST = {  # the sidebar's request: the same on every page
+    "q": Param("req_question", text()),
+    "system": Param("req_system", text()),
+    "history": Param("req_history", text(MAX_MESSAGE_CHARS * 4)),
+    "max_new_tokens": Param("req_max_new_tokens", integer(1, 256)),
+    "temperature": Param("req_temperature", number(0.0, 2.0), _num),
+    "top_k": Param("req_top_k", integer(0, 49152)),
+    "top_p": Param("req_top_p", number(0.01, 1.0), _num),
+    "min_p": Param("req_min_p", number(0.0, 1.0), _num),
+    "seed": Param("req_seed", integer(0, 2**31 - 1)),
+    "stop": Param("req_stop", text(400)),
+}
+
+def page_params(page: str, L: int, H: int) -> dict[str, Param]:
+    """Each page's own controls, by the page's URL path (ranges from the model: L layers, H heads)."""
+    from pipeline.prompt_cache.scenarios import scenarios
+
+    return {
+        "attention": {"layer": Param("at_layer", integer(0, L - 1)), "head": Param("at_head", integer(0, H - 1))},
+        "position": {"layer": Param("rope_layer", integer(0, L - 1)), "head": Param("rope_head", integer(0, H - 1))},
+        **_FIXED_PAGES,
+        "prompt-caching": {"block": Param("pc_block_size", choice([4, 8, 16, 32])),
+                           "scenario": Param("pc_scenario", choice(list(scenarios())))},
+    }.get(page, {})
+
+
+_FIXED_PAGES: dict[str, dict[str, Param]] = {
+    "next-token": {"step": Param("nt_step", integer(0, 4096)), "draws": Param("nt_draws", choice(
+        [10, 30, 100, 300, 1000, 3000, 10000])), "t": Param("nt_temperature", number(0.0, 2.0), _num),
+        "top_k": Param("nt_top_k", integer(0, 49152)), "top_p": Param("nt_top_p", number(0.01, 1.0), _num),
+        "min_p": Param("nt_min_p", number(0.0, 1.0), _num), "seed": Param("nt_seed", integer(0, 2**31 - 1))},
+    "kv-cache": {"steps": Param("kv_n_steps", integer(2, 32))},
+    "presenter": {"stage": Param("pr_stage", integer(1, 13))},
+}
+
+
+def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> list[str]:
+    """Copy query parameters into session state: the request once per browser session, a page's
+    controls on arrival at that page. Returns notes about parameters that were refused."""
+    notes = []
+    wanted = {}
+    if not st.session_state.get("_url_request_loaded"):
+        st.session_state["_url_request_loaded"] = True
+        wanted.update(REQUEST)
+    if st.session_state.get("_url_page_loaded") != page:
+        st.session_state["_url_page_loaded"] = page
+        wanted.update(controls)
+    for name, param in wanted.items():
+        if name not in st.query_params:
+            continue
+        raw = st.query_params[name]
+        try:
+            st.session_state[param.key] = param.parse(raw)
+        except (ValueError, TypeError, InputError) as e:
+            fallback = defaults.get(param.key)
+            if fallback is not None:
+                st.session_state[param.key] = fallback
+            notes.append(f"The link's `{name}` was not usable ({e}); "
+                         + (f"using the default {fallback!r}." if fallback is not None else "ignored."))
+    return notes
+
+
+def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
+    """The current request and this page's controls into the query string (request defaults left out)."""
+    params = {}
+    for name, param in {**REQUEST, **controls}.items():
+        if param.key in st.session_state:
+            value = st.session_state[param.key]
+            if param.key not in defaults or value != defaults[param.key]:
+                params[name] = param.show(value)
+    if dict(st.query_params) != params:
+        st.query_params.from_dict(params)
+
+
+def link(page: str) -> str:
+    """The full link to this view, for the copy box (st.context.url is the page's address)."""
+    base = st.context.url.split("?")[0] if st.context.url else f"/{page}"
+    query = urlencode(dict(st.query_params))
+    return base + (f"?{query}" if query else "")
