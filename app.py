@@ -9,7 +9,7 @@ import streamlit as st
 
 from pipeline.model.loader import counting_passes
 from views import url_state
-from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes, stored_trace
+from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes, stored_trace, warm_up
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
@@ -76,6 +76,7 @@ def share_and_export(box, page: str, passes: int) -> None:
 
 
 lm = get_model()
+warm_up()  # once per server: the default request and the prompt-caching scenarios, in the background
 init_state()
 pages = [st.Page(str(HERE / "views" / f), title=t, icon=i, url_path=u, default=(n == 0))
          for n, (f, t, i, u) in enumerate(PAGES)]

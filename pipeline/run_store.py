@@ -1,4 +1,5 @@
-"""Stored runs: finished traces kept in memory, bounded in bytes, one computation per request.
+"""Stored runs: finished traces kept in memory (the hot ones) and optionally on disk, bounded in bytes,
+one computation per request.
 
 Identical requests (same messages, same options) share one trace: a second caller asking while the
 first is still running waits for that run instead of starting another. The least recently used
@@ -14,9 +15,11 @@ DEFAULT_MAX_BYTES = 1_200 * 2**20  # a few long runs or dozens of short ones; th
 
 
 class RunStore:
-    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, size_of: Callable[[object], int] = lambda t: t.nbytes):
+    def __init__(self, max_bytes: int = DEFAULT_MAX_BYTES, size_of: Callable[[object], int] = lambda t: t.nbytes,
+                 disk=None):
         self.max_bytes = max_bytes
         self.size_of = size_of
+        self.disk = disk  # an optional DiskStore behind the memory: runs survive restarts, replicas share them
         self._items: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()  # least recently used first
         self._running: dict[Hashable, threading.Event] = {}
         self._lock = threading.Lock()
@@ -49,7 +52,11 @@ class RunStore:
                     break
             waiting.wait()  # another caller is computing it; then look again (it may have failed)
         try:
-            result = run()
+            result = self.disk.get(key) if self.disk is not None else None
+            if result is None:
+                result = run()
+                if self.disk is not None:
+                    self.disk.put(key, result)
             self._put(key, result)
             return result
         finally:

@@ -5,125 +5,224 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.common import current_trace, page_header
+from views.common import current_trace, get_model, page_header
 from pipeline.model.prefill import Prefill
-from pipeline.stages.attention import attention_by_hand, attention_for_layer, weight_before
-from ui.escape import axis_labels, code_span
+from pipeline.stages import attention as at
+from pipeline.text import plural, token_pieces
+from ui.escape import axis_labels, code_span, plotly_label
+from ui.plots import TICK_FONT, token_axis
 
 WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
+SINKS = 4  # first tokens kept as columns in a long prompt's grid: heads park much of their weight there
+TILE = 16  # positions per head in the all-heads overview (the last ones): 30 × 9 tiles of 16 × 16
+SCALE_HELP = {"linear": "weights as they are: 0 % white, 100 % darkest",
+              "sqrt": "square root: small weights (1–5 %) become visible",
+              "log": "log scale: every factor of 10 gets the same colour step, from 0.01 % to 100 %"}
 
 page_header("Attention", "Inside every layer, each token looks back at the tokens before it and decides how much "
             "of each to take in. One grid per head: row = the token that is looking (query), column = the token "
             "looked at (key). Each row adds up to 100 %. Cells to the right of the diagonal are the future: "
             "a token may never see them, so they are masked.")
 trace = current_trace()
+tok = get_model().tokenizer
 m, p = trace.dims, trace.prefill
 L, H, Hkv, Dh = m.L, m.H, m.Hkv, m.Dh
 T = len(trace.tokens)
-start = max(0, T - WINDOW)  # first query/key position shown; 0 unless the prompt is longer than WINDOW
-labels = axis_labels([t.text for t in trace.tokens])  # unique and escaped, for plotly
-plain = [f"({i}){t.text}" for i, t in enumerate(trace.tokens)]  # widgets show text as text
+pieces = token_pieces(tok, trace.ids)  # '토 (1/3)' for a token that is part of a character
+names = [q.label for q in pieces]
+labels = axis_labels(names)  # unique and escaped, for plotly
+plain = [f"({i}){n}" for i, n in enumerate(names)]  # widgets show text as text
+start = max(0, T - WINDOW)  # first query position shown; 0 unless the prompt is longer than WINDOW
 
 
-@st.cache_data(max_entries=4, show_spinner="Computing this layer's attention...")
-def layer_attention(request_id: str, ids: tuple[int, ...], layer: int, start: int, _p: Prefill) -> np.ndarray:
-    """(H, T - start, T) float32: the weights of query rows start..T-1 over every key.
+@st.cache_data(max_entries=4, show_spinner="Reading every head once...")
+def overview(request_id: str, ids: tuple[int, ...], _p: Prefill) -> tuple[np.ndarray, np.ndarray]:
+    """((L, H, n, n) the last n positions of every head, (L, H, T) the last row of every head): small."""
+    return at.overview_tiles(_p, TILE), at.last_rows(_p)
 
-    The cache key is plain values (request id, prompt ids, layer, start), never the tensors.
+
+@st.cache_data(max_entries=16, show_spinner="Computing this layer's attention...")
+def layer_window(request_id: str, ids: tuple[int, ...], layer: int, start: int, _p: Prefill) -> tuple[np.ndarray, int]:
+    """((H, T - start, C) float32, sinks kept): query rows start..T-1 over the shown key columns, i.e.
+    all T keys, or for a long prompt the first SINKS keys, the rest before `start` summed, then start..T-1.
+
+    Only this small window is cached (2.4 MB at most), so moving between layers is a lookup after the
+    first visit. The cache key is plain values (request id, prompt ids, layer, start), never the tensors.
     """
-    return attention_for_layer(_p, layer, first_row=start)
+    rows = at.attention_for_layer(_p, layer, first_row=start)  # (H, W, T)
+    if not start:
+        return rows, 0
+    return at.windowed(rows, start, SINKS)
 
 
-c1, c2 = st.columns(2)
-layer = c1.slider("layer", 0, L - 1, 0, key="at_layer")
-head = c2.selectbox("query head", range(H), index=0, key="at_head",
-                    format_func=lambda h: f"head {h} (reads KV head {m.kv_head(h)})")
-rows = layer_attention(trace.request.id, tuple(trace.ids), layer, start, p)  # (H, T - start, T), once per rerun
-A = rows[head]  # (T - start, T) rows = queries start..T-1, columns = keys
-W = T - start
-win = A[:, start:]  # (W, W) the window: queries and keys start..T-1
+tiles, last = overview(trace.request.id, tuple(trace.ids), p)  # (L, H, n, n), (L, H, T)
+entropy = at.entropy_bits(last)  # (L, H) bits, low = focused
+best_layer, best_head = at.sharpest_head(last)
+if st.session_state.get("at_run_id") != trace.request.id:  # a new run: open on a head with visible structure
+    st.session_state.update(at_layer=best_layer, at_head=best_head, at_run_id=trace.request.id)
+st.session_state.setdefault("at_layer", best_layer)  # widget state is dropped while another page is shown
+st.session_state.setdefault("at_head", best_head)
 
-future = np.triu(np.ones((W, W), dtype=bool), k=1)
-wlabels = labels[start:]
-fig = go.Figure([
-    # In a window the weight on left-out earlier tokens is missing, so the colours stretch to what is shown.
-    go.Heatmap(z=np.where(future, np.nan, win), x=wlabels, y=wlabels, colorscale="Blues", zmin=0,
-               zmax=1 if not start else max(float(win.max()), 1e-6),
-               colorbar=dict(title="weight", tickformat=".0%"),
-               hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.1%}<extra></extra>"),
-    go.Heatmap(z=np.where(future, 1.0, np.nan), x=wlabels, y=wlabels, showscale=False,
-               colorscale=[[0, "#e5e5e5"], [1, "#e5e5e5"]],
-               hovertemplate="query %{y}<br>key %{x}<br>future: masked (−∞ → 0 %)<extra></extra>"),
-])
-size = f"T × T = {T} × {T}" if not start else f"last {W} of T = {T} positions"
-fig.update_layout(height=max(480, 16 * W + 160) if not start else 8 * W + 160, margin=dict(t=30, l=10, r=10, b=10),
-                  title=f"layer {layer}, head {head}: attention weights ({size}); grey = masked future")
-fig.update_xaxes(title="key position (T): the token looked at", tickangle=-60, tickfont=dict(size=9))
-fig.update_yaxes(title="query position (T): the token looking", autorange="reversed", tickfont=dict(size=9))
-st.plotly_chart(fig, width="stretch", key="at_heatmap")
-if start:
-    earlier = weight_before(A, start)  # (W,) weight each shown query puts on keys before the window
-    st.caption(f"The prompt has T = {T:,} tokens; the grid shows only the last {W} query and key positions "
-               f"({start}–{T - 1}) so it stays readable and quick to draw. Rows still add up to 100 % over all "
-               f"{T:,} keys: the shown rows put {earlier.min():.0%}–{earlier.max():.0%} of their weight on the "
-               f"{start:,} earlier tokens left out of the grid.")
+scale = st.radio("colour scale", at.SCALES, index=1, horizontal=True, key="at_scale", format_func=str.capitalize,
+                 help="; ".join(f"{k}: {v}" for k, v in SCALE_HELP.items()))
+
+
+def colour_axis(z: np.ndarray) -> dict:
+    """Heatmap settings for weights z on the chosen scale, with the colour bar labelled in weights."""
+    values, tickvals, ticktext = at.colour_values(z, scale)
+    lo, hi = tickvals[0], tickvals[-1]
+    return dict(z=values, colorscale="Blues", zmin=lo, zmax=hi,
+                colorbar=dict(title="weight", tickvals=tickvals, ticktext=ticktext, tickfont=TICK_FONT))
+
+
+# --- all heads at a glance ---------------------------------------------------------------------------
+st.subheader("All heads at a glance")
+n = tiles.shape[-1]
+grid = at.tile_grid(tiles.transpose(1, 0, 2, 3))  # heads down, layers across: (H*(n+1)-1, L*(n+1)-1)
+over = go.Figure(go.Heatmap(**colour_axis(grid), hoverinfo="skip", showscale=False))
+centres = np.arange(L) * (n + 1) + (n - 1) / 2, np.arange(H) * (n + 1) + (n - 1) / 2
+cx, cy = np.meshgrid(*centres)  # (H, L) each
+focus = np.array([[names[int(last[l_, h].argmax())] for l_ in range(L)] for h in range(H)])
+over.add_trace(go.Scatter(
+    x=cx.ravel(), y=cy.ravel(), mode="markers", marker=dict(size=22, opacity=0.01, color="#000"),
+    customdata=np.stack([np.tile(np.arange(L), H), np.repeat(np.arange(H), L)], axis=1),
+    hovertext=[plotly_label(f"layer {l_}, head {h}: last row {entropy[l_, h]:.1f} bits, most weight on "
+                            f"{focus[h, l_]}") for h in range(H) for l_ in range(L)],
+    hoverinfo="text", showlegend=False))
+sel_l, sel_h = int(st.session_state.at_layer), int(st.session_state.at_head)
+over.add_shape(type="rect", x0=sel_l * (n + 1) - 1, x1=sel_l * (n + 1) + n, y0=sel_h * (n + 1) - 1,
+               y1=sel_h * (n + 1) + n, line=dict(color="#dc2626", width=3))
+over.update_layout(height=420, margin=dict(t=10, l=10, r=10, b=10), clickmode="event+select", dragmode=False)
+over.update_xaxes(title="layer (L)", tickvals=centres[0], ticktext=[str(i) for i in range(L)], tickfont=TICK_FONT,
+                  showgrid=False, zeroline=False)
+over.update_yaxes(title="query head (H)", tickvals=centres[1], ticktext=[str(h) for h in range(H)],
+                  tickfont=TICK_FONT, autorange="reversed", showgrid=False, zeroline=False)
+
+
+def open_clicked() -> None:
+    points = st.session_state.at_overview.selection.points
+    if points:
+        layer, head = points[0]["customdata"][:2]
+        st.session_state.update(at_layer=int(layer), at_head=int(head))
+
+
+st.plotly_chart(over, width="stretch", key="at_overview", on_select=open_clicked, selection_mode="points")
+st.caption(f"Every tile is one head: its attention among the last {n} positions (tokens {T - n}–{T - 1}), on the "
+           f"colour scale above. Vertical stripes = a head that keeps reading one token; a bright diagonal = a head "
+           f"that reads the token itself or its neighbour. Click a tile (or use the controls below) to open it. "
+           f"The page opened on layer {best_layer}, head {best_head}: of the heads whose favourite is not the very "
+           f"first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; spreading "
+           f"evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
+
+
+# --- one head ----------------------------------------------------------------------------------------
+def key_columns(sinks: int) -> tuple[list[int | None], list[str]]:
+    """Key position of every drawn column (None = the summed column) and its axis label."""
+    if not start:
+        return list(range(T)), labels
+    if not sinks:
+        return list(range(T)), labels
+    cols = list(range(sinks)) + [None] + list(range(start, T))
+    text = labels[:sinks] + [plotly_label(f"tokens {sinks}–{start - 1}, summed")] + labels[start:]
+    return cols, text
 
 
 @st.fragment
-def one_row(A: np.ndarray) -> None:
-    """A: (T - start, T) this head's rows for queries start..T-1."""
+def one_head() -> None:
+    st.subheader("One head")
+    c1, c2 = st.columns(2)
+    layer = c1.slider("layer", 0, L - 1, key="at_layer")
+    head = c2.selectbox("query head", range(H), key="at_head",
+                        format_func=lambda h: f"head {h} (reads KV head {m.kv_head(h)}; last row "
+                                              f"{entropy[st.session_state.at_layer, h]:.1f} bits)")
+    rows, sinks = layer_window(trace.request.id, tuple(trace.ids), layer, start, p)  # (H, W, C)
+    A = rows[head]  # (W, C) rows = queries start..T-1
+    cols, xlabels = key_columns(sinks)
+    queries = np.arange(start, T)
+    future = np.array([[c is not None and c > q for c in cols] for q in queries])  # (W, C)
+    fig = go.Figure([
+        go.Heatmap(**colour_axis(np.where(future, np.nan, A)), x=xlabels, y=labels[start:], customdata=A,
+                   hovertemplate="query %{y}<br>key %{x}<br>weight %{customdata:.2%}<extra></extra>"),
+        go.Heatmap(z=np.where(future, 1.0, np.nan), x=xlabels, y=labels[start:], showscale=False,
+                   colorscale=[[0, "#e5e5e5"], [1, "#e5e5e5"]],
+                   hovertemplate="query %{y}<br>key %{x}<br>future: masked (−∞ → 0 %)<extra></extra>"),
+    ])
+    W = T - start
+    size = f"T × T = {T} × {T}" if not start else f"the last {W} of T = {T:,} query positions"
+    fig.update_layout(height=min(900, max(480, 16 * W + 200)), margin=dict(t=40, l=10, r=10, b=10),
+                      title=f"layer {layer}, head {head}: attention weights ({size}); grey = masked future")
+    token_axis(fig, "x", xlabels, angle=-60, title="key position (T): the token looked at")
+    token_axis(fig, "y", labels[start:], title="query position (T): the token looking", autorange="reversed")
+    st.plotly_chart(fig, width="stretch", key="at_heatmap")
+    if start and sinks:
+        on_sinks = A[:, :sinks].sum(axis=-1)  # (W,)
+        middle = A[:, sinks]  # (W,)
+        st.caption(f"The prompt has T = {T:,} tokens; the grid shows the last {W} query positions ({start}–{T - 1}). "
+                   f"Its columns keep the first {sinks} tokens, where many heads park spare weight (attention "
+                   f"sinks): here they get {on_sinks.min():.0%}–{on_sinks.max():.0%} of each row. The column "
+                   f"“tokens {sinks}–{start - 1}, summed” adds up the {start - sinks:,} tokens in between "
+                   f"({middle.min():.0%}–{middle.max():.0%} per row), so every row still adds up to 100 %.")
+    one_row(A, cols, xlabels, layer, head)
+    shared_kv(layer, head, rows, cols)
+    by_hand(A, cols, layer, head)
+
+
+@st.fragment
+def one_row(A: np.ndarray, cols: list, xlabels: list[str], layer: int, head: int) -> None:
+    """A: (W, C) this head's rows for queries start..T-1 over the drawn key columns."""
     st.subheader("One token's row")
-    i = st.selectbox("token that is looking", range(start, T), index=W - 1, format_func=plain.__getitem__,
+    i = st.selectbox("token that is looking", range(start, T), index=T - start - 1, format_func=plain.__getitem__,
                      key="at_row")
-    row = A[i - start]  # (T,) weights over every key; zero after i
-    fig = go.Figure(go.Bar(x=labels[start: i + 1], y=row[start: i + 1], marker_color="#2a6f97",
+    row = A[i - start]  # (C,) weights; zero after i
+    shown = [k for k, c in enumerate(cols) if c is None or c <= i]
+    fig = go.Figure(go.Bar(x=[xlabels[k] for k in shown], y=row[shown], marker_color="#2a6f97",
                            hovertemplate="%{x}<br>%{y:.1%}<extra></extra>"))
-    fig.update_layout(height=320, margin=dict(t=20, b=10), yaxis_tickformat=".0%",
+    fig.update_layout(height=360, margin=dict(t=20, b=10), yaxis_tickformat=".0%",
                       xaxis_title="key position (T), up to and including the token itself",
-                      yaxis_title="attention weight")
-    fig.update_xaxes(tickangle=-60, tickfont=dict(size=9))
+                      yaxis_title="attention weight", font=dict(size=13))
+    token_axis(fig, "x", [xlabels[k] for k in shown], angle=-60)
     st.plotly_chart(fig, width="stretch", key="at_row_chart")
-    if start:
-        st.caption(f"Bars from position {start} on; the {start:,} earlier tokens get {row[:start].sum():.1%} "
-                   "together.")
-    best = np.argsort(-row[: i + 1])[:3]
-    st.markdown("Reads most from: " + ", ".join(f"{code_span(trace.tokens[j].text)} ({row[j]:.0%})" for j in best))
+    best = np.argsort(-row[shown])[:3]
+    st.markdown("Reads most from: " + ", ".join(
+        f"{code_span(names[cols[shown[b]]]) if cols[shown[b]] is not None else 'the summed middle tokens'} "
+        f"({row[shown[b]]:.0%})" for b in best))
 
 
-one_row(A)
-
-st.subheader("Shared keys and values (grouped-query attention)")
-group = H // Hkv
-st.markdown(f"This model has H = {H} query heads but only Hkv = {Hkv} key/value heads: every {group} query heads "
-            f"share one set of keys and values. That makes the KV cache {group}× smaller; each query head still asks "
-            "its own question, so heads in one group can look at different tokens.")
-st.dataframe(pd.DataFrame({"KV head": range(Hkv),
-                           "query heads reading it": [", ".join(str(h) for h in range(g * group, (g + 1) * group))
-                                                      for g in range(Hkv)]}), hide_index=True)
-same = [h for h in range(H) if h // group == head // group]
-st.caption(f"Head {head} shares KV head {head // group} with heads {', '.join(str(h) for h in same if h != head)}. "
-           f"Where each of them puts most weight for the last token: "
-           + ", ".join(f"head {h} → {trace.tokens[int(np.argmax(rows[h, -1]))].text!r}" for h in same))
+def shared_kv(layer: int, head: int, rows: np.ndarray, cols: list) -> None:
+    st.subheader("Shared keys and values (grouped-query attention)")
+    group = H // Hkv
+    st.markdown(f"This model has H = {H} query heads but only Hkv = {Hkv} key/value heads: every {group} query "
+                f"heads share one set of keys and values. That makes the KV cache {group}× smaller; each query head "
+                "still asks its own question, so heads in one group can look at different tokens.")
+    st.dataframe(pd.DataFrame({"KV head": range(Hkv),
+                               "query heads reading it": [", ".join(str(h) for h in range(g * group, (g + 1) * group))
+                                                          for g in range(Hkv)]}), hide_index=True)
+    same = [h for h in range(H) if h // group == head // group]
+    favourite = lambda h: cols[int(np.argmax(rows[h, -1]))]  # noqa: E731  key column -> position (None = summed)
+    st.caption(f"Head {head} shares KV head {head // group} with heads {', '.join(str(h) for h in same if h != head)}. "
+               f"Where each of them puts most weight for the last token: "
+               + ", ".join(f"head {h} → " + (code_span(names[favourite(h)]) if favourite(h) is not None
+                                               else "the summed middle tokens") for h in same))
 
 
 @st.fragment
-def by_hand(A: np.ndarray) -> None:
-    """A: (T - start, T) this head's rows for queries start..T-1."""
+def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
+    """A: (W, C) this head's rows for queries start..T-1 over the drawn key columns."""
     st.subheader("Attention by hand, on four tokens")
     st.caption("The same steps the model runs, with this head's real numbers, but on only four tokens so the grid "
                "fits on screen. Each token's query vector q and key vector k have Dh = "
                f"{Dh} numbers.")
+    offered = [c for c in cols if c is not None]  # positions drawn in the grid
     user = [t.index for t in trace.tokens if t.role == "user" and t.index >= start]
-    default = (user[-4:] if len(user) >= 4 else list(range(T))[-4:])
-    chosen = st.multiselect("four tokens (in prompt order)", range(start, T), default=default, max_selections=4,
+    default = user[-4:] if len(user) >= 4 else offered[-4:]
+    chosen = st.multiselect("four tokens (in prompt order)", offered, default=default, max_selections=4,
                             format_func=plain.__getitem__, key="at_hand_tokens")
     if len(chosen) < 2:
         st.info("Pick at least two tokens.")
         return
-    r = attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, chosen)
-    names = [trace.tokens[i].text for i in r["positions"]]
-    frame = lambda a, fmt: pd.DataFrame(a, index=[f"({i}) {n}" for i, n in zip(r["positions"], names)],  # noqa: E731
-                                        columns=[f"({i}) {n}" for i, n in zip(r["positions"], names)]).map(fmt)
+    r = at.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, chosen)
+    heads = [plain[i] for i in r["positions"]]
+    frame = lambda a, fmt: pd.DataFrame(a, index=heads, columns=heads).map(fmt)  # noqa: E731
     a, b = st.columns(2)
     a.markdown(f"**1. Compare**: each row's q · each column's k, divided by √Dh = √{Dh} = {np.sqrt(Dh):.0f}.")
     a.dataframe(frame(r["compare"], lambda x: f"{x:.2f}"))
@@ -132,15 +231,16 @@ def by_hand(A: np.ndarray) -> None:
     a, b = st.columns(2)
     a.markdown("**3. Softmax**: e^score for each cell, divided by the row's total; e^−∞ = 0.")
     a.dataframe(frame(r["weights"], lambda x: f"{x:.1%}"))
-    last = int(r["positions"][-1])
-    full = A[last - start, r["positions"]]
-    a.caption(f"In the real model the row of ({last}) spreads over all {last + 1} tokens before it, not just these "
-              f"four; there these four get {', '.join(f'{w:.1%}' for w in full)}.")
+    last_pos = int(r["positions"][-1])
+    if last_pos >= start:
+        full = A[last_pos - start, [cols.index(int(c)) for c in r["positions"]]]
+        a.caption(f"In the real model the row of ({last_pos}) spreads over all {plural(last_pos + 1, 'token')} up to "
+                  f"it, not just these four; there these four get {', '.join(f'{w:.1%}' for w in full)}.")
     b.markdown(f"**4. Mix**: the new vector = weights × value vectors (KV head {r['kv_head']}). First 5 of {Dh} numbers:")
     mix = pd.DataFrame(np.vstack([r["values"][:, :5], r["mixed"][-1:, :5]]),
-                       index=[f"value of ({i}) {n}" for i, n in zip(r["positions"], names)] + [f"mix for ({last})"],
+                       index=[f"value of {h}" for h in heads] + [f"mix for ({last_pos})"],
                        columns=[f"d{j}" for j in range(5)])
     b.dataframe(mix.map(lambda x: f"{x:+.3f}"))
 
 
-by_hand(A)
+one_head()

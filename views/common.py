@@ -11,7 +11,9 @@ from dataclasses import asdict
 import streamlit as st
 
 from pipeline.errors import InputError
-from pipeline.model.loader import LoadedModel, PassCounter, shared_model
+from pipeline.disk_store import DiskStore
+from pipeline.model.loader import LoadedModel, PassCounter, cache_root, shared_model
+from pipeline.run_queue import RunQueue, cost_of
 from pipeline.run_store import RunStore
 from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
 from pipeline.trace import Trace, run_trace
@@ -31,7 +33,20 @@ def get_model() -> LoadedModel:
 
 @st.cache_resource
 def run_store() -> RunStore:
-    return RunStore()
+    """Finished runs: the hot ones in memory (1.2 GB of arrays at most), all of them on disk (4 GB)."""
+    return RunStore(disk=DiskStore(cache_root() / "runs"))
+
+
+@st.cache_resource
+def run_queue() -> RunQueue:
+    """The one line in front of the model, shared by every session."""
+    return RunQueue()
+
+
+@st.cache_resource
+def scenario_store() -> RunStore:
+    """Prompt-caching scenarios played on the model (small plain records), prepared once per server."""
+    return RunStore(size_of=lambda rows: 1)
 
 
 def session_passes() -> PassCounter:
@@ -59,15 +74,37 @@ def current_request() -> ChatRequest:
 
 
 def request_key(request: ChatRequest) -> tuple:
-    """Plain values that identify a run: the messages and every option, by name."""
-    return request.messages, repr(sorted(request.options.to_dict().items()))
+    """Plain values that identify a run: the model, the messages and every option, by name."""
+    return get_model().name, request.messages, repr(sorted(request.options.to_dict().items()))
+
+
+def queued_run(request: ChatRequest) -> Trace:
+    """Queue the request (arrival order), or join an identical one; returns its trace when done."""
+    from pipeline.stages.tokens import tokenize_request
+
+    lm, key = get_model(), request_key(request)
+    n_prompt = len(tokenize_request(lm.tokenizer, request).ids)
+    work = lambda: run_store().get_or_run(key, lambda: run_trace(request, lm, APP_MAX_PROMPT_TOKENS))  # noqa: E731
+    return wait_for(run_queue().submit(key, work, cost_of(n_prompt, request.options.max_new_tokens), n_prompt))
+
+
+def wait_for(ticket) -> object:
+    """Show the ticket's place in the queue and an estimate until it is done."""
+    if not ticket.wait(0.3):
+        box = st.empty()
+        while not ticket.wait(0.5):
+            ahead = ticket.position()
+            where = "running now" if ahead == 0 else f"number {ahead + 1} in line ({ahead} ahead of you)"
+            box.info(f"⏳ Your request is {where}; done in about {ticket.estimate_s():.0f} s. Requests run one at a "
+                     "time in the order they arrived; identical requests share one run.")
+        box.empty()
+    return ticket.result()
 
 
 def trace_for(request: ChatRequest) -> Trace:
     """The stored run for `request`, running the model only if nobody has asked it yet."""
-    with st.spinner("Running the model on your request..."):
-        return run_store().get_or_run(request_key(request),
-                                      lambda: run_trace(request, get_model(), APP_MAX_PROMPT_TOKENS))
+    stored = run_store().peek(request_key(request))
+    return stored if stored is not None else queued_run(request)
 
 
 def stored_trace() -> Trace | None:
@@ -87,13 +124,40 @@ def current_trace() -> Trace:
         st.stop()
 
 
-@st.cache_data(show_spinner="Playing the conversation through the prompt cache...")
-def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
-    """The prompt-caching conversation scenario played on the model (no cold re-runs): plain records."""
+def played(key: str, block_size: int = 16) -> list[dict]:
+    """A prompt-caching scenario played on the model (plain records), once per server, in the queue."""
     from pipeline.prompt_cache.playback import play
     from pipeline.prompt_cache.scenarios import scenarios
 
-    return play(get_model(), scenarios()["conversation"], block_size, measure_cold=False)
+    stored = scenario_store().peek((key, block_size))
+    if stored is not None:
+        return stored
+    work = lambda: scenario_store().get_or_run(  # noqa: E731
+        (key, block_size), lambda: play(get_model(), scenarios()[key], block_size))
+    return wait_for(run_queue().submit(("scenario", key, block_size), work, cost=4000))
+
+
+def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
+    return played("conversation", block_size)
+
+
+@st.cache_resource
+def warm_up() -> dict:
+    """At server start: queue the default request and the prompt-caching scenarios in the background,
+    so the first visitors do not wait. Returns {what: ticket} for the Start page to report on."""
+    from pipeline.prompt_cache.playback import play
+    from pipeline.prompt_cache.scenarios import scenarios
+
+    lm = get_model()
+    default = ChatRequest.from_question(DEFAULT_QUESTION)
+    key = request_key(default)
+    jobs = {"the default request": run_queue().submit(
+        key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
+    for name in ("conversation",):  # the others are prepared when someone first picks them
+        jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
+            ("scenario", name, 16), lambda name=name: scenario_store().get_or_run(
+                (name, 16), lambda: play(lm, scenarios()[name], 16)), cost=4000, background=True)
+    return jobs
 
 
 def page_header(title: str, intro: str) -> None:

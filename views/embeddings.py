@@ -6,7 +6,11 @@ import streamlit as st
 
 from views.common import current_trace, get_model, page_header
 from pipeline.stages import embeddings as es
+from pipeline.text import token_pieces
 from ui.escape import axis_labels, html_text, plotly_label
+from ui.plots import TICK_FONT, token_axis
+
+ROWS = 64  # token rows drawn at once: a 641-token prompt would otherwise make a 9,000 px tall heatmap
 
 page_header("Embeddings", "The model cannot read text, only numbers. Its first step is a lookup: the table has one "
             "row per token in the vocabulary, and each token id picks its row, a list of D numbers. Training placed "
@@ -27,15 +31,24 @@ table, unit = embedding_table(lm.name)
 # --- the rows of this prompt --------------------------------------------------------------------------
 st.subheader("The rows for your prompt")
 E = trace.prefill.embeddings  # (T, D)
-labels = axis_labels([t.text for t in trace.tokens])
+T = E.shape[0]
+labels = axis_labels([q.label for q in token_pieces(lm.tokenizer, trace.ids)])  # '토 (1/3)' for part of a character
+first = 0
+if T > ROWS:
+    first = st.slider(f"first token row shown ({ROWS} rows at a time)", 0, T - ROWS, T - ROWS, key="em_rows_start",
+                      help="The prompt is long: the heatmap shows a window of rows so it stays one screen tall.")
+rows = slice(first, first + ROWS)
 lim = float(np.quantile(np.abs(E), 0.99))
-fig = go.Figure(go.Heatmap(z=E, y=labels, colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim,
-                           colorbar=dict(title="value"),
+fig = go.Figure(go.Heatmap(z=E[rows], y=labels[rows], colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim,
+                           colorbar=dict(title="value", tickfont=TICK_FONT),
                            hovertemplate="token %{y}<br>dimension %{x}<br>value %{z:.3f}<extra></extra>"))
-fig.update_layout(height=max(420, 14 * len(labels) + 140), margin=dict(t=20, l=10, r=10, b=10))
-fig.update_xaxes(title=f"dimension (D = {D})")
-fig.update_yaxes(title="token position (T)", autorange="reversed", tickfont=dict(size=9))
+fig.update_layout(height=min(900, max(420, 14 * len(labels[rows]) + 140)), margin=dict(t=20, l=10, r=10, b=10),
+                  font=dict(size=13))
+fig.update_xaxes(title=f"dimension (D = {D})", tickfont=TICK_FONT)
+token_axis(fig, "y", labels[rows], max_ticks=32, title="token position (T)", autorange="reversed")
 st.plotly_chart(fig, width="stretch", key="em_heatmap")
+if T > ROWS:
+    st.caption(f"Rows {first}–{first + ROWS - 1} of the {T:,} tokens; move the slider for the others.")
 st.caption(f"T × D = {E.shape[0]} × {E.shape[1]} numbers, copied from a table of V × D = {V:,} × {D} "
            f"({V * D:,} numbers). The same token always gets the same row, wherever it stands: position comes later "
            "(see Position). Blue = positive, red = negative.")
@@ -57,11 +70,12 @@ def pca_map() -> None:
     coords, share = es.pca_2d(np.stack([w.vector for w in vecs]))  # (N, 2), (2,)
     split = [w for w in vecs if w.split]
     fig = go.Figure(go.Scatter(
-        x=coords[:, 0], y=coords[:, 1], mode="markers+text",
-        text=[plotly_label(w.word + ("*" if w.split else "")) for w in vecs], textposition="top center",
+        x=coords[:, 0], y=coords[:, 1], mode="markers+text", textfont=dict(size=14),
+        text=[plotly_label(w.word + ("*" if w.split else "")) for w in vecs],
+        textposition=es.label_positions(coords),  # neighbours' labels go to opposite sides
         marker=dict(size=9, color=["#e76f51" if w.split else "#2a9d8f" for w in vecs]),
         hovertext=[plotly_label(f"{w.word}: tokens {' | '.join(w.pieces)}") for w in vecs], hoverinfo="text"))
-    fig.update_layout(height=480, margin=dict(t=20, b=10),
+    fig.update_layout(height=520, margin=dict(t=20, b=10), font=dict(size=13),
                       xaxis_title=f"PCA direction 1 of D ({share[0]:.0%} of the spread)",
                       yaxis_title=f"PCA direction 2 of D ({share[1]:.0%} of the spread)")
     st.plotly_chart(fig, width="stretch", key="em_pca")
@@ -92,9 +106,10 @@ def neighbours() -> None:
 @st.fragment
 def analogy() -> None:
     st.subheader("Analogy: a − b + c")
-    st.caption("Take a's direction, remove b's, add c's, and look for the closest rows. The three input tokens "
-               "are left out of the results. Whatever comes out is shown as is: this small model's table is not "
-               "always as tidy as the textbook example.")
+    st.caption("Take a's direction, remove b's, add c's, and look for the closest rows. The three input words "
+               "are left out of the results in every spelling the vocabulary has (with or without a leading space, "
+               "any capitals: “Paris”, “ paris”, …), since they would otherwise win. Whatever comes out is shown "
+               "as is: this small model's table is not always as tidy as the textbook example.")
     c = st.columns(3)
     a = c[0].text_input("a", "king", key="em_a")
     b = c[1].text_input("− b", "man", key="em_b")

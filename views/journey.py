@@ -1,17 +1,21 @@
 """Journey: the whole request in order, one short section per stage, each with its real data."""
-from views.common import current_trace, page_header, stage_link
+from views.common import current_trace, get_model, page_header, stage_link
 
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from ui.chips import legend, token_chips
-from pipeline.text import plural
+from pipeline.model.prefill import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK
+from pipeline.stages.generation import silent_steps
+from pipeline.text import continuation_label, plural, token_pieces
 from ui.escape import html_text, plotly_label
+from ui.plots import TICK_FONT
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        "Every number below was measured on the real SmolLM2-135M-Instruct for the request in the sidebar.")
 trace = current_trace()
+tok = get_model().tokenizer
 m = trace.dims
 T, S = len(trace.tokens), len(trace.steps)
 rid = trace.request.id
@@ -33,10 +37,12 @@ with c2:
 stage_link("views/request_template.py", "Request & template: both JSON styles", "📨")
 
 section(2, "The chat template and the tokenizer", f"The messages are written into one long text with marker tokens "
-        f"around each turn, then cut into **{T} tokens**. Grey parts were added by the template, green is your "
+        f"around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, green is your "
         f"question; the small number on each chip is the token id the model actually receives.")
 st.markdown(legend(), unsafe_allow_html=True)
-st.markdown(token_chips(trace.tokens), unsafe_allow_html=True)
+st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=300), unsafe_allow_html=True)
+if T > 60:
+    st.caption(f"All {T:,} chips are in the box above; scroll inside it.")
 stage_link("views/tokens.py", "Tokens: chips, other tokenizers, try your own text", "🔤")
 
 section(3, "A place in a batch", "A GPU server runs many requests together. This request gets one row in the next batch.")
@@ -69,7 +75,7 @@ if p.attention is not None:
 st.dataframe(pd.DataFrame([{"tensor": n, "axes": a, "shape": str(tuple(s))} for n, a, s in shapes]),
              hide_index=True, width="stretch")
 kv_prefill = sum(p.kv_bytes_per_layer)
-st.markdown(f"After prefill the KV cache holds the keys and values of all {T} prompt tokens in every layer: "
+st.markdown(f"After prefill the KV cache holds the keys and values of all {plural(T, 'prompt token')} in every layer: "
             f"**{kv_prefill:,} bytes** ({m.L} layers × {p.kv_bytes_per_layer[0]:,} B).")
 c1, c2, c3 = st.columns(3)
 with c1:
@@ -83,16 +89,25 @@ with c3:
 
 section(5, "The first token is chosen", f"The last position's vector is scored against all {m.V:,} "
         "vocabulary entries (logits), and the scores become probabilities. These are the real top candidates:")
+answer = token_pieces(tok, trace.generated_token_ids)  # the answer's tokens placed in their characters
 if S:
     first = trace.steps[0]
     top = first.top[:8]
+    names = [continuation_label(tok, trace.ids, t.id) for t in top]  # '<0xED> (byte 1 of 3)' for a part
     fig = go.Figure(go.Bar(x=[t.prob for t in top][::-1],
-                           y=[plotly_label(f"({i}) {t.text}") for i, t in enumerate(top)][::-1],
+                           y=[plotly_label(f"({i}) {n}") for i, n in enumerate(names)][::-1],
                            orientation="h", hovertext=[plotly_label(f"id {t.id} · logit {t.logit}") for t in top][::-1],
                            marker_color=["#16a34a" if t.id == first.token_id else "#94a3b8" for t in top][::-1]))
-    fig.update_layout(height=300, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="probability (over V)",
-                      yaxis_title="candidate token", title=plotly_label(f"chosen: {first.token_text} (id {first.token_id})"))
+    fig.update_layout(height=340, margin=dict(l=10, r=10, t=40, b=10), xaxis_title="probability (over V)",
+                      yaxis_title="candidate token", font=dict(size=13),
+                      title=plotly_label(f"chosen: {answer[0].with_bytes} (id {first.token_id})"))
+    fig.update_yaxes(tickfont=TICK_FONT)
     st.plotly_chart(fig, width="stretch")
+    if answer[0].partial:
+        st.caption(f"The first token is only part of a character: byte{'s' if len(answer[0].raw) > 1 else ''} "
+                   f"{answer[0].text} {'are' if len(answer[0].raw) > 1 else 'is'} part {answer[0].part} of "
+                   f"{answer[0].parts} of “{answer[0].group_text}”, which the next "
+                   f"{plural(answer[0].parts - answer[0].part, 'token')} complete.")
 stage_link("views/next_token.py", "Next token: temperature, top-k, top-p, draws", "🎲")
 
 section(6, "Streaming: one small event per token", f"The chosen token is turned back into text and sent to your screen "
@@ -101,6 +116,20 @@ section(6, "Streaming: one small event per token", f"The chosen token is turned 
         f"of a character (Korean, emoji) sends no text until the character is complete, and the end token sends "
         f"none, so there can be fewer `text_delta` events than tokens.")
 deltas = [e for e in trace.events if e["event"] == "text_delta"]
+silent = silent_steps(S, deltas, answer, trace.finish_reason)  # steps that sent no text, by reason
+if S != len(deltas):
+    why = []
+    if silent["character"]:
+        why.append(f"{plural(len(silent['character']), 'token')} {'was' if len(silent['character']) == 1 else 'were'} "
+                   "an unfinished part of a character and waited for the rest")
+    if silent["end"]:
+        why.append("the end token sends no text")
+    if silent["other"]:
+        why.append(f"{plural(len(silent['other']), 'token')} waited for the next one (text that could begin a stop "
+                   "string, or that the next token changes)")
+    extra = len(deltas) - (S - sum(map(len, silent.values())))
+    st.info(f"{plural(S, 'token')} but {plural(len(deltas), '`text_delta` event')}: " + "; ".join(why)
+            + (" (the last event sends what was held back at the end)" if extra > 0 else "") + ".")
 c1, c2 = st.columns(2)
 c1.json(deltas[:3], expanded=True)
 with c2:
@@ -113,9 +142,13 @@ stage_link("views/generation.py", "Generation: replay the stream, timeline", "�
 section(7, "Done: the completed event and clean-up", f"Generation stopped because of **{trace.finish_reason}** "
         f"({'the model chose its end-of-turn token' if trace.finish_reason == 'eos' else 'the token limit was reached' if trace.finish_reason == 'length' else 'a stop string appeared'}). "
         f"The server sends a final event, records usage, and frees the request's KV cache "
-        f"({trace.cleanup.kv_bytes_released:,} bytes for {trace.cleanup.kv_tokens_released} tokens: the prompt and every "
-        f"chosen token but the last, which is never fed back).")
+        f"({trace.cleanup.kv_bytes_released:,} bytes for {plural(trace.cleanup.kv_tokens_released, 'token')}: the "
+        f"{plural(T, 'prompt token')} and every chosen token but the last, which is never fed back"
+        + (f": {T:,} + {S:,} − 1)." if trace.cleanup.kv_tokens_released == T + S - 1 else ")."))
 completed = trace.events[-1]
 st.json(completed, expanded=1)
-st.caption(f"This run took {plural(S, 'forward pass', 'forward passes')}: one prefill over the {T}-token prompt, then "
-           f"one decode pass for each token that was fed back.")
+chunks = 1 if T <= FULL_ATTENTION_MAX_TOKENS else -(-T // PREFILL_CHUNK)  # long prompts: prefill in chunks
+st.caption(f"This run took {plural(S - 1 + chunks, 'forward pass', 'forward passes')}: "
+           + ("one prefill" if chunks == 1 else f"a prefill in {chunks} chunks of up to {PREFILL_CHUNK} tokens")
+           + f" over the {T:,}-token prompt, then one decode pass for each of the "
+           f"{plural(max(S - 1, 0), 'token')} fed back.")

@@ -6,12 +6,15 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views.common import current_trace, get_model, page_header
-from pipeline.text import token_text
-from pipeline.stages.next_token import candidates, draw, empirical, filter_stages, mask_logits, softmax
+from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
+                                        softmax)
 from pipeline.stages.request import GenerationOptions
 from pipeline.stages.tokens import encode
-from pipeline.text import plural
+from pipeline.text import continuation_label, plural, render_bytes, token_pieces
 from ui.escape import code_span, plotly_label
+from ui.plots import TICK_FONT, token_axis
+
+LOW = 0.25  # a chosen token below this probability is marked as a long shot in the answer strip
 
 page_header("Next token", "After the last layer the model gives every one of its V tokens a score (a logit). "
             "Softmax turns the scores into probabilities, the filters below cut the unlikely tail, and one "
@@ -24,20 +27,81 @@ run = trace.request.options  # the settings the run itself used
 STAGE_TITLES = {"softmax": "softmax (T = 1)", "temperature": "after temperature", "top_k": "after top-k",
                 "top_p": "after top-p", "min_p": "after min-p"}
 
-# --- which step -----------------------------------------------------------------------------------
+# --- the whole answer: where was the model unsure, where did it take a long shot? ---------------------
 S = len(trace.step_logits)  # step_logits (S, V)
+generated = trace.generated_token_ids  # (S,)
+answer = token_pieces(tok, generated)  # '토 (1/3)' for a token that is part of a character
+conf = answer_confidence(trace.step_logits, generated)  # prob, entropy (bits), choices, rank: (S,) each
+st.subheader("The answer, step by step")
+if trace.finish_reason == "length":
+    st.warning(f"This answer was cut off: it reached the limit of {trace.request.options.max_new_tokens} new tokens "
+               "(finish_reason = length), so it may stop mid-sentence. Raise “max new tokens” in the sidebar for "
+               "the whole answer.")
+strip_labels = [plotly_label(f"{s}: {p.label}") for s, p in enumerate(answer)]
+strip = go.Figure([
+    go.Bar(x=strip_labels, y=conf["prob"], name="probability of the chosen token",
+           marker_color=["#dc2626" if r > 1 and x < LOW else "#93c5fd" if x < LOW else "#2a6f97"
+                         for x, r in zip(conf["prob"], conf["rank"])],
+           customdata=np.stack([conf["entropy"], conf["choices"], conf["rank"]], axis=1),
+           hovertemplate="step %{x}<br>chosen with probability %{y:.1%} (rank %{customdata[2]})<br>"
+                         "uncertainty %{customdata[0]:.2f} bits ≈ %{customdata[1]:.1f} choices<extra></extra>"),
+    go.Scatter(x=strip_labels, y=conf["entropy"], name="uncertainty (entropy, bits)", yaxis="y2", mode="lines+markers",
+               line=dict(color="#f59e0b"), hoverinfo="skip"),
+])
+strip.update_layout(height=330, margin=dict(t=30, b=10, l=10, r=10), legend=dict(orientation="h", y=1.15),
+                    yaxis=dict(title="probability", tickformat=".0%", range=[0, 1], tickfont=TICK_FONT),
+                    yaxis2=dict(title="uncertainty (bits)", overlaying="y", side="right", tickfont=TICK_FONT,
+                                range=[0, max(1.0, float(conf["entropy"].max()) * 1.05)], dtick=2, showgrid=False),
+                    clickmode="event+select", dragmode=False)
+token_axis(strip, "x", strip_labels, angle=-60)
+
+
+def jump_to_step() -> None:
+    points = st.session_state.nt_strip.selection.points
+    if points and S > 1:
+        st.session_state.nt_step = int(points[0]["point_index"])
+
+
+st.plotly_chart(strip, width="stretch", key="nt_strip", on_select=jump_to_step, selection_mode="points")
+shots = [int(s) for s in np.argsort(conf["prob"]) if conf["prob"][s] < LOW and conf["rank"][s] > 1][:5]
+unsure = [int(s) for s in np.argsort(-conf["entropy"])][:3]
+st.caption("Each bar is one answer token: how likely the model thought it was (softmax at temperature 1, before the "
+           f"run's own filters). Red: a long shot, a token under {LOW:.0%} that was not the favourite (only a sampled "
+           f"run takes those); light blue: the favourite, but under {LOW:.0%}. The orange line is the model's "
+           "uncertainty before choosing, in bits: 0 = sure, 1 bit ≈ a coin toss between two tokens, n bits ≈ 2ⁿ "
+           "equally likely choices. Click a bar to open that step below. "
+           + ("Long shots taken: " + ", ".join(f"step {s} ({answer[s].label}, {conf['prob'][s]:.0%}, rank "
+                                              f"{conf['rank'][s]})" for s in shots) + ". " if shots else
+              "No long shots were taken. ")
+           + "Most uncertain: " + ", ".join(f"step {s} ({conf['entropy'][s]:.1f} bits)" for s in unsure) + ".")
+
+# --- which step -----------------------------------------------------------------------------------
+if not 0 <= st.session_state.get("nt_step", 0) <= max(S - 1, 1):  # a shorter run than the last one
+    st.session_state.nt_step = 0
+st.session_state.setdefault("nt_step", 0)  # set here, not as the slider's default: a click on the strip sets it too
 step = st.slider("Generation step (0 = the first answer token, right after the prompt)", 0, max(S - 1, 1),
-                 0, disabled=S < 2, key="nt_step") if S > 1 else 0
+                 disabled=S < 2, key="nt_step") if S > 1 else 0
 logits = trace.step_logits[step].astype(np.float64)  # (V,)
-so_far = "".join(s.token_text for s in trace.steps[:step])
+context = trace.ids + generated[:step]  # what the model had read when it chose this step's token
+
+
+def name(token_id: int) -> str:
+    """A candidate at this step, named with what it does to an unfinished character ('<0xA0> → 토')."""
+    return continuation_label(tok, context, int(token_id))
+
+
+so_far = render_bytes(b"".join(p.raw for p in answer[:step] if not p.special))
 chosen = trace.steps[step]
-st.caption("Answer so far, and the token the run chose at this step (␣ = space, ↵ = new line):")
-st.code(f"answer so far: {so_far or '(nothing yet)'}\nchosen next:   {chosen.token_text}  (id {chosen.token_id})",
-        language=None, wrap_lines=True)
+st.caption("Answer so far, and the token the run chose at this step (␣ = space, ↵ = new line, <0x..> = a byte of a "
+           "character not finished yet):")
+st.code(f"answer so far: {so_far or '(nothing yet)'}\nchosen next:   {answer[step].with_bytes}  (id {chosen.token_id}), "
+        f"probability {conf['prob'][step]:.1%}, rank {conf['rank'][step]}; uncertainty {conf['entropy'][step]:.2f} "
+        f"bits ≈ {conf['choices'][step]:.1f} choices", language=None, wrap_lines=True)
 
 # --- top candidates ---------------------------------------------------------------------------------
 raw = softmax(logits)  # (V,)
 table = pd.DataFrame(candidates(tok, logits, 15))
+table["token"] = [name(i) for i in table["id"]]
 table["probability"] = table["probability"].map(lambda x: f"{x:.2%}")
 st.subheader("Top candidates")
 st.dataframe(table, hide_index=True, width="stretch", height=35 * (len(table) + 1) + 3)
@@ -78,13 +142,13 @@ def sampler() -> None:
     stages = filter_stages(logits, opts)
     final = stages[-1].probs  # (V,)
     shown = np.argsort(-raw)[:12]
-    labels = [plotly_label(f"{token_text(tok, i)} ({i})") for i in shown]
+    labels = [plotly_label(f"{name(i)} ({i})") for i in shown]
     fig = go.Figure([go.Bar(name=STAGE_TITLES[s.name], x=labels, y=s.probs[shown],
                             hovertemplate="%{x}<br>%{y:.2%}<extra>" + STAGE_TITLES[s.name] + "</extra>")
                      for s in stages])
-    fig.update_layout(barmode="group", height=360, margin=dict(t=30, b=10), yaxis_tickformat=".0%",
+    fig.update_layout(barmode="group", height=400, margin=dict(t=30, b=10), yaxis_tickformat=".0%",
                       xaxis_title="candidate token (12 best of V)", yaxis_title="probability",
-                      legend=dict(orientation="h", y=1.12))
+                      legend=dict(orientation="h", y=1.12), font=dict(size=13))
     st.plotly_chart(fig, width="stretch", key="nt_stages_chart")
     st.markdown(" → ".join(f"**{STAGE_TITLES[s.name]}**: {plural(s.kept, 'token')} can still be drawn"
                            for s in stages))
@@ -98,17 +162,17 @@ def sampler() -> None:
     freq = empirical(picks, V)  # (V,)
     possible = np.argsort(-final)[:min(15, int((final > 0).sum()))]
     rest_theory, rest_seen = 1 - final[possible].sum(), 1 - freq[possible].sum()
-    names = [plotly_label(f"{token_text(tok, i)} ({i})") for i in possible] + (["all others"] if rest_theory > 1e-9 else [])
+    names = [plotly_label(f"{name(i)} ({i})") for i in possible] + (["all others"] if rest_theory > 1e-9 else [])
     theory = list(final[possible]) + ([rest_theory] if rest_theory > 1e-9 else [])
     seen = list(freq[possible]) + ([rest_seen] if rest_theory > 1e-9 else [])
     fig = go.Figure([go.Bar(name=f"share of {n:,} draws", x=names, y=seen, marker_color="#f4a261"),
                      go.Scatter(name="theoretical probability", x=names, y=theory, mode="markers",
                                 marker=dict(symbol="line-ew-open", size=28, line=dict(width=3), color="#264653"))])
-    fig.update_layout(height=340, margin=dict(t=30, b=10), yaxis_tickformat=".0%", legend=dict(orientation="h", y=1.12),
-                      xaxis_title="drawn token (id)", yaxis_title="share of draws")
+    fig.update_layout(height=380, margin=dict(t=30, b=10), yaxis_tickformat=".0%", legend=dict(orientation="h", y=1.12),
+                      xaxis_title="drawn token (id)", yaxis_title="share of draws", font=dict(size=13))
     st.plotly_chart(fig, width="stretch", key="nt_draws_chart")
     first = int(picks[0])
-    st.markdown(f"First draw with seed {seed}: {code_span(token_text(tok, first))}. "
+    st.markdown(f"First draw with seed {seed}: {code_span(name(first))}. "
                 f"Largest gap between what was seen and the theory: {np.abs(freq - final).max():.2%} "
                 f"(it shrinks roughly like 1/√N).")
 
@@ -135,7 +199,7 @@ def constrained() -> None:
     ids = sorted({i for _, i in allowed})
     p = softmax(mask_logits(logits, ids))  # (V,) zero outside `ids`
     table = pd.DataFrame({
-        "token": [token_text(tok, i) for i in ids], "id": ids, "logit": np.round(logits[ids], 3),
+        "token": [name(i) for i in ids], "id": ids, "logit": np.round(logits[ids], 3),
         "probability without the constraint": [f"{raw[i]:.3%}" for i in ids],
         "probability with only these allowed": [f"{p[i]:.2%}" for i in ids],
     })

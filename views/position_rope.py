@@ -4,8 +4,10 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.common import current_trace, page_header
+from views.common import current_trace, get_model, page_header
 from pipeline.stages import position as rope
+from pipeline.text import token_pieces
+from ui.plots import TICK_FONT
 
 
 page_header("Position (RoPE)", "An embedding row says which token it is, not where it stands. SmolLM2 adds position "
@@ -25,9 +27,9 @@ fig = go.Figure(go.Heatmap(z=np.mod(ang, 2 * np.pi), colorscale="Twilight", zmin
                            colorbar=dict(title="angle mod 2π"),
                            customdata=ang, hovertemplate="position %{y}<br>pair %{x}<br>angle %{customdata:.3f} rad"
                                                          "<extra></extra>"))
-fig.update_layout(height=420, margin=dict(t=20, b=10))
-fig.update_xaxes(title=f"frequency pair i (Dh/2 = {pairs}; pair i = dimensions i and i + {pairs})")
-fig.update_yaxes(title="position (T)", autorange="reversed")
+fig.update_layout(height=420, margin=dict(t=20, b=10), font=dict(size=13))
+fig.update_xaxes(title=f"frequency pair i (Dh/2 = {pairs}; pair i = dimensions i and i + {pairs})", tickfont=TICK_FONT)
+fig.update_yaxes(title="position (T)", autorange="reversed", tickfont=TICK_FONT)
 st.plotly_chart(fig, width="stretch", key="rope_angles")
 speed = rope.inv_freq(Dh, base)  # (Dh/2,) radians per position
 st.caption(f"Angle = position × base^(−2i/Dh) with this model's real base = {base:,.0f} and Dh = {Dh}. Pair 0 turns "
@@ -39,7 +41,7 @@ st.subheader("Only the distance matters: a check on real vectors")
 st.caption("Turning q by angle a and k by angle b changes their dot product only through a − b. So if both tokens "
            "moved along by the same number of positions, their score would not change. Below: one head's real q "
            "and k (turned back to before RoPE), placed at shifted positions.")
-plain = [f"({i}){t.text}" for i, t in enumerate(trace.tokens)]
+plain = [f"({i}){q.label}" for i, q in enumerate(token_pieces(get_model().tokenizer, trace.ids))]
 c = st.columns(4)
 layer = c[0].slider("layer", 0, L - 1, min(10, L - 1), key="rope_layer")
 head = c[1].selectbox("query head", range(H), index=0, key="rope_head")
@@ -55,14 +57,21 @@ st.dataframe(pd.DataFrame({
     "shift s": shifts, "query at position": [i + s for s in shifts], "key at position": [j + s for s in shifts],
     "distance": [i - j] * len(shifts), "score q·k/√Dh": [f"{x:.6f}" for x in scores],
 }), hide_index=True, width="stretch")
-st.markdown(f"All scores agree to {np.ptp(scores):.1e}. The model's own score for this pair during the run was "
-            f"**{model_score:.6f}** (shift 0).")
+ours = float(scores[0])
+stored = "float32" if p.q_rot.dtype == np.float32 else "float16"
+st.markdown(f"**What is compared with what.** Every row above is *our* recomputation in float64: the captured q and k "
+            f"turned back to before RoPE, then turned again at the shifted positions. These rows agree with each "
+            f"other to {np.ptp(scores):.1e}, the rounding of float64: the shift changes nothing. The *model's own* score "
+            f"for this pair during the run was **{model_score:.6f}**, computed in float32 from vectors stored in "
+            f"{stored}; it differs from our shift-0 row by {abs(model_score - ours):.1e}. That gap is the model's "
+            f"{stored} rounding (about 7 significant digits for float32, 3 for float16), not an effect of position.")
 
 dist = np.arange(0, 257)
 by_d = rope.score_by_distance(q[i], k[j], dist, base)  # (N,)
 fig = go.Figure(go.Scatter(x=dist, y=by_d, mode="lines", line=dict(color="#6a4c93")))
 fig.add_vline(x=i - j, line_dash="dot", annotation_text=f"real distance {i - j}")
-fig.update_layout(height=300, margin=dict(t=30, b=10), xaxis_title="distance between the two tokens (positions)",
+fig.update_layout(height=320, margin=dict(t=40, b=10), font=dict(size=13),
+                  xaxis_title="distance between the two tokens (positions)",
                   yaxis_title="score q·k/√Dh",
                   title="the same two vectors at different distances: now the score does change")
 st.plotly_chart(fig, width="stretch", key="rope_distance")

@@ -1,10 +1,10 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
-from views.common import APP_MAX_PROMPT_TOKENS, get_model, page_header
+from views.common import APP_MAX_PROMPT_TOKENS, get_model, page_header, played, run_queue, wait_for
 
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.prompt_cache.playback import compare_texts, play
+from pipeline.prompt_cache.playback import compare_texts
 from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from pipeline.errors import InputError
@@ -17,38 +17,45 @@ lm = get_model()
 SCENARIOS = scenarios()
 
 
-@st.cache_data(max_entries=24, show_spinner="Playing the requests through the cache, then each one cold...")
-def played(key: str, block_size: int) -> list[dict]:
-    return play(get_model(), SCENARIOS[key], block_size)
-
-
-@st.cache_data(max_entries=16, show_spinner="Running both requests...")
+@st.cache_data(max_entries=16, show_spinner=False)
 def compared(text_a: str, text_b: str, block_size: int) -> list[dict]:
-    return compare_texts(get_model(), text_a, text_b, block_size, max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
+    work = lambda: compare_texts(get_model(), text_a, text_b, block_size,  # noqa: E731
+                                 max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
+    return wait_for(run_queue().submit(("compare", text_a, text_b, block_size), work, cost=4000))
 
 
 def show_request(row: dict) -> None:
-    s = row["stats"]
-    cold = row["ttft_cold_s"]
-    speed = f" ({cold / s['ttft_s']:.1f}× faster)" if s["tokens_reused"] else ""
+    s, timing = row["stats"], row["timing"]
+    work = (f"{row['flops_computed'] / 1e9:,.1f} GFLOP instead of {row['flops_cold'] / 1e9:,.1f} cold"
+            if s["tokens_reused"] else f"{row['flops_cold'] / 1e9:,.1f} GFLOP, as cold")
     st.markdown(f"**{row['label']}**" + (f" — {row['note']}" if row["note"] else "") +
                 f"  \n{s['n_tokens']} tokens: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
                 + (f"{s['blocks_recomputed']} cached but run again, " if s.get("blocks_recomputed") else "") +
-                f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_reused']} tokens not recomputed** · "
-                f"TTFT {s['ttft_s'] * 1e3:.0f} ms, the same request cold {cold * 1e3:.0f} ms{speed}")
+                f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_computed']} computed, "
+                f"{s['tokens_reused']} reused** ({row['kv_bytes_read'] / 2**20:,.1f} MiB of K/V read back) · {work}")
+    if timing is not None:
+        st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
+                   f"{timing.b_median * 1e3:,.0f} ms: {timing.verdict('with the cache', 'cold')}.")
     st.markdown(block_row_html(row), unsafe_allow_html=True)
     st.markdown(divergence_html(row), unsafe_allow_html=True)
     st.caption(row["reason"])
 
 
 def ttft_chart(rows: list[dict]) -> go.Figure:
+    """Medians of the interleaved runs, with whiskers over their full range."""
     labels = [plotly_label(f"({i + 1}) {r['label']}") for i, r in enumerate(rows)]
-    fig = go.Figure([go.Bar(name="with the cache", x=labels, y=[r["stats"]["ttft_s"] * 1e3 for r in rows],
-                            marker_color="#16a34a"),
-                     go.Bar(name="cold (nothing reused)", x=labels, y=[r["ttft_cold_s"] * 1e3 for r in rows],
-                            marker_color="#ea580c")])
-    fig.update_layout(barmode="group", height=280, margin=dict(t=30, b=10, l=10, r=10),
-                      yaxis_title="time to first token (ms)", title="Measured time to first token")
+    bars = []
+    for name, median, span, colour in (("with the cache", "a_median", "a_range", "#16a34a"),
+                                       ("cold (nothing reused)", "b_median", "b_range", "#ea580c")):
+        y = [getattr(r["timing"], median) * 1e3 for r in rows]
+        lo = [y_ - getattr(r["timing"], span)[0] * 1e3 for y_, r in zip(y, rows)]
+        hi = [getattr(r["timing"], span)[1] * 1e3 - y_ for y_, r in zip(y, rows)]
+        bars.append(go.Bar(name=name, x=labels, y=y, marker_color=colour,
+                           error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo)))
+    fig = go.Figure(bars)
+    fig.update_layout(barmode="group", height=300, margin=dict(t=30, b=10, l=10, r=10),
+                      yaxis_title="time to first token (ms)",
+                      title="Measured time to first token: medians, whiskers = range of the interleaved runs")
     return fig
 
 
@@ -87,8 +94,10 @@ c1.metric("Hit rate over these requests", f"{last['session_hit_rate']:.0%}", hel
 c2.metric("Bytes the cache holds", f"{last['bytes_held'] / 2**20:.1f} MiB")
 c3.metric("KV formula for the same tokens", f"{last['formula_bytes'] / 2**20:.1f} MiB",
           help="2 (K and V) × layers × KV heads × head width × tokens × 4 bytes")
-st.caption("Times are measured on this machine for each request, once through the cache and once cold. Where nothing "
-           "is reused both runs do the same work, so any gap between them is noise. The first token's scores are the "
+st.caption("The token counts and the work (GFLOP ≈ 2 × weights × tokens computed) do not depend on how busy this "
+           "server is; the times do. Each request is timed again as it met the cache and cold, alternately, three "
+           "times each: the bars are medians, the whiskers the range, and a ratio is claimed only when the ranges "
+           "do not overlap. Where nothing is reused both runs do the same work. The first token's scores are the "
            "same either way: reusing stored keys and values changes the time, not the answer.")
 
 st.subheader("3. Compare two requests of your own")

@@ -1,7 +1,7 @@
 """Start: what the explorer shows, the stages in order, and where to begin."""
 import streamlit as st
 
-from views.common import page_header, stage_link
+from views.common import page_header, run_queue, stage_link, warm_up
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
             "SmolLM2-135M-Instruct, running on this machine. Every number on every page comes from the real run of "
@@ -33,3 +33,11 @@ with c2:
     stage_link("views/presenter.py", "Open presenter mode", "🎓")
     st.markdown("Every page has **Share or export this view** at the bottom of the sidebar: a link that reopens "
                 "the same request and controls in any browser, and the run as a JSON file.")
+
+jobs = warm_up()
+pending = [name for name, ticket in jobs.items() if not ticket.done]
+if pending:
+    st.info(f"Preparing in the background so that nobody waits for them later: {', '.join(pending)}. "
+            f"Requests typed by people always go first ({len(run_queue())} in the model's queue now).", icon="⏳")
+else:
+    st.success("Ready: the default request and every prompt-caching scenario are prepared.", icon="✅")

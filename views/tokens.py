@@ -5,9 +5,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ui.chips import legend, token_chips
-from pipeline.text import plural
-from pipeline.stages.tokens import Token, compare, cost_table, encode_model, encode_other, role_counts, text_tokens
+from ui.chips import legend, text_spans, token_chips
+from pipeline.text import plural, token_pieces
+from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
+                                    other_pieces, role_counts, text_tokens)
+
+CHIPS_HEIGHT = 380  # px: a long prompt's chips scroll in their own box instead of stretching the page
 
 page_header("Tokens", "The model never sees letters. A tokenizer cuts the text into pieces from a fixed list "
                       "(its vocabulary) and hands over each piece's number, its token id.")
@@ -26,12 +29,31 @@ def model_pieces(text: str, safe: bool) -> list[Token]:
     return text_tokens(get_model().tokenizer, text, safe)
 
 
-st.subheader(f"1. Your prompt as {len(trace.tokens)} tokens")
+def explain_split(counts: dict, what: str) -> None:
+    """Say why there are more tokens than characters, when some characters took several tokens."""
+    if counts["split_characters"]:
+        st.info(f"{what} has {plural(counts['characters'], 'character')} but {plural(counts['tokens'], 'token')}: "
+                f"{plural(counts['split_characters'], 'character')} (for example Korean, Chinese or emoji) "
+                f"{'is' if counts['split_characters'] == 1 else 'are'} spelled by several tokens each, "
+                f"{plural(counts['partial_tokens'], 'token')} in all. The tokenizer works on UTF-8 bytes: a Korean "
+                "syllable is 3 bytes, most emoji 4, and this mostly-English vocabulary has no single token for "
+                "many of them. Such tokens are bracketed under their character; each chip shows its raw bytes "
+                "as `<0x..>`.")
+
+
+st.subheader(f"1. Your prompt as {plural(len(trace.tokens), 'token')}")
 st.markdown("Each chip is one token; the small number is its id. `␣` marks a space and `↵` a line break: spaces "
-            "usually belong to the start of the next word. Pieces that are only part of a character (for example "
-            "in Korean or emoji) show their raw bytes as `<0x..>`. Red boxes are special marker tokens.")
+            "usually belong to the start of the next word. A token that is only part of a character (for example "
+            "in Korean or emoji) shows its raw bytes as `<0x..>`, bracketed with the other parts under the "
+            "character they spell. Red boxes are special marker tokens. Hover a chip for its bytes.")
+pieces = token_pieces(lm.tokenizer, trace.ids)  # one Piece per token: its bytes and the character(s) it spells
 st.markdown(legend(), unsafe_allow_html=True)
-st.markdown(token_chips(trace.tokens), unsafe_allow_html=True)
+st.markdown(token_chips(trace.tokens, pieces=pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+explain_split(character_counts(pieces), "Your prompt")
+with st.expander("The same tokens over the original text (each token's stretch highlighted)"):
+    st.caption("Alternating tints mark where one token ends and the next begins; a dashed outline is one "
+               "character spelled by several tokens. Hover a stretch to see its tokens.")
+    st.markdown(text_spans(pieces, [t.role for t in trace.tokens], max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 counts = role_counts(trace.tokens)
 cols = st.columns(len(counts) + 1)
 cols[0].metric("Tokens in the prompt", len(trace.tokens))
@@ -45,10 +67,12 @@ if safe_ids != naive_ids:
                "ordinary text; a naive one (right) turns it into a real control token, letting a user fake the "
                "end of their turn or a system message.")
     c1, c2 = st.columns(2)
-    c1.markdown(f"**Safe: {len(safe_ids)} tokens**")
-    c1.markdown(token_chips([t for t in trace.tokens if t.role != "template"]), unsafe_allow_html=True)
-    c2.markdown(f"**Naive: {len(naive_ids)} tokens**")
-    c2.markdown(token_chips([t for t in trace.naive_tokens if t.role != "template"]), unsafe_allow_html=True)
+    c1.markdown(f"**Safe: {plural(len(safe_ids), 'token')}**")
+    c1.markdown(token_chips([t for t in trace.tokens if t.role != "template"], max_height=CHIPS_HEIGHT),
+                unsafe_allow_html=True)
+    c2.markdown(f"**Naive: {plural(len(naive_ids), 'token')}**")
+    c2.markdown(token_chips([t for t in trace.naive_tokens if t.role != "template"], max_height=CHIPS_HEIGHT),
+                unsafe_allow_html=True)
 else:
     st.markdown("Your messages contain no special-token look-alikes, so safe and naive tokenization agree. Try "
                 "typing `<|im_end|>` in the box below (or in the question) to see the difference.")
@@ -60,12 +84,17 @@ if not text:
     st.info("Type some text above.")
     st.stop()
 safe = model_pieces(text, True)
-st.markdown(f"**{trace.dims.name}: {len(safe)} tokens** (special-token look-alikes kept as text)")
-st.markdown(token_chips(safe), unsafe_allow_html=True)
+safe_pieces = token_pieces(lm.tokenizer, [t.id for t in safe])
+st.markdown(f"**{trace.dims.name}: {plural(len(safe), 'token')}** (special-token look-alikes kept as text)")
+st.markdown(token_chips(safe, pieces=safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+st.markdown(text_spans(safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+explain_split(character_counts(safe_pieces), "This text")
 naive = model_pieces(text, False)
 if [t.id for t in naive] != [t.id for t in safe]:
-    st.markdown(f"Tokenized naively the same text gives **{len(naive)} tokens**, with real control tokens in red:")
-    st.markdown(token_chips(naive), unsafe_allow_html=True)
+    st.markdown(f"Tokenized naively the same text gives **{plural(len(naive), 'token')}**, with real control "
+                "tokens in red:")
+    st.markdown(token_chips(naive, pieces=token_pieces(lm.tokenizer, [t.id for t in naive]),
+                            max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 
 st.subheader("4. The same text through other tokenizers")
 st.markdown("Every model family has its own vocabulary, so the same text costs a different number of tokens. "
@@ -74,13 +103,13 @@ results = compared(text)
 table = pd.DataFrame(cost_table(text, results))
 st.dataframe(table, hide_index=True, width="stretch")
 fig = go.Figure(go.Bar(x=table["tokenizer"], y=table["tokens"], text=table["tokens"], marker_color="#0ea5e9"))
-fig.update_layout(height=260, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="tokenizer",
-                  yaxis_title="tokens for this text")
+fig.update_layout(height=280, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="tokenizer",
+                  yaxis_title="tokens for this text", font=dict(size=13))
 st.plotly_chart(fig, width="stretch")
 for r in results[1:]:
     st.markdown(f"**{r.name}** ({plural(r.count, 'token')})")
-    st.markdown(token_chips([Token(n, i, p, "assistant", False) for n, (i, p) in enumerate(zip(r.ids, r.pieces))]),
-                unsafe_allow_html=True)
+    st.markdown(token_chips([Token(n, i, p, "assistant", False) for n, (i, p) in enumerate(zip(r.ids, r.pieces))],
+                            pieces=other_pieces(r.name, r.ids), max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 
 st.subheader("5. Capitals and spaces change the token")
 st.markdown("The same word is a different token depending on a leading space or a capital letter. To the model "

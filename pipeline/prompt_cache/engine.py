@@ -21,7 +21,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import DynamicCache
@@ -330,6 +330,15 @@ class PrefixCache:
         self.session_tokens_reused += reused
         self.session_blocks += n_blocks
         self.session_blocks_hit += run
+
+    def snapshot(self) -> "PrefixCache":
+        """A copy holding the same blocks (tensors shared, not copied) for timing a request again
+        exactly as it met the cache, without touching this cache."""
+        with self._lock:
+            copy = PrefixCache(self.config, self.clock)
+            copy.blocks = OrderedDict((k, replace(b)) for k, b in self.blocks.items())
+            copy.children = {k: set(v) for k, v in self.children.items()}
+            return copy
 
     def clear(self) -> None:
         with self._lock:

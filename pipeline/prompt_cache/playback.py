@@ -6,6 +6,7 @@ from ..errors import InputError
 from ..stages.request import ChatRequest, parse_turns
 from ..stages.tokens import tokenize_request
 from ..text import token_text as _token_text
+from ..timing import interleave
 from .engine import PrefixCache, PrefixCacheConfig
 from .scenarios import Prompt, Scenario
 
@@ -58,19 +59,44 @@ def play(lm, scenario: Scenario, block_size: int = 16, measure_cold: bool = True
     return rows
 
 
+TIMING_REPEATS = 3  # interleaved hit / cold pairs per request
+
+
 def serve_prompt(lm, cache: PrefixCache, prompt: Prompt, measure_cold: bool = True) -> dict:
+    """Serve one request through the cache; with measure_cold, time it again as it met the cache and
+    cold, interleaved and repeated (medians and ranges), so a busy machine cannot invert the lesson.
+    What does not depend on load leads: tokens computed vs reused, and the work that implies."""
     ids, texts, roles = prompt_tokens(lm, prompt)
+    before = cache.snapshot() if measure_cold else None
     stats = cache.serve(lm, ids).stats.to_dict()
     d = stats["divergence"] or {}
     cached_text, new_text = token_text(lm, d.get("cached_token_id")), token_text(lm, d.get("new_token_id"))
-    return {
+    row = {
         "label": prompt.label, "note": prompt.note, "ids": ids, "tokens": texts, "roles": roles,
         "stats": stats, "reason": explain(stats, cached_text, new_text),
         "cached_token": cached_text, "new_token": new_text,
-        "ttft_cold_s": cold_ttft(lm, ids, cache.config.block_size) if measure_cold else None,
+        "ttft_cold_s": None, "timing": None,
+        "flops_computed": 2 * n_params(lm) * stats["tokens_computed"],  # ~2 operations per weight per token
+        "flops_cold": 2 * n_params(lm) * len(ids),
+        "kv_bytes_read": lm.dims.kv_bytes(stats["tokens_reused"]),
         "session_hit_rate": cache.token_hit_rate, "bytes_held": cache.bytes_held,
         "formula_bytes": cache.formula_bytes(lm.dims),
     }
+    if measure_cold:
+        bs = cache.config.block_size
+        timing = interleave(lambda: before.snapshot().serve(lm, ids, store=False).stats.ttft_s,
+                            lambda: cold_ttft(lm, ids, bs), TIMING_REPEATS)
+        row.update(ttft_cold_s=timing.b_median, timing=timing)
+    return row
+
+
+def n_params(lm) -> int:
+    """Weights the model multiplies per token (embedding lookups excluded: they are reads, not maths)."""
+    if not hasattr(lm, "_n_params"):
+        embed = lm.model.get_input_embeddings().weight.numel()
+        tied = lm.model.get_output_embeddings().weight is lm.model.get_input_embeddings().weight
+        lm._n_params = sum(p.numel() for p in lm.model.parameters()) - (0 if tied else embed)
+    return lm._n_params
 
 
 def compare_texts(lm, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True,

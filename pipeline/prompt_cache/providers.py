@@ -1,0 +1,576 @@
+"""Prompt-cache audit (the bodies): a request log read into plain requests, each rendered as the
+content blocks a provider caches over, in prefix order; and the fixes, as rewrites of the bodies.
+
+A log holds one request body per entry, in the order sent: a JSON array, JSONL (one per line), or
+bodies pasted one after another. An entry is a body, or a wrapper `{"ts": ..., "body": {...}}`
+(which may also say `"output_tokens"`); a plain body may carry its own top-level `"ts"` (or
+`"timestamp"`): seconds, or an ISO-8601 string. Shapes read:
+- OpenAI Chat Completions: `messages` (content a string or parts), `tools`;
+- OpenAI Responses: `instructions`, `input` (a string or a list of items);
+- Anthropic Messages: `system` (a string or text blocks), `messages`, `tools`, `cache_control`
+  on tools, system blocks and content blocks, or at the top level (automatic caching).
+
+Rendering (no provider publishes its template, so this is the audit's stated convention): tools
+first (one block per tool, its JSON with the keys in the order sent), then system / instructions,
+then each message's blocks in order. A message's first block starts with a role header `<user>\\n`,
+its other blocks with `\\n`. Text is kept byte for byte: key order and whitespace matter.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ..errors import InputError
+
+MAX_LOG_BYTES = 50 * 2**20  # a pasted or uploaded log; a bigger one is refused, not read
+MAX_REQUESTS = 100_000
+LONG_BLOB_CHARS = 2_000  # a longer string with no spaces (base64 image data) is shown as its digest
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
+TS_KEYS = ("ts", "timestamp")
+SYSTEM_ROLES = ("system", "developer")
+ANTHROPIC_BLOCK_TYPES = {"tool_use", "tool_result", "image", "document", "thinking", "redacted_thinking"}
+TTLS = {"5m", "1h"}
+
+
+@dataclass(frozen=True)
+class Block:
+    section: str  # tools | system | messages
+    role: str  # tools | system | user | assistant | tool | developer | function_call ...
+    message: int  # position of its message in the conversation; -1 for tools and system
+    header: str  # rendered before the content: "<user>\n" on a message's first block, else "\n"
+    text: str  # the content as rendered (JSON dumped with the keys in the order sent)
+    cache_ttl: str | None = None  # "5m" | "1h" where the block carries Anthropic's cache_control
+
+
+@dataclass
+class LogRequest:
+    number: int  # 1-based, the order sent
+    line: int  # line of the log where the entry starts
+    shape: str  # openai-chat | openai-responses | anthropic
+    model: str | None
+    ts: float | None  # seconds as given (epoch or any origin); None when the entry has none
+    output_tokens: int | None  # from the wrapper, when the log says
+    body: dict  # the body as sent (the fixes rewrite a copy)
+    blocks: list[Block]
+    tool_names: list[str]  # in the order sent
+    auto_cache: str | None = None  # top-level cache_control ttl: the last block is a breakpoint
+
+    @property
+    def where(self) -> str:
+        return f"request {self.number} (line {self.line})"
+
+    @property
+    def n_messages(self) -> int:
+        return 1 + max((b.message for b in self.blocks), default=-1)
+
+
+# ---- reading the log ---------------------------------------------------------------------------
+def check_size(n_bytes: int, limit: int | None = MAX_LOG_BYTES) -> None:
+    if limit is not None and n_bytes > limit:
+        raise InputError("log", f"the log is {n_bytes / 2**20:.1f} MB; the limit is {limit / 2**20:.0f} MB. "
+                                f"Audit a slice of it (for example its first 5,000 lines).")
+
+
+def read_entries(text: str, max_bytes: int | None = MAX_LOG_BYTES) -> list[tuple[object, int]]:
+    """JSON values of the log, each with the line it starts on.
+
+    '{"a":1}\\n{"b":2}' -> [({'a': 1}, 1), ({'b': 2}, 2)];  '[{"a":1}, {"b":2}]' -> both, line 1.
+    """
+    if not isinstance(text, str):
+        raise InputError("log", "give the log as text.")
+    if max_bytes is not None and len(text) * 4 > max_bytes:  # UTF-8 takes at most 4 bytes a character
+        check_size(len(text.encode("utf-8", "surrogatepass")), max_bytes)
+    decoder, values, pos = json.JSONDecoder(), [], _skip_space(text, 0)
+    if pos == len(text):
+        raise InputError("log", "the log is empty: paste or upload one or more request bodies.")
+    line, counted = 1, 0
+    while pos < len(text):
+        line, counted = line + text.count("\n", counted, pos), pos
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise InputError("log", f"line {e.lineno}, column {e.colno}: not valid JSON ({e.msg}). Give one "
+                                    f"request body per line (JSONL) or a JSON array of bodies.") from None
+        except RecursionError:
+            raise InputError("log", f"line {line}: JSON nested too deeply to be a request body.") from None
+        except ValueError as e:  # e.g. an integer of more than 4,300 digits
+            raise InputError("log", f"line {line}: {e}") from None
+        values.append((value, line))
+        pos = _skip_space(text, end)
+    if len(values) == 1 and isinstance(values[0][0], list):  # a JSON array of entries
+        values = [(v, values[0][1]) for v in values[0][0]]
+    if not values:
+        raise InputError("log", "the JSON array is empty: there is no request to audit.")
+    if len(values) > MAX_REQUESTS:
+        raise InputError("log", f"{len(values):,} requests; the limit is {MAX_REQUESTS:,}.")
+    return values
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n\ufeff":
+        pos += 1
+    return pos
+
+
+def parse_log(text: str, max_bytes: int | None = MAX_LOG_BYTES) -> list[LogRequest]:
+    """The log as requests in the order sent; bad input raises InputError naming the request and line."""
+    requests = []
+    for number, (entry, line) in enumerate(read_entries(text, max_bytes), start=1):
+        try:
+            requests.append(read_request(entry, number, line))
+        except RecursionError:
+            raise InputError("log", f"request {number} (line {line}): nested too deeply.") from None
+    check_times(requests)
+    return requests
+
+
+def read_request(entry, number: int, line: int) -> LogRequest:
+    where = f"request {number} (line {line})"
+    if not isinstance(entry, dict):
+        raise InputError("log", f"{where}: expected a JSON object (a request body), got {_kind(entry)}.")
+    body, outer = entry, entry
+    if "body" in entry and not ("messages" in entry or "input" in entry):
+        body = entry["body"]
+        if not isinstance(body, dict):
+            raise InputError("log", f"{where}: `body` must be a JSON object, got {_kind(body)}.")
+    ts = next((outer[k] for k in TS_KEYS if k in outer), None)
+    if ts is None and body is not outer:
+        ts = next((body[k] for k in TS_KEYS if k in body), None)
+    shape = body_shape(body, where)
+    blocks, tools = render_blocks(body, shape, where)
+    auto = _ttl(body["cache_control"], where) if "cache_control" in body else None
+    model = body.get("model")
+    return LogRequest(number, line, shape, model if isinstance(model, str) else None, parse_ts(ts, where),
+                      _output_tokens(outer, where), body, blocks, tools, auto)
+
+
+def body_shape(body: dict, where: str) -> str:
+    """openai-chat | openai-responses | anthropic, or InputError for a body of no known shape."""
+    if "messages" in body:
+        if not isinstance(body["messages"], list):
+            raise InputError("log", f"{where}: `messages` must be a list, got {_kind(body['messages'])}.")
+        if not body["messages"]:
+            raise InputError("log", f"{where}: `messages` is empty.")
+        return "anthropic" if _looks_anthropic(body) else "openai-chat"
+    if "input" in body:
+        return "openai-responses"
+    keys = ", ".join(f"`{k}`" for k in list(body)[:8]) or "none"
+    raise InputError("log", f"{where}: no `messages` (Chat Completions, Anthropic Messages) and no `input` "
+                            f"(Responses API), so this is not a chat request body. Keys found: {keys}.")
+
+
+def _looks_anthropic(body: dict) -> bool:
+    if "system" in body or "cache_control" in body or str(body.get("model", "")).startswith("claude"):
+        return True
+    tools = body.get("tools")
+    if isinstance(tools, list) and any(isinstance(t, dict) and "input_schema" in t for t in tools):
+        return True
+    for m in body["messages"]:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and any(isinstance(p, dict) and (p.get("type") in ANTHROPIC_BLOCK_TYPES
+                                                                      or "cache_control" in p) for p in content):
+            return True
+    return False
+
+
+def parse_ts(value, where: str) -> float | None:
+    """Seconds: 1741944667 -> 1741944667.0; '2025-03-14T09:31:07Z' -> 1741944667.0; None -> None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise InputError("log", f"{where}: the timestamp must be seconds or an ISO-8601 string, got {_kind(value)}.")
+    if isinstance(value, str):
+        try:
+            stamp = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError("log", f"{where}: timestamp {value[:40]!r} is not ISO-8601 "
+                                    f"(like 2025-03-14T09:31:07Z).") from None
+        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
+    if not math.isfinite(value):
+        raise InputError("log", f"{where}: the timestamp must be a finite number of seconds.")
+    return float(value)
+
+
+def check_times(requests: list[LogRequest]) -> None:
+    """Order in the log is the order sent: a timestamp may not go back."""
+    last = None
+    for r in requests:
+        if r.ts is not None and last is not None and r.ts < last.ts:
+            raise InputError("log", f"{r.where}: its timestamp is {last.ts - r.ts:,.0f} s before {last.where}'s; "
+                                    f"the log must list requests in the order they were sent.")
+        last = r if r.ts is not None else last
+
+
+def _output_tokens(outer: dict, where: str) -> int | None:
+    value = outer.get("output_tokens")
+    usage = outer.get("usage")
+    if value is None and isinstance(usage, dict):
+        value = usage.get("output_tokens", usage.get("completion_tokens"))
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError("log", f"{where}: `output_tokens` must be a whole number of tokens.")
+    return value
+
+
+def _ttl(cache_control, where: str) -> str:
+    if not isinstance(cache_control, dict):
+        raise InputError("log", f"{where}: `cache_control` must be an object like {{\"type\": \"ephemeral\"}}.")
+    ttl = cache_control.get("ttl", "5m")
+    if ttl not in TTLS:
+        raise InputError("log", f"{where}: cache_control ttl must be \"5m\" or \"1h\", got {str(ttl)[:20]!r}.")
+    return ttl
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}.get(
+        type(value), "a number")
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+def render_blocks(body: dict, shape: str, where: str) -> tuple[list[Block], list[str]]:
+    """Tools, then system / instructions, then the messages: the order prefixes are cached in."""
+    blocks, names = _tool_blocks(body.get("tools"), where)
+    if "system" in body:
+        blocks += _system_blocks(body["system"], where)
+    if "instructions" in body and body["instructions"] is not None:
+        if not isinstance(body["instructions"], str):
+            raise InputError("log", f"{where}: `instructions` must be a string.")
+        blocks.append(Block("system", "system", -1, "<system>\n", clean(body["instructions"])))
+    messages = body["messages"] if shape != "openai-responses" else _responses_items(body["input"], where)
+    leading = True  # OpenAI's system / developer messages at the start are the system prompt
+    for i, message in enumerate(messages):
+        part = _message_blocks(message, i, f"{where}, message {i + 1}")
+        leading = leading and message.get("role") in SYSTEM_ROLES
+        blocks += [Block("system", b.role, b.message, b.header, b.text, b.cache_ttl) for b in part] if leading else part
+    if not blocks:
+        raise InputError("log", f"{where}: the request has no content.")
+    return blocks, names
+
+
+def _tool_blocks(tools, where: str) -> tuple[list[Block], list[str]]:
+    if tools is None:
+        return [], []
+    if not isinstance(tools, list):
+        raise InputError("log", f"{where}: `tools` must be a list, got {_kind(tools)}.")
+    blocks, names = [], []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise InputError("log", f"{where}: tool {i + 1} must be an object, got {_kind(tool)}.")
+        names.append(tool_name(tool))
+        ttl = _ttl(tool["cache_control"], where) if "cache_control" in tool else None
+        blocks.append(Block("tools", "tools", -1, "<tools>\n" if i == 0 else "\n", dump(tool), ttl))
+    return blocks, names
+
+
+def tool_name(tool: dict) -> str:
+    """{'name': 'search'} or {'type': 'function', 'function': {'name': 'search'}} -> 'search'."""
+    fn = tool.get("function")
+    name = tool.get("name") or (fn.get("name") if isinstance(fn, dict) else None) or tool.get("type")
+    return str(name) if name is not None else ""
+
+
+def _system_blocks(system, where: str) -> list[Block]:
+    if isinstance(system, str):
+        return [Block("system", "system", -1, "<system>\n", clean(system))]
+    if not isinstance(system, list):
+        raise InputError("log", f"{where}: `system` must be a string or a list of text blocks.")
+    blocks = []
+    for i, part in enumerate(system):
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            raise InputError("log", f"{where}: system block {i + 1} must be {{\"type\": \"text\", \"text\": ...}}.")
+        ttl = _ttl(part["cache_control"], where) if "cache_control" in part else None
+        blocks.append(Block("system", "system", -1, "<system>\n" if i == 0 else "\n", clean(part["text"]), ttl))
+    return blocks
+
+
+def _responses_items(items, where: str) -> list[dict]:
+    """Responses `input` as chat messages: a string is one user message; other items keep their JSON."""
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    if not isinstance(items, list) or not items:
+        raise InputError("log", f"{where}: `input` must be a string or a non-empty list of items.")
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InputError("log", f"{where}: input item {i + 1} must be an object, got {_kind(item)}.")
+        if "role" in item:
+            out.append(item)
+        else:  # function_call, function_call_output, reasoning ...: sent as their JSON
+            out.append({"role": str(item.get("type", "item")), "content": [{"type": "json", "json": item}]})
+    return out
+
+
+def _message_blocks(message, i: int, where: str) -> list[Block]:
+    if not isinstance(message, dict):
+        raise InputError("log", f"{where}: must be an object with `role` and `content`, got {_kind(message)}.")
+    role = message.get("role")
+    if not isinstance(role, str) or not role or len(role) > 64:
+        raise InputError("log", f"{where}: `role` must be a short string like \"user\".")
+    call_id = message.get("tool_call_id")
+    header = f"<{role}{' ' + str(call_id)[:80] if call_id is not None else ''}>\n"
+    parts = _content_parts(message.get("content"), where)
+    if message.get("tool_calls") is not None:
+        parts.append((dump(message["tool_calls"]), None))
+    if not parts:
+        parts = [("", None)]
+    return [Block("messages", role, i, header if n == 0 else "\n", text, ttl) for n, (text, ttl) in enumerate(parts)]
+
+
+def _content_parts(content, where: str) -> list[tuple[str, str | None]]:
+    """[(rendered text, cache ttl or None)] for a string, a null or a list of parts."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [(clean(content), None)]
+    if not isinstance(content, list):
+        raise InputError("log", f"{where}: `content` must be a string or a list of parts, got {_kind(content)}.")
+    parts = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            parts.append((clean(part), None))
+            continue
+        if not isinstance(part, dict):
+            raise InputError("log", f"{where}, part {j + 1}: must be an object, got {_kind(part)}.")
+        ttl = _ttl(part["cache_control"], where) if "cache_control" in part else None
+        if part.get("type") in TEXT_PART_TYPES or ("text" in part and "type" not in part):
+            if not isinstance(part.get("text"), str):
+                raise InputError("log", f"{where}, part {j + 1}: `text` must be a string.")
+            parts.append((clean(part["text"]), ttl))
+        elif part.get("type") == "json":  # a Responses item kept whole (see _responses_items)
+            parts.append((dump(part["json"]), ttl))
+        else:  # image, tool_use, tool_result, document ...: their JSON, long blobs shortened
+            parts.append((dump(part), ttl))
+    return parts
+
+
+def dump(value) -> str:
+    """JSON text with the keys in the order sent, cache_control left out (it is not prompt text).
+
+    {'b': 1, 'a': 2, 'cache_control': {...}} -> '{"b": 1, "a": 2}'
+    """
+    return clean(json.dumps(_strip(value), ensure_ascii=False))
+
+
+def _strip(value):
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    if isinstance(value, str) and len(value) > LONG_BLOB_CHARS and " " not in value:
+        digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return f"<{len(value):,} characters of data, sha256 {digest}>"
+    return value
+
+
+def clean(text: str) -> str:
+    """Text a tokenizer accepts: a lone surrogate (valid in JSON, not in UTF-8) becomes U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+# ---- what changes between requests: dates, IDs, JSON ----------------------------------------------
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+VOLATILE = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"  # ISO date (and time)
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?\b"  # a time
+    r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b,?(?: \d{1,2}(?: (?:" + _MONTHS + r"))?(?: \d{4})?)?"
+    r"|\b\d{1,2} (?:" + _MONTHS + r")(?: \d{4})?|\b(?:" + _MONTHS + r") \d{1,2}(?:, \d{4})?"
+    r"|\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"  # a UUID
+    r"|\b(?=[0-9a-f]*\d)[0-9a-f]{12,}\b|\b\d{6,}\b"  # a hex ID, an epoch or a long number
+    r"|\b(?:req|sess|trace|msg|run)_[A-Za-z0-9]{6,}\b")
+
+
+def volatile_near(text: str, char: int) -> str | None:
+    """The date, time or ID in `text` that covers position `char` (or ends right before it).
+
+    ('Today is Friday 14 March 2025.', 16) -> 'Friday 14 March 2025'
+    """
+    for m in VOLATILE.finditer(text, max(0, char - 40), min(len(text), char + 40)):
+        if m.start() <= char <= m.end():
+            return m.group()
+    return None
+
+
+def json_spans(text: str, limit: int = 200) -> list[tuple[int, int, object]]:
+    """JSON objects or arrays written inside a text: [(start, end, value)], at most `limit`.
+
+    'ctx: {"b": 1, "a": 2} ok' -> [(5, 21, {'b': 1, 'a': 2})]
+    """
+    decoder, spans, pos = json.JSONDecoder(), [], 0
+    while len(spans) < limit:
+        starts = [i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0]
+        if not starts:
+            break
+        start = min(starts)
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except (json.JSONDecodeError, RecursionError):
+            pos = start + 1
+            continue
+        if isinstance(value, (dict, list)) and value:
+            spans.append((start, end, value))
+        pos = max(end, start + 1)
+    return spans
+
+
+def sort_keys_text(text: str) -> str:
+    """Every JSON object written inside `text` re-serialised with sorted keys (other text unchanged).
+
+    'ctx: {"b": 1, "a": 2}' -> 'ctx: {"a": 2, "b": 1}'
+    """
+    out, pos = [], 0
+    for start, end, value in json_spans(text):
+        out += [text[pos:start], json.dumps(value, sort_keys=True, ensure_ascii=False)]
+        pos = end
+    return "".join(out) + text[pos:] if out else text
+
+
+# ---- the fixes ---------------------------------------------------------------------------------
+FIX_WORDS = {
+    "sorted_keys": "JSON serialised with sorted keys",
+    "sorted_tools": "tools sorted by name",
+    "moved_volatile": "a date, time or ID near the start moved to the end of the request",
+    "kept_history": "earlier turns kept word for word (the summary replaced by the original turns)",
+}
+
+
+def fix_body(body: dict, shape: str) -> tuple[dict, set[str]]:
+    """The body rewritten to cache well: stable key order, tools sorted by name, and a date/time/ID
+    line at the start of the system prompt moved to the end of the last user message."""
+    body, changes = copy.deepcopy(body), set()
+    if isinstance(body.get("tools"), list) and body["tools"]:
+        _fix_tools(body, changes)
+    for holder, key in _text_slots(body, shape):
+        new = sort_keys_text(holder[key])
+        if new != holder[key]:
+            holder[key] = new
+            changes.add("sorted_keys")
+    moved = _take_volatile_lines(body, shape)
+    if moved and _append_to_last_user(body, shape, moved):
+        changes.add("moved_volatile")
+    return body, changes
+
+
+def _fix_tools(body: dict, changes: set[str]) -> None:
+    tools = body["tools"]
+    marked = next((t["cache_control"] for t in tools if isinstance(t, dict) and "cache_control" in t), None)
+    fixed = [sort_deep(t) for t in tools]
+    if [json.dumps(t) for t in fixed] != [json.dumps(t) for t in tools]:
+        changes.add("sorted_keys")
+    fixed.sort(key=lambda t: tool_name(t) if isinstance(t, dict) else "")
+    if [tool_name(t) for t in fixed if isinstance(t, dict)] != [tool_name(t) for t in tools if isinstance(t, dict)]:
+        changes.add("sorted_tools")
+    if marked is not None:  # the breakpoint stays on the last tool, wherever it was
+        for t in fixed:
+            t.pop("cache_control", None)
+        fixed[-1]["cache_control"] = marked
+    body["tools"] = fixed
+
+
+def sort_deep(value):
+    """{'b': {'d': 1, 'c': 2}, 'a': 0} -> {'a': 0, 'b': {'c': 2, 'd': 1}} (lists keep their order)."""
+    if isinstance(value, dict):
+        return {k: sort_deep(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sort_deep(v) for v in value]
+    return value
+
+
+def _text_slots(body: dict, shape: str) -> list[tuple[dict, str]]:
+    """(holder, key) of every prompt text in the body: system, instructions, message contents."""
+    slots = []
+    if isinstance(body.get("system"), str):
+        slots.append((body, "system"))
+    elif isinstance(body.get("system"), list):
+        slots += [(p, "text") for p in body["system"] if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    if isinstance(body.get("instructions"), str):
+        slots.append((body, "instructions"))
+    for m in messages_of(body, shape):
+        if isinstance(m.get("content"), str):
+            slots.append((m, "content"))
+        elif isinstance(m.get("content"), list):
+            for p in m["content"]:
+                if isinstance(p, dict) and isinstance(p.get("text"), str):
+                    slots.append((p, "text"))
+                elif isinstance(p, dict) and isinstance(p.get("content"), str):  # tool_result
+                    slots.append((p, "content"))
+    return slots
+
+
+def messages_of(body: dict, shape: str) -> list[dict]:
+    items = body.get("input") if shape == "openai-responses" else body.get("messages")
+    return [m for m in items if isinstance(m, dict)] if isinstance(items, list) else []
+
+
+def _first_text_slot(body: dict, shape: str) -> tuple[dict, str] | None:
+    """Where the prompt's first words live: the system prompt, the instructions, or the first message."""
+    slots = _text_slots(body, shape)
+    return slots[0] if slots else None
+
+
+def _take_volatile_lines(body: dict, shape: str, first_lines: int = 3) -> list[str]:
+    """Remove the lines holding a date, time or ID among the first lines of the prompt's first text."""
+    slot = _first_text_slot(body, shape)
+    if slot is None or not _has_later_user_message(body, shape, slot):
+        return []
+    holder, key = slot
+    lines = holder[key].split("\n")
+    taken = [i for i, line in enumerate(lines[:first_lines]) if VOLATILE.search(line)]
+    if not taken:
+        return []
+    holder[key] = "\n".join(line for i, line in enumerate(lines) if i not in taken).lstrip("\n")
+    return [lines[i].strip() for i in taken if lines[i].strip()]
+
+
+def _has_later_user_message(body: dict, shape: str, slot) -> bool:
+    """True when the prompt's first text is not itself the last user message (there is an end to move to)."""
+    users = [m for m in messages_of(body, shape) if m.get("role") == "user"]
+    if not users:
+        return shape == "openai-responses" and isinstance(body.get("input"), str)
+    last = users[-1]
+    parts = last.get("content") if isinstance(last.get("content"), list) else []
+    return not any(slot[0] is holder for holder in [last, *parts])
+
+
+def _append_to_last_user(body: dict, shape: str, lines: list[str]) -> bool:
+    users = [m for m in messages_of(body, shape) if m.get("role") == "user"]
+    if shape == "openai-responses" and isinstance(body.get("input"), str):
+        body["input"] = body["input"] + "\n\n" + "\n".join(lines)
+        return True
+    if not users:
+        return False
+    last = users[-1]
+    if isinstance(last.get("content"), str):
+        last["content"] = last["content"] + "\n\n" + "\n".join(lines)
+    elif isinstance(last.get("content"), list):
+        kind = "input_text" if shape == "openai-responses" else "text"
+        last["content"].append({"type": kind, "text": "\n".join(lines)})
+    else:
+        return False
+    return True
+
+
+def with_history(body: dict, shape: str, source: dict, messages: list[dict]) -> dict:
+    """`body` with the tools, system and instructions of `source` and these messages."""
+    out = copy.deepcopy(body)
+    for key in ("tools", "system", "instructions"):
+        if key in source:
+            out[key] = copy.deepcopy(source[key])
+    out["input" if shape == "openai-responses" else "messages"] = copy.deepcopy(messages)
+    return out
+
+
+def message_key(message: dict) -> str:
+    """A message's identity for matching histories: its JSON, keys sorted."""
+    return json.dumps(message, sort_keys=True, ensure_ascii=False)

@@ -1,0 +1,58 @@
+"""Comparing two timings honestly on a shared, busy machine.
+
+Both sides are measured interleaved (A, B, A, B, ...) so load hits them alike, repeated, and
+reported as medians with their range. When the ranges overlap, the difference is within the noise
+and no ratio is claimed.
+
+    compare_runs([0.10, 0.12, 0.11], [0.50, 0.55, 0.52]) -> ratio 0.21, verdict "A is 4.7× faster"
+    compare_runs([0.10, 0.30], [0.20, 0.25])            -> verdict "no clear difference ..."
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a_median: float
+    b_median: float
+    a_range: tuple[float, float]
+    b_range: tuple[float, float]
+    separated: bool  # the two ranges do not overlap
+    repeats: int
+
+    @property
+    def ratio(self) -> float:
+        """a / b, medians."""
+        return self.a_median / self.b_median if self.b_median else float("inf")
+
+    def verdict(self, a: str = "A", b: str = "B") -> str:
+        if not self.separated:
+            return (f"no clear difference: over {self.repeats} interleaved runs the spread "
+                    f"({_ms(self.a_range)} vs {_ms(self.b_range)}) is larger than the gap")
+        faster, slower, r = (a, b, 1 / self.ratio) if self.ratio < 1 else (b, a, self.ratio)
+        return f"{faster} is {r:.1f}× faster (medians of {self.repeats} interleaved runs, ranges do not overlap)"
+
+
+def _ms(r: tuple[float, float]) -> str:
+    return f"{r[0] * 1e3:,.0f}–{r[1] * 1e3:,.0f} ms"
+
+
+def compare_runs(a: list[float], b: list[float]) -> Comparison:
+    ra, rb = (min(a), max(a)), (min(b), max(b))
+    return Comparison(statistics.median(a), statistics.median(b), ra, rb,
+                      separated=ra[1] < rb[0] or rb[1] < ra[0], repeats=min(len(a), len(b)))
+
+
+def interleave(run_a: Callable[[], float], run_b: Callable[[], float], repeats: int = 3) -> Comparison:
+    """Call A then B, `repeats` times; each returns the seconds it measured (or is timed here if None)."""
+    a, b = [], []
+    for _ in range(repeats):
+        for run, out in ((run_a, a), (run_b, b)):
+            t0 = time.perf_counter()
+            took = run()
+            out.append(took if took is not None else time.perf_counter() - t0)
+    return compare_runs(a, b)

@@ -1,0 +1,182 @@
+"""Cache audit: a real request log replayed under OpenAI's, Anthropic's and vLLM's prompt-cache rules."""
+from views.common import get_model, page_header
+
+import time
+
+import pandas as pd
+import streamlit as st
+
+from pipeline.errors import InputError
+from pipeline.prompt_cache import audit as ca
+from pipeline.prompt_cache.providers import MAX_LOG_BYTES
+from ui.audit_blocks import (PROVIDER_LABEL, divergence_html, explanation_html, legend, request_header_html,
+                             request_row_html, tree_figure)
+
+page_header("Cache audit", "Paste or upload what your app sends: request by request, what OpenAI, Anthropic or a vLLM "
+                           "server would read from its prompt cache, why the rest missed, and what it costs.")
+RULES = ca.load_rules()
+PAGE_SIZES = (10, 20, 50)
+
+
+@st.cache_data(max_entries=16, show_spinner="Tokenizing the log and replaying it through the three caches...")
+def audited(text: str, provider: str, breakpoints: str) -> ca.AuditReport:
+    return ca.audit_log(text, provider=provider, breakpoints=breakpoints)
+
+
+@st.cache_data(max_entries=8, show_spinner="Rewriting the log and auditing it again...")
+def with_fixes(text: str, provider: str, breakpoints: str) -> dict:
+    return ca.audit_fixes(text, provider=provider, breakpoints=breakpoints)
+
+
+@st.cache_resource(show_spinner="Measuring the model's prefill speed...")
+def measured_prefill_tps() -> float:
+    """Tokens per second of one 512-token forward pass of the loaded model (the second of two runs)."""
+    lm, ids = get_model(), [100 + i % 1000 for i in range(512)]
+    lm.forward([ids], use_cache=False)
+    t0 = time.perf_counter()
+    lm.forward([ids], use_cache=False)
+    return 512 / (time.perf_counter() - t0)
+
+
+def read_upload(upload) -> str:
+    if upload.size > MAX_LOG_BYTES:
+        raise InputError("file", f"{upload.name} is {upload.size / 2**20:.1f} MB; the limit is "
+                                 f"{MAX_LOG_BYTES / 2**20:.0f} MB.")
+    try:
+        return upload.getvalue().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError("file", f"{upload.name} is not UTF-8 text (byte {e.start:,}).") from None
+
+
+def price_table() -> pd.DataFrame:
+    rows = [{"provider": p, **{k: v for k, v in RULES["providers"][p]["price"].items() if k != "source"}}
+            for p in ca.PROVIDERS]
+    return pd.DataFrame(rows).set_index("provider")
+
+
+st.subheader("1. The log")
+st.markdown("One request body per line (JSONL) or a JSON array, in the order sent: OpenAI Chat Completions, "
+            "OpenAI Responses or Anthropic Messages. Timestamps drive expiry: a top-level `\"ts\"` in the body, "
+            "or each line as `{\"ts\": ..., \"body\": {...}}` (seconds or ISO-8601).")
+source = st.radio("Log", ["A prepared example", "Paste", "Upload a file"], horizontal=True, key="ca_source")
+try:
+    if source == "A prepared example":
+        example = st.selectbox("Example", list(ca.EXAMPLES), format_func=lambda k: ca.EXAMPLES[k][0],
+                               key="ca_example")
+        text = ca.example_text(example)
+    elif source == "Paste":
+        with st.form("ca_paste"):
+            st.text_area("Request bodies (JSON or JSONL)", key="ca_text", height=200)
+            st.form_submit_button("Audit", type="primary", key="ca_go")
+        text = st.session_state.get("ca_text", "")
+    else:
+        upload = st.file_uploader("JSON or JSONL log (at most 50 MB)", type=["json", "jsonl"], key="ca_file")
+        text = read_upload(upload) if upload is not None else ""
+except InputError as e:
+    st.error(f"Please fix the log — {e}")
+    st.stop()
+if not text.strip():
+    st.info("Paste or upload a log to audit it, or pick a prepared example.")
+    st.stop()
+
+c1, c2, c3 = st.columns(3)
+provider = c1.radio("Explain for", ca.PROVIDERS, format_func=PROVIDER_LABEL.get, horizontal=True, key="ca_provider",
+                    help="whose cache lifetime decides 'shared prefix' and 'expired'; all three are counted")
+auto = c2.toggle("Anthropic: add breakpoints where none were sent", value=True, key="ca_auto_bp",
+                 help="the end of tools/system, the block before the last, and the last block")
+tps = c3.number_input("Prefill speed (tokens/s)", min_value=1.0, value=float(round(measured_prefill_tps())), step=100.0,
+                      key="ca_tps", help="measured on the loaded model; put your provider's figure to estimate "
+                                         "the time saved")
+breakpoints = "auto" if auto else "as-sent"
+try:
+    report = audited(text, provider, breakpoints)
+except InputError as e:
+    st.error(f"Please fix the log — {e}")
+    st.stop()
+requests = report.requests
+
+with st.expander("Prices (editable): dollars per million tokens and multipliers of the input price"):
+    edited = st.data_editor(price_table(), key="ca_prices", width="stretch")
+    out_tokens = st.number_input("Output tokens per request when the log does not say", 0, 100_000, 200,
+                                 key="ca_out_tokens")
+try:
+    costs = ca.bill(report, edited.to_dict(orient="index"), tps, int(out_tokens))
+except InputError as e:
+    st.error(f"Please fix the prices — {e}")
+    st.stop()
+
+st.subheader("2. The bill")
+cols = st.columns(3)
+for col, p in zip(cols, ca.PROVIDERS):
+    t = costs["totals"][p]
+    col.metric(f"{PROVIDER_LABEL[p]}: prompt tokens from cache", f"{t['hit_rate']:.0%}",
+               help=f"{t['cached_tokens']:,} of {t['prompt_tokens']:,} prompt tokens")
+    col.metric("Bill with caching", f"${t['with_cache']:.4f}", f"{-t['saved']:+.4f} vs ${t['without_cache']:.4f}",
+               delta_color="inverse")
+    col.caption(f"Prefill time saved: {t['latency_saved_s']:.1f} s at {tps:,.0f} tokens/s")
+
+st.subheader("3. The three providers side by side")
+table = pd.DataFrame([{
+    "#": r["index"], "request": r["label"][:60], "tokens": r["prompt_tokens"], "shared": r["shared_prefix_tokens"],
+    "OpenAI cached": r["cached_tokens"]["openai"], "Anthropic read": r["anthropic"]["cache_read_input_tokens"],
+    "Anthropic write": r["anthropic"]["cache_creation_input_tokens"], "vLLM cached": r["cached_tokens"]["vllm"],
+    "diverges at": r["first_divergent_index"], "cause": r["cause"], "trap": r["trap"] or "",
+    **{f"{PROVIDER_LABEL[p]} $": costs["requests"][i][p]["with_cache"] for p in ca.PROVIDERS},
+} for i, r in enumerate(requests)])
+st.dataframe(table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)))
+traps = sorted({r["trap"] for r in requests if r["trap"]})
+for trap in traps:
+    st.warning(f"**Trap: {ca.TRAPS[trap][0]}** in {sum(r['trap'] == trap for r in requests)} requests. "
+               f"Fix: {ca.TRAPS[trap][1]}")
+
+st.subheader("4. Request by request")
+st.markdown(legend(), unsafe_allow_html=True)
+f1, f2, f3 = st.columns(3)
+only_misses = f1.toggle("Only requests with a trap or a miss", key="ca_only_misses")
+shown = [i for i, r in enumerate(requests) if not only_misses or r["trap"] or r["cause"] in ("expired", "different")]
+size = f2.selectbox("Requests per page", PAGE_SIZES, index=1, key="ca_page_size")
+pages = max(1, -(-len(shown) // size))
+page = f3.number_input(f"Page (of {pages})", 1, pages, 1, key="ca_page")
+for i in shown[(page - 1) * size:page * size]:
+    rec = requests[i]
+    st.markdown(request_header_html(rec, provider, costs["requests"][i][provider]), unsafe_allow_html=True)
+    st.markdown(request_row_html(rec, provider), unsafe_allow_html=True)
+    st.markdown(divergence_html(rec) + explanation_html(rec), unsafe_allow_html=True)
+st.caption(f"Showing {min(size, max(0, len(shown) - (page - 1) * size))} of {len(shown)} requests "
+           f"({len(requests)} in the log).")
+
+st.subheader("5. The prefix tree")
+st.markdown("Requests that start the same share a trunk; each branch point is where some of them diverge. Width = "
+            "requests through a branch; each box says how many tokens its stretch holds.")
+st.plotly_chart(tree_figure(report.tree), width="stretch", key="ca_tree")
+
+st.subheader("6. Apply the fixes")
+st.markdown("The log rewritten: JSON with sorted keys, tools sorted by name, a date/time/ID near the start moved to "
+            "the end of the request, and earlier turns kept word for word where a summary had replaced them.")
+if st.toggle("Show the log with the fixes applied", key="ca_fixes"):
+    result = with_fixes(text, provider, breakpoints)
+    after = ca.bill(result["after"], edited.to_dict(orient="index"), tps, int(out_tokens))
+    changed = {n: c for n, c in result["changes"].items() if c}
+    st.markdown(f"{len(changed)} of {len(requests)} requests changed.")
+    st.dataframe(pd.DataFrame([{
+        "provider": PROVIDER_LABEL[p],
+        "hit rate before": f"{costs['totals'][p]['hit_rate']:.0%}", "hit rate after": f"{after['totals'][p]['hit_rate']:.0%}",
+        "bill before $": round(costs["totals"][p]["with_cache"], 4), "bill after $": round(after["totals"][p]["with_cache"], 4),
+        "prefill saved after (s)": round(after["totals"][p]["latency_saved_s"], 1)} for p in ca.PROVIDERS]),
+        hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame([{
+        "#": b["index"], "changes": ", ".join(result["changes"][b["index"]]), "tokens before": b["prompt_tokens"],
+        "tokens after": a["prompt_tokens"], f"{PROVIDER_LABEL[provider]} cached before": b["cached_tokens"][provider],
+        f"{PROVIDER_LABEL[provider]} cached after": a["cached_tokens"][provider], "trap before": b["trap"] or "",
+        "trap after": a["trap"] or ""} for b, a in zip(requests, result["after"].requests)]),
+        hide_index=True, width="stretch", height=min(400, 38 + 35 * len(requests)))
+    st.download_button("Download the fixed log (JSONL)", result["fixed_log"], "fixed_log.jsonl",
+                       "application/jsonl", key="ca_download")
+
+with st.expander("The rules, where each comes from, and what is an estimate"):
+    for p in ca.PROVIDERS:
+        st.markdown(f"**{PROVIDER_LABEL[p]}**")
+        for rule in report.rules[p]["rules"]:
+            st.markdown(f"- {rule['rule']} *({rule['source']})*")
+    for note in report.notes:
+        st.caption(note)
