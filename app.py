@@ -8,6 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from pipeline.model.loader import counting_passes
+from ui.report import trace_report
 from views import url_state
 from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes, stored_trace, warm_up
 
@@ -68,10 +69,16 @@ def share_and_export(box, page: str, passes: int) -> None:
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")
             st.code(url_state.link(page), language=None, wrap_lines=True)
             trace = stored_trace()
-            if trace is not None:
-                st.download_button("Download the run as JSON", json.dumps(trace.to_json(), ensure_ascii=False, indent=1),
+            if trace is not None:  # built only when clicked (callable data)
+                st.download_button("Download the run as JSON",
+                                   lambda: json.dumps(trace.to_json(), ensure_ascii=False, indent=1),
                                    file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
                                    use_container_width=True)
+                st.download_button("Download a report (one HTML file that opens offline)",
+                                   lambda: trace_report(trace), file_name=f"{trace.request.id}.html",
+                                   mime="text/html", key="dl_html", use_container_width=True)
+            st.caption("Every chart's camera icon (top right of the chart) saves it as a PNG, drawn in your "
+                       "browser.")
         st.caption(f"Model: {lm.name} on {lm.device}. Forward passes run for your session: {passes}.")
 
 

@@ -44,9 +44,18 @@ def run_queue() -> RunQueue:
 
 
 @st.cache_resource
-def scenario_store() -> RunStore:
-    """Prompt-caching scenarios played on the model (small plain records), prepared once per server."""
-    return RunStore(size_of=lambda rows: 1)
+def result_store() -> RunStore:
+    """Small plain results of other model runs (prompt-caching scenarios, cache on/off measurements),
+    computed once per server; at most 256 are kept."""
+    return RunStore(max_bytes=256, size_of=lambda result: 1)
+
+
+def queued(key: tuple, compute, cost: int):
+    """`compute()`'s result, run once per server through the model's queue (its place shown meanwhile)."""
+    stored = result_store().peek(key)
+    if stored is not None:
+        return stored
+    return wait_for(run_queue().submit(key, lambda: result_store().get_or_run(key, compute), cost))
 
 
 def session_passes() -> PassCounter:
@@ -129,12 +138,7 @@ def played(key: str, block_size: int = 16) -> list[dict]:
     from pipeline.prompt_cache.playback import play
     from pipeline.prompt_cache.scenarios import scenarios
 
-    stored = scenario_store().peek((key, block_size))
-    if stored is not None:
-        return stored
-    work = lambda: scenario_store().get_or_run(  # noqa: E731
-        (key, block_size), lambda: play(get_model(), scenarios()[key], block_size))
-    return wait_for(run_queue().submit(("scenario", key, block_size), work, cost=4000))
+    return queued(("scenario", key, block_size), lambda: play(get_model(), scenarios()[key], block_size), 4000)
 
 
 def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
@@ -154,9 +158,10 @@ def warm_up() -> dict:
     jobs = {"the default request": run_queue().submit(
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
     for name in ("conversation",):  # the others are prepared when someone first picks them
+        key = ("scenario", name, 16)
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
-            ("scenario", name, 16), lambda name=name: scenario_store().get_or_run(
-                (name, 16), lambda: play(lm, scenarios()[name], 16)), cost=4000, background=True)
+            key, lambda key=key, name=name: result_store().get_or_run(key, lambda: play(lm, scenarios()[name], 16)),
+            cost=4000, background=True)
     return jobs
 
 

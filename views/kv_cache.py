@@ -1,5 +1,5 @@
 """KV cache: what it stores, how it grows, what it saves, and what it costs in GPU memory."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.common import current_trace, get_model, page_header, queued, stage_link
 
 import numpy as np
 import pandas as pd
@@ -8,7 +8,9 @@ import streamlit as st
 
 from pipeline.stages import kv_cache
 from pipeline.stages.kv_cache import NO_CACHE_MAX_TOKENS, GIB, bytes_per_token, fit, human_bytes, load_configs
+from pipeline.text import plural, token_pieces
 from ui.escape import axis_labels
+from ui.plots import token_axis
 
 page_header("KV cache", "Each layer turns every token into a key (K, what it offers to be found by) and a value "
                         "(V, what it hands over). Earlier tokens never change, so their K and V are kept and reused "
@@ -22,31 +24,33 @@ L, Hkv, Dh, bpv = m.L, m.Hkv, m.Dh, m.bytes_per_value
 REPEATS = (1, 4, 8)  # prompt lengths offered: your prompt, repeated k times
 
 
-@st.cache_data(max_entries=8, show_spinner="Running the model with and without the cache...")
 def measure(ids: tuple[int, ...], n_steps: int) -> dict:
-    return kv_cache.compare(get_model(), list(ids), n_steps)
+    return queued(("kv on/off", ids, n_steps), lambda: kv_cache.compare(get_model(), list(ids), n_steps),
+                  cost=len(ids) * n_steps * 3)
 
 
 st.subheader("1. How the cache grows")
 st.markdown(f"After prefill the cache holds all {len(trace.tokens)} prompt tokens. Each decode step adds one more "
             f"token to every one of the {L} layers. Per token and layer it stores {Hkv} key heads and {Hkv} value "
             f"heads of {Dh} numbers, each {bpv} bytes ({m.dtype}).")
-steps = pd.DataFrame([{"step": s.step, "token": s.token_text, "tokens in cache": s.kv_cache_tokens,
-                       "bytes": s.kv_cache_bytes} for s in trace.steps])
+answer = token_pieces(lm.tokenizer, trace.generated_token_ids)  # '토 (1/3)' for part of a character
+steps = pd.DataFrame([{"step": s.step, "token": q.label, "tokens in cache": s.kv_cache_tokens,
+                       "bytes": s.kv_cache_bytes} for s, q in zip(trace.steps, answer)])
 per_token = m.kv_bytes(1)
 c1, c2, c3 = st.columns(3)
 c1.metric("Bytes per token (all layers)", f"{per_token:,}", help=f"2 (K and V) × {L} L × {Hkv} Hkv × {Dh} Dh × {bpv} B")
 c2.metric("Cache after prefill", human_bytes(sum(trace.prefill.kv_bytes_per_layer)))
 c3.metric("Cache when the answer ended", human_bytes(trace.cleanup.kv_bytes_released),
-          help=f"{trace.cleanup.kv_tokens_released} tokens: the prompt and every chosen token but the last, "
-               "which is never fed back; freed once the request completed")
+          help=f"{plural(trace.cleanup.kv_tokens_released, 'token')}: the prompt and every chosen token but the "
+               "last, which is never fed back; freed once the request completed")
 labels = axis_labels(list(steps["token"]))
 fig = go.Figure(go.Scatter(x=labels, y=steps["bytes"], mode="lines+markers", name="measured bytes",
                            customdata=steps["tokens in cache"], hovertemplate="%{x}<br>%{customdata} tokens<br>%{y:,} B"))
 fig.add_trace(go.Scatter(x=labels, y=[m.kv_bytes(n) for n in steps["tokens in cache"]],
                          mode="lines", line_dash="dot", name="formula 2·L·Hkv·Dh·T·bytes"))
-fig.update_layout(height=300, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="decode step (token being chosen)",
-                  yaxis_title="cache bytes (all L layers)")
+fig.update_layout(height=340, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="cache bytes (all L layers)",
+                  font=dict(size=13))
+token_axis(fig, "x", labels, angle=-60, title="decode step (token being chosen)")
 st.plotly_chart(fig, width="stretch")
 
 st.markdown("The dotted formula line lies exactly on the measured bytes. Every layer keeps its own cache; here all "
@@ -54,8 +58,9 @@ st.markdown("The dotted formula line lies exactly on the measured bytes. Every l
 per_layer = np.array([s.kv_bytes_per_layer for s in trace.steps])  # (S, L)
 heat = go.Figure(go.Heatmap(z=per_layer.T, x=labels, y=[f"layer {i}" for i in range(L)], colorscale="Blues",
                             colorbar_title="bytes", hovertemplate="%{y}, %{x}<br>%{z:,} B<extra></extra>"))
-heat.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10), xaxis_title="decode step",
-                   yaxis_title="layer (L)", yaxis_autorange="reversed")
+heat.update_layout(height=460, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="layer (L)",
+                   yaxis_autorange="reversed", font=dict(size=13))
+token_axis(heat, "x", labels, angle=-60, title="decode step")
 st.plotly_chart(heat, width="stretch")
 
 st.subheader("2. Cache on vs off, measured")
@@ -85,12 +90,17 @@ if not offered:
             "Ask a shorter question to measure cache on vs off.")
 elif st.session_state.get("kv_measured"):
     r = measure(tuple(trace.ids) * repeat, n_steps)
-    on, off = r["cache"], r["no_cache"]
+    on, off, timing, fed = r["cache"], r["no_cache"], r["timing"], r["tokens_computed"]
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("With cache", f"{sum(on['seconds']):.2f} s")
-    c2.metric("Without cache", f"{sum(off['seconds']):.2f} s")
-    c3.metric("Speed-up", f"{r['speedup']:.1f}×")
+    c1.metric("Tokens run through the model", f"{fed['cache']:,} vs {fed['no_cache']:,}",
+              help="with the cache vs without it: this count does not depend on how busy the server is")
+    c2.metric("With cache (median)", f"{timing.a_median:.2f} s",
+              help=f"range {timing.a_range[0]:.2f}–{timing.a_range[1]:.2f} s over {r['repeats']} runs")
+    c3.metric("Without cache (median)", f"{timing.b_median:.2f} s",
+              help=f"range {timing.b_range[0]:.2f}–{timing.b_range[1]:.2f} s over {r['repeats']} runs")
     c4.metric("Same tokens chosen", "yes" if r["same_tokens"] else "no")
+    st.markdown(f"**{fed['no_cache'] / max(fed['cache'], 1):.1f}× fewer tokens computed with the cache.** Measured "
+                f"time: {timing.verdict('with the cache', 'without it')}.")
     x = list(range(r["n_steps"]))
     cmp = go.Figure()
     cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in on["seconds"]], name="with cache",
@@ -102,7 +112,8 @@ elif st.session_state.get("kv_measured"):
     st.plotly_chart(cmp, width="stretch")
     st.caption(f"Step 0 is the same for both: the {r['prompt_tokens']}-token prompt. After that the cached run feeds "
                f"1 token per step, the uncached run feeds the whole sequence (up to {off['tokens_fed'][-1]} tokens). "
-               "Times come from this shared CPU and vary.")
+               f"Each bar is the median of {r['repeats']} runs of each way, run alternately so that load on this "
+               "shared CPU hits both alike.")
 else:
     st.caption("Press the button to run both ways on the real model (a few seconds per token on this CPU).")
 

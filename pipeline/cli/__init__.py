@@ -39,17 +39,17 @@ def options_from_args(args) -> GenerationOptions:
     return GenerationOptions(**values)
 
 
-def check_output_path(path: str | None) -> None:
+def check_output_path(path: str | None, field: str = "json") -> None:
     """Refuse an output path that cannot be written before the run, not after it."""
     if path is None:
         return
     if os.path.isdir(path):
-        raise InputError("json", f"{path} is a folder; give a file name.")
+        raise InputError(field, f"{path} is a folder; give a file name.")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise InputError("json", f"the folder {folder} does not exist.")
+        raise InputError(field, f"the folder {folder} does not exist.")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise InputError("json", f"{path} cannot be written (permission denied).")
+        raise InputError(field, f"{path} cannot be written (permission denied).")
 
 
 def check_model_arg(path: str | None) -> None:
@@ -72,6 +72,27 @@ def cmd_trace(args) -> int:
         with open(args.json_file, "w", encoding="utf-8") as f:
             json.dump(trace.to_json(include_tensors=args.tensors), f, ensure_ascii=False, indent=1)
         print(f"\nWrote the trace to {args.json_file}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    """The run as one HTML page that opens from disk with no server and no network."""
+    options = options_from_args(args)
+    request = ChatRequest.from_question(args.question, system=args.system, options=options)
+    check_output_path(args.html_file, "html")
+    check_output_path(args.json_file)
+    check_model_arg(args.model)
+    from ..model.loader import load_model, shared_model
+    from ..trace import run_trace
+    from ui.report import trace_report  # presentation lives beside the views, not in pipeline/
+
+    trace = run_trace(request, shared_model() if args.model is None else load_model(args.model))
+    with open(args.html_file, "w", encoding="utf-8") as f:
+        f.write(trace_report(trace))
+    print(f"Wrote the report to {args.html_file} ({len(trace.tokens)} prompt tokens, {len(trace.steps)} generated)")
+    if args.json_file:
+        with open(args.json_file, "w", encoding="utf-8") as f:
+            json.dump(trace.to_json(include_tensors=args.tensors), f, ensure_ascii=False, indent=1)
     return 0
 
 
@@ -118,19 +139,66 @@ def cmd_cache_demo(args) -> int:
     return 0
 
 
+def cmd_cache_audit(args) -> int:
+    """Audit a request log under OpenAI's, Anthropic's and vLLM's prompt-cache rules (no torch needed)."""
+    check_output_path(args.json_file)
+    from ..prompt_cache import audit as ca
+
+    text = ca.read_log_file(args.file)
+    report = ca.audit_log(text, provider=args.provider, breakpoints=args.breakpoints)
+    costs = ca.bill(report, prefill_tps=args.prefill_tps, output_tokens=args.output_tokens)
+    print(f"{len(report.requests)} requests; prefix and divergence for {args.provider}; tokens: {report.tokenizer}")
+    print(f"{'#':>4s} {'tokens':>6s} {'shared':>6s} {'openai':>6s} {'anthr.':>6s} {'write':>6s} {'vllm':>6s} "
+          f"{'diverge':>7s}  cause / trap")
+    for rec in report.requests:
+        c, a = rec["cached_tokens"], rec["anthropic"]
+        div = "-" if rec["first_divergent_index"] is None else str(rec["first_divergent_index"])
+        print(f"{rec['index']:4d} {rec['prompt_tokens']:6d} {rec['shared_prefix_tokens']:6d} {c['openai']:6d} "
+              f"{c['anthropic']:6d} {a['cache_creation_input_tokens']:6d} {c['vllm']:6d} {div:>7s}  "
+              f"{rec['cause']}" + (f"  TRAP: {ca.TRAPS[rec['trap']][0]}" if rec["trap"] else ""))
+    print(f"\n{'provider':10s} {'hit rate':>8s} {'cached':>10s} {'no cache $':>11s} {'cached $':>10s} {'saved $':>9s} "
+          f"{'prefill saved':>13s}")
+    for p, t in costs["totals"].items():
+        print(f"{p:10s} {t['hit_rate']:8.1%} {t['cached_tokens']:10,d} {t['without_cache']:11.4f} "
+              f"{t['with_cache']:10.4f} {t['saved']:9.4f} {t['latency_saved_s']:12.1f}s")
+    traps = sorted({r["trap"] for r in report.requests if r["trap"]})
+    for trap in traps:
+        print(f"\nTrap: {ca.TRAPS[trap][0]} ({sum(r['trap'] == trap for r in report.requests)} requests). "
+              f"Fix: {ca.TRAPS[trap][1]}")
+    for note in report.notes:
+        print(f"note: {note}")
+    if args.json_file:
+        with open(args.json_file, "w", encoding="utf-8") as f:
+            json.dump(ca.report_json(report, costs), f, ensure_ascii=False, indent=1)
+        print(f"\nWrote the audit to {args.json_file}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _trace_args(sub.add_parser("trace", help="follow one chat request through every stage"))
+    report = sub.add_parser("report", help="one self-contained HTML file with every stage of a run")
+    _trace_args(report)
+    report.add_argument("--html", dest="html_file", required=True, help="the HTML file to write")
     sub.add_parser("tokens", help="compare tokenizers on some text").add_argument("text")
     demo = sub.add_parser("cache-demo", help="play the prompt-caching scenarios and print cache hits")
     demo.add_argument("--scenario", action="append", default=[], help="scenario key (repeatable; default: all)")
     demo.add_argument("--block-size", type=int, default=16)
     demo.add_argument("--no-cold", action="store_true", help="skip the cold re-run of each request")
+    audit = sub.add_parser("cache-audit", help="audit a JSON/JSONL request log for prompt-cache hits and cost")
+    audit.add_argument("file", help="JSON array or JSONL of request bodies (or {\"ts\": ..., \"body\": {...}})")
+    audit.add_argument("--provider", choices=("openai", "anthropic", "vllm"), default="openai",
+                       help="whose cache lifetime decides the shared prefix and 'expired' (all three are counted)")
+    audit.add_argument("--json", dest="json_file", default=None, help="write the whole audit to this file")
+    audit.add_argument("--prefill-tps", type=float, default=5000.0, help="prefill speed, tokens/s, for time saved")
+    audit.add_argument("--output-tokens", type=int, default=200, help="output tokens per request the log omits")
+    audit.add_argument("--breakpoints", choices=("auto", "as-sent"), default="auto",
+                       help="Anthropic: add the recommended breakpoints to requests sent without cache_control")
     return parser
 
 
-COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo}
+COMMANDS = {"trace": cmd_trace, "report": cmd_report, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit}
 
 
 def main(argv=None) -> int:

@@ -10,11 +10,13 @@ Qwen3-8B, 16-bit: 2 (K and V) * 36 L * 8 Hkv * 128 Dh * 2 B = 147,456 B per toke
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..model.dims import kv_bytes_formula
+from ..timing import compare_runs
 
 GIB = 2**30  # bytes in one GiB, the unit GPU memory sizes are quoted in
 CONFIG_PATH = Path(__file__).resolve().parents[2] / "assets" / "model_configs.json"
@@ -59,22 +61,35 @@ def _record(run: dict, token: int, seconds: float, n_fed: int) -> None:
     run["tokens_fed"].append(n_fed)
 
 
-def compare(lm, ids: list[int], n_steps: int = 16) -> dict:
-    """{'cache': {...}, 'no_cache': {...}, 'same_tokens': bool, 'speedup': float, 'tokens_computed': ...}
+def compare(lm, ids: list[int], n_steps: int = 16, repeats: int = 3) -> dict:
+    """{'cache': {...}, 'no_cache': {...}, 'same_tokens', 'speedup', 'tokens_computed', 'timing'}
 
-    Tokens run through the model with and without the cache are counted as well as timed: the
-    count does not depend on how busy the machine is.
+    Both ways are run `repeats` times, alternately, and each step's time is the median over the
+    repeats, so load on a shared machine hits both sides alike; 'timing' compares the totals
+    (medians and ranges, see pipeline.timing). Tokens run through the model each way are counted
+    too: that count does not depend on how busy the machine is.
     """
     if len(ids) + n_steps > NO_CACHE_MAX_TOKENS:
         from ..errors import InputError
 
         raise InputError("n_steps", f"{len(ids):,} + {n_steps} tokens: the run without a cache is kept within "
                                     f"{NO_CACHE_MAX_TOKENS:,} tokens.")
-    on, off = with_cache(lm, ids, n_steps), without_cache(lm, ids, n_steps)
-    return {"cache": on, "no_cache": off, "same_tokens": on["tokens"] == off["tokens"],
-            "speedup": sum(off["seconds"]) / max(sum(on["seconds"]), 1e-9), "n_steps": n_steps,
+    ons, offs = [], []
+    for _ in range(repeats):
+        ons.append(with_cache(lm, ids, n_steps))
+        offs.append(without_cache(lm, ids, n_steps))
+    on, off = _median_run(ons), _median_run(offs)
+    timing = compare_runs([sum(r["seconds"]) for r in ons], [sum(r["seconds"]) for r in offs])
+    return {"cache": on, "no_cache": off, "same_tokens": all(r["tokens"] == ons[0]["tokens"] for r in ons + offs),
+            "speedup": 1 / timing.ratio, "timing": timing, "n_steps": n_steps, "repeats": repeats,
             "prompt_tokens": len(ids), "tokens_computed": {"cache": sum(on["tokens_fed"]),
                                                            "no_cache": sum(off["tokens_fed"])}}
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """One run whose step times are the per-step medians of several identical runs."""
+    return {"tokens": runs[0]["tokens"], "tokens_fed": runs[0]["tokens_fed"],
+            "seconds": [statistics.median(s) for s in zip(*(r["seconds"] for r in runs))]}
 
 
 # ---- the memory calculator for real models ----------------------------------------------------------
