@@ -198,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"trace": cmd_trace, "report": cmd_report, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit}
+COMMANDS = {"trace": cmd_trace, "report": cmd_report, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo,
+            "cache-audit": cmd_cache_audit}
 
 
 def main(argv=None) -> int:

@@ -23,6 +23,7 @@ import json
 import math
 import numbers
 import os
+import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -192,10 +193,9 @@ class TokenMemo:
 
 
 def token_ids(seq: bytes, start: int = 0, stop: int | None = None) -> list[int]:
-    """Token ids [start, stop) of a request's byte sequence."""
+    """Token ids [start, stop) of a request's byte sequence: (b'\\x01\\0\\0\\0\\x02\\0\\0\\0', 1) -> [2]."""
     stop = len(seq) // 4 if stop is None else min(stop, len(seq) // 4)
-    return np.frombuffer(seq, dtype="<u4", count=max(0, stop - start), offset=4 * start).tolist() \
-        if stop > start else []
+    return list(struct.unpack_from(f"<{stop - start}I", seq, 4 * start)) if stop > start else []
 
 
 # ---- the radix tree ------------------------------------------------------------------------------
@@ -419,9 +419,11 @@ class AnthropicCache:
     @staticmethod
     def _prefix_keys(seq: bytes, ends: list[int]) -> list[bytes]:
         """One hash per block boundary, chained: key j covers every token up to the end of block j."""
-        keys, prev, start = [], b"", 0
+        keys, prev, start, view = [], b"", 0, memoryview(seq)
         for end in ends:
-            prev = hashlib.blake2b(prev + seq[4 * start:4 * end], digest_size=16).digest()
+            h = hashlib.blake2b(prev, digest_size=16)
+            h.update(view[4 * start:4 * end])  # no copy of the block's bytes
+            prev = h.digest()
             keys.append(prev)
             start = end
         return keys
@@ -571,7 +573,7 @@ def classify(r: _Side, o: _Side | None, pos: int, other_number: int | None) -> F
 
 
 def _trap(key: str, text: str) -> Finding:
-    return Finding(key, key, text, TRAPS[key][1])
+    return Finding(key, key, text[:1].upper() + text[1:], TRAPS[key][1])
 
 
 def _tools_finding(r, o, br, bo, char, place, ref, pos) -> Finding:
@@ -617,7 +619,7 @@ class AuditReport:
 def ttl_of(provider: str, rules: dict, requests: list[LogRequest]) -> float | None:
     p = rules["providers"][provider]
     if provider == "anthropic":
-        long = any(b.cache_ttl == "1h" for r in requests for b in r.blocks) or any(r.auto_cache == "1h" for r in requests)
+        long = any(r.auto_cache == "1h" or any(b.cache_ttl == "1h" for b in r.blocks) for r in requests)
         return p["ttl_seconds"]["1h" if long else "5m"]
     return p["ttl_seconds"]
 
@@ -697,7 +699,7 @@ def _record(r: LogRequest, seq: bytes, starts: list[int], t: float, cuts: dict, 
         "index": r.number, "line": r.line, "shape": r.shape, "model": r.model, "time_s": t,
         "label": _label(r), "prompt_tokens": n, "output_tokens": r.output_tokens,
         "shared_prefix_tokens": shared[provider], "shared_prefix_by_provider": shared,
-        "first_divergent_index": cuts["any"][0] if cuts["any"][0] < n else None,
+        "first_divergent_index": cuts["any"][0] if cuts["any"][0] < n and cuts["any"][1] >= 0 else None,
         "expired_tokens": {p: cuts["any"][0] - shared[p] for p in PROVIDERS},
         "cached_tokens": cached, "anthropic": anth,
         "blocks": [[_block_label(r, i), s, e] for i, (s, e) in enumerate(zip(starts, ends))],
@@ -705,10 +707,20 @@ def _record(r: LogRequest, seq: bytes, starts: list[int], t: float, cuts: dict, 
 
 
 def _label(r: LogRequest) -> str:
-    """The last user message's start, to tell requests apart in a list."""
+    """The last user message's start, to tell requests apart in a list; a tool result by its content.
+
+    '{"type": "tool_result", "content": "3 passed"}' -> 'tool_result: 3 passed'
+    """
     users = [b for b in r.blocks if b.section == "messages" and b.role == "user" and b.text]
     text = (users[-1] if users else r.blocks[-1]).text
-    return " ".join(text.split())[:90]
+    if text.startswith("{") and len(text) < 20_000:
+        try:
+            part = json.loads(text)
+        except (ValueError, RecursionError):
+            part = None
+        if isinstance(part, dict) and isinstance(part.get("content", part.get("text")), str):
+            text = f"{part.get('type', 'part')}: {part.get('content', part.get('text'))}"
+    return " ".join(text[:400].split())[:90]
 
 
 def _block_label(r: LogRequest, i: int) -> str:
@@ -769,7 +781,8 @@ def _notes(requests, records, tokenizer: str, times, rules) -> list[str]:
     added = sum(1 for rec in records if rec["anthropic"]["breakpoints_added"])
     if added:
         notes.append(f"{added} of {len(records)} requests carry no cache_control: for the Anthropic column they get "
-                     f"the breakpoints the docs recommend: end of tools/system, the block before the last, the last block.")
+                     f"the breakpoints the docs recommend: end of tools/system, the block before the last, "
+                     f"the last block.")
     return notes
 
 
@@ -854,9 +867,9 @@ def read_log_file(path: str | os.PathLike, max_bytes: int | None = MAX_LOG_BYTES
 
 
 # ---- the fixes ------------------------------------------------------------------------------------
-def fix_requests(requests: list[LogRequest], report: AuditReport | None = None,
-                 rounds: int = 3, **kwargs) -> tuple[list[LogRequest], dict[int, list[str]]]:
-    """The log rewritten to cache well, and what changed per request number.
+def fix_requests(requests: list[LogRequest], provider: str = "openai", rounds: int = 3,
+                 **kwargs) -> tuple[list[LogRequest], dict[int, list[str]], AuditReport]:
+    """The log rewritten to cache well, what changed per request number, and its audit.
 
     Each body: JSON keys sorted, tools sorted by name, a date/time/ID line near the start moved to
     the end of the last user message. Then, where the audit finds an earlier turn rewritten, the
@@ -869,14 +882,15 @@ def fix_requests(requests: list[LogRequest], report: AuditReport | None = None,
         body, what = pv.fix_body(r.body, r.shape)
         changes[r.number] |= what
         fixed.append(_rebuilt(r, body))
+    report = audit_requests(fixed, provider, **kwargs)
     for _ in range(rounds):
-        rep = audit_requests(fixed, report.provider if report else "openai", **kwargs)
-        rewrites = {i: rec["matched_request"] - 1 for i, rec in enumerate(rep.requests)
+        rewrites = {i: rec["matched_request"] - 1 for i, rec in enumerate(report.requests)
                     if rec["trap"] == "history_rewritten"}
         if not rewrites:
             break
         fixed = _keep_history(fixed, rewrites, changes)
-    return fixed, {n: sorted(c) for n, c in changes.items()}
+        report = audit_requests(fixed, provider, **kwargs)
+    return fixed, {n: sorted(c) for n, c in changes.items()}, report
 
 
 def _rebuilt(r: LogRequest, body: dict) -> LogRequest:
@@ -936,8 +950,7 @@ def audit_fixes(text: str, provider: str = "openai", max_bytes: int | None = MAX
     """Before and after the fixes: both reports, what changed per request, and the fixed log."""
     requests = pv.parse_log(text, max_bytes)
     before = audit_requests(requests, provider, **kwargs)
-    fixed, changes = fix_requests(requests, before, **kwargs)
-    after = audit_requests(fixed, provider, **kwargs)
+    fixed, changes, after = fix_requests(requests, provider, **kwargs)
     return {"before": before, "after": after, "changes": changes, "fixed_log": fixed_log_text(fixed)}
 
 

