@@ -4,7 +4,7 @@ import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-OUT = Path("/work/main/assets/cache_audit")
+OUT = Path(__file__).resolve().parent  # assets/cache_audit
 OUT.mkdir(parents=True, exist_ok=True)
 T0 = datetime(2025, 3, 14, 9, 31, 7, tzinfo=timezone.utc)
 
