@@ -31,9 +31,14 @@ def cost_of(prompt_tokens: int, new_tokens: int) -> int:
     return prompt_tokens + DECODE_STEP_COST * new_tokens
 
 
+MAX_BATCH = 8  # jobs of one kind run together at most (their decode steps share one forward pass)
+
+
 class Ticket:
-    def __init__(self, queue: "RunQueue", key: Hashable, work: Callable[[], object], cost: int):
+    def __init__(self, queue: "RunQueue", key: Hashable, work: Callable[[], object], cost: int,
+                 batch: tuple[str, object] | None = None):
         self.queue, self.key, self.work, self.cost = queue, key, work, cost
+        self.batch = batch  # (kind, payload): waiting jobs of the same kind may run together
         self.context = contextvars.copy_context()  # the caller's pass counter follows its job
         self.submitted_at = time.monotonic()
         self._done = threading.Event()
@@ -67,7 +72,10 @@ class Ticket:
 
 
 class RunQueue:
-    def __init__(self, seconds_per_unit: float = 0.005):
+    def __init__(self, seconds_per_unit: float = 0.005, batch_runners: dict | None = None):
+        """batch_runners: {kind: run(payloads) -> [result or exception per payload]} for jobs that can
+        run together (several chat requests decoded in one batch)."""
+        self.batch_runners = batch_runners or {}
         self._waiting: deque[Ticket] = deque()
         self._background: deque[Ticket] = deque()  # served only when nobody is waiting
         self._running: Ticket | None = None
@@ -76,6 +84,7 @@ class RunQueue:
         self._wake = threading.Condition(self._lock)
         self._speeds: deque[float] = deque([seconds_per_unit], maxlen=20)  # seconds per work unit
         self._running_since = 0.0
+        self._group: list[Ticket] = []  # the jobs running now (several when batched)
         self.completed = 0
         threading.Thread(target=self._serve, name="run-queue", daemon=True).start()
 
@@ -84,7 +93,7 @@ class RunQueue:
             return len(self._waiting) + (self._running is not None)
 
     def submit(self, key: Hashable, work: Callable[[], object], cost: int, prompt_tokens: int = 0,
-               background: bool = False) -> Ticket:
+               background: bool = False, batch: tuple[str, object] | None = None) -> Ticket:
         """Queue `work` (or join the identical queued job). background=True: preparation that runs only
         while nobody is waiting; a person asking for the same key brings it forward."""
         with self._lock:
@@ -100,7 +109,7 @@ class RunQueue:
                                              f"long, prompts over {LONG_PROMPT_TOKENS:,} tokens are refused so that "
                                              f"everyone gets a turn. Try again in a minute, or shorten it "
                                              f"({prompt_tokens:,} tokens now).")
-            ticket = Ticket(self, key, work, cost)
+            ticket = Ticket(self, key, work, cost, batch)
             self._by_key[key] = ticket
             (self._background if background else self._waiting).append(ticket)
             self._wake.notify()
@@ -108,7 +117,7 @@ class RunQueue:
 
     def position(self, ticket: Ticket) -> int:
         with self._lock:
-            if ticket is self._running or ticket.done:
+            if ticket is self._running or ticket in self._group or ticket.done:
                 return 0
             line = list(self._waiting) + list(self._background)
             return line.index(ticket) + (self._running is not None) if ticket in line else 0
@@ -116,11 +125,12 @@ class RunQueue:
     def estimate_s(self, ticket: Ticket) -> float:
         with self._lock:
             speed = statistics.median(self._speeds)
-            ahead = [] if ticket is self._running else list(self._waiting) + list(self._background)
+            ahead = [] if ticket in self._group else list(self._waiting) + list(self._background)
             ahead = ahead[:ahead.index(ticket) + 1] if ticket in ahead else []
             running_left = 0.0
             if self._running is not None:
-                running_left = max(0.0, self._running.cost * speed - (time.monotonic() - self._running_since))
+                group_cost = sum(t.cost for t in self._group) or self._running.cost
+                running_left = max(0.0, group_cost * speed - (time.monotonic() - self._running_since))
             return running_left + sum(t.cost for t in ahead) * speed
 
     def _serve(self) -> None:
@@ -129,15 +139,42 @@ class RunQueue:
                 while not self._waiting and not self._background:
                     self._wake.wait()
                 ticket = self._running = (self._waiting or self._background).popleft()
+                group = [ticket] + self._take_batch_mates(ticket)
                 self._running_since = time.monotonic()
-            try:
-                ticket._finish(result=ticket.context.run(ticket.work))
-            except BaseException as e:  # handed to the caller, who shows it
-                ticket._finish(error=e)
+            if len(group) == 1:
+                try:
+                    ticket._finish(result=ticket.context.run(ticket.work))
+                except BaseException as e:  # handed to the caller, who shows it
+                    ticket._finish(error=e)
+            else:
+                self._run_group(group)
             took = time.monotonic() - self._running_since
             with self._lock:
-                if ticket.cost > 0 and ticket._error is None:
-                    self._speeds.append(took / ticket.cost)
+                cost = sum(t.cost for t in group)
+                if cost > 0 and ticket._error is None:
+                    self._speeds.append(took / cost)
                 self._running = None
-                self._by_key.pop(ticket.key, None)
-                self.completed += 1
+                self._group = []
+                for t in group:
+                    self._by_key.pop(t.key, None)
+                self.completed += len(group)
+
+    def _take_batch_mates(self, head: Ticket) -> list[Ticket]:
+        """Waiting jobs of the head's kind (in arrival order) that join its run. Lock held."""
+        if head.batch is None or head.batch[0] not in self.batch_runners:
+            self._group = [head]
+            return []
+        mates = [t for t in self._waiting if t.batch and t.batch[0] == head.batch[0]][:MAX_BATCH - 1]
+        for t in mates:
+            self._waiting.remove(t)
+        self._group = [head] + mates
+        return mates
+
+    def _run_group(self, group: list[Ticket]) -> None:
+        run = self.batch_runners[group[0].batch[0]]
+        try:
+            results = group[0].context.run(run, [t.batch[1] for t in group])
+        except BaseException as e:
+            results = [e] * len(group)
+        for t, r in zip(group, results):
+            t._finish(error=r) if isinstance(r, BaseException) else t._finish(result=r)

@@ -33,11 +33,18 @@ class RunStore:
         with self._lock:
             return len(self._items)
 
-    def peek(self, key: Hashable):
-        """The stored result for `key`, or None; never runs anything."""
+    def peek(self, key: Hashable, disk: bool = False):
+        """The stored result for `key`, or None; never runs anything. disk=True also looks on disk
+        (and keeps what it finds in memory)."""
         with self._lock:
             item = self._items.get(key)
-            return None if item is None else item[0]
+            if item is not None:
+                self._items.move_to_end(key)
+                return item[0]
+        found = self.disk.get(key) if disk and self.disk is not None else None
+        if found is not None:
+            self._put(key, found)
+        return found
 
     def get_or_run(self, key: Hashable, run: Callable[[], object]):
         """The stored result for `key`, or `run()`'s, computed once however many callers ask at once."""
@@ -63,6 +70,12 @@ class RunStore:
             with self._lock:
                 self._running.pop(key, None)
             done.set()
+
+    def put(self, key: Hashable, result) -> None:
+        """Keep a result computed elsewhere (a batch of several runs), on disk too."""
+        if self.disk is not None:
+            self.disk.put(key, result)
+        self._put(key, result)
 
     def _put(self, key: Hashable, result) -> None:
         size = int(self.size_of(result))

@@ -13,7 +13,7 @@ import numpy as np
 from .model.dims import ModelDims
 from .model.prefill import Prefill, run_prefill
 from .stages import batch as batching
-from .stages.generation import Decode, Step, decode_loop
+from .stages.generation import Decode, Step, decode_batch, decode_loop
 from .stages.request import (ChatRequest, GenerationOptions, RequestState, anthropic_style, openai_style,
                              request_id)
 from .stages.template import Segment
@@ -180,37 +180,89 @@ def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int, max_prompt_t
                                            f"{window:,}-token context window; at most {window - n_prompt:,} fit.")
 
 
+@dataclass
+class _Started:
+    """A request after its prefill, waiting for its decode."""
+
+    request: ChatRequest
+    t0: float
+    rid: str
+    state: RequestState
+    tokenized: TokenizedRequest
+    prefill: Prefill
+    cache: object
+    last_logits: object
+    prefill_started_at: float
+
+
+def _prefill(request: ChatRequest, lm, max_prompt_tokens: int | None, t0: float | None = None) -> _Started:
+    t0 = time.perf_counter() if t0 is None else t0
+    rid = request_id(request, time.time())
+    state = RequestState(rid)
+    tokenized = tokenize_request(lm.tokenizer, request)
+    check_fits(lm.dims, len(tokenized.ids), request.options.max_new_tokens, max_prompt_tokens)
+    state.advance("prefill")
+    prefill_started_at = time.perf_counter()
+    prefill, cache, last_logits = run_prefill(lm, tokenized.ids)
+    state.advance("decoding")
+    return _Started(request, t0, rid, state, tokenized, prefill, cache, last_logits, prefill_started_at)
+
+
+def _finish(s: _Started, decode: Decode, lm, batch_index: int = 0) -> Trace:
+    s.state.advance("completed")
+    ids, request = s.tokenized.ids, s.request
+    decode_times = decode.step_seconds[1:]
+    return Trace(
+        request=RequestRecord(s.rid, openai_style(request), anthropic_style(request), request.options,
+                              s.state.history),
+        tokenized=s.tokenized,
+        dims=lm.dims,
+        batch={"single": batching.describe(batching.batch_tensors([ids], lm.tokenizer.pad_token_id)),
+               "entry": {"request_id": s.rid, "batch_index": batch_index, "phase": "prefill", "token_count": len(ids)}},
+        prefill=s.prefill,
+        decode=decode,
+        timings=Timings(ttft_s=decode.first_token_at - s.t0,
+                        tpot_s=float(np.mean(decode_times)) if decode_times else None,
+                        prefill_s=s.prefill.seconds, total_s=time.perf_counter() - s.t0),
+        usage=Usage(len(ids), len(decode.generated_ids)),
+        cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
+    )
+
+
 def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = None) -> Trace:
     """Follow one request through every stage on the real model."""
     from .model.loader import shared_model
 
     lm = lm or shared_model()
-    t0 = time.perf_counter()
-    rid = request_id(request, time.time())
-    state = RequestState(rid)
-    tokenized = tokenize_request(lm.tokenizer, request)
-    ids = tokenized.ids
-    check_fits(lm.dims, len(ids), request.options.max_new_tokens, max_prompt_tokens)
-    single = batching.describe(batching.batch_tensors([ids], lm.tokenizer.pad_token_id))
-    state.advance("prefill")
-    prefill_started_at = time.perf_counter()
-    prefill, cache, last_logits = run_prefill(lm, ids)
-    state.advance("decoding")
-    decode = decode_loop(lm, cache, last_logits, request.options, rid, prefill_started_at)
-    state.advance("completed")
-    del cache  # the request's KV cache is freed once the answer is complete
-    decode_times = decode.step_seconds[1:]
-    return Trace(
-        request=RequestRecord(rid, openai_style(request), anthropic_style(request), request.options, state.history),
-        tokenized=tokenized,
-        dims=lm.dims,
-        batch={"single": single, "entry": {"request_id": rid, "batch_index": 0, "phase": "prefill",
-                                            "token_count": len(ids)}},
-        prefill=prefill,
-        decode=decode,
-        timings=Timings(ttft_s=decode.first_token_at - t0,
-                        tpot_s=float(np.mean(decode_times)) if decode_times else None,
-                        prefill_s=prefill.seconds, total_s=time.perf_counter() - t0),
-        usage=Usage(len(ids), len(decode.generated_ids)),
-        cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
-    )
+    s = _prefill(request, lm, max_prompt_tokens)
+    decode = decode_loop(lm, s.cache, s.last_logits, request.options, s.rid, s.prefill_started_at)
+    s.cache = None  # the request's KV cache is freed once the answer is complete
+    return _finish(s, decode, lm)
+
+
+def run_traces(requests: list[ChatRequest], lm, max_prompt_tokens: int | None = None,
+               arrived_at: list[float] | None = None) -> list[Trace | InputError]:
+    """Several requests at once, as a serving engine batches them: each prompt is prefilled (and
+    captured) on its own, then all answers are decoded together, one forward pass per step.
+
+    Returns one Trace per request, or the InputError that refused it (the others still run).
+    arrived_at: perf_counter time each request arrived, so its TTFT includes the wait for the batch.
+    """
+    started: list[_Started | InputError] = []
+    for n, request in enumerate(requests):
+        try:
+            started.append(_prefill(request, lm, max_prompt_tokens, arrived_at[n] if arrived_at else None))
+        except InputError as e:
+            started.append(e)
+    ok = [s for s in started if isinstance(s, _Started)]
+    decodes = decode_batch(lm, [s.cache for s in ok], [s.last_logits for s in ok], [s.request.options for s in ok],
+                           [s.rid for s in ok], [s.prefill_started_at for s in ok]) if ok else []
+    out, done = [], iter(zip(ok, decodes))
+    for item in started:
+        if isinstance(item, InputError):
+            out.append(item)
+        else:
+            s, decode = next(done)
+            s.cache = None
+            out.append(_finish(s, decode, lm, batch_index=ok.index(s)))
+    return out

@@ -6,6 +6,7 @@ bounded in bytes.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict
 
 import streamlit as st
@@ -39,8 +40,21 @@ def run_store() -> RunStore:
 
 @st.cache_resource
 def run_queue() -> RunQueue:
-    """The one line in front of the model, shared by every session."""
-    return RunQueue()
+    """The one line in front of the model, shared by every session. Chat requests waiting together
+    run as one batch: each prompt is prefilled on its own, the answers are decoded together."""
+    return RunQueue(batch_runners={"trace": run_trace_batch})
+
+
+def run_trace_batch(jobs: list[tuple]) -> list:
+    """jobs: [(key, request, arrived_at)] -> [Trace or InputError]; each trace is stored under its key."""
+    from pipeline.trace import run_traces
+
+    lm = get_model()
+    results = run_traces([r for _, r, _ in jobs], lm, APP_MAX_PROMPT_TOKENS, [t for _, _, t in jobs])
+    for (key, _, _), result in zip(jobs, results):
+        if not isinstance(result, InputError):
+            run_store().put(key, result)
+    return results
 
 
 @st.cache_resource
@@ -94,7 +108,8 @@ def queued_run(request: ChatRequest) -> Trace:
     lm, key = get_model(), request_key(request)
     n_prompt = len(tokenize_request(lm.tokenizer, request).ids)
     work = lambda: run_store().get_or_run(key, lambda: run_trace(request, lm, APP_MAX_PROMPT_TOKENS))  # noqa: E731
-    return wait_for(run_queue().submit(key, work, cost_of(n_prompt, request.options.max_new_tokens), n_prompt))
+    cost = cost_of(n_prompt, request.options.max_new_tokens)
+    return wait_for(run_queue().submit(key, work, cost, n_prompt, batch=("trace", (key, request, time.perf_counter()))))
 
 
 def wait_for(ticket) -> object:
@@ -112,7 +127,7 @@ def wait_for(ticket) -> object:
 
 def trace_for(request: ChatRequest) -> Trace:
     """The stored run for `request`, running the model only if nobody has asked it yet."""
-    stored = run_store().peek(request_key(request))
+    stored = run_store().peek(request_key(request), disk=True)
     return stored if stored is not None else queued_run(request)
 
 

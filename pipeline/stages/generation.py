@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..model.kv_tensors import bytes_per_layer, cache_len
+from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len
 from ..text import token_text, tokens_text
 from .next_token import draw, final_probs, softmax
 from .request import GenerationOptions
@@ -40,6 +40,7 @@ class Step:
     kv_cache_bytes: int
     kv_bytes_per_layer: list[int]  # (L,)
     seconds: float  # step 0: prefill + choosing; later steps: one decode pass + choosing
+    batch_size: int = 1  # requests decoded together in the pass that produced this step's scores
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -150,6 +151,57 @@ def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> lis
             for i, text in zip(top, tokens_text(tokenizer, top))]
 
 
+class _Answer:
+    """One request's side of the decode loop: choosing, recording and streaming its tokens."""
+
+    def __init__(self, lm, first_logits: torch.Tensor, options: GenerationOptions, rid: str, started_at: float):
+        self.tok, self.eos, self.options, self.rid = lm.tokenizer, end_token_ids(lm), options, rid
+        self.rng = np.random.default_rng(options.seed)
+        self.stream = StreamDetokenizer(lm.tokenizer, options.stop)
+        self.steps: list[Step] = []
+        self.logits_rows: list[np.ndarray] = []
+        self.events: list[dict] = []
+        self.generated: list[int] = []
+        self.logits = first_logits.float().cpu().numpy()  # (V,) scores for the next token
+        self.t_prev = started_at
+        self.first_at = 0.0
+        self.finish: str | None = None  # set once the answer has ended
+
+    def choose(self, kv_tokens: int, kv_per_layer: list[int], batch_size: int = 1) -> int | None:
+        """Pick and record the next token; returns it, or None when the answer has just ended."""
+        step, logits, options = len(self.steps), self.logits, self.options
+        probs = final_probs(logits, options)  # (V,)
+        token = int(np.argmax(logits)) if options.greedy else int(draw(probs, 1, self.rng)[0])
+        now = time.perf_counter()
+        self.first_at = self.first_at or now
+        self.generated.append(token)
+        self.logits_rows.append(logits.astype(np.float32))
+        self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token), position=kv_tokens,
+                               top=_candidates(self.tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=kv_tokens,
+                               kv_cache_bytes=sum(kv_per_layer), kv_bytes_per_layer=kv_per_layer,
+                               seconds=now - self.t_prev, batch_size=batch_size))
+        if token in self.eos:
+            self.finish = "eos"
+            return None
+        delta = self.stream.push(token)
+        if delta:
+            self.events.append({"event": "text_delta", "request_id": self.rid, "delta": delta, "step": step})
+        if self.stream.stopped:
+            self.finish = "stop"
+        elif step + 1 == options.max_new_tokens:
+            self.finish = "length"
+        return None if self.finish else token
+
+    def result(self, kv_bytes_at_end: int, kv_tokens_at_end: int) -> Decode:
+        held_back = self.stream.flush()
+        if held_back:
+            self.events.append({"event": "text_delta", "request_id": self.rid, "delta": held_back,
+                                "step": len(self.steps) - 1})
+        return Decode(steps=self.steps, step_logits=np.stack(self.logits_rows), generated_ids=self.generated,
+                      text=self.stream.emitted, finish_reason=self.finish or "length", events=self.events,
+                      kv_bytes_at_end=kv_bytes_at_end, kv_tokens_at_end=kv_tokens_at_end, first_token_at=self.first_at)
+
+
 def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str,
                 prefill_started_at: float | None = None) -> Decode:
     """Choose, stream and feed back tokens until EOS, a stop string or max_new_tokens.
@@ -157,43 +209,93 @@ def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOption
     Step 0's `seconds` runs from `prefill_started_at` (prefill + choosing the first token);
     every later step's from the moment the previous token was fed back.
     """
-    tok = lm.tokenizer
-    eos = end_token_ids(lm)
-    rng = np.random.default_rng(options.seed)
-    stream = StreamDetokenizer(tok, options.stop)
-    steps, logits_rows, events, generated = [], [], [], []
-    logits = first_logits.float().cpu().numpy()  # (V,)
-    t_prev = prefill_started_at or time.perf_counter()
-    first_at = 0.0
-    finish = "length"
-    for step in range(options.max_new_tokens):
-        probs = final_probs(logits, options)  # (V,)
-        token = int(np.argmax(logits)) if options.greedy else int(draw(probs, 1, rng)[0])
-        now = time.perf_counter()
-        first_at = first_at or now
-        generated.append(token)
-        logits_rows.append(logits.astype(np.float32))
-        per_layer = bytes_per_layer(cache)
-        steps.append(Step(step=step, token_id=token, token_text=token_text(tok, token), position=cache_len(cache),
-                          top=_candidates(tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=cache_len(cache),
-                          kv_cache_bytes=sum(per_layer), kv_bytes_per_layer=per_layer, seconds=now - t_prev))
-        if token in eos:
-            finish = "eos"
-            break
-        delta = stream.push(token)
-        if delta:
-            events.append({"event": "text_delta", "request_id": rid, "delta": delta, "step": step})
-        if stream.stopped:
-            finish = "stop"
-            break
-        if step + 1 == options.max_new_tokens:
-            break
-        t_prev = time.perf_counter()
+    answer = _Answer(lm, first_logits, options, rid, prefill_started_at or time.perf_counter())
+    while (token := answer.choose(cache_len(cache), bytes_per_layer(cache))) is not None:
+        answer.t_prev = time.perf_counter()
         out = lm.forward([[token]], cache=cache)  # (1, 1): only the new token goes through
-        logits = out.logits[0, -1].float().cpu().numpy()
-    held_back = stream.flush()
-    if held_back:
-        events.append({"event": "text_delta", "request_id": rid, "delta": held_back, "step": len(steps) - 1})
-    return Decode(steps=steps, step_logits=np.stack(logits_rows), generated_ids=generated, text=stream.emitted,
-                  finish_reason=finish, events=events, kv_bytes_at_end=sum(bytes_per_layer(cache)),
-                  kv_tokens_at_end=cache_len(cache), first_token_at=first_at)
+        answer.logits = out.logits[0, -1].float().cpu().numpy()
+    return answer.result(sum(bytes_per_layer(cache)), cache_len(cache))
+
+
+def decode_batch(lm, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
+                 rids: list[str], started_at: list[float]) -> list[Decode]:
+    """Several requests decoded together, one forward pass per step for all of them, as servers do.
+
+    Each request keeps its own options, random generator and stream. Their KV caches are joined
+    into one batch, left-padded to the longest (B, Hkv, T, Dh) with an attention mask that hides the
+    padding; each row continues at its own position. A row whose answer has ended leaves the batch.
+    The bytes recorded per request are its own rows' (real positions, not padding).
+    """
+    answers = [_Answer(lm, lg, o, r, t) for lg, o, r, t in zip(first_logits, options, rids, started_at)]
+    lengths = [cache_len(c) for c in caches]  # real positions per request
+    cache, mask = _join_caches(lm, caches, lengths)  # mask (B, T) 1 = real, 0 = padding
+    per_position = [b // max(lengths[0], 1) for b in bytes_per_layer(caches[0])]  # bytes one position holds
+    results: dict[int, Decode] = {}
+    live = list(range(len(answers)))
+    while live:
+        tokens, keep = [], []
+        for row, i in enumerate(live):
+            token = answers[i].choose(lengths[i], [b * lengths[i] for b in per_position], batch_size=len(live))
+            if token is None:
+                results[i] = answers[i].result(sum(per_position) * lengths[i], lengths[i])
+            else:
+                tokens.append(token)
+                keep.append(row)
+        if not keep:
+            break
+        if len(keep) < len(live):  # finished answers leave the batch
+            index = torch.tensor(keep, device=mask.device)
+            cache.batch_select_indices(index)
+            mask = mask[index]
+            live = [live[r] for r in keep]
+        mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        positions = torch.tensor([[lengths[i]] for i in live])  # (B, 1) each row's own next position
+        t_fed = time.perf_counter()
+        for i in live:
+            answers[i].t_prev = t_fed
+            lengths[i] += 1
+        out = lm.forward([[t] for t in tokens], cache=cache, attention_mask=mask, position_ids=positions)
+        scores = out.logits[:, -1].float().cpu().numpy()  # (B, V)
+        for row, i in enumerate(live):
+            answers[i].logits = scores[row]
+    return [results[i] for i in range(len(answers))]
+
+
+def _join_caches(lm, caches: list, lengths: list[int]):
+    """Per-request caches (1, Hkv, T_i, Dh) per layer -> one DynamicCache (B, Hkv, T_max, Dh), left-padded."""
+    from transformers import DynamicCache
+
+    T = max(lengths)
+    layers = []
+    for per_request in zip(*(cache_layers(c) for c in caches)):  # one layer: [(K, V) per request]
+        ks, vs = [], []
+        for (k, v), n in zip(per_request, lengths):
+            pad = (0, 0, T - n, 0)  # left-pad the positions axis
+            ks.append(torch.nn.functional.pad(k, pad))
+            vs.append(torch.nn.functional.pad(v, pad))
+        layers.append((torch.cat(ks), torch.cat(vs)))  # (B, Hkv, T, Dh) each
+    mask = torch.tensor([[0] * (T - n) + [1] * n for n in lengths], device=lm.device)  # (B, T)
+    return DynamicCache(ddp_cache_data=layers, config=lm.config), mask
+
+
+def silent_steps(n_steps: int, events: list[dict], pieces, finish_reason: str) -> dict[str, list[int]]:
+    """Why there are fewer text_delta events than answer tokens: the steps that sent no text, by reason.
+
+    pieces: the answer's tokens placed in their characters (pipeline.text.token_pieces).
+    {'end': [last step] if the model chose its end token, 'character': steps whose token is part of a
+    character still being spelled, 'other': the rest (held back while it could begin a stop string,
+    or text the next token completed)}.  Korean '토' as 3 tokens then the end token ->
+    {'end': [3], 'character': [0, 1], 'other': []}.
+    """
+    sent = {e["step"] for e in events if e.get("event", "text_delta") == "text_delta"}
+    out: dict[str, list[int]] = {"end": [], "character": [], "other": []}
+    for s in range(n_steps):
+        if s in sent:
+            continue
+        if finish_reason == "eos" and s == n_steps - 1:
+            out["end"].append(s)
+        elif s < len(pieces) and pieces[s].partial and pieces[s].part < pieces[s].parts:
+            out["character"].append(s)
+        else:
+            out["other"].append(s)
+    return out
