@@ -1,0 +1,234 @@
+"""Serving a room: the queue, batched decoding, stored runs (memory and disk), honest timings, links."""
+import os
+import pickle
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pipeline.disk_store import DiskStore
+from pipeline.errors import InputError
+from pipeline.run_queue import LONG_PROMPT_TOKENS, LONG_QUEUE, RunQueue, cost_of
+from pipeline.run_store import RunStore
+from pipeline.timing import compare_runs
+
+
+class Sized:
+    def __init__(self, nbytes):
+        self.nbytes = nbytes
+
+
+# ---- the queue ------------------------------------------------------------------------------------
+def _gate():
+    """A job that runs until released: keeps the worker busy while a test fills the line."""
+    release = threading.Event()
+    return release, (lambda: release.wait(10) and "first")
+
+
+def test_queue_runs_in_arrival_order_and_reports_places():
+    q = RunQueue()
+    release, block = _gate()
+    first = q.submit("a", block, cost=10)
+    order = []
+    tickets = [q.submit(k, lambda k=k: order.append(k) or k, cost=10) for k in "bcd"]
+    time.sleep(0.1)
+    assert first.position() == 0  # running
+    assert [t.position() for t in tickets] == [1, 2, 3]
+    assert tickets[2].estimate_s() > tickets[0].estimate_s() > 0
+    release.set()
+    assert [t.result() for t in tickets] == ["b", "c", "d"] and order == ["b", "c", "d"]
+    assert first.result() == "first"
+
+
+def test_identical_requests_share_one_ticket_and_errors_reach_the_caller():
+    q = RunQueue()
+    release, block = _gate()
+    q.submit("busy", block, cost=1)
+    calls = []
+    a = q.submit("same", lambda: calls.append(1) or 42, cost=1)
+    b = q.submit("same", lambda: calls.append(1) or 43, cost=1)
+    assert a is b
+    bad = q.submit("bad", lambda: 1 / 0, cost=1)
+    release.set()
+    assert a.result() == 42 and calls == [1]
+    with pytest.raises(ZeroDivisionError):
+        bad.result()
+
+
+def test_long_prompts_are_refused_while_the_queue_is_long():
+    q = RunQueue()
+    release, block = _gate()
+    q.submit("busy", block, cost=1)
+    for i in range(LONG_QUEUE - 1):
+        q.submit(i, lambda: None, cost=1)
+    with pytest.raises(InputError) as e:
+        q.submit("long", lambda: None, cost=5000, prompt_tokens=LONG_PROMPT_TOKENS + 1)
+    assert e.value.field == "messages" and "queue" in e.value.message
+    q.submit("short", lambda: None, cost=50, prompt_tokens=40)  # short prompts still get in line
+    release.set()
+
+
+def test_background_preparation_yields_to_people_and_is_brought_forward():
+    q = RunQueue()
+    release, block = _gate()
+    q.submit("busy", block, cost=1)
+    order = []
+    bg = q.submit("prep", lambda: order.append("prep"), cost=1, background=True)
+    person = q.submit("person", lambda: order.append("person"), cost=1)
+    bg2 = q.submit("prep2", lambda: order.append("prep2"), cost=1, background=True)
+    assert person.position() < bg.position()
+    assert q.submit("prep2", lambda: None, cost=1) is bg2  # someone asks for it: it joins the people's line
+    release.set()
+    bg.result(), bg2.result(), person.result()
+    assert order == ["person", "prep2", "prep"]
+
+
+def test_waiting_jobs_of_one_kind_run_as_one_batch():
+    batches = []
+    q = RunQueue(batch_runners={"sq": lambda xs: batches.append(list(xs)) or [x * x for x in xs]})
+    release, block = _gate()
+    q.submit("busy", block, cost=1)
+    tickets = [q.submit(i, lambda: None, cost=1, batch=("sq", i)) for i in range(3)]
+    other = q.submit("plain", lambda: "plain", cost=1)
+    release.set()
+    assert [t.result() for t in tickets] == [0, 1, 4] and other.result() == "plain"
+    assert batches == [[0, 1, 2]]
+
+
+def test_cost_weights_decode_steps():
+    assert cost_of(34, 64) == 34 + 64 * 15
+
+
+# ---- stored runs ----------------------------------------------------------------------------------
+def test_run_store_is_bounded_in_bytes_and_drops_the_least_recently_used():
+    store = RunStore(max_bytes=100)
+    for k in "abc":
+        store.get_or_run(k, lambda: Sized(40))
+    assert len(store) == 2 and store.peek("a") is None  # 120 > 100: 'a' went first
+    store.peek("b")  # b used again
+    store.get_or_run("d", lambda: Sized(40))
+    assert store.peek("c") is None and store.peek("b") is not None and store.bytes_held == 80
+
+
+def test_run_store_computes_once_for_concurrent_callers():
+    store, calls = RunStore(), []
+
+    def slow():
+        calls.append(1)
+        time.sleep(0.2)
+        return Sized(1)
+
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(store.get_or_run("k", slow))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len({id(o) for o in out}) == 1
+
+
+def test_disk_store_survives_a_new_process_view_and_drops_damaged_files(tmp_path):
+    disk = DiskStore(tmp_path, max_bytes=10**6)
+    disk.put(("q", 1), {"answer": [1, 2, 3]})
+    assert DiskStore(tmp_path).get(("q", 1)) == {"answer": [1, 2, 3]}  # another store on the same folder
+    path = disk.path(("q", 1))
+    path.write_bytes(b"not a pickle")
+    assert disk.get(("q", 1)) is None and not path.exists()
+    assert not list(tmp_path.glob("*.tmp"))  # nothing half-written left behind
+
+
+def test_disk_store_evicts_least_recently_used_within_its_budget(tmp_path):
+    disk = DiskStore(tmp_path, max_bytes=3 * len(pickle.dumps(b"x" * 1000)) + 100)
+    for i in range(3):
+        disk.put(i, b"x" * 1000)
+        os.utime(disk.path(i), (time.time() - 100 + i, time.time() - 100 + i))  # written one after another
+    disk.get(0)  # 0 is used again: now the most recent
+    disk.put(3, b"x" * 1000)
+    assert disk.get(1) is None and disk.get(0) is not None and disk.get(3) is not None
+
+
+def test_run_store_reads_through_to_disk(tmp_path):
+    first = RunStore(disk=DiskStore(tmp_path))
+    first.get_or_run("k", lambda: Sized(5))
+    again = RunStore(disk=DiskStore(tmp_path))  # a restart: memory empty, disk kept
+    assert again.peek("k") is None and again.peek("k", disk=True).nbytes == 5
+    assert again.get_or_run("k", lambda: pytest.fail("must not run again")).nbytes == 5
+
+
+# ---- timings that cannot be inverted by load ------------------------------------------------------
+def test_overlapping_ranges_claim_no_ratio():
+    c = compare_runs([0.10, 0.30, 0.12], [0.20, 0.25, 0.22])
+    assert not c.separated and "no clear difference" in c.verdict("hit", "cold")
+
+
+def test_separated_ranges_give_the_median_ratio():
+    c = compare_runs([0.10, 0.12, 0.11], [0.50, 0.55, 0.52])  # medians 0.11 and 0.52 -> 4.7x
+    assert c.separated and c.a_median == 0.11 and c.b_median == 0.52
+    assert "hit is 4.7× faster" in c.verdict("hit", "cold")
+
+
+# ---- links --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("raw, ok", [("0.7", True), ("abc", False), ("nan", False), ("3", False), ("-1", False)])
+def test_link_numbers_are_checked(raw, ok):
+    from views.url_state import REQUEST
+
+    parse = REQUEST["temperature"].parse
+    if ok:
+        assert parse(raw) == 0.7
+    else:
+        with pytest.raises((ValueError, InputError)):
+            parse(raw)
+
+
+def test_link_text_refuses_what_a_request_would():
+    from views.url_state import REQUEST
+
+    assert REQUEST["q"].parse("<b>hi</b>") == "<b>hi</b>"  # kept as text; the pages escape it
+    with pytest.raises(InputError):
+        REQUEST["q"].parse("x" * 100_000)
+
+
+# ---- batched decoding on the real model ------------------------------------------------------------
+@pytest.mark.model
+def test_batched_runs_equal_single_runs(lm):
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace, run_traces
+
+    requests = [ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=12)),
+                ChatRequest.from_question("토마토는 과일이야?", options=GenerationOptions(
+                    max_new_tokens=12, temperature=0.8, top_p=0.9, seed=3)),
+                ChatRequest.from_question("Write a haiku about rain.", options=GenerationOptions(
+                    max_new_tokens=20, stop=("rain",)))]
+    batch = run_traces(requests, lm)
+    for request, b in zip(requests, batch):
+        a = run_trace(request, lm)
+        assert b.generated_token_ids == a.generated_token_ids and b.finish_reason == a.finish_reason
+        assert b.text == a.text
+        n = len(a.steps)
+        assert np.abs(a.step_logits[:n] - b.step_logits[:n]).max() < 1e-3
+        assert b.steps[0].batch_size == 3
+        assert [s.kv_cache_tokens for s in b.steps] == [s.kv_cache_tokens for s in a.steps]
+        assert b.steps[-1].kv_cache_bytes == a.steps[-1].kv_cache_bytes  # its own rows, not the padding
+
+
+@pytest.mark.model
+def test_a_refused_request_does_not_stop_its_batch(lm):
+    from pipeline.stages.request import ChatRequest
+    from pipeline.trace import run_traces
+
+    long = ChatRequest.from_question("garden " * 3000)
+    ok = ChatRequest.from_question("Hi")
+    out = run_traces([long, ok], lm, max_prompt_tokens=1000)
+    assert isinstance(out[0], InputError) and out[0].field == "messages"
+    assert out[1].finish_reason in ("eos", "length")
+
+
+@pytest.mark.model
+def test_html_report_is_self_contained(default_trace):
+    from ui.report import trace_report
+
+    html = trace_report(default_trace)
+    assert html.count("<h2>") == 12 and "Plotly.newPlot" in html
+    assert "<script src=" not in html and "<link " not in html  # nothing fetched when opened
+    assert default_trace.text[:20].replace("'", "&#x27;") in html
