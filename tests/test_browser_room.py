@@ -1,0 +1,167 @@
+"""A workshop room in a real browser: links that reproduce a view, presenter mode, the offline
+report, and no request to any host but the app's own (Debian's chromium through Playwright)."""
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "artifacts" / "browser"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    log = open(ROOT / "artifacts" / "browser-room-server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # settings from .streamlit/config.toml
+    url = f"http://localhost:{port}"
+    for _ in range(240):
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the Streamlit server did not start")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def settle(page, timeout: float = 400) -> None:
+    """Wait until the script has finished (no status widget, no queue notice) a few polls in a row."""
+    page.wait_for_timeout(800)
+    deadline, quiet = time.time() + timeout, 0
+    while time.time() < deadline and quiet < 3:
+        busy = page.locator('[data-testid="stStatusWidget"]').count() > 0 or "in line" in page.inner_text("body")
+        quiet = 0 if busy else quiet + 1
+        page.wait_for_timeout(400)
+
+
+def visit(context, url: str):
+    page = context.new_page()
+    page.goto(url)
+    settle(page)
+    return page
+
+
+def test_no_page_asks_any_other_host(server, browser):
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+    hosts = set()
+    context.on("request", lambda r: hosts.add(urlparse(r.url).netloc) if r.url.startswith("http") else None)
+    paths = re.findall(r'"([\w-]+)"\),?\n', (ROOT / "app.py").read_text())
+    assert {"journey", "attention", "presenter", "cache-audit"} <= set(paths)
+    for path in paths:
+        page = visit(context, f"{server}/{path}")
+        assert page.locator('[data-testid="stException"]').count() == 0, path
+        page.close()
+    context.close()
+    assert hosts == {urlparse(server).netloc}, f"requests left the machine: {hosts}"
+
+
+def test_a_bookmarked_page_opens_that_page(server, browser):
+    context = browser.new_context()
+    page = visit(context, f"{server}/journey")
+    assert page.locator("h1").first.inner_text().strip() == "Journey"
+    assert "Page not found" not in page.inner_text("body")
+    context.close()
+
+
+def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
+    question = "Why is the sky blue?"
+    first = browser.new_context(viewport={"width": 1300, "height": 1200})
+    page = visit(first, f"{server}/attention?q={quote(question)}&max_new_tokens=8&layer=3&head=2")
+    assert "layer 3, head 2" in page.inner_text("body")
+    page.locator("summary", has_text="Share or export this view").first.click()
+    link = page.locator('[data-testid="stSidebar"] code').filter(has_text="/attention").first.inner_text().strip()
+    params = parse_qs(urlparse(link).query)
+    assert params["q"] == [question] and params["layer"] == ["3"] and params["head"] == ["2"]
+    page.screenshot(path=str(SHOTS / "room_link_source.png"))
+    second = browser.new_context(viewport={"width": 1300, "height": 1200})  # a fresh browser: no shared state
+    again = visit(second, link)
+    body = again.inner_text("body")
+    assert "layer 3, head 2" in body
+    assert again.locator("textarea").first.input_value() == question
+    again.screenshot(path=str(SHOTS / "room_link_reopened.png"))
+    first.close()
+    second.close()
+
+
+def test_tampered_links_fall_back_with_a_note(server, browser):
+    context = browser.new_context()
+    page = visit(context, f"{server}/attention?layer=abc&head=99&temperature=hot&q=%3Cb%3Ehi%3C/b%3E")
+    body = page.inner_text("body")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert "The link's `layer` was not usable" in body and "The link's `temperature` was not usable" in body
+    assert page.locator("b", has_text="hi").count() == 0  # the question is text, not markup
+    context.close()
+
+
+def test_presenter_walks_all_stages_with_the_keyboard(server, browser):
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = visit(context, f"{server}/presenter")
+    assert page.locator("h1").first.inner_text().startswith("1.")
+    assert page.locator('[data-testid="stSidebar"]').is_hidden()
+    for n in range(2, 14):
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(f"() => document.querySelector('h1') && "
+                               f"document.querySelector('h1').innerText.startsWith('{n}.')", timeout=120_000)
+        settle(page)
+        assert page.locator('[data-testid="stException"]').count() == 0, f"stage {n}"
+    page.screenshot(path=str(SHOTS / "room_presenter_13.png"))
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function("() => document.querySelector('h1').innerText.startsWith('12.')", timeout=60_000)
+    assert "stage=12" in page.url
+    context.close()
+
+
+def test_the_html_report_opens_from_disk_with_the_network_blocked(server, browser, tmp_path):
+    context = browser.new_context(accept_downloads=True)
+    page = visit(context, f"{server}/journey")
+    page.locator("summary", has_text="Share or export this view").first.click()
+    with page.expect_download(timeout=120_000) as download:
+        page.get_by_role("button", name=re.compile("Download a report")).click()
+    path = tmp_path / "report.html"
+    download.value.save_as(path)
+    context.close()
+    offline = browser.new_context(offline=True)
+    asked = []
+    offline.on("request", lambda r: asked.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    report = offline.new_page()
+    report.goto(path.as_uri())
+    report.wait_for_timeout(2000)
+    assert report.locator("h2").count() == 12
+    assert report.locator(".js-plotly-plot .main-svg").count() >= 10  # charts drawn by the embedded plotly.js
+    assert asked == []
+    report.screenshot(path=str(SHOTS / "room_report_offline.png"))
+    offline.close()
