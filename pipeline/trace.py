@@ -229,13 +229,15 @@ def _finish(s: _Started, decode: Decode, lm, batch_index: int = 0) -> Trace:
     )
 
 
-def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = None) -> Trace:
-    """Follow one request through every stage on the real model."""
+def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = None,
+              force: dict[int, int] | None = None) -> Trace:
+    """Follow one request through every stage on the real model. force: {step: token id} put at
+    those steps instead of the sampler's choice (the steps are marked `forced`)."""
     from .model.loader import shared_model
 
     lm = lm or shared_model()
     s = _prefill(request, lm, max_prompt_tokens)
-    decode = decode_loop(lm, s.cache, s.last_logits, request.options, s.rid, s.prefill_started_at)
+    decode = decode_loop(lm, s.cache, s.last_logits, request.options, s.rid, s.prefill_started_at, force)
     s.cache = None  # the request's KV cache is freed once the answer is complete
     return _finish(s, decode, lm)
 
@@ -266,3 +268,31 @@ def run_traces(requests: list[ChatRequest], lm, max_prompt_tokens: int | None = 
             s.cache = None
             out.append(_finish(s, decode, lm, batch_index=ok.index(s)))
     return out
+
+
+def branch_trace(trace: Trace, step: int, token_id: int, lm) -> Trace:
+    """The same request, its answer taken another way at `step` (`token_id` forced there); the
+    prompt's captures and keys/values are reused, never run again. A full Trace every page can show."""
+    from .stages.branch import branch_decode
+
+    t0 = time.perf_counter()
+    rid = f"{trace.request.id}-b{step}-{token_id}"
+    decode, _ = branch_decode(lm, trace, step, token_id, rid)
+    decode_times = decode.step_seconds[step + 1:]
+    states = [{"state": "branched", "from": trace.request.id, "step": step, "token_id": token_id, "t_s": 0.0}]
+    return Trace(
+        request=RequestRecord(rid, trace.request.openai, trace.request.anthropic, trace.request.options, states),
+        tokenized=trace.tokenized, dims=trace.dims, batch=trace.batch, prefill=trace.prefill, decode=decode,
+        timings=Timings(ttft_s=trace.timings.ttft_s, tpot_s=float(np.mean(decode_times)) if decode_times else None,
+                        prefill_s=trace.timings.prefill_s, total_s=time.perf_counter() - t0),
+        usage=Usage(len(trace.ids), len(decode.generated_ids)),
+        cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
+    )
+
+
+def log_probability(trace: Trace) -> float:
+    """Sum of log P(chosen token) over the answer, at temperature 1 over all V: how likely the model
+    found the whole path (a forced token counts like any other)."""
+    from .maths import softmax
+
+    return float(sum(np.log(max(softmax(row)[s.token_id], 1e-300)) for row, s in zip(trace.step_logits, trace.steps)))

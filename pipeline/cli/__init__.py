@@ -30,6 +30,8 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", dest="json_file", default=None, help="write the whole trace to this file")
     p.add_argument("--tensors", action="store_true", help="include the large tensors in the JSON")
     p.add_argument("--model", default=None, help="a local Hugging Face causal-LM folder instead of SmolLM2")
+    p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN_ID",
+                   help="put this token at this decode step instead of the sampler's choice (repeatable)")
 
 
 def options_from_args(args) -> GenerationOptions:
@@ -52,6 +54,19 @@ def check_output_path(path: str | None, field: str = "json") -> None:
         raise InputError(field, f"{path} cannot be written (permission denied).")
 
 
+def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
+    """['3:1234', '5:42'] -> {3: 1234, 5: 42}; token ids are checked against the vocabulary later."""
+    out = {}
+    for item in items:
+        step, sep, token = item.partition(":")
+        if not sep or not step.strip().isdigit() or not token.strip().isdigit():
+            raise InputError("force", f"{item!r} must be STEP:TOKEN_ID, two non-negative integers.")
+        if int(step) >= max_new_tokens:
+            raise InputError("force", f"step {step} is past --max-new-tokens {max_new_tokens}.")
+        out[int(step)] = int(token)
+    return out
+
+
 def check_model_arg(path: str | None) -> None:
     if path is not None and not os.path.isdir(path):
         raise InputError("model", f"{path} is not a folder (give a local Hugging Face model folder).")
@@ -60,13 +75,18 @@ def check_model_arg(path: str | None) -> None:
 def cmd_trace(args) -> int:
     options = options_from_args(args)
     request = ChatRequest.from_question(args.question, system=args.system, options=options)
+    force = parse_force(args.force, options.max_new_tokens)
     check_output_path(args.json_file)
     check_model_arg(args.model)
     from ..model.loader import load_model, shared_model
     from ..trace import run_trace
     from .report import print_trace
 
-    trace = run_trace(request, shared_model() if args.model is None else load_model(args.model))
+    lm = shared_model() if args.model is None else load_model(args.model)
+    bad = [t for t in force.values() if t >= lm.dims.V]
+    if bad:
+        raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
+    trace = run_trace(request, lm, force=force)
     print_trace(trace)
     if args.json_file:
         with open(args.json_file, "w", encoding="utf-8") as f:

@@ -41,6 +41,7 @@ class Step:
     kv_bytes_per_layer: list[int]  # (L,)
     seconds: float  # step 0: prefill + choosing; later steps: one decode pass + choosing
     batch_size: int = 1  # requests decoded together in the pass that produced this step's scores
+    forced: bool = False  # a person chose this token (branch / --force), not the sampler
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -154,8 +155,10 @@ def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> lis
 class _Answer:
     """One request's side of the decode loop: choosing, recording and streaming its tokens."""
 
-    def __init__(self, lm, first_logits: torch.Tensor, options: GenerationOptions, rid: str, started_at: float):
+    def __init__(self, lm, first_logits: torch.Tensor, options: GenerationOptions, rid: str, started_at: float,
+                 force: dict[int, int] | None = None):
         self.tok, self.eos, self.options, self.rid = lm.tokenizer, end_token_ids(lm), options, rid
+        self.force = force or {}  # {step: token id} chosen by a person instead of the sampler
         self.rng = np.random.default_rng(options.seed)
         self.stream = StreamDetokenizer(lm.tokenizer, options.stop)
         self.steps: list[Step] = []
@@ -172,6 +175,7 @@ class _Answer:
         step, logits, options = len(self.steps), self.logits, self.options
         probs = final_probs(logits, options)  # (V,)
         token = int(np.argmax(logits)) if options.greedy else int(draw(probs, 1, self.rng)[0])
+        token = self.force.get(step, token)  # the sampler still draws, so later steps see the same randomness
         now = time.perf_counter()
         self.first_at = self.first_at or now
         self.generated.append(token)
@@ -179,7 +183,7 @@ class _Answer:
         self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token), position=kv_tokens,
                                top=_candidates(self.tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=kv_tokens,
                                kv_cache_bytes=sum(kv_per_layer), kv_bytes_per_layer=kv_per_layer,
-                               seconds=now - self.t_prev, batch_size=batch_size))
+                               seconds=now - self.t_prev, batch_size=batch_size, forced=step in self.force))
         if token in self.eos:
             self.finish = "eos"
             return None
@@ -203,13 +207,18 @@ class _Answer:
 
 
 def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str,
-                prefill_started_at: float | None = None) -> Decode:
+                prefill_started_at: float | None = None, force: dict[int, int] | None = None) -> Decode:
     """Choose, stream and feed back tokens until EOS, a stop string or max_new_tokens.
 
     Step 0's `seconds` runs from `prefill_started_at` (prefill + choosing the first token);
-    every later step's from the moment the previous token was fed back.
+    every later step's from the moment the previous token was fed back. force: {step: token id}.
     """
-    answer = _Answer(lm, first_logits, options, rid, prefill_started_at or time.perf_counter())
+    answer = _Answer(lm, first_logits, options, rid, prefill_started_at or time.perf_counter(), force)
+    return _continue(lm, cache, answer)
+
+
+def _continue(lm, cache, answer: "_Answer") -> Decode:
+    """Run the loop from the answer's current state to its end, feeding each token back."""
     while (token := answer.choose(cache_len(cache), bytes_per_layer(cache))) is not None:
         answer.t_prev = time.perf_counter()
         out = lm.forward([[token]], cache=cache)  # (1, 1): only the new token goes through

@@ -1,0 +1,86 @@
+"""Branch and rewind: the answer taken another way at any step, the prompt never run again."""
+import numpy as np
+import pytest
+import torch
+
+from pipeline.errors import InputError
+from pipeline.stages.branch import branch_decode
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from pipeline.trace import branch_trace, log_probability, run_trace
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def run(lm):
+    return run_trace(ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=16)), lm)
+
+
+def test_branch_keeps_the_steps_before_and_forces_its_token(lm, run):
+    step = 5
+    other = run.steps[step].top[1].id  # the runner-up at that step
+    b = branch_trace(run, step, other, lm)
+    assert b.generated_token_ids[:step] == run.generated_token_ids[:step]
+    assert [s.token_text for s in b.steps[:step]] == [s.token_text for s in run.steps[:step]]
+    assert b.generated_token_ids[step] == other and b.steps[step].forced
+    assert not any(s.forced for s in b.steps[:step] + b.steps[step + 1:])
+
+
+def test_greedy_continuation_equals_hf_generate(lm, run):
+    step = 4
+    forced = run.steps[step].top[2].id
+    b = branch_trace(run, step, forced, lm)
+    ids = torch.tensor([run.ids + run.generated_token_ids[:step] + [forced]])
+    with torch.inference_mode():
+        ref = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                max_new_tokens=16 - step - 1)
+    expected = ref[0, ids.shape[1]:].tolist()
+    eos = lm.tokenizer.eos_token_id
+    if eos in expected:
+        expected = expected[:expected.index(eos) + 1]
+    assert b.generated_token_ids[step + 1:] == expected
+
+
+def test_the_cut_cache_holds_the_prompt_and_the_answer_before_the_branch(lm, run):
+    for step in (0, 7):
+        _, cut = branch_decode(lm, run, step, run.steps[step].token_id, "r")
+        assert cut == len(run.ids) + step
+
+
+def test_the_prompt_is_not_run_again(lm, run):
+    calls = lm.calls
+    b = branch_trace(run, 10, run.steps[10].top[1].id, lm)
+    fed_back = len(b.steps) - 10 - 1  # decode passes after the forced token
+    assert lm.calls - calls == 1 + fed_back  # one pass for the 10 answer tokens before the branch
+
+
+def test_path_log_probability_prefers_the_models_own_path(lm, run):
+    b = branch_trace(run, 2, run.steps[2].top[5].id, lm)
+    assert log_probability(run) > log_probability(b)
+    by_hand = sum(np.log(np.exp(r[s.token_id] - r.max()) / np.exp(r - r.max()).sum())
+                  for r, s in zip(run.step_logits.astype(np.float64), run.steps))
+    assert abs(log_probability(run) - by_hand) < 1e-6
+
+
+def test_bad_branch_points_are_refused(lm, run):
+    with pytest.raises(InputError, match="step"):
+        branch_trace(run, 99, 5, lm)
+    with pytest.raises(InputError, match="token_id"):
+        branch_trace(run, 1, run.dims.V, lm)
+
+
+def test_cli_force_marks_the_step(lm, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.json"
+    r = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Are tomatoes fruit?", "--max-new-tokens", "6",
+                        "--force", "2:13886", "--json", str(out)], capture_output=True, text=True, cwd=str(
+                            __import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert r.returncode == 0, r.stderr[-500:]
+    steps = json.loads(out.read_text())["steps"]
+    assert steps[2]["token_id"] == 13886 and steps[2]["forced"] and not steps[1]["forced"]
+    bad = subprocess.run([sys.executable, "-m", "pipeline", "trace", "x", "--force", "two:3"], capture_output=True,
+                         text=True, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    assert bad.returncode == 2 and "force" in bad.stderr
