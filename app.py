@@ -27,6 +27,7 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("layers.py", "Layers", "🥞", "layers"),
     ("attention.py", "Attention", "👀", "attention"),
     ("next_token.py", "Next token", "🎲", "next-token"),
+    ("branches.py", "What if", "🌿", "what-if"),
     ("generation.py", "Generation", "⏩", "generation"),
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
     ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),

@@ -139,13 +139,45 @@ def stored_trace() -> Trace | None:
         return None
 
 
-def current_trace() -> Trace:
-    """The captured run for the sidebar's request; shows a clear message and stops on bad input."""
+def current_trace(original: bool = False) -> Trace:
+    """The captured run for the sidebar's request — or the branch of it this session chose to show
+    (see the What-if page) unless `original`; shows a clear message and stops on bad input."""
     try:
-        return trace_for(current_request())
+        request = current_request()
+        trace = trace_for(request)
+        path = st.session_state.get("branch_shown")
+        if original or not path or path[0] != request_key(request):
+            return trace
+        st.info(f"Showing a branch of this run: {branch_label(path[1])}. The What-if page goes back.", icon="🌿")
+        return branch_for(trace, path[1])
     except InputError as e:
         st.error(f"Please fix the request — {e}")
         st.stop()
+
+
+def branch_for(trace: Trace, path: tuple[tuple[int, int], ...]) -> Trace:
+    """The run taken another way at each (step, token id) of `path` in turn, once per server."""
+    from pipeline.trace import branch_trace
+
+    for n in range(1, len(path) + 1):
+        step, token = path[n - 1]
+        parent = trace
+        trace = queued(("branch", request_key_of(trace), path[:n]),
+                       lambda parent=parent, step=step, token=token: branch_trace(parent, step, token, get_model()),
+                       cost=cost_of(0, len(parent.steps) - step))
+    return trace
+
+
+def request_key_of(trace: Trace) -> tuple:
+    """The store key of the run a trace (or its branches) came from."""
+    return (trace.dims.name, trace.request.messages, repr(sorted(trace.request.options.to_dict().items())))
+
+
+def branch_label(path: tuple[tuple[int, int], ...]) -> str:
+    from pipeline.text import token_text
+
+    tok = get_model().tokenizer
+    return " → ".join(f"step {s}: {token_text(tok, t)!r}" for s, t in path) or "the original run"
 
 
 def played(key: str, block_size: int = 16) -> list[dict]:

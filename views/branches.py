@@ -1,0 +1,87 @@
+"""What if: take the answer another way at any step, and walk the tree of branches you explored."""
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pipeline.errors import InputError
+from pipeline.stages.tokens import encode
+from pipeline.text import plural, token_text
+from pipeline.trace import log_probability
+from ui.escape import plotly_label
+from views.common import branch_for, branch_label, current_request, current_trace, get_model, page_header, request_key
+
+page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
+            "token forced. The prompt is not run again — its keys and values come back from the captured run — "
+            "and the answer so far is fed once, so a branch costs a fraction of a new request.")
+original = current_trace(original=True)
+tok = get_model().tokenizer
+root = request_key(current_request())
+tree = st.session_state.setdefault("branch_tree", {})  # {request key: [paths explored]}
+paths = tree.setdefault(root, [()])
+shown = st.session_state.get("branch_shown")
+here = shown[1] if shown and shown[0] == root else ()
+
+st.subheader("1. Where to branch")
+base = branch_for(original, here) if here else original
+st.caption(f"Branching from: **{branch_label(here)}**.")
+S = len(base.steps)
+step = st.slider("step of the answer", 0, max(S - 1, 1), min(st.session_state.get("br_step", 0), S - 1), key="br_step",
+                 disabled=S < 2) if S > 1 else 0
+so_far = "".join(s.token_text for s in base.steps[:step])
+st.code(f"answer so far: {so_far or '(nothing yet)'}\nthe run chose: {base.steps[step].token_text}", language=None,
+        wrap_lines=True)
+top = base.steps[step].top
+options = {f"{c.text}  (id {c.id}, {c.prob:.1%})": c.id for c in top if c.id != base.steps[step].token_id}
+c1, c2 = st.columns([2, 1])
+pick = c1.selectbox("another candidate at this step", list(options), key="br_pick")
+typed = c2.text_input("…or type a token's text", "", key="br_typed", max_chars=40,
+                      help="Its first token is used; leading spaces matter (' fruit' ≠ 'fruit').")
+token_id = options[pick]
+if typed:
+    ids = encode(tok, typed)
+    if ids:
+        token_id = ids[0]
+        st.caption(f"'{typed}' starts with token {token_text(tok, token_id)!r} (id {token_id}).")
+if st.button("Continue from here with this token", type="primary", key="br_go"):
+    new = here + ((step, int(token_id)),)
+    try:
+        branch_for(original, new)
+    except InputError as e:
+        st.error(f"Please fix the branch — {e}")
+        st.stop()
+    if new not in paths:
+        paths.append(new)
+    st.session_state.branch_shown = (root, new)
+    st.rerun()
+
+if here:
+    b, parent = branch_for(original, here), (branch_for(original, here[:-1]) if len(here) > 1 else original)
+    at = here[-1][0]
+    st.subheader("2. The two paths side by side")
+    c1, c2 = st.columns(2)
+    for col, title, t in ((c1, "before this branch", parent), (c2, "this branch", b)):
+        col.markdown(f"**{title}** — log-probability of the whole path {log_probability(t):.2f} "
+                     f"({plural(len(t.steps), 'token')}, finish: {t.finish_reason})")
+        col.code("".join(s.token_text for s in t.steps[:at]) + " ⟨" + t.steps[at].token_text + "⟩ "
+                 + "".join(s.token_text for s in t.steps[at + 1:]), language=None, wrap_lines=True)
+    st.caption("⟨ ⟩ marks the step where the paths part. The log-probability adds log P(chosen token) at every step "
+               "(temperature 1 over the whole vocabulary): closer to 0 = a path the model found more likely.")
+    lp = [np.log(max(float(np.exp(r[s.token_id] - r.max()) / np.exp(r - r.max()).sum()), 1e-300))
+          for r, s in zip(b.step_logits.astype(np.float64), b.steps)]
+    fig = go.Figure(go.Bar(x=[plotly_label(f"({i}){s.token_text}") for i, s in enumerate(b.steps)], y=lp,
+                           marker_color=["#dc2626" if s.forced else "#0ea5e9" for s in b.steps]))
+    fig.update_layout(height=280, margin=dict(t=20, b=10), yaxis_title="log P(chosen token)",
+                      xaxis_title="step of this branch (red = forced)")
+    st.plotly_chart(fig, width="stretch", key="br_lp")
+
+st.subheader("3. The branches you explored")
+st.caption("Every branch is a full run: choose one to show it on every page (Journey, Generation, KV cache, …).")
+rows = [{"branch": branch_label(p), "depth": len(p)} for p in paths]
+choice = st.radio("show on every page", range(len(paths)), index=paths.index(here) if here in paths else 0,
+                  format_func=lambda i: ("  " * rows[i]["depth"]) + ("↳ " if rows[i]["depth"] else "") + rows[i]["branch"],
+                  key="br_tree")
+if paths[choice] != here:
+    st.session_state.branch_shown = (root, paths[choice]) if paths[choice] else None
+    st.rerun()
+st.dataframe(pd.DataFrame(rows), hide_index=True)
