@@ -28,6 +28,7 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("attention.py", "Attention", "👀", "attention"),
     ("next_token.py", "Next token", "🎲", "next-token"),
     ("branches.py", "What if", "🌿", "what-if"),
+    ("constrained.py", "Constrained output", "🧩", "constrained"),
     ("generation.py", "Generation", "⏩", "generation"),
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
     ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),

@@ -78,6 +78,7 @@ class Trace:
     timings: Timings
     usage: Usage
     cleanup: Cleanup
+    constraint: dict | None = None  # {kind, spec, steps: [MaskStep]} when decoded under a grammar
 
     # ---- shortcuts the pages read ---------------------------------------------------------------
     @property
@@ -160,6 +161,9 @@ class Trace:
             "usage": self.usage.to_json(),
             "cleanup": self.cleanup.__dict__.copy(),
         }
+        if self.constraint is not None:
+            out["constraint"] = {"kind": self.constraint["kind"], "spec": self.constraint["spec"],
+                                 "steps": [s.__dict__ for s in self.constraint["steps"]]}
         if include_tensors:
             out["tensors"] = {k: v.tolist() for k, v in self.tensors().items()}
         return out
@@ -296,3 +300,16 @@ def log_probability(trace: Trace) -> float:
     from .maths import softmax
 
     return float(sum(np.log(max(softmax(row)[s.token_id], 1e-300)) for row, s in zip(trace.step_logits, trace.steps)))
+
+
+def run_constrained_trace(request: ChatRequest, lm, kind: str, spec, max_prompt_tokens: int | None = None) -> Trace:
+    """Follow a request whose answer must match a JSON schema, a regex or a choice list."""
+    from .stages.constrained import check_spec, constrained_decode
+
+    check_spec(kind, spec)  # refuse a bad grammar before any forward pass
+    s = _prefill(request, lm, max_prompt_tokens)
+    decode, steps = constrained_decode(lm, s.cache, s.last_logits, request, kind, spec, s.rid, s.prefill_started_at)
+    s.cache = None
+    trace = _finish(s, decode, lm)
+    trace.constraint = {"kind": kind, "spec": spec, "steps": steps}
+    return trace

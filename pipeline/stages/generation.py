@@ -170,11 +170,14 @@ class _Answer:
         self.first_at = 0.0
         self.finish: str | None = None  # set once the answer has ended
 
-    def choose(self, kv_tokens: int, kv_per_layer: list[int], batch_size: int = 1) -> int | None:
-        """Pick and record the next token; returns it, or None when the answer has just ended."""
+    def choose(self, kv_tokens: int, kv_per_layer: list[int], batch_size: int = 1,
+               allowed: np.ndarray | None = None) -> int | None:
+        """Pick and record the next token; returns it, or None when the answer has just ended.
+
+        allowed: (V,) bool from a grammar; the others get probability 0, the raw scores are still kept."""
         step, logits, options = len(self.steps), self.logits, self.options
-        probs = final_probs(logits, options)  # (V,)
-        token = int(np.argmax(logits)) if options.greedy else int(draw(probs, 1, self.rng)[0])
+        probs = final_probs(logits if allowed is None else np.where(allowed, logits, -np.inf), options)  # (V,)
+        token = int(np.argmax(probs)) if options.greedy else int(draw(probs, 1, self.rng)[0])
         token = self.force.get(step, token)  # the sampler still draws, so later steps see the same randomness
         now = time.perf_counter()
         self.first_at = self.first_at or now

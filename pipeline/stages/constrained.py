@@ -1,0 +1,128 @@
+"""Constrained output the way serving engines do it: a JSON schema, a regular expression or a
+choice list becomes, at every step, a mask over the whole vocabulary (xgrammar, the grammar engine
+vLLM and SGLang use), and the answer is decoded under it.
+
+Each step records how many of the V tokens the grammar allowed, the best token it refused and the
+probability mass (softmax at temperature 1 over all V) that the mask took away.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..maths import softmax
+from ..text import token_text
+from .generation import Decode, _Answer
+from .request import ChatRequest
+
+KINDS = ("json_schema", "regex", "choice")
+_COMPILE_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class MaskStep:
+    step: int
+    allowed: int  # tokens the grammar allowed here, of V
+    best_refused_id: int | None  # the highest-scoring token it refused
+    best_refused_text: str
+    mass_removed: float  # probability (T = 1, over V) of every refused token together
+
+
+def _choice_regex(spec) -> str:
+    """['Yes', 'No'] -> '(Yes|No)' with every alternative taken literally."""
+    items = [s for s in (spec if isinstance(spec, (list, tuple)) else str(spec).split(",")) if str(s).strip()]
+    if not items:
+        raise InputError("choice", "give at least one allowed answer.")
+    return "(" + "|".join(re.escape(str(s).strip()) for s in items) + ")"
+
+
+def check_spec(kind: str, spec) -> str:
+    """The grammar source as text, checked before compiling: JSON that parses, a regex that compiles."""
+    if kind not in KINDS:
+        raise InputError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}.")
+    if kind == "choice":
+        return _choice_regex(spec)
+    if not isinstance(spec, str) or not spec.strip():
+        raise InputError(kind, "is empty.")
+    if len(spec) > 20_000:
+        raise InputError(kind, f"is {len(spec):,} characters; at most 20,000 are accepted.")
+    if kind == "json_schema":
+        try:
+            schema = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise InputError("json_schema", f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).") from None
+        if not isinstance(schema, dict):
+            raise InputError("json_schema", "must be a JSON object, e.g. {\"type\": \"object\", ...}.")
+        return spec
+    try:
+        re.compile(spec)
+    except re.error as e:
+        raise InputError("regex", f"does not compile: {e}.") from None
+    return spec
+
+
+@lru_cache(maxsize=4)
+def _compiler(tokenizer, vocab_size: int):
+    import xgrammar as xgr
+
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+    return xgr.GrammarCompiler(info), info
+
+
+@lru_cache(maxsize=64)
+def _compiled(tokenizer, vocab_size: int, kind: str, source: str):
+    compiler, _ = _compiler(tokenizer, vocab_size)
+    try:
+        with _COMPILE_LOCK:
+            if kind == "json_schema":
+                return compiler.compile_json_schema(source, any_whitespace=False)  # compact, as APIs answer
+            return compiler.compile_regex(source)
+    except Exception as e:  # the engine's own error about an unsupported schema or regex
+        raise InputError("json_schema" if kind == "json_schema" else "regex", f"the grammar engine refused it: {e}") from None
+
+
+def compile_grammar(tokenizer, vocab_size: int, kind: str, spec):
+    return _compiled(tokenizer, vocab_size, kind, check_spec(kind, spec))
+
+
+def constrained_decode(lm, cache, first_logits: torch.Tensor, request: ChatRequest, kind: str, spec,
+                       rid: str, started_at: float) -> tuple[Decode, list[MaskStep]]:
+    """Decode `request` from its prefill under the grammar: only allowed tokens can be chosen."""
+    import xgrammar as xgr
+
+    V = lm.dims.V
+    matcher = xgr.GrammarMatcher(compile_grammar(lm.tokenizer, V, kind, spec))
+    bitmask = xgr.allocate_token_bitmask(1, V)
+    answer = _Answer(lm, first_logits, request.options, rid, started_at)
+    steps: list[MaskStep] = []
+    from ..model.kv_tensors import bytes_per_layer, cache_len
+
+    while True:
+        matcher.fill_next_token_bitmask(bitmask)
+        probe = torch.zeros(1, V)
+        xgr.apply_token_bitmask_inplace(probe, bitmask)
+        allowed = torch.isfinite(probe[0]).numpy()  # (V,) bool
+        raw = np.asarray(answer.logits, dtype=np.float64)
+        refused = np.where(allowed, -np.inf, raw)
+        best = int(np.argmax(refused)) if np.isfinite(refused).any() else None
+        steps.append(MaskStep(len(answer.steps), int(allowed.sum()), best,
+                              token_text(lm.tokenizer, best) if best is not None else "",
+                              float(softmax(raw)[~allowed].sum())))
+        token = answer.choose(cache_len(cache), bytes_per_layer(cache), allowed=allowed)
+        chosen = answer.generated[-1]
+        if not matcher.accept_token(chosen) and token is not None:
+            raise RuntimeError(f"the grammar refused token {chosen}, which its own mask allowed")
+        if token is None or matcher.is_terminated():
+            answer.finish = answer.finish or "eos"
+            break
+        answer.t_prev = time.perf_counter()
+        answer.logits = lm.forward([[token]], cache=cache).logits[0, -1].float().cpu().numpy()
+    return answer.result(sum(bytes_per_layer(cache)), cache_len(cache)), steps
