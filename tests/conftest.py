@@ -1,16 +1,112 @@
+"""Shared fixtures. Test tiers (markers registered in pytest.ini):
+
+  (none)   fast: pure logic, the tokenizer files and a tiny random-weight Llama; no model weights
+  model    loads the real SmolLM2-135M-Instruct weights
+  app      Streamlit AppTest of app.py and views/
+  browser  Chromium through Playwright against a real server
+
+Fast tier alone: pytest -m "not model and not app and not browser"
+"""
 import os
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+DEFAULT_QUESTION = "Are tomatoes fruit?"
+
+# Property tests: modest example counts (each test sets its own), no deadline on 2 shared CPU cores, and no
+# example database written into the repository.
+settings.register_profile("tpe", deadline=None, database=None, derandomize=False,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile("tpe")
+
 
 @pytest.fixture(scope="session")
 def lm():
-    """The real SmolLM2-135M-Instruct, loaded once for the whole run."""
-    from pipeline.loader import shared_model
+    """The real SmolLM2-135M-Instruct, loaded once for the whole run (tests using it are marked `model`)."""
+    from pipeline.model.loader import shared_model
 
     return shared_model()
+
+
+@pytest.fixture(scope="session")
+def default_trace(lm):
+    """The default request ("Are tomatoes fruit?", default options) followed once for the whole run."""
+    from pipeline.stages.request import ChatRequest
+    from pipeline.trace import run_trace
+
+    return run_trace(ChatRequest.from_question(DEFAULT_QUESTION), lm)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The model's tokenizer alone: tokenizer files only, no weights read."""
+    from transformers import AutoTokenizer
+
+    from pipeline.model.loader import weights_cache_dir
+
+    return AutoTokenizer.from_pretrained(weights_cache_dir())
+
+
+def make_tiny_lm(tokenizer, seed: int = 0, **config):
+    """A random-weight Llama with the real tokenizer's vocabulary, wrapped like the real model.
+
+    Bookkeeping that depends on token ids, not on what the weights know, runs on it in milliseconds.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pipeline.model.loader import LoadedModel
+
+    settings = dict(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                    num_key_value_heads=2, intermediate_size=128, max_position_embeddings=8192,
+                    attn_implementation="sdpa")
+    settings.update(config)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**settings)).eval()
+    return LoadedModel(model=model, tokenizer=tokenizer, name="tiny-llama", device=torch.device("cpu"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tokenizer):
+    return make_tiny_lm(tokenizer)
+
+
+TIERS = ("model", "app", "browser")
+REAL_MODEL_FIXTURES = {"lm", "default_trace"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Safety net: a test that asks for the real model is in the `model` tier even if its mark was forgotten."""
+    for item in items:
+        if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("model"):
+            item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier(request, monkeypatch):
+    """In the fast tier (no tier marker) loading the real weights is an error, not a slow test; and the
+    tiny model runs on one thread (its matrices are too small to share, and on a busy 2-core machine
+    threads waiting for each other cost more than the maths)."""
+    if any(request.node.get_closest_marker(tier) for tier in TIERS):
+        yield
+        return
+    import torch
+
+    from pipeline.model import loader
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a fast-tier test tried to load the model weights: mark it `model`")
+
+    monkeypatch.setattr(loader, "load_model", refuse)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

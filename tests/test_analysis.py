@@ -4,24 +4,20 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import embedding_space as es
-from pipeline import layer_analysis as la
-from pipeline import rope
-from pipeline.loader import shared_model
-from pipeline.options import ChatRequest, GenerationOptions
-from pipeline.prefill import attention_for_layer
-from pipeline.sampling import draw, empirical, final_probs
-from pipeline.trace import run_trace
+from pipeline.stages import embeddings as es
+from pipeline.stages import layers as la
+from pipeline.stages import position as rope
+from pipeline.stages.attention import attention_by_hand, attention_for_layer
+from pipeline.stages.next_token import draw, empirical, final_probs
+from pipeline.stages.request import GenerationOptions
+from pipeline.text import token_text
+
+pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return shared_model()
-
-
-@pytest.fixture(scope="module")
-def trace(lm):
-    return run_trace(ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=2)), lm)
+def trace(default_trace):
+    return default_trace
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +33,17 @@ def test_rope_matches_the_model(lm, trace):
     with torch.inference_mode():
         x = torch.from_numpy(trace.prefill.hidden_states[layer])  # (T, D)
         q = block.self_attn.q_proj(block.input_layernorm(x)).numpy()  # (T, H*Dh)
-    H, Dh = trace.model["heads"], trace.model["head_dim"]
+    H, Dh = trace.dims.H, trace.dims.Dh
     T = x.shape[0]
     q = q.reshape(T, H, Dh).transpose(1, 0, 2)  # (H, T, Dh)
-    ours = rope.rotate(q, np.arange(T), trace.model["rope_theta"])
+    ours = rope.rotate(q, np.arange(T), trace.dims.rope_base)
     np.testing.assert_allclose(ours, trace.prefill.q_rot[layer], atol=1e-4)
-    np.testing.assert_allclose(rope.unrotate(trace.prefill.q_rot[layer], np.arange(T), trace.model["rope_theta"]),
+    np.testing.assert_allclose(rope.unrotate(trace.prefill.q_rot[layer], np.arange(T), trace.dims.rope_base),
                                q, atol=1e-4)
 
 
 def test_rope_score_depends_only_on_distance(trace):
-    base = trace.model["rope_theta"]
+    base = trace.dims.rope_base
     q, k = rope.pre_rope(trace.prefill, layer=10, q_head=4, kv_head=1, base=base)  # (T, Dh) each
     i, j = len(trace.tokens) - 1, 5
     scores = rope.shifted_scores(q[i], k[j], i, j, [0, 1, 7, 100, 3000], base)
@@ -61,7 +57,7 @@ def test_rope_score_depends_only_on_distance(trace):
 
 
 def test_angles_use_the_real_base(trace):
-    base, Dh = trace.model["rope_theta"], trace.model["head_dim"]
+    base, Dh = trace.dims.rope_base, trace.dims.Dh
     a = rope.angles([0, 1, 10], Dh, base)  # (3, Dh/2)
     assert a.shape == (3, Dh // 2)
     assert a[0].max() == 0 and a[1, 0] == 1.0
@@ -70,7 +66,7 @@ def test_angles_use_the_real_base(trace):
 
 def test_residual_stream_identity(trace):
     p = trace.prefill
-    for i in range(trace.model["layers"]):
+    for i in range(trace.dims.L):
         np.testing.assert_allclose(p.hidden_states[i + 1], p.hidden_states[i] + p.attn_out[i] + p.mlp_out[i],
                                    rtol=0, atol=2e-4)
     np.testing.assert_allclose(p.hidden_states[0], p.embeddings, atol=0)
@@ -78,7 +74,7 @@ def test_residual_stream_identity(trace):
 
 def test_logit_lens_last_layer_is_the_models_own_prediction(lm, trace):
     ids, probs = la.logit_lens(lm, trace.prefill.hidden_states, k=1, chunk_rows=7)  # small chunks on purpose
-    L = trace.model["layers"]
+    L = trace.dims.L
     assert ids.shape == (L + 1, len(trace.tokens), 1)
     assert ids[-1, -1, 0] == int(np.argmax(trace.prefill.last_logits))
     np.testing.assert_array_equal(ids[-1, :, 0], trace.prefill.top_ids[:, 0])
@@ -86,12 +82,17 @@ def test_logit_lens_last_layer_is_the_models_own_prediction(lm, trace):
     assert ids[-1, -1, 0] == trace.generated_token_ids[0]  # greedy run: the first answer token
 
 
-def test_layer_statistics_shapes_and_ranges(trace):
+def test_layer_statistics_equal_an_independent_computation(trace):
     p = trace.prefill
-    L, T = trace.model["layers"], len(trace.tokens)
-    assert la.norms(p.hidden_states).shape == (L + 1, T)
+    L, T = trace.dims.L, len(trace.tokens)
+    h = torch.from_numpy(p.hidden_states).double()  # (L+1, T, D)
+    norms = la.norms(p.hidden_states)
+    assert norms.shape == (L + 1, T)
+    np.testing.assert_allclose(norms, torch.linalg.vector_norm(h, dim=-1).numpy(), rtol=1e-5)
     cos = la.consecutive_cosine(p.hidden_states)
-    assert cos.shape == (L, T) and np.all(cos <= 1 + 1e-5) and np.all(cos >= -1 - 1e-5)
+    ref = torch.nn.functional.cosine_similarity(h[:-1], h[1:], dim=-1).numpy()  # (L, T)
+    assert cos.shape == (L, T)
+    np.testing.assert_allclose(cos, ref, atol=1e-5)
 
 
 def test_contributions_match_the_models_own_projections(lm, trace):
@@ -110,7 +111,7 @@ def test_contributions_match_the_models_own_projections(lm, trace):
     finally:
         for h in handles:
             h.remove()
-    L = trace.model["layers"]
+    L = trace.dims.L
     attn, mlp = torch.stack(writes["attn"]), torch.stack(writes["mlp"])  # (L, T, D) each
     assert attn.shape[0] == L
     # the two writes are what each block adds (HF's last hidden state is after the final norm: skip it)
@@ -125,9 +126,9 @@ def test_contributions_match_the_models_own_projections(lm, trace):
 def test_attention_by_hand_matches_the_model_on_the_full_row(trace):
     p, layer, head = trace.prefill, 3, 5
     T = len(trace.tokens)
-    every = la.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, range(T))
+    every = attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, range(T))
     np.testing.assert_allclose(every["weights"], attention_for_layer(p, layer)[head], atol=1e-5)
-    four = la.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, [2, 9, 20, T - 1])
+    four = attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, [2, 9, 20, T - 1])
     assert four["kv_head"] == head // 3
     assert np.all(np.isneginf(four["masked"][np.triu_indices(4, 1)]))
     np.testing.assert_allclose(four["weights"].sum(-1), 1.0)
@@ -142,7 +143,9 @@ def test_neighbours_are_real_tokens_and_the_word_is_its_own_nearest(lm, table):
         assert top[0]["id"] == wv.ids[0] and abs(top[0]["cosine"] - 1) < 1e-5
         for row in top:
             assert 0 <= row["id"] < len(table)
-            assert row["text"] == es.token_text(lm.tokenizer, row["id"])
+            assert row["text"] == token_text(lm.tokenizer, row["id"])
+            v, w = table[row["id"]].astype(np.float64), wv.vector.astype(np.float64)
+            assert abs(row["cosine"] - v @ w / (np.linalg.norm(v) * np.linalg.norm(w))) < 1e-5
         assert [r["cosine"] for r in top] == sorted((r["cosine"] for r in top), reverse=True)
 
 
@@ -162,14 +165,6 @@ def test_analogy_returns_real_top_results(lm, table):
     sims = unit @ (t / np.linalg.norm(t))
     sims[list(input_ids)] = -np.inf
     assert top[0]["id"] == int(np.argmax(sims))
-
-
-def test_pca_2d_explains_variance():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(12, 50)) + np.outer(np.arange(12), np.ones(50))  # one strong direction
-    coords, share = es.pca_2d(x)
-    assert coords.shape == (12, 2) and share[0] > 0.5 and share[0] >= share[1]
-    assert es.parse_words("a, b\nc,, a") == ["a", "b", "c"]
 
 
 def test_sampling_histogram_matches_theory(trace):

@@ -1,8 +1,12 @@
-"""KV-cache memory maths checked by hand, and cache on/off giving the same tokens."""
+"""KV-cache memory maths checked by hand (fast tier), and cache on/off giving the same tokens (real model)."""
 import pytest
 
-from pipeline.kv_compare import compare
-from pipeline.kv_memory import ModelShape, bytes_per_token, conversation_bytes, fit, human_bytes, load_configs
+from pipeline.model.dims import ModelDims, kv_bytes_formula
+from pipeline.stages.kv_cache import (ModelShape, bytes_per_token, compare, conversation_bytes, fit, human_bytes,
+                                      load_configs)
+
+SMOLLM2 = ModelDims(name="SmolLM2-135M-Instruct", L=30, H=9, Hkv=3, Dh=64, D=576, D_mlp=1536, V=49152,
+                    context_window=8192, rope_base=100000.0, dtype="float32", device="cpu", bytes_per_value=4)
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +78,35 @@ def test_every_gpu_and_model_in_the_assets_is_usable(cfg):
         assert m.params_b > 0 and m.heads % m.kv_heads == 0
 
 
+def test_model_dims_by_hand():
+    assert SMOLLM2.kv_bytes(1) == 2 * 30 * 3 * 64 * 4 == 46_080
+    assert SMOLLM2.kv_bytes(10, bytes_per_value=2) == 230_400
+    assert SMOLLM2.group == 3 and [SMOLLM2.kv_head(h) for h in range(9)] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert kv_bytes_formula(36, 8, 128, 1, 2) == 147_456  # Qwen3-8B, 16-bit
+    j = SMOLLM2.to_json()
+    assert (j["layers"], j["heads"], j["kv_heads"], j["head_dim"], j["rope_theta"]) == (30, 9, 3, 64, 100000.0)
+
+
+def test_model_dims_read_from_a_config(tiny_lm):
+    d = tiny_lm.dims
+    c = tiny_lm.config
+    assert (d.L, d.H, d.Hkv, d.Dh, d.D, d.V) == (c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+                                                 c.hidden_size // c.num_attention_heads, c.hidden_size, c.vocab_size)
+    assert d.context_window == c.max_position_embeddings and d.bytes_per_value == 4 and d.dtype == "float32"
+
+
+@pytest.mark.model
 def test_cache_on_and_off_choose_the_same_tokens(lm):
     ids = lm.tokenizer.apply_chat_template([{"role": "user", "content": "Are tomatoes fruit?"}],
                                            add_generation_prompt=True, tokenize=True)
     ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
     calls = lm.calls
-    r = compare(lm, ids, n_steps=4)
+    r = compare(lm, ids, n_steps=4, repeats=1)
     assert r["same_tokens"] and len(r["cache"]["tokens"]) == 4
     assert r["cache"]["tokens_fed"] == [len(ids), 1, 1, 1]
     assert r["no_cache"]["tokens_fed"] == [len(ids) + i for i in range(4)]
     assert lm.calls - calls == 8
+    assert r["tokens_computed"] == {"cache": len(ids) + 3, "no_cache": 4 * len(ids) + 6}
 
 
 def test_four_bit_weights_let_gpt_oss_120b_fit_on_one_h100(cfg):
@@ -98,3 +121,19 @@ def test_four_bit_weights_let_gpt_oss_120b_fit_on_one_h100(cfg):
     assert four.conversation_bytes == 2048 * (18 * 4096 + 18 * 128) == 155_713_536
     # 27,499,345,920 / 155,713,536 = 176.6 -> 176
     assert four.conversations == 176
+
+
+def test_cache_on_and_off_bookkeeping_on_a_tiny_model(tiny_lm):
+    ids = tiny_lm.tokenizer("Are tomatoes fruit? Yes, botanically they are.")["input_ids"]
+    calls = tiny_lm.calls
+    r = compare(tiny_lm, ids, n_steps=5, repeats=2)
+    assert r["cache"]["tokens_fed"] == [len(ids), 1, 1, 1, 1]
+    assert r["no_cache"]["tokens_fed"] == [len(ids) + i for i in range(5)]
+    assert r["same_tokens"] and r["cache"]["tokens"] == r["no_cache"]["tokens"]
+    assert r["tokens_computed"] == {"cache": len(ids) + 4, "no_cache": 5 * len(ids) + 10}
+    assert tiny_lm.calls - calls == 2 * 2 * 5  # both ways, twice, five steps each
+    from pipeline.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        compare(tiny_lm, [1] * 1020, n_steps=5)  # the run without a cache is kept within 1,024 tokens
+    assert err.value.field == "n_steps"

@@ -1,13 +1,16 @@
 """AppTest for the Prompt caching page: it runs, shows the blocks, and a scenario button plays that scenario."""
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
+
+pytestmark = pytest.mark.app
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / "prefix_cache.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "views" / "prefix_cache.py"), default_timeout=120)
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at

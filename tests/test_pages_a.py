@@ -1,20 +1,25 @@
 """AppTest per page (Journey, Request & template, Tokens, Tensors & batch, Generation, KV cache).
 
 AppTest runs one page file on its own (no app.py sidebar), so each page works from the session-state
-defaults in pages/common.py. The model and the traces are cached per process, so the default request
+defaults in views/common.py. The model and the traces are cached per process, so the default request
 runs once for the whole module.
 """
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.app
+
+ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # a trace on 2 shared CPU cores can take tens of seconds
 MALICIOUS = "<img src=x onerror=alert(1)> <s>"
 
 
 def run_page(name: str, question: str | None = None) -> AppTest:
-    at = AppTest.from_file(f"../pages/{name}.py", default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
     if question is not None:
         at.session_state["req_question"] = question
     at.run()
@@ -63,7 +68,7 @@ def test_request_template_shows_both_styles_and_marks_template_text():
 
 
 def test_request_template_with_a_system_prompt_puts_it_in_both_styles():
-    at = AppTest.from_file("../pages/request_template.py", default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "request_template.py"), default_timeout=TIMEOUT)
     at.session_state["req_system"] = "Answer in one sentence."
     at.session_state["req_max_new_tokens"] = 4
     at.run()
@@ -87,6 +92,7 @@ def test_tokens_page_chips_comparison_and_capitals():
     assert "naively" in texts(at)
     at.text_area(key="tok_text").set_value("Are tomatoes fruit?").run()
     assert not at.exception
+    assert "Tokenized naively the same text" not in texts(at)  # no look-alikes left: both ways agree
 
 
 def test_tensors_batch_pads_three_requests():
@@ -96,8 +102,19 @@ def test_tensors_batch_pads_three_requests():
     assert summary["shape (B, T)"].iloc[0].startswith("(3, ")
     assert set(summary["dtype"]) == {"int64"}
     assert summary["padding cells"].iloc[0] > 0
+    assert batch_mask(at)[1][0] == 0  # left padding: the short second request starts with padding
     at.radio(key="batch_side").set_value("right").run()
     assert not at.exception
+    mask = batch_mask(at)
+    assert mask[1][0] == 1 and mask[1][-1] == 0  # right padding: its padding moved to the end
+
+
+def batch_mask(at: AppTest) -> list[list[int]]:
+    """The three-request batch's attention_mask grid (the only (3, T) table of zeros and ones)."""
+    grids = [df.value for df in at.dataframe if df.value.shape[0] == 3 and df.value.shape[1] > 3]
+    masks = [g for g in grids if set(np.unique(g.to_numpy())) <= {0, 1}]
+    assert len(masks) == 1, [g.shape for g in grids]
+    return masks[0].to_numpy().tolist()
 
 
 def test_generation_metrics_events_and_replay():
@@ -131,7 +148,7 @@ def test_kv_cache_growth_calculator_and_measurement():
 
 
 def test_kv_cache_measurement_stays_within_the_token_budget():
-    at = AppTest.from_file("../pages/kv_cache.py", default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "kv_cache.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = "Tomatoes are fruit. " * 120  # a prompt of a bit over 600 tokens
     at.session_state["req_max_new_tokens"] = 2
     at.run()
@@ -154,7 +171,7 @@ def test_kv_cache_measurement_stays_within_the_token_budget():
 @pytest.mark.parametrize("page", ["journey", "request_template", "tokens", "tensors_batch", "generation",
                                   "kv_cache"])
 def test_malicious_question_is_shown_as_text(page):
-    at = AppTest.from_file(f"../pages/{page}.py", default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / f"{page}.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = MALICIOUS
     at.session_state["req_max_new_tokens"] = 8
     at.run()

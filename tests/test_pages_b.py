@@ -1,6 +1,6 @@
 """AppTest for the analysis pages: embeddings, position, layers, attention, next token.
 
-Each page runs standalone (no sidebar) from the session-state defaults in pages/common.py.
+Each page runs standalone (no sidebar) from the session-state defaults in views/common.py.
 The trace is cached per process, so the model runs once for the whole module.
 """
 import base64
@@ -11,17 +11,19 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from pipeline import layer_analysis as la
-from pipeline.loader import shared_model
-from pipeline.options import ChatRequest, GenerationOptions
+from pipeline.model.loader import shared_model
+from pipeline.stages import layers as la
+from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.trace import run_trace
+
+pytestmark = pytest.mark.app
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 240  # the first page also captures the default trace on 2 shared CPU cores
 
 
 def run_page(name: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -41,10 +43,11 @@ def test_next_token_page():
     assert at.title[0].value == "Next token"
     assert plotly_count(at) >= 2  # filter stages + draws histogram
     assert len(at.dataframe) >= 2  # top candidates + constrained output
-    for key in ("nt_temperature", "nt_top_p", "nt_min_p"):
-        at.slider(key=key)
-    at.number_input(key="nt_top_k")
-    at.number_input(key="nt_seed")
+    run = GenerationOptions()  # the default request's options: the controls start from them
+    assert [at.slider(key=k).value for k in ("nt_temperature", "nt_top_p", "nt_min_p")] == \
+        [run.temperature, run.top_p, run.min_p]
+    assert at.number_input(key="nt_top_k").value == run.top_k
+    assert at.number_input(key="nt_seed").value == run.seed
     assert "−∞" in text_of(at)
 
 
@@ -141,7 +144,7 @@ LONG_QUESTION = "Tomatoes are fruit. " * 120  # > 512 prompt tokens: no stored a
 
 
 def run_long(name: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = LONG_QUESTION
     at.session_state["req_max_new_tokens"] = 2
     at.run()

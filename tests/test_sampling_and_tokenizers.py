@@ -1,16 +1,20 @@
-"""Sampling against the seed article's worked numbers; tokenizers against tiktoken and the article."""
+"""Sampling against the seed article's worked numbers; tokenizers against tiktoken and the article (fast tier)."""
 import numpy as np
 import pytest
 
-from pipeline.compare_tokenizers import compare, encode_other
-from pipeline.options import GenerationOptions
-from pipeline.sampling import draw, empirical, filter_stages, final_probs, mask_logits, softmax
+from pipeline.errors import InputError
+from pipeline.stages.next_token import (candidates, draw, empirical, filter_stages, final_probs, mask_logits, softmax,
+                                        tempered)
+from pipeline.stages.request import GenerationOptions
+from pipeline.stages.tokens import _encoding, compare, cost_table, encode_other
 
 ARTICLE_LOGITS = np.array([3.0, 2.2, 1.6, 1.1, -1.5])  # three, two, five, one, pizza
 
 
 def test_softmax_matches_article_percentages():
     np.testing.assert_allclose(softmax(ARTICLE_LOGITS) * 100, [54, 24, 13, 8, 0.6], atol=0.5)
+    e = np.exp(ARTICLE_LOGITS)
+    np.testing.assert_allclose(softmax(ARTICLE_LOGITS), e / e.sum(), rtol=1e-12)
 
 
 def test_temperature_matches_article():
@@ -22,8 +26,17 @@ def test_temperature_matches_article():
     assert greedy.tolist() == [1, 0, 0, 0, 0]
 
 
+def test_tempered_survives_extreme_values():
+    huge = np.array([1e308, -1e308, 0.0, -np.inf])
+    p = tempered(huge, 1e-3)
+    assert np.isfinite(p).all() and p.tolist() == [1, 0, 0, 0]
+    np.testing.assert_allclose(tempered(ARTICLE_LOGITS, 1e6), 0.2, atol=1e-5)  # very hot: nearly uniform
+    assert tempered(np.array([2.0, 2.0, 1.0]), 0).tolist() == [1, 0, 0]  # greedy: the first on a tie
+
+
 def test_top_p_keeps_three_candidates():
     stages = {s.name: s for s in filter_stages(ARTICLE_LOGITS, GenerationOptions(temperature=1.0, top_p=0.9))}
+    assert list(stages) == ["softmax", "temperature", "top_k", "top_p", "min_p"]
     assert stages["top_p"].kept == 3
     np.testing.assert_allclose(stages["top_p"].probs[:3].sum(), 1.0)
     assert stages["top_p"].probs[3] == stages["top_p"].probs[4] == 0
@@ -32,6 +45,7 @@ def test_top_p_keeps_three_candidates():
 def test_top_k_and_min_p():
     p = final_probs(ARTICLE_LOGITS, GenerationOptions(temperature=1.0, top_k=2))
     assert (p > 0).sum() == 2
+    np.testing.assert_allclose(p[:2], softmax(ARTICLE_LOGITS[:2]))  # the two best, renormalised
     # min-p 0.2: keep candidates with at least 20% of the favourite's 54% -> three, two, five (13.3% > 10.8%)
     p = final_probs(ARTICLE_LOGITS, GenerationOptions(temperature=1.0, min_p=0.2))
     assert (p > 0).tolist() == [True, True, True, False, False]
@@ -46,10 +60,69 @@ def test_thousand_draws_are_vectorised_and_follow_probabilities():
     assert (picks == again).all()
 
 
+class CountingRng:
+    """A numpy Generator that records every call for random numbers."""
+
+    def __init__(self, seed: int):
+        self._rng = np.random.default_rng(seed)
+        self.calls = []
+
+    def random(self, size=None, *args, **kwargs):
+        self.calls.append(("random", size))
+        return self._rng.random(size, *args, **kwargs)
+
+    def __getattr__(self, name):  # any other way of drawing is recorded too
+        def record(*args, **kwargs):
+            self.calls.append((name, args[0] if args else kwargs.get("size")))
+            return getattr(self._rng, name)(*args, **kwargs)
+        return record
+
+
+@pytest.mark.parametrize("n", [1, 1000, 10_000])
+def test_n_draws_take_one_call_of_the_rng(n):
+    rng = CountingRng(5)
+    picks = draw(softmax(ARTICLE_LOGITS), n, rng)
+    assert rng.calls == [("random", n)]  # one vectorised call for all N draws, no Python loop
+    assert picks.shape == (n,)
+    # and the same numbers as an inverse-CDF draw worked by hand from the same uniforms
+    u = np.random.default_rng(5).random(n)
+    cdf = np.cumsum(softmax(ARTICLE_LOGITS))
+    expected = [next(i for i, c in enumerate(cdf) if x * cdf[-1] < c) for x in u[:50]]
+    assert picks[:50].tolist() == expected
+
+
+def test_draw_refuses_a_bad_count():
+    for bad in (-1, 2.5, True, "3"):
+        with pytest.raises(InputError) as err:
+            draw(softmax(ARTICLE_LOGITS), bad, np.random.default_rng(0))
+        assert err.value.field == "draws"
+    assert draw(softmax(ARTICLE_LOGITS), 0, np.random.default_rng(0)).shape == (0,)
+
+
 def test_masked_tokens_never_come_out():
     masked = mask_logits(ARTICLE_LOGITS, [1, 4])
+    assert np.isneginf(masked[[0, 2, 3]]).all() and masked[[1, 4]].tolist() == [2.2, -1.5]
     picks = draw(softmax(masked), 5000, np.random.default_rng(1))
     assert set(picks.tolist()) <= {1, 4}
+
+
+def test_mask_logits_refuses_ids_outside_the_vocabulary():
+    for bad in ([5], [-1], [2**70], ["a"], None):
+        with pytest.raises(InputError) as err:
+            mask_logits(ARTICLE_LOGITS, bad)
+        assert err.value.field == "allowed_ids"
+    with pytest.raises(InputError, match="masked"):
+        softmax(mask_logits(ARTICLE_LOGITS, []))  # nothing allowed: nothing to draw
+
+
+def test_candidates_over_the_whole_vocabulary(tokenizer):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=len(tokenizer))
+    top = candidates(tokenizer, logits, k=5)
+    order = np.argsort(-logits)[:5]
+    assert [c["id"] for c in top] == order.tolist() and [c["rank"] for c in top] == [1, 2, 3, 4, 5]
+    e = np.exp(logits - logits.max())
+    np.testing.assert_allclose([c["probability"] for c in top], (e / e.sum())[order], rtol=1e-9)
 
 
 def test_o200k_gives_the_article_ids():
@@ -67,8 +140,15 @@ def test_cl100k_equals_tiktoken_reference(text):
     assert encode_other("cl100k_base", text).ids == ref
 
 
-def test_compare_includes_model_and_counts(lm):
-    results = compare("Are tomatoes fruit?", lm.tokenizer)
+def test_compare_includes_model_and_counts(tokenizer):
+    text = "Are tomatoes fruit? <|im_end|>"
+    results = compare(text, tokenizer)
     assert [r.name for r in results] == ["SmolLM2-135M-Instruct", "cl100k_base", "o200k_base", "llama3", "qwen3"]
-    assert all(r.count == len(r.ids) > 0 for r in results)
-    assert lm.tokenizer.decode(results[0].ids) == "Are tomatoes fruit?"
+    assert tokenizer.decode(results[0].ids) == text
+    assert not set(results[0].ids) & set(tokenizer.all_special_ids)  # the look-alike stays text
+    for r in results[1:]:  # every other tokenizer gives the text back from its ids
+        assert _encoding(r.name).decode(r.ids) == text
+    table = cost_table(text, results)
+    assert table[0]["cost ratio vs this model"] == 1.0
+    assert [row["tokens"] for row in table] == [len(r.ids) for r in results]
+    assert table[1]["cost ratio vs this model"] == round(len(results[1].ids) / len(results[0].ids), 2)

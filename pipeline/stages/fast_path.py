@@ -1,0 +1,86 @@
+"""The plain serving path beside the captured one: no hooks, no per-step candidate tables, SDPA,
+the sampler on the model's own device. Same weights, same tokens (greedy is tested equal), so a page
+can put "captured: X ms/token" next to "plain serving: Y ms/token" for the same request, and stream
+an answer live as it is produced.
+
+    for event in stream(lm, request):     # {"delta": "The", "step": 0, "t_s": 0.41}, ...
+        ...
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from ..model.prefill import PREFILL_CHUNK
+from .generation import StreamDetokenizer, end_token_ids
+from .next_token import draw, final_probs
+from .request import ChatRequest
+from .tokens import tokenize_request
+
+
+def _choose(logits: torch.Tensor, options, rng) -> int:
+    """Greedy on the device (one argmax); sampling through the same filters as the captured path."""
+    if options.greedy:
+        return int(torch.argmax(logits))
+    return int(draw(final_probs(logits.float().cpu().numpy(), options), 1, rng)[0])
+
+
+def stream(lm, request: ChatRequest, max_prompt_tokens: int | None = None,
+           on_event: Callable[[dict], None] | None = None) -> Iterator[dict]:
+    """Yield text deltas as they are produced, then a final {'done': True, ...} summary."""
+    from ..trace import check_fits
+
+    t0 = time.perf_counter()
+    ids = tokenize_request(lm.tokenizer, request).ids
+    check_fits(lm.dims, len(ids), request.options.max_new_tokens, max_prompt_tokens)
+    options, eos = request.options, end_token_ids(lm)
+    rng = np.random.default_rng(options.seed)
+    detok = StreamDetokenizer(lm.tokenizer, options.stop)
+    cache = None
+    for start in range(0, len(ids), PREFILL_CHUNK):
+        out = lm.forward([ids[start:start + PREFILL_CHUNK]], cache=cache)
+        cache = out.cache
+    logits = out.logits[0, -1]  # (V,)
+    tokens, step_s, finish, t_prev = [], [], "length", time.perf_counter()
+    for step in range(options.max_new_tokens):
+        token = _choose(logits, options, rng)
+        now = time.perf_counter()
+        step_s.append(now - (t0 if step == 0 else t_prev))
+        tokens.append(token)
+        if token in eos:
+            finish = "eos"
+            break
+        delta = detok.push(token)
+        if delta:
+            event = {"delta": delta, "step": step, "t_s": now - t0}
+            if on_event:
+                on_event(event)
+            yield event
+        if detok.stopped:
+            finish = "stop"
+            break
+        if step + 1 == options.max_new_tokens:
+            break
+        t_prev = time.perf_counter()
+        logits = lm.forward([[token]], cache=cache).logits[0, -1]
+    tail = detok.flush()
+    if tail:
+        event = {"delta": tail, "step": len(tokens) - 1, "t_s": time.perf_counter() - t0}
+        if on_event:
+            on_event(event)
+        yield event
+    summary = {"done": True, "tokens": tokens, "text": detok.emitted, "finish_reason": finish,
+               "ttft_s": step_s[0] if step_s else None,
+               "tpot_s": float(np.mean(step_s[1:])) if len(step_s) > 1 else None, "prompt_tokens": len(ids)}
+    if on_event:
+        on_event(summary)
+    yield summary
+
+
+def generate(lm, request: ChatRequest, max_prompt_tokens: int | None = None) -> dict:
+    """The whole answer on the plain path: the final summary of `stream`."""
+    *_, summary = stream(lm, request, max_prompt_tokens)
+    return summary
