@@ -10,10 +10,13 @@ APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 
 
 def run_app(**state) -> AppTest:
+    """app.py opens on its Start page; the request is then followed on Journey, as a visitor would."""
     at = AppTest.from_file(APP, default_timeout=300)
     for key, value in state.items():
         at.session_state[f"req_{key}"] = value
-    return at.run()
+    at.run()
+    assert not at.exception and any("Token Pipeline Explorer" in t.value for t in at.title)
+    return at.switch_page("views/journey.py").run()
 
 
 def errors(at: AppTest) -> str:
