@@ -8,6 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from pipeline.model.loader import counting_passes
+from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
 from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes, stored_trace, warm_up
@@ -80,9 +81,10 @@ def share_and_export(box, page: str, passes: int) -> None:
                 st.download_button("Download a report (one HTML file that opens offline)",
                                    lambda: trace_report(trace), file_name=f"{trace.request.id}.html",
                                    mime="text/html", key="dl_html", use_container_width=True)
-            st.caption("Every chart's camera icon (top right of the chart) saves it as a PNG, drawn in your "
-                       "browser.")
+            st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
+                       "an SVG, both drawn in your browser.")
         st.caption(f"Model: {lm.name} on {lm.device}. Forward passes run for your session: {passes}.")
+    add_svg_buttons()
 
 
 lm = get_model()

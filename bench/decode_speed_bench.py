@@ -34,7 +34,6 @@ from pipeline.trace import run_trace  # noqa: E402
 
 def hf_tpot(lm, ids: list[int], n: int) -> tuple[float, list[int]]:
     import torch
-    from transformers import TextStreamer  # noqa: F401  (only to be sure generate is the plain HF one)
 
     stamps = []
 

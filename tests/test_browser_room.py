@@ -165,3 +165,24 @@ def test_the_html_report_opens_from_disk_with_the_network_blocked(server, browse
     assert asked == []
     report.screenshot(path=str(SHOTS / "room_report_offline.png"))
     offline.close()
+
+
+def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server, browser, tmp_path):
+    context = browser.new_context(accept_downloads=True, viewport={"width": 1300, "height": 1000})
+    hosts = set()
+    context.on("request", lambda r: hosts.add(urlparse(r.url).netloc) if r.url.startswith("http") else None)
+    page = visit(context, f"{server}/kv-cache")
+    plot = page.locator(".js-plotly-plot").first
+    plot.hover()
+    page.wait_for_selector(".tpe-svg", timeout=30_000)
+    with page.expect_download() as svg:
+        plot.locator(".tpe-svg").click()
+    svg.value.save_as(tmp_path / "chart.svg")
+    assert (tmp_path / "chart.svg").read_text().startswith("<svg")
+    plot.hover()
+    with page.expect_download() as png:
+        plot.locator('.modebar-btn[data-title^="Download plot"]').first.click()
+    png.value.save_as(tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert hosts == {urlparse(server).netloc}
+    context.close()
