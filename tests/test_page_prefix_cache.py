@@ -29,7 +29,11 @@ def test_page_shows_the_conversation_blocks_and_timings():
     for turn in range(1, 5):
         assert f"**Turn {turn}**" in text
     assert text.count("#0 hit") >= 3  # turns 2-4 start with a cached block
-    assert "tokens not recomputed" in text and "the same request cold" in text
+    assert "computed, " in text and " reused**" in text and "GFLOP" in text  # the work first, load-free
+    # every request timed again through the cache and cold, interleaved: medians and a verdict
+    verdicts = [c.value for c in at.caption if c.value.startswith("Time to first token, with the cache")]
+    assert len(verdicts) == 4 + 2  # the four turns, then the two requests of the free comparison
+    assert all(("faster" in v and "ranges do not overlap" in v) or "no clear difference" in v for v in verdicts)
     assert len(at.get("plotly_chart")) == 1
     assert len(at.text_area) == 2  # the two free-edit requests
     assert any("Request B" in m.value for m in at.markdown)
