@@ -41,12 +41,37 @@ case "${1:-app}" in
     browser
     exec "$VENV/bin/python" -m pytest -q "${@:2}"
     ;;
+  room)
+    # ./run.sh room N [PORT]: N app processes behind HAProxy on one port (default 8500), sharing the
+    # on-disk store of runs. ROOM_ADDRESS=0.0.0.0 lets the local network in (default: this machine).
+    setup
+    if ! command -v haproxy >/dev/null 2>&1; then
+      echo "Installing Debian's haproxy..."
+      SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
+    fi
+    N="${2:-2}"; PORT="${3:-8500}"; ADDRESS="${ROOM_ADDRESS:-127.0.0.1}"
+    mkdir -p .cache
+    pids=(); servers=""
+    for i in $(seq 1 "$N"); do
+      p=$((PORT + 100 + i))
+      "$VENV/bin/streamlit" run app.py --server.port "$p" --server.address 127.0.0.1 > ".cache/replica-$i.log" 2>&1 &
+      pids+=($!)
+      servers+="    server replica$i 127.0.0.1:$p check cookie r$i"$'\n'
+    done
+    trap 'kill "${pids[@]}" 2>/dev/null' EXIT INT TERM
+    ROOM_BIND="$ADDRESS:$PORT" SERVERS="$servers" "$VENV/bin/python" -c "import os, string, sys; sys.stdout.write(
+      string.Template(open('deploy/haproxy.cfg.template').read()).substitute(os.environ))" > .cache/haproxy.cfg
+    echo "Room of $N replicas: http://$ADDRESS:$PORT (logs in .cache/replica-*.log)"
+    haproxy -W -db -f .cache/haproxy.cfg
+    ;;
   fast)
     setup
     exec "$VENV/bin/python" -m pytest -q -m "not model and not app and not browser" "${@:2}"
     ;;
   *)
-    echo "usage: ./run.sh [app|test|fast]" >&2
+    echo "usage: ./run.sh [app|test|fast|room N [PORT]]" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,139 @@
+"""Past one process: `./run.sh room 2` puts two app replicas behind HAProxy (sticky sessions,
+WebSockets, health checks) sharing the on-disk store of runs. A killed replica's learners come back
+on the other one with their request intact; everyone else sees no error."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+QUESTIONS = ["Why is the sky blue?", "What is a prime number?", "How do bees make honey?", "What is gravity?"]
+
+
+def _free_port_block() -> int:
+    """A port P with P, P+101 and P+102 free (the balancer and two replicas)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 102 < 65535 and all(_free(port + d) for d in (101, 102)):
+            return port
+    pytest.skip("no free port block")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _pid_on(port: int) -> int | None:
+    out = subprocess.run(["bash", "-c", f"ss -ltnp 'sport = :{port}' | grep -o 'pid=[0-9]*' | head -1"],
+                         capture_output=True, text=True).stdout.strip()
+    return int(out[4:]) if out else None
+
+
+def _wait_healthy(url: str, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
+                return
+        except OSError:
+            time.sleep(1)
+    pytest.fail(f"{url} never became healthy")
+
+
+@pytest.fixture(scope="module")
+def room():
+    if shutil.which("haproxy") is None:
+        pytest.skip("haproxy is not installed (./run.sh room installs it)")
+    port = _free_port_block()
+    log = open(ROOT / "artifacts" / "room.log", "w") if (ROOT / "artifacts").mkdir(exist_ok=True) is None else None
+    proc = subprocess.Popen(["bash", "run.sh", "room", "2", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    for replica in (1, 2):
+        _wait_healthy(f"http://127.0.0.1:{port + 100 + replica}")
+    _wait_healthy(url, 60)
+    yield url, port
+    os.killpg(proc.pid, 15)
+    proc.wait(timeout=30)
+    log.close()
+
+
+def _done(page, question: str, timeout_s: float = 600) -> None:
+    page.wait_for_function("q => document.body.innerText.includes('This run took') && "
+                           "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000)
+
+
+def _replica(context) -> str:
+    return next(c["value"] for c in context.cookies() if c["name"] == "TPE_REPLICA")
+
+
+def test_sessions_stick_and_survive_a_killed_replica(room):
+    from playwright.sync_api import sync_playwright
+
+    url, port = room
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        contexts, pages = [], []
+        for q in QUESTIONS:
+            context = browser.new_context()
+            page = context.new_page()
+            page.goto(f"{url}/journey?q={quote(q)}&max_new_tokens=4")
+            contexts.append(context)
+            pages.append(page)
+        for q, page in zip(QUESTIONS, pages):
+            _done(page, q)
+        replicas = [_replica(c) for c in contexts]
+        assert set(replicas) == {"r1", "r2"}  # round robin spread the room over both replicas
+        for page, before in zip(pages, replicas):  # sticky: further clicks stay on the same replica
+            page.locator('[data-testid="stSidebarNav"] a', has_text="Tokens").first.click()
+        for page, context, before in zip(pages, contexts, replicas):
+            page.wait_for_function("() => document.querySelector('h1') && "
+                                   "document.querySelector('h1').innerText.includes('Tokens')", timeout=300_000)
+            assert _replica(context) == before
+
+        victim = replicas[0]
+        victim_port = port + 100 + int(victim[1:])
+        os.kill(_pid_on(victim_port), 9)
+        lost = [i for i, r in enumerate(replicas) if r == victim]
+        kept = [i for i, r in enumerate(replicas) if r != victim]
+        for i in lost:  # reconnects through the balancer to the other replica; the link and the store bring it back
+            page = pages[i]
+            deadline = time.time() + 300
+            while time.time() < deadline and _replica(contexts[i]) == victim:
+                page.wait_for_timeout(1000)
+            assert _replica(contexts[i]) != victim
+            page.locator('[data-testid="stSidebarNav"] a', has_text="Journey").first.click()
+            _done(page, QUESTIONS[i], 300)
+            assert page.locator("textarea").first.input_value() == QUESTIONS[i]
+        for i in kept:  # the rest of the room saw nothing
+            assert pages[i].locator('[data-testid="stException"]').count() == 0
+            assert _replica(contexts[i]) != victim
+            assert QUESTIONS[i] in pages[i].locator("textarea").first.input_value()
+        browser.close()
+
+    log = (ROOT / "artifacts" / "room.log").read_text()
+    assert re.search(rf"replica{victim[1:]} is DOWN", log), "the health check did not take the dead replica out"
+    restarted = subprocess.Popen([str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app.py", "--server.port",
+                                  str(victim_port), "--server.address", "127.0.0.1"], cwd=ROOT,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not re.search(rf"replica{victim[1:]} is UP.*\n(?!.*DOWN)",
+                                                        (ROOT / "artifacts" / "room.log").read_text()[len(log):]):
+            time.sleep(2)
+        assert re.search(rf"replica{victim[1:]} is UP", (ROOT / "artifacts" / "room.log").read_text()[len(log):])
+    finally:
+        restarted.terminate()
