@@ -24,11 +24,80 @@ def chip(text: str, token_id: int | None = None, role: str = "user", special: bo
             f"white-space:pre'>{html_text(text)}{sub}</span>")
 
 
-def token_chips(tokens, show_ids: bool = True) -> str:
-    """tokens: Token records (index, id, text, role, special) -> one HTML block of chips."""
-    return "<div style='line-height:2.1'>" + "".join(
-        chip(t.text, t.id if show_ids else None, t.role, t.special, f"#{t.index} id {t.id} · {t.role}")
-        for t in tokens) + "</div>"
+GROUP_STYLE = ("display:inline-flex;flex-direction:column;align-items:center;vertical-align:bottom;"
+               "border:1px dashed #64748b;border-radius:8px;padding:0 2px 1px;margin:2px;background:#f8fafc")
+
+
+def token_chips(tokens, show_ids: bool = True, pieces=None, max_height: int | None = None) -> str:
+    """tokens: Token records (index, id, text, role, special) -> one HTML block of chips.
+
+    pieces (pipeline.text.Piece per token, optional): tokens that are only parts of one character
+    are bracketed together under that character, each chip still showing its own bytes.
+    max_height: a taller block scrolls inside its own box instead of stretching the page.
+    """
+    tokens = list(tokens)
+    if pieces is None:
+        body = "".join(_token_chip(t, show_ids) for t in tokens)
+    else:
+        body, k = "", 0
+        while k < len(tokens):
+            p = pieces[k]
+            n = p.parts if p.partial and p.part == 1 else 1
+            if n == 1:
+                body += _token_chip(tokens[k], show_ids, p)
+            else:
+                inner = "".join(_token_chip(t, show_ids, q) for t, q in zip(tokens[k:k + n], pieces[k:k + n]))
+                body += (f"<span style='{GROUP_STYLE}' title='{html_text(_group_title(p, tokens[k].index, n))}'>"
+                         f"<span style='font-size:1.15em;font-weight:600;color:#111;line-height:1.3'>"
+                         f"{html_text(p.group_text)}</span><span style='white-space:nowrap'>{inner}</span></span>")
+            k += n
+    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
+    return f"<div style='line-height:2.1;{scroll}'>{body}</div>"
+
+
+def _token_chip(t, show_ids: bool, piece=None) -> str:
+    title = f"#{t.index} id {t.id} · {t.role}"
+    if piece is not None and not piece.special:
+        title += f" · bytes {piece.byte_hex}"
+        if piece.partial:
+            title += f" · part {piece.part} of {piece.parts} of {piece.group_text}"
+    return chip(t.text, t.id if show_ids else None, t.role, t.special, title)
+
+
+def _group_title(piece, first_index: int, n: int) -> str:
+    return (f"{piece.group_text}: one character spelled by {n} tokens (#{first_index}–#{first_index + n - 1}); "
+            "each token alone is only some of its UTF-8 bytes")
+
+
+def text_spans(pieces, roles=None, max_height: int | None = None) -> str:
+    """The original text with each token's stretch highlighted (alternating tints; a character that
+    several tokens spell is one stretch, outlined). pieces: pipeline.text.Piece per token."""
+    out, k = [], 0
+    shade = 0
+    while k < len(pieces):
+        p = pieces[k]
+        n = p.parts if p.partial else 1
+        group = pieces[k:k + n]
+        raw = b"".join(q.raw for q in group)
+        text = group[0].text if p.special else raw.decode("utf-8", errors="replace")
+        role = roles[k] if roles else "user"
+        bg = ROLE_COLOURS.get(role, "#f3f4f6") if shade % 2 == 0 else _DARKER.get(role, "#e2e8f0")
+        tip = (f"#{k}: {p.text}" if n == 1 else
+               f"#{k}–#{k + n - 1}: {' '.join(q.text for q in group)} → {p.group_text}")
+        outline = "outline:1px dashed #475569;" if n > 1 else ""
+        special = "color:#b91c1c;font-weight:600;" if p.special else ""
+        body = html_text(text).replace("\n", "<span style='color:#94a3b8'>↵</span><br>")
+        out.append(f"<span title='{html_text(tip)}' style='background:{bg};{outline}{special}border-radius:3px'>"
+                   f"{body}</span>")
+        shade += 1
+        k += n
+    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
+    return ("<div style='font-family:monospace;white-space:pre-wrap;font-size:1em;line-height:1.9;padding:10px;"
+            f"border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111;{scroll}'>" + "".join(out)
+            + "</div>")
+
+
+_DARKER = {"system": "#bfdbfe", "user": "#bbf7d0", "assistant": "#fde68a", "template": "#d1d5db"}
 
 
 def legend(roles=("system", "user", "assistant", "template")) -> str:

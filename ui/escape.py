@@ -30,3 +30,25 @@ def code_span(text: str) -> str:
     """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
     fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"
+
+
+def json_text(obj, indent: int = 2) -> str:
+    """JSON for st.code(..., language="json", wrap_lines=True): st.json breaks long strings in the
+    middle of words ("inc ludes"), a code block wraps at spaces. Lists of plain values stay on one
+    line: {"ids": [1, 2, 3]} -> '{\\n  "ids": [1, 2, 3]\\n}'. Non-ASCII text is kept as typed."""
+    import json
+
+    def scalar_list(x) -> bool:
+        return isinstance(x, list) and all(not isinstance(v, (list, dict)) for v in x)
+
+    def dump(x, depth: int) -> str:
+        pad, inner = " " * (indent * depth), " " * (indent * (depth + 1))
+        if isinstance(x, dict) and x:
+            body = ",\n".join(f"{inner}{json.dumps(str(k), ensure_ascii=False)}: {dump(v, depth + 1)}"
+                              for k, v in x.items())
+            return "{\n" + body + "\n" + pad + "}"
+        if isinstance(x, list) and x and not scalar_list(x):
+            return "[\n" + ",\n".join(inner + dump(v, depth + 1) for v in x) + "\n" + pad + "]"
+        return json.dumps(x, ensure_ascii=False)
+
+    return dump(obj, 0)

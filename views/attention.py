@@ -58,10 +58,11 @@ def layer_window(request_id: str, ids: tuple[int, ...], layer: int, start: int, 
 tiles, last = overview(trace.request.id, tuple(trace.ids), p)  # (L, H, n, n), (L, H, T)
 entropy = at.entropy_bits(last)  # (L, H) bits, low = focused
 best_layer, best_head = at.sharpest_head(last)
-if st.session_state.get("at_run_id") != trace.request.id:  # a new run: open on a head with visible structure
-    st.session_state.update(at_layer=best_layer, at_head=best_head, at_run_id=trace.request.id)
-st.session_state.setdefault("at_layer", best_layer)  # widget state is dropped while another page is shown
-st.session_state.setdefault("at_head", best_head)
+if st.session_state.get("at_run_id") not in (None, trace.request.id):  # the request changed: open on a head
+    st.session_state.update(at_layer=best_layer, at_head=best_head)  # with visible structure in the new run
+st.session_state.at_run_id = trace.request.id
+st.session_state.setdefault("at_layer", best_layer)  # unless a link chose one; widget state is also dropped
+st.session_state.setdefault("at_head", best_head)  # while another page is shown
 
 scale = st.radio("colour scale", at.SCALES, index=1, horizontal=True, key="at_scale", format_func=str.capitalize,
                  help="; ".join(f"{k}: {v}" for k, v in SCALE_HELP.items()))
@@ -94,16 +95,19 @@ over.add_shape(type="rect", x0=sel_l * (n + 1) - 1, x1=sel_l * (n + 1) + n, y0=s
                y1=sel_h * (n + 1) + n, line=dict(color="#dc2626", width=3))
 over.update_layout(height=420, margin=dict(t=10, l=10, r=10, b=10), clickmode="event+select", dragmode=False)
 over.update_xaxes(title="layer (L)", tickvals=centres[0], ticktext=[str(i) for i in range(L)], tickfont=TICK_FONT,
-                  showgrid=False, zeroline=False)
+                  showgrid=False, zeroline=False, range=[-1.5, grid.shape[1] + 0.5])
 over.update_yaxes(title="query head (H)", tickvals=centres[1], ticktext=[str(h) for h in range(H)],
-                  tickfont=TICK_FONT, autorange="reversed", showgrid=False, zeroline=False)
+                  tickfont=TICK_FONT, showgrid=False, zeroline=False, range=[grid.shape[0] + 0.5, -1.5])
 
 
 def open_clicked() -> None:
+    """A click anywhere on a tile (its marker or its cells) opens that head: tile = position // (n + 1)."""
     points = st.session_state.at_overview.selection.points
-    if points:
-        layer, head = points[0]["customdata"][:2]
-        st.session_state.update(at_layer=int(layer), at_head=int(head))
+    if not points or points[0].get("x") is None or points[0].get("y") is None:
+        return
+    layer = min(max(int(round(float(points[0]["x"]))) // (n + 1), 0), L - 1)
+    head = min(max(int(round(float(points[0]["y"]))) // (n + 1), 0), H - 1)
+    st.session_state.update(at_layer=layer, at_head=head)
 
 
 st.plotly_chart(over, width="stretch", key="at_overview", on_select=open_clicked, selection_mode="points")
@@ -151,24 +155,26 @@ def one_head() -> None:
     size = f"T × T = {T} × {T}" if not start else f"the last {W} of T = {T:,} query positions"
     fig.update_layout(height=min(900, max(480, 16 * W + 200)), margin=dict(t=40, l=10, r=10, b=10),
                       title=f"layer {layer}, head {head}: attention weights ({size}); grey = masked future")
-    token_axis(fig, "x", xlabels, angle=-60, title="key position (T): the token looked at")
+    token_axis(fig, "x", xlabels, angle=-60, title="key position (T): the token looked at",
+               always=range(sinks + 1) if sinks else ())  # the first tokens and the summed column stay named
     token_axis(fig, "y", labels[start:], title="query position (T): the token looking", autorange="reversed")
     st.plotly_chart(fig, width="stretch", key="at_heatmap")
     if start and sinks:
         on_sinks = A[:, :sinks].sum(axis=-1)  # (W,)
         middle = A[:, sinks]  # (W,)
-        st.caption(f"The prompt has T = {T:,} tokens; the grid shows the last {W} query positions ({start}–{T - 1}). "
+        st.caption(f"The prompt has T = {T:,} tokens; the grid shows only the last {W} query positions "
+                   f"({start}–{T - 1}). "
                    f"Its columns keep the first {sinks} tokens, where many heads park spare weight (attention "
                    f"sinks): here they get {on_sinks.min():.0%}–{on_sinks.max():.0%} of each row. The column "
                    f"“tokens {sinks}–{start - 1}, summed” adds up the {start - sinks:,} tokens in between "
                    f"({middle.min():.0%}–{middle.max():.0%} per row), so every row still adds up to 100 %.")
-    one_row(A, cols, xlabels, layer, head)
+    one_row(A, cols, xlabels, sinks)
     shared_kv(layer, head, rows, cols)
     by_hand(A, cols, layer, head)
 
 
 @st.fragment
-def one_row(A: np.ndarray, cols: list, xlabels: list[str], layer: int, head: int) -> None:
+def one_row(A: np.ndarray, cols: list, xlabels: list[str], sinks: int) -> None:
     """A: (W, C) this head's rows for queries start..T-1 over the drawn key columns."""
     st.subheader("One token's row")
     i = st.selectbox("token that is looking", range(start, T), index=T - start - 1, format_func=plain.__getitem__,
@@ -180,7 +186,7 @@ def one_row(A: np.ndarray, cols: list, xlabels: list[str], layer: int, head: int
     fig.update_layout(height=360, margin=dict(t=20, b=10), yaxis_tickformat=".0%",
                       xaxis_title="key position (T), up to and including the token itself",
                       yaxis_title="attention weight", font=dict(size=13))
-    token_axis(fig, "x", [xlabels[k] for k in shown], angle=-60)
+    token_axis(fig, "x", [xlabels[k] for k in shown], angle=-60, always=range(sinks + 1) if sinks else ())
     st.plotly_chart(fig, width="stretch", key="at_row_chart")
     best = np.argsort(-row[shown])[:3]
     st.markdown("Reads most from: " + ", ".join(

@@ -7,7 +7,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from ui.escape import axis_labels
+from pipeline.text import plural, token_pieces
+from ui.escape import axis_labels, json_text
+from ui.plots import token_axis
 
 page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
                           "feeds it back in, and repeats until it chooses to stop or hits the limit.")
@@ -16,6 +18,7 @@ trace = current_trace()
 t = trace.timings
 deltas = [e for e in trace.events if e["event"] == "text_delta"]
 secs = {s.step: s.seconds for s in trace.steps}
+answer = token_pieces(lm.tokenizer, trace.generated_token_ids)  # '토 (1/3)' for part of a character
 
 st.subheader("1. What you would see")
 c1, c2, c3, c4 = st.columns(4)
@@ -25,6 +28,10 @@ c2.metric("Time per output token (TPOT)", f"{t.tpot_s * 1000:.0f} ms" if t.tpot_
           help="Average time between two tokens once streaming has started.")
 c3.metric("Tokens generated", len(trace.steps))
 c4.metric("Finish reason", trace.finish_reason)
+if trace.finish_reason == "length":
+    st.warning(f"The answer below was cut off: it reached the limit of {trace.request.options.max_new_tokens} new "
+               "tokens (finish_reason = length), so it may end mid-sentence. Raise “max new tokens” in the sidebar "
+               "to let the model finish.")
 speed = st.select_slider("Replay speed", ["recorded", "2× faster", "10× faster", "instant"], value="2× faster",
                          key="gen_speed")
 if st.button("▶ Replay the stream", type="primary"):
@@ -49,10 +56,11 @@ st.caption("The replay waits the recorded time before each token (capped at 5 s 
 st.subheader("2. The stream as events")
 st.markdown("Each token that completes some text is sent as a small `text_delta` event. A token that ends in the "
             "middle of a multi-byte character waits until the character is complete.")
-rows = pd.DataFrame([{"step": e["step"], "delta": e["delta"], "token id": trace.steps[e["step"]].token_id,
+rows = pd.DataFrame([{"step": e["step"], "delta": e["delta"], "token": answer[e["step"]].with_bytes,
+                      "token id": trace.steps[e["step"]].token_id,
                       "ms since previous token": round(secs.get(e["step"], 0.0) * 1000, 1)} for e in deltas])
 c1, c2 = st.columns([1, 1])
-c1.json(deltas[:4], expanded=True)
+c1.code(json_text(deltas[:4]), language="json", wrap_lines=True)
 c2.dataframe(rows, hide_index=True, width="stretch", height=300)
 
 st.subheader("3. Prefill vs decode timeline")
@@ -64,7 +72,7 @@ fig.add_trace(go.Bar(y=["request"], x=[prefill_end], base=[0.0], orientation="h"
                      marker_color="#f97316", hovertext=[f"{len(trace.tokens)} prompt tokens, {t.prefill_s:.3f} s of "
                                                         f"model time"], hoverinfo="text+x"))
 start = prefill_end
-labels = axis_labels([s.token_text for s in trace.steps])
+labels = axis_labels([q.label for q in answer])
 for s, label in zip(trace.steps[1:], labels[1:]):
     fig.add_trace(go.Bar(y=["request"], x=[s.seconds], base=[start], orientation="h", showlegend=False,
                          marker_color="#0ea5e9", marker_line_color="white", marker_line_width=1,
@@ -76,10 +84,11 @@ fig.update_layout(barmode="overlay", height=220, margin=dict(l=10, r=10, t=10, b
 st.plotly_chart(fig, width="stretch")
 per_step = go.Figure(go.Bar(x=labels, y=[s.seconds * 1000 for s in trace.steps],
                             marker_color=["#f97316"] + ["#0ea5e9"] * (len(trace.steps) - 1)))
-per_step.update_layout(height=280, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="generated token (step)",
-                       yaxis_title="ms for this token", title="Time spent choosing each token after the previous one")
+per_step.update_layout(height=320, margin=dict(l=10, r=10, t=40, b=10), yaxis_title="ms for this token",
+                       title="Time spent choosing each token after the previous one", font=dict(size=13))
+token_axis(per_step, "x", labels, angle=-60, title="generated token (step)")
 st.plotly_chart(per_step, width="stretch")
-st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {len(trace.tokens)} tokens. Total: {t.total_s:.2f} s. "
+st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {plural(len(trace.tokens), 'token')}. Total: {t.total_s:.2f} s. "
            "Timings are measured on this shared CPU and vary from run to run.")
 
 st.subheader("4. The end")
@@ -89,7 +98,13 @@ why = {"eos": "the model chose its end-of-turn token, which is not shown",
 st.markdown(f"Generation stopped because {why}. The server sends a last `completed` event with the whole text, "
             f"every token id and the usage that is billed, then frees the request's KV cache.")
 c1, c2 = st.columns(2)
-c1.json(trace.events[-1], expanded=1)
-c2.json({"usage": trace.usage.to_json(), "cleanup": trace.cleanup.__dict__}, expanded=True)
+c1.code(json_text(trace.events[-1]), language="json", wrap_lines=True)
+c2.code(json_text({"usage": trace.usage.to_json(), "cleanup": trace.cleanup.__dict__}), language="json",
+        wrap_lines=True)
+n_prompt, n_answer = trace.usage.prompt_tokens, trace.usage.completion_tokens
+c2.caption(f"kv_tokens_released = {trace.cleanup.kv_tokens_released:,}: the {plural(n_prompt, 'prompt token')} and "
+           f"every chosen token but the last, which is never fed back"
+           + (f" ({n_prompt:,} + {n_answer:,} − 1)." if trace.cleanup.kv_tokens_released == n_prompt + n_answer - 1
+              else "."))
 
 stage_link("views/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")

@@ -9,7 +9,7 @@ from ui.chips import legend, token_chips
 from pipeline.model.prefill import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK
 from pipeline.stages.generation import silent_steps
 from pipeline.text import continuation_label, plural, token_pieces
-from ui.escape import html_text, plotly_label
+from ui.escape import code_span, html_text, json_text, plotly_label
 from ui.plots import TICK_FONT
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
@@ -29,7 +29,8 @@ def section(n: int, title: str, what: str) -> None:
 section(1, "The app sends a request", "Your app packs the whole conversation into one JSON body and sends it to the "
         "model provider. Nothing is remembered between calls: earlier turns travel again every time.")
 c1, c2 = st.columns([3, 2])
-c1.json(trace.request.openai, expanded=True)
+c1.code(json_text(trace.request.openai), language="json", wrap_lines=True,  # a long conversation scrolls in its box
+        height=420 if len(trace.request.openai["messages"]) > 3 else "content")
 with c2:
     st.markdown(f"The server gives it the id **`{html_text(rid)}`** and tracks its state:")
     st.dataframe(pd.DataFrame(trace.request.states).rename(columns={"t_s": "seconds after arrival"}),
@@ -47,7 +48,7 @@ stage_link("views/tokens.py", "Tokens: chips, other tokenizers, try your own tex
 
 section(3, "A place in a batch", "A GPU server runs many requests together. This request gets one row in the next batch.")
 c1, c2 = st.columns(2)
-c1.json({"batch": [trace.batch["entry"]]})
+c1.code(json_text({"batch": [trace.batch["entry"]]}), language="json", wrap_lines=True)
 single = trace.batch["single"]
 c2.markdown("The row becomes three integer tensors:")
 
@@ -105,8 +106,8 @@ if S:
     st.plotly_chart(fig, width="stretch")
     if answer[0].partial:
         st.caption(f"The first token is only part of a character: byte{'s' if len(answer[0].raw) > 1 else ''} "
-                   f"{answer[0].text} {'are' if len(answer[0].raw) > 1 else 'is'} part {answer[0].part} of "
-                   f"{answer[0].parts} of “{answer[0].group_text}”, which the next "
+                   f"{code_span(answer[0].text)} {'are' if len(answer[0].raw) > 1 else 'is'} part {answer[0].part} "
+                   f"of {answer[0].parts} of {code_span(answer[0].group_text)}, which the next "
                    f"{plural(answer[0].parts - answer[0].part, 'token')} complete.")
 stage_link("views/next_token.py", "Next token: temperature, top-k, top-p, draws", "🎲")
 
@@ -131,7 +132,7 @@ if S != len(deltas):
     st.info(f"{plural(S, 'token')} but {plural(len(deltas), '`text_delta` event')}: " + "; ".join(why)
             + (" (the last event sends what was held back at the end)" if extra > 0 else "") + ".")
 c1, c2 = st.columns(2)
-c1.json(deltas[:3], expanded=True)
+c1.code(json_text(deltas[:3]), language="json", wrap_lines=True)
 with c2:
     tpot = trace.timings.tpot_s
     st.metric("Time to first token (TTFT)", f"{trace.timings.ttft_s:.2f} s")
@@ -146,7 +147,7 @@ section(7, "Done: the completed event and clean-up", f"Generation stopped becaus
         f"{plural(T, 'prompt token')} and every chosen token but the last, which is never fed back"
         + (f": {T:,} + {S:,} − 1)." if trace.cleanup.kv_tokens_released == T + S - 1 else ")."))
 completed = trace.events[-1]
-st.json(completed, expanded=1)
+st.code(json_text(completed), language="json", wrap_lines=True)
 chunks = 1 if T <= FULL_ATTENTION_MAX_TOKENS else -(-T // PREFILL_CHUNK)  # long prompts: prefill in chunks
 st.caption(f"This run took {plural(S - 1 + chunks, 'forward pass', 'forward passes')}: "
            + ("one prefill" if chunks == 1 else f"a prefill in {chunks} chunks of up to {PREFILL_CHUNK} tokens")

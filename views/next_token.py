@@ -39,7 +39,7 @@ if trace.finish_reason == "length":
                "the whole answer.")
 strip_labels = [plotly_label(f"{s}: {p.label}") for s, p in enumerate(answer)]
 strip = go.Figure([
-    go.Bar(x=strip_labels, y=conf["prob"], name="probability of the chosen token",
+    go.Bar(x=strip_labels, y=conf["prob"], name="probability of the chosen token", showlegend=False,
            marker_color=["#dc2626" if r > 1 and x < LOW else "#93c5fd" if x < LOW else "#2a6f97"
                          for x, r in zip(conf["prob"], conf["rank"])],
            customdata=np.stack([conf["entropy"], conf["choices"], conf["rank"]], axis=1),
@@ -49,7 +49,8 @@ strip = go.Figure([
                line=dict(color="#f59e0b"), hoverinfo="skip"),
 ])
 strip.update_layout(height=330, margin=dict(t=30, b=10, l=10, r=10), legend=dict(orientation="h", y=1.15),
-                    yaxis=dict(title="probability", tickformat=".0%", range=[0, 1], tickfont=TICK_FONT),
+                    yaxis=dict(title="chosen token's probability", tickformat=".0%", range=[0, 1],
+                               tickfont=TICK_FONT),
                     yaxis2=dict(title="uncertainty (bits)", overlaying="y", side="right", tickfont=TICK_FONT,
                                 range=[0, max(1.0, float(conf["entropy"].max()) * 1.05)], dtick=2, showgrid=False),
                     clickmode="event+select", dragmode=False)
@@ -70,8 +71,8 @@ st.caption("Each bar is one answer token: how likely the model thought it was (s
            f"run takes those); light blue: the favourite, but under {LOW:.0%}. The orange line is the model's "
            "uncertainty before choosing, in bits: 0 = sure, 1 bit ≈ a coin toss between two tokens, n bits ≈ 2ⁿ "
            "equally likely choices. Click a bar to open that step below. "
-           + ("Long shots taken: " + ", ".join(f"step {s} ({answer[s].label}, {conf['prob'][s]:.0%}, rank "
-                                              f"{conf['rank'][s]})" for s in shots) + ". " if shots else
+           + ("Long shots taken: " + ", ".join(f"step {s} ({code_span(answer[s].label)}, {conf['prob'][s]:.0%}, "
+                                              f"rank {conf['rank'][s]})" for s in shots) + ". " if shots else
               "No long shots were taken. ")
            + "Most uncertain: " + ", ".join(f"step {s} ({conf['entropy'][s]:.1f} bits)" for s in unsure) + ".")
 

@@ -52,19 +52,21 @@ kv = m.kv_head(head)
 q, k = rope.pre_rope(p, layer, head, kv, base)  # (T, Dh) each, before RoPE
 shifts = [0, 1, 10, 100, 1000, 5000]
 scores = rope.shifted_scores(q[i], k[j], i, j, shifts, base)  # (S,)
-model_score = float(p.q_rot[layer, head, i] @ p.k_rot[layer, kv, j]) / np.sqrt(Dh)
+model_score = float(p.q_rot[layer, head, i].astype(np.float32) @ p.k_rot[layer, kv, j].astype(np.float32)
+                    / np.float32(np.sqrt(Dh)))  # the run's own vectors, multiplied in float32 as the model does
 st.dataframe(pd.DataFrame({
     "shift s": shifts, "query at position": [i + s for s in shifts], "key at position": [j + s for s in shifts],
     "distance": [i - j] * len(shifts), "score q·k/√Dh": [f"{x:.6f}" for x in scores],
 }), hide_index=True, width="stretch")
 ours = float(scores[0])
 stored = "float32" if p.q_rot.dtype == np.float32 else "float16"
-st.markdown(f"**What is compared with what.** Every row above is *our* recomputation in float64: the captured q and k "
-            f"turned back to before RoPE, then turned again at the shifted positions. These rows agree with each "
-            f"other to {np.ptp(scores):.1e}, the rounding of float64: the shift changes nothing. The *model's own* score "
-            f"for this pair during the run was **{model_score:.6f}**, computed in float32 from vectors stored in "
-            f"{stored}; it differs from our shift-0 row by {abs(model_score - ours):.1e}. That gap is the model's "
-            f"{stored} rounding (about 7 significant digits for float32, 3 for float16), not an effect of position.")
+st.markdown(f"**What is compared with what.** Every row above is *our* recomputation in float64: the captured q "
+            f"and k turned back to before RoPE, then turned again at the shifted positions. These rows agree with each "
+            f"other to {np.ptp(scores):.1e}, the rounding of float64: the shift changes nothing. The *model's own* "
+            f"score for this pair during the run was **{model_score:.6f}**: the run's q and k (stored in {stored}) "
+            f"multiplied in float32; it differs from our shift-0 row by {abs(model_score - ours):.1e}. That gap is "
+            f"the model's {stored} rounding (about 7 significant digits for float32, 3 for float16), not an effect "
+            "of position.")
 
 dist = np.arange(0, 257)
 by_d = rope.score_by_distance(q[i], k[j], dist, base)  # (N,)

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from ui.chips import highlighted_template, legend
+from ui.escape import json_text
 
 page_header("Request & template", "Before any maths happens, your conversation is sent as JSON and then flattened into "
                                   "a single text with marker tokens: the chat template.")
@@ -15,16 +16,17 @@ lm = get_model()
 trace = current_trace()
 req = trace.request
 
+TALL = 520 if len(req.openai["messages"]) > 3 else "content"  # px: a long conversation scrolls in its own box
 st.subheader("1. Two ways to send the same conversation")
 st.markdown("Chat APIs are stateless: every request carries the full conversation. The two common styles differ in "
             "where the system prompt (standing instructions) goes.")
 c1, c2 = st.columns(2)
 with c1:
     st.markdown("**OpenAI style**: the system prompt is just the first message, with role `system`.")
-    st.json(req.openai, expanded=True)
+    st.code(json_text(req.openai), language="json", wrap_lines=True, height=TALL)
 with c2:
     st.markdown("**Anthropic style**: the system prompt is a separate top-level `system` field.")
-    st.json(req.anthropic, expanded=True)
+    st.code(json_text(req.anthropic), language="json", wrap_lines=True, height=TALL)
 if not any(msg["role"] == "system" for msg in req.openai["messages"]):
     st.info("This request has no system prompt, so neither body has one. SmolLM2's template fills in its own "
             "default, as you can see below. Add one in the sidebar to see both styles place it.")

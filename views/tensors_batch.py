@@ -10,6 +10,7 @@ from pipeline.errors import InputError
 from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, pad_token_text, padding_share
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
+from ui.escape import json_text
 
 page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
                                "padded to the same length so several can be computed in one go.")
@@ -21,6 +22,16 @@ PAD_BG = "background-color:#fee2e2;color:#991b1b"
 @st.cache_data(max_entries=64, show_spinner=False)
 def prompt_ids(question: str) -> list[int]:
     return tokenize_request(get_model().tokenizer, ChatRequest.from_question(question)).ids
+
+
+def compact(value, keep: int = 8) -> str:
+    """JSON of a value; a long (1, n) row is cut in the middle so it stays one line:
+    [[1, 1, ..., 1]] of 644 ones -> '[[1, 1, 1, 1, 1, 1, 1, 1, … 634 more …, 1, 1]] (644 values)'."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], list) and len(value[0]) > keep + 4:
+        row = value[0]
+        show = lambda xs: ", ".join(map(str, xs))  # noqa: E731
+        return f"[[{show(row[:keep])}, … {len(row) - keep - 2:,} more …, {show(row[-2:])}]] ({len(row):,} values)"
+    return json.dumps(value)
 
 
 def grid(values: list[list[int]], mask: list[list[int]], names: list[str]) -> "pd.io.formats.style.Styler":
@@ -76,13 +87,13 @@ st.caption(f"{padding} of {total} cells ({padding / total:.0%}) are padding: wor
 st.subheader("3. The batch entry and the next decode step")
 c1, c2 = st.columns(2)
 c1.markdown("The scheduler's record for your request:")
-c1.json({"batch": [trace.batch["entry"]]})
+c1.code(json_text({"batch": [trace.batch["entry"]]}), language="json", wrap_lines=True)
 if trace.steps:
     T = len(trace.tokens)
     first = trace.steps[0]
     c2.markdown("After prefill only the newly chosen token is fed in; the cache supplies the rest:")
     step = decode_step_tensors(T, first.token_id)
-    c2.code("\n".join(f"{k}: {json.dumps(v)}" for k, v in step.items()), language="yaml", wrap_lines=True)
+    c2.code("\n".join(f"{k}: {compact(v)}" for k, v in step.items()), language="yaml", wrap_lines=True)
     c2.caption(f"One new token, but the mask has {T + 1} ones: the {T} cached positions plus the new one.")
 
 stage_link("views/embeddings.py", "Next: each id picks a row of the embedding table", "📍")

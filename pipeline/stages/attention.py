@@ -52,3 +52,92 @@ def attention_by_hand(q_rot: np.ndarray, k_rot: np.ndarray, v: np.ndarray, head:
 def weight_before(rows: np.ndarray, start: int) -> np.ndarray:
     """(W, T) rows -> (W,) share of each row's weight on keys before position `start`."""
     return rows[:, :start].sum(axis=-1)
+
+
+def last_rows(prefill: Prefill) -> np.ndarray:
+    """(L, H, T) the last query's attention in every layer and head (cheap even without the stored
+    pattern: one query row per head)."""
+    if prefill.attention is not None:
+        return np.asarray(prefill.attention[:, :, -1], dtype=np.float32)
+    return np.stack([attention_for_layer(prefill, layer, first_row=prefill.T - 1)[:, 0]
+                     for layer in range(prefill.q_rot.shape[0])])
+
+
+def entropy_bits(rows: np.ndarray) -> np.ndarray:
+    """Entropy in bits along the last axis. [0.5, 0.5, 0, 0] -> 1.0; [1, 0, 0] -> 0.0; uniform over
+    8 -> 3.0. Low = the head looks at a few tokens; high = it spreads its attention thin."""
+    p = np.asarray(rows, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.where(p > 0, p * np.log2(p), 0.0).sum(axis=-1)
+
+
+def sharpest_head(rows: np.ndarray, sinks: int = 1) -> tuple[int, int]:
+    """(layer, head) whose last-row attention has the lowest entropy, among heads whose favourite
+    key is not one of the first `sinks` tokens (a head parked on token 0, an attention sink, shows a
+    single stripe). rows: (L, H, T) as from `last_rows`; falls back to the overall lowest."""
+    ent = entropy_bits(rows)  # (L, H)
+    parked = rows.argmax(axis=-1) < sinks  # (L, H)
+    pick = np.where(parked, np.inf, ent) if not parked.all() else ent
+    layer, head = np.unravel_index(int(np.argmin(pick)), pick.shape)
+    return int(layer), int(head)
+
+
+def overview_tiles(prefill: Prefill, n: int = 24) -> np.ndarray:
+    """(L, H, n, n) every head's attention among the last n positions (queries and keys T-n..T-1):
+    the small multiples of an all-heads overview. Weights are the real ones (rows do not renormalise
+    over the tiles, so weight on earlier tokens is simply not drawn)."""
+    T = prefill.T
+    n = min(n, T)
+    if prefill.attention is not None:
+        return np.asarray(prefill.attention[:, :, T - n:, T - n:], dtype=np.float32)
+    return np.stack([attention_for_layer(prefill, layer, first_row=T - n)[:, :, T - n:]
+                     for layer in range(prefill.q_rot.shape[0])])
+
+
+def tile_grid(tiles: np.ndarray, gap: int = 1) -> np.ndarray:
+    """(L, H, n, n) -> (L*(n+gap) - gap, H*(n+gap) - gap) one image with NaN gutters between heads:
+    row block l, column block h is head h of layer l. Drawing one heatmap is far quicker than L x H."""
+    L, H, n, _ = tiles.shape
+    out = np.full((L * (n + gap) - gap, H * (n + gap) - gap), np.nan, dtype=np.float32)
+    for layer in range(L):
+        for head in range(H):
+            r, c = layer * (n + gap), head * (n + gap)
+            out[r:r + n, c:c + n] = np.where(np.tril(np.ones((n, n), dtype=bool)), tiles[layer, head], np.nan)
+    return out
+
+
+def windowed(rows: np.ndarray, start: int, sinks: int) -> tuple[np.ndarray, int]:
+    """Columns for a long prompt's grid: the first `sinks` keys (where much of the weight goes), one
+    column with keys sinks..start-1 summed, then keys start..T-1.
+
+    rows (..., W, T) for queries start..T-1 -> ((..., W, sinks + 1 + W), sinks actually kept).
+    With nothing between the sinks and the window (start <= sinks) the rows are cut at 0 instead:
+    ((..., W, T), 0). Each output row still sums to the input row's total.
+    """
+    T = rows.shape[-1]
+    sinks = min(sinks, start)
+    if start - sinks <= 0:
+        return rows, 0
+    middle = rows[..., sinks:start].sum(axis=-1, keepdims=True)  # (..., W, 1)
+    return np.concatenate([rows[..., :sinks], middle, rows[..., start:T]], axis=-1), sinks
+
+
+SCALES = ("linear", "sqrt", "log")
+
+
+def colour_values(weights: np.ndarray, scale: str, floor: float = 1e-4) -> tuple[np.ndarray, list[float], list[str]]:
+    """Map weights in [0, 1] onto a colour axis that shows small weights, with ticks in weights.
+
+    linear: as is. sqrt: 1 % -> 0.1, 25 % -> 0.5. log: log10(max(w, floor)): 0.01 % .. 100 % -> -4 .. 0.
+    Returns (values, tick positions, tick texts). NaN stays NaN.
+    """
+    w = np.asarray(weights, dtype=np.float32)
+    ticks = [0.0001, 0.001, 0.01, 0.1, 1.0] if scale == "log" else [0.0, 0.01, 0.05, 0.25, 0.5, 1.0] \
+        if scale == "sqrt" else [0.0, 0.25, 0.5, 0.75, 1.0]
+    texts = [f"{t * 100:g} %" for t in ticks]
+    if scale == "sqrt":
+        return np.sqrt(np.clip(w, 0, None)), [float(np.sqrt(t)) for t in ticks], texts
+    if scale == "log":
+        with np.errstate(invalid="ignore"):
+            return np.log10(np.maximum(w, floor)), [float(np.log10(t)) for t in ticks], texts
+    return w, ticks, texts

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..text import tokens_text
+from ..text import piece_bytes, tokens_text
 from .tokens import encode
 
 
@@ -63,13 +63,74 @@ def neighbours(unit: np.ndarray, tokenizer, table: np.ndarray, word: str, k: int
 
 def analogy(unit: np.ndarray, tokenizer, table: np.ndarray, a: str, b: str, c: str, k: int = 10,
             exclude_inputs: bool = True) -> tuple[list[WordVector], list[dict]]:
-    """a - b + c (e.g. king - man + woman), on unit-length vectors; the three input tokens are left
-    out of the results by default (they would otherwise win), whatever the rest turns out to be."""
+    """a - b + c (e.g. king - man + woman), on unit-length vectors. By default the inputs are left out
+    of the results (they would otherwise win): their own tokens, and every other spelling of an input
+    word (' Paris', 'Paris', ' paris', 'PARIS' ...: see `same_word_ids`)."""
     wa, wb, wc = (word_vector(tokenizer, table, w) for w in (a, b, c))
     unit_of = lambda w: w.vector / max(float(np.linalg.norm(w.vector)), 1e-12)  # noqa: E731
     target = unit_of(wa) - unit_of(wb) + unit_of(wc)  # (D,)
-    exclude = set(wa.ids) | set(wb.ids) | set(wc.ids) if exclude_inputs else set()
+    exclude = set()
+    if exclude_inputs:
+        exclude = set(wa.ids) | set(wb.ids) | set(wc.ids) | same_word_ids(tokenizer, (a, b, c))
     return [wa, wb, wc], _top(unit, tokenizer, target, k, exclude)
+
+
+def word_key(text: str) -> str:
+    """How two spellings of one word compare: stripped and lower-cased. ' Paris' -> 'paris'."""
+    return text.strip().casefold()
+
+
+def same_word_ids(tokenizer, words) -> set[int]:
+    """Every token whose text, stripped and lower-cased, equals one of `words`.
+    ['Paris'] -> the ids of ' Paris', 'Paris', ' paris', 'paris', ... (those the vocabulary has)."""
+    keys = {word_key(w) for w in words if word_key(w)}
+    by_key = _vocabulary_keys(tokenizer)
+    return {i for key in keys for i in by_key.get(key, ())}
+
+
+def _vocabulary_keys(tokenizer) -> dict[str, list[int]]:
+    """word_key of every token's text -> its ids; computed once per tokenizer (V entries, ~0.3 s)."""
+    cached = getattr(tokenizer, "_tpe_word_keys", None)
+    if cached is None:
+        cached = {}
+        for i, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
+            if piece is None:
+                continue
+            cached.setdefault(word_key(piece_bytes(piece).decode("utf-8", errors="replace")), []).append(i)
+        try:
+            tokenizer._tpe_word_keys = cached
+        except AttributeError:
+            pass
+    return cached
+
+
+def label_positions(coords: np.ndarray, near: float = 0.08) -> list[str]:
+    """A plotly textposition per point so neighbours' labels do not sit on each other.
+
+    coords (N, 2). A point whose nearest neighbour (in units of the plot's width and height) is
+    closer than `near` puts its label on the side away from it: left/right when the neighbour is
+    beside it, above/below when it is over or under it. [[0, 0], [0.01, 0], [5, 5]] ->
+    ['middle left', 'middle right', 'top center'].
+    """
+    xy = np.asarray(coords, dtype=np.float64)
+    if len(xy) < 2:
+        return ["top center"] * len(xy)
+    span = np.maximum(xy.max(axis=0) - xy.min(axis=0), 1e-12)
+    u = (xy - xy.min(axis=0)) / span  # (N, 2) in [0, 1]
+    d = np.linalg.norm(u[:, None] - u[None], axis=-1)  # (N, N)
+    np.fill_diagonal(d, np.inf)
+    out = []
+    for i in range(len(u)):
+        j = int(np.argmin(d[i]))
+        if d[i, j] >= near:
+            out.append("top center")
+            continue
+        dx, dy = u[i] - u[j]
+        if abs(dx) >= abs(dy):
+            out.append("middle right" if dx > 0 or (dx == 0 and i > j) else "middle left")
+        else:
+            out.append("top center" if dy > 0 else "bottom center")
+    return out
 
 
 def pca_2d(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

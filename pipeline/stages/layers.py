@@ -33,12 +33,17 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32, copy=False)
 
 
-def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = 512):
-    """Top-k token ids and probabilities for every layer and position: ((L+1, T, k), (L+1, T, k)).
+def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = 512, start: int = 0,
+               end: int | None = None):
+    """Top-k token ids and probabilities for every layer and the positions start..end-1:
+    ((L+1, P, k), (L+1, P, k)) with P = end - start (default: all T positions).
 
     Uses the model's final-norm and LM-head weights directly (plain tensor maths, no module call,
     so no capture hook can see it), over at most `chunk_rows` rows at a time: never (L+1, T, V).
+    Each row costs a (D x V) product, so a page asks only for the positions it shows: 16 positions
+    are (L+1) x 16 = 496 rows; a whole 641-token prompt would be 19,871 rows (about 100 s on a CPU).
     """
+    hidden_states = hidden_states[:, start:end]  # (L+1, P, D)
     norm = lm.model.model.norm
     eps = float(getattr(norm, "variance_epsilon", getattr(lm.config, "rms_norm_eps", 1e-6)))
     w_norm = norm.weight.detach().float().cpu()  # (D,)

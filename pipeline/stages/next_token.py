@@ -129,3 +129,26 @@ def candidates(tokenizer, logits: np.ndarray, k: int = 15) -> list[dict]:
     return [{"rank": r, "token": text, "id": int(i), "logit": round(float(logits[i]), 3), "probability": float(p[i])}
             for r, (i, text) in enumerate(zip(top, tokens_text(tokenizer, top)), start=1)]
 
+
+
+def answer_confidence(step_logits: np.ndarray, chosen_ids) -> dict[str, np.ndarray]:
+    """Per decode step: how sure the model was, and how likely the token it took.
+
+    step_logits (S, V), chosen_ids (S,) ->
+      prob     (S,) the chosen token's probability (softmax at T = 1, over all V)
+      entropy  (S,) bits: -sum p log2 p of that distribution
+      choices  (S,) effective number of choices 2^entropy
+      rank     (S,) 1 = the chosen token was the favourite
+    Worked example: logits log([0.5, 0.25, 0.25]), chosen 1 -> prob 0.25, entropy 1.5 bits,
+    choices 2^1.5 = 2.83, rank 2.
+    """
+    x = np.asarray(step_logits, dtype=np.float64)  # (S, V)
+    p = _softmax(x, axis=-1)  # (S, V)
+    ids = np.asarray(chosen_ids, dtype=np.int64)  # (S,)
+    rows = np.arange(len(ids))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.where(p > 0, p * np.log2(p), 0.0)
+    entropy = -plogp.sum(axis=-1)  # (S,)
+    chosen = x[rows, ids]  # (S,)
+    rank = 1 + (x > chosen[:, None]).sum(axis=-1)
+    return {"prob": p[rows, ids], "entropy": entropy, "choices": 2.0 ** entropy, "rank": rank}

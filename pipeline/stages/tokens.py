@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..text import render_bytes, tokens_text
+from ..text import Piece, graphemes, group_pieces, render_bytes, tokens_text
 from .request import ChatRequest
 from .template import TEMPLATE_ROLE, Segment, render_prompt, segments
 
@@ -163,3 +163,33 @@ def cost_table(text: str, results: list[TokenizerResult]) -> list[dict]:
     return [{"tokenizer": r.name, "used by": r.label, "tokens": r.count,
              "chars per token": round(len(text) / max(r.count, 1), 2),
              "cost ratio vs this model": round(r.count / base, 2)} for r in results]
+
+
+# ---- tokens that are parts of characters -------------------------------------------------------
+def other_pieces(name: str, ids: list[int]) -> list[Piece]:
+    """group_pieces for another tokenizer's ids (its own bytes per token)."""
+    enc = _encoding(name)
+    return group_pieces([enc.decode_single_token_bytes(i) for i in ids])
+
+
+def character_counts(pieces: list[Piece]) -> dict[str, int]:
+    """How the token count compares with what a reader counts.
+
+    '토마' as 6 one-byte tokens -> {'tokens': 6, 'characters': 2, 'split_characters': 2, 'partial_tokens': 6}.
+    Characters are graphemes (👩‍🔬 is one); a special token counts as one.
+    """
+    chars = split = 0
+    run: list[Piece] = []
+    for p in [*pieces, None]:
+        if p is not None and not p.special:
+            run.append(p)
+            continue
+        if run:
+            base = run[0].start
+            for a, b, _ in graphemes(b"".join(q.raw for q in run)):
+                chars += 1
+                split += sum(q.start - base < b and q.end - base > a for q in run) > 1
+            run = []
+        chars += p is not None
+    return {"tokens": len(pieces), "characters": chars, "split_characters": split,
+            "partial_tokens": sum(p.partial for p in pieces)}
