@@ -232,3 +232,35 @@ def test_html_report_is_self_contained(default_trace):
     assert html.count("<h2>") == 12 and "Plotly.newPlot" in html
     assert "<script src=" not in html and "<link " not in html  # nothing fetched when opened
     assert default_trace.text[:20].replace("'", "&#x27;") in html
+
+
+@pytest.mark.model
+def test_plain_serving_path_chooses_the_captured_runs_tokens(lm):
+    from pipeline.stages.fast_path import generate, stream
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace
+
+    for question, options in (("Are tomatoes fruit?", GenerationOptions(max_new_tokens=16)),
+                              ("토마토는 과일이야?", GenerationOptions(max_new_tokens=12, temperature=0.8, seed=2)),
+                              ("Count to ten.", GenerationOptions(max_new_tokens=30, stop=("5",)))):
+        request = ChatRequest.from_question(question, options=options)
+        captured, plain = run_trace(request, lm), generate(lm, request)
+        assert plain["tokens"] == captured.generated_token_ids and plain["text"] == captured.text
+        assert plain["finish_reason"] == captured.finish_reason
+        events = list(stream(lm, request))
+        assert "".join(e.get("delta", "") for e in events) == captured.text  # the live deltas rebuild the answer
+        assert all(a["t_s"] <= b["t_s"] for a, b in zip(events[:-2], events[1:-1]))  # in time order
+
+
+@pytest.mark.app
+def test_generation_page_streams_live():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(os.path.join(os.path.dirname(os.path.dirname(__file__)), "views", "generation.py"),
+                           default_timeout=600)
+    at.session_state["req_max_new_tokens"] = 8
+    at.run()
+    at.button(key="gen_live").click().run()
+    assert not at.exception
+    assert any(c.value.startswith("TTFT") and "TPOT" in c.value for c in at.caption)
+    assert any("plain serving" in m.value and "captured run" in m.value for m in at.markdown)

@@ -1,5 +1,6 @@
 """Generation: the answer streamed token by token, with the measured timings."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.common import current_request, current_trace, get_model, page_header, stage_link
+from views.live_stream import stream_live
 
 import time
 
@@ -34,7 +35,14 @@ if trace.finish_reason == "length":
                "to let the model finish.")
 speed = st.select_slider("Replay speed", ["recorded", "2× faster", "10× faster", "instant"], value="2× faster",
                          key="gen_speed")
-if st.button("▶ Replay the stream", type="primary"):
+live_col, replay_col = st.columns(2)
+live = live_col.button("⚡ Run it live now", type="primary", key="gen_live",
+                       help="The model answers again, streamed token by token as it produces them (the plain "
+                            "serving path: no captures, the same tokens).")
+replay = replay_col.button("▶ Replay the recorded stream", key="gen_replay")
+if live:
+    stream_live(current_request(), t.tpot_s)
+elif replay:
     factor = {"recorded": 1.0, "2× faster": 0.5, "10× faster": 0.1, "instant": 0.0}[speed]
 
     def stream():

@@ -50,7 +50,7 @@ def stream_live(request, captured_tpot_s: float | None) -> dict | None:
         else:
             first = deltas[0]["t_s"] if deltas else None
             tpot = ((deltas[-1]["t_s"] - first) / max(deltas[-1]["step"], 1)) if len(deltas) > 1 else None
-            stats.caption(f"TTFT {first:.2f} s" if first is not None else "TTFT …"
+            stats.caption((f"TTFT {first:.2f} s" if first is not None else "TTFT …")
                           + (f" · TPOT {tpot * 1000:.0f} ms" if tpot else "")
                           + f" · {time.perf_counter() - t0:.1f} s since you pressed the button")
         box.code(text or "…", language=None, wrap_lines=True)
