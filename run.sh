@@ -21,11 +21,11 @@ setup() {
 }
 
 browser() {
-  if ! dpkg -s chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null 2>&1; then
-    echo "Installing Debian's chromium for the browser tests..."
+  if ! dpkg -s chromium fonts-noto-cjk fonts-noto-color-emoji haproxy >/dev/null 2>&1; then
+    echo "Installing Debian's chromium (browser tests) and haproxy (the replicas test)..."
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji haproxy >/dev/null
   fi
 }
 
