@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -35,6 +36,14 @@ def plotly_strings(at: AppTest) -> str:
     return " ".join(json.dumps(json.loads(c.proto.spec), ensure_ascii=False) for c in at.get("plotly_chart"))
 
 
+def json_bodies(at: AppTest) -> list[str]:
+    """The JSON code blocks (st.code(json_text(...), language="json")), each checked to parse as JSON."""
+    bodies = [c.value for c in at.code if c.language == "json"]
+    for body in bodies:
+        json.loads(body)
+    return bodies
+
+
 def texts(at: AppTest) -> str:
     return " ".join(m.value for m in list(at.markdown) + list(at.caption) + list(at.subheader))
 
@@ -42,7 +51,7 @@ def texts(at: AppTest) -> str:
 def test_journey_walks_every_stage():
     at = run_page("journey")
     assert [s.value.split(".")[0] for s in at.subheader] == [str(i) for i in range(1, 8)]
-    bodies = [j.proto.body for j in at.json]
+    bodies = json_bodies(at)
     assert any('"messages"' in b and "Are tomatoes fruit?" in b for b in bodies)  # request JSON
     assert any('"batch_index"' in b for b in bodies)  # batch entry
     assert any('"text_delta"' in b for b in bodies)  # streaming events
@@ -59,7 +68,7 @@ def test_journey_walks_every_stage():
 
 def test_request_template_shows_both_styles_and_marks_template_text():
     at = run_page("request_template")
-    bodies = [json.loads(j.proto.body) for j in at.json]
+    bodies = [json.loads(b) for b in json_bodies(at)]
     assert any("messages" in b and "stream" in b and "max_tokens" in b for b in bodies)
     html = " ".join(html_blocks(at))
     assert "&lt;|im_start|&gt;" in html and "color:#b91c1c" in html  # special tokens highlighted
@@ -73,7 +82,7 @@ def test_request_template_with_a_system_prompt_puts_it_in_both_styles():
     at.session_state["req_max_new_tokens"] = 4
     at.run()
     assert not at.exception
-    openai, anthropic = (json.loads(j.proto.body) for j in at.json[:2])
+    openai, anthropic = (json.loads(b) for b in json_bodies(at)[:2])
     assert openai["messages"][0] == {"role": "system", "content": "Answer in one sentence."}
     assert anthropic["system"] == "Answer in one sentence." and all(m["role"] != "system" for m in anthropic["messages"])
 
@@ -111,7 +120,8 @@ def test_tensors_batch_pads_three_requests():
 
 def batch_mask(at: AppTest) -> list[list[int]]:
     """The three-request batch's attention_mask grid (the only (3, T) table of zeros and ones)."""
-    grids = [df.value for df in at.dataframe if df.value.shape[0] == 3 and df.value.shape[1] > 3]
+    grids = [df.value for df in at.dataframe if df.value.shape[0] == 3 and df.value.shape[1] > 3
+             and all(pd.api.types.is_integer_dtype(d) for d in df.value.dtypes)]  # not the (3, 4) summary table
     masks = [g for g in grids if set(np.unique(g.to_numpy())) <= {0, 1}]
     assert len(masks) == 1, [g.shape for g in grids]
     return masks[0].to_numpy().tolist()
@@ -121,16 +131,22 @@ def test_generation_metrics_events_and_replay():
     at = run_page("generation")
     labels = [m.label for m in at.metric]
     assert {"Time to first token (TTFT)", "Time per output token (TPOT)", "Finish reason"} <= set(labels)
-    assert any('"text_delta"' in j.proto.body for j in at.json)
-    assert any('"completed"' in j.proto.body for j in at.json)
+    bodies = json_bodies(at)
+    assert any('"text_delta"' in b for b in bodies)
+    assert any('"completed"' in b for b in bodies)
     assert len(at.get("plotly_chart")) == 2
-    text = next(json.loads(j.proto.body) for j in at.json if '"completed"' in j.proto.body)["text"]
-    assert [c.value for c in at.code] == [text]  # the answer as plain text: no markdown, no LaTeX
+    text = next(json.loads(b) for b in bodies if '"completed"' in b)["text"]
+    assert answer_blocks(at) == [text]  # the answer as plain text: no markdown, no LaTeX
     assert not any(text.strip()[:20] in m.value for m in at.markdown)
     at.select_slider(key="gen_speed").set_value("instant")
-    at.button[0].click().run()
+    at.button(key="gen_replay").click().run()
     assert not at.exception
-    assert [c.value for c in at.code] == [text]  # the replay streams into the same plain-text block
+    assert answer_blocks(at) == [text]  # the replay streams into the same plain-text block
+
+
+def answer_blocks(at: AppTest) -> list[str]:
+    """The plain-text code blocks (language None): the answer; the JSON event blocks are not it."""
+    return [c.value for c in at.code if c.language != "json"]
 
 
 def test_kv_cache_growth_calculator_and_measurement():

@@ -12,6 +12,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from pipeline.model.loader import shared_model
+from pipeline.stages import attention as ast
 from pipeline.stages import layers as la
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.trace import run_trace
@@ -31,6 +32,13 @@ def run_page(name: str) -> AppTest:
 
 def plotly_count(at: AppTest) -> int:
     return len(at.get("plotly_chart"))
+
+
+def chart(at: AppTest, key: str):
+    """The plotly chart with this key (the attention page draws several: at_overview, at_heatmap, ...)."""
+    charts = [c for c in at.get("plotly_chart") if c.key == key]
+    assert len(charts) == 1, [c.key for c in at.get("plotly_chart")]
+    return charts[0]
 
 
 def text_of(at: AppTest) -> str:
@@ -94,12 +102,14 @@ def test_next_token_step_selector():
 def test_attention_page():
     at = run_page("attention")
     assert at.title[0].value == "Attention"
-    assert plotly_count(at) >= 2  # T x T heatmap + one row as bars
+    assert plotly_count(at) >= 3  # all-heads overview + T x T heatmap + one row as bars
+    for key in ("at_overview", "at_heatmap", "at_row_chart"):
+        chart(at, key)
     assert "grouped-query" in text_of(at)
     at.slider(key="at_layer").set_value(7).run()
     at.selectbox(key="at_head").set_value(4).run()
     assert not at.exception
-    assert "layer 7, head 4" in str(at.get("plotly_chart")[0].proto)
+    assert "layer 7, head 4" in str(chart(at, "at_heatmap").proto)
     assert "KV head 1" in text_of(at)
     at.selectbox(key="at_row").set_value(3).run()
     assert not at.exception
@@ -152,10 +162,12 @@ def run_long(name: str) -> AppTest:
     return at
 
 
-def chart_arrays(at: AppTest, index: int) -> dict[str, np.ndarray]:
-    """{'<trace index>.<z|y|customdata>': values as float} for one plotly chart, typed arrays decoded."""
+def chart_arrays(at: AppTest, index: int | str) -> dict[str, np.ndarray]:
+    """{'<trace index>.<z|y|customdata>': values as float} for one plotly chart (by index or key), typed
+    arrays decoded."""
     out = {}
-    for n, tr in enumerate(json.loads(at.get("plotly_chart")[index].proto.spec)["data"]):
+    c = chart(at, index) if isinstance(index, str) else at.get("plotly_chart")[index]
+    for n, tr in enumerate(json.loads(c.proto.spec)["data"]):
         for field in ("z", "y", "customdata"):
             v = tr.get(field)
             if isinstance(v, dict) and "bdata" in v:  # plotly packs numpy arrays as base64
@@ -196,14 +208,38 @@ def test_attention_page_long_prompt_shows_a_window(long_trace):
     at = run_long("attention")
     T = len(long_trace.tokens)
     assert T > 512
-    assert "last 256 of T" in str(at.get("plotly_chart")[0].proto)
+    start, W, sinks = T - 256, 256, 4  # query rows start..T-1; key columns: 4 first tokens, 1 summed, the window
+    C = sinks + 1 + W
+    assert "last 256 of T" in str(chart(at, "at_heatmap").proto)
     assert "shows only the last 256" in text_of(at)
-    heat = chart_arrays(at, 0)["0.z"]  # (256 * 256,) weights, NaN only for the masked future
-    assert heat.size == 256 * 256
-    assert np.isfinite(heat).sum() == 256 * 257 // 2 and np.nanmin(heat) >= 0 and np.nanmax(heat) <= 1
-    row = chart_arrays(at, 1)["0.y"]  # the last token's row, keys in the window
-    assert np.isfinite(row).all() and 0 < row.sum() <= 1 + 1e-5
+    assert f"T = {T:,} tokens" in text_of(at)  # the page traced the same prompt as long_trace
+    spec = json.loads(chart(at, "at_heatmap").proto.spec)["data"][0]
+    x, y = list(spec["x"]), list(spec["y"])
+    assert len(x) == C and len(y) == W and y[0].startswith(f"({start})") and y[-1].startswith(f"({T - 1})")
+    assert [c[:3] for c in x[:sinks]] == ["(0)", "(1)", "(2)", "(3)"]  # the first tokens stay as columns
+    assert x[sinks] == f"tokens {sinks}–{start - 1}, summed" and x[sinks + 1:] == y  # then the window's keys
+    arrays = chart_arrays(at, "at_heatmap")
+    heat = arrays["0.z"]  # (256 * 261,) colour values, NaN only for the masked future
+    assert heat.size == W * C
+    assert np.isfinite(heat).sum() == W * (sinks + 1) + W * (W + 1) // 2  # future masked only in the window
+    assert np.nanmin(heat) >= 0 and np.nanmax(heat) <= 1
+    weights = arrays["0.customdata"].reshape(W, C)  # the real weights behind the colours
+    future = np.isnan(heat.reshape(W, C))
+    assert np.all(weights[future] == 0) and np.all(weights >= 0)
+    np.testing.assert_allclose(weights.sum(axis=1), 1, atol=1e-3)  # shown keys + summed column: 100 % per row
+    layer, head = at.session_state["at_layer"], at.session_state["at_head"]
+    assert (layer, head) == ast.sharpest_head(ast.last_rows(long_trace.prefill))  # opens on the most focused head
+    full = ast.attention_for_layer(long_trace.prefill, layer, first_row=start)[head]  # (W, T) every key
+    np.testing.assert_allclose(weights[:, :sinks], full[:, :sinks], atol=1e-4)
+    np.testing.assert_allclose(weights[:, sinks], full[:, sinks:start].sum(axis=1), atol=1e-4)
+    np.testing.assert_allclose(weights[:, sinks + 1:], full[:, start:], atol=1e-4)
+    row = chart_arrays(at, "at_row_chart")["0.y"]  # the last token's row: first tokens, summed column, window
+    assert row.size == C and np.isfinite(row).all()
+    np.testing.assert_allclose(row.sum(), 1, atol=1e-3)
     at.slider(key="at_layer").set_value(12).run()
     at.selectbox(key="at_row").set_value(T - 100).run()
     assert not at.exception
-    assert "layer 12, head 0" in str(at.get("plotly_chart")[0].proto)
+    assert f"layer 12, head {head}" in str(chart(at, "at_heatmap").proto)  # the head stays when the layer moves
+    row = chart_arrays(at, "at_row_chart")["0.y"]  # row T - 100: keys up to and including itself
+    assert row.size == sinks + 1 + (T - 100 - start + 1)
+    np.testing.assert_allclose(row.sum(), 1, atol=1e-3)

@@ -138,7 +138,7 @@ def one_head() -> None:
     layer = c1.slider("layer", 0, L - 1, key="at_layer")
     head = c2.selectbox("query head", range(H), key="at_head",
                         format_func=lambda h: f"head {h} (reads KV head {m.kv_head(h)}; last row "
-                                              f"{entropy[st.session_state.at_layer, h]:.1f} bits)")
+                                              f"{entropy[layer, h]:.1f} bits)")
     rows, sinks = layer_window(trace.request.id, tuple(trace.ids), layer, start, p)  # (H, W, C)
     A = rows[head]  # (W, C) rows = queries start..T-1
     cols, xlabels = key_columns(sinks)
