@@ -39,9 +39,14 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
 SESSION_DEFAULTS = {f"req_{k}": v for k, v in DEFAULTS.items()}
 
 
-def sidebar():
-    """The request form every page follows. Returns a placeholder for what is filled after the page."""
+def sidebar(pages: list):
+    """Our own page links (they carry the request in their query string, so it follows every move
+    and survives a reconnect), then the request form. Returns a box filled after the page has run."""
+    query = url_state.request_query(SESSION_DEFAULTS)
     with st.sidebar:
+        for page in pages:
+            st.page_link(page, query_params=query)
+        st.divider()
         st.header("Your request")
         if st.button("Reset to the default request", use_container_width=True):
             st.session_state.update(SESSION_DEFAULTS)
@@ -92,11 +97,11 @@ warm_up()  # once per server: the default request and the prompt-caching scenari
 init_state()
 pages = [st.Page(str(HERE / "views" / f), title=t, icon=i, url_path=u, default=(n == 0))
          for n, (f, t, i, u) in enumerate(PAGES)]
-page = st.navigation(pages)
+page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
 controls = url_state.page_params(page_path, lm.dims.L, lm.dims.H)
 notes = url_state.restore(page_path, SESSION_DEFAULTS, controls)
-after = sidebar()
+after = sidebar(pages)
 for note in notes:
     st.warning(note, icon="🔗")
 with counting_passes(session_passes()) as passes:

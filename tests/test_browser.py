@@ -92,7 +92,7 @@ def page_titles() -> list[str]:
 
 
 def open_page(page, title: str) -> None:
-    page.locator('[data-testid="stSidebarNav"] a', has_text=title).first.click()
+    page.locator('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]', has_text=title).first.click()
     settle(page)
 
 

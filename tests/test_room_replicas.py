@@ -98,7 +98,7 @@ def test_sessions_stick_and_survive_a_killed_replica(room):
         replicas = [_replica(c) for c in contexts]
         assert set(replicas) == {"r1", "r2"}  # round robin spread the room over both replicas
         for page, before in zip(pages, replicas):  # sticky: further clicks stay on the same replica
-            page.locator('[data-testid="stSidebarNav"] a', has_text="Tokens").first.click()
+            page.locator('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]', has_text="Tokens").first.click()
         for page, context, before in zip(pages, contexts, replicas):
             page.wait_for_function("() => document.querySelector('h1') && "
                                    "document.querySelector('h1').innerText.includes('Tokens')", timeout=300_000)
@@ -115,7 +115,7 @@ def test_sessions_stick_and_survive_a_killed_replica(room):
             while time.time() < deadline and _replica(contexts[i]) == victim:
                 page.wait_for_timeout(1000)
             assert _replica(contexts[i]) != victim
-            page.locator('[data-testid="stSidebarNav"] a', has_text="Journey").first.click()
+            page.locator('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]', has_text="Journey").first.click()
             _done(page, QUESTIONS[i], 300)
             assert page.locator("textarea").first.input_value() == QUESTIONS[i]
         for i in kept:  # the rest of the room saw nothing

@@ -123,6 +123,12 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
     return notes
 
 
+def request_query(defaults: dict[str, Any]) -> dict[str, str]:
+    """The sidebar's request as query parameters (defaults left out), for links to other pages."""
+    return {name: p.show(st.session_state[p.key]) for name, p in REQUEST.items()
+            if p.key in st.session_state and st.session_state[p.key] != defaults.get(p.key)}
+
+
 def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
     """The current request and this page's controls into the query string (request defaults left out)."""
     params = {}
@@ -131,8 +137,9 @@ def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
             value = st.session_state[param.key]
             if param.key not in defaults or value != defaults[param.key]:
                 params[name] = param.show(value)
-    if dict(st.query_params) != params:
-        st.query_params.from_dict(params)
+    # Always sent: after a page switch the browser's address has lost its query string even where
+    # the server's copy still holds it, so comparing the two would skip the write.
+    st.query_params.from_dict(params)
 
 
 def link(page: str) -> str:
