@@ -68,6 +68,11 @@ def settle(page, timeout: float = 400) -> None:
         page.wait_for_timeout(400)
 
 
+def chart_titles(page) -> str:
+    """The titles drawn inside the plotly charts (SVG text, not part of the page's innerText)."""
+    return " | ".join(page.locator(".js-plotly-plot .gtitle").all_text_contents())
+
+
 def visit(context, url: str):
     page = context.new_page()
     page.goto(url)
@@ -101,7 +106,7 @@ def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
     question = "Why is the sky blue?"
     first = browser.new_context(viewport={"width": 1300, "height": 1200})
     page = visit(first, f"{server}/attention?q={quote(question)}&max_new_tokens=8&layer=3&head=2")
-    assert "layer 3, head 2" in page.inner_text("body")
+    assert "layer 3, head 2" in chart_titles(page)
     page.locator("summary", has_text="Share or export this view").first.click()
     link = page.locator('[data-testid="stSidebar"] code').filter(has_text="/attention").first.inner_text().strip()
     params = parse_qs(urlparse(link).query)
@@ -109,8 +114,7 @@ def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
     page.screenshot(path=str(SHOTS / "room_link_source.png"))
     second = browser.new_context(viewport={"width": 1300, "height": 1200})  # a fresh browser: no shared state
     again = visit(second, link)
-    body = again.inner_text("body")
-    assert "layer 3, head 2" in body
+    assert "layer 3, head 2" in chart_titles(again)
     assert again.locator("textarea").first.input_value() == question
     again.screenshot(path=str(SHOTS / "room_link_reopened.png"))
     first.close()
@@ -186,4 +190,20 @@ def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server
     png.value.save_as(tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert hosts == {urlparse(server).netloc}
+    context.close()
+
+
+def test_a_korean_question_reads_as_korean_on_every_page(server, browser):
+    """Every page names a Korean token by its character (토), not only by its bytes (<0xED>)."""
+    question = "토마토는 과일이야?"
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
+    paths = ["journey", "request", "tokens", "tensors", "embeddings", "position", "layers", "attention",
+             "next-token", "what-if", "generation", "kv-cache", "presenter"]
+    for path in paths:
+        page = visit(context, f"{server}/{path}?q={quote(question)}&max_new_tokens=8")
+        assert page.locator('[data-testid="stException"]').count() == 0, path
+        text = page.inner_text("body") + " ".join(page.locator(".js-plotly-plot").all_inner_texts())
+        assert "토" in text, f"{path}: no Korean character on the page"
+        page.screenshot(path=str(SHOTS / f"room_korean_{path}.png"))
+        page.close()
     context.close()
