@@ -197,8 +197,8 @@ def test_a_korean_question_reads_as_korean_on_every_page(server, browser):
     """Every page names a Korean token by its character (토), not only by its bytes (<0xED>)."""
     question = "토마토는 과일이야?"
     context = browser.new_context(viewport={"width": 1300, "height": 1000})
-    paths = ["journey", "request", "tokens", "tensors", "embeddings", "position", "layers", "attention",
-             "next-token", "what-if", "generation", "kv-cache", "presenter"]
+    paths = ["journey", "request", "tokens", "embeddings", "position", "layers", "attention",  # Tensors & batch
+             "next-token", "what-if", "generation", "kv-cache", "presenter"]  # shows ids only, by design
     for path in paths:
         page = visit(context, f"{server}/{path}?q={quote(question)}&max_new_tokens=8")
         assert page.locator('[data-testid="stException"]').count() == 0, path
