@@ -96,9 +96,13 @@ def current_request() -> ChatRequest:
                                      options=options)
 
 
-def request_key(request: ChatRequest) -> tuple:
+def run_key(model_name: str, messages: tuple, options: GenerationOptions) -> tuple:
     """Plain values that identify a run: the model, the messages and every option, by name."""
-    return get_model().name, request.messages, repr(sorted(request.options.to_dict().items()))
+    return model_name, messages, repr(sorted(options.to_dict().items()))
+
+
+def request_key(request: ChatRequest) -> tuple:
+    return run_key(get_model().name, request.messages, request.options)
 
 
 def queued_run(request: ChatRequest) -> Trace:
@@ -170,7 +174,7 @@ def branch_for(trace: Trace, path: tuple[tuple[int, int], ...]) -> Trace:
 
 def request_key_of(trace: Trace) -> tuple:
     """The store key of the run a trace (or its branches) came from."""
-    return (trace.dims.name, trace.request.messages, repr(sorted(trace.request.options.to_dict().items())))
+    return run_key(trace.dims.name, trace.request.messages, trace.request.options)
 
 
 def branch_label(path: tuple[tuple[int, int], ...]) -> str:
