@@ -13,6 +13,7 @@ the whole room wait.
 from __future__ import annotations
 
 import contextvars
+import logging
 import statistics
 import threading
 import time
@@ -20,6 +21,8 @@ from collections import deque
 from typing import Callable, Hashable
 
 from .errors import InputError
+
+log = logging.getLogger(__name__)
 
 DECODE_STEP_COST = 15  # one decode step costs about as much as 15 prompt tokens of prefill on a CPU
 LONG_PROMPT_TOKENS = 1024  # prompts longer than this are refused while the queue is long
@@ -149,6 +152,8 @@ class RunQueue:
             else:
                 self._run_group(group)
             took = time.monotonic() - self._running_since
+            log.info("ran %d job(s) of kind %s in %.1f s; %d waiting", len(group),
+                     ticket.batch[0] if ticket.batch else "-", took, len(self._waiting))
             with self._lock:
                 cost = sum(t.cost for t in group)
                 if cost > 0 and ticket._error is None:

@@ -264,3 +264,27 @@ def test_generation_page_streams_live():
     assert not at.exception
     assert any(c.value.startswith("TTFT") and "TPOT" in c.value for c in at.caption)
     assert any("plain serving" in m.value and "captured run" in m.value for m in at.markdown)
+
+
+@pytest.mark.app
+def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monkeypatch):
+    """The server's warm-up must store the default request where a visitor's default request looks for
+    it (a late-bound key once filed it under the scenario's key, so the first visitor ran it again)."""
+    from pipeline.model.loader import CACHE_ENV, cache_root
+    from pipeline.stages.request import ChatRequest
+    from views.common import DEFAULT_QUESTION, request_key, result_store, run_queue, run_store, warm_up
+
+    for entry in cache_root().iterdir():  # the weights, but an empty store of runs
+        if entry.name != "runs":
+            (tmp_path / entry.name).symlink_to(entry)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    for resource in (run_store, result_store, run_queue):
+        resource.clear()
+    jobs = warm_up()
+    for ticket in jobs.values():
+        ticket.result()
+    visitor = ChatRequest.from_question(DEFAULT_QUESTION)
+    trace = run_store().get_or_run(request_key(visitor), lambda: pytest.fail("the default request ran again"))
+    assert trace.request.messages == visitor.messages
+    records = result_store().get_or_run(("scenario", "conversation", 16), lambda: pytest.fail("scenario ran again"))
+    assert isinstance(records, list) and records and isinstance(records[0], dict)

@@ -41,7 +41,16 @@ def run_store() -> RunStore:
 @st.cache_resource
 def run_queue() -> RunQueue:
     """The one line in front of the model, shared by every session. Chat requests waiting together
-    run as one batch: each prompt is prefilled on its own, the answers are decoded together."""
+    run as one batch: each prompt is prefilled on its own, the answers are decoded together.
+    Each run is logged on the server's console (size of the batch, seconds, jobs still waiting)."""
+    import logging
+
+    queue_log = logging.getLogger("pipeline.run_queue")
+    if not queue_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        queue_log.addHandler(handler)
+        queue_log.setLevel(logging.INFO)
     return RunQueue(batch_runners={"trace": run_trace_batch})
 
 
@@ -209,10 +218,10 @@ def warm_up() -> dict:
     jobs = {"the default request": run_queue().submit(
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
     for name in ("conversation",):  # the others are prepared when someone first picks them
-        key = ("scenario", name, 16)
+        scenario_key = ("scenario", name, 16)  # a new name: the lambda above reads `key` when it runs
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
-            key, lambda key=key, name=name: result_store().get_or_run(key, lambda: play(lm, scenarios()[name], 16)),
-            cost=4000, background=True)
+            scenario_key, lambda k=scenario_key, name=name: result_store().get_or_run(
+                k, lambda: play(lm, scenarios()[name], 16)), cost=4000, background=True)
     return jobs
 
 
