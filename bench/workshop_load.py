@@ -1,15 +1,22 @@
-"""A room of learners against a running server: N real browser sessions (Playwright + Chromium).
+"""A room of learners against a running server: N sessions, in real browsers (Playwright + Chromium)
+or speaking Streamlit's websocket protocol.
 
   ./run.sh app &                                   # or any running server
-  .venv/bin/python bench/workshop_load.py --url http://localhost:8501 --sessions 30 [--pid SERVER_PID]
+  .venv/bin/python bench/workshop_load.py --url http://localhost:8501 --sessions 30 [--browsers 3] [--pid PID]
 
 Each session opens the Journey page with its own question in the link (?q=...), as a learner
 following a shared link would, and waits until the page is complete. Then every session opens the
 same link again (a question someone already asked: served from the store). Reports: errors,
-cross-talk (every session must show its own question's tokens and no one else's), p50/p95 time to
-a complete page for new and for already-asked questions, the queue positions learners saw, and the
-server's peak memory (RSS of --pid, sampled every 0.5 s; found from the port when not given).
-Traffic goes to the given URL only (loopback), and the run is bounded by --timeout.
+cross-talk (every session must be sent its own question's request and no one else's), p50/p95 time
+to a complete page for new and for already-asked questions, the queue positions learners saw, the
+server's peak memory (RSS of --pid, sampled every 0.5 s; found from the port when not given) and
+where the machine's CPU time went.
+
+In a real room each learner's browser runs on their own laptop. Here the browsers share the
+server's two cores: 30 Chromium pages took 763 CPU-s of a 898 CPU-s run and left the model 116 s,
+so the figures measured the browsers. --browsers K keeps K real browsers (the pages are drawn
+and checked) and runs the other sessions over the protocol: the same messages from the server,
+not drawn. Traffic goes to the given URL only (loopback), and the run is bounded by --timeout.
 """
 from __future__ import annotations
 
@@ -33,7 +40,11 @@ QUESTIONS = ["Are tomatoes fruit?", "Why is the sky blue?", "What is a prime num
              "What is a fraction?", "Why do we sleep?", "What is electricity?", "How do birds fly?",
              "What is a galaxy?", "Why is ice slippery?", "What is a noun?", "How do fish breathe?",
              "What is an island?", "What are clouds made of?", "Why do onions make us cry?"]
-DONE_MARK = "This run took"  # Journey's last caption: the page has rendered to the end
+DONE_MARK = "This run took"  # Journey's last caption: the server has sent the page to its end
+# ...and the browser has drawn it: no placeholder left (code blocks, tables and charts load their
+# code lazily) and every chart has its SVG.
+DRAWN_JS = """() => document.querySelectorAll('[data-testid="stSkeleton"]').length === 0 &&
+  [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].every(c => c.querySelector('.main-svg'))"""
 
 
 def server_pid(url: str) -> int | None:
@@ -50,7 +61,28 @@ class RssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.peak_mb, self.stop = pid, 0.0, False
 
+    @staticmethod
+    def _ticks(path: str, fields: slice) -> int | None:
+        try:
+            with open(path) as f:
+                line = f.readline() if path == "/proc/stat" else f.read().rsplit(")", 1)[1]
+            return sum(int(x) for x in line.split()[fields])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def cpu_now(self) -> tuple[int | None, int | None]:
+        """(server's user+system ticks, the whole machine's busy ticks) since boot."""
+        server = self._ticks(f"/proc/{self.pid}/stat", slice(11, 13)) if self.pid else None
+        machine = self._ticks("/proc/stat", slice(1, 4))  # user, nice, system
+        return server, machine
+
+    def cpu_seconds(self) -> tuple[float | None, float]:
+        (s0, m0), (s1, m1) = self.cpu_start, self.cpu_now()
+        hz = os.sysconf("SC_CLK_TCK")
+        return ((s1 - s0) / hz if s0 is not None and s1 is not None else None), (m1 - m0) / hz
+
     def run(self):
+        self.cpu_start = self.cpu_now()
         while not self.stop and self.pid:
             try:
                 with open(f"/proc/{self.pid}/status") as f:
@@ -68,7 +100,8 @@ async def one_session(browser, url: str, question: str, others: list[str], timeo
     host = url.split("//", 1)[-1].split("/", 1)[0]
     page.on("request", lambda r: outside.append(r.url) if host not in r.url and not r.url.startswith("data:") else None)
     result = {"question": question, "error": None, "seconds": None, "again_seconds": None, "positions": [],
-              "cross_talk": False, "outside_requests": outside}
+              "cross_talk": False, "outside_requests": outside,
+              "served": {}}
     link = f"{url}/journey?q={quote(question)}"
     try:
         for attempt in ("seconds", "again_seconds"):
@@ -79,7 +112,9 @@ async def one_session(browser, url: str, question: str, others: list[str], timeo
                 seen = re.search(r"number (\d+) in line", body)
                 if seen:
                     result["positions"].append(int(seen.group(1)))
-                if DONE_MARK in body:
+                if DONE_MARK in body and result["served"].get(attempt) is None:
+                    result["served"][attempt] = time.monotonic() - t0  # the server has sent the whole page
+                if DONE_MARK in body and await page.evaluate(DRAWN_JS):
                     break
                 if "Traceback" in body or "Please fix the request" in body:
                     raise RuntimeError(body[:300])
@@ -87,13 +122,62 @@ async def one_session(browser, url: str, question: str, others: list[str], timeo
                     raise TimeoutError(f"no complete page after {timeout:.0f} s")
                 await asyncio.sleep(0.5)
             result[attempt] = time.monotonic() - t0
-            chips = await page.inner_text("body")
-            first_word = question.split()[1] if len(question.split()) > 1 else question
-            result["cross_talk"] |= first_word not in chips or any(o in chips for o in others)
+            body = await page.evaluate("document.body.textContent")
+            # The Journey page prints the request's JSON body: the own question must be in it, verbatim
+            # (JSON escapes nothing in these ASCII questions), and no other learner's question.
+            own = f'"content": "{question}"' in body
+            foreign = [o for o in others if f'"content": "{o}"' in body]
+            if not own or foreign:
+                result["cross_talk"] = True
+                result["cross_talk_seen"] = (f"own question {'shown' if own else 'missing'}; "
+                                             f"others shown: {foreign[:3]}; page starts: {body[:160]!r}")
     except Exception as e:  # reported, never raised: one learner's failure must not stop the count
         result["error"] = f"{type(e).__name__}: {str(e)[:200]}"
     finally:
         await ctx.close()
+    return result
+
+
+async def one_protocol_session(url: str, question: str, others: list[str], timeout: float) -> dict:
+    """A learner without a browser: Streamlit's own websocket protocol, the messages a browser would
+    get, not drawn. Measures the server alone (the browsers of a real room run on other machines)."""
+    import websockets
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    result = {"question": question, "error": None, "seconds": None, "again_seconds": None, "positions": [],
+              "cross_talk": False, "outside_requests": [], "served": {}}
+    stream = url.replace("http", "ws", 1) + "/_stcore/stream"
+    try:
+        for attempt in ("seconds", "again_seconds"):
+            t0 = time.monotonic()
+            async with websockets.connect(stream, subprotocols=["streamlit"], max_size=None,
+                                          open_timeout=timeout) as ws:
+                back = BackMsg()
+                back.rerun_script.query_string = f"q={quote(question)}"
+                back.rerun_script.page_name = "journey"
+                await ws.send(back.SerializeToString())
+                sent = b""
+                while True:
+                    msg = ForwardMsg()
+                    msg.ParseFromString(await asyncio.wait_for(ws.recv(), timeout))
+                    sent += msg.SerializeToString()
+                    for seen in re.finditer(rb"number (\d+) in line", msg.SerializeToString()):
+                        result["positions"].append(int(seen.group(1)))
+                    if msg.WhichOneof("type") == "script_finished":
+                        break
+                    if time.monotonic() - t0 > timeout:
+                        raise TimeoutError(f"no complete page after {timeout:.0f} s")
+            result[attempt] = result["served"][attempt] = time.monotonic() - t0
+            if b"Traceback" in sent or DONE_MARK.encode() not in sent:
+                raise RuntimeError("the page did not run to its end")
+            own = f'"content": "{question}"'.encode() in sent
+            foreign = [o for o in others if f'"content": "{o}"'.encode() in sent]
+            if not own or foreign:
+                result["cross_talk"] = True
+                result["cross_talk_seen"] = f"own question {'sent' if own else 'missing'}; others sent: {foreign[:3]}"
+    except Exception as e:
+        result["error"] = f"{type(e).__name__}: {str(e)[:200]}"
     return result
 
 
@@ -109,7 +193,10 @@ async def main_async(args) -> int:
         tasks = []
         for i, q in enumerate(questions):
             others = [o for o in questions if o != q and o not in q and q not in o]
-            tasks.append(one_session(browser, args.url, q, others, args.timeout))
+            in_browser = i < (args.sessions if args.browsers is None else args.browsers)
+            tasks.append(asyncio.create_task(  # started now: learners arrive one after another
+                one_session(browser, args.url, q, others, args.timeout) if in_browser
+                else one_protocol_session(args.url, q, others, args.timeout)))
             await asyncio.sleep(args.stagger)  # learners do not all click in the same millisecond
         results = await asyncio.gather(*tasks)
         await browser.close()
@@ -120,16 +207,29 @@ async def main_async(args) -> int:
         xs = sorted(x for x in xs if x is not None)
         return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
 
+    new_served = [r["served"].get("seconds") for r in results]
+    again_served = [r["served"].get("again_seconds") for r in results]
     new = [r["seconds"] for r in results]
     again = [r["again_seconds"] for r in results]
     errors = [r for r in results if r["error"]]
-    print(f"{args.sessions} sessions against {args.url} in {wall:.0f} s")
+    browsers = args.sessions if args.browsers is None else min(args.browsers, args.sessions)
+    print(f"{args.sessions} sessions ({browsers} in Chromium, {args.sessions - browsers} over the websocket "
+          f"protocol) against {args.url} in {wall:.0f} s")
     print(f"  errors: {len(errors)}" + "".join(f"\n    {r['question']}: {r['error']}" for r in errors[:5]))
-    print(f"  cross-talk: {sum(r['cross_talk'] for r in results)}")
+    print(f"  cross-talk: {sum(r['cross_talk'] for r in results)}" + "".join([
+        f"\n    {r['question']}: {r['cross_talk_seen']}" for r in results if r["cross_talk"]][:5]))
     print(f"  requests to other hosts: {sum(len(r['outside_requests']) for r in results)}")
     print(f"  new question, time to a complete page: p50 {pct(new, .5):.1f} s, p95 {pct(new, .95):.1f} s, "
           f"max {pct(new, 1):.1f} s")
     print(f"  question already asked:                p50 {pct(again, .5):.1f} s, p95 {pct(again, .95):.1f} s")
+    print(f"  ... of which the server had sent the whole page (its last line on screen): new p50 "
+          f"{pct(new_served, .5):.1f} s, p95 {pct(new_served, .95):.1f} s; already asked p50 "
+          f"{pct(again_served, .5):.1f} s, p95 {pct(again_served, .95):.1f} s")
+    server_cpu, machine_cpu = sampler.cpu_seconds()
+    if server_cpu is not None:
+        print(f"  CPU time during the run: server {server_cpu:,.0f} s, everything else on the machine (the "
+              f"{args.sessions} browsers, this script, other load) {machine_cpu - server_cpu:,.0f} s; "
+              f"{os.cpu_count()} cores x {wall:.0f} s = {os.cpu_count() * wall:,.0f} s available")
     seen = sorted({p for r in results for p in r["positions"]})
     print(f"  queue positions seen: {seen[:10]}{' ...' if len(seen) > 10 else ''} (highest {max(seen, default=0)})")
     print(f"  server peak RSS: {sampler.peak_mb:,.0f} MB" + ("" if sampler.pid else " (server pid not found)"))
@@ -143,6 +243,9 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="per page, seconds")
     ap.add_argument("--stagger", type=float, default=0.3, help="seconds between two learners arriving")
     ap.add_argument("--pid", type=int, default=None)
+    ap.add_argument("--browsers", type=int, default=None,
+                    help="how many of the sessions run in Chromium (default: all); the others speak Streamlit's "
+                         "websocket protocol without drawing, so the browsers do not eat the server's CPU")
     args = ap.parse_args()
     if not re.match(r"https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$", args.url):
         print("error: --url must be a loopback address (this benchmark never targets another machine)")

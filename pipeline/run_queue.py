@@ -34,7 +34,7 @@ def cost_of(prompt_tokens: int, new_tokens: int) -> int:
     return prompt_tokens + DECODE_STEP_COST * new_tokens
 
 
-MAX_BATCH = 8  # jobs of one kind run together at most (their decode steps share one forward pass)
+MAX_BATCH = 32  # jobs of one kind run together at most: a room of 30 arriving at once is one batch
 
 
 class Ticket:

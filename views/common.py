@@ -128,14 +128,28 @@ def queued_run(request: ChatRequest) -> Trace:
 def wait_for(ticket) -> object:
     """Show the ticket's place in the queue and an estimate until it is done."""
     if not ticket.wait(0.3):
-        box = st.empty()
-        while not ticket.wait(0.5):
+        box, shown = st.empty(), None
+        while not ticket.wait(1.0):
             ahead = ticket.position()
             where = "running now" if ahead == 0 else f"number {ahead + 1} in line ({ahead} ahead of you)"
-            box.info(f"⏳ Your request is {where}; done in about {ticket.estimate_s():.0f} s. Requests run one at a "
-                     "time in the order they arrived; identical requests share one run.")
+            message = (f"⏳ Your request is {where}; done in about {waiting_time(ticket.estimate_s())}. Requests "
+                       "run in the order they arrived (waiting chat requests run together); identical requests "
+                       "share one run.")
+            if message != shown:  # a room of browsers redrawing every second costs the model real CPU
+                box.info(message)
+                shown = message
         box.empty()
     return ticket.result()
+
+
+def waiting_time(seconds: float) -> str:
+    """A wait in steps a person can read and that do not change every second: 4 -> 'a few seconds',
+    37 -> '40 s', 95 -> '1.5 min' (rounded to 10 s, past a minute to half minutes)."""
+    if seconds < 10:
+        return "a few seconds"
+    if seconds < 60:
+        return f"{round(seconds / 10) * 10:.0f} s"
+    return f"{round(seconds / 30) / 2:g} min"
 
 
 def trace_for(request: ChatRequest) -> Trace:
