@@ -57,9 +57,13 @@ def server_pid(url: str) -> int | None:
 
 
 class RssSampler(threading.Thread):
-    def __init__(self, pid: int | None):
+    """Peak memory and CPU time of the server processes (several replicas: their sum and each one)."""
+
+    def __init__(self, pids: list[int]):
         super().__init__(daemon=True)
-        self.pid, self.peak_mb, self.stop = pid, 0.0, False
+        self.pids, self.peak_mb, self.stop = pids, 0.0, False
+        self.peak_each = {pid: 0.0 for pid in pids}
+        self.cpu_start = self.cpu_now()
 
     @staticmethod
     def _ticks(path: str, fields: slice) -> int | None:
@@ -70,26 +74,30 @@ class RssSampler(threading.Thread):
         except (OSError, IndexError, ValueError):
             return None
 
-    def cpu_now(self) -> tuple[int | None, int | None]:
-        """(server's user+system ticks, the whole machine's busy ticks) since boot."""
-        server = self._ticks(f"/proc/{self.pid}/stat", slice(11, 13)) if self.pid else None
-        machine = self._ticks("/proc/stat", slice(1, 4))  # user, nice, system
-        return server, machine
+    def cpu_now(self) -> tuple[dict[int, int | None], int | None]:
+        """({pid: user+system ticks}, the whole machine's busy ticks) since boot."""
+        servers = {pid: self._ticks(f"/proc/{pid}/stat", slice(11, 13)) for pid in self.pids}
+        return servers, self._ticks("/proc/stat", slice(1, 4))  # user, nice, system
 
-    def cpu_seconds(self) -> tuple[float | None, float]:
+    def cpu_seconds(self) -> tuple[dict[int, float], float]:
+        """({pid: CPU seconds during the run}, the machine's busy CPU seconds during the run)."""
         (s0, m0), (s1, m1) = self.cpu_start, self.cpu_now()
         hz = os.sysconf("SC_CLK_TCK")
-        return ((s1 - s0) / hz if s0 is not None and s1 is not None else None), (m1 - m0) / hz
+        each = {pid: (s1[pid] - s0[pid]) / hz for pid in self.pids if s0[pid] is not None and s1[pid] is not None}
+        return each, (m1 - m0) / hz
 
     def run(self):
-        self.cpu_start = self.cpu_now()
-        while not self.stop and self.pid:
-            try:
-                with open(f"/proc/{self.pid}/status") as f:
-                    rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
-                self.peak_mb = max(self.peak_mb, rss)
-            except (OSError, AttributeError):
-                return
+        while not self.stop and self.pids:
+            total = 0.0
+            for pid in self.pids:
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
+                except (OSError, AttributeError):
+                    continue  # a replica that died (the fault test) no longer counts
+                self.peak_each[pid] = max(self.peak_each[pid], rss)
+                total += rss
+            self.peak_mb = max(self.peak_mb, total)
             time.sleep(0.5)
 
 
@@ -185,7 +193,8 @@ async def main_async(args) -> int:
     from playwright.async_api import async_playwright
 
     questions = [QUESTIONS[i % len(QUESTIONS)] + ("" if i < len(QUESTIONS) else f" ({i})") for i in range(args.sessions)]
-    sampler = RssSampler(args.pid or server_pid(args.url))
+    pids = [int(p) for p in args.pid.split(",")] if args.pid else [pid for pid in [server_pid(args.url)] if pid]
+    sampler = RssSampler(pids)
     sampler.start()
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
@@ -226,13 +235,16 @@ async def main_async(args) -> int:
           f"{pct(new_served, .5):.1f} s, p95 {pct(new_served, .95):.1f} s; already asked p50 "
           f"{pct(again_served, .5):.1f} s, p95 {pct(again_served, .95):.1f} s")
     server_cpu, machine_cpu = sampler.cpu_seconds()
-    if server_cpu is not None:
-        print(f"  CPU time during the run: server {server_cpu:,.0f} s, everything else on the machine (the "
-              f"{args.sessions} browsers, this script, other load) {machine_cpu - server_cpu:,.0f} s; "
-              f"{os.cpu_count()} cores x {wall:.0f} s = {os.cpu_count() * wall:,.0f} s available")
+    if server_cpu:
+        each = "" if len(server_cpu) < 2 else " (" + ", ".join(f"{s:,.0f}" for s in server_cpu.values()) + ")"
+        print(f"  CPU time during the run: server{'s' if len(server_cpu) > 1 else ''} {sum(server_cpu.values()):,.0f} s"
+              f"{each}, everything else on the machine (browsers, this script, the balancer, other load) "
+              f"{machine_cpu - sum(server_cpu.values()):,.0f} s; {os.cpu_count()} cores x {wall:.0f} s = "
+              f"{os.cpu_count() * wall:,.0f} s available")
     seen = sorted({p for r in results for p in r["positions"]})
     print(f"  queue positions seen: {seen[:10]}{' ...' if len(seen) > 10 else ''} (highest {max(seen, default=0)})")
-    print(f"  server peak RSS: {sampler.peak_mb:,.0f} MB" + ("" if sampler.pid else " (server pid not found)"))
+    each = "" if len(pids) < 2 else " (each: " + ", ".join(f"{m:,.0f}" for m in sampler.peak_each.values()) + " MB)"
+    print(f"  server peak RSS: {sampler.peak_mb:,.0f} MB{each}" + ("" if pids else " (server pid not found)"))
     return 0 if not errors else 1
 
 
@@ -242,7 +254,7 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=30)
     ap.add_argument("--timeout", type=float, default=600.0, help="per page, seconds")
     ap.add_argument("--stagger", type=float, default=0.3, help="seconds between two learners arriving")
-    ap.add_argument("--pid", type=int, default=None)
+    ap.add_argument("--pid", default=None, help="the server's process id; replicas: their ids, comma-separated")
     ap.add_argument("--browsers", type=int, default=None,
                     help="how many of the sessions run in Chromium (default: all); the others speak Streamlit's "
                          "websocket protocol without drawing, so the browsers do not eat the server's CPU")
