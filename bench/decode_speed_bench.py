@@ -109,7 +109,9 @@ def main() -> int:
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(8)
     print("\nwhere the captured run spends its time (cProfile, own time per function):")
-    print("\n".join(line for line in s.getvalue().splitlines() if line.strip())[-12:])
+    lines = s.getvalue().splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if "ncalls" in line):]
+    print("\n".join(line[:150] for line in table if line.strip()))
     print(f"\ncold start to Journey with the default run stored on disk: {cold_start_seconds():.1f} s")
     return 0
 
