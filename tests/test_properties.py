@@ -392,3 +392,12 @@ def test_stop_strings_cut_at_the_first_occurrence_and_nothing_is_taken_back(toke
             break
     sent += detok.flush()
     assert sent == expected and detok.stopped == bool(hits)
+
+
+@given(st.lists(st.integers(-3, 3), min_size=1, max_size=60), st.integers(0, 70))
+def test_top_indices_equal_a_stable_full_sort(values, k):
+    """Small integer values make many ties: the order must still be numpy's stable argsort's."""
+    from pipeline.maths import top_indices
+
+    x = np.array(values, dtype=np.float32)
+    assert top_indices(x, k).tolist() == np.argsort(-x, kind="stable")[:k].tolist()

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from ..maths import top_indices
 from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len
 from ..text import token_text, tokens_text
 from .next_token import draw, final_probs, softmax
@@ -147,7 +148,7 @@ def end_token_ids(lm) -> set[int]:
 
 def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> list[Candidate]:
     raw = softmax(logits)
-    top = np.argsort(-logits, kind="stable")[:k]
+    top = top_indices(logits, k)
     return [Candidate(int(i), text, round(float(logits[i]), 4), float(raw[i]), float(probs[i]))
             for i, text in zip(top, tokens_text(tokenizer, top))]
 

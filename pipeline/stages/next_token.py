@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..maths import softmax as _softmax
+from ..maths import softmax as _softmax, top_indices
 from ..text import tokens_text
 from .request import GenerationOptions
 
@@ -125,7 +125,7 @@ def candidates(tokenizer, logits: np.ndarray, k: int = 15) -> list[dict]:
     """The k best tokens: rank, token text, id, logit and probability over the whole vocabulary."""
     logits = np.asarray(logits, dtype=np.float64)
     p = softmax(logits)
-    top = np.argsort(-logits)[:k]
+    top = top_indices(logits, k)
     return [{"rank": r, "token": text, "id": int(i), "logit": round(float(logits[i]), 3), "probability": float(p[i])}
             for r, (i, text) in enumerate(zip(top, tokens_text(tokenizer, top)), start=1)]
 
