@@ -74,6 +74,10 @@ if here:
     fig.update_layout(height=280, margin=dict(t=20, b=10), yaxis_title="log P(chosen token)",
                       xaxis_title="step of this branch (red = forced)")
     st.plotly_chart(fig, width="stretch", key="br_lp")
+else:
+    st.subheader("2. The two paths side by side")
+    st.info("Pick a step and another token above, then continue: the original answer and the branch appear "
+            "here side by side, each with how likely the model found the whole path.", icon="🌿")
 
 st.subheader("3. The branches you explored")
 st.caption("Every branch is a full run: choose one to show it on every page (Journey, Generation, KV cache, …).")

@@ -58,9 +58,9 @@ labels = [plotly_label(f"({s.step}){t.token_text}") for s, t in zip(steps, trace
 fig = go.Figure([go.Bar(x=labels, y=[s.allowed for s in steps], name="tokens allowed", marker_color="#0ea5e9"),
                  go.Scatter(x=labels, y=[s.mass_removed for s in steps], name="probability removed", yaxis="y2",
                             mode="lines+markers", marker_color="#dc2626")])
-fig.update_layout(height=340, margin=dict(t=20, b=10), yaxis=dict(title="tokens allowed (log)", type="log"),
+fig.update_layout(height=340, margin=dict(t=50, b=10), yaxis=dict(title="tokens allowed (log)", type="log"),
                   yaxis2=dict(title="probability removed", overlaying="y", side="right", tickformat=".0%",
-                              range=[0, 1]), legend=dict(orientation="h", y=1.12),
+                              range=[0, 1.05], tickvals=[0, .25, .5, .75, 1]), legend=dict(orientation="h", y=1.2),
                   xaxis_title="step: the token chosen")
 st.plotly_chart(fig, width="stretch", key="co_chart")
 st.dataframe(pd.DataFrame([{"step": s.step, "chosen": t.token_text, "allowed": s.allowed,
