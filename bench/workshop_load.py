@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import os
 import re
-import statistics
 import subprocess
 import sys
 import threading

@@ -5,56 +5,21 @@ screenshot of each page under artifacts/browser/. A question holding HTML must s
 """
 import os
 import re
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "artifacts" / "browser"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+from browser_kit import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, settle
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    log = open(ROOT / "artifacts" / "browser-server.log", "w") if (ROOT / "artifacts").mkdir(exist_ok=True) is None else None
-    # the same command as run.sh: plain `streamlit run app.py` (the views live in views/, not pages/)
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.address", "127.0.0.1",
-                             "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the Streamlit server did not start")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+    with app_server("browser-server.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -71,18 +36,6 @@ def browser_page(server):
         settle(page, timeout=300)  # first run: model load and the default request's trace
         yield page
         browser.close()
-
-
-def settle(page, timeout: float = 180) -> None:
-    """Wait until Streamlit has finished running the script (no 'Running...' status widget)."""
-    page.wait_for_timeout(800)
-    deadline = time.time() + timeout
-    quiet = 0
-    while time.time() < deadline and quiet < 3:
-        running = page.locator('[data-testid="stStatusWidget"]').count() > 0
-        quiet = 0 if running else quiet + 1
-        page.wait_for_timeout(400)
-    page.wait_for_timeout(600)
 
 
 def page_titles() -> list[str]:

@@ -2,49 +2,20 @@
 report, and no request to any host but the app's own (Debian's chromium through Playwright)."""
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
 from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SHOTS = ROOT / "artifacts" / "browser"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+from browser_kit import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    log = open(ROOT / "artifacts" / "browser-room-server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)  # settings from .streamlit/config.toml
-    url = f"http://localhost:{port}"
-    for _ in range(240):
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                break
-        except OSError:
-            time.sleep(0.5)
-    else:
-        proc.kill()
-        pytest.fail("the Streamlit server did not start")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+def server():
+    with app_server("browser-room-server.log") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -53,19 +24,9 @@ def browser(server):
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
-
-
-def settle(page, timeout: float = 400) -> None:
-    """Wait until the script has finished (no status widget, no queue notice) a few polls in a row."""
-    page.wait_for_timeout(800)
-    deadline, quiet = time.time() + timeout, 0
-    while time.time() < deadline and quiet < 3:
-        busy = page.locator('[data-testid="stStatusWidget"]').count() > 0 or "in line" in page.inner_text("body")
-        quiet = 0 if busy else quiet + 1
-        page.wait_for_timeout(400)
 
 
 def chart_titles(page) -> str:

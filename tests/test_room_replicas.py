@@ -7,14 +7,12 @@ import shutil
 import socket
 import subprocess
 import time
-import urllib.request
-from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
+from browser_kit import CHROMIUM, ROOT, wait_healthy
+
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 QUESTIONS = ["Why is the sky blue?", "What is a prime number?", "How do bees make honey?", "What is gravity?"]
@@ -43,14 +41,8 @@ def _pid_on(port: int) -> int | None:
 
 
 def _wait_healthy(url: str, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                return
-        except OSError:
-            time.sleep(1)
-    pytest.fail(f"{url} never became healthy")
+    if not wait_healthy(url, timeout):
+        pytest.fail(f"{url} never became healthy")
 
 
 @pytest.fixture(scope="module")
