@@ -288,3 +288,10 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     assert trace.request.messages == visitor.messages
     records = result_store().get_or_run(("scenario", "conversation", 16), lambda: pytest.fail("scenario ran again"))
     assert isinstance(records, list) and records and isinstance(records[0], dict)
+
+
+def test_waiting_time_reads_in_steps_that_do_not_flicker():
+    from views.common import waiting_time
+
+    assert [waiting_time(s) for s in (0, 4, 9.9, 37, 44, 95, 130)] == [
+        "a few seconds", "a few seconds", "a few seconds", "40 s", "40 s", "1.5 min", "2 min"]
