@@ -278,7 +278,7 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
         if entry.name != "runs":
             (tmp_path / entry.name).symlink_to(entry)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
-    for resource in (run_store, result_store, run_queue):
+    for resource in (run_store, result_store, run_queue, warm_up):  # all once-per-server resources
         resource.clear()
     jobs = warm_up()
     for ticket in jobs.values():
