@@ -100,15 +100,28 @@ class RssSampler(threading.Thread):
             time.sleep(0.5)
 
 
+def new_result(question: str, outside_requests: list[str]) -> dict:
+    return {"question": question, "error": None, "seconds": None, "again_seconds": None, "positions": [],
+            "cross_talk": False, "outside_requests": outside_requests, "served": {}}
+
+
+def check_cross_talk(result: dict, page_text: str, others: list[str]) -> None:
+    """The Journey page prints the request's JSON body: the learner's own question must be in it,
+    verbatim (JSON escapes nothing in these ASCII questions), and no other learner's question."""
+    own = f'"content": "{result["question"]}"' in page_text
+    foreign = [o for o in others if f'"content": "{o}"' in page_text]
+    if not own or foreign:
+        result["cross_talk"] = True
+        result["cross_talk_seen"] = f"own question {'present' if own else 'missing'}; others present: {foreign[:3]}"
+
+
 async def one_session(browser, url: str, question: str, others: list[str], timeout: float) -> dict:
     ctx = await browser.new_context(viewport={"width": 1280, "height": 900})
     page = await ctx.new_page()
     outside: list[str] = []
     host = url.split("//", 1)[-1].split("/", 1)[0]
     page.on("request", lambda r: outside.append(r.url) if host not in r.url and not r.url.startswith("data:") else None)
-    result = {"question": question, "error": None, "seconds": None, "again_seconds": None, "positions": [],
-              "cross_talk": False, "outside_requests": outside,
-              "served": {}}
+    result = new_result(question, outside)
     link = f"{url}/journey?q={quote(question)}"
     try:
         for attempt in ("seconds", "again_seconds"):
@@ -129,15 +142,7 @@ async def one_session(browser, url: str, question: str, others: list[str], timeo
                     raise TimeoutError(f"no complete page after {timeout:.0f} s")
                 await asyncio.sleep(0.5)
             result[attempt] = time.monotonic() - t0
-            body = await page.evaluate("document.body.textContent")
-            # The Journey page prints the request's JSON body: the own question must be in it, verbatim
-            # (JSON escapes nothing in these ASCII questions), and no other learner's question.
-            own = f'"content": "{question}"' in body
-            foreign = [o for o in others if f'"content": "{o}"' in body]
-            if not own or foreign:
-                result["cross_talk"] = True
-                result["cross_talk_seen"] = (f"own question {'shown' if own else 'missing'}; "
-                                             f"others shown: {foreign[:3]}; page starts: {body[:160]!r}")
+            check_cross_talk(result, await page.evaluate("document.body.textContent"), others)
     except Exception as e:  # reported, never raised: one learner's failure must not stop the count
         result["error"] = f"{type(e).__name__}: {str(e)[:200]}"
     finally:
@@ -152,8 +157,7 @@ async def one_protocol_session(url: str, question: str, others: list[str], timeo
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
-    result = {"question": question, "error": None, "seconds": None, "again_seconds": None, "positions": [],
-              "cross_talk": False, "outside_requests": [], "served": {}}
+    result = new_result(question, [])
     stream = url.replace("http", "ws", 1) + "/_stcore/stream"
     try:
         for attempt in ("seconds", "again_seconds"):
@@ -178,11 +182,7 @@ async def one_protocol_session(url: str, question: str, others: list[str], timeo
             result[attempt] = result["served"][attempt] = time.monotonic() - t0
             if b"Traceback" in sent or DONE_MARK.encode() not in sent:
                 raise RuntimeError("the page did not run to its end")
-            own = f'"content": "{question}"'.encode() in sent
-            foreign = [o for o in others if f'"content": "{o}"'.encode() in sent]
-            if not own or foreign:
-                result["cross_talk"] = True
-                result["cross_talk_seen"] = f"own question {'sent' if own else 'missing'}; others sent: {foreign[:3]}"
+            check_cross_talk(result, sent.decode("utf-8", "replace"), others)
     except Exception as e:
         result["error"] = f"{type(e).__name__}: {str(e)[:200]}"
     return result
