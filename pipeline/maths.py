@@ -22,7 +22,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
 
 def top_indices(x: np.ndarray, k: int) -> np.ndarray:
     """The indices of the k largest values, largest first, ties by lower index: exactly
-    np.argsort(-x, kind="stable")[:k], without sorting all of x (V = 49,152: ~5 ms -> ~0.3 ms).
+    np.argsort(-x, kind="stable")[:k], without sorting all of x (V = 49,152: 6.6 ms -> 0.13 ms here).
     top_indices(np.array([1., 3., 3., 2.]), 2) -> [1, 2]."""
     x = np.asarray(x)
     k = max(0, min(int(k), x.size))

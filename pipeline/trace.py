@@ -294,12 +294,18 @@ def branch_trace(trace: Trace, step: int, token_id: int, lm) -> Trace:
     )
 
 
-def log_probability(trace: Trace) -> float:
-    """Sum of log P(chosen token) over the answer, at temperature 1 over all V: how likely the model
-    found the whole path (a forced token counts like any other)."""
+def step_log_probabilities(trace: Trace) -> list[float]:
+    """log P(chosen token) at each step of the answer, at temperature 1 over all V (a forced token
+    counts like any other)."""
     from .maths import softmax
 
-    return float(sum(np.log(max(softmax(row)[s.token_id], 1e-300)) for row, s in zip(trace.step_logits, trace.steps)))
+    return [float(np.log(max(softmax(row.astype(np.float64))[s.token_id], 1e-300)))
+            for row, s in zip(trace.step_logits, trace.steps)]
+
+
+def log_probability(trace: Trace) -> float:
+    """Sum of log P(chosen token) over the answer: how likely the model found the whole path."""
+    return float(sum(step_log_probabilities(trace)))
 
 
 def run_constrained_trace(request: ChatRequest, lm, kind: str, spec, max_prompt_tokens: int | None = None) -> Trace:

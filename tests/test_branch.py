@@ -84,3 +84,21 @@ def test_cli_force_marks_the_step(lm, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pipeline", "trace", "x", "--force", "two:3"], capture_output=True,
                          text=True, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert bad.returncode == 2 and "force" in bad.stderr
+
+
+@pytest.mark.app
+def test_what_if_page_shows_the_branch_it_just_made():
+    """Continue makes a branch and shows it (the tree's radio once kept 'the original run' selected
+    and sent the page straight back to it)."""
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(os.path.join(os.path.dirname(os.path.dirname(__file__)), "views", "branches.py"),
+                           default_timeout=600)
+    at.session_state["req_max_new_tokens"] = 8
+    at.run()
+    at.button(key="br_go").click().run()
+    assert not at.exception
+    assert any("this branch" in m.value and "log-probability" in m.value for m in at.markdown)
+    assert at.radio(key="br_tree").value == 1

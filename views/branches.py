@@ -1,5 +1,4 @@
 """What if: take the answer another way at any step, and walk the tree of branches you explored."""
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -7,7 +6,7 @@ import streamlit as st
 from pipeline.errors import InputError
 from pipeline.stages.tokens import encode
 from pipeline.text import plural, token_text
-from pipeline.trace import log_probability
+from pipeline.trace import log_probability, step_log_probabilities
 from ui.escape import plotly_label
 from views.common import branch_for, branch_label, current_request, current_trace, get_model, page_header, request_key
 
@@ -53,6 +52,7 @@ if st.button("Continue from here with this token", type="primary", key="br_go"):
     if new not in paths:
         paths.append(new)
     st.session_state.branch_shown = (root, new)
+    st.session_state.br_tree = paths.index(new)  # the tree's radio keeps its own choice: move it too
     st.rerun()
 
 if here:
@@ -67,8 +67,7 @@ if here:
                  + "".join(s.token_text for s in t.steps[at + 1:]), language=None, wrap_lines=True)
     st.caption("⟨ ⟩ marks the step where the paths part. The log-probability adds log P(chosen token) at every step "
                "(temperature 1 over the whole vocabulary): closer to 0 = a path the model found more likely.")
-    lp = [np.log(max(float(np.exp(r[s.token_id] - r.max()) / np.exp(r - r.max()).sum()), 1e-300))
-          for r, s in zip(b.step_logits.astype(np.float64), b.steps)]
+    lp = step_log_probabilities(b)
     fig = go.Figure(go.Bar(x=[plotly_label(f"({i}){s.token_text}") for i, s in enumerate(b.steps)], y=lp,
                            marker_color=["#dc2626" if s.forced else "#0ea5e9" for s in b.steps]))
     fig.update_layout(height=280, margin=dict(t=20, b=10), yaxis_title="log P(chosen token)",
