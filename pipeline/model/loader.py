@@ -91,11 +91,15 @@ class LoadedModel:
         with self.lock, torch.inference_mode(), attention_implementation(self.model, attention):
             out = self.model(input_ids=ids.to(self.device), cache=cache, use_cache=use_cache,
                              logits_to_keep=logits_to_keep, **kwargs)
-            self.calls += 1
-            counter = _pass_counter.get()
-            if counter is not None:
-                counter.n += 1
+            self.count_pass()
         return out
+
+    def count_pass(self) -> None:
+        """One forward pass ran (call it holding `lock`): everyone's count and the caller's own."""
+        self.calls += 1
+        counter = _pass_counter.get()
+        if counter is not None:
+            counter.n += 1
 
 
 @contextmanager
