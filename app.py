@@ -13,7 +13,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import streamlit as st
 
-from pipeline.model.loader import counting_passes
+from pipeline.model.passes import counting_passes
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
@@ -94,18 +94,17 @@ def share_and_export(box, page: str, passes: int) -> None:
                                    mime="text/html", key="dl_html", use_container_width=True)
             st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                        "an SVG, both drawn in your browser.")
-        st.caption(f"Model: {lm.name} on {lm.device}. Forward passes run for your session: {passes}.")
+        st.caption(f"Model: {lm.name} on {lm.device_label}. Forward passes run for your session: {passes}.")
     add_svg_buttons()
 
 
-lm = get_model()
-warm_up()  # once per server: the default request and the prompt-caching scenarios, in the background
+lm = get_model()  # name, dimensions, tokenizer: a stored run is drawn before the network has loaded
 init_state()
 pages = [st.Page(str(HERE / "views" / f), title=t, icon=i, url_path=u, default=(n == 0))
          for n, (f, t, i, u) in enumerate(PAGES)]
 page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
-controls = url_state.page_params(page_path, lm.dims.L, lm.dims.H)
+controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
 notes = url_state.restore(page_path, SESSION_DEFAULTS, controls)
 after = sidebar(pages)
 for note in notes:
@@ -116,3 +115,7 @@ with counting_passes(session_passes()) as passes:
     finally:  # also after st.stop(): the link follows every control, the count is this session's own
         url_state.write(SESSION_DEFAULTS, controls)
         share_and_export(after, page_path, passes.n)
+        # Once per server, after the first page is drawn (so it does not wait for them): the network
+        # loads, and the default request and the prompt-caching scenarios are prepared in the background.
+        lm.start_loading()
+        warm_up()

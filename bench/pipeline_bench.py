@@ -124,7 +124,8 @@ def main() -> None:
     parser.add_argument("--skip-conversion", action="store_true", help="skip timing the one-time GGUF conversion")
     parser.add_argument("--only", choices=["startup", "capture", "memory", "draws"], default=None)
     args = parser.parse_args()
-    from pipeline.model.loader import ensure_weights_cache, load_model
+    from pipeline.model.loader import load_model
+    from pipeline.model.weights_cache import ensure_weights_cache
 
     ensure_weights_cache()
     want = lambda part: args.only in (None, part)
@@ -143,7 +144,7 @@ def main() -> None:
 
 
 def bench_startup(args) -> None:
-    from pipeline.model.loader import convert_gguf_to_cache
+    from pipeline.model.weights_cache import convert_gguf_to_cache
 
     print("== Start-up")
     cold = [child(COLD_START)["ready_s"] for _ in range(3)]

@@ -2,6 +2,9 @@
 
 A Trace is built from one record per stage (request, tokens, batch, prefill, decode); `to_json`
 is the only place that turns it into plain dicts, with the keys documented in the README.
+
+The records hold numpy arrays and plain values only: a stored run unpickles and a page draws it
+without importing torch. The functions that run the model import their stages when called.
 """
 from __future__ import annotations
 
@@ -11,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model.dims import ModelDims
-from .model.prefill import Prefill, run_prefill
-from .stages import batch as batching
-from .stages.generation import Decode, Step, decode_batch, decode_loop
+from .model.prefill_record import Prefill
+from .stages.decode_record import Decode, Step
 from .stages.request import (ChatRequest, GenerationOptions, RequestState, anthropic_style, openai_style,
                              request_id)
 from .stages.template import Segment
@@ -200,6 +202,8 @@ class _Started:
 
 
 def _prefill(request: ChatRequest, lm, max_prompt_tokens: int | None, t0: float | None = None) -> _Started:
+    from .model.prefill import run_prefill
+
     t0 = time.perf_counter() if t0 is None else t0
     rid = request_id(request, time.time())
     state = RequestState(rid)
@@ -213,6 +217,8 @@ def _prefill(request: ChatRequest, lm, max_prompt_tokens: int | None, t0: float 
 
 
 def _finish(s: _Started, decode: Decode, lm, batch_index: int = 0) -> Trace:
+    from .stages import batch as batching
+
     s.state.advance("completed")
     ids, request = s.tokenized.ids, s.request
     decode_times = decode.step_seconds[1:]
@@ -238,6 +244,7 @@ def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = Non
     """Follow one request through every stage on the real model. force: {step: token id} put at
     those steps instead of the sampler's choice (the steps are marked `forced`)."""
     from .model.loader import shared_model
+    from .stages.generation import decode_loop
 
     lm = lm or shared_model()
     s = _prefill(request, lm, max_prompt_tokens)
@@ -254,6 +261,8 @@ def run_traces(requests: list[ChatRequest], lm, max_prompt_tokens: int | None = 
     Returns one Trace per request, or the InputError that refused it (the others still run).
     arrived_at: perf_counter time each request arrived, so its TTFT includes the wait for the batch.
     """
+    from .stages.generation import decode_batch
+
     started: list[_Started | InputError] = []
     for n, request in enumerate(requests):
         try:

@@ -48,7 +48,7 @@ def tokenizer():
     """The model's tokenizer alone: tokenizer files only, no weights read."""
     from transformers import AutoTokenizer
 
-    from pipeline.model.loader import weights_cache_dir
+    from pipeline.model.weights_cache import weights_cache_dir
 
     return AutoTokenizer.from_pretrained(weights_cache_dir())
 

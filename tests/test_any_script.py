@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.stages.attention import colour_values, entropy_bits, sharpest_head, windowed
 from pipeline.stages.embeddings import analogy, label_positions, same_word_ids, unit_rows, word_key
-from pipeline.stages.generation import silent_steps
+from pipeline.stages.decode_record import silent_steps
 from pipeline.stages.next_token import answer_confidence
 from pipeline.stages.tokens import character_counts, encode
 from pipeline.text import (continuation_label, graphemes, group_pieces, render_text, token_labels, token_pieces,

@@ -270,7 +270,8 @@ def test_cli_trace_writes_json(tmp_path):
 
 def test_loader_accepts_a_local_hf_folder(lm, default_trace):
     """Any local Hugging Face causal-LM folder loads; the converted weights cache is one."""
-    from pipeline.model.loader import load_model, weights_cache_dir
+    from pipeline.model.loader import load_model
+    from pipeline.model.weights_cache import weights_cache_dir
 
     other = load_model(str(weights_cache_dir()))
     assert other.name == weights_cache_dir().name and other.model is not lm.model

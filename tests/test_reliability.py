@@ -10,7 +10,7 @@ import time
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.model import loader
+from pipeline.model import weights_cache
 from pipeline.stages.generation import StreamDetokenizer
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import encode, tokenize_request
@@ -110,7 +110,7 @@ def test_cli_refuses_bad_input_with_exit_code_2(tmp_path, bad_model_folder, args
     unusable.write_text("")
     # If validation ever came after loading, the weights cache would be needed: make it unusable, so
     # such a run fails at once naming TPE_CACHE_DIR instead of the field under test.
-    env = {**os.environ, loader.CACHE_ENV: str(unusable / "cache")}
+    env = {**os.environ, weights_cache.CACHE_ENV: str(unusable / "cache")}
     proc = subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=ROOT, env=env, capture_output=True,
                           timeout=120)
     stderr = proc.stderr.decode("utf-8", "replace")
@@ -200,7 +200,7 @@ sys.exit(0)
 def test_file_lock_excludes_a_second_process(tmp_path):
     path = tmp_path / ".weights.lock"
     probe = [sys.executable, "-c", LOCK_PROBE, str(path)]
-    with loader.file_lock(path):
+    with weights_cache.file_lock(path):
         assert subprocess.run(probe, timeout=60).returncode == 3  # held: the other process is refused
     assert subprocess.run(probe, timeout=60).returncode == 0  # released: it gets the lock
 
@@ -211,18 +211,18 @@ def test_conversion_waits_for_the_lock_then_finds_the_cache_ready(tmp_path, monk
 
     target = tmp_path / "weights"
     converted = []
-    monkeypatch.setattr(loader, "CONVERSION_NEEDS_BYTES", 0)
-    monkeypatch.setattr(loader, "gguf_path", lambda: converted.append(True) or (_ for _ in ()).throw(
+    monkeypatch.setattr(weights_cache, "CONVERSION_NEEDS_BYTES", 0)
+    monkeypatch.setattr(weights_cache, "gguf_path", lambda: converted.append(True) or (_ for _ in ()).throw(
         RuntimeError("would convert")))
     result = {}
 
     def second_start():
         try:
-            result["path"] = loader.convert_gguf_to_cache(target, log=lambda _msg: None)
+            result["path"] = weights_cache.convert_gguf_to_cache(target, log=lambda _msg: None)
         except Exception as e:  # noqa: BLE001
             result["error"] = e
 
-    with loader.file_lock(tmp_path / f".{target.name}.lock"):  # the first start, converting
+    with weights_cache.file_lock(tmp_path / f".{target.name}.lock"):  # the first start, converting
         thread = threading.Thread(target=second_start)
         thread.start()
         thread.join(timeout=1.5)
@@ -238,15 +238,15 @@ def test_conversion_removes_stale_partial_folders(tmp_path, monkeypatch):
     stale = tmp_path / "weights.partial-12345"
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"half")
-    monkeypatch.setattr(loader, "CONVERSION_NEEDS_BYTES", 0)
-    monkeypatch.setattr(loader, "gguf_path", lambda: (_ for _ in ()).throw(RuntimeError("stop here")))
+    monkeypatch.setattr(weights_cache, "CONVERSION_NEEDS_BYTES", 0)
+    monkeypatch.setattr(weights_cache, "gguf_path", lambda: (_ for _ in ()).throw(RuntimeError("stop here")))
     with pytest.raises(RuntimeError, match="stop here"):
-        loader.convert_gguf_to_cache(target, log=lambda _msg: None)
+        weights_cache.convert_gguf_to_cache(target, log=lambda _msg: None)
     assert not stale.exists()
 
 
 def test_check_writable_accepts_a_good_folder(tmp_path):
-    loader.check_writable(tmp_path / "new" / "cache", 1)
+    weights_cache.check_writable(tmp_path / "new" / "cache", 1)
     assert list((tmp_path / "new" / "cache").iterdir()) == []  # the probe file is gone
 
 
@@ -254,8 +254,8 @@ def test_check_writable_refuses_a_folder_that_cannot_be_created(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a regular file")
     with pytest.raises(InputError) as err:
-        loader.check_writable(blocker / "sub", 1)
-    assert err.value.field == loader.CACHE_ENV and "not writable" in str(err.value)
+        weights_cache.check_writable(blocker / "sub", 1)
+    assert err.value.field == weights_cache.CACHE_ENV and "not writable" in str(err.value)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders anyway")
@@ -265,30 +265,30 @@ def test_check_writable_refuses_a_read_only_folder(tmp_path):
     folder.chmod(0o500)
     try:
         with pytest.raises(InputError) as err:
-            loader.check_writable(folder, 1)
-        assert err.value.field == loader.CACHE_ENV
+            weights_cache.check_writable(folder, 1)
+        assert err.value.field == weights_cache.CACHE_ENV
     finally:
         folder.chmod(0o700)
 
 
 def test_check_writable_refuses_too_little_free_space(tmp_path, monkeypatch):
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(loader.shutil, "disk_usage", lambda _path: usage(2**30, 2**30 - 100 * 2**20, 100 * 2**20))
+    monkeypatch.setattr(weights_cache.shutil, "disk_usage", lambda _path: usage(2**30, 2**30 - 100 * 2**20, 100 * 2**20))
     with pytest.raises(InputError) as err:
-        loader.check_writable(tmp_path, loader.CONVERSION_NEEDS_BYTES)
-    assert err.value.field == loader.CACHE_ENV and "100 MiB free" in str(err.value)
-    loader.check_writable(tmp_path, 50 * 2**20)  # enough for a smaller need
+        weights_cache.check_writable(tmp_path, weights_cache.CONVERSION_NEEDS_BYTES)
+    assert err.value.field == weights_cache.CACHE_ENV and "100 MiB free" in str(err.value)
+    weights_cache.check_writable(tmp_path, 50 * 2**20)  # enough for a smaller need
 
 
 def test_check_model_folder(tmp_path):
     with pytest.raises(InputError, match="config.json") as err:
-        loader.check_model_folder(tmp_path)
+        weights_cache.check_model_folder(tmp_path)
     assert err.value.field == "model"
     (tmp_path / "config.json").write_text("[1, 2]")
     with pytest.raises(InputError, match="model_type"):
-        loader.check_model_folder(tmp_path)
+        weights_cache.check_model_folder(tmp_path)
     (tmp_path / "config.json").write_bytes(b"\xff\xfe")
     with pytest.raises(InputError, match="not valid JSON"):
-        loader.check_model_folder(tmp_path)
+        weights_cache.check_model_folder(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "llama"}')
-    loader.check_model_folder(tmp_path)
+    weights_cache.check_model_folder(tmp_path)

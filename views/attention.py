@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views.common import current_trace, get_model, page_header
-from pipeline.model.prefill import Prefill
+from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
 from pipeline.text import plural, token_pieces
 from ui.escape import axis_labels, code_span, plotly_label

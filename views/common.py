@@ -1,6 +1,7 @@
 """The one UI module that owns caching and session state. Views import from here.
 
-The model is loaded once per server (`st.cache_resource`). Finished runs live in one RunStore per
+The model is one handle per server (`st.cache_resource`): its name, dimensions and tokenizer come from
+its files at once; the network loads on first use, or in the background after the first page. Finished runs live in one RunStore per
 server: one run per distinct request (plain values as the key), shared by every page and session,
 bounded in bytes.
 """
@@ -13,7 +14,9 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.disk_store import DiskStore
-from pipeline.model.loader import LoadedModel, PassCounter, cache_root, shared_model
+from pipeline.model.handle import ModelHandle
+from pipeline.model.passes import PassCounter
+from pipeline.model.weights_cache import cache_root
 from pipeline.run_queue import RunQueue, cost_of
 from pipeline.run_store import RunStore
 from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
@@ -27,9 +30,11 @@ TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the
 APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
 
 
-@st.cache_resource(show_spinner="Loading SmolLM2-135M-Instruct (first time: converting the weights, ~15 s)...")
-def get_model() -> LoadedModel:
-    return shared_model()
+@st.cache_resource(show_spinner="Reading SmolLM2-135M-Instruct's files (first time: converting the weights, ~15-45 s)...")
+def get_model() -> ModelHandle:
+    handle = ModelHandle()
+    handle.folder  # noqa: B018 - converts the weights on the very first start, under this spinner
+    return handle
 
 
 @st.cache_resource
@@ -209,10 +214,7 @@ def branch_label(path: tuple[tuple[int, int], ...]) -> str:
 
 def played(key: str, block_size: int = 16) -> list[dict]:
     """A prompt-caching scenario played on the model (plain records), once per server, in the queue."""
-    from pipeline.prompt_cache.playback import play
-    from pipeline.prompt_cache.scenarios import scenarios
-
-    return queued(("scenario", key, block_size), lambda: play(get_model(), scenarios()[key], block_size), 4000)
+    return queued(("scenario", key, block_size), lambda: _play(get_model(), key, block_size), 4000)
 
 
 def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
@@ -223,7 +225,6 @@ def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
 def warm_up() -> dict:
     """At server start: queue the default request and the prompt-caching scenarios in the background,
     so the first visitors do not wait. Returns {what: ticket} for the Start page to report on."""
-    from pipeline.prompt_cache.playback import play
     from pipeline.prompt_cache.scenarios import scenarios
 
     lm = get_model()
@@ -235,8 +236,16 @@ def warm_up() -> dict:
         scenario_key = ("scenario", name, 16)  # a new name: the lambda above reads `key` when it runs
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
             scenario_key, lambda k=scenario_key, name=name: result_store().get_or_run(
-                k, lambda: play(lm, scenarios()[name], 16)), cost=4000, background=True)
+                k, lambda: _play(lm, name)), cost=4000, background=True)
     return jobs
+
+
+def _play(lm, name: str, block_size: int = 16) -> list[dict]:
+    """Imported when it runs, in the queue's thread: the first page's script never waits on torch's import."""
+    from pipeline.prompt_cache.playback import play
+    from pipeline.prompt_cache.scenarios import scenarios
+
+    return play(lm, scenarios()[name], block_size)
 
 
 def page_header(title: str, intro: str) -> None:

@@ -6,8 +6,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui.chips import legend, token_chips
-from pipeline.model.prefill import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK
-from pipeline.stages.generation import silent_steps
+from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK
+from pipeline.stages.decode_record import silent_steps
 from pipeline.text import continuation_label, plural, token_pieces
 from ui.escape import code_span, html_text, json_text, plotly_label
 from ui.plots import TICK_FONT
@@ -15,7 +15,7 @@ from ui.plots import TICK_FONT
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        "Every number below was measured on the real SmolLM2-135M-Instruct for the request in the sidebar.")
 trace = current_trace()
-tok = get_model().tokenizer
+tok = get_model().vocabulary  # token names: enough to draw, and ready before the network loads
 m = trace.dims
 T, S = len(trace.tokens), len(trace.steps)
 rid = trace.request.id

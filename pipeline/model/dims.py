@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+BYTES_PER_VALUE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int8": 1}
+
+
 @dataclass(frozen=True)
 class ModelDims:
     name: str
@@ -39,8 +42,8 @@ class ModelDims:
 
     @classmethod
     def from_config(cls, config, name: str, dtype, device) -> "ModelDims":
-        import torch
-
+        """config: an HF config (or any object with its attribute names); dtype: torch.float32 or 'float32'."""
+        dtype = str(dtype).replace("torch.", "")
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         rope = getattr(config, "rope_parameters", None) or {}
         return cls(
@@ -49,8 +52,7 @@ class ModelDims:
             D_mlp=getattr(config, "intermediate_size", None), V=config.vocab_size,
             context_window=config.max_position_embeddings,
             rope_base=float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))),
-            dtype=str(dtype).replace("torch.", ""), device=str(device),
-            bytes_per_value=torch.tensor([], dtype=dtype).element_size(),
+            dtype=dtype, device=str(device), bytes_per_value=BYTES_PER_VALUE[dtype],
         )
 
     def to_json(self) -> dict:

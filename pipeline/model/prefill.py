@@ -6,62 +6,17 @@ Dh head width, V vocabulary, K top candidates kept per position.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .capture import block_names, capture
 from .kv_tensors import bytes_per_layer, cache_layers
+from .prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
 
-# Past this many prompt tokens the full attention tensor (L, H, T, T) is not kept: at 512 tokens
-# it is 30*9*512*512*4 B = 283 MB for SmolLM2. Longer prompts run with SDPA (no (H, T, T) matrix is
-# built at all) and a page recomputes one layer at a time from the captured q and k.
-FULL_ATTENTION_MAX_TOKENS = 512
-PREFILL_CHUNK = 512  # tokens per forward pass for long prompts: the lock is released between chunks
-TOP_K_PER_POSITION = 10  # candidates kept for every position (logit-lens-style views need only a few)
-# Past the same size the captures are stored in float16 (half the memory; shown values keep 3
+# Past FULL_ATTENTION_MAX_TOKENS the captures are stored in float16 (half the memory; shown values keep 3
 # significant digits, plenty for charts). Shorter prompts keep exact float32.
 COMPACT_DTYPE = torch.float16
-
-
-@dataclass
-class Prefill:
-    """Everything the prompt's one forward pass produced. Field names = hook names (see capture.py)."""
-
-    ids: list[int]  # (T,)
-    embeddings: np.ndarray  # (T, D) rows of the embedding table
-    hidden_states: np.ndarray  # (L+1, T, D) residual stream; [0] = embeddings, [i+1] = after block i
-    attn_out: np.ndarray  # (L, T, D) attention's write to the residual stream
-    mlp_out: np.ndarray  # (L, T, D) MLP's write to the residual stream
-    q_rot: np.ndarray  # (L, H, T, Dh) queries after RoPE
-    k_rot: np.ndarray  # (L, Hkv, T, Dh) keys after RoPE (exactly what the KV cache stores)
-    v: np.ndarray  # (L, Hkv, T, Dh) values
-    attention: np.ndarray | None  # (L, H, T, T), or None past FULL_ATTENTION_MAX_TOKENS
-    final_norm: np.ndarray  # (T, D) last hidden state after the final RMSNorm
-    last_logits: np.ndarray  # (V,) scores for the token after the prompt
-    top_ids: np.ndarray  # (T, K) best next-token ids at every position
-    top_logits: np.ndarray  # (T, K)
-    top_probs: np.ndarray  # (T, K) softmax probabilities (temperature 1)
-    kv_bytes_per_layer: list[int]  # (L,) real bytes of the cache after prefill
-    seconds: float
-
-    @property
-    def T(self) -> int:
-        return len(self.ids)
-
-    def tensors(self) -> dict[str, np.ndarray]:
-        """The captured arrays by their JSON name."""
-        named = {name: getattr(self, name) for name in ("embeddings", "hidden_states", "attn_out", "mlp_out",
-                                                        "q_rot", "k_rot", "v", "final_norm", "last_logits",
-                                                        "top_ids", "top_probs")}
-        if self.attention is not None:
-            named["attention"] = self.attention
-        return named
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.tensors().values()) + self.top_logits.nbytes
 
 
 def _hook_names(n_layers: int, keep_attention: bool) -> list[str]:

@@ -28,7 +28,7 @@ from transformers import DynamicCache
 
 from ..errors import InputError
 from ..model.kv_tensors import cache_layers
-from ..model.prefill import PREFILL_CHUNK
+from ..model.prefill_record import PREFILL_CHUNK
 
 HIT, MISS, NOT_CACHEABLE = "hit", "miss", "not cacheable"
 RECOMPUTED = "cached, recomputed"  # a cached last block run again: the model must see the last prompt token

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..maths import softmax
-from ..model.prefill import Prefill
+from ..model.prefill_record import Prefill
 
 
 def attention_for_layer(prefill: Prefill, layer: int, first_row: int = 0) -> np.ndarray:

@@ -16,7 +16,8 @@ from transformers import DynamicCache
 
 from ..errors import InputError
 from ..model.kv_tensors import cache_len
-from .generation import Decode, _Answer, _continue
+from .decode_record import Decode
+from .generation import _Answer, _continue
 
 
 def cache_from_prefill(lm, prefill) -> DynamicCache:

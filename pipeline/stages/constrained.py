@@ -20,7 +20,8 @@ import torch
 from ..errors import InputError
 from ..maths import softmax
 from ..text import token_text
-from .generation import Decode, _Answer
+from .decode_record import Decode
+from .generation import _Answer
 from .request import ChatRequest
 
 KINDS = ("json_schema", "regex", "choice")

@@ -1,0 +1,115 @@
+"""The model as the app holds it: name, dimensions and tokenizer at once, the network on first use.
+
+A page that draws a stored run needs only the files beside the weights (config and tokenizer), so a
+fresh server draws its first page before torch is imported (~2-4 s here) and the network is built
+(~3 s). Anything else asked of the handle — `forward`, `model`, `lock`, `dims`, `device`, ... —
+loads the network once per process (pipeline.model.loader.shared_model, shared with the CLI and the
+tests) and is answered by it. `start_loading()` does that in a background thread.
+
+    lm = ModelHandle()
+    lm.name, lm.config_dims.L, lm.vocabulary   # files only: no torch, no transformers
+    lm.tokenizer                               # transformers' tokenizer (no torch either)
+    lm.forward([[1, 2, 3]])                    # the first call loads the network (blocking)
+"""
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+from .dims import ModelDims
+from .vocabulary import Vocabulary
+from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weights_cache, load_tokenizer
+
+LOADED_DTYPE = "float32"  # what loader.load_model builds (the captures are exact float32)
+
+
+class ModelHandle:
+    def __init__(self, source: str | None = None):
+        self.source = source  # None: the default model from the weights cache; else a local HF folder
+        self._files_lock = threading.Lock()
+        self._folder: Path | None = None
+        self._tokenizer = None
+        self._vocabulary = None
+        self._loaded = None  # the LoadedModel, once built
+        self._loader: threading.Thread | None = None
+        self.load_error: Exception | None = None  # what a background load raised (a real use raises it again)
+
+    @property
+    def folder(self) -> Path:
+        with self._files_lock:
+            if self._folder is None:
+                folder = Path(self.source) if self.source else ensure_weights_cache()
+                check_model_folder(folder)
+                self._folder = folder
+            return self._folder
+
+    @property
+    def name(self) -> str:
+        return DEFAULT_MODEL_NAME if self.source is None else self.folder.name
+
+    @property
+    def tokenizer(self):
+        if self._loaded is not None:
+            return self._loaded.tokenizer
+        folder = self.folder
+        with self._files_lock:
+            if self._tokenizer is None:
+                self._tokenizer = load_tokenizer(folder)
+            return self._tokenizer
+
+    @property
+    def vocabulary(self):
+        """Token names and special ids only (pipeline.model.vocabulary): what drawing a stored run needs."""
+        folder = self.folder
+        with self._files_lock:
+            if self._vocabulary is None:
+                self._vocabulary = (Vocabulary.from_folder(folder) if (folder / "tokenizer.json").exists()
+                                    else None)
+        return self._vocabulary or self.tokenizer
+
+    @property
+    def config_dims(self) -> ModelDims:
+        """The dimensions from config.json; `device` is '' until the network has loaded (then `dims`)."""
+        if self._loaded is not None:
+            return self._loaded.dims
+        config = SimpleNamespace(**json.loads((self.folder / "config.json").read_text(encoding="utf-8")))
+        return ModelDims.from_config(config, self.name, LOADED_DTYPE, "")
+
+    @property
+    def is_loaded(self) -> bool:
+        return self._loaded is not None
+
+    @property
+    def device_label(self) -> str:
+        """'cpu' / 'cuda' once loaded; a page can show it without waiting for the load."""
+        return str(self._loaded.device) if self._loaded is not None else "(loading in the background)"
+
+    def loaded(self):
+        """The LoadedModel, built on the first call (the same object `shared_model` gives everyone)."""
+        if self._loaded is None:
+            from .loader import shared_model
+
+            self._loaded = shared_model(self.source, tokenizer=self.tokenizer)
+        return self._loaded
+
+    def start_loading(self) -> None:
+        """Build the network in a background thread (once); a later use finds it ready or waits for it."""
+        with self._files_lock:
+            if self._loaded is not None or self._loader is not None:
+                return
+            self._loader = threading.Thread(target=self._load_quietly, name="model-loader", daemon=True)
+        self._loader.start()
+
+    def _load_quietly(self) -> None:
+        try:
+            self.loaded()
+        except Exception as e:  # kept for the page that needs the model: it raises it again
+            self.load_error = e
+
+    def __getattr__(self, name: str):
+        """Everything else is the loaded model's: forward, model, lock, dims, device, config, calls..."""
+        if name.startswith("_"):  # private names, copy and pickle probes: never load for them
+            raise AttributeError(name)
+        return getattr(self.loaded(), name)

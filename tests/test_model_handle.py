@@ -1,0 +1,111 @@
+"""The model handle: a stored run is drawn from the model's files alone, before torch and the network
+have loaded; everything else is the loaded model's."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_fresh_python(code: str, timeout: float = 600) -> str:
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_vocabulary_answers_like_the_transformers_tokenizer_for_every_id(tokenizer):
+    from pipeline.model.vocabulary import Vocabulary
+    from pipeline.model.weights_cache import weights_cache_dir
+
+    vocab = Vocabulary.from_folder(weights_cache_dir())
+    every_id = list(range(len(tokenizer)))
+    assert vocab.convert_ids_to_tokens(every_id) == tokenizer.convert_ids_to_tokens(every_id)
+    assert vocab.all_special_ids == tokenizer.all_special_ids
+
+
+def test_chips_drawn_from_the_vocabulary_equal_those_from_the_tokenizer(tokenizer):
+    from pipeline.model.vocabulary import Vocabulary
+    from pipeline.model.weights_cache import weights_cache_dir
+    from pipeline.text import continuation_label, token_pieces
+
+    vocab = Vocabulary.from_folder(weights_cache_dir())
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "토마토는 과일이야? 🍅 <|im_end|> naïve"}],
+                                        tokenize=True, return_dict=False)
+    assert token_pieces(vocab, ids) == token_pieces(tokenizer, ids)
+    assert [continuation_label(vocab, ids[:k], ids[k]) for k in range(1, len(ids))] == \
+           [continuation_label(tokenizer, ids[:k], ids[k]) for k in range(1, len(ids))]
+
+
+def test_config_dims_are_the_model_cards_numbers():
+    """SmolLM2-135M: 30 layers, 9 query heads sharing 3 key/value heads, width 576, vocabulary 49,152."""
+    from pipeline.model.handle import ModelHandle
+
+    m = ModelHandle().config_dims
+    assert (m.L, m.H, m.Hkv, m.Dh, m.D, m.V, m.context_window) == (30, 9, 3, 64, 576, 49152, 8192)
+    assert m.kv_bytes(1) == 2 * 30 * 3 * 64 * 4  # float32: 46,080 B per token
+    assert m.device == ""  # not known before the network has loaded
+
+
+def test_the_app_and_a_stored_run_import_without_torch():
+    """What the first page needs — the pages' common module, the model's name, dimensions and token
+    names, and a whole Trace record unpickled — never imports torch or transformers."""
+    code = """
+import pickle, sys
+import numpy as np
+import views.common
+from pipeline.model.handle import ModelHandle
+from pipeline.trace import Trace
+from pipeline.model.prefill_record import Prefill
+from pipeline.stages.decode_record import Decode, Step
+h = ModelHandle()
+print(h.name, h.config_dims.L, h.vocabulary.convert_ids_to_tokens([2])[0], h.is_loaded)
+print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
+"""
+    name, layers, end, loaded, heavy = run_fresh_python(code, timeout=120).split(maxsplit=4)
+    assert (name, layers, end, loaded) == ("SmolLM2-135M-Instruct", "30", "<|im_end|>", "False")
+    assert heavy.strip() == "[]"
+
+
+@pytest.mark.model
+def test_the_handle_answers_with_the_shared_loaded_model(lm):
+    from pipeline.model.handle import ModelHandle
+
+    handle = ModelHandle()
+    assert handle.loaded() is lm  # one network per process, whoever asked first
+    assert handle.tokenizer is lm.tokenizer and handle.dims == lm.dims
+    assert handle.config_dims == lm.dims  # once loaded, the real dims (device included)
+    before = lm.calls
+    out = handle.forward([[1, 2, 3]], use_cache=False)  # delegated: the lock, the kernel, the count
+    assert lm.calls == before + 1 and tuple(out.logits.shape) == (1, 1, lm.dims.V)
+    fresh = ModelHandle()
+    assert not fresh.is_loaded and fresh.device_label.startswith("(loading")
+    fresh.start_loading()
+    fresh._loader.join(timeout=600)
+    assert fresh.is_loaded and fresh.load_error is None and fresh.device_label == str(lm.device)
+
+
+@pytest.mark.app
+def test_a_fresh_server_draws_the_stored_default_run_before_the_network_loads():
+    """Cold start: with the default request's run stored, a fresh process draws Journey completely —
+    the request id, every prompt token's chip — without importing torch."""
+    from pipeline.stages.request import ChatRequest
+    from views.common import DEFAULT_QUESTION, request_key, run_store
+
+    from pipeline.trace import run_trace
+
+    request = ChatRequest.from_question(DEFAULT_QUESTION)
+    trace = run_store().get_or_run(request_key(request), lambda: run_trace(request))  # stored on disk too
+    code = """
+import sys
+from streamlit.testing.v1 import AppTest
+at = AppTest.from_file('views/journey.py', default_timeout=600)
+at.run()
+assert not at.exception, at.exception
+page = " ".join(str(m.value) for m in at.markdown) + " ".join(str(c.value) for c in at.caption)
+print('torch' in sys.modules, 'This run took' in page, page.count('padding:1px 5px'), page.count('{rid}'))
+""".replace("{rid}", trace.request.id)
+    torch_loaded, complete, chips, rid_seen = run_fresh_python(code).split()[-4:]
+    assert torch_loaded == "False" and complete == "True"
+    assert int(chips) >= len(trace.tokens) and int(rid_seen) >= 1
