@@ -6,8 +6,9 @@ All three decode the same greedy tokens (checked). They run interleaved (capture
 captured, ...) and each figure is the median of --repeats with its range, so load on a shared
 machine hits all three alike. Also printed: the weights' bytes divided by the time per token — the
 memory bandwidth a decode step would need if it only read every weight once — next to this
-machine's measured copy bandwidth (a rough ceiling); where the captured path spends its time
-(cProfile of one run); and the cold start to a page with real numbers when the run is stored.
+machine's measured copy bandwidth (a rough ceiling); where the captured path and the plain path
+spend their time (cProfile of one run each). The cold start has its own script,
+bench/cold_start_bench.py.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import io
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import time
 
@@ -64,15 +64,17 @@ def copy_bandwidth() -> float:
     return 2 * a.nbytes / best
 
 
-def cold_start_seconds() -> float:
-    """A fresh process: import, load the model and render Journey from the stored default run."""
-    code = ("import time; t0 = time.perf_counter()\n"
-            "from streamlit.testing.v1 import AppTest\n"
-            "at = AppTest.from_file('views/journey.py', default_timeout=600); at.run()\n"
-            "assert not at.exception\n"
-            "print(time.perf_counter() - t0)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    return float(out.stdout.strip().splitlines()[-1])
+def own_time_table(run, rows: int = 8) -> str:
+    """cProfile of one call of `run`: the `rows` functions with the most own time."""
+    prof = cProfile.Profile()
+    prof.enable()
+    run()
+    prof.disable()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(rows)
+    lines = s.getvalue().splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if "ncalls" in line):]
+    return "\n".join(line[:150] for line in table if line.strip())
 
 
 def main() -> int:
@@ -102,17 +104,10 @@ def main() -> int:
               f"weights {weights / 2**20:,.0f} MiB / TPOT = {weights / med(xs) / 1e9:5.1f} GB/s "
               f"({weights / med(xs) / bw:.0%} of this machine's copy bandwidth, {bw / 1e9:.1f} GB/s)")
 
-    prof = cProfile.Profile()
-    prof.enable()
-    run_trace(request, lm)
-    prof.disable()
-    s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(8)
-    print("\nwhere the captured run spends its time (cProfile, own time per function):")
-    lines = s.getvalue().splitlines()
-    table = lines[next(i for i, line in enumerate(lines) if "ncalls" in line):]
-    print("\n".join(line[:150] for line in table if line.strip()))
-    print(f"\ncold start to Journey with the default run stored on disk: {cold_start_seconds():.1f} s")
+    for label, run in (("the captured run", lambda: run_trace(request, lm)),
+                       ("the plain serving path", lambda: generate(lm, request))):
+        print(f"\nwhere {label} spends its time (cProfile, own time per function):")
+        print(own_time_table(run))
     return 0
 
 

@@ -270,7 +270,7 @@ def test_generation_page_streams_live():
 def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monkeypatch):
     """The server's warm-up must store the default request where a visitor's default request looks for
     it (a late-bound key once filed it under the scenario's key, so the first visitor ran it again)."""
-    from pipeline.model.loader import CACHE_ENV, cache_root
+    from pipeline.model.weights_cache import CACHE_ENV, cache_root
     from pipeline.stages.request import ChatRequest
     from views.common import DEFAULT_QUESTION, request_key, result_store, run_queue, run_store, warm_up
 
@@ -295,3 +295,132 @@ def test_waiting_time_reads_in_steps_that_do_not_flicker():
 
     assert [waiting_time(s) for s in (0, 4, 9.9, 37, 44, 95, 130)] == [
         "a few seconds", "a few seconds", "a few seconds", "40 s", "40 s", "1.5 min", "2 min"]
+
+
+# ---- the plain serving path's decoder (pipeline.model.plain_decoder) -------------------------------
+
+PLAIN_STEPS = 48
+LONG_NOTES = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]} and holds {i * 7 % 13} apples."
+                      for i in range(60))  # ~730 tokens: the prompt runs in more than one prefill chunk
+
+
+def _hf_greedy(lm, ids: list[int], n: int) -> list[int]:
+    """Plain Hugging Face generate, greedy: the reference the plain path must match token for token."""
+    import torch
+
+    x = torch.tensor([ids], device=lm.device)
+    with lm.lock, torch.inference_mode():
+        out = lm.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n)
+    return out[0, len(ids):].tolist()
+
+
+def _request_ids(lm, question: str, n: int):
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.stages.tokens import tokenize_request
+
+    request = ChatRequest.from_question(question, options=GenerationOptions(max_new_tokens=n))
+    return request, tokenize_request(lm.tokenizer, request).ids
+
+
+def test_plain_decoder_row_blocks_give_linear_s_exact_outputs_at_smollm2_shapes():
+    """The decoder runs each projection as a bmm over row blocks of the weight (both cores read it);
+    at SmolLM2's shapes that must be F.linear's result (to the bit on this machine), or greedy tokens
+    could drift."""
+    import torch
+    import torch.nn.functional as F
+
+    from pipeline.model.plain_decoder import project, row_blocks
+
+    g = torch.Generator().manual_seed(0)
+    for n, d in ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)):  # q/o, k/v, gate/up, down, head
+        w, x = torch.randn(n, d, generator=g), torch.randn(1, d, generator=g)
+        reference = F.linear(x, w)
+        assert torch.equal(project(x, row_blocks(w, 1)), reference)  # one block: the Linear itself
+        for k in (2, 3):  # the same dot products; the same bits here (a CPU with other kernels may round
+            # the last bit differently, so the test allows that and no more)
+            assert torch.allclose(project(x, row_blocks(w, k)), reference, rtol=0, atol=1e-5), (n, d, k)
+    assert row_blocks(torch.zeros(7, 4), 2).shape == (1, 4, 7)  # rows that do not divide: one block
+
+
+def test_plain_decoder_follows_hf_on_a_tiny_llama(tokenizer, tiny_lm):
+    """Random weights, no model files: the decoder's logits follow HF's full forward step by step, a
+    model it does not cover (q/k/v biases) is decoded by HF's forward behind the same interface, and
+    a step past the positions it was sized for is refused."""
+    import torch
+    from conftest import make_tiny_lm
+
+    from pipeline.model.plain_decoder import HFDecoder, PlainDecoder, open_decoder
+
+    ids = tokenizer("Are tomatoes fruit? Yes, botanically they are.")["input_ids"]
+    steps = 12
+    for lm, kind in ((tiny_lm, PlainDecoder), (make_tiny_lm(tokenizer, attention_bias=True), HFDecoder)):
+        decoder = open_decoder(lm, len(ids) + steps)
+        assert type(decoder) is kind
+        seq, logits = list(ids), decoder.prefill(ids)
+        for _ in range(steps):
+            with torch.inference_mode():
+                full = lm.model(input_ids=torch.tensor([seq])).logits[0, -1]  # (V,) the whole sequence again
+            torch.testing.assert_close(logits, full, rtol=0, atol=1e-4 * float(full.abs().max()))
+            seq.append(int(logits.argmax()))
+            logits = decoder.step(seq[-1])
+    plain = PlainDecoder(tiny_lm, len(ids) + 1)
+    plain.prefill(ids)
+    plain.step(5)
+    with pytest.raises(ValueError):
+        plain.step(5)
+
+
+@pytest.mark.model
+def test_plain_decoder_logits_match_hf_full_forward(lm):
+    """At several decode steps (a short prompt, and one prefilled in several chunks) the decoder's
+    logits equal HF's forward over the whole sequence, and each step counts one forward pass."""
+    import torch
+
+    from pipeline.model.plain_decoder import PlainDecoder, supports
+
+    assert supports(lm.model)  # SmolLM2 runs on PlainDecoder, not on the HF fallback
+    for question, checked in (("Are tomatoes fruit?", (1, 2, 9, 30)),
+                              (LONG_NOTES + " Describe every box above, one per line.", (1, 5, 20))):
+        _, ids = _request_ids(lm, question, 64)
+        n = max(checked) + 1
+        decoder = PlainDecoder(lm, len(ids) + n)
+        seq, logits = list(ids), decoder.prefill(ids)
+        for step in range(n):
+            if step in checked:
+                with lm.lock, torch.inference_mode():
+                    full = lm.model(input_ids=torch.tensor([seq], device=lm.device)).logits[0, -1]  # (V,)
+                torch.testing.assert_close(logits, full, rtol=0, atol=1e-4 * float(full.abs().max()))
+            seq.append(int(logits.argmax()))
+            calls = lm.calls
+            logits = decoder.step(seq[-1])
+            assert lm.calls == calls + 1
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("question, long_prompt", [("Are tomatoes fruit?", False), ("토마토는 과일이야?", False),
+                                                    (LONG_NOTES + " Describe every box above, one per line.", True)],
+                         ids=["default", "korean", "longer-than-a-prefill-chunk"])
+def test_plain_path_greedy_tokens_equal_hf_generate(lm, question, long_prompt):
+    from pipeline.model.prefill import PREFILL_CHUNK
+    from pipeline.stages.fast_path import generate
+
+    request, ids = _request_ids(lm, question, PLAIN_STEPS)
+    assert (len(ids) > PREFILL_CHUNK) == long_prompt
+    plain = generate(lm, request)
+    assert plain["tokens"] == _hf_greedy(lm, ids, PLAIN_STEPS)
+    assert len(plain["tokens"]) == PLAIN_STEPS and plain["finish_reason"] == "length"  # every step was compared
+
+
+@pytest.mark.model
+def test_plain_path_stops_at_the_end_token(lm):
+    from pipeline.stages.fast_path import stream
+    from pipeline.stages.generation import end_token_ids
+
+    request, ids = _request_ids(lm, "Reply with one word: what colour is the sky?", 64)
+    events = list(stream(lm, request))
+    done, eos = events[-1], end_token_ids(lm)
+    assert done["finish_reason"] == "eos" and done["tokens"][-1] in eos and len(done["tokens"]) < 64
+    assert not eos & set(done["tokens"][:-1])
+    assert done["tokens"] == _hf_greedy(lm, ids, 64)  # HF stops at the same end token
+    assert "".join(e.get("delta", "") for e in events) == done["text"]
+    assert lm.tokenizer.decode(done["tokens"][-1]) not in done["text"]

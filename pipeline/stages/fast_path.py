@@ -1,7 +1,8 @@
 """The plain serving path beside the captured one: no hooks, no per-step candidate tables, SDPA,
-the sampler on the model's own device. Same weights, same tokens (greedy is tested equal), so a page
-can put "captured: X ms/token" next to "plain serving: Y ms/token" for the same request, and stream
-an answer live as it is produced.
+the sampler on the model's own device, and decode steps run straight from the weights into a
+preallocated K/V cache (pipeline.model.plain_decoder) rather than through HF's forward. Same
+weights, same tokens (greedy is tested equal), so a page can put "captured: X ms/token" next to
+"plain serving: Y ms/token" for the same request, and stream an answer live as it is produced.
 
     for event in stream(lm, request):     # {"delta": "The", "step": 0, "t_s": 0.41}, ...
         ...
@@ -14,7 +15,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from ..model.prefill import PREFILL_CHUNK
+from ..model.plain_decoder import open_decoder
 from .generation import StreamDetokenizer, end_token_ids
 from .next_token import draw, final_probs
 from .request import ChatRequest
@@ -39,11 +40,8 @@ def stream(lm, request: ChatRequest, max_prompt_tokens: int | None = None,
     options, eos = request.options, end_token_ids(lm)
     rng = np.random.default_rng(options.seed)
     detok = StreamDetokenizer(lm.tokenizer, options.stop)
-    cache = None
-    for start in range(0, len(ids), PREFILL_CHUNK):
-        out = lm.forward([ids[start:start + PREFILL_CHUNK]], cache=cache)
-        cache = out.cache
-    logits = out.logits[0, -1]  # (V,)
+    decoder = open_decoder(lm, len(ids) + options.max_new_tokens)  # a static K/V cache sized for the request
+    logits = decoder.prefill(ids)  # (V,)
     tokens, step_s, finish, t_prev = [], [], "length", time.perf_counter()
     for step in range(options.max_new_tokens):
         token = _choose(logits, options, rng)
@@ -65,7 +63,7 @@ def stream(lm, request: ChatRequest, max_prompt_tokens: int | None = None,
         if step + 1 == options.max_new_tokens:
             break
         t_prev = time.perf_counter()
-        logits = lm.forward([[token]], cache=cache).logits[0, -1]
+        logits = decoder.step(token)  # (V,)
     tail = detok.flush()
     if tail:
         event = {"delta": tail, "step": len(tokens) - 1, "t_s": time.perf_counter() - t0}

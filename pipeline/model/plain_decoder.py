@@ -1,0 +1,213 @@
+"""Decode steps of a loaded Llama-architecture model run straight from its weights: the plain serving
+path's inner loop, with none of Hugging Face's per-call machinery (no DynamicCache growing by
+torch.cat each step, no mask building, no module calls or hooks, no output dataclasses).
+
+A step reads every weight once, and on a CPU that read is most of its time. HF's step spends ~70 %
+in the matmuls and the rest in Python and small ops (module calls, cache concatenation, masks); this
+decoder drops that rest and also reads the weights on every core (`row_blocks`: a one-token matmul
+runs on a single core in MKL). The arithmetic is HF's own, op for op (RMSNorm in float32, RoPE from
+the model's own rotary embedding, SDPA with grouped-query heads, unfused projections): on SmolLM2
+each step's logits equal HF's decode step to the bit here, and greedy tokens equal
+`model.generate(do_sample=False)` (tests/test_serving.py).
+
+    dec = open_decoder(lm, max_positions=len(ids) + 64)
+    logits = dec.prefill(ids)              # (V,) after the prompt; the prompt runs through lm.forward
+    logits = dec.step(int(logits.argmax()))  # (V,) after one more token: one forward pass
+
+Shape letters: L layers, H query heads, Hkv key/value heads, Dh head width, D model width,
+V vocabulary, T positions, B batch (always 1 here), F the MLP's hidden width.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .kv_tensors import cache_layers
+from .prefill import PREFILL_CHUNK
+
+STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the position alone, not on T
+
+
+def hf_prefill(lm, ids: list[int]):
+    """The prompt through lm.forward in chunks of PREFILL_CHUNK (the lock is released between them).
+    Returns (HF cache, logits (V,) for the token after the prompt)."""
+    cache = None
+    for start in range(0, len(ids), PREFILL_CHUNK):
+        out = lm.forward([ids[start:start + PREFILL_CHUNK]], cache=cache)
+        cache = out.cache
+    return cache, out.logits[0, -1]
+
+
+class HFDecoder:
+    """The fallback for models PlainDecoder does not cover: every step is a full HF forward pass."""
+
+    def __init__(self, lm, max_positions: int):
+        self.lm, self.cache = lm, None
+
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        self.cache, logits = hf_prefill(self.lm, ids)
+        return logits  # (V,)
+
+    def step(self, token: int) -> torch.Tensor:
+        return self.lm.forward([[token]], cache=self.cache).logits[0, -1]  # (V,)
+
+
+def row_blocks(weight: torch.Tensor, k: int) -> torch.Tensor:
+    """A Linear's weight (N, D) as k blocks of its rows, transposed for bmm: (k, D, N/k), a view
+    (one block if N does not divide by k).
+
+    One GEMV (a single token through a Linear) runs on one core in MKL, so a decode step reads its
+    weights at one core's memory bandwidth. `project` hands the k blocks to bmm, which runs them on
+    k threads; each output is still the same dot product as in F.linear: the same bits at SmolLM2's
+    shapes (tested). Tiny blocks (under ~400 multiply-adds) take bmm's own loop and may differ in
+    the last bit.
+    """
+    N, D = weight.shape
+    k = k if N % k == 0 else 1
+    return weight.view(k, N // k, D).transpose(1, 2)
+
+
+def project(x: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+    """F.linear(x, weight) for one token: x (1, D), blocks (k, D, N/k) from row_blocks -> (1, N).
+
+        project(x, row_blocks(w, 2))  # == F.linear(x, w): rows [0, N/2) then [N/2, N)
+    """
+    if blocks.shape[0] == 1:
+        return F.linear(x, blocks[0].t())  # one block: the Linear itself (always so on a GPU)
+    return torch.bmm(x.expand(blocks.shape[0], 1, x.shape[-1]), blocks).view(1, -1)
+
+
+@dataclass
+class _Layer:
+    """One decoder block's weights: views of the model's own tensors, nothing copied."""
+
+    norm1: torch.Tensor  # (D,) input_layernorm
+    q: torch.Tensor  # (k, D, H*Dh/k) row blocks of q_proj (see row_blocks)
+    k: torch.Tensor  # (k, D, Hkv*Dh/k)
+    v: torch.Tensor  # (k, D, Hkv*Dh/k)
+    o: torch.Tensor  # (k, H*Dh, D/k)
+    norm2: torch.Tensor  # (D,) post_attention_layernorm
+    gate: torch.Tensor  # (k, D, F/k)
+    up: torch.Tensor  # (k, D, F/k)
+    down: torch.Tensor  # (k, F, D/k)
+
+    @classmethod
+    def of(cls, block, k: int) -> "_Layer":
+        a, m = block.self_attn, block.mlp
+        b = lambda linear: row_blocks(linear.weight, k)  # noqa: E731
+        return cls(block.input_layernorm.weight, b(a.q_proj), b(a.k_proj), b(a.v_proj), b(a.o_proj),
+                   block.post_attention_layernorm.weight, b(m.gate_proj), b(m.up_proj), b(m.down_proj))
+
+
+def blocks_for(device) -> int:
+    """Row blocks per weight: one per CPU thread; on a GPU 1 (one GEMV already fills the device)."""
+    return torch.get_num_threads() if torch.device(device).type == "cpu" else 1
+
+
+def supports(model) -> bool:
+    """Whether PlainDecoder computes exactly what this HF model does: a Llama without biases, SiLU MLP,
+    a position-only RoPE, every weight on one device."""
+    c = model.config
+    rope = (getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}).get("rope_type", "default")
+    return (getattr(c, "model_type", None) == "llama" and not getattr(c, "attention_bias", False)
+            and not getattr(c, "mlp_bias", False) and getattr(c, "hidden_act", None) == "silu"
+            and rope in STATIC_ROPE_TYPES and len({p.device for p in model.parameters()}) == 1)
+
+
+def open_decoder(lm, max_positions: int):
+    """PlainDecoder where it is exact for lm's model, else HFDecoder (same interface)."""
+    return PlainDecoder(lm, max_positions) if supports(lm.model) else HFDecoder(lm, max_positions)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's LlamaRMSNorm, op for op: x / sqrt(mean(x^2) + eps) in float32, times the weight."""
+    x32 = x.to(torch.float32)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
+    """RoPE as HF applies it, x*cos + rotate_half(x)*sin, with rotate_half(x)*sin written as
+    roll(x)*[-sin_low, sin_high] (one op instead of four; a sign flip is exact, so the same bits).
+    x (n, Dh), cos/sin_signed (Dh,)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
+
+
+class PlainDecoder:
+    """One request's decode: a preallocated K/V cache and the model's weights, stepped one token at a time.
+
+    The cache holds max_positions positions, (L, B=1, Hkv, T_max, Dh) for keys and for values, written
+    in place at each new position; attention reads the filled slice [:T].
+    """
+
+    def __init__(self, lm, max_positions: int):
+        self.lm = lm
+        model = lm.model
+        inner, c = model.model, model.config
+        self.embed = inner.embed_tokens.weight  # (V, D)
+        k = blocks_for(self.embed.device)
+        self.layers = [_Layer.of(block, k) for block in inner.layers[:c.num_hidden_layers]]
+        self.final_norm = inner.norm.weight  # (D,)
+        self.head = row_blocks(model.get_output_embeddings().weight, k)  # (k, D, V/k)
+        self.eps = c.rms_norm_eps
+        self.H, self.Hkv = c.num_attention_heads, c.num_key_value_heads
+        self.Dh = getattr(c, "head_dim", None) or c.hidden_size // self.H
+        self.scale = self.Dh ** -0.5
+        device, dtype = self.embed.device, self.embed.dtype
+        shape = (len(self.layers), 1, self.Hkv, max_positions, self.Dh)
+        self.keys = torch.empty(shape, device=device, dtype=dtype)  # (L, 1, Hkv, T_max, Dh) after RoPE
+        self.values = torch.empty(shape, device=device, dtype=dtype)  # (L, 1, Hkv, T_max, Dh)
+        self.cos, self.sin_signed = _rope_tables(inner.rotary_emb, max_positions, device, dtype)  # (T_max, Dh)
+        self.T = 0  # positions filled
+
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache.
+        Returns logits (V,) for the token after the prompt."""
+        cache, logits = hf_prefill(self.lm, ids)
+        T = len(ids)
+        with torch.inference_mode():
+            for i, (k, v) in enumerate(cache_layers(cache)):  # each (1, Hkv, T, Dh)
+                self.keys[i, :, :, :T] = k
+                self.values[i, :, :, :T] = v
+        self.T = T
+        return logits
+
+    def step(self, token: int) -> torch.Tensor:
+        """One more token through every block at position T. Returns logits (V,) for the next one."""
+        t = self.T
+        if t >= self.keys.shape[3]:
+            raise ValueError(f"the decoder holds {self.keys.shape[3]} positions; position {t} does not fit")
+        with self.lm.lock, torch.inference_mode():
+            h = self.embed[token][None]  # (1, D)
+            cos, sin = self.cos[t], self.sin_signed[t]  # (Dh,)
+            for i, w in enumerate(self.layers):
+                h = h + self._attention(i, w, rms_norm(h, w.norm1, self.eps), cos, sin, t)
+                x = rms_norm(h, w.norm2, self.eps)
+                h = h + project(F.silu(project(x, w.gate)) * project(x, w.up), w.down)  # (1, D)
+            logits = project(rms_norm(h, self.final_norm, self.eps), self.head)  # (1, V)
+            self.lm.count_pass()
+        self.T = t + 1
+        return logits[0]
+
+    def _attention(self, i: int, w: _Layer, x: torch.Tensor, cos, sin, t: int) -> torch.Tensor:
+        """x (1, D) normed -> the attention block's write to the residual stream (1, D)."""
+        q = rotate(project(x, w.q).view(self.H, self.Dh), cos, sin)  # (H, Dh)
+        self.keys[i, 0, :, t] = rotate(project(x, w.k).view(self.Hkv, self.Dh), cos, sin)  # (Hkv, Dh)
+        self.values[i, 0, :, t] = project(x, w.v).view(self.Hkv, self.Dh)
+        out = F.scaled_dot_product_attention(q.view(1, self.H, 1, self.Dh), self.keys[i, :, :, :t + 1],
+                                             self.values[i, :, :, :t + 1], scale=self.scale,
+                                             enable_gqa=True)  # (1, H, 1, Dh); keys/values (1, Hkv, t+1, Dh)
+        return project(out.reshape(1, self.H * self.Dh), w.o)  # (1, D)
+
+
+def _rope_tables(rotary_emb, n: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and [-sin_low, sin_high] for positions 0..n-1, (n, Dh) each, from the model's own rotary
+    embedding (so the same values HF uses at each position)."""
+    positions = torch.arange(n, device=device)[None]  # (1, n)
+    with torch.inference_mode():
+        cos, sin = rotary_emb(torch.empty(0, device=device, dtype=dtype), positions)  # (1, n, Dh)
+    cos, sin = cos[0], sin[0]
+    half = sin.shape[-1] // 2
+    return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
