@@ -424,3 +424,32 @@ def test_plain_path_stops_at_the_end_token(lm):
     assert done["tokens"] == _hf_greedy(lm, ids, 64)  # HF stops at the same end token
     assert "".join(e.get("delta", "") for e in events) == done["text"]
     assert lm.tokenizer.decode(done["tokens"][-1]) not in done["text"]
+
+
+@pytest.mark.model
+def test_comparing_the_two_paths_measures_both_interleaved_on_the_same_tokens(lm):
+    from pipeline.errors import InputError
+    from pipeline.stages.fast_path import compare_with_captured
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+
+    result = compare_with_captured(lm, ChatRequest.from_question("Are tomatoes fruit?"), steps=8, repeats=2)
+    c = result["comparison"]
+    assert result["steps"] == 8 and result["same_tokens"] and c.repeats == 2
+    assert c.a_range[0] <= c.a_median <= c.a_range[1] and c.b_range[0] <= c.b_median <= c.b_range[1]
+    assert 0.005 < c.a_median < 5 and 0.005 < c.b_median < 5  # real seconds per token, not a placeholder
+    with pytest.raises(InputError, match="fewer than 3 tokens"):
+        compare_with_captured(lm, ChatRequest.from_question("Hi", options=GenerationOptions(max_new_tokens=2)))
+
+
+@pytest.mark.app
+def test_generation_page_compares_the_two_paths_now():
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(os.path.join(os.path.dirname(os.path.dirname(__file__)), "views", "generation.py"),
+                           default_timeout=600)
+    at.run()
+    at.button(key="gen_compare").click().run()
+    assert not at.exception
+    labels = [m.label for m in at.metric]
+    assert "plain serving path, ms/token" in labels and "captured run, ms/token" in labels
+    assert any("interleaved" in m.value and "Both chose the same tokens" in m.value for m in at.markdown)

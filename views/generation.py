@@ -1,6 +1,6 @@
 """Generation: the answer streamed token by token, with the measured timings."""
 from views.common import current_request, current_trace, get_model, page_header, stage_link
-from views.live_stream import stream_live
+from views.live_stream import compare_paths, stream_live
 
 import time
 
@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from pipeline.errors import InputError
 from pipeline.text import plural, token_pieces
 from ui.escape import axis_labels, json_text
 from ui.plots import token_axis
@@ -35,11 +36,19 @@ if trace.finish_reason == "length":
                "to let the model finish.")
 speed = st.select_slider("Replay speed", ["recorded", "2× faster", "10× faster", "instant"], value="2× faster",
                          key="gen_speed")
-live_col, replay_col = st.columns(2)
+live_col, replay_col, compare_col = st.columns(3)
 live = live_col.button("⚡ Run it live now", type="primary", key="gen_live",
                        help="The model answers again, streamed token by token as it produces them (the plain "
                             "serving path: no captures, the same tokens).")
 replay = replay_col.button("▶ Replay the recorded stream", key="gen_replay")
+compare = compare_col.button("⏱ Compare the two paths now", key="gen_compare",
+                             help="The plain serving path and the captured run on this request, 3 times each, "
+                                  "interleaved, 16 tokens each: medians and ranges.")
+if compare:
+    try:
+        compare_paths(current_request())
+    except InputError as e:
+        st.warning(str(e))
 if live:
     stream_live(current_request(), t.tpot_s)
 elif replay:

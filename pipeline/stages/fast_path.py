@@ -18,6 +18,7 @@ import torch
 from ..model.plain_decoder import open_decoder
 from .generation import StreamDetokenizer, end_token_ids
 from .next_token import draw, final_probs
+from ..errors import InputError
 from .request import ChatRequest
 from .tokens import tokenize_request
 
@@ -82,3 +83,36 @@ def generate(lm, request: ChatRequest, max_prompt_tokens: int | None = None) -> 
     """The whole answer on the plain path: the final summary of `stream`."""
     *_, summary = stream(lm, request, max_prompt_tokens)
     return summary
+
+
+def compare_with_captured(lm, request: ChatRequest, steps: int = 16, repeats: int = 3,
+                          max_prompt_tokens: int | None = None) -> dict:
+    """Decode time per token of the plain path and of the captured run for the same request, measured
+    now, interleaved (plain, captured, plain, ...), `repeats` times, the answer cut to `steps`
+    tokens (or fewer, as the request asks): {"comparison": Comparison (a = plain, b = captured), "steps": ...}.
+    A recorded TPOT next to a live one would compare two moments of a shared machine, not two paths."""
+    from dataclasses import replace
+
+    from ..timing import interleave
+    from ..trace import run_trace
+
+    steps = min(steps, request.options.max_new_tokens)
+    short = replace(request, options=replace(request.options, max_new_tokens=steps))
+    seen: dict[str, list[int]] = {}
+
+    def captured() -> float:
+        t = run_trace(short, lm, max_prompt_tokens)
+        seen["captured"] = t.generated_token_ids
+        return t.timings.tpot_s
+
+    def plain() -> float:
+        summary = generate(lm, short, max_prompt_tokens)
+        seen["plain"] = summary["tokens"]
+        return summary["tpot_s"]
+
+    if len(generate(lm, short, max_prompt_tokens)["tokens"]) < 3:
+        raise InputError("max_new_tokens", "the answer ends after fewer than 3 tokens: there is no decode speed "
+                                           "to compare (ask a question with a longer answer).")
+    comparison = interleave(plain, captured, repeats)
+    return {"comparison": comparison, "steps": len(seen["plain"]), "same_tokens": seen["plain"] == seen["captured"],
+            "measured_at": time.time()}
