@@ -17,7 +17,7 @@ setup() {
     touch "$STAMP"
   fi
   # One-time GGUF -> local weights cache conversion (~15 s); instant afterwards.
-  "$VENV/bin/python" -c "from pipeline.model.loader import ensure_weights_cache; ensure_weights_cache()"
+  "$VENV/bin/python" -c "from pipeline.model.weights_cache import ensure_weights_cache; ensure_weights_cache()"
 }
 
 browser() {

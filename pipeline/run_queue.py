@@ -52,6 +52,11 @@ class Ticket:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def error(self) -> BaseException | None:
+        """What the work raised, once done (None while waiting or when it succeeded)."""
+        return self._error
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._done.wait(timeout)
 

@@ -78,12 +78,13 @@ def result_store() -> RunStore:
     return RunStore(max_bytes=256, size_of=lambda result: 1)
 
 
-def queued(key: tuple, compute, cost: int):
-    """`compute()`'s result, run once per server through the model's queue (its place shown meanwhile)."""
+def queued(key: tuple, compute, cost: int, prompt_tokens: int = 0):
+    """`compute()`'s result, run once per server through the model's queue (its place shown meanwhile).
+    prompt_tokens: the longest prompt it runs (a long one is refused while the queue is long)."""
     stored = result_store().peek(key)
     if stored is not None:
         return stored
-    return wait_for(run_queue().submit(key, lambda: result_store().get_or_run(key, compute), cost))
+    return wait_for(run_queue().submit(key, lambda: result_store().get_or_run(key, compute), cost, prompt_tokens))
 
 
 def session_passes() -> PassCounter:

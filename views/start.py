@@ -36,8 +36,12 @@ with c2:
 
 jobs = warm_up()
 pending = [name for name, ticket in jobs.items() if not ticket.done]
+failed = {name: ticket.error for name, ticket in jobs.items() if ticket.done and ticket.error is not None}
+for name, error in failed.items():
+    st.warning(f"Preparing {name} failed ({type(error).__name__}: {str(error)[:200]}); it runs again when someone "
+               "opens it.", icon="⚠️")
 if pending:
     st.info(f"Preparing in the background so that nobody waits for them later: {', '.join(pending)}. "
             f"Requests typed by people always go first ({len(run_queue())} in the model's queue now).", icon="⏳")
-else:
+elif not failed:
     st.success("Ready: the default request and every prompt-caching scenario are prepared.", icon="✅")

@@ -28,8 +28,12 @@ LOADED_DTYPE = "float32"  # what loader.load_model builds (the captures are exac
 class ModelHandle:
     def __init__(self, source: str | None = None):
         self.source = source  # None: the default model from the weights cache; else a local HF folder
-        self._files_lock = threading.Lock()
+        self._folder_lock = threading.Lock()  # one lock per thing read, so a page reading the config
+        self._tokenizer_lock = threading.Lock()  # never waits for the tokenizer's ~1 s load
+        self._vocabulary_lock = threading.Lock()
+        self._loader_lock = threading.Lock()
         self._folder: Path | None = None
+        self._config_dims: ModelDims | None = None
         self._tokenizer = None
         self._vocabulary = None
         self._loaded = None  # the LoadedModel, once built
@@ -38,7 +42,9 @@ class ModelHandle:
 
     @property
     def folder(self) -> Path:
-        with self._files_lock:
+        if self._folder is not None:
+            return self._folder
+        with self._folder_lock:
             if self._folder is None:
                 folder = Path(self.source) if self.source else ensure_weights_cache()
                 check_model_folder(folder)
@@ -54,7 +60,7 @@ class ModelHandle:
         if self._loaded is not None:
             return self._loaded.tokenizer
         folder = self.folder
-        with self._files_lock:
+        with self._tokenizer_lock:
             if self._tokenizer is None:
                 self._tokenizer = load_tokenizer(folder)
             return self._tokenizer
@@ -63,7 +69,7 @@ class ModelHandle:
     def vocabulary(self):
         """Token names and special ids only (pipeline.model.vocabulary): what drawing a stored run needs."""
         folder = self.folder
-        with self._files_lock:
+        with self._vocabulary_lock:
             if self._vocabulary is None:
                 self._vocabulary = (Vocabulary.from_folder(folder) if (folder / "tokenizer.json").exists()
                                     else None)
@@ -74,8 +80,10 @@ class ModelHandle:
         """The dimensions from config.json; `device` is '' until the network has loaded (then `dims`)."""
         if self._loaded is not None:
             return self._loaded.dims
-        config = SimpleNamespace(**json.loads((self.folder / "config.json").read_text(encoding="utf-8")))
-        return ModelDims.from_config(config, self.name, LOADED_DTYPE, "")
+        if self._config_dims is None:
+            config = SimpleNamespace(**json.loads((self.folder / "config.json").read_text(encoding="utf-8")))
+            self._config_dims = ModelDims.from_config(config, self.name, LOADED_DTYPE, "")
+        return self._config_dims
 
     @property
     def is_loaded(self) -> bool:
@@ -84,7 +92,11 @@ class ModelHandle:
     @property
     def device_label(self) -> str:
         """'cpu' / 'cuda' once loaded; a page can show it without waiting for the load."""
-        return str(self._loaded.device) if self._loaded is not None else "(loading in the background)"
+        if self._loaded is not None:
+            return str(self._loaded.device)
+        if self.load_error is not None:
+            return f"(not loaded: {self.load_error})"
+        return "(loading in the background)"
 
     def loaded(self):
         """The LoadedModel, built on the first call (the same object `shared_model` gives everyone)."""
@@ -96,7 +108,7 @@ class ModelHandle:
 
     def start_loading(self) -> None:
         """Build the network in a background thread (once); a later use finds it ready or waits for it."""
-        with self._files_lock:
+        with self._loader_lock:
             if self._loaded is not None or self._loader is not None:
                 return
             self._loader = threading.Thread(target=self._load_quietly, name="model-loader", daemon=True)
@@ -112,4 +124,12 @@ class ModelHandle:
         """Everything else is the loaded model's: forward, model, lock, dims, device, config, calls..."""
         if name.startswith("_"):  # private names, copy and pickle probes: never load for them
             raise AttributeError(name)
+        if hasattr(type(self), name):  # one of the handle's own properties raised AttributeError: say so,
+            raise AttributeError(f"reading the model's files for `{name}` failed")  # do not load for it
         return getattr(self.loaded(), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        """Only the handle's own fields: `lm.lock = ...` here would silently miss the loaded model."""
+        if not name.startswith("_") and name not in ("source", "load_error"):
+            raise AttributeError(f"set `{name}` on the loaded model (handle.loaded()), not on the handle")
+        object.__setattr__(self, name, value)

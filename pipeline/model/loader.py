@@ -89,8 +89,9 @@ def pick_device() -> torch.device:
 def load_model(source: str | None = None, log=None, tokenizer=None) -> LoadedModel:
     """Load the default model (or a local HF folder given as `source`) ready for capture.
     tokenizer: one already loaded from the same folder (the app's handle has it), else loaded here."""
-    from transformers import AutoModelForCausalLM
+    from .hf_imports import transformers_lock, transformers_names
 
+    AutoModelForCausalLM, = transformers_names("AutoModelForCausalLM")
     log = log or (lambda msg: print(msg, file=sys.stderr))
     folder = Path(source) if source else ensure_weights_cache(log=log)
     check_model_folder(folder)
@@ -98,7 +99,8 @@ def load_model(source: str | None = None, log=None, tokenizer=None) -> LoadedMod
     if torch.cuda.device_count() > 1:
         kwargs["device_map"] = "auto"  # spread a larger model across the GPUs with accelerate
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        with transformers_lock:  # building the model imports more of transformers as it goes
+            model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         tokenizer = tokenizer or load_tokenizer(folder)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         hint = (f" Delete {folder} to convert the weights again." if source is None else "")

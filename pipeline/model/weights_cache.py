@@ -80,7 +80,9 @@ def convert_gguf_to_cache(target: Path, log=print) -> Path:
     written to a private `.partial-<pid>` folder beside the target and renamed into place only when
     complete, so a crash never leaves a half-written cache where a load would find it.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from .hf_imports import transformers_names
+
+    AutoModelForCausalLM, AutoTokenizer = transformers_names("AutoModelForCausalLM", "AutoTokenizer")
 
     root = target.parent
     check_writable(root, CONVERSION_NEEDS_BYTES)
@@ -135,14 +137,13 @@ def check_model_folder(folder: Path) -> None:
 def load_tokenizer(folder: Path):
     """The folder's tokenizer. A plain `tokenizers` one (SmolLM2's) loads through transformers'
     fast-tokenizer class, which does not import torch (AutoTokenizer does: ~2-6 s more here)."""
-    from transformers import PreTrainedTokenizerFast  # not AutoTokenizer here: importing it imports torch
+    from .hf_imports import transformers_lock, transformers_names
 
     try:
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         config = {}
-    if config.get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast"):
-        return PreTrainedTokenizerFast.from_pretrained(folder)
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(folder)
+    plain = config.get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast")
+    with transformers_lock:  # loading imports more of transformers as it goes
+        tokenizer_class, = transformers_names("PreTrainedTokenizerFast" if plain else "AutoTokenizer")
+        return tokenizer_class.from_pretrained(folder)

@@ -24,11 +24,13 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 import torch
-from transformers import DynamicCache
 
 from ..errors import InputError
+from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_layers
 from ..model.prefill_record import PREFILL_CHUNK
+
+DynamicCache, = transformers_names("DynamicCache")
 
 HIT, MISS, NOT_CACHEABLE = "hit", "miss", "not cacheable"
 RECOMPUTED = "cached, recomputed"  # a cached last block run again: the model must see the last prompt token

@@ -12,12 +12,14 @@ import time
 
 import numpy as np
 import torch
-from transformers import DynamicCache
 
 from ..errors import InputError
+from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_len
 from .decode_record import Decode
 from .generation import _Answer, _continue
+
+DynamicCache, = transformers_names("DynamicCache")
 
 
 def cache_from_prefill(lm, prefill) -> DynamicCache:

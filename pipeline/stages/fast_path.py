@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from ..model.plain_decoder import open_decoder
+from ..model.plain_decoder import blocks_for, open_decoder, supports
 from .generation import StreamDetokenizer, end_token_ids
 from .next_token import draw, final_probs
 from ..errors import InputError
@@ -114,5 +114,7 @@ def compare_with_captured(lm, request: ChatRequest, steps: int = 16, repeats: in
         raise InputError("max_new_tokens", "the answer ends after fewer than 3 tokens: there is no decode speed "
                                            "to compare (ask a question with a longer answer).")
     comparison = interleave(plain, captured, repeats)
+    own_decoder = supports(lm.model)
     return {"comparison": comparison, "steps": len(seen["plain"]), "same_tokens": seen["plain"] == seen["captured"],
-            "measured_at": time.time()}
+            "measured_at": time.time(), "own_decoder": own_decoder,
+            "row_blocks": blocks_for(lm.device) if own_decoder else 0}

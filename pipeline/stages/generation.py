@@ -230,7 +230,9 @@ def decode_batch(lm, caches: list, first_logits: list[torch.Tensor], options: li
 
 def _join_caches(lm, caches: list, lengths: list[int]):
     """Per-request caches (1, Hkv, T_i, Dh) per layer -> one DynamicCache (B, Hkv, T_max, Dh), left-padded."""
-    from transformers import DynamicCache
+    from ..model.hf_imports import transformers_names
+
+    DynamicCache, = transformers_names("DynamicCache")
 
     T = max(lengths)
     layers = []
