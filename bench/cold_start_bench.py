@@ -49,8 +49,8 @@ async def journey_over_websocket(port: int, t0: float, timeout: float = 120) -> 
     ('first'), the page's last element (the sidebar's model caption) arrived ('drawn'), the script
     finished ('finished': the server's own after-page work included)."""
     import websockets
-    from streamlit.proto.BackMsg_pb2 import BackMsg
-    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    from workshop_load import page_messages  # bench/ is this script's folder
 
     while True:
         try:
@@ -63,24 +63,16 @@ async def journey_over_websocket(port: int, t0: float, timeout: float = 120) -> 
             await asyncio.sleep(0.02)
     marks = {"up": time.monotonic() - t0}
     async with ws:
-        back = BackMsg()
-        back.rerun_script.query_string = ""
-        back.rerun_script.page_name = "journey"
-        await ws.send(back.SerializeToString())
         sent = b""
-        while True:
-            msg = ForwardMsg()
-            msg.ParseFromString(await asyncio.wait_for(ws.recv(), timeout))
-            raw = msg.SerializeToString()
+        async for kind, raw in page_messages(ws, "", "journey", timeout):
             sent += raw
             now = time.monotonic() - t0
-            if msg.WhichOneof("type") == "delta":
+            if kind == "delta":
                 marks.setdefault("first", now)
             if LAST_ELEMENT in raw:
                 marks["drawn"] = now
-            if msg.WhichOneof("type") == "script_finished":
+            if kind == "script_finished":
                 marks["finished"] = now
-                break
     if b"Traceback" in sent or DONE_MARK not in sent or "drawn" not in marks:
         raise RuntimeError("the Journey page did not run to its end")
     return marks

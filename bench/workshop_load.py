@@ -150,12 +150,29 @@ async def one_session(browser, url: str, question: str, others: list[str], timeo
     return result
 
 
+async def page_messages(ws, query_string: str, page_name: str, timeout: float):
+    """Ask the server for one page over Streamlit's websocket (the BackMsg a browser sends) and yield
+    each ForwardMsg as (its type, its bytes) until the script has finished."""
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    back = BackMsg()
+    back.rerun_script.query_string = query_string
+    back.rerun_script.page_name = page_name
+    await ws.send(back.SerializeToString())
+    while True:
+        msg = ForwardMsg()
+        msg.ParseFromString(await asyncio.wait_for(ws.recv(), timeout))
+        kind = msg.WhichOneof("type")
+        yield kind, msg.SerializeToString()
+        if kind == "script_finished":
+            return
+
+
 async def one_protocol_session(url: str, question: str, others: list[str], timeout: float) -> dict:
     """A learner without a browser: Streamlit's own websocket protocol, the messages a browser would
     get, not drawn. Measures the server alone (the browsers of a real room run on other machines)."""
     import websockets
-    from streamlit.proto.BackMsg_pb2 import BackMsg
-    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
     result = new_result(question, [])
     stream = url.replace("http", "ws", 1) + "/_stcore/stream"
@@ -164,20 +181,12 @@ async def one_protocol_session(url: str, question: str, others: list[str], timeo
             t0 = time.monotonic()
             async with websockets.connect(stream, subprotocols=["streamlit"], max_size=None,
                                           open_timeout=timeout) as ws:
-                back = BackMsg()
-                back.rerun_script.query_string = f"q={quote(question)}"
-                back.rerun_script.page_name = "journey"
-                await ws.send(back.SerializeToString())
                 sent = b""
-                while True:
-                    msg = ForwardMsg()
-                    msg.ParseFromString(await asyncio.wait_for(ws.recv(), timeout))
-                    sent += msg.SerializeToString()
-                    for seen in re.finditer(rb"number (\d+) in line", msg.SerializeToString()):
+                async for kind, raw in page_messages(ws, f"q={quote(question)}", "journey", timeout):
+                    sent += raw
+                    for seen in re.finditer(rb"number (\d+) in line", raw):
                         result["positions"].append(int(seen.group(1)))
-                    if msg.WhichOneof("type") == "script_finished":
-                        break
-                    if time.monotonic() - t0 > timeout:
+                    if kind != "script_finished" and time.monotonic() - t0 > timeout:
                         raise TimeoutError(f"no complete page after {timeout:.0f} s")
             result[attempt] = result["served"][attempt] = time.monotonic() - t0
             if b"Traceback" in sent or DONE_MARK.encode() not in sent:

@@ -53,6 +53,17 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(weights_cache_dir())
 
 
+def page_app(view: str, **session_state):
+    """One page of views/ in Streamlit's AppTest (it runs the file alone, without app.py's sidebar), the
+    sidebar's values preset: page_app("generation", req_max_new_tokens=8).run()."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(os.path.join(ROOT, "views", f"{view}.py"), default_timeout=600)
+    for key, value in session_state.items():
+        at.session_state[key] = value
+    return at
+
+
 def make_tiny_lm(tokenizer, seed: int = 0, **config):
     """A random-weight Llama with the real tokenizer's vocabulary, wrapped like the real model.
 

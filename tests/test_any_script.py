@@ -245,12 +245,10 @@ def page_strings(at) -> str:
 @pytest.mark.parametrize("lang", list(QUESTIONS))
 @pytest.mark.parametrize("view", VIEWS)
 def test_every_page_names_tokens_by_their_character(view, lang):
-    from streamlit.testing.v1 import AppTest
+    from conftest import page_app
 
     question, char = QUESTIONS[lang]
-    at = AppTest.from_file(os.path.join(ROOT, "views", f"{view}.py"), default_timeout=600)
-    at.session_state["req_question"] = question
-    at.session_state["req_max_new_tokens"] = 12  # the answer's length does not matter here
+    at = page_app(view, req_question=question, req_max_new_tokens=12)  # the answer's length does not matter here
     at.run()
     assert not at.exception, at.exception
     text = page_strings(at)

@@ -90,13 +90,9 @@ def test_cli_force_marks_the_step(lm, tmp_path):
 def test_what_if_page_shows_the_branch_it_just_made():
     """Continue makes a branch and shows it (the tree's radio once kept 'the original run' selected
     and sent the page straight back to it)."""
-    import os
+    from conftest import page_app
 
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(os.path.join(os.path.dirname(os.path.dirname(__file__)), "views", "branches.py"),
-                           default_timeout=600)
-    at.session_state["req_max_new_tokens"] = 8
+    at = page_app("branches", req_max_new_tokens=8)
     at.run()
     at.button(key="br_go").click().run()
     assert not at.exception

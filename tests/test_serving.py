@@ -254,11 +254,9 @@ def test_plain_serving_path_chooses_the_captured_runs_tokens(lm):
 
 @pytest.mark.app
 def test_generation_page_streams_live():
-    from streamlit.testing.v1 import AppTest
+    from conftest import page_app
 
-    at = AppTest.from_file(os.path.join(os.path.dirname(os.path.dirname(__file__)), "views", "generation.py"),
-                           default_timeout=600)
-    at.session_state["req_max_new_tokens"] = 8
+    at = page_app("generation", req_max_new_tokens=8)
     at.run()
     at.button(key="gen_live").click().run()
     assert not at.exception
@@ -443,10 +441,9 @@ def test_comparing_the_two_paths_measures_both_interleaved_on_the_same_tokens(lm
 
 @pytest.mark.app
 def test_generation_page_compares_the_two_paths_now():
-    from streamlit.testing.v1 import AppTest
+    from conftest import page_app
 
-    at = AppTest.from_file(os.path.join(os.path.dirname(os.path.dirname(__file__)), "views", "generation.py"),
-                           default_timeout=600)
+    at = page_app("generation")
     at.run()
     at.button(key="gen_compare").click().run()
     assert not at.exception
