@@ -19,6 +19,7 @@ import torch
 from ..errors import InputError
 from .dims import ModelDims
 from .passes import note_pass
+from .prefill_record import PREFILL_CHUNK
 from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weights_cache, load_tokenizer
 
 
@@ -62,6 +63,14 @@ class LoadedModel:
                              logits_to_keep=logits_to_keep, **kwargs)
             self.count_pass()
         return out
+
+    def forward_chunked(self, ids: list[int], cache=None):
+        """A prompt (after what `cache` already holds) in passes of PREFILL_CHUNK tokens with SDPA, the
+        lock released between them. Returns (logits (V,) for the token after it, the cache)."""
+        for start in range(0, len(ids), PREFILL_CHUNK):
+            out = self.forward([ids[start:start + PREFILL_CHUNK]], cache=cache)  # (1, chunk)
+            cache = out.cache
+        return out.logits[0, -1], cache
 
     def count_pass(self) -> None:
         """One forward pass ran (call it holding `lock`): everyone's count and the caller's own."""

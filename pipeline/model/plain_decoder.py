@@ -11,7 +11,7 @@ each step's logits equal HF's decode step to the bit here, and greedy tokens equ
 `model.generate(do_sample=False)` (tests/test_serving.py).
 
     dec = open_decoder(lm, max_positions=len(ids) + 64)
-    logits = dec.prefill(ids)              # (V,) after the prompt; the prompt runs through lm.forward
+    logits = dec.prefill(ids)              # (V,) after the prompt; the prompt runs through lm.forward_chunked
     logits = dec.step(int(logits.argmax()))  # (V,) after one more token: one forward pass
 
 Shape letters: L layers, H query heads, Hkv key/value heads, Dh head width, D model width,
@@ -25,19 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from .kv_tensors import cache_layers
-from .prefill import PREFILL_CHUNK
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the position alone, not on T
-
-
-def hf_prefill(lm, ids: list[int]):
-    """The prompt through lm.forward in chunks of PREFILL_CHUNK (the lock is released between them).
-    Returns (HF cache, logits (V,) for the token after the prompt)."""
-    cache = None
-    for start in range(0, len(ids), PREFILL_CHUNK):
-        out = lm.forward([ids[start:start + PREFILL_CHUNK]], cache=cache)
-        cache = out.cache
-    return cache, out.logits[0, -1]
 
 
 class HFDecoder:
@@ -47,7 +36,7 @@ class HFDecoder:
         self.lm, self.cache = lm, None
 
     def prefill(self, ids: list[int]) -> torch.Tensor:
-        self.cache, logits = hf_prefill(self.lm, ids)
+        logits, self.cache = self.lm.forward_chunked(ids)
         return logits  # (V,)
 
     def step(self, token: int) -> torch.Tensor:
@@ -165,7 +154,7 @@ class PlainDecoder:
     def prefill(self, ids: list[int]) -> torch.Tensor:
         """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache.
         Returns logits (V,) for the token after the prompt."""
-        cache, logits = hf_prefill(self.lm, ids)
+        logits, cache = self.lm.forward_chunked(ids)
         T = len(ids)
         with torch.inference_mode():
             for i, (k, v) in enumerate(cache_layers(cache)):  # each (1, Hkv, T, Dh)

@@ -28,7 +28,6 @@ import torch
 from ..errors import InputError
 from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_layers
-from ..model.prefill_record import PREFILL_CHUNK
 
 DynamicCache, = transformers_names("DynamicCache")
 
@@ -278,11 +277,7 @@ class PrefixCache:
         """Run the model on the tokens after the reused blocks. Returns ((V,) logits, full cache)."""
         reused = len(hits) * self.config.block_size
         cache = blocks_to_cache(hits, lm) if hits else DynamicCache(config=lm.config)
-        rest = ids[reused:]
-        for start in range(0, len(rest), PREFILL_CHUNK):  # the lock is released between chunks
-            out = lm.forward([rest[start:start + PREFILL_CHUNK]], cache=cache)  # (1, chunk); SDPA
-            cache = out.cache
-        return out.logits[0, -1], cache  # (V,), per layer (1, Hkv, T, Dh)
+        return lm.forward_chunked(ids[reused:], cache)  # (V,), per layer (1, Hkv, T, Dh)
 
     def _store(self, ids, keys, run, reused, cache) -> tuple[int, int]:
         """Keep this request's new full blocks; then evict LRU blocks over the budget."""
