@@ -69,6 +69,29 @@ def test_long_prompts_are_refused_while_the_queue_is_long():
     release.set()
 
 
+def test_live_streaming_of_a_long_prompt_is_refused_while_the_queue_is_long(tokenizer, monkeypatch):
+    """The live stream goes through the same refusal as every other model job (it once sent no prompt length)."""
+    from types import SimpleNamespace
+
+    from pipeline.stages.request import ChatRequest
+    from views import live_stream
+
+    q = RunQueue()
+    release, block = _gate()
+    q.submit("busy", block, cost=1)
+    for i in range(LONG_QUEUE - 1):
+        q.submit(i, lambda: None, cost=1)
+    monkeypatch.setattr(live_stream, "run_queue", lambda: q)
+    monkeypatch.setattr(live_stream, "get_model", lambda: SimpleNamespace(tokenizer=tokenizer))
+    long_question = "Why are tomatoes red? " * (LONG_PROMPT_TOKENS // 5)
+    try:
+        with pytest.raises(InputError) as e:
+            live_stream.stream_live(ChatRequest.from_question(long_question), None)
+        assert "queue" in e.value.message and f"{live_stream.prompt_length(ChatRequest.from_question(long_question)):,}" in e.value.message
+    finally:
+        release.set()
+
+
 def test_background_preparation_yields_to_people_and_is_brought_forward():
     q = RunQueue()
     release, block = _gate()

@@ -32,11 +32,20 @@ class LiveAnswer:
             return list(self.events)
 
 
+def prompt_length(request) -> int:
+    """The request's prompt in tokens: what the queue costs it by and refuses when long."""
+    from pipeline.stages.tokens import tokenize_request
+
+    return len(tokenize_request(get_model().tokenizer, request).ids)
+
+
 def stream_live(request, captured_tpot_s: float | None) -> dict | None:
     """Queue the request on the plain path and draw its text as it arrives. Returns the summary."""
     live = LiveAnswer()
     work = lambda: list(stream(get_model(), request, APP_MAX_PROMPT_TOKENS, on_event=live.push))  # noqa: E731
-    ticket = run_queue().submit(("live", id(live)), work, cost_of(50, request.options.max_new_tokens))
+    n_prompt = prompt_length(request)
+    ticket = run_queue().submit(("live", id(live)), work, cost_of(n_prompt, request.options.max_new_tokens),
+                                prompt_tokens=n_prompt)
     box, stats = st.empty(), st.empty()
     t0 = time.perf_counter()
     while True:
@@ -69,9 +78,8 @@ def stream_live(request, captured_tpot_s: float | None) -> dict | None:
 def compare_paths(request, steps: int = 16, repeats: int = 3) -> None:
     """Both paths on this request now, interleaved; medians and ranges, a ratio only when they separate."""
     from pipeline.stages.fast_path import compare_with_captured
-    from pipeline.stages.tokens import tokenize_request
 
-    n_prompt = len(tokenize_request(get_model().tokenizer, request).ids)
+    n_prompt = prompt_length(request)
     runs = 2 * repeats + 1  # a first plain run checks the answer is long enough, then both paths, interleaved
     result = queued(("paths", request_key(request), steps, repeats, time.strftime("%Y-%m-%d %H:%M")),
                     lambda: compare_with_captured(get_model(), request, steps, repeats, APP_MAX_PROMPT_TOKENS),
