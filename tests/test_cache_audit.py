@@ -486,3 +486,50 @@ def test_page_audits_an_example_then_a_pasted_log_safely():
     assert not at.exception and not at.error
     html = " ".join(m.value for m in at.markdown if m.proto.allow_html)
     assert "&lt;img src=x" in html and evil not in html
+
+
+# ---- issue 19: values that crashed the audit --------------------------------------------------------
+HUGE = "9" * 400
+USER_HI = '[{"role": "user", "content": "hi"}]'
+
+
+@pytest.mark.parametrize("line, args, field", [
+    ('{"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": [{"type": "text", "text": "a", '
+     '"cache_control": {"type": "ephemeral", "ttl": [1]}}]}]}', [], "cache_control ttl"),
+    ('{"cache_control": {"ttl": {"a": 1}}, "messages": ' + USER_HI + '}', [], "cache_control ttl"),
+    ('{"ts": ' + HUGE + ', "messages": ' + USER_HI + '}', [], "`ts`"),
+    ('{"ts": -' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', [], "`ts`"),
+    ('{"output_tokens": ' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', [], "`output_tokens`"),
+    ('{"messages": ' + USER_HI + '}', ["--output-tokens", HUGE], "output_tokens"),
+])
+def test_cli_unhashable_or_huge_values_exit_2_naming_the_field(tmp_path, capsys, line, args, field):
+    path = tmp_path / "log.jsonl"
+    path.write_text(line + "\n")
+    assert main(["cache-audit", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and field in err and "Traceback" not in err
+
+
+def test_prices_past_float_range_are_refused():
+    report = ca.audit_log('{"messages": ' + USER_HI + '}')
+    prices = ca.default_prices()
+    prices["vllm"]["output_per_mtok"] = 10 ** 400
+    with pytest.raises(InputError, match="vllm output per mtok"):
+        ca.bill(report, prices)
+    with pytest.raises(InputError, match="prefill_tps"):
+        ca.bill(report, prefill_tps=10 ** 400)
+
+
+@pytest.mark.parametrize("message", [{"role": "us\ud800er", "content": "hi"},
+                                     {"role": "tool", "tool_call_id": "call\udc00", "content": "3 passed"}])
+def test_lone_surrogate_in_role_or_tool_call_id_is_audited(tmp_path, message):
+    body = {"model": "gpt-4.1\ud800", "tools": [{"name": "se\ud800arch", "parameters": {}}],
+            "messages": [{"role": "user", "content": "hi"}, message]}
+    path, out = tmp_path / "log.jsonl", tmp_path / "audit.json"
+    path.write_text(jsonl(body, body), encoding="utf-8")  # json.dumps writes the surrogate as \ud800
+    assert main(["cache-audit", str(path), "--json", str(out)]) == 0
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["requests"][1]["cause"] == "identical"
+    assert data["requests"][0]["blocks"][-1][0] == pv.clean(message["role"]) + " 2" != message["role"] + " 2" \
+        or message["role"] == "tool"
+    assert data["requests"][0]["model"] == "gpt-4.1\ufffd"

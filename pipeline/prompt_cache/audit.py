@@ -95,10 +95,20 @@ def check_prices(prices: dict[str, dict]) -> dict[str, dict]:
         out[p] = dict(row)
         for f in PRICE_FIELDS:
             v = row.get(f)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
+            if not _finite_number(v) or v < 0:
                 raise InputError("prices", f"{p} {f.replace('_', ' ')} must be a number of at least 0, got {v!r}.")
             out[p][f] = float(v)
     return out
+
+
+def _finite_number(v) -> bool:
+    """A real number a float can hold: 2.5 -> True; True, nan, 10**400 -> False."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int past float range
+        return False
 
 
 def anthropic_min_tokens(model: str | None, rules: dict) -> tuple[int, str]:
@@ -799,11 +809,12 @@ def bill(report: AuditReport, prices: dict | None = None, prefill_tps: float = 5
     cache_write_1h_multiplier, output_per_mtok}}. output_tokens: per request when the log does not say.
     """
     prices = check_prices(prices or default_prices())
-    if isinstance(prefill_tps, bool) or not isinstance(prefill_tps, numbers.Real) or not prefill_tps > 0 \
-            or not math.isfinite(prefill_tps):
+    if not _finite_number(prefill_tps) or not prefill_tps > 0:
         raise InputError("prefill_tps", f"must be a positive number of tokens per second, got {prefill_tps!r}.")
-    if isinstance(output_tokens, bool) or not isinstance(output_tokens, numbers.Integral) or output_tokens < 0:
-        raise InputError("output_tokens", f"must be a whole number of at least 0, got {output_tokens!r}.")
+    if isinstance(output_tokens, bool) or not isinstance(output_tokens, numbers.Integral) \
+            or not 0 <= output_tokens <= pv.MAX_OUTPUT_TOKENS:
+        raise InputError("output_tokens", f"must be a whole number from 0 to {pv.MAX_OUTPUT_TOKENS:,}, got "
+                                          f"{str(output_tokens)[:20]}{'...' if len(str(output_tokens)) > 20 else ''}.")
     per_request, totals = [], {p: _zero() for p in PROVIDERS}
     for rec in report.requests:
         out = rec["output_tokens"] if rec["output_tokens"] is not None else output_tokens
