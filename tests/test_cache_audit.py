@@ -390,10 +390,12 @@ def test_radix_tree_finds_the_longest_live_shared_prefix(requests, ttl):
     for i, (ids, gap) in enumerate(requests):
         t += gap
         seq = b"".join(x.to_bytes(4, "little") for x in ids)
-        (alive, other), (anything, _) = tree.add(seq, t, i, (t - ttl, float("-inf")))
+        (alive, other, _), (anything, _, last_used) = tree.add(seq, t, i, (t - ttl, float("-inf")))
         live = [j for j in range(i) if times[j] >= t - ttl]
         assert alive == max((lcp(ids, seqs[j]) for j in live), default=0)
         assert anything == max((lcp(ids, seqs[j]) for j in range(i)), default=0)
+        if anything:  # the newest earlier request sharing all of it: when the shared prefix was last used
+            assert last_used == max(times[j] for j in range(i) if lcp(ids, seqs[j]) >= anything)
         if other >= 0:
             assert lcp(ids, seqs[other]) == alive and times[other] >= t - ttl
         seqs.append(ids)
@@ -533,3 +535,114 @@ def test_lone_surrogate_in_role_or_tool_call_id_is_audited(tmp_path, message):
     assert data["requests"][0]["blocks"][-1][0] == pv.clean(message["role"]) + " 2" != message["role"] + " 2" \
         or message["role"] == "tool"
     assert data["requests"][0]["model"] == "gpt-4.1\ufffd"
+
+
+# ---- issue 18: the rules and the words -------------------------------------------------------------
+RULE_LINES = "\n".join(f"Rule {k}: answer politely and check the order number first." for k in range(150))
+
+
+def test_a_date_line_put_in_front_of_the_system_prompt_is_the_date_trap():
+    """Requests 4-6 start their system prompt with a date line that requests 1-3 did not have."""
+    dated = [f"Current date: 2025-03-14 09:3{k}\n{RULE_LINES}" for k in range(3)]
+    log = jsonl(*(chat(RULE_LINES, f"question {k}") for k in range(3)),
+                *(chat(system, f"question {k + 3}") for k, system in enumerate(dated)))
+    records = ca.audit_log(log).requests
+    assert [r["trap"] for r in records[3:]] == ["date_or_id"] * 3
+    fourth = records[3]
+    assert "'2025-03-14 09:30' added here, where request 3 had none" in fourth["explanation"]
+    assert fourth["fix"] == ca.TRAPS["date_or_id"][1]
+    assert "2025-03-14 09:31' here, '2025-03-14 09:30' in request 4" in records[4]["explanation"]
+    # the fix moves the line to the end: every request after the first then hits
+    after = ca.audit_fixes(log)["after"].requests
+    assert not any(r["trap"] for r in after) and all(r["cached_tokens"]["openai"] >= 1024 for r in after[1:])
+
+
+def test_a_model_minimum_says_why_nothing_is_cached():
+    log = jsonl(*(anthropic_body(3000, q, "claude-haiku-4-5") for q in ("a?", "b?")))
+    report = ca.audit_log(log, provider="anthropic")
+    first, second = report.requests
+    assert first["cached_tokens"]["anthropic"] == second["cached_tokens"]["anthropic"] == 0
+    assert "Its prefix is stored" not in first["explanation"]
+    assert ("Anthropic stores nothing of it: every breakpoint comes before claude-haiku-4-5's minimum cacheable "
+            "length of 4,096 tokens.") in first["explanation"]
+    assert "Anthropic caches nothing here: every breakpoint comes before" in second["explanation"]
+    assert any("2 of 2 requests" in w and "claude-haiku-4-5" in w and "4,096" in w for w in report.warnings)
+    sonnet = ca.audit_log(jsonl(*(anthropic_body(3000, q) for q in ("a?", "b?"))), provider="anthropic")
+    assert sonnet.requests[0]["explanation"].endswith("Its prefix is stored for the requests after it.")
+    assert sonnet.requests[1]["cached_tokens"]["anthropic"] > 0 and not sonnet.warnings
+    short = ca.audit_log(jsonl(chat("x", "y"), chat("x", "z")))  # OpenAI, under 1,024 tokens
+    assert "OpenAI stores nothing of it: the prompt is under 1,024 tokens" in short.requests[0]["explanation"]
+
+
+def test_an_expired_entry_counts_from_its_last_use():
+    """Request 2 (2 min) reads and extends request 1's prefix; request 3 resends request 1 at 9 min:
+    the prefix was last used 7 minutes before, not 9."""
+    text, _, _ = two_questions_sharing(1300)
+    first = json.loads(text.splitlines()[0])
+    longer = {**first, "messages": first["messages"] + [{"role": "assistant", "content": "ok"},
+                                                        {"role": "user", "content": "and then?"}]}
+    report = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 120, "body": longer}, {"ts": 540, "body": first}))
+    third = report.requests[2]
+    assert report.requests[1]["cached_tokens"]["openai"] == 1280 and third["cause"] == "expired"
+    assert "last used 7.0 min before" in third["explanation"] and "9.0 min" not in third["explanation"]
+
+
+def test_prefill_time_saved_uses_each_providers_editable_figure():
+    report = ca.audit_log(ca.example_text("support_chatbot_fixed"))
+    costs = ca.bill(report)
+    stand_in = {p: RULES["providers"][p]["prefill_tps"]["value"] for p in ca.PROVIDERS}
+    assert costs["prefill_tps"] == stand_in and all(RULES["providers"][p]["prefill_tps"]["source"] for p in stand_in)
+    for p in ca.PROVIDERS:
+        t = costs["totals"][p]
+        assert t["latency_saved_s"] == pytest.approx(t["cached_tokens"] / stand_in[p])
+    mine = ca.bill(report, prefill_tps={"openai": 2000})
+    assert mine["prefill_tps"]["openai"] == 2000 and mine["prefill_tps"]["vllm"] == stand_in["vllm"]
+    assert mine["totals"]["openai"]["latency_saved_s"] == pytest.approx(costs["totals"]["openai"]["cached_tokens"] / 2000)
+    with pytest.raises(InputError, match="prefill_tps: anthropic"):
+        ca.bill(report, prefill_tps={"anthropic": -1})
+
+
+def test_openai_extended_retention_keeps_a_prefix_for_24_hours():
+    text, _, _ = two_questions_sharing(1300)
+    a, b = (json.loads(x) for x in text.splitlines())
+    hour = [{"ts": 0, "body": a}, {"ts": 3600, "body": b}]
+    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 0  # in_memory: gone after 5 min
+    for e in hour:
+        e["body"] = {**e["body"], "prompt_cache_retention": "24h"}
+    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 1280
+    hour[1]["ts"] = 25 * 3600
+    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 0
+    with pytest.raises(InputError, match="`prompt_cache_retention` must be"):
+        ca.audit_log(jsonl({**a, "prompt_cache_retention": "1h"}))
+
+
+def test_anthropic_one_hour_breakpoints_must_come_before_five_minute_ones():
+    def body(system_ttl, user_ttl, question):
+        out = anthropic_body(1500, question, ttl=system_ttl)
+        out["messages"][0]["content"] = [{"type": "text", "text": system_of(300) + question,
+                                          "cache_control": {"type": "ephemeral", "ttl": user_ttl}}]
+        return out
+
+    wrong = ca.audit_log(jsonl(body("5m", "1h", "a?"), body("5m", "1h", "a?")), provider="anthropic")
+    for rec in wrong.requests:
+        assert rec["anthropic"]["refused"].startswith("a 1-hour breakpoint comes after a 5-minute one")
+        assert rec["cached_tokens"]["anthropic"] == rec["anthropic"]["cache_creation_input_tokens"] == 0
+    assert any("Anthropic would refuse 2 of 2 requests" in w for w in wrong.warnings)
+    assert "the API would refuse the request" in wrong.requests[1]["explanation"]
+    right = ca.audit_log(jsonl(body("1h", "5m", "a?"), body("1h", "5m", "a?")), provider="anthropic")
+    assert not right.requests[1]["anthropic"]["refused"] and right.requests[1]["cached_tokens"]["anthropic"] > 0
+
+
+@pytest.mark.parametrize("model, least", [("claude-opus-4-8", 1024), ("claude-opus-4-6", 4096),
+                                          ("claude-opus-4-5-20251101", 4096), ("claude-haiku-4-5", 4096),
+                                          ("claude-sonnet-4-6", 1024), ("claude-3-5-haiku-20241022", 2048)])
+def test_anthropic_minimums_follow_the_documented_table(model, least):
+    assert ca.anthropic_min_tokens(model, RULES)[0] == least
+    row = next(r for r in RULES["providers"]["anthropic"]["min_tokens_by_model"] if any(m in model for m in r["match"]))
+    assert row["source"]  # each row says where its figure comes from
+
+
+def test_vllm_rules_name_the_usage_flag_and_hybrid_block_sizes():
+    rules = " ".join(r["rule"] for r in RULES["providers"]["vllm"]["rules"])
+    assert "--enable-prompt-tokens-details" in rules and "Hybrid models" in rules
+    assert "Opus 4.5+" not in json.dumps(RULES)  # the old claim that every Opus from 4.5 needs 4,096

@@ -32,6 +32,17 @@ def code_span(text: str) -> str:
     return f"{fence} {text} {fence}"
 
 
+_MARKDOWN_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: CommonMark lets each be escaped
+
+
+def markdown_text(text: str) -> str:
+    """Plain text for st.markdown / st.error: no link, emphasis, code, LaTeX or HTML is drawn from it.
+
+    '[x](http://e.example)' -> '\\[x\\]\\(http\\:\\/\\/e\\.example\\)'
+    """
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
 def json_text(obj, indent: int = 2) -> str:
     """JSON for st.code(..., language="json", wrap_lines=True): st.json breaks long strings in the
     middle of words ("inc ludes"), a code block wraps at spaces. Lists of plain values stay on one

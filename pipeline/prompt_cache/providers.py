@@ -35,6 +35,7 @@ TS_KEYS = ("ts", "timestamp")
 SYSTEM_ROLES = ("system", "developer")
 ANTHROPIC_BLOCK_TYPES = {"tool_use", "tool_result", "image", "document", "thinking", "redacted_thinking"}
 TTLS = {"5m", "1h"}
+RETENTIONS = ("in_memory", "24h")  # OpenAI's prompt_cache_retention values
 MAX_TS = 1e13  # seconds (year ~318,000): a bigger timestamp is a mistake, and past float range it cannot be read
 MAX_OUTPUT_TOKENS = 10_000_000  # per request; far above any model's output limit
 
@@ -61,6 +62,7 @@ class LogRequest:
     blocks: list[Block]
     tool_names: list[str]  # in the order sent
     auto_cache: str | None = None  # top-level cache_control ttl: the last block is a breakpoint
+    cache_retention: str | None = None  # OpenAI's prompt_cache_retention: "in_memory" | "24h" | None (not sent)
 
     @property
     def where(self) -> str:
@@ -148,7 +150,16 @@ def read_request(entry, number: int, line: int) -> LogRequest:
     auto = _ttl(body["cache_control"], where) if "cache_control" in body else None
     model = body.get("model")
     return LogRequest(number, line, shape, clean(model) if isinstance(model, str) else None, parse_ts(ts, where),
-                      _output_tokens(outer, where), body, blocks, tools, auto)
+                      _output_tokens(outer, where), body, blocks, tools, auto, retention_of(body, shape, where))
+
+
+def retention_of(body: dict, shape: str, where: str) -> str | None:
+    """OpenAI's `prompt_cache_retention` ("in_memory" or "24h"); None when not sent (or not OpenAI)."""
+    value = body.get("prompt_cache_retention") if shape != "anthropic" else None
+    if value is not None and value not in RETENTIONS:  # an unhashable list is not `in` a tuple of str: no error
+        raise InputError("log", f"{where}: `prompt_cache_retention` must be \"in_memory\" or \"24h\", "
+                                f"got {_kind(value) if not isinstance(value, str) else repr(value[:20])}.")
+    return value
 
 
 def body_shape(body: dict, where: str) -> str:
