@@ -466,9 +466,9 @@ def test_cli_does_not_import_torch():
 # ---- the page --------------------------------------------------------------------------------------
 @pytest.mark.app
 def test_page_audits_an_example_then_a_pasted_log_safely():
-    from streamlit.testing.v1 import AppTest
+    from conftest import page_app
 
-    at = AppTest.from_file(str(ROOT / "views" / "cache_audit.py"), default_timeout=300)
+    at = page_app("cache_audit")
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     assert [s.value.split(".")[0] for s in at.subheader] == ["1", "2", "3", "4", "5", "6"]
@@ -481,7 +481,7 @@ def test_page_audits_an_example_then_a_pasted_log_safely():
     at.radio(key="ca_source").set_value("Paste").run()
     at.text_area(key="ca_text").set_value('{"messages": [}')
     at.button(key="ca_go").click().run()
-    assert "line 1, column 15" in at.error[0].value
+    assert "line 1, column 15" in shown_text(at.error[0].value)
     evil = "<img src=x onerror=alert(1)>"
     at.text_area(key="ca_text").set_value(json.dumps({"messages": [{"role": "user", "content": evil}]}))
     at.button(key="ca_go").click().run()
@@ -646,3 +646,72 @@ def test_vllm_rules_name_the_usage_flag_and_hybrid_block_sizes():
     rules = " ".join(r["rule"] for r in RULES["providers"]["vllm"]["rules"])
     assert "--enable-prompt-tokens-details" in rules and "Hybrid models" in rules
     assert "Opus 4.5+" not in json.dumps(RULES)  # the old claim that every Opus from 4.5 needs 4,096
+
+
+def live_links(markdown: str) -> list[str]:
+    """What a reader could click in Markdown as Streamlit draws it: [links](...), bare URLs (GFM links
+    them) and <a> tags. Escaped characters stay separate tokens (text_join off), so an escaped URL is not one."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    found = []
+    for tok in MarkdownIt("commonmark").disable("text_join").parse(markdown):
+        if tok.type == "html_block" and "<a" in tok.content.lower():
+            found.append(tok.content)
+        for child in tok.children or []:
+            if child.type == "link_open" or (child.type == "html_inline" and child.content.lower().startswith("<a")):
+                found.append(child.attrGet("href") or child.content)
+            elif child.type == "text" and re.search(r"https?://|www\.", child.content):
+                found.append(child.content)
+    return found
+
+
+def shown_text(markdown: str) -> str:
+    """The text a reader sees: Markdown rendered (CommonMark), tags dropped. 'a \\`b\\`' -> 'a `b`'"""
+    import html
+    import re
+
+    from markdown_it import MarkdownIt
+
+    return html.unescape(re.sub(r"<[^>]+>", "", MarkdownIt("commonmark").render(markdown))).strip()
+
+
+def test_live_links_finds_what_markdown_would_link():
+    from ui.escape import markdown_text
+
+    evil = "[text](http://evil.example) http://evil.example <a href='x'>y</a>"
+    assert len(live_links(evil)) == 3 and live_links(markdown_text(evil)) == []
+    assert shown_text(markdown_text(evil)) == evil  # escaped, it reads as typed
+    assert live_links("<div>tool (`[x](http://evil.example)`)</div>") == []  # raw HTML block: not parsed
+
+
+EVIL = "[text](http://evil.example)"
+
+
+@pytest.mark.app
+@pytest.mark.parametrize("line, words", [
+    ('{"ts": "' + EVIL + '", "messages": ' + USER_HI + '}', "ISO-8601"),
+    ('{"`x` ' + EVIL + ' `y`": 1}', "no `messages`"),
+    ('{"messages": [{"role": "user", "content": [{"type": "text", "text": "a", '
+     '"cache_control": {"ttl": [1]}}]}]}', "cache_control ttl"),
+    ('{"ts": ' + HUGE + ', "messages": ' + USER_HI + '}', "`ts`"),
+    ('{"output_tokens": ' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', "`output_tokens`"),
+    ('{"messages": [{"role": "us\\ud800er", "content": "hi"}]}', None),
+    ('{"tools": [{"name": "t\\n\\n' + EVIL + '", "parameters": {}}], "messages": ' + USER_HI + '}\n'
+     '{"tools": [{"name": "u\\n\\n' + EVIL + '", "parameters": {}}], "messages": ' + USER_HI + '}', None),
+])
+def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
+    from conftest import page_app
+
+    at = page_app("cache_audit", ca_source="Paste")
+    at.run()
+    at.text_area(key="ca_text").set_value(line)
+    at.button(key="ca_go").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    if words:
+        assert len(at.error) == 1 and words in shown_text(at.error[0].value)
+    else:
+        assert not at.error and at.subheader
+    shown = [e.value for kind in ("markdown", "error", "warning", "info", "caption") for e in at.get(kind)]
+    assert not [link for text in shown for link in live_links(text)]

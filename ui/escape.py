@@ -32,6 +32,13 @@ def code_span(text: str) -> str:
     return f"{fence} {text} {fence}"
 
 
+def one_html_block(html_source: str) -> str:
+    """HTML for st.markdown(..., unsafe_allow_html=True) kept as one raw HTML block: a blank line in it
+    (from a tool name, say) would end the block and let Markdown read the rest, links included. Line
+    breaks become spaces: '<div>a\\n\\n[x](http://e.example)</div>' -> '<div>a  [x](http://e.example)</div>'."""
+    return html_source.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+
+
 _MARKDOWN_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: CommonMark lets each be escaped
 
 
