@@ -649,20 +649,21 @@ def test_vllm_rules_name_the_usage_flag_and_hybrid_block_sizes():
 
 
 def live_links(markdown: str) -> list[str]:
-    """What a reader could click in Markdown as Streamlit draws it: [links](...), bare URLs (GFM links
-    them) and <a> tags. Escaped characters stay separate tokens (text_join off), so an escaped URL is not one."""
+    """What a reader could click in Markdown as Streamlit draws it: [links](...), <a> tags, and bare URLs
+    or e-mail addresses, which GFM links in the text after escapes are read (the Chromium check of this
+    page showed an escaped 'http\\:\\/\\/...' drawn as a link)."""
     import re
 
     from markdown_it import MarkdownIt
 
     found = []
-    for tok in MarkdownIt("commonmark").disable("text_join").parse(markdown):
+    for tok in MarkdownIt("commonmark").parse(markdown):
         if tok.type == "html_block" and "<a" in tok.content.lower():
             found.append(tok.content)
         for child in tok.children or []:
             if child.type == "link_open" or (child.type == "html_inline" and child.content.lower().startswith("<a")):
                 found.append(child.attrGet("href") or child.content)
-            elif child.type == "text" and re.search(r"https?://|www\.", child.content):
+            elif child.type == "text" and re.search(r"(?i)(https?|ftp)://|www\.|[-.\w+]@[-\w]+\.", child.content):
                 found.append(child.content)
     return found
 
@@ -680,9 +681,10 @@ def shown_text(markdown: str) -> str:
 def test_live_links_finds_what_markdown_would_link():
     from ui.escape import markdown_text
 
-    evil = "[text](http://evil.example) http://evil.example <a href='x'>y</a>"
-    assert len(live_links(evil)) == 3 and live_links(markdown_text(evil)) == []
-    assert shown_text(markdown_text(evil)) == evil  # escaped, it reads as typed
+    evil = "[text](http://evil.example) http://evil.example <a href='x'>y</a> www.evil.example me@evil.example"
+    assert len(live_links(evil)) == 4 and live_links(markdown_text(evil)) == []
+    assert live_links("http\\:\\/\\/evil\\.example")  # escaping alone: GFM still links it
+    assert shown_text(markdown_text(evil)).replace("\u2060", "") == evil  # it reads as typed
     assert live_links("<div>tool (`[x](http://evil.example)`)</div>") == []  # raw HTML block: not parsed
 
 

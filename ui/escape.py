@@ -40,14 +40,17 @@ def one_html_block(html_source: str) -> str:
 
 
 _MARKDOWN_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: CommonMark lets each be escaped
+_AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp)(?=:)|\bwww(?=\.)|(?=@)")  # where GFM starts a bare link
 
 
 def markdown_text(text: str) -> str:
     """Plain text for st.markdown / st.error: no link, emphasis, code, LaTeX or HTML is drawn from it.
 
-    '[x](http://e.example)' -> '\\[x\\]\\(http\\:\\/\\/e\\.example\\)'
+    Punctuation is backslash-escaped; GFM links bare URLs and e-mail addresses after escapes are
+    read, so a word joiner (U+2060, invisible) goes before '://', 'www.' and '@'.
+    '[x](http://e.example)' -> '\\[x\\]\\(http\u2060\\:\\/\\/e\\.example\\)'
     """
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _AUTOLINK.sub(lambda m: m.group() + "\u2060", text))
 
 
 def json_text(obj, indent: int = 2) -> str:

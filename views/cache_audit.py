@@ -112,8 +112,8 @@ for col, p in zip(cols, ca.PROVIDERS):
     change = (t["with_cache"] - t["without_cache"]) / t["without_cache"] if t["without_cache"] else 0.0
     col.metric("Bill with caching", f"${t['with_cache']:.4f}", f"{change:+.0%} vs ${t['without_cache']:.4f} uncached",
                delta_color="inverse")
-    col.caption(f"Prefill time saved: {t['latency_saved_s']:.1f} s at {tps[p]:,.0f} tokens/s "
-                f"(a stand-in figure for {PROVIDER_LABEL[p]}: edit it under 'Prefill speed')")
+    col.caption(f"Prefill time saved: {t['latency_saved_s']:.1f} s at {tps[p]:,.0f} tokens/s (a stand-in: "
+                f"edit it under 'Prefill speed')")
 for warning in report.warnings:
     st.warning(markdown_text(warning))
 
