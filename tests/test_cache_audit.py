@@ -717,3 +717,36 @@ def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
         assert not at.error and at.subheader
     shown = [e.value for kind in ("markdown", "error", "warning", "info", "caption") for e in at.get(kind)]
     assert not [link for text in shown for link in live_links(text)]
+
+
+@pytest.mark.browser
+def test_page_in_chromium_draws_no_link_from_the_log():
+    """Streamlit's own Markdown (GFM) in Debian's Chromium: a `ts` holding a link and a user message holding
+    one show as text; a Claude Haiku 4.5 log says why nothing is cached. Screenshots in artifacts/browser/."""
+    from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    haiku = jsonl(*({"ts": 60 * k, "body": {**anthropic_body(1500, f"order {k}? " + EVIL, "claude-haiku-4-5")}}
+                    for k in range(3)))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with app_server("cache-audit-browser.log") as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 3000})
+        page.goto(f"{url}/cache-audit")
+        settle(page)
+        page.get_by_text("Paste", exact=True).click()
+        settle(page)
+        for log, shot in ((haiku, "cache_audit_haiku"), ('{"ts": "' + EVIL + '", "messages": ' + USER_HI + '}',
+                                                         "cache_audit_bad_ts")):
+            page.get_by_label("Request bodies (JSON or JSONL)").fill(log)
+            page.get_by_role("button", name="Audit").click()
+            settle(page)
+            page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            assert page.locator("a[href*='evil.example']").count() == 0, shot
+            assert ("claude-haiku-4-5's minimum cacheable length (4,096 tokens)" if shot.endswith("haiku") else
+                    "is not ISO-8601") in page.inner_text("body")
+        browser.close()
