@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
-import math
 import numbers
 import os
 import struct
@@ -98,7 +97,8 @@ def check_prices(prices: dict[str, dict]) -> dict[str, dict]:
         for f in PRICE_FIELDS:
             v = row.get(f)
             if not _finite(v) or v < 0:
-                raise InputError("prices", f"{p} {f.replace('_', ' ')} must be a number of at least 0, got {v!r}.")
+                raise InputError("prices", f"{p} {f.replace('_', ' ')} must be a number of at least 0, "
+                                           f"got {str(v)[:20]}.")
             out[p][f] = float(v)
     return out
 
