@@ -444,6 +444,9 @@ def test_cli_prints_and_writes_json(tmp_path, capsys):
         assert key in rec
     assert set(rec["cached_tokens"]) == set(rec["cost"]) == {"openai", "anthropic", "vllm"}
     assert rec["trap"] == "json_keys_reordered" and set(data["totals"]) == {"openai", "anthropic", "vllm"}
+    assert data["prefill_tps"] == ca.default_prefill_tps() and isinstance(data["warnings"], list)
+    assert main(["cache-audit", str(path), "--json", str(out), "--prefill-tps", "2000"]) == 0
+    assert set(json.loads(out.read_text())["prefill_tps"].values()) == {2000.0}
 
 
 def test_cli_bad_input_exits_2_with_the_message(tmp_path, capsys):
