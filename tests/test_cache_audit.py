@@ -390,10 +390,12 @@ def test_radix_tree_finds_the_longest_live_shared_prefix(requests, ttl):
     for i, (ids, gap) in enumerate(requests):
         t += gap
         seq = b"".join(x.to_bytes(4, "little") for x in ids)
-        (alive, other), (anything, _) = tree.add(seq, t, i, (t - ttl, float("-inf")))
+        (alive, other, _), (anything, _, last_used) = tree.add(seq, t, i, (t - ttl, float("-inf")))
         live = [j for j in range(i) if times[j] >= t - ttl]
         assert alive == max((lcp(ids, seqs[j]) for j in live), default=0)
         assert anything == max((lcp(ids, seqs[j]) for j in range(i)), default=0)
+        if anything:  # the newest earlier request sharing all of it: when the shared prefix was last used
+            assert last_used == max(times[j] for j in range(i) if lcp(ids, seqs[j]) >= anything)
         if other >= 0:
             assert lcp(ids, seqs[other]) == alive and times[other] >= t - ttl
         seqs.append(ids)
@@ -442,6 +444,9 @@ def test_cli_prints_and_writes_json(tmp_path, capsys):
         assert key in rec
     assert set(rec["cached_tokens"]) == set(rec["cost"]) == {"openai", "anthropic", "vllm"}
     assert rec["trap"] == "json_keys_reordered" and set(data["totals"]) == {"openai", "anthropic", "vllm"}
+    assert data["prefill_tps"] == ca.default_prefill_tps() and isinstance(data["warnings"], list)
+    assert main(["cache-audit", str(path), "--json", str(out), "--prefill-tps", "2000"]) == 0
+    assert set(json.loads(out.read_text())["prefill_tps"].values()) == {2000.0}
 
 
 def test_cli_bad_input_exits_2_with_the_message(tmp_path, capsys):
@@ -464,9 +469,9 @@ def test_cli_does_not_import_torch():
 # ---- the page --------------------------------------------------------------------------------------
 @pytest.mark.app
 def test_page_audits_an_example_then_a_pasted_log_safely():
-    from streamlit.testing.v1 import AppTest
+    from conftest import page_app
 
-    at = AppTest.from_file(str(ROOT / "views" / "cache_audit.py"), default_timeout=300)
+    at = page_app("cache_audit")
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     assert [s.value.split(".")[0] for s in at.subheader] == ["1", "2", "3", "4", "5", "6"]
@@ -479,10 +484,272 @@ def test_page_audits_an_example_then_a_pasted_log_safely():
     at.radio(key="ca_source").set_value("Paste").run()
     at.text_area(key="ca_text").set_value('{"messages": [}')
     at.button(key="ca_go").click().run()
-    assert "line 1, column 15" in at.error[0].value
+    assert "line 1, column 15" in shown_text(at.error[0].value)
     evil = "<img src=x onerror=alert(1)>"
     at.text_area(key="ca_text").set_value(json.dumps({"messages": [{"role": "user", "content": evil}]}))
     at.button(key="ca_go").click().run()
     assert not at.exception and not at.error
     html = " ".join(m.value for m in at.markdown if m.proto.allow_html)
     assert "&lt;img src=x" in html and evil not in html
+
+
+# ---- issue 19: values that crashed the audit --------------------------------------------------------
+HUGE = "9" * 400
+USER_HI = '[{"role": "user", "content": "hi"}]'
+
+
+@pytest.mark.parametrize("line, args, field", [
+    ('{"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": [{"type": "text", "text": "a", '
+     '"cache_control": {"type": "ephemeral", "ttl": [1]}}]}]}', [], "cache_control ttl"),
+    ('{"cache_control": {"ttl": {"a": 1}}, "messages": ' + USER_HI + '}', [], "cache_control ttl"),
+    ('{"ts": ' + HUGE + ', "messages": ' + USER_HI + '}', [], "`ts`"),
+    ('{"ts": -' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', [], "`ts`"),
+    ('{"output_tokens": ' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', [], "`output_tokens`"),
+    ('{"messages": ' + USER_HI + '}', ["--output-tokens", HUGE], "output_tokens"),
+])
+def test_cli_unhashable_or_huge_values_exit_2_naming_the_field(tmp_path, capsys, line, args, field):
+    path = tmp_path / "log.jsonl"
+    path.write_text(line + "\n")
+    assert main(["cache-audit", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and field in err and "Traceback" not in err
+
+
+def test_prices_past_float_range_are_refused():
+    report = ca.audit_log('{"messages": ' + USER_HI + '}')
+    prices = ca.default_prices()
+    prices["vllm"]["output_per_mtok"] = 10 ** 400
+    with pytest.raises(InputError, match="vllm output per mtok"):
+        ca.bill(report, prices)
+    with pytest.raises(InputError, match="prefill_tps"):
+        ca.bill(report, prefill_tps=10 ** 400)
+
+
+@pytest.mark.parametrize("message", [{"role": "us\ud800er", "content": "hi"},
+                                     {"role": "tool", "tool_call_id": "call\udc00", "content": "3 passed"}])
+def test_lone_surrogate_in_role_or_tool_call_id_is_audited(tmp_path, message):
+    body = {"model": "gpt-4.1\ud800", "tools": [{"name": "se\ud800arch", "parameters": {}}],
+            "messages": [{"role": "user", "content": "hi"}, message]}
+    path, out = tmp_path / "log.jsonl", tmp_path / "audit.json"
+    path.write_text(jsonl(body, body), encoding="utf-8")  # json.dumps writes the surrogate as \ud800
+    assert main(["cache-audit", str(path), "--json", str(out)]) == 0
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["requests"][1]["cause"] == "identical"
+    assert data["requests"][0]["blocks"][-1][0] == pv.clean(message["role"]) + " 2" != message["role"] + " 2" \
+        or message["role"] == "tool"
+    assert data["requests"][0]["model"] == "gpt-4.1\ufffd"
+
+
+# ---- issue 18: the rules and the words -------------------------------------------------------------
+RULE_LINES = "\n".join(f"Rule {k}: answer politely and check the order number first." for k in range(150))
+
+
+def test_a_date_line_put_in_front_of_the_system_prompt_is_the_date_trap():
+    """Requests 4-6 start their system prompt with a date line that requests 1-3 did not have."""
+    dated = [f"Current date: 2025-03-14 09:3{k}\n{RULE_LINES}" for k in range(3)]
+    log = jsonl(*(chat(RULE_LINES, f"question {k}") for k in range(3)),
+                *(chat(system, f"question {k + 3}") for k, system in enumerate(dated)))
+    records = ca.audit_log(log).requests
+    assert [r["trap"] for r in records[3:]] == ["date_or_id"] * 3
+    fourth = records[3]
+    assert "'2025-03-14 09:30' added here, where request 3 had none" in fourth["explanation"]
+    assert fourth["fix"] == ca.TRAPS["date_or_id"][1]
+    assert "2025-03-14 09:31' here, '2025-03-14 09:30' in request 4" in records[4]["explanation"]
+    # the fix moves the line to the end: every request after the first then hits
+    after = ca.audit_fixes(log)["after"].requests
+    assert not any(r["trap"] for r in after) and all(r["cached_tokens"]["openai"] >= 1024 for r in after[1:])
+
+
+def test_a_model_minimum_says_why_nothing_is_cached():
+    log = jsonl(*(anthropic_body(3000, q, "claude-haiku-4-5") for q in ("a?", "b?")))
+    report = ca.audit_log(log, provider="anthropic")
+    first, second = report.requests
+    assert first["cached_tokens"]["anthropic"] == second["cached_tokens"]["anthropic"] == 0
+    assert "Its prefix is stored" not in first["explanation"]
+    assert ("Anthropic stores nothing of it: every breakpoint comes before claude-haiku-4-5's minimum cacheable "
+            "length of 4,096 tokens.") in first["explanation"]
+    assert "Anthropic caches nothing here: every breakpoint comes before" in second["explanation"]
+    assert any("2 of 2 requests" in w and "claude-haiku-4-5" in w and "4,096" in w for w in report.warnings)
+    sonnet = ca.audit_log(jsonl(*(anthropic_body(3000, q) for q in ("a?", "b?"))), provider="anthropic")
+    assert sonnet.requests[0]["explanation"].endswith("Its prefix is stored for the requests after it.")
+    assert sonnet.requests[1]["cached_tokens"]["anthropic"] > 0 and not sonnet.warnings
+    short = ca.audit_log(jsonl(chat("x", "y"), chat("x", "z")))  # OpenAI, under 1,024 tokens
+    assert "OpenAI stores nothing of it: the prompt is under 1,024 tokens" in short.requests[0]["explanation"]
+
+
+def test_an_expired_entry_counts_from_its_last_use():
+    """Request 2 (2 min) reads and extends request 1's prefix; request 3 resends request 1 at 9 min:
+    the prefix was last used 7 minutes before, not 9."""
+    text, _, _ = two_questions_sharing(1300)
+    first = json.loads(text.splitlines()[0])
+    longer = {**first, "messages": first["messages"] + [{"role": "assistant", "content": "ok"},
+                                                        {"role": "user", "content": "and then?"}]}
+    report = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 120, "body": longer}, {"ts": 540, "body": first}))
+    third = report.requests[2]
+    assert report.requests[1]["cached_tokens"]["openai"] == 1280 and third["cause"] == "expired"
+    assert "last used 7.0 min before" in third["explanation"] and "9.0 min" not in third["explanation"]
+
+
+def test_prefill_time_saved_uses_each_providers_editable_figure():
+    report = ca.audit_log(ca.example_text("support_chatbot_fixed"))
+    costs = ca.bill(report)
+    stand_in = {p: RULES["providers"][p]["prefill_tps"]["value"] for p in ca.PROVIDERS}
+    assert costs["prefill_tps"] == stand_in and all(RULES["providers"][p]["prefill_tps"]["source"] for p in stand_in)
+    for p in ca.PROVIDERS:
+        t = costs["totals"][p]
+        assert t["latency_saved_s"] == pytest.approx(t["cached_tokens"] / stand_in[p])
+    mine = ca.bill(report, prefill_tps={"openai": 2000})
+    assert mine["prefill_tps"]["openai"] == 2000 and mine["prefill_tps"]["vllm"] == stand_in["vllm"]
+    assert mine["totals"]["openai"]["latency_saved_s"] == pytest.approx(costs["totals"]["openai"]["cached_tokens"] / 2000)
+    with pytest.raises(InputError, match="prefill_tps: anthropic"):
+        ca.bill(report, prefill_tps={"anthropic": -1})
+
+
+def test_openai_extended_retention_keeps_a_prefix_for_24_hours():
+    text, _, _ = two_questions_sharing(1300)
+    a, b = (json.loads(x) for x in text.splitlines())
+    hour = [{"ts": 0, "body": a}, {"ts": 3600, "body": b}]
+    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 0  # in_memory: gone after 5 min
+    for e in hour:
+        e["body"] = {**e["body"], "prompt_cache_retention": "24h"}
+    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 1280
+    hour[1]["ts"] = 25 * 3600
+    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 0
+    with pytest.raises(InputError, match="`prompt_cache_retention` must be"):
+        ca.audit_log(jsonl({**a, "prompt_cache_retention": "1h"}))
+
+
+def test_anthropic_one_hour_breakpoints_must_come_before_five_minute_ones():
+    def body(system_ttl, user_ttl, question):
+        out = anthropic_body(1500, question, ttl=system_ttl)
+        out["messages"][0]["content"] = [{"type": "text", "text": system_of(300) + question,
+                                          "cache_control": {"type": "ephemeral", "ttl": user_ttl}}]
+        return out
+
+    wrong = ca.audit_log(jsonl(body("5m", "1h", "a?"), body("5m", "1h", "a?")), provider="anthropic")
+    for rec in wrong.requests:
+        assert rec["anthropic"]["refused"].startswith("a 1-hour breakpoint comes after a 5-minute one")
+        assert rec["cached_tokens"]["anthropic"] == rec["anthropic"]["cache_creation_input_tokens"] == 0
+    assert any("Anthropic would refuse 2 of 2 requests" in w for w in wrong.warnings)
+    assert "the API would refuse the request" in wrong.requests[1]["explanation"]
+    right = ca.audit_log(jsonl(body("1h", "5m", "a?"), body("1h", "5m", "a?")), provider="anthropic")
+    assert not right.requests[1]["anthropic"]["refused"] and right.requests[1]["cached_tokens"]["anthropic"] > 0
+
+
+@pytest.mark.parametrize("model, least", [("claude-opus-4-8", 1024), ("claude-opus-4-6", 4096),
+                                          ("claude-opus-4-5-20251101", 4096), ("claude-haiku-4-5", 4096),
+                                          ("claude-sonnet-4-6", 1024), ("claude-3-5-haiku-20241022", 2048)])
+def test_anthropic_minimums_follow_the_documented_table(model, least):
+    assert ca.anthropic_min_tokens(model, RULES)[0] == least
+    row = next(r for r in RULES["providers"]["anthropic"]["min_tokens_by_model"] if any(m in model for m in r["match"]))
+    assert row["source"]  # each row says where its figure comes from
+
+
+def test_vllm_rules_name_the_usage_flag_and_hybrid_block_sizes():
+    rules = " ".join(r["rule"] for r in RULES["providers"]["vllm"]["rules"])
+    assert "--enable-prompt-tokens-details" in rules and "Hybrid models" in rules
+    assert "Opus 4.5+" not in json.dumps(RULES)  # the old claim that every Opus from 4.5 needs 4,096
+
+
+def live_links(markdown: str) -> list[str]:
+    """What a reader could click in Markdown as Streamlit draws it: [links](...), <a> tags, and bare URLs
+    or e-mail addresses, which GFM links in the text after escapes are read (the Chromium check of this
+    page showed an escaped 'http\\:\\/\\/...' drawn as a link)."""
+    import re
+
+    from markdown_it import MarkdownIt
+
+    found = []
+    for tok in MarkdownIt("commonmark").parse(markdown):
+        if tok.type == "html_block" and "<a" in tok.content.lower():
+            found.append(tok.content)
+        for child in tok.children or []:
+            if child.type == "link_open" or (child.type == "html_inline" and child.content.lower().startswith("<a")):
+                found.append(child.attrGet("href") or child.content)
+            elif child.type == "text" and re.search(r"(?i)(https?|ftp)://|www\.|[-.\w+]@[-\w]+\.", child.content):
+                found.append(child.content)
+    return found
+
+
+def shown_text(markdown: str) -> str:
+    """The text a reader sees: Markdown rendered (CommonMark), tags dropped. 'a \\`b\\`' -> 'a `b`'"""
+    import html
+    import re
+
+    from markdown_it import MarkdownIt
+
+    return html.unescape(re.sub(r"<[^>]+>", "", MarkdownIt("commonmark").render(markdown))).strip()
+
+
+def test_live_links_finds_what_markdown_would_link():
+    from ui.escape import markdown_text
+
+    evil = "[text](http://evil.example) http://evil.example <a href='x'>y</a> www.evil.example me@evil.example"
+    assert len(live_links(evil)) == 4 and live_links(markdown_text(evil)) == []
+    assert live_links("http\\:\\/\\/evil\\.example")  # escaping alone: GFM still links it
+    assert shown_text(markdown_text(evil)).replace("\u2060", "") == evil  # it reads as typed
+    assert live_links("<div>tool (`[x](http://evil.example)`)</div>") == []  # raw HTML block: not parsed
+
+
+EVIL = "[text](http://evil.example)"
+
+
+@pytest.mark.app
+@pytest.mark.parametrize("line, words", [
+    ('{"ts": "' + EVIL + '", "messages": ' + USER_HI + '}', "ISO-8601"),
+    ('{"`x` ' + EVIL + ' `y`": 1}', "no `messages`"),
+    ('{"messages": [{"role": "user", "content": [{"type": "text", "text": "a", '
+     '"cache_control": {"ttl": [1]}}]}]}', "cache_control ttl"),
+    ('{"ts": ' + HUGE + ', "messages": ' + USER_HI + '}', "`ts`"),
+    ('{"output_tokens": ' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', "`output_tokens`"),
+    ('{"messages": [{"role": "us\\ud800er", "content": "hi"}]}', None),
+    ('{"tools": [{"name": "t\\n\\n' + EVIL + '", "parameters": {}}], "messages": ' + USER_HI + '}\n'
+     '{"tools": [{"name": "u\\n\\n' + EVIL + '", "parameters": {}}], "messages": ' + USER_HI + '}', None),
+])
+def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
+    from conftest import page_app
+
+    at = page_app("cache_audit", ca_source="Paste")
+    at.run()
+    at.text_area(key="ca_text").set_value(line)
+    at.button(key="ca_go").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    if words:
+        assert len(at.error) == 1 and words in shown_text(at.error[0].value)
+    else:
+        assert not at.error and at.subheader
+    shown = [e.value for kind in ("markdown", "error", "warning", "info", "caption") for e in at.get(kind)]
+    assert not [link for text in shown for link in live_links(text)]
+
+
+@pytest.mark.browser
+def test_page_in_chromium_draws_no_link_from_the_log():
+    """Streamlit's own Markdown (GFM) in Debian's Chromium: a `ts` holding a link and a user message holding
+    one show as text; a Claude Haiku 4.5 log says why nothing is cached. Screenshots in artifacts/browser/."""
+    from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    haiku = jsonl(*({"ts": 60 * k, "body": {**anthropic_body(1500, f"order {k}? " + EVIL, "claude-haiku-4-5")}}
+                    for k in range(3)))
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with app_server("cache-audit-browser.log") as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 3000})
+        page.goto(f"{url}/cache-audit")
+        settle(page)
+        page.get_by_text("Paste", exact=True).click()
+        settle(page)
+        for log, shot in ((haiku, "cache_audit_haiku"), ('{"ts": "' + EVIL + '", "messages": ' + USER_HI + '}',
+                                                         "cache_audit_bad_ts")):
+            page.get_by_label("Request bodies (JSON or JSONL)").fill(log)
+            page.get_by_role("button", name="Audit").click()
+            settle(page)
+            page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
+            assert page.locator('[data-testid="stException"]').count() == 0
+            assert page.locator("a[href*='evil.example']").count() == 0, shot
+            assert ("claude-haiku-4-5's minimum cacheable length (4,096 tokens)" if shot.endswith("haiku") else
+                    "is not ISO-8601") in page.inner_text("body")
+        browser.close()

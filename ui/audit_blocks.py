@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .escape import html_text, plotly_label
+from .escape import html_text, one_html_block, plotly_label
 
 HIT, WRITE, MISS = "hit", "write", "miss"
 STATUS_STYLE = {  # background, border: the colours of ui/cache_blocks.py, plus a write colour
@@ -67,7 +67,7 @@ def request_row_html(rec: dict, provider: str) -> str:
                      f"background:{bg};border:{border};{mark}border-radius:5px;overflow:hidden;color:#111;"
                      f"font-size:0.68em;padding:1px 3px;white-space:nowrap;text-overflow:ellipsis'>"
                      f"{html_text(label)}</div>")
-    return "<div style='display:flex;gap:3px;margin:2px 0 4px 0'>" + "".join(boxes) + "</div>"
+    return one_html_block("<div style='display:flex;gap:3px;margin:2px 0 4px 0'>" + "".join(boxes) + "</div>")
 
 
 def request_header_html(rec: dict, provider: str, cost: dict) -> str:
@@ -77,10 +77,11 @@ def request_header_html(rec: dict, provider: str, cost: dict) -> str:
     trap = (f" <span style='color:#b91c1c;font-weight:600'>trap: {html_text(rec['trap'].replace('_', ' '))}</span>"
             if rec["trap"] else f" <span style='color:#475569'>{html_text(rec['cause'].replace('_', ' '))}</span>")
     cached = cost["cached_tokens"]
-    return (f"<div style='margin-top:10px'><b>#{rec['index']}</b> · {rec['prompt_tokens']:,} tokens · "
-            f"<b>{cached:,} cached</b> ({PROVIDER_LABEL[provider]}) · ${cost['with_cache']:.4f} "
-            f"(${cost['without_cache']:.4f} uncached){when} ·{trap}<br><span style='color:#334155;font-size:0.9em'>"
-            f"{html_text(rec['label'])}</span></div>")
+    return one_html_block(
+        f"<div style='margin-top:10px'><b>#{rec['index']}</b> · {rec['prompt_tokens']:,} tokens · "
+        f"<b>{cached:,} cached</b> ({PROVIDER_LABEL[provider]}) · ${cost['with_cache']:.4f} "
+        f"(${cost['without_cache']:.4f} uncached){when} ·{trap}<br><span style='color:#334155;font-size:0.9em'>"
+        f"{html_text(rec['label'])}</span></div>")
 
 
 def _token_span(text: str, style: str) -> str:
@@ -100,14 +101,16 @@ def divergence_html(rec: dict) -> str:
     here = _token_span(d["token"], mine) + "".join(_token_span(t, plain) for t in d["after"])
     there = (_token_span(d["other_token"], theirs) + "".join(_token_span(t, plain) for t in d["other_after"])
              if d["other_token"] is not None else "<i>(ends here)</i>")
-    return (f"<div style='margin:2px 0 2px 0;font-size:0.9em'>token {d['index']:,}, in {html_text(d['where'])}: "
-            f"{shared}<br>&nbsp;&nbsp;this request: {here}<br>&nbsp;&nbsp;request {d['request']}: {there}</div>")
+    return one_html_block(
+        f"<div style='margin:2px 0 2px 0;font-size:0.9em'>token {d['index']:,}, in {html_text(d['where'])}: "
+        f"{shared}<br>&nbsp;&nbsp;this request: {here}<br>&nbsp;&nbsp;request {d['request']}: {there}</div>")
 
 
 def explanation_html(rec: dict) -> str:
     fix = f"<br><b>Fix:</b> {html_text(rec['fix'])}" if rec.get("fix") else ""
-    return (f"<div style='font-size:0.88em;color:#1e293b;margin:0 0 6px 0'>{html_text(rec['explanation'])}"
-            f"{fix}</div>")
+    return one_html_block(
+        f"<div style='font-size:0.88em;color:#1e293b;margin:0 0 6px 0'>{html_text(rec['explanation'])}"
+        f"{fix}</div>")
 
 
 def tree_figure(rows: list[dict], height: int = 520) -> go.Figure:

@@ -32,6 +32,27 @@ def code_span(text: str) -> str:
     return f"{fence} {text} {fence}"
 
 
+def one_html_block(html_source: str) -> str:
+    """HTML for st.markdown(..., unsafe_allow_html=True) kept as one raw HTML block: a blank line in it
+    (from a tool name, say) would end the block and let Markdown read the rest, links included. Line
+    breaks become spaces: '<div>a\\n\\n[x](http://e.example)</div>' -> '<div>a  [x](http://e.example)</div>'."""
+    return html_source.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: CommonMark lets each be escaped
+_AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp)(?=:)|\bwww(?=\.)|(?=@)")  # where GFM starts a bare link
+
+
+def markdown_text(text: str) -> str:
+    """Plain text for st.markdown / st.error: no link, emphasis, code, LaTeX or HTML is drawn from it.
+
+    Punctuation is backslash-escaped; GFM links bare URLs and e-mail addresses after escapes are
+    read, so a word joiner (U+2060, invisible) goes before '://', 'www.' and '@'.
+    '[x](http://e.example)' -> '\\[x\\]\\(http\u2060\\:\\/\\/e\\.example\\)'
+    """
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _AUTOLINK.sub(lambda m: m.group() + "\u2060", text))
+
+
 def json_text(obj, indent: int = 2) -> str:
     """JSON for st.code(..., language="json", wrap_lines=True): st.json breaks long strings in the
     middle of words ("inc ludes"), a code block wraps at spaces. Lists of plain values stay on one

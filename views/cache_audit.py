@@ -1,7 +1,5 @@
 """Cache audit: a real request log replayed under OpenAI's, Anthropic's and vLLM's prompt-cache rules."""
-from views.common import get_model, page_header, queued
-
-import time
+from views.common import page_header
 
 import pandas as pd
 import streamlit as st
@@ -11,6 +9,7 @@ from pipeline.prompt_cache import audit as ca
 from pipeline.prompt_cache.providers import MAX_LOG_BYTES
 from ui.audit_blocks import (PROVIDER_LABEL, divergence_html, explanation_html, legend, request_header_html,
                              request_row_html, tree_figure)
+from ui.escape import markdown_text
 
 page_header("Cache audit", "Paste or upload what your app sends: request by request, what OpenAI, Anthropic or a vLLM "
                            "server would read from its prompt cache, why the rest missed, and what it costs.")
@@ -28,18 +27,9 @@ def with_fixes(text: str, provider: str, breakpoints: str) -> dict:
     return ca.audit_fixes(text, provider=provider, breakpoints=breakpoints)
 
 
-def prefill_speed(n: int = 512) -> float:
-    """Tokens per second of one n-token forward pass of the loaded model, after a short warm-up."""
-    lm, ids = get_model(), [100 + i % 1000 for i in range(n)]
-    lm.forward([ids[:16]], use_cache=False)
-    t0 = time.perf_counter()
-    lm.forward([ids], use_cache=False)
-    return n / (time.perf_counter() - t0)
-
-
-def measured_prefill_tps() -> float:
-    """Measured once per server, through the model's queue like every other run."""
-    return queued(("prefill speed", 512), prefill_speed, 528)
+def fix_message(what: str, e: InputError) -> None:
+    """The error as plain text: it may quote the log (a `ts`, a key), which must not become a link."""
+    st.error(f"Please fix the {what} — {markdown_text(str(e))}")
 
 
 def read_upload(upload) -> str:
@@ -77,25 +67,22 @@ try:
         upload = st.file_uploader("JSON or JSONL log (at most 50 MB)", type=["json", "jsonl"], key="ca_file")
         text = read_upload(upload) if upload is not None else ""
 except InputError as e:
-    st.error(f"Please fix the log — {e}")
+    fix_message("log", e)
     st.stop()
 if not text.strip():
     st.info("Paste or upload a log to audit it, or pick a prepared example.")
     st.stop()
 
-c1, c2, c3 = st.columns(3)
+c1, c2 = st.columns(2)
 provider = c1.radio("Explain for", ca.PROVIDERS, format_func=PROVIDER_LABEL.get, horizontal=True, key="ca_provider",
                     help="whose cache lifetime decides 'shared prefix' and 'expired'; all three are counted")
 auto = c2.toggle("Anthropic: add breakpoints where none were sent", value=True, key="ca_auto_bp",
                  help="the end of tools/system, the block before the last, and the last block")
-tps = c3.number_input("Prefill speed (tokens/s)", min_value=1.0, value=max(1.0, float(round(measured_prefill_tps()))), step=100.0,
-                      key="ca_tps", help="measured on the loaded model; put your provider's figure to estimate "
-                                         "the time saved")
 breakpoints = "auto" if auto else "as-sent"
 try:
     report = audited(text, provider, breakpoints)
 except InputError as e:
-    st.error(f"Please fix the log — {e}")
+    fix_message("log", e)
     st.stop()
 requests = report.requests
 
@@ -103,10 +90,17 @@ with st.expander("Prices (editable): dollars per million tokens and multipliers 
     edited = st.data_editor(price_table(), key="ca_prices", width="stretch")
     out_tokens = st.number_input("Output tokens per request when the log does not say", 0, 100_000, 200,
                                  key="ca_out_tokens")
+with st.expander("Prefill speed (editable): the provider's tokens per second, for the time saved"):
+    st.caption("Providers do not publish how fast they prefill. These stand-ins come from the figure Anthropic "
+               "published; put your own (time to first token of a long prompt, without caching).")
+    tps = {p: st.number_input(f"{PROVIDER_LABEL[p]} prefill speed (tokens/s)", min_value=1.0,
+                              value=float(RULES["providers"][p]["prefill_tps"]["value"]), step=1000.0,
+                              key=f"ca_tps_{p}", help=RULES["providers"][p]["prefill_tps"]["source"])
+           for p in ca.PROVIDERS}
 try:
     costs = ca.bill(report, edited.to_dict(orient="index"), tps, int(out_tokens))
 except InputError as e:
-    st.error(f"Please fix the prices — {e}")
+    fix_message("prices", e)
     st.stop()
 
 st.subheader("2. The bill")
@@ -118,7 +112,10 @@ for col, p in zip(cols, ca.PROVIDERS):
     change = (t["with_cache"] - t["without_cache"]) / t["without_cache"] if t["without_cache"] else 0.0
     col.metric("Bill with caching", f"${t['with_cache']:.4f}", f"{change:+.0%} vs ${t['without_cache']:.4f} uncached",
                delta_color="inverse")
-    col.caption(f"Prefill time saved: {t['latency_saved_s']:.1f} s at {tps:,.0f} tokens/s")
+    col.caption(f"Prefill time saved: {t['latency_saved_s']:.1f} s at {tps[p]:,.0f} tokens/s (a stand-in: "
+                f"edit it under 'Prefill speed')")
+for warning in report.warnings:
+    st.warning(markdown_text(warning))
 
 st.subheader("3. The three providers side by side")
 table = pd.DataFrame([{

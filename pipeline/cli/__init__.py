@@ -185,6 +185,8 @@ def cmd_cache_audit(args) -> int:
     for trap in traps:
         print(f"\nTrap: {ca.TRAPS[trap][0]} ({sum(r['trap'] == trap for r in report.requests)} requests). "
               f"Fix: {ca.TRAPS[trap][1]}")
+    for warning in report.warnings:
+        print(f"warning: {warning}")
     for note in report.notes:
         print(f"note: {note}")
     if args.json_file:
@@ -211,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--provider", choices=("openai", "anthropic", "vllm"), default="openai",
                        help="whose cache lifetime decides the shared prefix and 'expired' (all three are counted)")
     audit.add_argument("--json", dest="json_file", default=None, help="write the whole audit to this file")
-    audit.add_argument("--prefill-tps", type=float, default=5000.0, help="prefill speed, tokens/s, for time saved")
+    audit.add_argument("--prefill-tps", type=float, default=None,
+                       help="the provider's prefill speed, tokens/s, for time saved (default: each provider's "
+                            "stand-in figure in assets/cache_rules.json)")
     audit.add_argument("--output-tokens", type=int, default=200, help="output tokens per request the log omits")
     audit.add_argument("--breakpoints", choices=("auto", "as-sent"), default="auto",
                        help="Anthropic: add the recommended breakpoints to requests sent without cache_control")

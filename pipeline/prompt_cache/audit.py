@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import heapq
 import json
-import math
 import numbers
 import os
 import struct
@@ -28,10 +27,12 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import InputError
+from ..stages.request import _finite  # a real number a float can hold (10**400 is not)
 from ..text import render_bytes
 from . import providers as pv
 from .providers import MAX_LOG_BYTES, LogRequest
@@ -95,8 +96,9 @@ def check_prices(prices: dict[str, dict]) -> dict[str, dict]:
         out[p] = dict(row)
         for f in PRICE_FIELDS:
             v = row.get(f)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
-                raise InputError("prices", f"{p} {f.replace('_', ' ')} must be a number of at least 0, got {v!r}.")
+            if not _finite(v) or v < 0:
+                raise InputError("prices", f"{p} {f.replace('_', ' ')} must be a number of at least 0, "
+                                           f"got {str(v)[:20]}.")
             out[p][f] = float(v)
     return out
 
@@ -229,6 +231,14 @@ def common_bytes(a: bytes, i: int, b: bytes, j: int, n: int) -> int:
     return 4 * lo
 
 
+class Cut(NamedTuple):
+    """What a request shares with the earlier requests alive under one TTL."""
+
+    tokens: int  # the longest shared prefix
+    other: int  # the earlier request to compare with (-1: none)
+    last_used: float  # when that prefix was last sent, by any request (-inf: never)
+
+
 class PrefixTree:
     """Compressed radix tree over the token ids of every request added, with when each path was used.
 
@@ -241,18 +251,19 @@ class PrefixTree:
         self.root = _Node(b"", 0, 0, 0)
         self.n_nodes = 1
 
-    def add(self, seq: bytes, t: float, index: int, floors: tuple[float, ...]) -> list[tuple[int, int]]:
-        """Insert request `index` sent at `t`. For each floor (t - TTL; -inf: never expires):
-        (tokens shared with an earlier request last used at or after the floor, that request or -1).
+    def add(self, seq: bytes, t: float, index: int, floors: tuple[float, ...]) -> list[Cut]:
+        """Insert request `index` sent at `t`. For each floor (t - TTL; -inf: never expires): a Cut
+        (tokens shared with an earlier request last used at or after the floor, that request or -1,
+        when the shared prefix was last used).
 
-        A request of [1, 2, 3] after [1, 2, 4] (alive) -> [(2, 0)]; after nothing -> [(0, -1)].
+        [1, 2, 3] at t=9 after [1, 2, 4] at t=5 (alive) -> [Cut(2, 0, 5)]; after nothing -> [Cut(0, -1, -inf)].
         """
-        cuts: list[tuple[int, int] | None] = [None] * len(floors)
+        cuts: list[Cut | None] = [None] * len(floors)
         node, pos, n = self.root, 0, len(seq)
         path = [node]  # nodes this request passes through: touched once every check is done
         for k, f in enumerate(floors):
             if node.last_seen < f:
-                cuts[k] = (0, -1)
+                cuts[k] = Cut(0, -1, -INF)
         while True:
             if pos == n:  # every token matched: identical to, or the start of, an earlier request
                 self._cut_all(cuts, pos, node, floors)
@@ -266,13 +277,13 @@ class PrefixTree:
                 break
             for k, f in enumerate(floors):
                 if cuts[k] is None and child.last_seen < f:  # the rest of this path has expired
-                    cuts[k] = (pos // 4, self._other(node, f))
+                    cuts[k] = Cut(pos // 4, self._other(node, f), node.last_seen)
             length = child.end - child.start
             m = common_bytes(seq, pos, child.seq, child.start, min(length, n - pos))
             if m < length:
                 for k in range(len(cuts)):
                     if cuts[k] is None:
-                        cuts[k] = ((pos + m) // 4, child.latest)
+                        cuts[k] = Cut((pos + m) // 4, child.latest, child.last_seen)
                 node = self._split(node, key, child, m)
                 path.append(node)
                 pos += m
@@ -298,7 +309,7 @@ class PrefixTree:
     def _cut_all(self, cuts, pos: int, node: _Node, floors) -> None:
         for k, f in enumerate(floors):
             if cuts[k] is None:
-                cuts[k] = (pos // 4, self._other(node, f))
+                cuts[k] = Cut(pos // 4, self._other(node, f), node.last_seen)
 
     def _leaf(self, parent: _Node, key: bytes, seq: bytes, pos: int) -> _Node:
         leaf = _Node(seq, pos, len(seq), len(seq) // 4)
@@ -378,15 +389,28 @@ class AnthropicCache:
         added = {last} | ({stable[-1]} if stable else set()) | ({last - 1} if last >= 1 else set())
         return [(i, "5m") for i in sorted(added)], True
 
+    def refusal(self, points: list[tuple[int, str]]) -> str | None:
+        """Why the API would refuse these breakpoints (in block order), or None.
+
+        More than 4; or a 1-hour one after a 5-minute one ([(2, '5m'), (5, '1h')]): 1-hour entries must
+        come first.
+        """
+        if len(points) > self.a["max_breakpoints"]:
+            return f"more than {self.a['max_breakpoints']} cache_control breakpoints"
+        ttls = [ttl for _, ttl in points]
+        if "5m" in ttls and "1h" in ttls[ttls.index("5m"):]:
+            return "a 1-hour breakpoint comes after a 5-minute one (1-hour entries must come first)"
+        return None
+
     def serve(self, r: LogRequest, seq: bytes, starts: list[int], t: float, policy: str) -> dict:
         n = len(seq) // 4
         points, added = self.breakpoints(r, policy)
         min_tokens, model = anthropic_min_tokens(r.model, self.rules)
         out = {"cache_read_input_tokens": 0, "cache_creation_input_tokens": 0, "cache_creation_5m": 0,
                "cache_creation_1h": 0, "input_tokens": n, "breakpoints": [], "breakpoints_added": added,
-               "min_tokens": min_tokens, "model": model, "refused": False, "below_minimum": False}
-        if len(points) > self.a["max_breakpoints"]:
-            out["refused"] = True  # the API answers 400: at most 4 blocks with cache_control
+               "min_tokens": min_tokens, "model": model, "refused": None, "below_minimum": False}
+        out["refused"] = self.refusal(points)
+        if out["refused"]:
             return out
         ends = [starts[i + 1] if i + 1 < len(starts) else n for i in range(len(starts))]
         keys = self._prefix_keys(seq, ends)
@@ -512,6 +536,33 @@ def lost_after(r: _Side, o: _Side, kr: int, ko: int, char: int) -> int:
     return lost
 
 
+MAX_VOLATILE_EDIT = 200  # characters: an added or swapped stretch this short holding a date is "a date line"
+
+
+def volatile_change(a: str, b: str, char: int) -> tuple[str | None, str | None] | None:
+    """The date, time or ID where texts a and b part at `char`, as (a's, b's), or None.
+
+    Either one covers `char`, or the short stretch one text adds (or swaps) before both agree again
+    holds one: a line put in front of the same prompt.
+    ('Today is 2025-03-14.\\nRules', 'Rules', 0) -> ('2025-03-14', None)
+    """
+    mine, theirs = pv.volatile_near(a, char), pv.volatile_near(b, char)
+    if mine or theirs:
+        return mine or "?", theirs or "?"
+    tail = common_suffix(a, b, min(len(a), len(b)) - char)
+    extra_a, extra_b = a[char:len(a) - tail], b[char:len(b) - tail]
+    if max(len(extra_a), len(extra_b)) > MAX_VOLATILE_EDIT:
+        return None
+    ma, mb = pv.VOLATILE.search(extra_a), pv.VOLATILE.search(extra_b)
+    return (ma and ma.group(), mb and mb.group()) if ma or mb else None
+
+
+def _volatile_words(mine: str | None, theirs: str | None, ref: str) -> str:
+    if mine and theirs:
+        return f"'{mine}' here, '{theirs}' in {ref}"
+    return f"'{mine}' added here, where {ref} had none" if mine else f"'{theirs}' in {ref}, gone here"
+
+
 def json_change(a: str, b: str, char: int) -> bool:
     """The difference at `char` lies inside JSON that holds the same data in both texts (keys reordered)."""
     if "{" not in a[:char + 1] or "{" not in b[:char + 1]:
@@ -527,8 +578,7 @@ def classify(r: _Side, o: _Side | None, pos: int, other_number: int | None) -> F
     """Why request r stops matching the earlier request o at token `pos`."""
     if o is None:
         if r.req.number == 1:
-            return Finding("first", None, "The first request: nothing is cached yet. Its prefix is stored for the "
-                                          "requests after it.")
+            return Finding("first", None, "The first request: nothing is cached yet.")
         return Finding("different", None, "No earlier request starts like this one: all of it is computed.")
     ref = f"request {other_number}"
     if pos >= r.n:
@@ -543,21 +593,21 @@ def classify(r: _Side, o: _Side | None, pos: int, other_number: int | None) -> F
     char = first_diff(br.text, bo.text) if br.header == bo.header else 0
     lost = lost_after(r, o, kr, ko, char)
     place = where(r, kr)
-    shown = pv.volatile_near(br.text, char) or pv.volatile_near(bo.text, char)
+    shown = volatile_change(br.text, bo.text, char) if br.header == bo.header else None
     if "tools" in (br.section, bo.section):
         return _tools_finding(r, o, br, bo, char, place, ref, pos)
     if br.header == bo.header and json_change(br.text, bo.text, char):
         return _trap("json_keys_reordered", f"{place} holds the same JSON data as in {ref}, with its keys in "
                                             f"another order: different text from token {pos:,}.")
-    if shown and br.header == bo.header:
-        mine, theirs = pv.volatile_near(br.text, char) or "?", pv.volatile_near(bo.text, char) or "?"
+    if shown:
+        words = _volatile_words(*shown, ref)
         if lost >= LOST_FOR_TRAP:
             return _trap("date_or_id", f"{place} starts to differ at token {pos:,} on a date, time or ID: "
-                                       f"'{mine}' here, '{theirs}' in {ref}. The {lost:,} tokens after it are the "
-                                       f"same in both, but are recomputed.")
-        return Finding("volatile_late", None, f"A date, time or ID differs from {ref} at token {pos:,} ('{mine}' "
-                                              f"here, '{theirs}' there), late enough that nothing stable follows it: "
-                                              f"only the rest of the request is computed.")
+                                       f"{words}. The {lost:,} tokens after it are the same in both, but are "
+                                       f"recomputed.")
+        return Finding("volatile_late", None, f"A date, time or ID differs from {ref} at token {pos:,} ({words}), "
+                                              f"late enough that nothing stable follows it: only the rest of the "
+                                              f"request is computed.")
     if _rewritten(r, o, br, bo, char):
         return _trap("history_rewritten", f"The conversation so far was rewritten: {place} differs from {ref} "
                                           f"(which had {o.req.n_messages} messages), so the history after token "
@@ -614,6 +664,7 @@ class AuditReport:
     notes: list[str]  # what is estimated or assumed
     rules: dict  # the rules used, with their sources
     timing: dict = field(default_factory=dict)  # seconds per phase, and counts
+    warnings: list[str] = field(default_factory=list)  # what makes a provider cache nothing, or refuse
 
 
 def ttl_of(provider: str, rules: dict, requests: list[LogRequest]) -> float | None:
@@ -622,6 +673,14 @@ def ttl_of(provider: str, rules: dict, requests: list[LogRequest]) -> float | No
         long = any(r.auto_cache == "1h" or any(b.cache_ttl == "1h" for b in r.blocks) for r in requests)
         return p["ttl_seconds"]["1h" if long else "5m"]
     return p["ttl_seconds"]
+
+
+def request_ttl(provider: str, r: LogRequest, ttls: dict, rules: dict) -> float | None:
+    """Seconds an entry this request reads stays alive: OpenAI's follows the request's
+    prompt_cache_retention ("in_memory" or "24h"), the others the log-wide `ttls`."""
+    if provider == "openai" and r.cache_retention:
+        return rules["providers"]["openai"]["retention_ttl_seconds"][r.cache_retention]
+    return ttls.get(provider)
 
 
 def audit_requests(requests: list[LogRequest], provider: str = "openai", rules: dict | None = None,
@@ -653,7 +712,8 @@ def audit_requests(requests: list[LogRequest], provider: str = "openai", rules: 
     search_s = anth_s = 0.0
     for i, (r, (seq, starts)) in enumerate(zip(requests, rendered)):
         t = times[i]
-        floors = tuple(-INF if ttls.get(p) is None else t - ttls[p] for p in order)
+        alive = [request_ttl(p, r, ttls, rules) for p in order]
+        floors = tuple(-INF if ttl is None else t - ttl for ttl in alive)
         t0 = time.perf_counter()
         cuts = dict(zip(order, tree.add(seq, t, i, floors)))
         t1 = time.perf_counter()
@@ -674,7 +734,7 @@ def audit_requests(requests: list[LogRequest], provider: str = "openai", rules: 
               "requests": len(requests), "tokens": sum(len(s) // 4 for s, _ in rendered),
               "distinct_pieces": len(memo.ids), "pieces_looked_up": memo.pieces_seen, "tree_nodes": tree.n_nodes}
     return AuditReport(provider, memo.name, records, rows, _notes(requests, records, memo.name, times, rules),
-                       _rules_used(rules), timing)
+                       _rules_used(rules), timing, _warnings(records, rules))
 
 
 def _times(requests: list[LogRequest]) -> list[float]:
@@ -731,18 +791,71 @@ def _block_label(r: LogRequest, i: int) -> str:
 def _explain(rec: dict, i: int, requests, rendered, cuts: dict, memo: TokenMemo, times, ttls, provider: str,
              rules: dict) -> None:
     """Fill in why: the divergence against the closest earlier request (alive or not), the cause, the fix."""
-    pos, j = cuts["any"]
+    pos, j, last_used = cuts["any"]
     r = _Side(requests[i], *rendered[i])
     o = _Side(requests[j], *rendered[j]) if j >= 0 else None
     finding = classify(r, o, pos, requests[j].number if j >= 0 else None)
     if finding.trap is None and _expiry_cost(rec, provider, pos, rules):
         finding = Finding("expired", None, f"Request {requests[j].number} shares {pos:,} tokens with this one, "
-                                           f"but it was sent {_ago(times[i] - times[j])} before and the cache entry "
-                                           f"had expired ({rules['providers'][provider]['label']} keeps one "
-                                           f"{_ago(ttls[provider])} after its last use).", OTHER_FIXES["expired"])
+                                           f"but that prefix was last used {_ago(times[i] - last_used)} before "
+                                           f"and the cache entry had expired ({rules['providers'][provider]['label']} "
+                                           f"keeps one {_ago(request_ttl(provider, requests[i], ttls, rules))} after "
+                                           f"its last use; each read refreshes it).", OTHER_FIXES["expired"])
+    why_not = uncached_reason(rec, provider, rules)
+    if finding.cause == "first":
+        finding.explanation += (f" {why_not[0]} stores nothing of it: {why_not[1]}." if why_not else
+                                " Its prefix is stored for the requests after it.")
+    elif why_not:
+        finding.explanation += f" {why_not[0]} caches nothing here: {why_not[1]}."
     rec.update(cause=finding.cause, trap=finding.trap, explanation=finding.explanation, fix=finding.fix,
                matched_request=requests[j].number if j >= 0 else None,
                divergence=_divergence(r, o, pos, memo, requests[j].number if j >= 0 else None))
+
+
+def uncached_reason(rec: dict, provider: str, rules: dict) -> tuple[str, str] | None:
+    """(provider label, why) when the provider caches nothing of this request whatever came before.
+
+    claude-haiku-4-5, 3,000 tokens -> ('Anthropic', "every breakpoint comes before claude-haiku-4-5's
+    minimum cacheable length of 4,096 tokens")
+    """
+    n, p = rec["prompt_tokens"], rules["providers"][provider]
+    if provider == "anthropic":
+        a = rec["anthropic"]
+        if a["refused"]:
+            return p["label"], f"the API would refuse the request ({a['refused']})"
+        if a["below_minimum"]:
+            return p["label"], (f"every breakpoint comes before {a['model']}'s minimum cacheable length of "
+                                f"{a['min_tokens']:,} tokens")
+        if not a["breakpoints"]:
+            return p["label"], "the request has no cache_control breakpoint"
+    elif provider == "openai" and n < p["min_tokens"]:
+        return p["label"], f"the prompt is under {p['min_tokens']:,} tokens, the least it caches"
+    elif provider == "vllm" and n <= p["block_size"]:
+        return p["label"], f"the prompt does not fill one {p['block_size']}-token block past its last token"
+    return None
+
+
+def _warnings(records: list[dict], rules: dict) -> list[str]:
+    """Log-wide reasons a provider caches nothing or refuses: below a minimum, bad breakpoints."""
+    out, n = [], len(records)
+    low: dict[tuple[str, int], int] = {}
+    refused: dict[str, int] = {}
+    for rec in records:
+        a = rec["anthropic"]
+        if a["refused"]:
+            refused[a["refused"]] = refused.get(a["refused"], 0) + 1
+        elif a["below_minimum"]:
+            low[(a["model"], a["min_tokens"])] = low.get((a["model"], a["min_tokens"]), 0) + 1
+    for (model, least), k in low.items():
+        out.append(f"Anthropic: {k} of {n} requests have every breakpoint before {model}'s minimum cacheable length "
+                   f"({least:,} tokens), so nothing of them is cached or written.")
+    for reason, k in refused.items():
+        out.append(f"Anthropic would refuse {k} of {n} requests: {reason}. Nothing of them is cached here.")
+    short = sum(rec["prompt_tokens"] < rules["providers"]["openai"]["min_tokens"] for rec in records)
+    if short:
+        out.append(f"OpenAI: {short} of {n} requests are under {rules['providers']['openai']['min_tokens']:,} tokens, "
+                   f"so OpenAI caches nothing of them.")
+    return out
 
 
 def _expiry_cost(rec: dict, provider: str, shared_any: int, rules: dict) -> bool:
@@ -791,32 +904,55 @@ def _rules_used(rules: dict) -> dict:
 
 
 # ---- the bill --------------------------------------------------------------------------------------
-def bill(report: AuditReport, prices: dict | None = None, prefill_tps: float = 5000.0,
+def default_prefill_tps(rules: dict | None = None) -> dict[str, float]:
+    """Each provider's stand-in prefill speed, tokens/s (`cache_rules.json`, each with where it comes from)."""
+    rules = rules or load_rules()
+    return {p: float(rules["providers"][p]["prefill_tps"]["value"]) for p in PROVIDERS}
+
+
+def prefill_speeds(prefill_tps: float | dict | None) -> dict[str, float]:
+    """Tokens/s per provider for "time saved": None -> the stand-ins; a number -> it for all; a dict -> per
+    provider (missing ones from the stand-ins). 3000 -> {'openai': 3000.0, 'anthropic': 3000.0, 'vllm': 3000.0}"""
+    speeds = default_prefill_tps()
+    given = prefill_tps if isinstance(prefill_tps, dict) else {} if prefill_tps is None else \
+        {p: prefill_tps for p in PROVIDERS}
+    for p, v in given.items():
+        if p not in speeds:
+            raise InputError("prefill_tps", f"unknown provider {str(p)[:20]!r}; use {', '.join(PROVIDERS)}.")
+        if not _finite(v) or not v > 0:
+            raise InputError("prefill_tps", f"{p}: must be a positive number of tokens per second, got "
+                                            f"{str(v)[:20]}.")
+        speeds[p] = float(v)
+    return speeds
+
+
+def bill(report: AuditReport, prices: dict | None = None, prefill_tps: float | dict | None = None,
          output_tokens: int = 200) -> dict:
     """Cost per request and in total, with and without caching, per provider; and prefill time saved.
 
     prices: {provider: {input_per_mtok, cached_read_multiplier, cache_write_5m_multiplier,
-    cache_write_1h_multiplier, output_per_mtok}}. output_tokens: per request when the log does not say.
+    cache_write_1h_multiplier, output_per_mtok}}. prefill_tps: the provider's prefill speed, tokens/s
+    (see `prefill_speeds`). output_tokens: per request when the log does not say.
     """
     prices = check_prices(prices or default_prices())
-    if isinstance(prefill_tps, bool) or not isinstance(prefill_tps, numbers.Real) or not prefill_tps > 0 \
-            or not math.isfinite(prefill_tps):
-        raise InputError("prefill_tps", f"must be a positive number of tokens per second, got {prefill_tps!r}.")
-    if isinstance(output_tokens, bool) or not isinstance(output_tokens, numbers.Integral) or output_tokens < 0:
-        raise InputError("output_tokens", f"must be a whole number of at least 0, got {output_tokens!r}.")
+    speeds = prefill_speeds(prefill_tps)
+    if isinstance(output_tokens, bool) or not isinstance(output_tokens, numbers.Integral) \
+            or not 0 <= output_tokens <= pv.MAX_OUTPUT_TOKENS:
+        raise InputError("output_tokens", f"must be a whole number from 0 to {pv.MAX_OUTPUT_TOKENS:,}, got "
+                                          f"{str(output_tokens)[:20]}{'...' if len(str(output_tokens)) > 20 else ''}.")
     per_request, totals = [], {p: _zero() for p in PROVIDERS}
     for rec in report.requests:
         out = rec["output_tokens"] if rec["output_tokens"] is not None else output_tokens
         row = {}
         for p in PROVIDERS:
-            row[p] = request_cost(rec, p, prices[p], out, prefill_tps)
+            row[p] = request_cost(rec, p, prices[p], out, speeds[p])
             for k, v in row[p].items():
                 totals[p][k] += v
         per_request.append(row)
     for p in PROVIDERS:
         t = totals[p]
         t["hit_rate"] = t["cached_tokens"] / t["prompt_tokens"] if t["prompt_tokens"] else 0.0
-    return {"requests": per_request, "totals": totals, "prices": prices, "prefill_tps": float(prefill_tps),
+    return {"requests": per_request, "totals": totals, "prices": prices, "prefill_tps": speeds,
             "default_output_tokens": output_tokens}
 
 
@@ -896,7 +1032,8 @@ def fix_requests(requests: list[LogRequest], provider: str = "openai", rounds: i
 def _rebuilt(r: LogRequest, body: dict) -> LogRequest:
     blocks, tools = pv.render_blocks(body, r.shape, r.where)
     auto = pv._ttl(body["cache_control"], r.where) if "cache_control" in body else None
-    return LogRequest(r.number, r.line, r.shape, r.model, r.ts, r.output_tokens, body, blocks, tools, auto)
+    return LogRequest(r.number, r.line, r.shape, r.model, r.ts, r.output_tokens, body, blocks, tools, auto,
+                      r.cache_retention)
 
 
 def _keep_history(requests: list[LogRequest], rewrites: dict[int, int], changes) -> list[LogRequest]:
@@ -981,4 +1118,4 @@ def report_json(report: AuditReport, costs: dict) -> dict:
     requests = [{**rec, "cost": costs["requests"][i]} for i, rec in enumerate(report.requests)]
     return {"provider": report.provider, "tokenizer": report.tokenizer, "requests": requests,
             "totals": costs["totals"], "prices": costs["prices"], "prefill_tps": costs["prefill_tps"],
-            "notes": report.notes, "rules": report.rules, "prefix_tree": report.tree}
+            "notes": report.notes, "warnings": report.warnings, "rules": report.rules, "prefix_tree": report.tree}

@@ -35,6 +35,9 @@ TS_KEYS = ("ts", "timestamp")
 SYSTEM_ROLES = ("system", "developer")
 ANTHROPIC_BLOCK_TYPES = {"tool_use", "tool_result", "image", "document", "thinking", "redacted_thinking"}
 TTLS = {"5m", "1h"}
+RETENTIONS = ("in_memory", "24h")  # OpenAI's prompt_cache_retention values
+MAX_TS = 1e13  # seconds (year ~318,000): a bigger timestamp is a mistake, and past float range it cannot be read
+MAX_OUTPUT_TOKENS = 10_000_000  # per request; far above any model's output limit
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class LogRequest:
     blocks: list[Block]
     tool_names: list[str]  # in the order sent
     auto_cache: str | None = None  # top-level cache_control ttl: the last block is a breakpoint
+    cache_retention: str | None = None  # OpenAI's prompt_cache_retention: "in_memory" | "24h" | None (not sent)
 
     @property
     def where(self) -> str:
@@ -145,8 +149,17 @@ def read_request(entry, number: int, line: int) -> LogRequest:
     blocks, tools = render_blocks(body, shape, where)
     auto = _ttl(body["cache_control"], where) if "cache_control" in body else None
     model = body.get("model")
-    return LogRequest(number, line, shape, model if isinstance(model, str) else None, parse_ts(ts, where),
-                      _output_tokens(outer, where), body, blocks, tools, auto)
+    return LogRequest(number, line, shape, clean(model) if isinstance(model, str) else None, parse_ts(ts, where),
+                      _output_tokens(outer, where), body, blocks, tools, auto, retention_of(body, shape, where))
+
+
+def retention_of(body: dict, shape: str, where: str) -> str | None:
+    """OpenAI's `prompt_cache_retention` ("in_memory" or "24h"); None when not sent (or not OpenAI)."""
+    value = body.get("prompt_cache_retention") if shape != "anthropic" else None
+    if value is not None and value not in RETENTIONS:  # an unhashable list is not `in` a tuple of str: no error
+        raise InputError("log", f"{where}: `prompt_cache_retention` must be \"in_memory\" or \"24h\", "
+                                f"got {_kind(value) if not isinstance(value, str) else repr(value[:20])}.")
+    return value
 
 
 def body_shape(body: dict, where: str) -> str:
@@ -191,8 +204,11 @@ def parse_ts(value, where: str) -> float | None:
             raise InputError("log", f"{where}: timestamp {value[:40]!r} is not ISO-8601 "
                                     f"(like 2025-03-14T09:31:07Z).") from None
         return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).timestamp()
-    if not math.isfinite(value):
-        raise InputError("log", f"{where}: the timestamp must be a finite number of seconds.")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError("log", f"{where}: the timestamp (`ts`) must be a finite number of seconds.")
+    if abs(value) > MAX_TS:  # an int compares with a float exactly, however long
+        raise InputError("log", f"{where}: the timestamp (`ts`) must be seconds, at most {MAX_TS:.0e}; got a "
+                                f"number of {len(str(int(abs(value))))} digits.")
     return float(value)
 
 
@@ -213,8 +229,9 @@ def _output_tokens(outer: dict, where: str) -> int | None:
         value = usage.get("output_tokens", usage.get("completion_tokens"))
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError("log", f"{where}: `output_tokens` must be a whole number of tokens.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OUTPUT_TOKENS:
+        raise InputError("log", f"{where}: `output_tokens` must be a whole number of tokens from 0 to "
+                                f"{MAX_OUTPUT_TOKENS:,}.")
     return value
 
 
@@ -222,7 +239,7 @@ def _ttl(cache_control, where: str) -> str:
     if not isinstance(cache_control, dict):
         raise InputError("log", f"{where}: `cache_control` must be an object like {{\"type\": \"ephemeral\"}}.")
     ttl = cache_control.get("ttl", "5m")
-    if ttl not in TTLS:
+    if not isinstance(ttl, str) or ttl not in TTLS:
         raise InputError("log", f"{where}: cache_control ttl must be \"5m\" or \"1h\", got {str(ttl)[:20]!r}.")
     return ttl
 
@@ -272,7 +289,7 @@ def tool_name(tool: dict) -> str:
     """{'name': 'search'} or {'type': 'function', 'function': {'name': 'search'}} -> 'search'."""
     fn = tool.get("function")
     name = tool.get("name") or (fn.get("name") if isinstance(fn, dict) else None) or tool.get("type")
-    return str(name) if name is not None else ""
+    return clean(str(name)) if name is not None else ""
 
 
 def _system_blocks(system, where: str) -> list[Block]:
@@ -312,8 +329,8 @@ def _message_blocks(message, i: int, where: str) -> list[Block]:
     role = message.get("role")
     if not isinstance(role, str) or not role or len(role) > 64:
         raise InputError("log", f"{where}: `role` must be a short string like \"user\".")
-    call_id = message.get("tool_call_id")
-    header = f"<{role}{' ' + str(call_id)[:80] if call_id is not None else ''}>\n"
+    role, call_id = clean(role), message.get("tool_call_id")
+    header = clean(f"<{role}{' ' + str(call_id)[:80] if call_id is not None else ''}>\n")
     parts = _content_parts(message.get("content"), where)
     if message.get("tool_calls") is not None:
         parts.append((dump(message["tool_calls"]), None))
