@@ -1,0 +1,226 @@
+"""Files the CLI and the stores write and read (fast tier, no model weights): atomic writes that keep the
+old file on failure, targets and inputs checked before any work, control characters escaped on the
+terminal, and the disk store's temporaries and read-only folders."""
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pipeline.cli.terminal import safe_output, terminal_text
+from pipeline.disk_store import DiskStore
+from pipeline.errors import InputError
+from pipeline.files import STALE_AFTER_S, check_output_file, remove_stale_temporaries, write_atomic
+from pipeline.model import weights_cache
+from pipeline.prompt_cache import audit as ca
+
+from conftest import ROOT
+
+EXAMPLE_LOG = str(ca.EXAMPLES_DIR / "support_chatbot_trap.jsonl")
+
+
+def run_cli(tmp_path, *argv):
+    """`python -m pipeline ...` with a weights cache that cannot be used: a run that got as far as loading
+    the model would fail naming TPE_CACHE_DIR, so exit 2 naming the field proves the check came first."""
+    unusable = tmp_path / "not-a-folder"
+    unusable.write_text("")
+    env = {**os.environ, weights_cache.CACHE_ENV: str(unusable / "cache")}
+    return subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=ROOT, env=env, capture_output=True,
+                          timeout=120)
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "log.fifo"
+    os.mkfifo(path)
+    return str(path)
+
+
+BAD = [
+    (["trace", "hi", "--force", "²:1"], "force"),  # str.isdigit accepts '²', int() does not
+    (["trace", "hi", "--force", "1:١"], "force"),  # an Arabic-Indic digit
+    (["trace", "hi", "--json", "/dev/full"], "json"),  # a device: would fail only after the run
+    (["trace", "hi", "--json", "/proc/version"], "json"),  # a folder that takes no new file
+    (["trace", "hi", "--json", ""], "json"),
+    (["report", "hi", "--html", "/dev/full"], "html"),
+    (["cache-audit", "/dev/zero"], "file"),  # size 0 passed the size check, then MemoryError
+    (["cache-audit", "{fifo}"], "file"),  # opening it blocked forever
+    (["cache-audit", EXAMPLE_LOG, "--json", "/dev/full"], "json"),
+]
+
+
+@pytest.mark.parametrize("args,field", BAD, ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else v)
+def test_cli_refuses_unusable_files_and_odd_digits_before_any_work(tmp_path, fifo, args, field):
+    proc = run_cli(tmp_path, *(a.format(fifo=fifo) for a in args))
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 2, (proc.returncode, stderr)
+    assert f"error: {field}: " in stderr and "Traceback" not in stderr, stderr
+    assert proc.stdout == b""
+
+
+# ---- a failed write keeps the old file ------------------------------------------------------------------
+def test_write_atomic_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    target = tmp_path / "precious.json"
+    target.write_text('{"valid": true}')
+
+    def half_then_fail(f):
+        f.write('{"trunc')
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_atomic(target, half_then_fail, text=True)
+    assert target.read_text() == '{"valid": true}'
+    assert os.listdir(tmp_path) == ["precious.json"]  # no temporary left
+
+
+def test_write_atomic_replaces_keeping_permissions_and_symlinks(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    real.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_atomic(link, lambda f: f.write("new"), text=True)
+    assert link.is_symlink() and real.read_text() == "new"
+    assert real.stat().st_mode & 0o777 == 0o640
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(folder, size="64k"):
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs is not permitted here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def fill(folder):
+    """Write into `folder` until the disk is full."""
+    with open(folder / "filler", "wb", buffering=0) as f:
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(b"x" * 4096)
+
+
+def test_cli_on_a_full_disk_keeps_the_old_file_and_exits_2(tmp_path):
+    with tiny_tmpfs(tmp_path / "disk") as disk:
+        precious = disk / "precious.json"
+        precious.write_text('{"valid": true}')
+        fill(disk)
+        proc = run_cli(tmp_path, "cache-audit", EXAMPLE_LOG, "--json", str(precious))
+        stderr = proc.stderr.decode()
+        assert proc.returncode == 2, stderr
+        assert "error: json: could not write the audit" in stderr and "Traceback" not in stderr, stderr
+        assert precious.read_text() == '{"valid": true}'
+        assert sorted(os.listdir(disk)) == ["filler", "precious.json"]
+
+
+def test_check_output_file_accepts_a_new_or_regular_file_and_leaves_nothing(tmp_path):
+    check_output_file(str(tmp_path / "new.json"), "json")
+    (tmp_path / "old.json").write_text("{}")
+    check_output_file(str(tmp_path / "old.json"), "json")
+    assert os.listdir(tmp_path) == ["old.json"]
+    with pytest.raises(InputError, match="does not exist") as err:
+        check_output_file(str(tmp_path / "missing" / "x.json"), "html")
+    assert err.value.field == "html"
+
+
+# ---- the terminal ---------------------------------------------------------------------------------------
+def test_terminal_text_escapes_controls_and_keeps_newlines():
+    assert terminal_text("\x1b[2J\x1b]0;pwned\x07ok\n\tend\r") == "\\x1b[2J\\x1b]0;pwned\\x07ok\n\tend\\x0d"
+    assert terminal_text("abc\u202edef \udcff tomate 🍅") == "abc\\u202edef \\udcff tomate 🍅"
+    assert terminal_text("\x9b31m") == "\\x9b31m"  # the one-byte CSI
+
+
+def test_everything_printed_goes_through_the_escape():
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), safe_output():
+        print("title \x1b]0;pwned\x07")
+        print("clear \x1b[2J", file=sys.stderr)
+    assert out.getvalue() == "title \\x1b]0;pwned\\x07\n" and err.getvalue() == "clear \\x1b[2J\n"
+
+
+def test_cli_error_messages_show_control_characters_escaped(tmp_path):
+    proc = run_cli(tmp_path, "cache-audit", str(tmp_path / "\x1b[2J\x1b]0;pwned\x07.jsonl"))
+    assert proc.returncode == 2
+    assert b"\x1b" not in proc.stderr and b"\x07" not in proc.stderr
+    assert "\\x1b[2J\\x1b]0;pwned\\x07.jsonl does not exist" in proc.stderr.decode()
+
+
+# ---- the disk store: what a crash left, a read-only folder -----------------------------------------------
+def dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_disk_store_removes_temporaries_of_dead_writers_at_start_and_keeps_live_ones(tmp_path):
+    dead = tmp_path / f".abc.run.pkl.{dead_pid()}.140001.tmp"
+    dead.write_bytes(b"x" * 1000)
+    live = tmp_path / f".def.run.pkl.{os.getpid()}.{threading.get_ident() + 1}.tmp"  # another thread, writing
+    live.write_bytes(b"y" * 10)
+    stranger = tmp_path / "notes.txt"  # not ours: never deleted
+    stranger.write_text("keep")
+    DiskStore(tmp_path)
+    assert not dead.exists() and live.exists() and stranger.exists()
+
+
+def test_a_temporary_older_than_the_limit_goes_even_if_its_pid_is_alive(tmp_path):
+    old = tmp_path / f".abc.run.pkl.{os.getpid()}.1.tmp"  # pid reused by a live process
+    old.write_bytes(b"x")
+    remove_stale_temporaries(tmp_path, now=time.time() + 60)
+    assert old.exists()
+    remove_stale_temporaries(tmp_path, now=time.time() + STALE_AFTER_S + 60)
+    assert not old.exists()
+
+
+def test_disk_store_bound_counts_every_file_in_the_folder(tmp_path):
+    run_size = len(__import__("pickle").dumps(b"r" * 1000, protocol=5))
+    live = tmp_path / f".x.run.pkl.{os.getpid()}.7.tmp"  # a live writer's half file: counted, not deleted
+    live.write_bytes(b"t" * 3000)
+    disk = DiskStore(tmp_path, max_bytes=3000 + 2 * run_size + 100)
+    assert disk.bytes_held == 3000
+    for k in range(3):
+        disk.put(k, b"r" * 1000)
+    assert disk.get(0) is None and disk.get(1) is not None and disk.get(2) is not None  # the oldest went
+    assert disk.bytes_held == 3000 + 2 * run_size and live.exists()
+
+
+def test_killed_writers_leave_temporaries_that_the_next_start_removes(tmp_path):
+    """kill -9 in the middle of put(): the temporary survives its writer; the next start removes it."""
+    code = ("import sys, pickle; from pipeline.disk_store import DiskStore\n"
+            "def slow(obj, fh, protocol=None):\n"
+            "    fh.write(b'x' * 100000); fh.flush(); print('writing', flush=True); sys.stdin.read()\n"
+            "pickle.dump = slow\n"
+            f"DiskStore({str(tmp_path)!r}).put('k', b'v')\n")
+    for _ in range(2):
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert proc.stdout.readline() == b"writing\n"
+        proc.kill()
+        proc.wait()
+        left = [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+        assert len(left) == 1  # its own; the start of the second writer removed the first one's
+        assert os.path.getsize(tmp_path / left[0]) == 100000
+    assert DiskStore(tmp_path).bytes_held == 0
+    assert os.listdir(tmp_path) == []
+
+
+def test_disk_store_in_a_read_only_folder_is_off_but_reads_and_never_raises(tmp_path):
+    with tiny_tmpfs(tmp_path / "cache", size="1m") as cache:
+        DiskStore(cache / "runs").put("kept", [1, 2])
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True)
+        store = DiskStore(cache / "runs")  # exists: still readable
+        assert store.problem and "cannot be written" in store.problem
+        assert store.get("kept") == [1, 2]
+        store.put("new", [3])  # served from memory by the RunStore; nothing raised
+        assert store.get("new") is None and store.problem
+        fresh = DiskStore(cache / "other")  # cannot even be created
+        assert fresh.problem and fresh.get("x") is None and fresh.bytes_held == 0
+        fresh.put("x", 1)
