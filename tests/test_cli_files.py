@@ -3,6 +3,7 @@ old file on failure, targets and inputs checked before any work, control charact
 terminal, and the disk store's temporaries and read-only folders."""
 import contextlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -224,3 +225,102 @@ def test_disk_store_in_a_read_only_folder_is_off_but_reads_and_never_raises(tmp_
         fresh = DiskStore(cache / "other")  # cannot even be created
         assert fresh.problem and fresh.get("x") is None and fresh.bytes_held == 0
         fresh.put("x", 1)
+
+
+# ---- the weights cache: a truncated weights file, a full disk during the conversion -----------------------
+def save_weights(folder, n: int = 1000):
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({"w": np.arange(n, dtype=np.float32)}, str(folder / weights_cache.WEIGHTS_FILE))
+    return folder / weights_cache.WEIGHTS_FILE
+
+
+def test_safetensors_complete_reads_the_header_and_the_length(tmp_path):
+    path = save_weights(tmp_path)
+    assert weights_cache.safetensors_complete(path)
+    path.write_bytes(path.read_bytes()[:-1])  # one byte short
+    assert not weights_cache.safetensors_complete(path)
+    path.write_bytes(b"\xff" * 16)  # a header length past the file
+    assert not weights_cache.safetensors_complete(path)
+    assert not weights_cache.safetensors_complete(tmp_path / "missing.safetensors")
+
+
+class FakeConversion:
+    """transformers' Auto classes for the conversion, without the GGUF: save_pretrained writes `n` floats."""
+
+    def __init__(self, n: int):
+        self.n, self.loaded = n, 0
+
+    def names(self, *names):
+        conversion = self
+
+        class Model:
+            config = type("Config", (), {})()
+
+            def save_pretrained(self, folder):
+                save_weights(folder, conversion.n)
+                (folder / "config.json").write_text('{"model_type": "llama"}')
+
+        class Auto:
+            @staticmethod
+            def from_pretrained(*_args, **_kwargs):
+                conversion.loaded += 1
+                return Model()
+
+        Auto.save_pretrained = lambda *a: None
+        return [Auto for _ in names]
+
+
+@pytest.fixture
+def fake_conversion(tmp_path, monkeypatch):
+    from pipeline.model import hf_imports
+
+    monkeypatch.setattr(weights_cache, "CONVERSION_NEEDS_BYTES", 0)
+    monkeypatch.setattr(weights_cache, "gguf_path", lambda: tmp_path / "model.gguf")
+
+    def use(n: int) -> FakeConversion:
+        fake = FakeConversion(n)
+        monkeypatch.setattr(hf_imports, "transformers_names", fake.names)
+        return fake
+
+    return use
+
+
+def test_a_truncated_weights_cache_is_converted_again(tmp_path, monkeypatch, fake_conversion):
+    monkeypatch.setenv(weights_cache.CACHE_ENV, str(tmp_path / "cache"))
+    target = weights_cache.weights_cache_dir()
+    weights = save_weights(target)
+    (target / "config.json").write_text('{"model_type": "llama"}')
+    weights.write_bytes(weights.read_bytes()[:100])  # the copy was cut short
+    fake = fake_conversion(1000)
+    said = []
+    assert weights_cache.ensure_weights_cache(log=said.append) == target
+    assert fake.loaded == 2 and weights_cache.cache_ready(target)  # model and tokenizer loaded, cache whole
+    assert "is damaged" in said[0]
+    weights_cache.ensure_weights_cache(log=said.append)  # whole now: not converted again
+    assert fake.loaded == 2
+
+
+def test_a_full_disk_during_the_conversion_leaves_nothing_and_says_so(tmp_path, fake_conversion):
+    fake_conversion(100_000)  # 400 kB of weights
+    with tiny_tmpfs(tmp_path / "disk") as disk:
+        with pytest.raises(InputError) as err:
+            weights_cache.convert_gguf_to_cache(disk / "weights", log=lambda _msg: None)
+        assert err.value.field == weights_cache.CACHE_ENV and "could not write the weights cache" in str(err.value)
+        assert [p.name for p in disk.iterdir() if not p.name.endswith(".lock")] == []  # no .partial-PID left
+
+
+def test_cli_with_a_model_folder_whose_weights_are_cut_short_exits_2(tmp_path):
+    """A tiny Llama config beside a truncated model.safetensors: SafetensorError, shown as a message."""
+    folder = tmp_path / "tiny"
+    weights = save_weights(folder)
+    weights.write_bytes(weights.read_bytes()[:-100])
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 1000, "hidden_size": 8,
+        "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}))
+    proc = run_cli(tmp_path, "trace", "hi", "--model", str(folder))
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 2, stderr
+    assert "error: model: " in stderr and "SafetensorError" in stderr and "Traceback" not in stderr, stderr
