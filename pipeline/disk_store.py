@@ -31,7 +31,7 @@ class DiskStore:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self.problem: str | None = None  # why runs are not being saved (None: they are)
+        self.problem: str | None = None  # why runs are not being saved, in words (None: they are)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.folder)
@@ -39,7 +39,7 @@ class DiskStore:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as e:
-            self.problem = f"the folder {self.folder} cannot be written ({e.strerror})"
+            self.problem = f"the folder cannot be written ({e.strerror})"
 
     def path(self, key: Hashable) -> Path:
         digest = hashlib.sha256(f"{FORMAT}|{key!r}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
@@ -67,9 +67,10 @@ class DiskStore:
 
     def put(self, key: Hashable, obj) -> None:
         try:
+            self.folder.mkdir(parents=True, exist_ok=True)  # not there at start (read-only then): try again
             write_atomic(self.path(key), lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
         except OSError as e:  # a full or read-only disk: the run is still served from memory
-            self.problem = f"the last run could not be saved in {self.folder} ({e.strerror})"
+            self.problem = f"the last run could not be written ({e.strerror})"
             return
         self.problem = None
         self._evict()

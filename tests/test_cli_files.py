@@ -324,3 +324,32 @@ def test_cli_with_a_model_folder_whose_weights_are_cut_short_exits_2(tmp_path):
     stderr = proc.stderr.decode()
     assert proc.returncode == 2, stderr
     assert "error: model: " in stderr and "SafetensorError" in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.app
+def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_path, monkeypatch):
+    """The weights cache bind-mounted read-only (root ignores chmod, not a read-only mount): runs/ cannot
+    be created. The page draws its run from memory and says runs are not saved."""
+    from streamlit.testing.v1 import AppTest
+
+    from views.common import get_model, result_store, run_queue, run_store, warm_up
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if subprocess.run(["mount", "--bind", str(weights_cache.cache_root()), str(ro)], capture_output=True).returncode:
+        pytest.skip("bind mounts are not permitted here")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
+        assert not (ro / "runs").exists()
+        monkeypatch.setenv(weights_cache.CACHE_ENV, str(ro))
+        for resource in (get_model, run_store, result_store, run_queue, warm_up):
+            resource.clear()
+        at = AppTest.from_file(str(ROOT + "/views/tokens.py"), default_timeout=300)
+        at.session_state["req_max_new_tokens"] = 2
+        at.run()
+        assert not at.exception, at.exception
+        assert any("kept in memory only" in c.value and "Read-only file system" in c.value for c in at.caption)
+    finally:
+        for resource in (get_model, run_store, result_store, run_queue, warm_up):
+            resource.clear()  # the next test gets stores on its own folder
+        subprocess.run(["umount", "--lazy", str(ro)], check=True)  # the loaded weights may still map the file
