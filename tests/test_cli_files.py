@@ -353,3 +353,16 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
         for resource in (get_model, run_store, result_store, run_queue, warm_up):
             resource.clear()  # the next test gets stores on its own folder
         subprocess.run(["umount", "--lazy", str(ro)], check=True)  # the loaded weights may still map the file
+
+
+@pytest.mark.model
+def test_trace_prints_control_characters_from_the_question_escaped(tmp_path):
+    """The question reaches the terminal in the request, the template and the tokens: never raw."""
+    out = tmp_path / "trace.json"
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "trace", "\x1b[2J\x1b]0;pwned\x07 hi", "--max-new-tokens",
+                           "2", "--json", str(out)], cwd=ROOT, capture_output=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode()
+    for stream in (proc.stdout, proc.stderr):
+        assert not any(b in stream for b in (b"\x1b", b"\x07", b"\r")), stream[-300:]
+    assert "\\x1b[2J\\x1b]0;pwned\\x07 hi<|im_end|>" in proc.stdout.decode()
+    assert json.loads(out.read_text())["prompt_text"].count("\x1b[2J") == 1  # the file holds it as typed

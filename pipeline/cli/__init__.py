@@ -230,6 +230,8 @@ COMMANDS = {"trace": cmd_trace, "report": cmd_report, "tokens": cmd_tokens, "cac
 
 
 def main(argv=None) -> int:
+    # transformers' progress bars redraw with '\r', which the terminal filter shows escaped; loading takes ~1 s
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     with safe_output():
         args = build_parser().parse_args(argv)
         try:
