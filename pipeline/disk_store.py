@@ -73,7 +73,10 @@ class DiskStore:
             self.problem = f"the last run could not be written ({e.strerror})"
             return
         self.problem = None
-        self._evict()
+        try:
+            self._evict()
+        except OSError:  # the folder went away meanwhile: nothing to bound
+            pass
 
     def _files(self) -> list[tuple[float, int, Path]]:
         """(mtime, size, path) of every file in the folder, runs and anything else."""
