@@ -41,7 +41,9 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO], None], text: boo
         mode = None
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with (os.fdopen(fd, "w", encoding="utf-8", newline="") if text else os.fdopen(fd, "wb")) as f:
+        # text: a lone surrogate (from a log read as bytes) is written as '\\udcff', which JSON reads back as it
+        with (os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace", newline="") if text
+              else os.fdopen(fd, "wb")) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())

@@ -366,3 +366,9 @@ def test_trace_prints_control_characters_from_the_question_escaped(tmp_path):
         assert not any(b in stream for b in (b"\x1b", b"\x07", b"\r")), stream[-300:]
     assert "\\x1b[2J\\x1b]0;pwned\\x07 hi<|im_end|>" in proc.stdout.decode()
     assert json.loads(out.read_text())["prompt_text"].count("\x1b[2J") == 1  # the file holds it as typed
+
+
+def test_write_atomic_text_writes_a_lone_surrogate_as_a_json_escape(tmp_path):
+    target = tmp_path / "out.json"
+    write_atomic(target, lambda f: json.dump({"s": "a\udcffb"}, f, ensure_ascii=False), text=True)
+    assert json.loads(target.read_text(encoding="utf-8")) == {"s": "a\udcffb"}
