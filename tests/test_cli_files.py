@@ -328,18 +328,23 @@ def test_cli_with_a_model_folder_whose_weights_are_cut_short_exits_2(tmp_path):
 
 @pytest.mark.app
 def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_path, monkeypatch):
-    """The weights cache bind-mounted read-only (root ignores chmod, not a read-only mount): runs/ cannot
-    be created. The page draws its run from memory and says runs are not saved."""
+    """A cache folder holding the weights, on a read-only bind mount (root ignores chmod, not a read-only
+    mount): runs/ cannot be created. The page draws its run from memory and says runs are not saved."""
     from streamlit.testing.v1 import AppTest
 
     from views.common import get_model, result_store, run_queue, run_store, warm_up
 
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    if subprocess.run(["mount", "--bind", str(weights_cache.cache_root()), str(ro)], capture_output=True).returncode:
+    ro = tmp_path / "ro"  # a read-only cache folder holding the converted weights (mounted in) and nothing else
+    weights = ro / weights_cache.weights_cache_dir().name
+    weights.mkdir(parents=True)
+    mounts = []
+    if subprocess.run(["mount", "--bind", str(ro), str(ro)], capture_output=True).returncode:
         pytest.skip("bind mounts are not permitted here")
+    mounts.append(ro)
     try:
         subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
+        subprocess.run(["mount", "--bind", "-o", "ro", str(weights_cache.weights_cache_dir()), str(weights)], check=True)
+        mounts.append(weights)
         assert not (ro / "runs").exists()
         monkeypatch.setenv(weights_cache.CACHE_ENV, str(ro))
         for resource in (get_model, run_store, result_store, run_queue, warm_up):
@@ -352,7 +357,8 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
     finally:
         for resource in (get_model, run_store, result_store, run_queue, warm_up):
             resource.clear()  # the next test gets stores on its own folder
-        subprocess.run(["umount", "--lazy", str(ro)], check=True)  # the loaded weights may still map the file
+        for mount in reversed(mounts):
+            subprocess.run(["umount", "--lazy", str(mount)], check=True)  # the loaded weights may map the file
 
 
 @pytest.mark.model
