@@ -51,12 +51,16 @@ BAD = [
     (["cache-audit", "/dev/zero"], "file"),  # size 0 passed the size check, then MemoryError
     (["cache-audit", "{fifo}"], "file"),  # opening it blocked forever
     (["cache-audit", EXAMPLE_LOG, "--json", "/dev/full"], "json"),
+    (["trace", "hi", "--model", "{fifo_model}"], "model"),  # its config.json a FIFO: the read blocked
 ]
 
 
 @pytest.mark.parametrize("args,field", BAD, ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else v)
 def test_cli_refuses_unusable_files_and_odd_digits_before_any_work(tmp_path, fifo, args, field):
-    proc = run_cli(tmp_path, *(a.format(fifo=fifo) for a in args))
+    fifo_model = tmp_path / "fifo-model"
+    fifo_model.mkdir()
+    os.mkfifo(fifo_model / "config.json")
+    proc = run_cli(tmp_path, *(a.format(fifo=fifo, fifo_model=fifo_model) for a in args))
     stderr = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 2, (proc.returncode, stderr)
     assert f"error: {field}: " in stderr and "Traceback" not in stderr, stderr

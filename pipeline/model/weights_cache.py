@@ -156,6 +156,8 @@ def check_model_folder(folder: Path) -> None:
     config = folder / "config.json"
     if not config.exists():
         raise InputError("model", f"{folder} is not a Hugging Face model folder (no config.json).")
+    if not config.is_file():  # a FIFO would block the read forever, a device never end
+        raise InputError("model", f"{config} is not a regular file.")
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
