@@ -382,3 +382,15 @@ def test_write_atomic_text_writes_a_lone_surrogate_as_a_json_escape(tmp_path):
     target = tmp_path / "out.json"
     write_atomic(target, lambda f: json.dump({"s": "a\udcffb"}, f, ensure_ascii=False), text=True)
     assert json.loads(target.read_text(encoding="utf-8")) == {"s": "a\udcffb"}
+
+
+def test_a_reader_that_goes_away_ends_the_cli_quietly(tmp_path):
+    """`python -m pipeline cache-audit LOG | head -1`: the pipe closes; no BrokenPipeError traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pipeline", "cache-audit", EXAMPLE_LOG], cwd=ROOT, stdout=write,
+                              stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write)
+    assert proc.returncode == 1 and proc.stderr == b"", proc.stderr.decode()

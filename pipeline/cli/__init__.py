@@ -239,3 +239,6 @@ def main(argv=None) -> int:
         except InputError as e:  # bad input, a --model folder that is not a model, a cache folder that fails
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except BrokenPipeError:  # `... | head`: the reader has gone; say nothing more (Python's docs' recipe)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
