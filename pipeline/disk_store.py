@@ -4,16 +4,23 @@ One file per run under the cache folder, named by a hash of its key. Written to 
 in the same folder, flushed to disk, then renamed into place: a crash mid-write leaves no half
 file where a reader would find it, and several processes (replicas) can share the folder — the
 last of two identical writes wins, and both wrote the same run. Bounded in bytes: the least
-recently used files go first. Files are this program's own pickles; nothing else is read.
+recently used files go first, and the bound counts every file in the folder: temporaries a killed
+writer left are counted, and removed at start and before each eviction once their writer is gone.
+A folder that cannot be written (read-only, full) turns the store off: `problem` says why, runs are
+served from memory, and runs already there are still read. Files are this program's own pickles;
+nothing else is read.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import pickle
+import stat
 import threading
 from pathlib import Path
 from typing import Hashable
+
+from .files import remove_stale_temporaries, temporary_path, write_atomic
 
 FORMAT = 2  # bump when the stored classes change shape; older files are then simply not found
 SUFFIX = ".run.pkl"
@@ -23,8 +30,16 @@ class DiskStore:
     def __init__(self, folder: Path, max_bytes: int = 4 * 2**30):
         self.folder = Path(folder)
         self.max_bytes = max_bytes
-        self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self.problem: str | None = None  # why runs are not being saved, in words (None: they are)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            remove_stale_temporaries(self.folder)
+            probe = temporary_path(self.folder / "probe")
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            self.problem = f"the folder cannot be written ({e.strerror})"
 
     def path(self, key: Hashable) -> Path:
         digest = hashlib.sha256(f"{FORMAT}|{key!r}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
@@ -39,7 +54,10 @@ class DiskStore:
         except FileNotFoundError:
             return None
         except Exception:  # a file from an older version or a damaged one: drop it, run again
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
             return None
         try:
             os.utime(path)  # recently used
@@ -48,30 +66,36 @@ class DiskStore:
         return obj
 
     def put(self, key: Hashable, obj) -> None:
-        path = self.path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            with open(tmp, "wb") as f:
-                pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)  # a full or read-only disk: the run is still served from memory
+            self.folder.mkdir(parents=True, exist_ok=True)  # not there at start (read-only then): try again
+            write_atomic(self.path(key), lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError as e:  # a full or read-only disk: the run is still served from memory
+            self.problem = f"the last run could not be written ({e.strerror})"
             return
-        self._evict()
+        self.problem = None
+        try:
+            self._evict()
+        except OSError:  # the folder went away meanwhile: nothing to bound
+            pass
+
+    def _files(self) -> list[tuple[float, int, Path]]:
+        """(mtime, size, path) of every file in the folder, runs and anything else."""
+        files = []
+        for p in self.folder.iterdir():
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                files.append((st.st_mtime, st.st_size, p))
+        return files
 
     def _evict(self) -> None:
         with self._lock:
-            files = []
-            for p in self.folder.glob(f"*{SUFFIX}"):
-                try:
-                    st = p.stat()
-                    files.append((st.st_mtime, st.st_size, p))
-                except FileNotFoundError:
-                    continue
+            remove_stale_temporaries(self.folder)
+            files = self._files()
             total = sum(size for _, size, _ in files)
-            for _, size, p in sorted(files):
+            for _, size, p in sorted(f for f in files if f[2].name.endswith(SUFFIX)):
                 if total <= self.max_bytes:
                     break
                 p.unlink(missing_ok=True)
@@ -79,4 +103,8 @@ class DiskStore:
 
     @property
     def bytes_held(self) -> int:
-        return sum(p.stat().st_size for p in self.folder.glob(f"*{SUFFIX}") if p.exists())
+        """Bytes of every file in the folder (what the bound counts)."""
+        try:
+            return sum(size for _, size, _ in self._files())
+        except OSError:  # the folder is gone or unreadable
+            return 0

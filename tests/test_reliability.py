@@ -205,6 +205,15 @@ def test_file_lock_excludes_a_second_process(tmp_path):
     assert subprocess.run(probe, timeout=60).returncode == 0  # released: it gets the lock
 
 
+def write_tiny_weights(folder):
+    """A complete cache as far as cache_ready can tell: config.json and a whole safetensors file."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    (folder / "config.json").write_text("{}")
+    save_file({"w": np.zeros(3, dtype=np.float32)}, str(folder / weights_cache.WEIGHTS_FILE))
+
+
 def test_conversion_waits_for_the_lock_then_finds_the_cache_ready(tmp_path, monkeypatch):
     """A second first start waits for the one converting, then uses its result: no second conversion."""
     import transformers  # noqa: F401 - imported here, so the thread below reaches the lock at once
@@ -228,7 +237,7 @@ def test_conversion_waits_for_the_lock_then_finds_the_cache_ready(tmp_path, monk
         thread.join(timeout=1.5)
         assert thread.is_alive(), "the second start did not wait for the lock"
         target.mkdir()
-        (target / "config.json").write_text("{}")  # the first start finishes
+        write_tiny_weights(target)  # the first start finishes
     thread.join(timeout=60)
     assert result == {"path": target} and converted == []
 

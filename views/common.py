@@ -21,6 +21,7 @@ from pipeline.run_queue import RunQueue, cost_of
 from pipeline.run_store import RunStore
 from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
 from pipeline.trace import Trace, run_trace
+from ui.escape import code_span
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
@@ -39,8 +40,16 @@ def get_model() -> ModelHandle:
 
 @st.cache_resource
 def run_store() -> RunStore:
-    """Finished runs: the hot ones in memory (1.2 GB of arrays at most), all of them on disk (4 GB)."""
+    """Finished runs: the hot ones in memory (1.2 GB of arrays at most), all of them on disk (4 GB).
+    A cache folder that cannot be written (read-only, full) turns the disk off; `disk_store_note` says so."""
     return RunStore(disk=DiskStore(cache_root() / "runs"))
+
+
+def disk_store_note() -> None:
+    """One line under a run when runs are not being saved to disk (they are served from memory)."""
+    disk = run_store().disk
+    if disk is not None and disk.problem:
+        st.caption(f"💾 Runs are kept in memory only, not saved in {code_span(str(disk.folder))}: {disk.problem}.")
 
 
 @st.cache_resource
@@ -161,7 +170,9 @@ def waiting_time(seconds: float) -> str:
 def trace_for(request: ChatRequest) -> Trace:
     """The stored run for `request`, running the model only if nobody has asked it yet."""
     stored = run_store().peek(request_key(request), disk=True)
-    return stored if stored is not None else queued_run(request)
+    trace = stored if stored is not None else queued_run(request)
+    disk_store_note()
+    return trace
 
 
 def stored_trace() -> Trace | None:

@@ -1,7 +1,9 @@
 """Command line: `python -m pipeline trace|tokens|cache-demo ...`.
 
 Everything a user typed is checked before torch is imported or the model is loaded, so bad input
-is refused at once with exit code 2 and a message naming the field.
+is refused at once with exit code 2 and a message naming the field; output files are checked then
+too, and written atomically (a failed write keeps the old file and exits 2). All that is printed
+shows control characters escaped (pipeline.cli.terminal).
 """
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import sys
 from dataclasses import fields
 
 from ..errors import InputError
+from ..files import check_input_file, check_output_file, write_atomic
 from ..stages.request import ChatRequest, GenerationOptions, check_text
+from .terminal import safe_output
 
 DEFAULTS = GenerationOptions()
 
@@ -41,17 +45,22 @@ def options_from_args(args) -> GenerationOptions:
     return GenerationOptions(**values)
 
 
-def check_output_path(path: str | None, field: str = "json") -> None:
-    """Refuse an output path that cannot be written before the run, not after it."""
-    if path is None:
-        return
-    if os.path.isdir(path):
-        raise InputError(field, f"{path} is a folder; give a file name.")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise InputError(field, f"the folder {folder} does not exist.")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise InputError(field, f"{path} cannot be written (permission denied).")
+def write_output(path: str, field: str, write, what: str) -> None:
+    """Write an output file atomically; a failure (a full disk) keeps the old file and names the field."""
+    try:
+        write_atomic(path, write, text=True)
+    except OSError as e:
+        raise InputError(field, f"could not write {what} to {path} ({e.strerror or e}); "
+                                "the file there was left as it was.") from None
+
+
+def write_json(path: str, obj, what: str) -> None:
+    write_output(path, "json", lambda f: json.dump(obj, f, ensure_ascii=False, indent=1), what)
+
+
+def is_count(text: str) -> bool:
+    """'12' -> True; '²', '١٢' (digits str.isdigit accepts, int() does not or reads differently), '-1' -> False."""
+    return text.isascii() and text.isdigit()
 
 
 def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
@@ -59,7 +68,7 @@ def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
     out = {}
     for item in items:
         step, sep, token = item.partition(":")
-        if not sep or not step.strip().isdigit() or not token.strip().isdigit():
+        if not sep or not is_count(step.strip()) or not is_count(token.strip()):
             raise InputError("force", f"{item!r} must be STEP:TOKEN_ID, two non-negative integers.")
         if int(step) >= max_new_tokens:
             raise InputError("force", f"step {step} is past --max-new-tokens {max_new_tokens}.")
@@ -76,7 +85,7 @@ def cmd_trace(args) -> int:
     options = options_from_args(args)
     request = ChatRequest.from_question(args.question, system=args.system, options=options)
     force = parse_force(args.force, options.max_new_tokens)
-    check_output_path(args.json_file)
+    check_output_file(args.json_file, "json")
     check_model_arg(args.model)
     from ..model.loader import load_model, shared_model
     from ..trace import run_trace
@@ -89,8 +98,7 @@ def cmd_trace(args) -> int:
     trace = run_trace(request, lm, force=force)
     print_trace(trace)
     if args.json_file:
-        with open(args.json_file, "w", encoding="utf-8") as f:
-            json.dump(trace.to_json(include_tensors=args.tensors), f, ensure_ascii=False, indent=1)
+        write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")
         print(f"\nWrote the trace to {args.json_file}")
     return 0
 
@@ -99,20 +107,19 @@ def cmd_report(args) -> int:
     """The run as one HTML page that opens from disk with no server and no network."""
     options = options_from_args(args)
     request = ChatRequest.from_question(args.question, system=args.system, options=options)
-    check_output_path(args.html_file, "html")
-    check_output_path(args.json_file)
+    check_output_file(args.html_file, "html")
+    check_output_file(args.json_file, "json")
     check_model_arg(args.model)
     from ..model.loader import load_model, shared_model
     from ..trace import run_trace
     from ui.report import trace_report  # presentation lives beside the views, not in pipeline/
 
     trace = run_trace(request, shared_model() if args.model is None else load_model(args.model))
-    with open(args.html_file, "w", encoding="utf-8") as f:
-        f.write(trace_report(trace))
+    html = trace_report(trace)
+    write_output(args.html_file, "html", lambda f: f.write(html), "the report")
     print(f"Wrote the report to {args.html_file} ({len(trace.tokens)} prompt tokens, {len(trace.steps)} generated)")
     if args.json_file:
-        with open(args.json_file, "w", encoding="utf-8") as f:
-            json.dump(trace.to_json(include_tensors=args.tensors), f, ensure_ascii=False, indent=1)
+        write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")
     return 0
 
 
@@ -161,7 +168,8 @@ def cmd_cache_demo(args) -> int:
 
 def cmd_cache_audit(args) -> int:
     """Audit a request log under OpenAI's, Anthropic's and vLLM's prompt-cache rules (no torch needed)."""
-    check_output_path(args.json_file)
+    check_output_file(args.json_file, "json")
+    check_input_file(args.file, "file")  # a device (/dev/zero) or a FIFO is refused before it is opened
     from ..prompt_cache import audit as ca
 
     text = ca.read_log_file(args.file)
@@ -190,8 +198,7 @@ def cmd_cache_audit(args) -> int:
     for note in report.notes:
         print(f"note: {note}")
     if args.json_file:
-        with open(args.json_file, "w", encoding="utf-8") as f:
-            json.dump(ca.report_json(report, costs), f, ensure_ascii=False, indent=1)
+        write_json(args.json_file, ca.report_json(report, costs), "the audit")
         print(f"\nWrote the audit to {args.json_file}")
     return 0
 
@@ -227,9 +234,15 @@ COMMANDS = {"trace": cmd_trace, "report": cmd_report, "tokens": cmd_tokens, "cac
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except InputError as e:  # bad input, a --model folder that is not a model, a cache folder that fails
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    # transformers' progress bars redraw with '\r', which the terminal filter shows escaped; loading takes ~1 s
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with safe_output():
+        args = build_parser().parse_args(argv)
+        try:
+            return COMMANDS[args.command](args)
+        except InputError as e:  # bad input, a --model folder that is not a model, a cache folder that fails
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        except BrokenPipeError:  # `... | head`: the reader has gone; say nothing more (Python's docs' recipe)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1

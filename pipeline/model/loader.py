@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from ..errors import InputError
 from .dims import ModelDims
@@ -111,7 +112,7 @@ def load_model(source: str | None = None, log=None, tokenizer=None) -> LoadedMod
         with transformers_lock:  # building the model imports more of transformers as it goes
             model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
         tokenizer = tokenizer or load_tokenizer(folder)
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # a truncated weights file, ...
         hint = (f" Delete {folder} to convert the weights again." if source is None else "")
         raise InputError("model", f"{folder} could not be loaded ({type(e).__name__}: {str(e)[:300]}).{hint}") from None
     device = pick_device()

