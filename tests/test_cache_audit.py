@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from pipeline.cli import main
 from pipeline.errors import InputError
 from pipeline.prompt_cache import audit as ca
-from pipeline.prompt_cache.audit import log, volatile
+from pipeline.prompt_cache.audit import render, volatile
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ca.load_rules()
@@ -536,7 +536,7 @@ def test_lone_surrogate_in_role_or_tool_call_id_is_audited(tmp_path, message):
     assert main(["cache-audit", str(path), "--json", str(out)]) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["requests"][1]["cause"] == "identical"
-    assert data["requests"][0]["blocks"][-1][0] == log.clean(message["role"]) + " 2" != message["role"] + " 2" \
+    assert data["requests"][0]["blocks"][-1][0] == render.clean(message["role"]) + " 2" != message["role"] + " 2" \
         or message["role"] == "tool"
     assert data["requests"][0]["model"] == "gpt-4.1\ufffd"
 

@@ -2,7 +2,7 @@
 caching rules, request by request, with the reason for each miss and the bill.
 
 Steps (records out, for the page, the CLI and the tests), one module each:
-1. `log`: each request is read and rendered to the blocks a provider caches over (tools, system,
+1. `log`: each request is read; `render` turns it into the blocks a provider caches over (tools, system,
    messages); `tokens` counts them with one tokenizer (o200k_base: OpenAI's public one; a stated
    stand-in for Anthropic and vLLM). Identical text pieces are tokenized once.
 2. `radix`: a radix tree over the token ids of every request sent so far finds, in one walk per

@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
-from .log import MAX_LOG_BYTES, LogRequest, _ttl, parse_log, render_blocks, tool_name
+from .log import MAX_LOG_BYTES, LogRequest, parse_log
+from .render import read_ttl, render_blocks, tool_name
 from .records import AuditReport
 from .replay import audit_requests
 from .volatile import VOLATILE, sort_keys_text
@@ -178,7 +179,7 @@ def fix_requests(requests: list[LogRequest], provider: str = "openai", rounds: i
 
 def _rebuilt(r: LogRequest, body: dict) -> LogRequest:
     blocks, tools = render_blocks(body, r.shape, r.where)
-    auto = _ttl(body["cache_control"], r.where) if "cache_control" in body else None
+    auto = read_ttl(body["cache_control"], r.where) if "cache_control" in body else None
     return LogRequest(r.number, r.line, r.shape, r.model, r.ts, r.output_tokens, body, blocks, tools, auto,
                       r.cache_retention)
 
