@@ -450,6 +450,27 @@ def test_cli_prints_and_writes_json(tmp_path, capsys):
     assert set(json.loads(out.read_text())["prefill_tps"].values()) == {2000.0}
 
 
+def test_records_are_built_once_and_are_what_the_json_holds(tmp_path):
+    """A request's record is a frozen dataclass (no dict filled in later); --json holds its fields in order."""
+    from dataclasses import FrozenInstanceError, fields
+
+    report = ca.audit_log(ca.example_text("rag_json_trap"))
+    rec = report.requests[1]
+    with pytest.raises(FrozenInstanceError):
+        rec.trap = None
+    with pytest.raises(FrozenInstanceError):
+        rec.anthropic.refused = "x"
+    assert rec["trap"] == rec.trap == "json_keys_reordered" and rec["divergence"]["token"] == rec.divergence.token
+    with pytest.raises(KeyError):
+        rec["cost"]  # not a field: key reads are the fields, nothing else
+    out = tmp_path / "audit.json"
+    assert main(["cache-audit", str(ca.EXAMPLES_DIR / ca.EXAMPLES["rag_json_trap"][1]), "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["requests"][1]
+    assert list(row) == [f.name for f in fields(ca.RequestRecord)] + ["cost"]
+    assert list(row["anthropic"]) == [f.name for f in fields(ca.AnthropicResult)]
+    assert row["divergence"]["other_token"] == rec.divergence.other_token
+    assert row["anthropic"]["cache_read_input_tokens"] == rec.anthropic.cache_read_input_tokens
+
 def test_cli_bad_input_exits_2_with_the_message(tmp_path, capsys):
     path = tmp_path / "log.jsonl"
     path.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"oops": 1}\n')

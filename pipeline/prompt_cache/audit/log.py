@@ -54,7 +54,6 @@ class LogRequest:
         return 1 + max((b.message for b in self.blocks), default=-1)
 
 
-# ---- reading the log ---------------------------------------------------------------------------
 def check_size(n_bytes: int, limit: int | None = MAX_LOG_BYTES) -> None:
     if limit is not None and n_bytes > limit:
         raise InputError("log", f"the log is {n_bytes / 2**20:.1f} MB; the limit is {limit / 2**20:.0f} MB. "
