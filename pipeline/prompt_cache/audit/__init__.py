@@ -10,7 +10,7 @@ Steps (records out, for the page, the CLI and the tests), one module each:
 3. `rules` (`assets/cache_rules.json`, each with its source) turn that into the cached tokens each
    provider would report; `anthropic` simulates Anthropic breakpoint by breakpoint. `replay` runs it.
 4. `explain` and `traps`: the first divergent token is explained: the classic traps are named, with the fix.
-5. `bill` prices it (editable table); `fixes` rewrites the log and audits it again.
+5. `bill` prices it (editable table); `body_fixes` rewrites each body and `fixes` audits the rewritten log again.
 `records` holds the dataclasses all of these return; `volatile` finds dates, IDs and JSON in text.
 
 Token sequences are bytes, 4 per token (uint32, little-endian): slices compare at memcmp speed.
@@ -18,7 +18,8 @@ Shape letters: T tokens of one request, N requests.
 """
 from .bill import bill, check_prices, prefill_speeds, request_cost
 from .examples import EXAMPLE_TRAPS, EXAMPLES, EXAMPLES_DIR, example_text
-from .fixes import FIX_WORDS, audit_fixes, fix_requests, fixed_log_text
+from .body_fixes import FIX_WORDS
+from .fixes import audit_fixes, fix_requests, fixed_log_text
 from .json_out import report_json
 from .log import MAX_LOG_BYTES, LogRequest, parse_log, read_log_file
 from .radix import PrefixTree
