@@ -3,6 +3,7 @@ where the audit finds them rewritten, and the rewritten log audited again."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from . import body_fixes as bf
 from .log import MAX_LOG_BYTES, LogRequest, parse_log
@@ -38,10 +39,10 @@ def fix_requests(requests: list[LogRequest], provider: str = "openai", rounds: i
 
 
 def _rebuilt(r: LogRequest, body: dict) -> LogRequest:
+    """r with a rewritten body (rendered again)."""
     blocks, tools = render_blocks(body, r.shape, r.where)
     auto = read_ttl(body["cache_control"], r.where) if "cache_control" in body else None
-    return LogRequest(r.number, r.line, r.shape, r.model, r.ts, r.output_tokens, body, blocks, tools, auto,
-                      r.cache_retention)
+    return replace(r, body=body, blocks=blocks, tool_names=tools, auto_cache=auto)
 
 
 def _keep_history(requests: list[LogRequest], rewrites: dict[int, int], changes) -> list[LogRequest]:

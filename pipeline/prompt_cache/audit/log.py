@@ -31,7 +31,7 @@ MAX_TS = 1e13  # seconds (year ~318,000): a bigger timestamp is a mistake, and p
 MAX_OUTPUT_TOKENS = 10_000_000  # per request; far above any model's output limit
 
 
-@dataclass
+@dataclass(frozen=True)
 class LogRequest:
     number: int  # 1-based, the order sent
     line: int  # line of the log where the entry starts
