@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.prompt_cache import audit as ca  # noqa: E402
-from pipeline.prompt_cache import providers as pv  # noqa: E402
+from pipeline.prompt_cache.audit import radix, replay, tokens  # noqa: E402
 
 WORDS = ("order delivery refund invoice account warranty parcel courier address payment card return label "
          "replacement engineer appointment filter kettle washer dryer oven fridge freezer seal drum pump "
@@ -89,7 +89,7 @@ def naive_search_memcmp(seqs: list[bytes], times: list[float], ttl: float) -> li
         for j in range(i):
             if times[j] >= times[i] - ttl:
                 b = seqs[j]
-                best = max(best, ca.common_bytes(a, 0, b, 0, min(len(a), len(b))) // 4)
+                best = max(best, radix.common_bytes(a, 0, b, 0, min(len(a), len(b))) // 4)
         out.append(best)
     return out
 
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     print(f"loading o200k_base: {time.perf_counter() - t0:.2f} s (once per process)")
 
     t0 = time.perf_counter()
-    requests = pv.parse_log(text, max_bytes=None)  # over the page's 50 MB limit on purpose
+    requests = ca.parse_log(text, max_bytes=None)  # over the page's 50 MB limit on purpose
     parse_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     report = ca.audit_requests(requests, "openai")
@@ -144,7 +144,7 @@ def main(argv=None) -> int:
         t = costs["totals"][p]
         print(f"  {p:10s} hit rate {t['hit_rate']:.1%}, ${t['without_cache']:.2f} -> ${t['with_cache']:.2f}")
 
-    memo = ca.TokenMemo("o200k_base")
+    memo = tokens.TokenMemo("o200k_base")
     whole_text = ["".join(b.header + b.text for b in r.blocks) for r in requests]
     t0 = time.perf_counter()
     memo.enc.encode_batch(whole_text)  # the same parallel call the memo uses, on every request's full text
@@ -155,10 +155,10 @@ def main(argv=None) -> int:
 
     n = min(args.subset, len(requests))
     ttl = ca.load_rules()["providers"]["openai"]["ttl_seconds"]
-    times = ca._times(requests[:n])
+    times = replay._times(requests[:n])
     memo.fill(t for r in requests[:n] for b in r.blocks for t in (b.header, b.text))
     seqs = [memo.render(r)[0] for r in requests[:n]]
-    ids = [ca.token_ids(s) for s in seqs]
+    ids = [tokens.token_ids(s) for s in seqs]
     t0 = time.perf_counter()
     fast = tree_search(seqs, times, ttl)
     tree_s = time.perf_counter() - t0
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     naive_c_s = time.perf_counter() - t0
     assert fast == slow == slow_c, "the radix tree and the naive loops disagree"
     pairs = live_pairs(times, ttl)
-    all_times = ca._times(requests)
+    all_times = replay._times(requests)
     total_live, total_all = live_pairs(all_times, ttl), len(requests) * (len(requests) - 1) // 2
     print(f"\nprefix search on the first {n} requests ({pairs:,} live pairs), same answers from all three:")
     print(f"  radix tree                      {tree_s * 1e3:9.1f} ms")

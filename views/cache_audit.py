@@ -6,7 +6,6 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.prompt_cache import audit as ca
-from pipeline.prompt_cache.providers import MAX_LOG_BYTES
 from ui.audit_blocks import (PROVIDER_LABEL, divergence_html, explanation_html, legend, request_header_html,
                              request_row_html, tree_figure)
 from ui.escape import markdown_text
@@ -33,9 +32,9 @@ def fix_message(what: str, e: InputError) -> None:
 
 
 def read_upload(upload) -> str:
-    if upload.size > MAX_LOG_BYTES:
+    if upload.size > ca.MAX_LOG_BYTES:
         raise InputError("file", f"{upload.name} is {upload.size / 2**20:.1f} MB; the limit is "
-                                 f"{MAX_LOG_BYTES / 2**20:.0f} MB.")
+                                 f"{ca.MAX_LOG_BYTES / 2**20:.0f} MB.")
     try:
         return upload.getvalue().decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -119,23 +118,23 @@ for warning in report.warnings:
 
 st.subheader("3. The three providers side by side")
 table = pd.DataFrame([{
-    "#": r["index"], "request": r["label"][:60], "tokens": r["prompt_tokens"], "shared": r["shared_prefix_tokens"],
-    "OpenAI cached": r["cached_tokens"]["openai"], "Anthropic read": r["anthropic"]["cache_read_input_tokens"],
-    "Anthropic write": r["anthropic"]["cache_creation_input_tokens"], "vLLM cached": r["cached_tokens"]["vllm"],
-    "diverges at": r["first_divergent_index"], "cause": r["cause"], "trap": r["trap"] or "",
+    "#": r.index, "request": r.label[:60], "tokens": r.prompt_tokens, "shared": r.shared_prefix_tokens,
+    "OpenAI cached": r.cached_tokens["openai"], "Anthropic read": r.anthropic.cache_read_input_tokens,
+    "Anthropic write": r.anthropic.cache_creation_input_tokens, "vLLM cached": r.cached_tokens["vllm"],
+    "diverges at": r.first_divergent_index, "cause": r.cause, "trap": r.trap or "",
     **{f"{PROVIDER_LABEL[p]} $": costs["requests"][i][p]["with_cache"] for p in ca.PROVIDERS},
 } for i, r in enumerate(requests)])
 st.dataframe(table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)))
-traps = sorted({r["trap"] for r in requests if r["trap"]})
+traps = sorted({r.trap for r in requests if r.trap})
 for trap in traps:
-    st.warning(f"**Trap: {ca.TRAPS[trap][0]}** in {sum(r['trap'] == trap for r in requests)} requests. "
+    st.warning(f"**Trap: {ca.TRAPS[trap][0]}** in {sum(r.trap == trap for r in requests)} requests. "
                f"Fix: {ca.TRAPS[trap][1]}")
 
 st.subheader("4. Request by request")
 st.markdown(legend(), unsafe_allow_html=True)
 f1, f2, f3 = st.columns(3)
 only_misses = f1.toggle("Only requests with a trap or a miss", key="ca_only_misses")
-shown = [i for i, r in enumerate(requests) if not only_misses or r["trap"] or r["cause"] in ("expired", "different")]
+shown = [i for i, r in enumerate(requests) if not only_misses or r.trap or r.cause in ("expired", "different")]
 size = f2.selectbox("Requests per page", PAGE_SIZES, index=1, key="ca_page_size")
 pages = max(1, -(-len(shown) // size))
 page = f3.number_input(f"Page (of {pages})", 1, pages, 1, key="ca_page")
@@ -170,10 +169,10 @@ if st.toggle("Show the log with the fixes applied", key="ca_fixes"):
         "prefill saved after (s)": round(after["totals"][p]["latency_saved_s"], 1)} for p in ca.PROVIDERS]),
         hide_index=True, width="stretch")
     st.dataframe(pd.DataFrame([{
-        "#": b["index"], "changes": ", ".join(result["changes"][b["index"]]), "tokens before": b["prompt_tokens"],
-        "tokens after": a["prompt_tokens"], f"{PROVIDER_LABEL[provider]} cached before": b["cached_tokens"][provider],
-        f"{PROVIDER_LABEL[provider]} cached after": a["cached_tokens"][provider], "trap before": b["trap"] or "",
-        "trap after": a["trap"] or ""} for b, a in zip(requests, result["after"].requests)]),
+        "#": b.index, "changes": ", ".join(result["changes"][b.index]), "tokens before": b.prompt_tokens,
+        "tokens after": a.prompt_tokens, f"{PROVIDER_LABEL[provider]} cached before": b.cached_tokens[provider],
+        f"{PROVIDER_LABEL[provider]} cached after": a.cached_tokens[provider], "trap before": b.trap or "",
+        "trap after": a.trap or ""} for b, a in zip(requests, result["after"].requests)]),
         hide_index=True, width="stretch", height=min(400, 38 + 35 * len(requests)))
     st.download_button("Download the fixed log (JSONL)", result["fixed_log"], "fixed_log.jsonl",
                        "application/jsonl", key="ca_download")
