@@ -65,7 +65,7 @@ def sidebar(pages: list):
                          height=68, max_chars=TEXT_LIMIT * 4)
             st.markdown("**Generation options**")
             st.slider("max new tokens", 1, 256, key="req_max_new_tokens")
-            st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="req_temperature")
+            st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.01, key="req_temperature")
             c1, c2 = st.columns(2)
             c1.number_input("top-k (0 = off)", 0, 49152, step=1, key="req_top_k")
             c2.number_input("seed", 0, 2**31 - 1, step=1, key="req_seed")
@@ -82,7 +82,7 @@ def share_and_export(box, page: str, passes: int) -> None:
     with box:
         with st.expander("Share or export this view", icon="🔗"):
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")
-            st.code(url_state.link(page), language=None, wrap_lines=True)
+            url_state.sync(st.empty())  # the address bar and this box; fragments with controls refresh both
             trace = stored_trace()
             if trace is not None:  # built only when clicked (callable data)
                 st.download_button("Download the run as JSON",
@@ -106,6 +106,7 @@ page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
 controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
 notes = url_state.restore(page_path, SESSION_DEFAULTS, controls)
+url_state.bind(page_path, SESSION_DEFAULTS, controls)
 after = sidebar(pages)
 for note in notes:
     st.warning(note, icon="🔗")
@@ -113,7 +114,6 @@ with counting_passes(session_passes()) as passes:
     try:
         page.run()
     finally:  # also after st.stop(): the link follows every control, the count is this session's own
-        url_state.write(SESSION_DEFAULTS, controls)
         share_and_export(after, page_path, passes.n)
         # Once per server, after the first page is drawn (so it does not wait for them): the network
         # loads, and the default request and the prompt-caching scenarios are prepared in the background.

@@ -5,6 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from views import url_state
 from views.common import current_trace, get_model, page_header
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
@@ -60,6 +61,7 @@ entropy = at.entropy_bits(last)  # (L, H) bits, low = focused
 best_layer, best_head = at.sharpest_head(last)
 if st.session_state.get("at_run_id") not in (None, trace.request.id):  # the request changed: open on a head
     st.session_state.update(at_layer=best_layer, at_head=best_head)  # with visible structure in the new run
+    st.session_state.pop("at_hand_tokens", None)  # positions of the old prompt: pick again from this one
 st.session_state.at_run_id = trace.request.id
 st.session_state.setdefault("at_layer", best_layer)  # unless a link chose one; widget state is also dropped
 st.session_state.setdefault("at_head", best_head)  # while another page is shown
@@ -114,9 +116,9 @@ st.plotly_chart(over, width="stretch", key="at_overview", on_select=open_clicked
 st.caption(f"Every tile is one head: its attention among the last {n} positions (tokens {T - n}–{T - 1}), on the "
            f"colour scale above. Vertical stripes = a head that keeps reading one token; a bright diagonal = a head "
            f"that reads the token itself or its neighbour. Click a tile (or use the controls below) to open it. "
-           f"The page opened on layer {best_layer}, head {best_head}: of the heads whose favourite is not the very "
-           f"first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; spreading "
-           f"evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
+           f"A new question opens on layer {best_layer}, head {best_head}: of the heads whose favourite is not the "
+           f"very first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; "
+           f"spreading evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
 
 
 # --- one head ----------------------------------------------------------------------------------------
@@ -171,6 +173,7 @@ def one_head() -> None:
     one_row(A, cols, xlabels, sinks)
     shared_kv(layer, head, rows, cols)
     by_hand(A, cols, layer, head)
+    url_state.sync()  # this fragment reruns alone: the link follows layer and head here
 
 
 @st.fragment
