@@ -196,19 +196,22 @@ def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
 def bind(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> None:
     """Remember this page's controls for `sync` (a fragment's rerun does not run app.py)."""
     st.session_state["_url_view"] = (page, defaults, controls)
-    st.session_state.pop("_url_slot", None)  # the share box is drawn again after this run
 
 
-def sync(slot=None) -> None:
-    """The address bar and the share box follow the controls. app.py calls it after each run (with the
-    share box's slot); every fragment that holds controls calls it at its end."""
+def share_box(slot) -> None:
+    """The sidebar's place for the link (an st.empty made before the page runs, so that a fragment
+    may fill it: Streamlit keeps a fragment's place in an outer container from the full run)."""
+    st.session_state["_url_slot"] = slot
+
+
+def sync() -> None:
+    """The address bar and the share box follow the controls. app.py calls it after each run; every
+    fragment that holds controls calls it at its end (a fragment's rerun does not reach app.py)."""
     view = st.session_state.get("_url_view")
     if view is None:  # AppTest runs one page file alone, without app.py
         return
     page, defaults, controls = view
     write(defaults, controls)
-    if slot is not None:
-        st.session_state["_url_slot"] = slot
     slot = st.session_state.get("_url_slot")
     if slot is not None:
         slot.code(link(page), language=None, wrap_lines=True)
