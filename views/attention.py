@@ -61,7 +61,6 @@ entropy = at.entropy_bits(last)  # (L, H) bits, low = focused
 best_layer, best_head = at.sharpest_head(last)
 if st.session_state.get("at_run_id") not in (None, trace.request.id):  # the request changed: open on a head
     st.session_state.update(at_layer=best_layer, at_head=best_head)  # with visible structure in the new run
-    st.session_state.pop("at_hand_tokens", None)  # positions of the old prompt: pick again from this one
 st.session_state.at_run_id = trace.request.id
 st.session_state.setdefault("at_layer", best_layer)  # unless a link chose one; widget state is also dropped
 st.session_state.setdefault("at_head", best_head)  # while another page is shown
@@ -224,8 +223,10 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     offered = [c for c in cols if c is not None]  # positions drawn in the grid
     user = [t.index for t in trace.tokens if t.role == "user" and t.index >= start]
     default = user[-4:] if len(user) >= 4 else offered[-4:]
+    # one picker per run: the browser keeps a picker's choice by its labels, and the old prompt's labels
+    # match nothing in a new one (it showed an empty picker after a new question)
     chosen = st.multiselect("four tokens (in prompt order)", offered, default=default, max_selections=4,
-                            format_func=plain.__getitem__, key="at_hand_tokens")
+                            format_func=plain.__getitem__, key=f"at_hand_tokens_{trace.request.id}")
     if len(chosen) < 2:
         st.info("Pick at least two tokens.")
         return

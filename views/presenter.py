@@ -70,8 +70,9 @@ if following:  # a learner following a presenter's room
                 "start.")
         follow_presenter(following, None)
         st.stop()
-    if room["query"] != url_state.request_params():
-        url_state.load_request(room["query"])
+    if room["query"] != url_state.request_params() and room["query"] != st.session_state.get("pr_switched"):
+        st.session_state.pr_switched = room["query"]  # once per request: no loop if one would not apply
+        url_state.switch_request(room["query"])
     st.session_state.pr_stage = room["stage"]
     follow_presenter(following, (room["stage"], room["query"]))
 else:

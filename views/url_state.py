@@ -112,6 +112,9 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
     controls on arrival at that page. Returns notes about parameters that were refused."""
     notes = []
     wanted = {}
+    pending = st.session_state.pop("_url_pending_request", None)  # see switch_request
+    if pending is not None:
+        load_request(pending)
     if not st.session_state.get("_url_request_loaded"):
         st.session_state["_url_request_loaded"] = True
         wanted.update(REQUEST)
@@ -172,6 +175,16 @@ def load_request(query: dict[str, str]) -> None:
             st.session_state[param.key] = param.parse(query[name]) if name in query else defaults[param.key]
         except (ValueError, TypeError, InputError):
             st.session_state[param.key] = defaults[param.key]
+
+
+def switch_request(query: dict[str, str]) -> None:
+    """Make the request the one these parameters describe. The sidebar's widgets cannot change once
+    drawn, so with a sidebar (app.py) the page runs again and `restore` applies it before them."""
+    if st.session_state.get("_url_view") is None:  # AppTest runs one page alone: no sidebar drawn
+        load_request(query)
+        return
+    st.session_state["_url_pending_request"] = query
+    st.rerun()
 
 
 def request_query(defaults: dict[str, Any]) -> dict[str, str]:
