@@ -111,8 +111,10 @@ def test_a_learner_follows_the_presenters_stage_and_request():
     learner = presenter(1, pr_follow=room)  # a fresh session: default request, stage 1
     assert learner.title[0].value == "3. Tokens"
     assert learner.session_state["req_question"] == KOREAN
-    assert not learner.button  # no previous / next: the presenter turns the pages
+    assert [b.key for b in learner.button] == ["pr_unfollow"]  # no previous / next: the presenter turns pages
     at.session_state["pr_stage"] = 7
     at.run()
     learner.run()  # what its 3-second fragment does when the presenter's stage changed
     assert learner.title[0].value == "7. Attention"
+    learner.button(key="pr_unfollow").click().run()  # and back to presenting on their own
+    assert "pr_follow" not in learner.session_state and learner.button(key="pr_next").label == "Next"

@@ -85,8 +85,11 @@ tok = get_model().tokenizer
 m, T, S = trace.dims, len(trace.tokens), len(trace.steps)
 title, full_page = STAGES[stage - 1]
 if following:
-    st.progress(stage / N, text=f"Stage {stage} of {N} — following the presenter (room {following}); this page "
-                                "turns with theirs.")
+    nav = st.columns([6, 1])
+    nav[0].progress(stage / N, text=f"Stage {stage} of {N} — following the presenter (room {following}); this "
+                                    "page turns with theirs.")
+    nav[1].button("Stop following", key="pr_unfollow", use_container_width=True,
+                  on_click=lambda: st.session_state.pop("pr_follow", None))
 else:
     room_store().set_stage(st.session_state.pr_room, stage, url_state.request_params())
     nav = st.columns([1, 6, 1])
@@ -151,8 +154,9 @@ if stage == 1:
 elif stage == 2:
     st.markdown(f"The server writes the messages into **one text** with marker tokens: "
                 f"{len(trace.prompt_text):,} characters.")
-    st.markdown(highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special})),
-                unsafe_allow_html=True)
+    with st.container(height=560 if len(trace.prompt_text) > 1500 else "content"):  # a long prompt scrolls
+        st.markdown(highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special})),
+                    unsafe_allow_html=True)
 elif stage == 3:
     st.markdown(f"The tokenizer cuts that text into **{plural(T, 'token')}**; the model only ever sees the ids.")
     st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=560),
