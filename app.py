@@ -65,7 +65,7 @@ def sidebar(pages: list):
                          height=68, max_chars=TEXT_LIMIT * 4)
             st.markdown("**Generation options**")
             st.slider("max new tokens", 1, 256, key="req_max_new_tokens")
-            st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.05, key="req_temperature")
+            st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.01, key="req_temperature")
             c1, c2 = st.columns(2)
             c1.number_input("top-k (0 = off)", 0, 49152, step=1, key="req_top_k")
             c2.number_input("seed", 0, 2**31 - 1, step=1, key="req_seed")
@@ -73,27 +73,31 @@ def sidebar(pages: list):
             c2.slider("min-p", 0.0, 1.0, step=0.01, key="req_min_p")
             st.text_input("stop strings (separate with |)", key="req_stop", max_chars=400)
             st.form_submit_button("Run the model", type="primary", use_container_width=True)
-        return st.container()
-
-
-def share_and_export(box, page: str, passes: int) -> None:
-    """After the page has run: the link to this view, the trace download, the session's pass count."""
-    lm = get_model()
-    with box:
         with st.expander("Share or export this view", icon="🔗"):
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")
-            st.code(url_state.link(page), language=None, wrap_lines=True)
-            trace = stored_trace()
-            if trace is not None:  # built only when clicked (callable data)
-                st.download_button("Download the run as JSON",
-                                   lambda: json.dumps(trace.to_json(), ensure_ascii=False, indent=1),
-                                   file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
-                                   use_container_width=True)
-                st.download_button("Download a report (one HTML file that opens offline)",
-                                   lambda: trace_report(trace), file_name=f"{trace.request.id}.html",
-                                   mime="text/html", key="dl_html", use_container_width=True)
-            st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
-                       "an SVG, both drawn in your browser.")
+            url_state.share_box(st.empty())  # filled after the page has run, and by fragments with controls
+            exports = st.container()
+        return exports, st.container()
+
+
+def share_and_export(boxes, passes: int) -> None:
+    """After the page has run: the link to this view, the trace download, the session's pass count."""
+    lm = get_model()
+    exports, after = boxes
+    url_state.sync()  # the address bar and the share box
+    with exports:
+        trace = stored_trace()
+        if trace is not None:  # built only when clicked (callable data)
+            st.download_button("Download the run as JSON",
+                               lambda: json.dumps(trace.to_json(), ensure_ascii=False, indent=1),
+                               file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
+                               use_container_width=True)
+            st.download_button("Download a report (one HTML file that opens offline)",
+                               lambda: trace_report(trace), file_name=f"{trace.request.id}.html",
+                               mime="text/html", key="dl_html", use_container_width=True)
+        st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
+                   "an SVG, both drawn in your browser.")
+    with after:
         st.caption(f"Model: {lm.name} on {lm.device_label}. Forward passes run for your session: {passes}.")
     add_svg_buttons()
 
@@ -106,6 +110,7 @@ page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
 controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
 notes = url_state.restore(page_path, SESSION_DEFAULTS, controls)
+url_state.bind(page_path, SESSION_DEFAULTS, controls)
 after = sidebar(pages)
 for note in notes:
     st.warning(note, icon="🔗")
@@ -113,8 +118,7 @@ with counting_passes(session_passes()) as passes:
     try:
         page.run()
     finally:  # also after st.stop(): the link follows every control, the count is this session's own
-        url_state.write(SESSION_DEFAULTS, controls)
-        share_and_export(after, page_path, passes.n)
+        share_and_export(after, passes.n)
         # Once per server, after the first page is drawn (so it does not wait for them): the network
         # loads, and the default request and the prompt-caching scenarios are prepared in the background.
         lm.start_loading()

@@ -54,9 +54,15 @@ case "${1:-app}" in
     N="${2:-2}"; PORT="${3:-8500}"; ADDRESS="${ROOM_ADDRESS:-127.0.0.1}"
     mkdir -p .cache
     pids=(); servers=""
+    # the address learners' laptops open (presenter mode's link and QR code): the balancer's, not a replica's
+    PUBLIC="${TPE_PUBLIC_URL:-}"
+    if [ -z "$PUBLIC" ] && [ "$ADDRESS" != "127.0.0.1" ] && [ "$ADDRESS" != "localhost" ]; then
+      HOST="$ADDRESS"; [ "$ADDRESS" = "0.0.0.0" ] && HOST="$(hostname -I 2>/dev/null | awk '{print $1}')"
+      [ -n "$HOST" ] && PUBLIC="http://$HOST:$PORT"
+    fi
     for i in $(seq 1 "$N"); do
       p=$((PORT + 100 + i))
-      "$VENV/bin/streamlit" run app.py --server.port "$p" --server.address 127.0.0.1 > ".cache/replica-$i.log" 2>&1 &
+      TPE_PUBLIC_URL="$PUBLIC" "$VENV/bin/streamlit" run app.py --server.port "$p" --server.address 127.0.0.1 > ".cache/replica-$i.log" 2>&1 &
       pids+=($!)
       servers+="    server replica$i 127.0.0.1:$p check cookie r$i"$'\n'
     done

@@ -2,7 +2,7 @@
 report, and no request to any host but the app's own (Debian's chromium through Playwright)."""
 import os
 import re
-from urllib.parse import parse_qs, quote, urlparse
+from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
 
@@ -92,22 +92,111 @@ def test_tampered_links_fall_back_with_a_note(server, browser):
     context.close()
 
 
-def test_presenter_walks_all_stages_with_the_keyboard(server, browser):
+def share_link(page, path: str) -> str:
+    """The link in the sidebar's share box (the expander is opened if it is closed)."""
+    box = page.locator('[data-testid="stSidebar"] code').filter(has_text=f"/{path}")
+    if not box.first.is_visible():
+        page.locator("summary", has_text="Share or export this view").first.click()
+    return box.first.inner_text().strip()
+
+
+def slider(page, label: str):
+    main = page.locator('[data-testid="stMain"]')
+    return main.locator('[data-testid="stSlider"]', has_text=label).locator('input[type="range"]').first
+
+
+def test_links_keep_and_follow_every_control(server, browser):
+    """A link's sampler settings open as given; moving a control inside a fragment rewrites the address
+    bar and the share box at once; the colour scale travels; a new question leaves nothing stale."""
+    context = browser.new_context(viewport={"width": 1300, "height": 1200})
+    page = visit(context, f"{server}/next-token?t=1&top_p=0.5&seed=7")
+    assert slider(page, "temperature").get_attribute("aria-valuetext") == "1.00"
+    assert slider(page, "top-p").get_attribute("aria-valuetext") == "0.50"
+    query = parse_qs(urlparse(page.url).query)
+    assert query["t"] == ["1"] and query["top_p"] == ["0.5"] and query["seed"] == ["7"], page.url
+    page.goto(f"{server}/next-token?t=0.01")  # finer than the old 0.05 steps
+    settle(page)
+    assert slider(page, "temperature").get_attribute("aria-valuetext") == "0.01"
+    slider(page, "temperature").focus()
+    page.keyboard.press("ArrowRight")  # the sampler is a fragment: only it reruns
+    settle(page)
+    assert parse_qs(urlparse(page.url).query)["t"] == ["0.02"], page.url
+    assert parse_qs(urlparse(share_link(page, "next-token")).query)["t"] == ["0.02"]
+
+    page.goto(f"{server}/attention?layer=3&head=2&scale=log")
+    settle(page)
+    assert page.locator('[data-testid="stMain"] [role="radiogroup"] input[type="radio"]').nth(2).is_checked()
+    assert "The page opened on" not in page.inner_text("body")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.locator("textarea").first.fill("Why is the sky blue?")
+    sidebar.get_by_role("button", name="Run the model").click()
+    settle(page)
+    slider(page, "layer").focus()
+    page.keyboard.press("Home")  # layer 0, inside the one-head fragment
+    settle(page)
+    assert "layer 0, head" in chart_titles(page)
+    for link in (page.url, share_link(page, "attention")):
+        query = parse_qs(urlparse(link).query)
+        assert query["layer"] == ["0"] and query["scale"] == ["log"] and query["q"] == ["Why is the sky blue?"], link
+    assert "Pick at least two tokens." not in page.inner_text("body")  # attention by hand kept four tokens
+    page.screenshot(path=str(SHOTS / "room_links_attention.png"))
+    context.close()
+
+
+WALKS = {  # a question whose first answer token is part of a Korean character, and a ~600-token one
+    "korean": {"q": "토마토는 과일이야?", "system": "항상 한국어로만 대답하세요.", "max_new_tokens": "8"},
+    "long": {"q": "Tell me everything about tomatoes, please. " * 68, "max_new_tokens": "4"},
+}
+
+
+@pytest.mark.parametrize("walk", list(WALKS))
+def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(server, browser, walk):
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
-    page = visit(context, f"{server}/presenter")
+    page = visit(context, f"{server}/presenter?{urlencode(WALKS[walk])}")
     assert page.locator("h1").first.inner_text().startswith("1.")
     assert page.locator('[data-testid="stSidebar"]').is_hidden()
+    assert page.locator('[data-testid="stException"]').count() == 0
+    links = page.locator('[data-testid="stMain"] code').all_inner_texts()
+    follow = next(x for x in links if "/presenter?follow=" in x)
+    journey = next(x for x in links if "/journey" in x)
+    assert page.locator('[data-testid="stMain"] img').count() == 1  # the QR code
+    assert "only listens on this computer" in page.inner_text("body")  # this test server binds to localhost
+    if walk == "long":
+        assert "link=" in journey and len(journey) < 100  # a short link the server resolves
+    learner = browser.new_context(viewport={"width": 1300, "height": 1000}).new_page()
+    learner.goto(follow)
+    settle(learner)
+    assert learner.locator("h1").first.inner_text().startswith("1.")
+    assert learner.get_by_role("button", name=re.compile("Next")).count() == 0
     for n in range(2, 14):
         page.keyboard.press("ArrowRight")
         page.wait_for_function(f"() => document.querySelector('h1') && "
                                f"document.querySelector('h1').innerText.startsWith('{n}.')", timeout=120_000)
         settle(page)
         assert page.locator('[data-testid="stException"]').count() == 0, f"stage {n}"
-    page.screenshot(path=str(SHOTS / "room_presenter_13.png"))
+        if n == 8:
+            ticks = page.locator(".js-plotly-plot .ytick text").first.get_attribute("style")
+            assert "font-size: 20px" in ticks, ticks  # projector-sized, not Streamlit's 12 px
+        if n == 9 and walk == "korean":
+            assert "Chosen: 토 (1/3)" in page.inner_text("body")  # named by its character, as Journey does
+        if n == 12:
+            event = page.locator('[data-testid="stMain"] [data-testid="stCode"]').first.bounding_box()
+            assert event["height"] < 600, event  # the token ids on one line, not one per line
+    page.screenshot(path=str(SHOTS / f"room_presenter_{walk}_13.png"))
+    # the learner's page checks the presenter's stage every few seconds
+    learner.wait_for_function("() => document.querySelector('h1') && "
+                              "document.querySelector('h1').innerText.startsWith('13.')", timeout=60_000)
+    assert learner.locator('[data-testid="stException"]').count() == 0
+    learner.screenshot(path=str(SHOTS / f"room_learner_{walk}_13.png"))
     page.keyboard.press("ArrowLeft")
     page.wait_for_function("() => document.querySelector('h1').innerText.startsWith('12.')", timeout=60_000)
     settle(page)  # the link is rewritten once the screen has run
     assert "stage=12" in page.url
+    opened = context.new_page()  # the Journey link (short for the long question) opens the same request
+    opened.goto(journey)
+    settle(opened)
+    assert opened.locator("textarea").first.input_value() == WALKS[walk]["q"]
+    learner.context.close()
     context.close()
 
 

@@ -5,6 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from views import url_state
 from views.common import current_trace, get_model, page_header
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
@@ -114,9 +115,9 @@ st.plotly_chart(over, width="stretch", key="at_overview", on_select=open_clicked
 st.caption(f"Every tile is one head: its attention among the last {n} positions (tokens {T - n}–{T - 1}), on the "
            f"colour scale above. Vertical stripes = a head that keeps reading one token; a bright diagonal = a head "
            f"that reads the token itself or its neighbour. Click a tile (or use the controls below) to open it. "
-           f"The page opened on layer {best_layer}, head {best_head}: of the heads whose favourite is not the very "
-           f"first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; spreading "
-           f"evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
+           f"A new question opens on layer {best_layer}, head {best_head}: of the heads whose favourite is not the "
+           f"very first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; "
+           f"spreading evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
 
 
 # --- one head ----------------------------------------------------------------------------------------
@@ -171,6 +172,7 @@ def one_head() -> None:
     one_row(A, cols, xlabels, sinks)
     shared_kv(layer, head, rows, cols)
     by_hand(A, cols, layer, head)
+    url_state.sync()  # this fragment reruns alone: the link follows layer and head here
 
 
 @st.fragment
@@ -221,8 +223,10 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     offered = [c for c in cols if c is not None]  # positions drawn in the grid
     user = [t.index for t in trace.tokens if t.role == "user" and t.index >= start]
     default = user[-4:] if len(user) >= 4 else offered[-4:]
+    # one picker per run: the browser keeps a picker's choice by its labels, and the old prompt's labels
+    # match nothing in a new one (it showed an empty picker after a new question)
     chosen = st.multiselect("four tokens (in prompt order)", offered, default=default, max_selections=4,
-                            format_func=plain.__getitem__, key="at_hand_tokens")
+                            format_func=plain.__getitem__, key=f"at_hand_tokens_{trace.request.id}")
     if len(chosen) < 2:
         st.info("Pick at least two tokens.")
         return

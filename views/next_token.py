@@ -5,6 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from views import url_state
 from views.common import current_trace, get_model, page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax)
@@ -113,8 +114,9 @@ st.caption(f"Scores for all V = {V:,} tokens exist; these are the 15 highest. Pr
 # --- sampling controls (local to this page); they start from the run's own settings -------------------
 RUN_SETTINGS = {"nt_temperature": float(run.temperature), "nt_top_k": int(run.top_k), "nt_top_p": float(run.top_p),
                 "nt_min_p": float(run.min_p), "nt_seed": int(run.seed or 0)}
-if st.session_state.get("nt_run_id") != trace.request.id:  # a new run: start again from its settings
-    st.session_state.update(RUN_SETTINGS, nt_run_id=trace.request.id)
+if st.session_state.get("nt_run_id") != trace.request.id:  # a new run: start again from its settings,
+    linked = url_state.take_from_link(RUN_SETTINGS)  # except those a link just opened this page with
+    st.session_state.update({k: v for k, v in RUN_SETTINGS.items() if k not in linked}, nt_run_id=trace.request.id)
 
 
 @st.fragment
@@ -124,7 +126,7 @@ def sampler() -> None:
                "outsiders come back, 0 always picks the favourite. Then top-k keeps the k best, top-p keeps the best "
                "until their total reaches p, min-p drops any token under min-p × the favourite's probability.")
     c = st.columns(5)
-    temperature = c[0].slider("temperature", 0.0, 2.0, step=0.05, key="nt_temperature")
+    temperature = c[0].slider("temperature", 0.0, 2.0, step=0.01, key="nt_temperature")
     top_k = c[1].number_input("top-k (0 = off)", 0, V, key="nt_top_k")
     top_p = c[2].slider("top-p", 0.01, 1.0, step=0.01, key="nt_top_p")
     min_p = c[3].slider("min-p", 0.0, 1.0, step=0.01, key="nt_min_p")
@@ -176,6 +178,7 @@ def sampler() -> None:
     st.markdown(f"First draw with seed {seed}: {code_span(name(first))}. "
                 f"Largest gap between what was seen and the theory: {np.abs(freq - final).max():.2%} "
                 f"(it shrinks roughly like 1/√N).")
+    url_state.sync()  # this fragment reruns alone: the link follows its controls here
 
 
 sampler()

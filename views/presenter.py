@@ -1,10 +1,11 @@
 """Presenter mode: the request's life in 13 screens, large type, ← / → to move, for a projector.
 
-Every screen shows the real data of the sidebar's request and links into its full page. Learners
-follow the same request from the link (and QR code) on the first and last screens.
+Every screen shows the real data of the sidebar's request and links into its full page. The first and
+last screens show learners a link (and QR code) that follows the presenter: their page turns to the
+presenter's stage and request within a few seconds (the stage is kept server-side per room code).
 """
 import io
-import json
+import os
 from urllib.parse import urlencode
 
 import numpy as np
@@ -12,12 +13,13 @@ import plotly.graph_objects as go
 import segno
 import streamlit as st
 
+from pipeline.room import PUBLIC_URL_ENV, new_room_code, public_base, room_store
 from pipeline.stages.next_token import filter_stages
-from pipeline.text import plural
+from pipeline.text import continuation_label, plural, token_pieces
 from ui.chips import highlighted_template, token_chips
-from ui.escape import axis_labels, plotly_label
+from ui.escape import axis_labels, code_span, json_text, plotly_label
 from views import url_state
-from views.common import current_trace, prompt_cache_conversation, stage_link
+from views.common import current_trace, get_model, prompt_cache_conversation, stage_link
 
 STAGES = [  # (title, full page)
     ("The request", "views/request_template.py"),
@@ -35,6 +37,9 @@ STAGES = [  # (title, full page)
     ("The next request: prompt caching", "views/prefix_cache.py"),
 ]
 N = len(STAGES)
+FONT = 20  # chart text in px, next to the 1.55rem body text
+FOLLOW_EVERY_S = 3  # a learner's page checks the presenter's stage this often (a small file read)
+LONG_LINK = 300  # characters: a longer learner link is given as a short link the server resolves
 BIG = """<style>
 [data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], header[data-testid="stHeader"] {display: none;}
 .block-container {padding-top: 1.5rem; max-width: 1500px;}
@@ -43,60 +48,119 @@ h1 {font-size: 3rem !important;}
 </style>"""
 st.markdown(BIG, unsafe_allow_html=True)  # a fixed style sheet: no user text in it
 
-st.session_state.setdefault("pr_stage", 1)
-stage = min(max(int(st.session_state.pr_stage), 1), N)
-
 
 def go_to(n: int) -> None:
     st.session_state.pr_stage = min(max(n, 1), N)
 
 
+@st.fragment(run_every=FOLLOW_EVERY_S)
+def follow_presenter(code: str, shown) -> None:
+    """A learner's page: when the presenter moves (stage or request), draw the page again."""
+    now = room_store().room(code)
+    if now is not None and (now["stage"], now["query"]) != shown:
+        st.rerun()
+
+
+following = st.session_state.get("pr_follow")
+if following:  # a learner following a presenter's room
+    room = room_store().room(following)
+    if room is None:
+        st.title("Presenter mode")
+        st.info(f"Waiting for the presenter of room {following}: this page opens their stage as soon as they "
+                "start.")
+        follow_presenter(following, None)
+        st.stop()
+    if room["query"] != url_state.request_params() and room["query"] != st.session_state.get("pr_switched"):
+        st.session_state.pr_switched = room["query"]  # once per request: no loop if one would not apply
+        url_state.switch_request(room["query"])
+    st.session_state.pr_stage = room["stage"]
+    follow_presenter(following, (room["stage"], room["query"]))
+else:
+    st.session_state.setdefault("pr_room", new_room_code())
+
+st.session_state.setdefault("pr_stage", 1)
+stage = min(max(int(st.session_state.pr_stage), 1), N)
 trace = current_trace()
+tok = get_model().tokenizer
 m, T, S = trace.dims, len(trace.tokens), len(trace.steps)
 title, full_page = STAGES[stage - 1]
-nav = st.columns([1, 6, 1])
-nav[0].button("← previous", on_click=go_to, args=(stage - 1,), disabled=stage == 1, shortcut="ArrowLeft",
-              key="pr_prev", use_container_width=True)
-nav[1].progress(stage / N, text=f"Stage {stage} of {N}")
-nav[2].button("next →", on_click=go_to, args=(stage + 1,), disabled=stage == N, shortcut="ArrowRight",
-              key="pr_next", use_container_width=True)
+if following:
+    nav = st.columns([6, 1])
+    nav[0].progress(stage / N, text=f"Stage {stage} of {N} — following the presenter (room {following}); this "
+                                    "page turns with theirs.")
+    nav[1].button("Stop following", key="pr_unfollow", use_container_width=True,
+                  on_click=lambda: st.session_state.pop("pr_follow", None))
+else:
+    room_store().set_stage(st.session_state.pr_room, stage, url_state.request_params())
+    nav = st.columns([1, 6, 1])
+    nav[0].button("Previous", on_click=go_to, args=(stage - 1,), disabled=stage == 1, shortcut="ArrowLeft",
+                  key="pr_prev", use_container_width=True)
+    nav[1].progress(stage / N, text=f"Stage {stage} of {N}")
+    nav[2].button("Next", on_click=go_to, args=(stage + 1,), disabled=stage == N, shortcut="ArrowRight",
+                  key="pr_next", use_container_width=True)
 st.title(f"{stage}. {title}")
 
 
 def big_chart(fig: go.Figure, height: int = 480) -> None:
-    fig.update_layout(height=height, font=dict(size=18), margin=dict(l=10, r=10, t=40, b=10))
+    """Chart text as large as a projector needs (Streamlit's theme sets 12 px ticks unless told)."""
+    big = dict(size=FONT)
+    fig.update_layout(height=height, font=big, margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_xaxes(tickfont=big, title_font=big)
+    fig.update_yaxes(tickfont=big, title_font=big)
+    fig.update_traces(selector=dict(type="heatmap"), colorbar=dict(tickfont=big))
     st.plotly_chart(fig, width="stretch")
 
 
-def learner_link() -> str:
-    """A link to the Journey page with this request (no presenter controls) for learners to open."""
-    base = (st.context.url or "").split("?")[0].rsplit("/", 1)[0]
-    params = {k: v for k, v in st.query_params.items() if k in url_state.REQUEST}
-    return f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
+def qr_png(link: str) -> bytes | None:
+    """The link as a QR code (PNG), or None when it is too long for any QR code."""
+    try:
+        code = segno.make(link, error="m")
+    except segno.DataOverflowError:
+        return None
+    png = io.BytesIO()
+    code.save(png, kind="png", scale=6, border=2)
+    return png.getvalue()
 
 
 def show_link() -> None:
-    link = learner_link()
+    """Links for learners, by the address the room reaches: one that follows the presenter, and one to
+    explore the same request alone (a short link when the request would make it too long)."""
+    base, note = public_base(st.context.url or "", st.get_option("server.address") or "",
+                             os.environ.get(PUBLIC_URL_ENV))
+    room = following or st.session_state.pr_room
+    follow = f"{base}/presenter?follow={room}"
+    params = url_state.request_params()
+    journey = f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
+    if len(journey) > LONG_LINK:
+        journey = f"{base}/journey?link={room_store().put_link(params)}"
     c1, c2 = st.columns([3, 1])
-    c1.markdown("**Follow along on your own laptop** — this link opens the same request:")
-    c1.code(link, language=None, wrap_lines=True)
-    png = io.BytesIO()
-    segno.make(link, error="m").save(png, kind="png", scale=6, border=2)
-    c2.image(png.getvalue(), caption="the same link as a QR code", width=220)
+    c1.markdown(f"**Follow along on your own laptop** (room {room}) — this page turns with the presenter's:")
+    c1.code(follow, language=None, wrap_lines=True)
+    c1.markdown("Or explore the same request on your own:")
+    c1.code(journey, language=None, wrap_lines=True)
+    png = qr_png(follow)
+    if png is None:
+        c2.caption("This address is too long for a QR code: type the link instead.")
+    else:
+        c2.image(png, caption="the follow-along link as a QR code", width=220)
+    if note:
+        st.warning(note, icon="📡")
 
 
 if stage == 1:
     st.markdown("An app sends the **whole conversation** as one JSON body. Nothing is remembered between calls.")
-    st.code(json.dumps(trace.request.openai, ensure_ascii=False, indent=1), language="json", wrap_lines=True)
+    st.code(json_text(trace.request.openai, indent=1), language="json", wrap_lines=True)
     show_link()
 elif stage == 2:
     st.markdown(f"The server writes the messages into **one text** with marker tokens: "
                 f"{len(trace.prompt_text):,} characters.")
-    st.markdown(highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special})),
-                unsafe_allow_html=True)
+    with st.container(height=560 if len(trace.prompt_text) > 1500 else "content"):  # a long prompt scrolls
+        st.markdown(highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special})),
+                    unsafe_allow_html=True)
 elif stage == 3:
     st.markdown(f"The tokenizer cuts that text into **{plural(T, 'token')}**; the model only ever sees the ids.")
-    st.markdown(token_chips(trace.tokens), unsafe_allow_html=True)
+    st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=560),
+                unsafe_allow_html=True)
 elif stage == 4:
     single = trace.batch["single"]
     st.markdown(f"The ids become tensors of shape (B, T) = (1, {T}).")
@@ -130,7 +194,9 @@ elif stage == 8:
     top = trace.steps[0].top[:8]
     st.markdown(f"The last position is scored against **all {m.V:,} tokens**; softmax turns scores into "
                 "probabilities. The best candidates for the first answer token:")
-    big_chart(go.Figure(go.Bar(x=[c.prob for c in top][::-1], y=[plotly_label(c.text) for c in top][::-1],
+    names = [continuation_label(tok, trace.ids, c.id) for c in top]  # '<0xED> (byte 1 of 3)' for a part
+    big_chart(go.Figure(go.Bar(x=[c.prob for c in top][::-1],
+                               y=[plotly_label(f"({i}) {n}") for i, n in enumerate(names)][::-1],
                                orientation="h")).update_layout(xaxis_tickformat=".0%"))
 elif stage == 9:
     o = trace.request.options
@@ -138,7 +204,8 @@ elif stage == 9:
     st.markdown(f"This run used temperature {o.temperature}, top-k {o.top_k}, top-p {o.top_p}, min-p {o.min_p}"
                 + (" — greedy: always the favourite." if o.greedy else "."))
     st.markdown(" → ".join(f"**{s.name}**: {plural(s.kept, 'candidate')}" for s in stages))
-    st.markdown(f"Chosen: **`{trace.steps[0].token_text}`** (id {trace.steps[0].token_id}).")
+    first = token_pieces(tok, trace.generated_token_ids)[0]  # '토 (1/3)' for part of a character
+    st.markdown(f"Chosen: **{code_span(first.with_bytes)}** (id {trace.steps[0].token_id}).")
 elif stage == 10:
     deltas = [e for e in trace.events if e["event"] == "text_delta"]
     st.markdown(f"Each chosen token is turned back into text and sent at once: {plural(len(deltas), 'event')} "
@@ -155,7 +222,7 @@ elif stage == 12:
     st.markdown(f"It stopped because **{why}**. The server sends a `completed` event with the usage "
                 f"({trace.usage.prompt_tokens} prompt + {trace.usage.completion_tokens} completion tokens) and frees "
                 f"**{trace.cleanup.kv_bytes_released:,} bytes** of KV cache.")
-    st.code(json.dumps(trace.events[-1], ensure_ascii=False, indent=1), language="json", wrap_lines=True)
+    st.code(json_text(trace.events[-1], indent=1), language="json", wrap_lines=True)
 elif stage == 13:
     rows = prompt_cache_conversation()
     st.markdown("The next request resends the whole conversation. A prompt cache keeps the keys and values of a "

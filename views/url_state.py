@@ -8,6 +8,7 @@ copies between those keys and short query parameters (`q`, `layer`, ...).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 from urllib.parse import urlencode
@@ -57,6 +58,12 @@ def choice(options) -> Callable[[str], Any]:
     return parse
 
 
+def room_code(s: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]{4,16}", s):
+        raise ValueError("must be 4 to 16 lower-case letters or digits")
+    return s
+
+
 def _num(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
@@ -77,9 +84,11 @@ REQUEST = {  # the sidebar's request: the same on every page
 def page_params(page: str, L: int, H: int) -> dict[str, Param]:
     """Each page's own controls, by the page's URL path (ranges from the model: L layers, H heads)."""
     from pipeline.prompt_cache.scenarios import scenarios
+    from pipeline.stages.attention import SCALES
 
     return {
-        "attention": {"layer": Param("at_layer", integer(0, L - 1)), "head": Param("at_head", integer(0, H - 1))},
+        "attention": {"layer": Param("at_layer", integer(0, L - 1)), "head": Param("at_head", integer(0, H - 1)),
+                      "scale": Param("at_scale", choice(SCALES))},
         "position": {"layer": Param("rope_layer", integer(0, L - 1)), "head": Param("rope_head", integer(0, H - 1))},
         **_FIXED_PAGES,
         "prompt-caching": {"block": Param("pc_block_size", choice([4, 8, 16, 32])),
@@ -93,7 +102,8 @@ _FIXED_PAGES: dict[str, dict[str, Param]] = {
         "top_k": Param("nt_top_k", integer(0, 49152)), "top_p": Param("nt_top_p", number(0.01, 1.0), _num),
         "min_p": Param("nt_min_p", number(0.0, 1.0), _num), "seed": Param("nt_seed", integer(0, 2**31 - 1))},
     "kv-cache": {"steps": Param("kv_n_steps", integer(2, 32))},
-    "presenter": {"stage": Param("pr_stage", integer(1, 13))},
+    "presenter": {"stage": Param("pr_stage", integer(1, 13)), "room": Param("pr_room", room_code),
+                  "follow": Param("pr_follow", room_code)},
 }
 
 
@@ -102,18 +112,32 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
     controls on arrival at that page. Returns notes about parameters that were refused."""
     notes = []
     wanted = {}
+    pending = st.session_state.pop("_url_pending_request", None)  # see switch_request
+    if pending is not None:
+        load_request(pending)
     if not st.session_state.get("_url_request_loaded"):
         st.session_state["_url_request_loaded"] = True
         wanted.update(REQUEST)
     if st.session_state.get("_url_page_loaded") != page:
         st.session_state["_url_page_loaded"] = page
+        st.session_state["_url_from_link"] = set()
         wanted.update(controls)
+    query = {name: st.query_params[name] for name in st.query_params} if wanted else {}
+    if "link" in query:  # a short link: the server stored the query string it stands for
+        from pipeline.room import room_store
+
+        stored = room_store().link(query.pop("link"))
+        if stored is None:
+            notes.append("The short link is not known on this server; opening the default view.")
+        query = {**(stored or {}), **query}
+    from_link = st.session_state.setdefault("_url_from_link", set())  # the widget keys the link set
     for name, param in wanted.items():
-        if name not in st.query_params:
+        if name not in query:
             continue
-        raw = st.query_params[name]
+        raw = query[name]
         try:
             st.session_state[param.key] = param.parse(raw)
+            from_link.add(param.key)
         except (ValueError, TypeError, InputError) as e:
             fallback = defaults.get(param.key)
             if fallback is not None:
@@ -121,6 +145,46 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
             notes.append(f"The link's `{name}` was not usable ({e}); "
                          + (f"using the default {fallback!r}." if fallback is not None else "ignored."))
     return notes
+
+
+def take_from_link(keys) -> set[str]:
+    """Which of these widget keys the link set on arrival at this page; each is answered once, so a
+    page that resets its controls for a new run keeps the link's values only the first time."""
+    from_link = st.session_state.get("_url_from_link", set())
+    taken = from_link & set(keys)
+    from_link -= taken
+    return taken
+
+
+def _request_defaults() -> dict[str, Any]:
+    from views.common import DEFAULTS
+
+    return {f"req_{k}": v for k, v in DEFAULTS.items()}
+
+
+def request_params() -> dict[str, str]:
+    """The sidebar's request as query parameters, defaults left out (for links made on a page)."""
+    return request_query(_request_defaults())
+
+
+def load_request(query: dict[str, str]) -> None:
+    """Make the sidebar's request the one these query parameters describe (absent or unusable: default)."""
+    defaults = _request_defaults()
+    for name, param in REQUEST.items():
+        try:
+            st.session_state[param.key] = param.parse(query[name]) if name in query else defaults[param.key]
+        except (ValueError, TypeError, InputError):
+            st.session_state[param.key] = defaults[param.key]
+
+
+def switch_request(query: dict[str, str]) -> None:
+    """Make the request the one these parameters describe. The sidebar's widgets cannot change once
+    drawn, so with a sidebar (app.py) the page runs again and `restore` applies it before them."""
+    if st.session_state.get("_url_view") is None:  # AppTest runs one page alone: no sidebar drawn
+        load_request(query)
+        return
+    st.session_state["_url_pending_request"] = query
+    st.rerun()
 
 
 def request_query(defaults: dict[str, Any]) -> dict[str, str]:
@@ -140,6 +204,30 @@ def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
     # Always sent: after a page switch the browser's address has lost its query string even where
     # the server's copy still holds it, so comparing the two would skip the write.
     st.query_params.from_dict(params)
+
+
+def bind(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> None:
+    """Remember this page's controls for `sync` (a fragment's rerun does not run app.py)."""
+    st.session_state["_url_view"] = (page, defaults, controls)
+
+
+def share_box(slot) -> None:
+    """The sidebar's place for the link (an st.empty made before the page runs, so that a fragment
+    may fill it: Streamlit keeps a fragment's place in an outer container from the full run)."""
+    st.session_state["_url_slot"] = slot
+
+
+def sync() -> None:
+    """The address bar and the share box follow the controls. app.py calls it after each run; every
+    fragment that holds controls calls it at its end (a fragment's rerun does not reach app.py)."""
+    view = st.session_state.get("_url_view")
+    if view is None:  # AppTest runs one page file alone, without app.py
+        return
+    page, defaults, controls = view
+    write(defaults, controls)
+    slot = st.session_state.get("_url_slot")
+    if slot is not None:
+        slot.code(link(page), language=None, wrap_lines=True)
 
 
 def link(page: str) -> str:
