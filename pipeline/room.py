@@ -18,6 +18,8 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from .files import write_atomic
+
 PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. http://192.168.1.20:8500 or https://llm-workshop.example.org
 CODE = re.compile(r"[a-z0-9]{4,16}")
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
@@ -88,12 +90,14 @@ class RoomStore:
         self.folder = Path(folder)
         self._lock = threading.Lock()
 
-    def _write(self, name: str, data: dict) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / name
-        tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+    def _write(self, name: str, data: dict) -> bool:
+        """False when the folder takes no file (read-only, full): links and rooms are then not kept."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.folder / name, lambda f: f.write(json.dumps(data, ensure_ascii=False)), text=True)
+        except OSError:
+            return False
+        return True
 
     def _read(self, name: str) -> dict | None:
         try:
@@ -102,12 +106,13 @@ class RoomStore:
             return None
         return data if isinstance(data, dict) else None
 
-    def put_link(self, query: dict[str, str]) -> str:
-        """A short code for these query parameters (the same parameters always give the same code)."""
+    def put_link(self, query: dict[str, str]) -> str | None:
+        """A short code for these query parameters (the same parameters always give the same code), or None
+        when it cannot be stored."""
         query = {str(k): str(v) for k, v in query.items()}
         code = hashlib.sha256(json.dumps(sorted(query.items()), ensure_ascii=False).encode()).hexdigest()[:10]
-        if self._read(f"link-{code}.json") is None:
-            self._write(f"link-{code}.json", {"query": query})
+        if self._read(f"link-{code}.json") is None and not self._write(f"link-{code}.json", {"query": query}):
+            return None
         return code
 
     def link(self, code: str) -> dict[str, str] | None:

@@ -118,3 +118,13 @@ def test_a_learner_follows_the_presenters_stage_and_request():
     assert learner.title[0].value == "7. Attention"
     learner.button(key="pr_unfollow").click().run()  # and back to presenting on their own
     assert "pr_follow" not in learner.session_state and learner.button(key="pr_next").label == "Next"
+
+
+def test_a_folder_that_takes_no_file_keeps_no_links_or_rooms_and_raises_nothing(tmp_path):
+    """A read-only or full cache folder: no short link (the presenter shows the long one), no room kept."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = RoomStore(blocker / "room")  # mkdir fails here even as root (NotADirectoryError)
+    assert store.put_link({"q": "Are tomatoes fruit?"}) is None
+    store.set_stage("abc123", 3, {"q": "hi"})
+    assert store.room("abc123") is None

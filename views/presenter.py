@@ -131,8 +131,9 @@ def show_link() -> None:
     follow = f"{base}/presenter?follow={room}"
     params = url_state.request_params()
     journey = f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
-    if len(journey) > LONG_LINK:
-        journey = f"{base}/journey?link={room_store().put_link(params)}"
+    code = room_store().put_link(params) if len(journey) > LONG_LINK else None
+    if code is not None:
+        journey = f"{base}/journey?link={code}"
     c1, c2 = st.columns([3, 1])
     c1.markdown(f"**Follow along on your own laptop** (room {room}) — this page turns with the presenter's:")
     c1.code(follow, language=None, wrap_lines=True)
