@@ -28,6 +28,7 @@ def axis_labels(pieces: list[str]) -> list[str]:
 
 def code_span(text: str) -> str:
     """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
+    text = re.sub(r"\r\n|\r|\n", "↵", text)  # a line break could end the span and start a block
     fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"
 
@@ -52,3 +53,18 @@ def json_text(obj, indent: int = 2) -> str:
         return json.dumps(x, ensure_ascii=False)
 
     return dump(obj, 0)
+
+
+_MD_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: CommonMark lets a backslash escape each
+_AUTOLINK = re.compile(r"(?i)(https?|www|ftp|mailto|xmpp)(?=[:.])")  # where GFM starts a link from bare text
+
+
+def markdown_text(text) -> str:
+    """Any text shown literally inside Markdown (st.error, st.warning, st.caption, st.markdown): no link, image,
+    emphasis, LaTeX or heading. Punctuation is backslash-escaped, line breaks become ↵, and a word joiner
+    (U+2060, invisible) goes after 'http'/'www' and after '@': GFM finds bare addresses in the text left
+    after escapes, so escaping alone would still give a live link.
+    '[x](http://e.com)' -> '\\[x\\]\\(http\\u2060\\:\\/\\/e\\.com\\)'."""
+    text = re.sub(r"\r\n|\r|\n", "↵", str(text))
+    text = _AUTOLINK.sub("\\1\u2060", text).replace("@", "@\u2060")
+    return _MD_PUNCT.sub(r"\\\1", text)

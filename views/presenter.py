@@ -15,7 +15,7 @@ import streamlit as st
 from pipeline.stages.next_token import filter_stages
 from pipeline.text import plural
 from ui.chips import highlighted_template, token_chips
-from ui.escape import axis_labels, plotly_label
+from ui.escape import axis_labels, code_span, plotly_label
 from views import url_state
 from views.common import current_trace, prompt_cache_conversation, stage_link
 
@@ -138,7 +138,7 @@ elif stage == 9:
     st.markdown(f"This run used temperature {o.temperature}, top-k {o.top_k}, top-p {o.top_p}, min-p {o.min_p}"
                 + (" — greedy: always the favourite." if o.greedy else "."))
     st.markdown(" → ".join(f"**{s.name}**: {plural(s.kept, 'candidate')}" for s in stages))
-    st.markdown(f"Chosen: **`{trace.steps[0].token_text}`** (id {trace.steps[0].token_id}).")
+    st.markdown(f"Chosen: **{code_span(trace.steps[0].token_text)}** (id {trace.steps[0].token_id}).")
 elif stage == 10:
     deltas = [e for e in trace.events if e["event"] == "text_delta"]
     st.markdown(f"Each chosen token is turned back into text and sent at once: {plural(len(deltas), 'event')} "
