@@ -88,3 +88,19 @@ def test_grammars_that_crashed_show_a_message(kind, spec):
     assert not at.exception, at.exception
     assert any("Please fix the format" in e.value for e in at.error)
     assert not planted_links(at), planted_links(at)
+
+
+@pytest.mark.parametrize("view,key,value", [
+    ("branches", "br_typed", "[Log in](http://evil.example/login)"),  # What-if: "type a token's text", 40 chars
+    ("embeddings", "em_word", PHISH),  # the neighbours' word box
+    ("embeddings", "em_words", f"{PHISH}, tomato, apple"),  # the PCA map's words
+    ("embeddings", "em_a", "http://evil.example/x"),  # the analogy's words
+])
+def test_words_typed_into_a_page_are_quoted_without_a_link(view, key, value):
+    from tests.conftest import page_app
+
+    at = page_app(view, req_max_new_tokens=4).run()
+    next(w for w in [*at.text_input, *at.text_area] if w.key == key).set_value(value).run()
+    assert not at.exception, at.exception
+    assert any("evil" in text for _, text in markdown_of(at)), "the typed text was not quoted"
+    assert not planted_links(at), planted_links(at)
