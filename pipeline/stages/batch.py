@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import integer
+from ..errors import InputError
+
 
 def batch_tensors(sequences: list[list[int]], pad_id: int, left_pad: bool = True) -> dict[str, torch.Tensor]:
     """Pad token id lists to (B, T) tensors.
@@ -13,6 +16,9 @@ def batch_tensors(sequences: list[list[int]], pad_id: int, left_pad: bool = True
       position_ids   [[0, 1, 2], [0, 0, 1]]   (each request counts its own positions from 0)
     Left padding keeps every request's last real token in the last column, where the next token is read.
     """
+    if not sequences:
+        raise InputError("sequences", "give at least one sequence of token ids.")
+    pad_id = integer("pad_id", pad_id, 0, 2**31 - 1)
     B, T = len(sequences), max(len(s) for s in sequences)
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
     attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T) 1 = real token, 0 = padding
@@ -59,5 +65,7 @@ def decode_step_tensors(n_cached: int, token_id: int) -> dict:
 
 def padding_share(sequences: list[list[int]]) -> tuple[int, int]:
     """(padding cells, all cells) of the (B, T) rectangle: [[1, 2, 3], [4]] -> (2, 6)."""
+    if not sequences:
+        raise InputError("sequences", "give at least one sequence of token ids.")
     total = len(sequences) * max(len(s) for s in sequences)
     return total - sum(len(s) for s in sequences), total

@@ -9,9 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import integer, number
+from ..errors import InputError
+
 
 def inv_freq(head_dim: int, base: float) -> np.ndarray:
     """(Dh/2,) radians per position for each frequency pair.  Dh=4, base=100 -> [1.0, 0.1]."""
+    head_dim, base = integer("head_dim", head_dim, 2, 2**16), number("base", base, 1.0, 1e12)
+    if head_dim % 2:
+        raise InputError("head_dim", f"must be even (pairs of dimensions rotate together), got {head_dim}.")
     return base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 

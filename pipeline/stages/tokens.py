@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..text import Piece, graphemes, group_pieces, render_bytes, tokens_text
-from .request import ChatRequest
+from .request import ChatRequest, check_text
 from .template import TEMPLATE_ROLE, Segment, render_prompt, segments
 
 _ENCODE_LOCK = threading.Lock()
@@ -32,6 +32,7 @@ def encode(tokenizer, text: str, split_special: bool = True, offsets: bool = Fal
 
     offsets=True returns (ids, [(start, end) per token]).
     """
+    check_text("text", text, limit=None)  # a lone surrogate would fail inside the tokenizer
     with _ENCODE_LOCK:
         enc = tokenizer(text, add_special_tokens=False, split_special_tokens=split_special,
                         return_offsets_mapping=offsets)
