@@ -74,8 +74,10 @@ def strategy_for(name: str, annotation: str, tokenizer):
                          top_p=st.sampled_from([0.01, 0.5, 1.0]), min_p=st.sampled_from([0.0, 0.5, 1.0]))
     if "ModelShape" in a:
         from pipeline.stages.kv_cache import ModelShape
-        return st.builds(ModelShape, name=texts, params_b=numbers, layers=ints, heads=ints, kv_heads=ints,
-                         head_dim=ints, context=ints, sliding_layers=ints, sliding_window=ints)
+        size = st.integers(1, 256)  # ModelShape checks itself (a test covers that); here: fit's other inputs
+        return st.builds(ModelShape, name=texts, params_b=st.floats(0, 1e3), layers=size, heads=size,
+                         kv_heads=size, head_dim=size, context=st.integers(1, 10**6), sliding_layers=st.just(0),
+                         sliding_window=st.integers(0, 10**6))
     if a.startswith("dict"):
         return st.dictionaries(texts, st.one_of(numbers, texts, st.dictionaries(texts, numbers, max_size=3)),
                                max_size=3)
