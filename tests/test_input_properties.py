@@ -53,6 +53,8 @@ def accepts_or_names(fields, fn, *args, **kwargs):
 @example(x=np.zeros((0, 0, 0)), axis=-1)  # ValueError: zero-size array to reduction operation maximum
 @example(x=np.zeros((1, 0)), axis=-1)
 @example(x=np.float64(1.0), axis=-1)  # AxisError
+@example(x=np.array([710.0, np.inf]), axis=0)  # gave [nan, 0]: inf / inf
+@example(x=np.array([710.0, np.nan]), axis=0)  # gave [nan, 0]
 def test_softmax_accepts_or_names_the_logits(x, axis):
     p = accepts_or_names({"logits"}, maths.softmax, x, axis)
     if p is not None:
@@ -64,6 +66,7 @@ def test_softmax_accepts_or_names_the_logits(x, axis):
 @example(x=np.float64(0.0), k=2**63)  # AxisError
 @example(x=np.zeros((2, 1)), k=2)  # ValueError: all keys need to be the same shape
 @example(x=np.zeros((5, 5)), k=49_151)  # IndexError
+@example(x=np.array([np.nan]), k=1)  # gave no index at all
 def test_top_indices_accepts_or_names_its_input(x, k):
     idx = accepts_or_names({"logits", "k"}, maths.top_indices, x, k)
     if idx is not None:
