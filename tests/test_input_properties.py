@@ -243,3 +243,18 @@ def test_batches_and_blocks_accept_or_name_their_input(seqs, block):
     accepts_or_names({"sequences"}, batch_tensors, seqs, 0)
     accepts_or_names({"sequences"}, padding_share, seqs)
     accepts_or_names({"block_size"}, chain_hashes, [1, 2, 3], block)
+
+
+@settings(max_examples=40)
+@given(name=st.one_of(st.sampled_from(["o200k_base", "cl100k_base", "llama3"]), TEXTS), text=TEXTS,
+       ids=st.lists(st.integers(-3, 300_000), max_size=4))
+@example(name="o200k_base", text="a\udfffb", ids=[])  # TypeError: encode_ordinary(): incompatible arguments
+@example(name=" ", text="\x00", ids=[])  # RuntimeError: quicktok: unknown encoding
+@example(name="cl100k_base", text="", ids=[-487_945_873])  # a negative id
+def test_other_tokenizers_accept_or_name_their_input(name, text, ids):
+    from pipeline.stages.tokens import compare, encode_other, other_pieces
+
+    accepts_or_names({"name", "text"}, encode_other, name, text)
+    accepts_or_names({"name", "ids"}, other_pieces, name, ids)
+    out = accepts_or_names({"text"}, compare, text)
+    assert out is None or all(r.count >= 0 for r in out)
