@@ -237,10 +237,15 @@ def test_check_prices_names_the_prices(prices):
 
 
 @settings(max_examples=100)
-@given(seqs=st.lists(st.lists(st.integers(0, 100), max_size=4), max_size=3), block=COUNTS)
+@given(seqs=st.lists(st.lists(st.one_of(st.integers(0, 100), st.integers()), max_size=4), max_size=3), block=COUNTS)
 @example(seqs=[], block=0)  # batch_tensors/padding_share: ValueError (max of nothing); chain_hashes: range step 0
+@example(seqs=[[8254, 0], [10**30, 0]], block=1)  # batch_tensors: ValueError (overflow when unpacking long long)
+@example(seqs=[[-1]], block=2**63)  # decode_step_tensors: MemoryError for 2**63 cached positions
 def test_batches_and_blocks_accept_or_name_their_input(seqs, block):
+    from pipeline.stages.batch import decode_step_tensors
+
     accepts_or_names({"sequences"}, batch_tensors, seqs, 0)
+    accepts_or_names({"n_cached", "token_id"}, decode_step_tensors, block, seqs[0][0] if seqs and seqs[0] else 0)
     accepts_or_names({"sequences"}, padding_share, seqs)
     accepts_or_names({"block_size"}, chain_hashes, [1, 2, 3], block)
 
