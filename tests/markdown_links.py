@@ -45,3 +45,12 @@ def foreign_links(markdown: str) -> list[str]:
         if u.scheme == "mailto" or (u.hostname or "") not in OUR_HOSTS:
             out.append(url)
     return out
+
+
+def shown(markdown: str) -> str:
+    """The text a reader sees (tags dropped, escapes and entities resolved, word joiners removed):
+    'messages\\\\[-1\\\\]: *empty*' -> 'messages[-1]: empty'."""
+    import html
+
+    rendered = re.sub(r"<[^>]+>", "", _MD.render(markdown))
+    return html.unescape(rendered).replace("\u2060", "").strip()

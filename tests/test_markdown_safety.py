@@ -5,7 +5,7 @@ import html
 from hypothesis import example, given, settings, strategies as st
 from markdown_it import MarkdownIt
 
-from tests.markdown_links import foreign_links, links
+from tests.markdown_links import foreign_links, links, shown
 from ui.escape import code_span, markdown_text
 
 PHISH = "[Session expired: log in again](http://evil.example/login)"
@@ -46,3 +46,12 @@ def test_code_span_line_breaks_do_not_end_it():
 def test_no_text_becomes_a_link(text):
     assert not links(markdown_text(text))
     assert not links(code_span(text))
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.sampled_from(list("[]()<>!:/.@`*_\\#-+=|~$&;1 ahtpswwexmio🍅토")), max_size=60))
+@example("1. [x](http://e.com)")
+@example("# &amp; $x$ ~~y~~")
+def test_markdown_text_reads_exactly_as_typed(text):
+    """Nothing is lost or added for the reader: the shown text is the typed text."""
+    assert shown(markdown_text(text)) == text.strip()

@@ -55,16 +55,19 @@ def json_text(obj, indent: int = 2) -> str:
     return dump(obj, 0)
 
 
-_MD_PUNCT = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: CommonMark lets a backslash escape each
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>!~$&])")  # what starts a link, image, tag, entity, code, emphasis or LaTeX
+_MD_BLOCK_START = re.compile(r"^(\s*)(?:([#>+-])|(\d+)([.)]))")  # a heading, quote or list at the start
 _AUTOLINK = re.compile(r"(?i)(https?|www|ftp|mailto|xmpp)(?=[:.])")  # where GFM starts a link from bare text
 
 
 def markdown_text(text) -> str:
     """Any text shown literally inside Markdown (st.error, st.warning, st.caption, st.markdown): no link, image,
-    emphasis, LaTeX or heading. Punctuation is backslash-escaped, line breaks become ↵, and a word joiner
-    (U+2060, invisible) goes after 'http'/'www' and after '@': GFM finds bare addresses in the text left
-    after escapes, so escaping alone would still give a live link.
-    '[x](http://e.com)' -> '\\[x\\]\\(http\\u2060\\:\\/\\/e\\.com\\)'."""
+    emphasis, LaTeX or heading. Markdown's marks are backslash-escaped, line breaks become ↵ (so no block can
+    start inside), and a word joiner (U+2060, invisible) goes after 'http'/'www' and after '@': GFM finds bare
+    addresses in the text left after escapes, so escaping alone would still give a live link.
+    '[x](http://e.com)' -> '\\[x\\](http\u2060://e.com)'."""
     text = re.sub(r"\r\n|\r|\n", "↵", str(text))
     text = _AUTOLINK.sub("\\1\u2060", text).replace("@", "@\u2060")
-    return _MD_PUNCT.sub(r"\\\1", text)
+    text = _MD_INLINE.sub(r"\\\1", text)
+    return _MD_BLOCK_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else
+                                                      f"{m.group(3)}\\{m.group(4)}"), text, count=1)

@@ -7,7 +7,7 @@ import streamlit as st
 from views.common import current_trace, get_model, page_header
 from pipeline.stages import embeddings as es
 from pipeline.text import token_pieces
-from ui.escape import axis_labels, html_text, markdown_text, plotly_label
+from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
 
 ROWS = 64  # token rows drawn at once: a 641-token prompt would otherwise make a 9,000 px tall heatmap
