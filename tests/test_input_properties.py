@@ -263,3 +263,19 @@ def test_other_tokenizers_accept_or_name_their_input(name, text, ids):
     accepts_or_names({"name", "ids"}, other_pieces, name, ids)
     out = accepts_or_names({"text"}, compare, text)
     assert out is None or all(r.count >= 0 for r in out)
+
+
+@settings(max_examples=80)
+@given(x=ARRAYS, positions=st.lists(st.one_of(st.integers(-3, 3), st.integers()), max_size=4), base=NUMBERS)
+@example(x=np.float64(-1.7e308), positions=[351], base=10_000.0)  # IndexError: tuple index out of range
+@example(x=np.zeros((2, 4)), positions=[0, -3742, 5], base=10_000.0)  # ValueError: broadcast
+@example(x=np.zeros(4), positions=[2**63], base=10_000.0)
+def test_rope_accepts_or_names_its_input(x, positions, base):
+    from pipeline.stages.position import rotate, score_by_distance, shifted_scores, unrotate
+
+    fields = {"x", "positions", "head_dim", "base", "q", "k", "shifts"}
+    for fn in (rotate, unrotate):
+        out = accepts_or_names(fields, fn, x, positions, base)
+        assert out is None or out.shape == np.shape(x)
+    accepts_or_names(fields, shifted_scores, x, np.ones(4), 0, positions[0] if positions else 0, positions, base)
+    accepts_or_names(fields, score_by_distance, x, np.ones(4), positions, base)
