@@ -279,3 +279,22 @@ def test_rope_accepts_or_names_its_input(x, positions, base):
         assert out is None or out.shape == np.shape(x)
     accepts_or_names(fields, shifted_scores, x, np.ones(4), 0, positions[0] if positions else 0, positions, base)
     accepts_or_names(fields, score_by_distance, x, np.ones(4), positions, base)
+
+
+@settings(max_examples=80)
+@given(a=ARRAYS, b=ARRAYS, head=COUNTS, positions=st.lists(COUNTS, max_size=4))
+@example(a=np.zeros(1), b=np.float64(0.0), head=0, positions=[0])  # IndexError: tuple index out of range
+@example(a=np.zeros((0, 2, 3)), b=np.zeros((0, 3)), head=252, positions=[134])  # ZeroDivisionError
+@example(a=np.zeros((2, 2)), b=np.zeros((2, 2)), head=2**63, positions=[])  # OverflowError
+def test_attention_and_layer_helpers_accept_or_name_their_input(a, b, head, positions):
+    from pipeline.stages import attention as at
+    from pipeline.stages import layers as ly
+
+    accepts_or_names({"q_rot", "k_rot", "v", "head", "positions"}, at.attention_by_hand, a, b, b, head, positions)
+    accepts_or_names({"rows", "start"}, at.weight_before, a, head)
+    accepts_or_names({"rows"}, at.sharpest_head, a)
+    accepts_or_names({"tiles", "gap"}, at.tile_grid, a)
+    accepts_or_names({"rows", "start", "sinks"}, at.windowed, a, head, 1)
+    accepts_or_names({"hidden_states"}, ly.norms, a)
+    accepts_or_names({"hidden_states"}, ly.consecutive_cosine, a)
+    accepts_or_names({"attn_out", "mlp_out"}, ly.contributions, a, b)
