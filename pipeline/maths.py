@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import array, integer
+from .errors import InputError
+
 
 def softmax(x, axis: int = -1) -> np.ndarray:
     """Probabilities along `axis`, computed stably in float64; -inf entries get exactly 0.
@@ -10,7 +13,10 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     [3, 2.2, 1.6, 1.1, -1.5] -> [0.54, 0.24, 0.13, 0.08, 0.006]. A row that is all -inf stays all 0
     (callers that must draw from it check `.sum()`).
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = array("logits", x, min_len=0)
+    if not -x.ndim <= axis < x.ndim or x.shape[axis] == 0:
+        raise InputError("logits", f"has no values along axis {axis} (shape {x.shape}).")
+    _finite_or_masked(x)
     top = np.max(x, axis=axis, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)  # all -inf row: avoid inf - inf
     with np.errstate(over="ignore", invalid="ignore"):
@@ -24,11 +30,18 @@ def top_indices(x: np.ndarray, k: int) -> np.ndarray:
     """The indices of the k largest values, largest first, ties by lower index: exactly
     np.argsort(-x, kind="stable")[:k], without sorting all of x (V = 49,152: 6.6 ms -> 0.13 ms here).
     top_indices(np.array([1., 3., 3., 2.]), 2) -> [1, 2]."""
-    x = np.asarray(x)
-    k = max(0, min(int(k), x.size))
+    x = array("logits", x, ndim=1, dtype=None, min_len=0)
+    k = min(integer("k", k, lo=0), x.size)
+    _finite_or_masked(x)
     if k == 0:
         return np.zeros(0, dtype=np.intp)
     threshold = np.partition(x, x.size - k)[x.size - k]  # the k-th largest value
     picked = np.flatnonzero(x >= threshold)  # every value at least that large, ties included
     order = np.lexsort((picked, -x[picked]))  # by value descending, then by index
     return picked[order[:k]]
+
+
+def _finite_or_masked(x: np.ndarray) -> None:
+    """+inf has no finite share of probability (inf / inf) and NaN no order: both are refused."""
+    if x.dtype.kind == "f" and np.isnan(x).any() | np.isposinf(x).any():
+        raise InputError("logits", "holds NaN or +inf; a logit is a finite number, or -inf for a masked token.")

@@ -9,6 +9,8 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .checks import token_ids
+
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
 
@@ -86,15 +88,29 @@ def piece_text(piece: str) -> str:
 
 def token_text(tokenizer, token_id: int) -> str:
     """Readable text of one token id; special tokens keep their name ('<|im_end|>')."""
-    piece = tokenizer.convert_ids_to_tokens([int(token_id)])[0]
-    return piece if int(token_id) in _special_ids(tokenizer) else piece_text(piece)
+    token_id = token_ids("token_id", [token_id], vocab_size(tokenizer))[0]
+    piece = tokenizer.convert_ids_to_tokens([token_id])[0]
+    return piece if token_id in _special_ids(tokenizer) else piece_text(piece)
 
 
 def tokens_text(tokenizer, ids) -> list[str]:
     """token_text for many ids at once."""
     special = _special_ids(tokenizer)
-    pieces = tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+    ids = token_ids("token_ids", ids, vocab_size(tokenizer))
+    pieces = tokenizer.convert_ids_to_tokens(ids)
     return [p if int(i) in special else piece_text(p) for i, p in zip(ids, pieces)]
+
+
+def vocab_size(tokenizer) -> int:
+    """Ids the tokenizer can name (added tokens included): 49,152 for SmolLM2. Computed once per tokenizer."""
+    cached = getattr(tokenizer, "_tpe_vocab_size", None)
+    if cached is None:
+        cached = len(tokenizer)
+        try:
+            tokenizer._tpe_vocab_size = cached
+        except AttributeError:
+            pass
+    return cached
 
 
 def _special_ids(tokenizer) -> frozenset[int]:
@@ -307,7 +323,7 @@ def _group_run(raws: list[bytes], texts: list[str], offset: int) -> list[Piece]:
 
 def token_pieces(tokenizer, ids) -> list[Piece]:
     """group_pieces for token ids of `tokenizer` (special tokens keep their names)."""
-    ids = [int(i) for i in ids]
+    ids = token_ids("token_ids", ids, vocab_size(tokenizer))
     special = _special_ids(tokenizer)
     names = tokenizer.convert_ids_to_tokens(ids)
     flags = [i in special for i in ids]

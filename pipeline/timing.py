@@ -9,10 +9,14 @@ and no ratio is claimed.
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+from .checks import number
+from .errors import InputError
 
 
 @dataclass(frozen=True)
@@ -26,14 +30,18 @@ class Comparison:
 
     @property
     def ratio(self) -> float:
-        """a / b, medians."""
-        return self.a_median / self.b_median if self.b_median else float("inf")
+        """a / b, medians (1 when both are 0, inf when only b is)."""
+        if not self.b_median:
+            return 1.0 if not self.a_median else float("inf")
+        return self.a_median / self.b_median
 
     def verdict(self, a: str = "A", b: str = "B") -> str:
         if not self.separated:
             return (f"no clear difference: over {self.repeats} interleaved runs the spread "
                     f"({_ms(self.a_range)} vs {_ms(self.b_range)}) is larger than the gap")
-        faster, slower, r = (a, b, 1 / self.ratio) if self.ratio < 1 else (b, a, self.ratio)
+        faster, slower, r = (a, b, 1 / self.ratio if self.ratio else math.inf) if self.ratio < 1 else (b, a, self.ratio)
+        if math.isinf(r):  # one side took no measurable time
+            return f"{faster} is faster: {slower} took longer in every one of {self.repeats} interleaved runs"
         return f"{faster} is {r:.1f}× faster (medians of {self.repeats} interleaved runs, ranges do not overlap)"
 
 
@@ -42,6 +50,11 @@ def _ms(r: tuple[float, float]) -> str:
 
 
 def compare_runs(a: list[float], b: list[float]) -> Comparison:
+    for field, runs in (("a", a), ("b", b)):
+        if not isinstance(runs, (list, tuple)) or not runs:
+            raise InputError(field, "give at least one measured time.")
+        for t in runs:
+            number(field, t, lo=0)
     ra, rb = (min(a), max(a)), (min(b), max(b))
     return Comparison(statistics.median(a), statistics.median(b), ra, rb,
                       separated=ra[1] < rb[0] or rb[1] < ra[0], repeats=min(len(a), len(b)))

@@ -20,7 +20,10 @@ def run_app(**state) -> AppTest:
 
 
 def errors(at: AppTest) -> str:
-    return " ".join(e.value for e in at.error)
+    """What the error boxes say to the reader (their Markdown escapes resolved)."""
+    from tests.markdown_links import shown
+
+    return " ".join(shown(e.value) for e in at.error)
 
 
 def test_default_request_runs_with_sidebar_and_journey():

@@ -56,3 +56,23 @@ def test_bad_grammars_are_refused_with_the_field(kind, spec, field):
     with pytest.raises(InputError) as e:
         check_spec(kind, spec)
     assert e.value.field == field
+
+
+@pytest.mark.parametrize("kind, spec, words", [
+    ("json_schema", "[" * 9_999 + "]" * 9_999, "9,999 deep"),  # RecursionError in json.loads before
+    ("json_schema", '{"a":' * 2_500 + "1" + "}" * 2_500, "2,500 deep"),
+    ("regex", "(" * 3_000 + "a" + ")" * 3_000, "3,000 deep"),  # RecursionError in re.compile before
+    ("regex", "a{99999999999}", "{99999999999}"),  # OverflowError in re.compile before
+    ("regex", "a{2,99999999999}", "at most 1,000"),
+    ("json_schema", '{"type": "objct"}', "at type"),  # jsonschema's meta-schema check
+    ("json_schema", '{"type": "string", "pattern": "a{99999999999}"}', "repetition"),  # OverflowError before
+])
+def test_grammars_that_crashed_the_parsers_are_refused(kind, spec, words):
+    with pytest.raises(InputError) as e:
+        check_spec(kind, spec)
+    assert e.value.field == kind and words in e.value.message
+
+
+def test_nesting_is_counted_outside_strings_and_classes():
+    assert check_spec("json_schema", '{"type": "string", "enum": ["' + "[" * 100 + '"]}')
+    assert check_spec("regex", r"\(" * 100 + "[(]" * 100 + "a{1000}")

@@ -28,6 +28,7 @@ def axis_labels(pieces: list[str]) -> list[str]:
 
 def code_span(text: str) -> str:
     """Markdown inline code showing `text` literally (no LaTeX, emphasis or HTML): 'a`b' -> '`` a`b ``'."""
+    text = re.sub(r"\r\n|\r|\n", "↵", text)  # a line break could end the span and start a block
     fence = "`" * (max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"
 
@@ -37,20 +38,6 @@ def one_html_block(html_source: str) -> str:
     (from a tool name, say) would end the block and let Markdown read the rest, links included. Line
     breaks become spaces: '<div>a\\n\\n[x](http://e.example)</div>' -> '<div>a  [x](http://e.example)</div>'."""
     return html_source.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
-
-
-_MARKDOWN_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation mark: CommonMark lets each be escaped
-_AUTOLINK = re.compile(r"(?i)\b(?:https?|ftp)(?=:)|\bwww(?=\.)|(?=@)")  # where GFM starts a bare link
-
-
-def markdown_text(text: str) -> str:
-    """Plain text for st.markdown / st.error: no link, emphasis, code, LaTeX or HTML is drawn from it.
-
-    Punctuation is backslash-escaped; GFM links bare URLs and e-mail addresses after escapes are
-    read, so a word joiner (U+2060, invisible) goes before '://', 'www.' and '@'.
-    '[x](http://e.example)' -> '\\[x\\]\\(http\u2060\\:\\/\\/e\\.example\\)'
-    """
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", _AUTOLINK.sub(lambda m: m.group() + "\u2060", text))
 
 
 def json_text(obj, indent: int = 2) -> str:
@@ -73,3 +60,21 @@ def json_text(obj, indent: int = 2) -> str:
         return json.dumps(x, ensure_ascii=False)
 
     return dump(obj, 0)
+
+
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>!~$&])")  # what starts a link, image, tag, entity, code, emphasis or LaTeX
+_MD_BLOCK_START = re.compile(r"^(\s*)(?:([#>+-])|(\d+)([.)]))")  # a heading, quote or list at the start
+_AUTOLINK = re.compile(r"(?i)(https?|www|ftp|mailto|xmpp)(?=[:.])")  # where GFM starts a link from bare text
+
+
+def markdown_text(text) -> str:
+    """Any text shown literally inside Markdown (st.error, st.warning, st.caption, st.markdown): no link, image,
+    emphasis, LaTeX or heading. Markdown's marks are backslash-escaped, line breaks become ↵ (so no block can
+    start inside), and a word joiner (U+2060, invisible) goes after 'http'/'www' and after '@': GFM finds bare
+    addresses in the text left after escapes, so escaping alone would still give a live link.
+    '[x](http://e.com)' -> '\\[x\\](http\u2060://e.com)'."""
+    text = re.sub(r"\r\n|\r|\n", "↵", str(text))
+    text = _AUTOLINK.sub("\\1\u2060", text).replace("@", "@\u2060")
+    text = _MD_INLINE.sub(r"\\\1", text)
+    return _MD_BLOCK_START.sub(lambda m: m.group(1) + (f"\\{m.group(2)}" if m.group(2) else
+                                                      f"{m.group(3)}\\{m.group(4)}"), text, count=1)

@@ -7,7 +7,7 @@ from pipeline.errors import InputError
 from pipeline.stages.tokens import encode
 from pipeline.text import plural, token_text
 from pipeline.trace import log_probability, step_log_probabilities
-from ui.escape import plotly_label
+from ui.escape import code_span, markdown_text, plotly_label
 from views.common import branch_for, branch_label, current_request, current_trace, get_model, page_header, request_key
 
 page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
@@ -41,13 +41,13 @@ if typed:
     ids = encode(tok, typed)
     if ids:
         token_id = ids[0]
-        st.caption(f"'{typed}' starts with token {token_text(tok, token_id)!r} (id {token_id}).")
+        st.caption(f"{code_span(typed)} starts with token {code_span(token_text(tok, token_id))} (id {token_id}).")
 if st.button("Continue from here with this token", type="primary", key="br_go"):
     new = here + ((step, int(token_id)),)
     try:
         branch_for(original, new)
     except InputError as e:
-        st.error(f"Please fix the branch — {e}")
+        st.error(f"Please fix the branch — {markdown_text(e)}")
         st.stop()
     if new not in paths:
         paths.append(new)

@@ -21,7 +21,7 @@ from pipeline.run_queue import RunQueue, cost_of
 from pipeline.run_store import RunStore
 from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
 from pipeline.trace import Trace, run_trace
-from ui.escape import code_span
+from ui.escape import code_span, markdown_text
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
@@ -195,7 +195,7 @@ def current_trace(original: bool = False) -> Trace:
         st.info(f"Showing a branch of this run: {branch_label(path[1])}. The What-if page goes back.", icon="🌿")
         return branch_for(trace, path[1])
     except InputError as e:
-        st.error(f"Please fix the request — {e}")
+        st.error(f"Please fix the request — {markdown_text(e)}")
         st.stop()
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 from pipeline.errors import InputError
 from pipeline.run_queue import cost_of
 from pipeline.trace import run_constrained_trace
-from ui.escape import plotly_label
+from ui.escape import markdown_text, plotly_label
 from views.common import APP_MAX_PROMPT_TOKENS, current_request, get_model, page_header, queued, request_key
 
 page_header("Constrained output", "A service that must answer in a fixed format turns the format into a grammar. "
@@ -40,7 +40,7 @@ try:
                    lambda: run_constrained_trace(request, get_model(), kind, grammar, APP_MAX_PROMPT_TOKENS),
                    cost_of(100, request.options.max_new_tokens))
 except InputError as e:
-    st.error(f"Please fix the format — {e}")
+    st.error(f"Please fix the format — {markdown_text(e)}")
     st.stop()
 
 steps = trace.constraint["steps"]

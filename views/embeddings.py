@@ -7,7 +7,7 @@ import streamlit as st
 from views.common import current_trace, get_model, page_header
 from pipeline.stages import embeddings as es
 from pipeline.text import token_pieces
-from ui.escape import axis_labels, html_text, plotly_label
+from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
 
 ROWS = 64  # token rows drawn at once: a 641-token prompt would otherwise make a 9,000 px tall heatmap
@@ -81,7 +81,7 @@ def pca_map() -> None:
     st.plotly_chart(fig, width="stretch", key="em_pca")
     if split:
         st.caption("* split into several tokens; the point is the mean of their rows: "
-                   + "; ".join(f"{w.word} = {' + '.join(w.pieces)}" for w in split))
+                   + markdown_text("; ".join(f"{w.word} = {' + '.join(w.pieces)}" for w in split)))
 
 
 pca_map()
@@ -98,7 +98,7 @@ def neighbours() -> None:
     wv, top = es.neighbours(unit, lm.tokenizer, table, word, k=12)
     note = (f"“{word.strip()}” is {len(wv.ids)} tokens ({' + '.join(wv.pieces)}): using the mean of their rows."
             if wv.split else f"“{word.strip()}” is one token: {wv.pieces[0]} (id {wv.ids[0]}).")
-    st.markdown(html_text(note))
+    st.markdown(markdown_text(note))
     st.dataframe(pd.DataFrame(top).rename(columns={"text": "token"})[["token", "id", "cosine"]].round(3),
                  hide_index=True, width="stretch")
 
@@ -119,8 +119,8 @@ def analogy() -> None:
     inputs, top = es.analogy(unit, lm.tokenizer, table, a, b, cc, k=12)
     split = [w for w in inputs if w.split]
     if split:
-        st.caption("Split into several tokens (mean used): " + "; ".join(f"{w.word} = {' + '.join(w.pieces)}"
-                                                                        for w in split))
+        st.caption("Split into several tokens (mean used): " + markdown_text("; ".join(
+            f"{w.word} = {' + '.join(w.pieces)}" for w in split)))
     st.dataframe(pd.DataFrame(top).rename(columns={"text": "token"})[["token", "id", "cosine"]].round(3),
                  hide_index=True, width="stretch")
 

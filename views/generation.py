@@ -10,7 +10,7 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.text import plural, token_pieces
-from ui.escape import axis_labels, json_text
+from ui.escape import axis_labels, json_text, markdown_text
 from ui.plots import token_axis
 
 page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
@@ -48,7 +48,7 @@ if compare:
     try:
         compare_paths(current_request())
     except InputError as e:
-        st.warning(str(e))
+        st.warning(markdown_text(e))
 if live:
     stream_live(current_request(), t.tpot_s)
 elif replay:

@@ -8,7 +8,7 @@ from pipeline.prompt_cache.playback import compare_texts
 from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from pipeline.errors import InputError
-from ui.escape import plotly_label
+from ui.escape import markdown_text, plotly_label
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
                               "conversation every time. A prompt cache keeps the keys and values computed for "
@@ -38,7 +38,7 @@ def show_request(row: dict) -> None:
                    f"{timing.b_median * 1e3:,.0f} ms: {timing.verdict('with the cache', 'cold')}.")
     st.markdown(block_row_html(row), unsafe_allow_html=True)
     st.markdown(divergence_html(row), unsafe_allow_html=True)
-    st.caption(row["reason"])
+    st.caption(markdown_text(row["reason"]))
 
 
 def ttft_chart(rows: list[dict]) -> go.Figure:
@@ -114,4 +114,4 @@ try:
     for row in compared(text_a, text_b, block_size):
         show_request(row)
 except InputError as e:
-    st.error(f"Please fix the requests — {e}")
+    st.error(f"Please fix the requests — {markdown_text(e)}")

@@ -10,7 +10,7 @@ from pipeline.errors import InputError
 from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, pad_token_text, padding_share
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
-from ui.escape import json_text
+from ui.escape import json_text, markdown_text
 
 page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
                                "padded to the same length so several can be computed in one go.")
@@ -65,7 +65,7 @@ side = c3.radio("Padding side", ["left", "right"], key="batch_side",
 try:
     seqs = [trace.ids] + [prompt_ids(q) for q in (q2, q3) if q.strip()]
 except InputError as e:
-    st.error(f"Please fix the question: {e}")
+    st.error(f"Please fix the question: {markdown_text(e)}")
     st.stop()
 names = ["request 0 (yours)"] + [f"request {i}" for i in range(1, len(seqs))]
 tensors = describe(batch_tensors(seqs, lm.tokenizer.pad_token_id, left_pad=(side == "left")))

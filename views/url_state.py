@@ -17,6 +17,7 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.stages.request import MAX_MESSAGE_CHARS, check_text
+from ui.escape import markdown_text
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
             fallback = defaults.get(param.key)
             if fallback is not None:
                 st.session_state[param.key] = fallback
-            notes.append(f"The link's `{name}` was not usable ({e}); "
+            notes.append(f"The link's `{name}` was not usable ({markdown_text(e)}); "
                          + (f"using the default {fallback!r}." if fallback is not None else "ignored."))
     return notes
 

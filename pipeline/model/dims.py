@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import integer, number
+
 
 BYTES_PER_VALUE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int8": 1}
 
@@ -65,4 +67,6 @@ class ModelDims:
 
 def kv_bytes_formula(layers: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: float) -> int:
     """2 (K and V) * L * Hkv * Dh * tokens * bytes. Qwen3-8B, 16-bit: 2*36*8*128*2 = 147,456 B/token."""
-    return int(2 * layers * kv_heads * head_dim * tokens * bytes_per_value)
+    n = 2 * integer("layers", layers, 0, 10**5) * integer("kv_heads", kv_heads, 0, 10**5) \
+        * integer("head_dim", head_dim, 0, 10**5) * integer("tokens", tokens, 0, 10**12)
+    return int(n * number("bytes_per_value", bytes_per_value, 0, 64))

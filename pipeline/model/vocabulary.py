@@ -39,5 +39,8 @@ class Vocabulary:
                 ids.append(token_id)
         return cls(tokenizer, ids)
 
+    def __len__(self) -> int:  # as len() of a transformers tokenizer: every id it can name
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
     def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
         return [self._tokenizer.id_to_token(int(i)) for i in ids]

@@ -117,6 +117,8 @@ def chain_hashes(ids: list[int], block_size: int) -> list[bytes]:
 
     [1, 2, 3, 4, 5] with block size 2 -> [h(root, 1 2), h(h(root, 1 2), 3 4)]; token 5 has no key.
     """
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise InputError("block_size", f"must be a whole number of at least 1, got {block_size!r}.")
     keys, parent = [], ROOT_KEY
     for start in range(0, len(ids) - block_size + 1, block_size):
         block = ids[start:start + block_size]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import array, integer, token_ids
+from ..errors import InputError
 from ..maths import softmax
 from ..model.prefill_record import Prefill
 
@@ -37,7 +39,13 @@ def attention_by_hand(q_rot: np.ndarray, k_rot: np.ndarray, v: np.ndarray, head:
     Returns compare (n, n) raw q.k/sqrt(Dh), masked (n, n) with -inf above the diagonal,
     weights (n, n) softmax of each row over the chosen positions only, mixed (n, Dh) = weights @ v.
     """
-    pos = np.asarray(sorted(positions))
+    q_rot, k_rot, v = (array(n, x, ndim=3, dtype=None) for n, x in (("q_rot", q_rot), ("k_rot", k_rot), ("v", v)))
+    if k_rot.shape != v.shape or q_rot.shape[1:] != k_rot.shape[1:] or q_rot.shape[0] % k_rot.shape[0]:
+        raise InputError("k_rot", f"shapes do not fit: q_rot {q_rot.shape}, k_rot {k_rot.shape}, v {v.shape}.")
+    head = integer("head", head, 0, q_rot.shape[0] - 1)
+    pos = np.asarray(sorted(token_ids("positions", positions, q_rot.shape[1])), dtype=np.int64)
+    if not len(pos):
+        raise InputError("positions", "pick at least one position.")
     kv = head // (q_rot.shape[0] // k_rot.shape[0])  # GQA: query head -> its key/value head
     q = q_rot[head, pos].astype(np.float64)  # (n, Dh)
     k = k_rot[kv, pos].astype(np.float64)  # (n, Dh)
@@ -51,7 +59,7 @@ def attention_by_hand(q_rot: np.ndarray, k_rot: np.ndarray, v: np.ndarray, head:
 
 def weight_before(rows: np.ndarray, start: int) -> np.ndarray:
     """(W, T) rows -> (W,) share of each row's weight on keys before position `start`."""
-    return rows[:, :start].sum(axis=-1)
+    return array("rows", rows, ndim=2, dtype=None, min_len=0)[:, :integer("start", start, 0)].sum(axis=-1)
 
 
 def last_rows(prefill: Prefill) -> np.ndarray:
@@ -75,6 +83,7 @@ def sharpest_head(rows: np.ndarray, sinks: int = 1) -> tuple[int, int]:
     """(layer, head) whose last-row attention has the lowest entropy, among heads whose favourite
     key is not one of the first `sinks` tokens (a head parked on token 0, an attention sink, shows a
     single stripe). rows: (L, H, T) as from `last_rows`; falls back to the overall lowest."""
+    rows = array("rows", rows, ndim=3)
     ent = entropy_bits(rows)  # (L, H)
     parked = rows.argmax(axis=-1) < sinks  # (L, H)
     pick = np.where(parked, np.inf, ent) if not parked.all() else ent
@@ -97,7 +106,8 @@ def overview_tiles(prefill: Prefill, n: int = 24) -> np.ndarray:
 def tile_grid(tiles: np.ndarray, gap: int = 1) -> np.ndarray:
     """(L, H, n, n) -> (L*(n+gap) - gap, H*(n+gap) - gap) one image with NaN gutters between heads:
     row block l, column block h is head h of layer l. Drawing one heatmap is far quicker than L x H."""
-    L, H, n, _ = tiles.shape
+    L, H, n, _ = array("tiles", tiles, ndim=4).shape
+    gap = integer("gap", gap, 0, 64)
     out = np.full((L * (n + gap) - gap, H * (n + gap) - gap), np.nan, dtype=np.float32)
     for layer in range(L):
         for head in range(H):
@@ -114,7 +124,9 @@ def windowed(rows: np.ndarray, start: int, sinks: int) -> tuple[np.ndarray, int]
     With nothing between the sinks and the window (start <= sinks) the rows are cut at 0 instead:
     ((..., W, T), 0). Each output row still sums to the input row's total.
     """
+    rows = array("rows", rows, dtype=None, min_len=0)
     T = rows.shape[-1]
+    start, sinks = integer("start", start, 0, T), integer("sinks", sinks, 0)
     sinks = min(sinks, start)
     if start - sinks <= 0:
         return rows, 0

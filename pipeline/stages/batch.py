@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import integer, token_ids
+from ..errors import InputError
+
 
 def batch_tensors(sequences: list[list[int]], pad_id: int, left_pad: bool = True) -> dict[str, torch.Tensor]:
     """Pad token id lists to (B, T) tensors.
@@ -13,6 +16,10 @@ def batch_tensors(sequences: list[list[int]], pad_id: int, left_pad: bool = True
       position_ids   [[0, 1, 2], [0, 0, 1]]   (each request counts its own positions from 0)
     Left padding keeps every request's last real token in the last column, where the next token is read.
     """
+    if not sequences:
+        raise InputError("sequences", "give at least one sequence of token ids.")
+    pad_id = integer("pad_id", pad_id, 0, 2**31 - 1)
+    sequences = [token_ids("sequences", seq, 2**31) for seq in sequences]
     B, T = len(sequences), max(len(s) for s in sequences)
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)  # (B, T)
     attention_mask = torch.zeros((B, T), dtype=torch.long)  # (B, T) 1 = real token, 0 = padding
@@ -53,11 +60,14 @@ def decode_step_tensors(n_cached: int, token_id: int) -> dict:
     n_cached=5, token 42 -> input_ids [[42]], position_ids [[5]], attention_mask [[1]*6]: one new
     token, but the mask covers the cached positions too.
     """
+    n_cached, token_id = integer("n_cached", n_cached, 0, 2**20), integer("token_id", token_id, 0, 2**31 - 1)
     return {"input_ids": [[token_id]], "position_ids": [[n_cached]], "attention_mask": [[1] * (n_cached + 1)],
             "input_shape": [1, 1], "past_token_count": n_cached}
 
 
 def padding_share(sequences: list[list[int]]) -> tuple[int, int]:
     """(padding cells, all cells) of the (B, T) rectangle: [[1, 2, 3], [4]] -> (2, 6)."""
+    if not sequences:
+        raise InputError("sequences", "give at least one sequence of token ids.")
     total = len(sequences) * max(len(s) for s in sequences)
     return total - sum(len(s) for s in sequences), total

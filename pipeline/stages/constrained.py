@@ -56,18 +56,73 @@ def check_spec(kind: str, spec) -> str:
     if len(spec) > 20_000:
         raise InputError(kind, f"is {len(spec):,} characters; at most 20,000 are accepted.")
     if kind == "json_schema":
+        _check_nesting("json_schema", _json_depth(spec), "brackets and braces")
         try:
             schema = json.loads(spec)
         except json.JSONDecodeError as e:
             raise InputError("json_schema", f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).") from None
         if not isinstance(schema, dict):
             raise InputError("json_schema", "must be a JSON object, e.g. {\"type\": \"object\", ...}.")
+        _check_schema(schema)
         return spec
+    _check_nesting("regex", _regex_depth(spec), "groups")
+    for m in re.finditer(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}", spec):
+        if max(int(n) for n in m.groups() if n) > MAX_REPEAT:
+            raise InputError("regex", f"repeats {m.group(0)}; at most {MAX_REPEAT:,} repetitions are accepted.")
     try:
         re.compile(spec)
-    except re.error as e:
+    except (re.error, RecursionError, OverflowError) as e:
         raise InputError("regex", f"does not compile: {e}.") from None
     return spec
+
+
+MAX_DEPTH = 32  # nesting a format needs is a handful of levels; past a few hundred the parsers recurse too deep
+MAX_REPEAT = 1_000  # the grammar engine unrolls {n,m}: each repetition is more grammar to compile
+
+
+def _check_nesting(field: str, depth: int, what: str) -> None:
+    if depth > MAX_DEPTH:
+        raise InputError(field, f"nests {what} {depth:,} deep; at most {MAX_DEPTH} levels are accepted.")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of [ and { outside strings: '{"a": [1, "[["]}' -> 2."""
+    depth = deepest = 0
+    for token in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]', text):
+        t = token.group(0)
+        if t in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif t in "]}":
+            depth -= 1
+    return deepest
+
+
+def _regex_depth(text: str) -> int:
+    """The deepest nesting of groups, escapes and character classes skipped: r'(a(\\()[(])' -> 2."""
+    depth = deepest = 0
+    for token in re.finditer(r"\\.|\[(?:\\.|[^\]\\])*\]?|[()]", text, re.DOTALL):
+        t = token.group(0)
+        if t == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif t == ")":
+            depth -= 1
+    return deepest
+
+
+def _check_schema(schema: dict) -> None:
+    """A JSON Schema must be valid against its own meta-schema ({"type": "objct"} is refused here, by name)."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "the top level"
+        raise InputError("json_schema", f"is not a valid JSON Schema at {where}: {e.message}") from None
+    except (RecursionError, ValueError, OverflowError, re.error) as e:  # a $ref loop, a "pattern" re refuses
+        raise InputError("json_schema", f"is not a valid JSON Schema: {e}") from None
 
 
 @lru_cache(maxsize=4)

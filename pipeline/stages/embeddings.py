@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import array, integer
 from ..errors import InputError
 from ..text import piece_bytes, tokens_text
+from .request import check_text
 from .tokens import encode
 
 
@@ -29,16 +31,19 @@ class WordVector:
 
 def unit_rows(table: np.ndarray) -> np.ndarray:
     """(V, D) -> (V, D) every row scaled to length 1, so a dot product is a cosine."""
-    table = np.asarray(table, dtype=np.float32)
+    table = array("table", table, ndim=2, dtype=np.float32)
     norms = np.linalg.norm(table, axis=1, keepdims=True)
     return table / np.maximum(norms, 1e-12)
 
 
 def word_vector(tokenizer, table: np.ndarray, word: str, leading_space: bool = True) -> WordVector:
-    text = word.strip()
+    text = check_text("word", word, limit=200).strip()
     if not text:
         raise InputError("word", "give a word.")
+    table = array("table", table, ndim=2)
     ids = encode(tokenizer, (" " + text) if leading_space else text)
+    if not ids or max(ids) >= len(table):
+        raise InputError("table", f"has {len(table):,} rows; {text!r} needs row {max(ids, default=0):,}.")
     rows = np.asarray(table[ids], dtype=np.float32)  # (n, D)
     return WordVector(text, list(ids), tokens_text(tokenizer, ids), rows.mean(axis=0))
 
@@ -58,7 +63,7 @@ def neighbours(unit: np.ndarray, tokenizer, table: np.ndarray, word: str, k: int
     """The k rows closest to the word by cosine (the word's own token included, so it comes first
     when the word is one token)."""
     wv = word_vector(tokenizer, table, word)
-    return wv, _top(unit, tokenizer, wv.vector, k)
+    return wv, _top(_unit_like(unit, table), tokenizer, wv.vector, integer("k", k, 0))
 
 
 def analogy(unit: np.ndarray, tokenizer, table: np.ndarray, a: str, b: str, c: str, k: int = 10,
@@ -72,7 +77,15 @@ def analogy(unit: np.ndarray, tokenizer, table: np.ndarray, a: str, b: str, c: s
     exclude = set()
     if exclude_inputs:
         exclude = set(wa.ids) | set(wb.ids) | set(wc.ids) | same_word_ids(tokenizer, (a, b, c))
-    return [wa, wb, wc], _top(unit, tokenizer, target, k, exclude)
+    return [wa, wb, wc], _top(_unit_like(unit, table), tokenizer, target, integer("k", k, 0), exclude)
+
+
+def _unit_like(unit, table) -> np.ndarray:
+    """`unit` must be unit_rows(table): the same (V, D)."""
+    unit = array("unit", unit, ndim=2, dtype=np.float32)
+    if unit.shape != np.shape(table):
+        raise InputError("unit", f"must be unit_rows(table), shape {np.shape(table)}, got {unit.shape}.")
+    return unit
 
 
 def word_key(text: str) -> str:
@@ -83,7 +96,7 @@ def word_key(text: str) -> str:
 def same_word_ids(tokenizer, words) -> set[int]:
     """Every token whose text, stripped and lower-cased, equals one of `words`.
     ['Paris'] -> the ids of ' Paris', 'Paris', ' paris', 'paris', ... (those the vocabulary has)."""
-    keys = {word_key(w) for w in words if word_key(w)}
+    keys = {word_key(check_text("words", w, limit=200)) for w in words} - {""}
     by_key = _vocabulary_keys(tokenizer)
     return {i for key in keys for i in by_key.get(key, ())}
 
@@ -112,7 +125,9 @@ def label_positions(coords: np.ndarray, near: float = 0.08) -> list[str]:
     beside it, above/below when it is over or under it. [[0, 0], [0.01, 0], [5, 5]] ->
     ['middle left', 'middle right', 'top center'].
     """
-    xy = np.asarray(coords, dtype=np.float64)
+    xy = array("coords", coords, ndim=2, min_len=0)
+    if xy.shape[1] != 2:
+        raise InputError("coords", f"must be (N, 2), got {xy.shape}.")
     if len(xy) < 2:
         return ["top center"] * len(xy)
     span = np.maximum(xy.max(axis=0) - xy.min(axis=0), 1e-12)
@@ -135,7 +150,9 @@ def label_positions(coords: np.ndarray, near: float = 0.08) -> list[str]:
 
 def pca_2d(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(N, D) -> ((N, 2) coordinates, (2,) share of the variance each axis explains)."""
-    x = np.asarray(vectors, dtype=np.float64)
+    x = array("vectors", vectors, ndim=2)
+    if not np.isfinite(x).all():
+        raise InputError("vectors", "must be finite numbers.")
     x = x - x.mean(axis=0, keepdims=True)
     _, s, vt = np.linalg.svd(x, full_matrices=False)
     coords = x @ vt[:2].T  # (N, 2)
@@ -149,5 +166,5 @@ def pca_2d(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def parse_words(text: str) -> list[str]:
     """'tomato, apple\\nking' -> ['tomato', 'apple', 'king'] (duplicates dropped, order kept)."""
-    words = [w.strip() for chunk in text.splitlines() for w in chunk.split(",")]
+    words = [w.strip() for chunk in check_text("words", text).splitlines() for w in chunk.split(",")]
     return list(dict.fromkeys(w for w in words if w))

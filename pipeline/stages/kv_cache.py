@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checks import integer, number
+from ..errors import InputError
 from ..model.dims import kv_bytes_formula
 from ..timing import compare_runs
 
@@ -105,6 +107,13 @@ class ModelShape:
     sliding_layers: int = 0  # layers that keep only the last `sliding_window` positions
     sliding_window: int = 0
 
+    def __post_init__(self):
+        number("params_b", self.params_b, 0, 1e5)
+        for name in ("layers", "heads", "kv_heads", "head_dim", "context"):
+            integer(name, getattr(self, name), 1, 10**5 if name != "context" else 10**9)
+        integer("sliding_layers", self.sliding_layers, 0, self.layers)
+        integer("sliding_window", self.sliding_window, 0, 10**9)
+
 
 @dataclass(frozen=True)
 class Fit:
@@ -153,6 +162,10 @@ def fit(m: ModelShape, gpu_gib: float, tokens: int, kv_bytes_per_value: int, wei
       GPU 80 * 2^30 = 85,899,345,920 B; weights 8.2e9 * 2 = 16.4e9 B; free 69,499,345,920 B;
       one conversation 147,456 * 4,096 = 603,979,776 B (576 MiB) -> 115.07 -> 115.
     """
+    number("gpu_gib", gpu_gib, 0, 1e6)
+    integer("tokens", tokens, 0, 10**9)
+    number("weight_bytes_per_param", weight_bytes_per_param, 0, 64)
+    number("reserve", reserve, 0, 1)
     gpu = round(gpu_gib * GIB)
     weights = round(m.params_b * 1e9 * weight_bytes_per_param)
     free = round(gpu * (1 - reserve)) - weights
@@ -163,6 +176,7 @@ def fit(m: ModelShape, gpu_gib: float, tokens: int, kv_bytes_per_value: int, wei
 
 def human_bytes(n: float, binary: bool = False) -> str:
     """147456 -> '147.5 KB' (decimal units); binary=True: 147456 -> '144.0 KiB', 80 * 2**30 -> '80.0 GiB'."""
+    n = number("bytes", n)
     step, units = (1024, ("B", "KiB", "MiB", "GiB", "TiB")) if binary else (1000, ("B", "KB", "MB", "GB", "TB"))
     for unit in units:
         if abs(n) < step or unit == units[-1]:

@@ -9,14 +9,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..checks import array
+
 
 def norms(hidden_states: np.ndarray) -> np.ndarray:
     """(L+1, T, D) -> (L+1, T) length of each token's vector after each layer."""
-    return np.linalg.norm(_f32(hidden_states), axis=-1)
+    return np.linalg.norm(_f32(array("hidden_states", hidden_states, ndim=3, dtype=None)), axis=-1)
 
 
 def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
     """(L+1, T, D) -> (L, T) cosine between a token's vector before and after block i."""
+    hidden_states = array("hidden_states", hidden_states, ndim=3, dtype=None)
     a, b = _f32(hidden_states[:-1]), _f32(hidden_states[1:])  # (L, T, D) each
     num = (a * b).sum(-1)
     den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
@@ -25,6 +28,7 @@ def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
 
 def contributions(attn_out: np.ndarray, mlp_out: np.ndarray) -> dict[str, np.ndarray]:
     """Length of what attention and the MLP each add, (L, T) each."""
+    attn_out, mlp_out = (array(name, x, ndim=3, dtype=None) for name, x in (("attn_out", attn_out), ("mlp_out", mlp_out)))
     return {"attention": np.linalg.norm(_f32(attn_out), axis=-1), "mlp": np.linalg.norm(_f32(mlp_out), axis=-1)}
 
 

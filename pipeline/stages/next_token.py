@@ -9,12 +9,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import array, integer, number, token_ids
 from ..errors import InputError
 from ..maths import softmax as _softmax, top_indices
 from ..text import tokens_text
 from .request import GenerationOptions
 
 STAGE_NAMES = ("softmax", "temperature", "top_k", "top_p", "min_p")
+MAX_DRAWS = 10_000_000  # the page offers 10,000; 10 million draws are 80 MB of float64
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class Stage:
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     """(V,) -> (V,); -inf entries get probability 0. Refuses a row with nothing left to draw."""
-    p = _softmax(logits)
+    p = _softmax(array("logits", logits, ndim=1))
     if not p.any():
         raise InputError("logits", "every candidate is masked out (-inf); nothing can be drawn.")
     return p
@@ -42,8 +44,8 @@ def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
 
     temperature 0 is greedy: all mass on the best token (the first one on a tie).
     """
-    x = np.asarray(logits, dtype=np.float64)
-    if temperature == 0:
+    x = array("logits", logits, ndim=1)
+    if number("temperature", temperature, lo=0) == 0:
         p = np.zeros_like(x)
         p[int(np.argmax(x))] = 1.0
         return p
@@ -58,6 +60,8 @@ def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]
 
     `options` was validated when it was built; nothing is checked again per step.
     """
+    if not isinstance(options, GenerationOptions):
+        raise InputError("options", f"must be GenerationOptions, got {type(options).__name__}.")
     raw = softmax(logits)
     stages = [Stage("softmax", raw, int((raw > 0).sum()))]
     p = raw if options.temperature == 1 else tempered(logits, options.temperature)
@@ -88,21 +92,27 @@ def final_probs(logits: np.ndarray, options: GenerationOptions) -> np.ndarray:
 
 def draw(probs: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     """n independent draws, vectorized: inverse CDF with one searchsorted, no Python loop."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise InputError("draws", f"must be 0 or more, got {n!r}.")
+    n = integer("draws", n, 0, MAX_DRAWS)
+    probs = array("probs", probs, ndim=1)
     cdf = np.cumsum(probs)
+    if not (np.isfinite(cdf[-1]) and cdf[-1] > 0 and probs.min() >= 0):
+        raise InputError("probs", "must be probabilities: finite, at least 0, not all 0.")
     picks = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
     return np.minimum(picks, len(probs) - 1)
 
 
 def empirical(draws: np.ndarray, size: int) -> np.ndarray:
     """Share of draws that landed on each id: (V,)."""
-    return np.bincount(draws, minlength=size) / max(len(draws), 1)
+    draws = array("draws", draws, ndim=1, dtype=None, min_len=0)
+    size = integer("size", size, 0, MAX_DRAWS)
+    if draws.size and (draws.dtype.kind not in "iu" or draws.min() < 0):
+        raise InputError("draws", "must be token ids (whole numbers of at least 0).")
+    return np.bincount(draws.astype(np.int64), minlength=size) / max(len(draws), 1)
 
 
 def mask_logits(logits: np.ndarray, allowed_ids) -> np.ndarray:
     """Constrained output: every id not allowed gets -inf, so its probability is exactly 0."""
-    logits = np.asarray(logits, dtype=np.float64)
+    logits = array("logits", logits, ndim=1)
     try:
         ids = list(allowed_ids)
     except TypeError:
@@ -123,7 +133,7 @@ def mask_logits(logits: np.ndarray, allowed_ids) -> np.ndarray:
 
 def candidates(tokenizer, logits: np.ndarray, k: int = 15) -> list[dict]:
     """The k best tokens: rank, token text, id, logit and probability over the whole vocabulary."""
-    logits = np.asarray(logits, dtype=np.float64)
+    logits = array("logits", logits, ndim=1)
     p = softmax(logits)
     top = top_indices(logits, k)
     return [{"rank": r, "token": text, "id": int(i), "logit": round(float(logits[i]), 3), "probability": float(p[i])}
@@ -142,9 +152,11 @@ def answer_confidence(step_logits: np.ndarray, chosen_ids) -> dict[str, np.ndarr
     Worked example: logits log([0.5, 0.25, 0.25]), chosen 1 -> prob 0.25, entropy 1.5 bits,
     choices 2^1.5 = 2.83, rank 2.
     """
-    x = np.asarray(step_logits, dtype=np.float64)  # (S, V)
+    x = array("step_logits", step_logits, ndim=2, min_len=0)  # (S, V)
     p = _softmax(x, axis=-1)  # (S, V)
-    ids = np.asarray(chosen_ids, dtype=np.int64)  # (S,)
+    ids = np.asarray(token_ids("chosen_ids", chosen_ids, x.shape[1]), dtype=np.int64)  # (S,)
+    if len(ids) != len(x):
+        raise InputError("chosen_ids", f"must hold one id per step: {len(x)} steps, {len(ids)} ids.")
     rows = np.arange(len(ids))
     with np.errstate(divide="ignore", invalid="ignore"):
         plogp = np.where(p > 0, p * np.log2(p), 0.0)

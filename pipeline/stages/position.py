@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import array, integer, number
+from ..errors import InputError
+
+
+MAX_POSITION = 2**24  # far past any context window; beyond it float64 angles lose whole radians
+
 
 def inv_freq(head_dim: int, base: float) -> np.ndarray:
     """(Dh/2,) radians per position for each frequency pair.  Dh=4, base=100 -> [1.0, 0.1]."""
+    head_dim, base = integer("head_dim", head_dim, 2, 2**16), number("base", base, 1.0, 1e12)
+    if head_dim % 2:
+        raise InputError("head_dim", f"must be even (pairs of dimensions rotate together), got {head_dim}.")
     return base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 
 def angles(positions, head_dim: int, base: float) -> np.ndarray:
     """(P, Dh/2) rotation angle in radians for every position and frequency pair."""
-    pos = np.asarray(positions, dtype=np.float64)  # (P,)
+    pos = array("positions", positions, ndim=1, min_len=0)  # (P,)
+    if not np.isfinite(pos).all() or np.abs(pos).max(initial=0) > MAX_POSITION:
+        raise InputError("positions", f"must be whole positions within ±{MAX_POSITION:,}.")
     return pos[:, None] * inv_freq(head_dim, base)[None, :]  # (P, Dh/2)
 
 
 def rotate(x: np.ndarray, positions, base: float) -> np.ndarray:
     """Apply RoPE to x (..., P, Dh) at the given positions (P,), exactly as the model does:
     x * cos + rotate_half(x) * sin, with cos/sin repeated over both halves."""
-    x = np.asarray(x, dtype=np.float64)
+    x = array("x", x, min_len=0)
     a = angles(positions, x.shape[-1], base)  # (P, Dh/2)
+    if x.ndim < 2 or x.shape[-2] != len(a):
+        raise InputError("positions", f"must give one position per row of x {x.shape}, got {len(a)}.")
     cos = np.concatenate([np.cos(a), np.cos(a)], axis=-1)  # (P, Dh)
     sin = np.concatenate([np.sin(a), np.sin(a)], axis=-1)  # (P, Dh)
     half = x.shape[-1] // 2
@@ -35,7 +48,7 @@ def rotate(x: np.ndarray, positions, base: float) -> np.ndarray:
 
 def unrotate(x_rot: np.ndarray, positions, base: float) -> np.ndarray:
     """Undo RoPE: the vector before rotation (turning back by the same angle)."""
-    return rotate(x_rot, -np.asarray(positions, dtype=np.float64), base)
+    return rotate(x_rot, -array("positions", positions, ndim=1, min_len=0), base)
 
 
 def shifted_scores(q: np.ndarray, k: np.ndarray, i: int, j: int, shifts, base: float) -> np.ndarray:
@@ -44,8 +57,9 @@ def shifted_scores(q: np.ndarray, k: np.ndarray, i: int, j: int, shifts, base: f
     q, k: (Dh,) pre-RoPE vectors. Returns (S,) — all equal (up to float rounding), since only
     the distance i - j matters.
     """
+    q, k = _pair(q, k)
     out = []
-    for s in shifts:
+    for s in array("shifts", shifts, ndim=1, min_len=0):
         qr = rotate(q[None], [i + s], base)[0]  # (Dh,)
         kr = rotate(k[None], [j + s], base)[0]  # (Dh,)
         out.append(float(qr @ kr) / np.sqrt(len(q)))
@@ -54,6 +68,7 @@ def shifted_scores(q: np.ndarray, k: np.ndarray, i: int, j: int, shifts, base: f
 
 def score_by_distance(q: np.ndarray, k: np.ndarray, distances, base: float) -> np.ndarray:
     """(N,) score of the same q, k when the key sits `d` positions before the query."""
+    q, k = _pair(q, k)
     kr = rotate(k[None], [0], base)[0]  # (Dh,) key at position 0
     qr = rotate(np.repeat(q[None], len(distances), axis=0), distances, base)  # (N, Dh) query at d
     return qr @ kr / np.sqrt(len(q))
@@ -65,4 +80,12 @@ def pre_rope(prefill, layer: int, q_head: int, kv_head: int, base: float) -> tup
     T = prefill.q_rot.shape[2]
     q = unrotate(prefill.q_rot[layer, q_head], np.arange(T), base)  # (T, Dh)
     k = unrotate(prefill.k_rot[layer, kv_head], np.arange(T), base)  # (T, Dh)
+    return q, k
+
+
+def _pair(q, k) -> tuple[np.ndarray, np.ndarray]:
+    """q and k: (Dh,) each, the same Dh."""
+    q, k = array("q", q, ndim=1), array("k", k, ndim=1)
+    if q.shape != k.shape:
+        raise InputError("k", f"must have q's width {q.shape[0]}, got {k.shape[0]}.")
     return q, k

@@ -119,7 +119,7 @@ def _messages_tuple(messages) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def check_text(name: str, text, limit: int = MAX_MESSAGE_CHARS) -> str:
+def check_text(name: str, text, limit: int | None = MAX_MESSAGE_CHARS) -> str:
     """Text a user typed: a str, valid Unicode (no lone surrogates), at most `limit` characters."""
     if isinstance(text, bytes):
         try:
@@ -128,7 +128,7 @@ def check_text(name: str, text, limit: int = MAX_MESSAGE_CHARS) -> str:
             raise InputError(name, f"is not valid UTF-8 (byte {e.start}).") from None
     if not isinstance(text, str):
         raise InputError(name, f"must be text, got {type(text).__name__}.")
-    if len(text) > limit:
+    if limit is not None and len(text) > limit:
         raise InputError(name, f"is {len(text):,} characters; at most {limit:,} are accepted.")
     try:
         text.encode("utf-8")

@@ -13,8 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..checks import token_ids
+from ..errors import InputError
 from ..text import Piece, graphemes, group_pieces, render_bytes, tokens_text
-from .request import ChatRequest
+from .request import ChatRequest, check_text
 from .template import TEMPLATE_ROLE, Segment, render_prompt, segments
 
 _ENCODE_LOCK = threading.Lock()
@@ -32,6 +34,7 @@ def encode(tokenizer, text: str, split_special: bool = True, offsets: bool = Fal
 
     offsets=True returns (ids, [(start, end) per token]).
     """
+    check_text("text", text, limit=None)  # a lone surrogate would fail inside the tokenizer
     with _ENCODE_LOCK:
         enc = tokenizer(text, add_special_tokens=False, split_special_tokens=split_special,
                         return_offsets_mapping=offsets)
@@ -130,6 +133,8 @@ class TokenizerResult:
 
 @lru_cache(maxsize=None)
 def _encoding(name: str):
+    if name not in OTHER_TOKENIZERS:
+        raise InputError("name", f"must be one of {', '.join(OTHER_TOKENIZERS)}, got {name!r}.")
     if name == "cl100k_base":
         import tiktoken
 
@@ -141,7 +146,7 @@ def _encoding(name: str):
 
 def encode_other(name: str, text: str) -> TokenizerResult:
     enc = _encoding(name)
-    ids = list(enc.encode_ordinary(text))  # special-token look-alikes stay plain text
+    ids = list(enc.encode_ordinary(check_text("text", text, limit=None)))  # special-token look-alikes stay plain text
     pieces = [render_bytes(enc.decode_single_token_bytes(i)) for i in ids]
     return TokenizerResult(name, OTHER_TOKENIZERS[name], ids, pieces)
 
@@ -169,7 +174,10 @@ def cost_table(text: str, results: list[TokenizerResult]) -> list[dict]:
 def other_pieces(name: str, ids: list[int]) -> list[Piece]:
     """group_pieces for another tokenizer's ids (its own bytes per token)."""
     enc = _encoding(name)
-    return group_pieces([enc.decode_single_token_bytes(i) for i in ids])
+    try:
+        return group_pieces([enc.decode_single_token_bytes(i) for i in token_ids("ids", ids, enc.n_vocab)])
+    except (KeyError, ValueError):  # an id inside the range that names no token (gaps before special ids)
+        raise InputError("ids", f"holds an id {name} has no token for.") from None
 
 
 def character_counts(pieces: list[Piece]) -> dict[str, int]:

@@ -16,6 +16,8 @@ PRICE_FIELDS = ("input_per_mtok", "cached_read_multiplier", "cache_write_5m_mult
 
 def check_prices(prices: dict[str, dict]) -> dict[str, dict]:
     """Every provider with every price field a finite number >= 0 (InputError names the cell)."""
+    if not isinstance(prices, dict):
+        raise InputError("prices", f"must be a table of prices by provider, got {type(prices).__name__}.")
     out = {}
     for p in PROVIDERS:
         row = prices.get(p)
