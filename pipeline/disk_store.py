@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Hashable
 
-FORMAT = 2  # bump when the stored classes change shape; older files are then simply not found
+FORMAT = 3  # bump when the stored classes change shape; older files are then simply not found
 SUFFIX = ".run.pkl"
 
 
