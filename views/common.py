@@ -206,11 +206,18 @@ def request_key_of(trace: Trace) -> tuple:
     return run_key(trace.dims.name, trace.request.messages, trace.request.options)
 
 
-def branch_label(path: tuple[tuple[int, int], ...]) -> str:
-    from pipeline.text import token_text
+def branch_label(path: tuple[tuple[int, int], ...], original: Trace | None = None) -> str:
+    """'step 4: '<0xA0> → 토'' — each forced token named after what the model had read before it
+    (with `original`, the run the path starts from; else after nothing)."""
+    from pipeline.text import continuation_label
 
     tok = get_model().tokenizer
-    return " → ".join(f"step {s}: {token_text(tok, t)!r}" for s, t in path) or "the original run"
+    names = []
+    for n, (s, t) in enumerate(path):
+        parent = None if original is None else branch_for(original, path[:n]) if n else original
+        context = [] if parent is None else list(parent.ids) + parent.generated_token_ids[:s]
+        names.append(f"step {s}: {continuation_label(tok, context, t)!r}")
+    return " → ".join(names) or "the original run"
 
 
 def played(key: str, block_size: int = 16) -> list[dict]:
