@@ -339,3 +339,30 @@ def test_journey_tells_one_story_about_a_long_prefill():
     section4 = next(m.value for m in at.markdown if "Each token id picks one row" in m.value)
     assert "one pass" not in section4 and "2 passes of up to 512 tokens" in section4, section4
     assert any("a prefill in 2 chunks of up to 512 tokens" in c.value for c in at.caption)
+
+
+@pytest.mark.app
+def test_request_and_tokens_pages_say_which_text_their_character_counts_count(tokenizer):
+    """R&T once said 'Characters in the prompt 165', Tokens '114 characters but 66 tokens' for the same Korean
+    request. Both count the whole prompt; they differ only by the markers, letter by letter vs one each."""
+    import re
+
+    from conftest import page_app
+
+    rt = page_app("request_template", req_question=KOREAN)
+    rt.run()
+    assert not rt.exception, rt.exception
+    letters = next(m for m in rt.metric if m.label == "Characters in the whole prompt text")
+    assert "`<|im_start|>` alone is 12" in letters.proto.help
+    tk = page_app("tokens", req_question=KOREAN)
+    tk.run()
+    assert not tk.exception, tk.exception
+    info = next(i.value for i in tk.info if i.value.startswith("Your whole prompt has"))
+    assert "template included; each marker such as `<|im_start|>` counts as one" in info
+    read = int(re.search(r"has ([\d,]+) characters", info).group(1).replace(",", ""))
+    from pipeline.stages.request import ChatRequest
+    from pipeline.stages.tokens import tokenize_request
+
+    tokens = tokenize_request(tokenizer, ChatRequest.from_question(KOREAN)).tokens
+    markers = [t.text for t in tokens if t.special]
+    assert markers and int(str(letters.value).replace(",", "")) - read == sum(len(m) - 1 for m in markers)
