@@ -240,7 +240,7 @@ def warm_up() -> dict:
     key = request_key(default)
     jobs = {"the default request": run_queue().submit(
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
-    for name in ("conversation",):  # the others are prepared when someone first picks them
+    for name in scenarios():  # every scenario the page's buttons open, at the page's default block size
         scenario_key = ("scenario", name, 16)  # a new name: the lambda above reads `key` when it runs
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
             scenario_key, lambda k=scenario_key, name=name: result_store().get_or_run(

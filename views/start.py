@@ -44,4 +44,6 @@ if pending:
     st.info(f"Preparing in the background so that nobody waits for them later: {', '.join(pending)}. "
             f"Requests typed by people always go first ({len(run_queue())} in the model's queue now).", icon="⏳")
 elif not failed:
-    st.success("Ready: the default request and every prompt-caching scenario are prepared.", icon="✅")
+    scenarios = sum(name.startswith("prompt caching: ") for name in jobs)
+    st.success(f"Ready: the default request and all {scenarios} prompt-caching scenarios (the conversation, "
+               "every trap and every fix) are prepared; their pages open without running the model.", icon="✅")
