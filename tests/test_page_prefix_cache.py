@@ -75,3 +75,17 @@ def test_compare_two_edited_requests():
     rows = [m.value for m in at.markdown if m.value.startswith("**Request B**")]
     assert rows and " 0 blocks hit" in rows[-1]  # a name in the first line: nothing reused
     assert any("Token" in c.value and "differs" in c.value for c in at.caption)
+
+
+def test_timing_a_scenario_again_replaces_the_shared_measurement():
+    """One stored measurement was shown to every session; a visitor can time it again, for everyone."""
+    at = run_page()
+    before = [c.value for c in at.caption if "measured at" in c.value]
+    from views.common import result_store
+
+    stored = result_store().peek(("scenario", "conversation", 16))
+    at.button(key="pc_time_again").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    again = result_store().peek(("scenario", "conversation", 16))
+    assert again is not stored and again[1]["measured_at"] > stored[1]["measured_at"]
+    assert len([c.value for c in at.caption if "measured at" in c.value]) == len(before) == 3 + 1

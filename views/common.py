@@ -225,6 +225,19 @@ def played(key: str, block_size: int = 16) -> list[dict]:
     return queued(("scenario", key, block_size), lambda: _play(get_model(), key, block_size), 4000)
 
 
+def played_again(key: str, block_size: int = 16) -> list[dict]:
+    """Play a scenario again now and keep it in place of the stored one, for everyone on this server.
+    At most once a minute per scenario: visitors asking in the same minute share one replay."""
+    minute = int(time.time() // 60)
+
+    def work() -> list[dict]:
+        rows = _play(get_model(), key, block_size)
+        result_store().put(("scenario", key, block_size), rows)
+        return rows
+
+    return wait_for(run_queue().submit(("scenario again", key, block_size, minute), work, cost=4000))
+
+
 def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
     return played("conversation", block_size)
 
