@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "prefix_cache.py"), default_timeout=120)
+    at = AppTest.from_file(str(ROOT / "views" / "prefix_cache.py"), default_timeout=600)  # a busy shared machine
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
