@@ -375,3 +375,32 @@ def _unfinished_tail(raw: bytes) -> bytes:
             continue  # a continuation byte: look further back for its lead
         return raw[-back:] if back < n else b""
     return b""
+
+
+def unfinished_end(tokenizer, ids) -> bytes:
+    """The bytes of a character the tokens end inside of (b'' when they end on a whole character):
+    an answer cut by the token limit after the first 2 bytes of '토' -> b'\\xed\\x86'. Control tokens are skipped."""
+    ids = list(ids)[-4:]  # a UTF-8 character has at most 4 bytes, so at most 4 tokens matter
+    return _unfinished_tail(b"".join(p.raw for p in token_pieces(tokenizer, ids) if not p.special))
+
+
+def spelled(pieces: list[Piece], upto: int | None = None) -> str:
+    """The readable text of pieces[:upto]: whole characters as themselves, a character only partly there as
+    its name and the parts present. Pieces of '토마' cut after 2 of 토's 3 tokens -> '토 (1–2/3)';
+    all 4 -> '토마'."""
+    shown = pieces[:len(pieces) if upto is None else upto]
+    out, i = [], 0
+    while i < len(shown):
+        p = shown[i]
+        j = i
+        while j + 1 < len(shown) and shown[j + 1].group == p.group and not p.special:
+            j += 1
+        if p.special or not p.partial:
+            out.append(p.text if p.special else p.group_text)
+        elif shown[j].part == p.parts and p.part == 1:
+            out.append(p.group_text)  # every part present: the character itself
+        else:
+            parts = f"{p.part}" if i == j else f"{p.part}–{shown[j].part}"
+            out.append(f"{p.group_text} ({parts}/{p.parts})")
+        i = j + 1
+    return "".join(out)

@@ -6,13 +6,15 @@ and no ratio is claimed.
 
     compare_runs([0.10, 0.12, 0.11], [0.50, 0.55, 0.52]) -> ratio 0.21, verdict "A is 4.7× faster"
     compare_runs([0.10, 0.30], [0.20, 0.25])            -> verdict "no clear difference ..."
+
+Only compare where the work differs: two runs doing the same work have no speed verdict to give.
 """
 from __future__ import annotations
 
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from .checks import number
@@ -27,6 +29,12 @@ class Comparison:
     b_range: tuple[float, float]
     separated: bool  # the two ranges do not overlap
     repeats: int
+    noise: bool = False  # A does less work than B, yet measured clearly slower even when measured again
+
+    @property
+    def contradicts_work(self) -> bool:
+        """A (the side doing less work) came out clearly slower: the load, not the work, decided."""
+        return self.separated and self.a_median > self.b_median
 
     @property
     def ratio(self) -> float:
@@ -36,6 +44,9 @@ class Comparison:
         return self.a_median / self.b_median
 
     def verdict(self, a: str = "A", b: str = "B") -> str:
+        if self.noise:
+            return (f"noise: {a} does less work, yet measured slower ({_ms(self.a_range)} vs {_ms(self.b_range)}) "
+                    f"twice over; the machine was busy, so these times say nothing about the two")
         if not self.separated:
             return (f"no clear difference: over {self.repeats} interleaved runs the spread "
                     f"({_ms(self.a_range)} vs {_ms(self.b_range)}) is larger than the gap")
@@ -69,3 +80,14 @@ def interleave(run_a: Callable[[], float], run_b: Callable[[], float], repeats: 
             took = run()
             out.append(took if took is not None else time.perf_counter() - t0)
     return compare_runs(a, b)
+
+
+def interleave_less_work(run_a: Callable[[], float], run_b: Callable[[], float], repeats: int = 3) -> Comparison:
+    """interleave() where A does strictly less work than B (a cache hit vs cold). A result with A clearly
+    slower contradicts the work done: it is measured once more with twice the repeats, and if it still
+    contradicts, it is marked noise (no ratio, no winner)."""
+    first = interleave(run_a, run_b, repeats)
+    if not first.contradicts_work:
+        return first
+    again = interleave(run_a, run_b, 2 * repeats)
+    return replace(again, noise=True) if again.contradicts_work else again

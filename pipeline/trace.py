@@ -317,6 +317,13 @@ def log_probability(trace: Trace) -> float:
     return float(sum(step_log_probabilities(trace)))
 
 
+def mean_log_probability(trace: Trace, start: int = 0) -> float:
+    """Mean log P(chosen token) per step from `start` to the end: paths of different lengths compare
+    like with like (a total only grows more negative with every token).  [-0.1, -2.3, -0.5], start 1 -> -1.4"""
+    lp = step_log_probabilities(trace)[start:]
+    return float(np.mean(lp)) if lp else 0.0
+
+
 def run_constrained_trace(request: ChatRequest, lm, kind: str, spec, max_prompt_tokens: int | None = None) -> Trace:
     """Follow a request whose answer must match a JSON schema, a regex or a choice list."""
     from .stages.constrained import check_spec, constrained_decode

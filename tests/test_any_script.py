@@ -258,3 +258,111 @@ def test_every_page_names_tokens_by_their_character(view, lang):
         grouped = [f"{char} (1/", f"␣{char} (1/",  # axis and table labels: '토 (1/3)'
                    f"part 1 of 3 of {char}", f"part 1 of 3 of ␣{char}"]  # a chip's title, under the bracket
         assert any(g in text for g in grouped), f"{view}: no grouped label for {char}"
+
+
+# ---- What if and the cut answer, in Korean -------------------------------------------------------
+KOREAN = QUESTIONS["korean"][0]  # greedy answer: 'The word "토마…', 토 spread over steps 3-5
+
+
+def test_spelled_names_a_character_cut_short_by_its_parts(tokenizer):
+    from pipeline.stages.tokens import encode
+    from pipeline.text import spelled, token_pieces
+
+    pieces = token_pieces(tokenizer, encode(tokenizer, "Hi 토마"))  # Hi | ␣토 in 3 | 마 in 3
+    assert [spelled(pieces, n) for n in (1, 2, 3, 4, 7)] == ["Hi", "Hi␣토 (1/3)", "Hi␣토 (1–2/3)", "Hi␣토", "Hi␣토마"]
+    assert spelled(pieces[2:4]) == "␣토 (2–3/3)"  # a slice that starts inside a character
+
+
+def test_mean_log_probability_worked_example():
+    from types import SimpleNamespace
+
+    from pipeline.trace import mean_log_probability
+
+    logits = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.25, 0.25, 0.5]]))
+    steps = [SimpleNamespace(token_id=i) for i in (0, 1, 2)]
+    t = SimpleNamespace(step_logits=logits, steps=steps)
+    assert mean_log_probability(t, 1) == pytest.approx((np.log(0.8) + np.log(0.5)) / 2)
+
+
+def test_prefill_passes_follow_the_chunking():
+    from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, prefill_passes
+
+    assert prefill_passes(300) == 1 and prefill_passes(FULL_ATTENTION_MAX_TOKENS) == 1
+    assert prefill_passes(612) == 2 == -(-612 // PREFILL_CHUNK)
+
+
+@pytest.mark.app
+def test_what_if_names_answer_tokens_by_their_character():
+    """Step 5 sits inside 토: the answer so far and the candidates are named as Journey names them,
+    never as bare bytes ('answer so far: …<0xED><0x86>', '<0xA0> (id 117)')."""
+    from conftest import page_app
+
+    at = page_app("branches", req_question=KOREAN, req_max_new_tokens=8, br_step=5)
+    at.run()
+    assert not at.exception, at.exception
+    so_far = at.code[0].value
+    assert "토 (1–2/3)" in so_far and "<0xED><0x86>" not in so_far, so_far
+    assert "토 (3/3)" in so_far  # the run's own choice at step 5 completes it
+    options = at.selectbox(key="br_pick").options
+    bare = [o for o in options if o.startswith("<0x") and not any(w in o for w in ("→", "byte", "continues"))]
+    assert not bare, bare
+    at.button(key="br_go").click().run()
+    assert not at.exception, at.exception
+    sides = [m.value for m in at.markdown if "per token" in m.value]
+    assert len(sides) == 2 and all("from step 5 on" in m for m in sides)
+
+
+@pytest.mark.app
+def test_journey_says_a_korean_answer_was_cut_and_sends_no_u_fffd():
+    """5 tokens end after 2 of 토's 3 bytes: no '�' in a text_delta or the completed text, and the page says so."""
+    from conftest import page_app
+
+    at = page_app("journey", req_question=KOREAN, req_max_new_tokens=5)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("The answer was cut" in i.value and "<0xED><0x86>" in i.value for i in at.info)
+    assert not any("\ufffd" in c.value for c in at.code)  # the deltas and the completed event
+
+
+LONG_QUESTION = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]} and holds {i * 7 % 13} apples."
+                         for i in range(48)) + " Which box holds the most apples?"  # ~600 prompt tokens
+
+
+@pytest.mark.app
+def test_journey_tells_one_story_about_a_long_prefill():
+    """Over 512 tokens the prefill runs in chunks: section 4 must not say 'one pass' while section 7 says 2."""
+    from conftest import page_app
+
+    at = page_app("journey", req_question=LONG_QUESTION, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    section4 = next(m.value for m in at.markdown if "Each token id picks one row" in m.value)
+    assert "one pass" not in section4 and "2 passes of up to 512 tokens" in section4, section4
+    assert any("a prefill in 2 chunks of up to 512 tokens" in c.value for c in at.caption)
+
+
+@pytest.mark.app
+def test_request_and_tokens_pages_say_which_text_their_character_counts_count(tokenizer):
+    """R&T once said 'Characters in the prompt 165', Tokens '114 characters but 66 tokens' for the same Korean
+    request. Both count the whole prompt; they differ only by the markers, letter by letter vs one each."""
+    import re
+
+    from conftest import page_app
+
+    rt = page_app("request_template", req_question=KOREAN)
+    rt.run()
+    assert not rt.exception, rt.exception
+    letters = next(m for m in rt.metric if m.label == "Characters in the whole prompt text")
+    assert "`<|im_start|>` alone is 12" in letters.proto.help
+    tk = page_app("tokens", req_question=KOREAN)
+    tk.run()
+    assert not tk.exception, tk.exception
+    info = next(i.value for i in tk.info if i.value.startswith("Your whole prompt has"))
+    assert "template included; each marker such as `<|im_start|>` counts as one" in info
+    read = int(re.search(r"has ([\d,]+) characters", info).group(1).replace(",", ""))
+    from pipeline.stages.request import ChatRequest
+    from pipeline.stages.tokens import tokenize_request
+
+    tokens = tokenize_request(tokenizer, ChatRequest.from_question(KOREAN)).tokens
+    markers = [t.text for t in tokens if t.special]
+    assert markers and int(str(letters.value).replace(",", "")) - read == sum(len(m) - 1 for m in markers)

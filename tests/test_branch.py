@@ -62,6 +62,16 @@ def test_path_log_probability_prefers_the_models_own_path(lm, run):
     assert abs(log_probability(run) - by_hand) < 1e-6
 
 
+def test_paths_of_different_lengths_are_compared_per_token_from_the_branch_point(lm, run):
+    from pipeline.trace import mean_log_probability, step_log_probabilities
+
+    b = branch_trace(run, 2, run.steps[2].top[5].id, lm)
+    for t in (run, b):
+        lp = step_log_probabilities(t)
+        assert mean_log_probability(t, 2) == pytest.approx(sum(lp[2:]) / (len(t.steps) - 2))
+        assert step_log_probabilities(t)[:2] == step_log_probabilities(run)[:2]  # the same up to the branch
+
+
 def test_bad_branch_points_are_refused(lm, run):
     with pytest.raises(InputError, match="step"):
         branch_trace(run, 99, 5, lm)
@@ -96,5 +106,5 @@ def test_what_if_page_shows_the_branch_it_just_made():
     at.run()
     at.button(key="br_go").click().run()
     assert not at.exception
-    assert any("this branch" in m.value and "log-probability" in m.value for m in at.markdown)
+    assert any("this branch" in m.value and "per token" in m.value for m in at.markdown)
     assert at.radio(key="br_tree").value == 1

@@ -126,7 +126,7 @@ def test_four_bit_weights_let_gpt_oss_120b_fit_on_one_h100(cfg):
 def test_cache_on_and_off_bookkeeping_on_a_tiny_model(tiny_lm):
     ids = tiny_lm.tokenizer("Are tomatoes fruit? Yes, botanically they are.")["input_ids"]
     calls = tiny_lm.calls
-    r = compare(tiny_lm, ids, n_steps=5, repeats=2)
+    r = compare(tiny_lm, ids, n_steps=5, repeats=2, again=False)  # timings on a tiny model are noise anyway
     assert r["cache"]["tokens_fed"] == [len(ids), 1, 1, 1, 1]
     assert r["no_cache"]["tokens_fed"] == [len(ids) + i for i in range(5)]
     assert r["same_tokens"] and r["cache"]["tokens"] == r["no_cache"]["tokens"]
@@ -137,3 +137,25 @@ def test_cache_on_and_off_bookkeeping_on_a_tiny_model(tiny_lm):
     with pytest.raises(InputError) as err:
         compare(tiny_lm, [1] * 1020, n_steps=5)  # the run without a cache is kept within 1,024 tokens
     assert err.value.field == "n_steps"
+
+
+def _fake_runs(monkeypatch, on_seconds: list[float], off_seconds: list[float]):
+    """with_cache / without_cache replaced by runs that took the given totals, in call order."""
+    from pipeline.stages import kv_cache
+
+    on, off = iter(on_seconds), iter(off_seconds)
+    run = lambda it: {"tokens": [1], "tokens_fed": [1], "seconds": [next(it)]}  # noqa: E731
+    monkeypatch.setattr(kv_cache, "with_cache", lambda lm, ids, n: run(on))
+    monkeypatch.setattr(kv_cache, "without_cache", lambda lm, ids, n: run(off))
+
+
+def test_cache_measured_slower_is_measured_again(monkeypatch):
+    _fake_runs(monkeypatch, [0.9] * 3 + [0.1] * 6, [0.2] * 3 + [0.5] * 6)  # busy first, then the real lesson
+    r = compare(None, [1, 2], n_steps=1, repeats=3)
+    assert r["repeats"] == 6 and not r["timing"].noise and "5.0× faster" in r["timing"].verdict("with", "without")
+
+
+def test_cache_still_measured_slower_is_shown_as_noise(monkeypatch):
+    _fake_runs(monkeypatch, [0.9] * 9, [0.2] * 9)
+    t = compare(None, [1, 2], n_steps=1, repeats=3)["timing"]
+    assert t.noise and "noise" in t.verdict("with the cache", "without it")

@@ -224,6 +224,13 @@ def test_conversation_reuses_the_history(tiny_lm):
     assert rows[-1]["bytes_held"] == rows[-1]["formula_bytes"]
 
 
+def test_only_requests_that_reuse_something_are_timed_against_cold(tiny_lm):
+    """Nothing reused = the same work as cold: no comparison (it once claimed 'cold is 2.2x faster')."""
+    rows = play(tiny_lm, scenarios()["conversation"], measure_cold=True)
+    assert rows[0]["stats"]["tokens_reused"] == 0 and rows[0]["timing"] is None
+    assert all(r["timing"] is not None and r["measured_at"] for r in rows[1:])
+
+
 def test_fully_cached_prompt_reruns_its_last_block_and_says_so(tiny_lm, ids):
     """Block size 4, 8 tokens twice: the second time block 0 hits, block 1 is cached but run again
     (the model must process the last prompt token), so 4 tokens are reused, not 8."""

@@ -356,11 +356,17 @@ def test_prompt_longer_than_the_window_is_an_input_error(tokenizer):
 @settings(max_examples=60)
 @given(ids=st.lists(st.integers(0, 49_151), max_size=24))
 @example(ids=[])
-@example(ids=[111])  # ended inside a character: flushed as U+FFFD, as decode does
+@example(ids=[111])  # ended inside a character: that character is held back, never sent as U+FFFD
 def test_streamed_deltas_concatenate_to_the_tokenizers_decode(tokenizer, ids):
+    """The stream is the tokenizer's decode, less an unfinished character at the very end (the answer was
+    cut between its bytes): decode shows it as U+FFFD, the stream never sends it."""
     detok = StreamDetokenizer(tokenizer)
     deltas = [detok.push(i) for i in ids] + [detok.flush()]
-    assert "".join(deltas) == tokenizer.decode(ids, skip_special_tokens=True)
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    if detok.cut_bytes:
+        assert 1 <= len(detok.cut_bytes) <= 3 and decoded.endswith("\ufffd")
+        decoded = decoded[:-len(detok.cut_bytes.decode("utf-8", errors="replace"))]
+    assert "".join(deltas) == decoded
 
 
 STOP_ALPHABET = st.text(st.sampled_from("ab ,.토🍅"), max_size=30)

@@ -167,6 +167,20 @@ def test_a_partial_stop_string_is_held_back_until_decided(tokenizer):
     assert sent == "The answer to that" and not detok.stopped
 
 
+def test_an_answer_cut_inside_a_korean_character_never_sends_u_fffd(tokenizer):
+    """토마토 is 9 bytes; cut after the first bytes of the last 토, decode would end in '�'."""
+    ids = encode(tokenizer, "토마토")
+    raw = "토마토".encode()
+    cuts = [n for n in range(1, len(ids)) if tokenizer.decode(ids[:n]).endswith("\ufffd")]
+    assert cuts, "some token boundary falls inside a character"
+    for n in cuts:
+        decoded = tokenizer.decode(ids[:n])
+        detok = StreamDetokenizer(tokenizer)
+        sent = "".join(detok.push(i) for i in ids[:n]) + detok.flush()
+        assert "\ufffd" not in sent and sent == decoded.rstrip("\ufffd")
+        assert detok.cut_bytes and raw.startswith(sent.encode() + detok.cut_bytes)
+
+
 def test_a_stop_string_of_200_characters(tokenizer):
     long_stop = "".join("tomato, basil, pepper; "[i % 23] for i in range(200))
     assert len(long_stop) == 200

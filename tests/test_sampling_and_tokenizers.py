@@ -51,6 +51,52 @@ def test_top_k_and_min_p():
     assert (p > 0).tolist() == [True, True, True, False, False]
 
 
+# ---- tie convention, against transformers' own warpers (the outside reference) ---------------------
+def _hf_kept(warper, logits: np.ndarray) -> np.ndarray:
+    """Which tokens a transformers logits warper leaves finite (its way of keeping them)."""
+    import torch
+
+    out = warper(None, torch.tensor(logits, dtype=torch.float32)[None])
+    return torch.isfinite(out[0]).numpy()
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("k, top_p", [(1, 0.3), (5, 0.7), (40, 0.95)])
+def test_top_k_and_top_p_keep_what_transformers_keeps_without_ties(seed, k, top_p):
+    from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
+
+    x = np.random.default_rng(seed).normal(0, 3, 500)  # distinct scores: the conventions agree
+    assert ((final_probs(x, GenerationOptions(temperature=1.0, top_k=k)) > 0) == _hf_kept(TopKLogitsWarper(k), x)).all()
+    ours = final_probs(x, GenerationOptions(temperature=1.0, top_p=top_p)) > 0
+    assert (ours == _hf_kept(TopPLogitsWarper(top_p), x)).all()
+
+
+def test_top_k_keeps_every_token_tied_with_the_kth_as_transformers_does():
+    from transformers.generation.logits_process import TopKLogitsWarper
+
+    x = np.array([2.0, 1.0, 1.0, 1.0, 0.0])
+    ours = final_probs(x, GenerationOptions(temperature=1.0, top_k=2)) > 0
+    assert ours.tolist() == [True, True, True, True, False]  # k = 2, but three tie for second place
+    assert (ours == _hf_kept(TopKLogitsWarper(2), x)).all()
+    # and it does not depend on where the tied tokens sit (argpartition once picked among them)
+    for perm in ([4, 3, 2, 1, 0], [1, 4, 0, 3, 2]):
+        assert (final_probs(x[perm], GenerationOptions(temperature=1.0, top_k=2)) > 0).tolist() == ours[perm].tolist()
+
+
+def test_top_p_keeps_a_tie_at_the_cut_whole_where_transformers_keeps_part_of_it():
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    x = np.zeros(4)  # four tokens at 25 %; top-p 0.5 is reached after two of them
+    ours = final_probs(x, GenerationOptions(temperature=1.0, top_p=0.5)) > 0
+    assert ours.all()  # the documented convention: the tie with the last one needed is kept whole
+    assert _hf_kept(TopPLogitsWarper(0.5), x).sum() == 2  # transformers keeps the two its sort puts last
+    x = np.array([3.0, 1.0, 1.0, -2.0])  # a tie just past the cut
+    p = softmax(x)
+    top_p = p[0] + 1e-6  # the best token alone is not enough: one of the tied pair is needed
+    assert (final_probs(x, GenerationOptions(temperature=1.0, top_p=top_p)) > 0).tolist() == [True, True, True, False]
+    assert _hf_kept(TopPLogitsWarper(top_p), x).sum() == 2
+
+
 def test_thousand_draws_are_vectorised_and_follow_probabilities():
     probs = softmax(ARTICLE_LOGITS)
     picks = draw(probs, 10_000, np.random.default_rng(0))

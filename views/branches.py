@@ -5,8 +5,8 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.stages.tokens import encode
-from pipeline.text import plural, token_text
-from pipeline.trace import log_probability, step_log_probabilities
+from pipeline.text import continuation_label, plural, spelled, token_pieces, token_text, unfinished_end
+from pipeline.trace import log_probability, mean_log_probability, step_log_probabilities
 from ui.escape import code_span, markdown_text, plotly_label
 from views.common import branch_for, branch_label, current_request, current_trace, get_model, page_header, request_key
 
@@ -23,15 +23,17 @@ here = shown[1] if shown and shown[0] == root else ()
 
 st.subheader("1. Where to branch")
 base = branch_for(original, here) if here else original
-st.caption(f"Branching from: **{branch_label(here)}**.")
+st.caption(f"Branching from: **{branch_label(here, original)}**.")
 S = len(base.steps)
 step = st.slider("step of the answer", 0, max(S - 1, 1), min(st.session_state.get("br_step", 0), S - 1), key="br_step",
                  disabled=S < 2) if S > 1 else 0
-so_far = "".join(s.token_text for s in base.steps[:step])
-st.code(f"answer so far: {so_far or '(nothing yet)'}\nthe run chose: {base.steps[step].token_text}", language=None,
-        wrap_lines=True)
+pieces = token_pieces(tok, base.generated_token_ids)  # the answer's tokens placed in their characters ('토 (1/3)')
+context = list(base.ids) + base.generated_token_ids[:step]  # what the model had read before this step
+st.code(f"answer so far: {spelled(pieces, step) or '(nothing yet)'}\nthe run chose: {pieces[step].with_bytes}",
+        language=None, wrap_lines=True)
 top = base.steps[step].top
-options = {f"{c.text}  (id {c.id}, {c.prob:.1%})": c.id for c in top if c.id != base.steps[step].token_id}
+options = {f"{continuation_label(tok, context, c.id)}  (id {c.id}, {c.prob:.1%})": c.id
+           for c in top if c.id != base.steps[step].token_id}
 c1, c2 = st.columns([2, 1])
 pick = c1.selectbox("another candidate at this step", list(options), key="br_pick")
 typed = c2.text_input("…or type a token's text", "", key="br_typed", max_chars=40,
@@ -55,20 +57,32 @@ if st.button("Continue from here with this token", type="primary", key="br_go"):
     st.session_state.br_tree = paths.index(new)  # the tree's radio keeps its own choice: move it too
     st.rerun()
 
+
+def finish(t) -> str:
+    """'length, cut inside a character' when the token limit fell between a character's bytes."""
+    cut = t.finish_reason == "length" and unfinished_end(tok, t.generated_token_ids)
+    return f"{t.finish_reason}, cut inside a character (its bytes never sent)" if cut else t.finish_reason
+
+
 if here:
     b, parent = branch_for(original, here), (branch_for(original, here[:-1]) if len(here) > 1 else original)
     at = here[-1][0]
     st.subheader("2. The two paths side by side")
     c1, c2 = st.columns(2)
     for col, title, t in ((c1, "before this branch", parent), (c2, "this branch", b)):
-        col.markdown(f"**{title}** — log-probability of the whole path {log_probability(t):.2f} "
-                     f"({plural(len(t.steps), 'token')}, finish: {t.finish_reason})")
-        col.code("".join(s.token_text for s in t.steps[:at]) + " ⟨" + t.steps[at].token_text + "⟩ "
-                 + "".join(s.token_text for s in t.steps[at + 1:]), language=None, wrap_lines=True)
-    st.caption("⟨ ⟩ marks the step where the paths part. The log-probability adds log P(chosen token) at every step "
-               "(temperature 1 over the whole vocabulary): closer to 0 = a path the model found more likely.")
+        p = token_pieces(tok, t.generated_token_ids)
+        col.markdown(f"**{title}** — from step {at} on: **{mean_log_probability(t, at):.2f} per token** over "
+                     f"{plural(len(t.steps) - at, 'token')} (finish: {finish(t)}; whole path "
+                     f"{log_probability(t):.2f} over {plural(len(t.steps), 'token')})")
+        col.code(spelled(p, at) + " ⟨" + p[at].label + "⟩ " + spelled(p[at + 1:]), language=None, wrap_lines=True)
+    st.caption("⟨ ⟩ marks the step where the paths part. Both paths are the same up to there, so they are compared "
+               "from that step on, per token: the mean of log P(chosen token) over each path's own tokens "
+               "(temperature 1, over the whole vocabulary); closer to 0 = the model found the path more likely. "
+               "A total is not compared: it grows more negative with every token, so a longer path always looks "
+               "less likely.")
     lp = step_log_probabilities(b)
-    fig = go.Figure(go.Bar(x=[plotly_label(f"({i}){s.token_text}") for i, s in enumerate(b.steps)], y=lp,
+    b_pieces = token_pieces(tok, b.generated_token_ids)
+    fig = go.Figure(go.Bar(x=[plotly_label(f"({i}){p.label}") for i, p in enumerate(b_pieces)], y=lp,
                            marker_color=["#dc2626" if s.forced else "#0ea5e9" for s in b.steps]))
     fig.update_layout(height=280, margin=dict(t=20, b=10), yaxis_title="log P(chosen token)",
                       xaxis_title="step of this branch (red = forced)")
@@ -80,7 +94,7 @@ else:
 
 st.subheader("3. The branches you explored")
 st.caption("Every branch is a full run: choose one to show it on every page (Journey, Generation, KV cache, …).")
-rows = [{"branch": branch_label(p), "depth": len(p)} for p in paths]
+rows = [{"branch": branch_label(p, original), "depth": len(p)} for p in paths]
 choice = st.radio("show on every page", range(len(paths)), index=paths.index(here) if here in paths else 0,
                   format_func=lambda i: ("  " * rows[i]["depth"]) + ("↳ " if rows[i]["depth"] else "") + rows[i]["branch"],
                   key="br_tree")

@@ -217,16 +217,36 @@ def request_key_of(trace: Trace) -> tuple:
     return run_key(trace.dims.name, trace.request.messages, trace.request.options)
 
 
-def branch_label(path: tuple[tuple[int, int], ...]) -> str:
-    from pipeline.text import token_text
+def branch_label(path: tuple[tuple[int, int], ...], original: Trace | None = None) -> str:
+    """'step 4: '<0xA0> → 토'' — each forced token named after what the model had read before it
+    (with `original`, the run the path starts from; else after nothing)."""
+    from pipeline.text import continuation_label
 
     tok = get_model().tokenizer
-    return " → ".join(f"step {s}: {token_text(tok, t)!r}" for s, t in path) or "the original run"
+    names = []
+    for n, (s, t) in enumerate(path):
+        parent = None if original is None else branch_for(original, path[:n]) if n else original
+        context = [] if parent is None else list(parent.ids) + parent.generated_token_ids[:s]
+        names.append(f"step {s}: {continuation_label(tok, context, t)!r}")
+    return " → ".join(names) or "the original run"
 
 
 def played(key: str, block_size: int = 16) -> list[dict]:
     """A prompt-caching scenario played on the model (plain records), once per server, in the queue."""
     return queued(("scenario", key, block_size), lambda: _play(get_model(), key, block_size), 4000)
+
+
+def played_again(key: str, block_size: int = 16) -> list[dict]:
+    """Play a scenario again now and keep it in place of the stored one, for everyone on this server.
+    At most once a minute per scenario: visitors asking in the same minute share one replay."""
+    minute = int(time.time() // 60)
+
+    def work() -> list[dict]:
+        rows = _play(get_model(), key, block_size)
+        result_store().put(("scenario", key, block_size), rows)
+        return rows
+
+    return wait_for(run_queue().submit(("scenario again", key, block_size, minute), work, cost=4000))
 
 
 def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
@@ -244,7 +264,7 @@ def warm_up() -> dict:
     key = request_key(default)
     jobs = {"the default request": run_queue().submit(
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
-    for name in ("conversation",):  # the others are prepared when someone first picks them
+    for name in scenarios():  # every scenario the page's buttons open, at the page's default block size
         scenario_key = ("scenario", name, 16)  # a new name: the lambda above reads `key` when it runs
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
             scenario_key, lambda k=scenario_key, name=name: result_store().get_or_run(

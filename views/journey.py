@@ -6,9 +6,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui.chips import legend, token_chips
-from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK
+from pipeline.model.prefill_record import PREFILL_CHUNK, prefill_passes
 from pipeline.stages.decode_record import silent_steps
-from pipeline.text import continuation_label, plural, token_pieces
+from pipeline.text import continuation_label, plural, render_bytes, token_pieces, unfinished_end
 from ui.escape import code_span, html_text, json_text, plotly_label
 from ui.plots import TICK_FONT
 
@@ -65,8 +65,11 @@ stage_link("views/tensors_batch.py", "Tensors & batch: padding several requests 
 
 section(4, "Prefill: the prompt goes through the model once", f"Each token id picks one row of {m.D} numbers "
         f"from the embedding table. These rows then pass through {m.L} layers; each layer mixes in information "
-        f"from earlier tokens (attention) and transforms each token on its own (MLP). The whole prompt is processed in "
-        f"one pass that took **{trace.timings.prefill_s:.2f} s** here.")
+        f"from earlier tokens (attention) and transforms each token on its own (MLP). "
+        + (f"The whole prompt is processed in one pass that took **{trace.timings.prefill_s:.2f} s** here."
+           if prefill_passes(T) == 1 else
+           f"This long prompt is processed in {prefill_passes(T)} passes of up to {PREFILL_CHUNK} tokens, each reading "
+           f"the keys and values the earlier ones stored; together they took **{trace.timings.prefill_s:.2f} s** here."))
 p = trace.prefill
 shapes = [("embeddings", "(T, D)", p.embeddings.shape), ("hidden_states", "(L+1, T, D)", p.hidden_states.shape),
           ("q_rot", "(L, H, T, Dh)", p.q_rot.shape), ("k_rot (stored in the KV cache)", "(L, Hkv, T, Dh)", p.k_rot.shape),
@@ -147,8 +150,13 @@ section(7, "Done: the completed event and clean-up", f"Generation stopped becaus
         f"{plural(T, 'prompt token')} and every chosen token but the last, which is never fed back"
         + (f": {T:,} + {S:,} − 1)." if trace.cleanup.kv_tokens_released == T + S - 1 else ")."))
 completed = trace.events[-1]
+cut = unfinished_end(tok, trace.generated_token_ids) if trace.finish_reason == "length" else b""
+if cut:
+    st.info(f"The answer was cut: the token limit fell inside a character. The "
+            f"{plural(len(cut), 'byte')} it had begun with ({code_span(render_bytes(cut))}) were never sent, so the "
+            "text ends on the last whole character instead of '�'.", icon="✂️")
 st.code(json_text(completed), language="json", wrap_lines=True)
-chunks = 1 if T <= FULL_ATTENTION_MAX_TOKENS else -(-T // PREFILL_CHUNK)  # long prompts: prefill in chunks
+chunks = prefill_passes(T)  # long prompts: prefill in chunks
 st.caption(f"This run took {plural(S - 1 + chunks, 'forward pass', 'forward passes')}: "
            + ("one prefill" if chunks == 1 else f"a prefill in {chunks} chunks of up to {PREFILL_CHUNK} tokens")
            + f" over the {T:,}-token prompt, then one decode pass for each of the "

@@ -8,7 +8,7 @@ import streamlit as st
 from views import url_state
 from views.common import current_trace, get_model, page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
-                                        softmax)
+                                        softmax, TIE_RULE)
 from pipeline.stages.request import GenerationOptions
 from pipeline.stages.tokens import encode
 from pipeline.text import continuation_label, plural, render_bytes, token_pieces
@@ -124,7 +124,8 @@ def sampler() -> None:
     st.subheader("Temperature and the filters")
     st.caption("Temperature divides every score before softmax: below 1 the favourite gets sharper, above 1 the "
                "outsiders come back, 0 always picks the favourite. Then top-k keeps the k best, top-p keeps the best "
-               "until their total reaches p, min-p drops any token under min-p × the favourite's probability.")
+               "until their total reaches p, min-p drops any token under min-p × the favourite's probability. "
+               + TIE_RULE)
     c = st.columns(5)
     temperature = c[0].slider("temperature", 0.0, 2.0, step=0.01, key="nt_temperature")
     top_k = c[1].number_input("top-k (0 = off)", 0, V, key="nt_top_k")

@@ -1,5 +1,7 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
-from views.common import APP_MAX_PROMPT_TOKENS, get_model, page_header, played, run_queue, wait_for
+import time
+
+from views.common import APP_MAX_PROMPT_TOKENS, get_model, page_header, played, played_again, run_queue, wait_for
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -34,16 +36,22 @@ def show_request(row: dict) -> None:
                 f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_computed']} computed, "
                 f"{s['tokens_reused']} reused** ({row['kv_bytes_read'] / 2**20:,.1f} MiB of K/V read back) · {work}")
     if timing is not None:
+        when = f" (measured at {time.strftime('%H:%M', time.localtime(row['measured_at']))} on this server)" \
+            if row.get("measured_at") else ""
         st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
-                   f"{timing.b_median * 1e3:,.0f} ms: {timing.verdict('with the cache', 'cold')}.")
+                   f"{timing.b_median * 1e3:,.0f} ms{when}: {timing.verdict('with the cache', 'cold')}.")
+    elif not s["tokens_reused"]:
+        st.caption(f"Time to first token {s['ttft_s'] * 1e3:,.0f} ms. Nothing was reused, so this request does "
+                   "the same work as a cold one: there is no speed difference to measure.")
     st.markdown(block_row_html(row), unsafe_allow_html=True)
     st.markdown(divergence_html(row), unsafe_allow_html=True)
     st.caption(markdown_text(row["reason"]))
 
 
 def ttft_chart(rows: list[dict]) -> go.Figure:
-    """Medians of the interleaved runs, with whiskers over their full range."""
-    labels = [plotly_label(f"({i + 1}) {r['label']}") for i, r in enumerate(rows)]
+    """Medians of the interleaved runs, with whiskers over their full range; (i) = the i-th request shown."""
+    labels = [plotly_label(f"({i + 1}) {r['label']}") for i, r in enumerate(rows) if r["timing"] is not None]
+    rows = [r for r in rows if r["timing"] is not None]  # only requests whose work differs are compared
     bars = []
     for name, median, span, colour in (("with the cache", "a_median", "a_range", "#16a34a"),
                                        ("cold (nothing reused)", "b_median", "b_range", "#ea580c")):
@@ -82,12 +90,18 @@ for col, (trap, title) in zip(st.columns(len(TRAPS)), TRAPS):
 
 scenario = SCENARIOS[st.session_state.pc_scenario]
 rows = played(scenario.key, block_size)
+timed = [r["measured_at"] for r in rows if r.get("measured_at")]
+if timed and st.button("⟳ Time these requests again now", key="pc_time_again",
+                       help="The times below were measured once, when this server first played the scenario, and "
+                            "everyone here sees them. Timing again replaces them for everyone (at most once a minute)."):
+    rows = played_again(scenario.key, block_size)
 st.subheader(f"2. {scenario.title}")
 st.markdown(f"{'**Trap.** ' if scenario.kind == 'trap' else '**Fixed.** ' if scenario.kind == 'fixed' else ''}{scenario.lesson}")
 st.markdown(block_legend(), unsafe_allow_html=True)
 for row in rows:
     show_request(row)
-st.plotly_chart(ttft_chart(rows), width="stretch", key="pc_ttft")
+if any(r["timing"] is not None for r in rows):
+    st.plotly_chart(ttft_chart(rows), width="stretch", key="pc_ttft")
 last = rows[-1]
 c1, c2, c3 = st.columns(3)
 c1.metric("Hit rate over these requests", f"{last['session_hit_rate']:.0%}", help="prompt tokens read from cache")
@@ -97,7 +111,9 @@ c3.metric("KV formula for the same tokens", f"{last['formula_bytes'] / 2**20:.1f
 st.caption("The token counts and the work (GFLOP ≈ 2 × weights × tokens computed) do not depend on how busy this "
            "server is; the times do. Each request is timed again as it met the cache and cold, alternately, three "
            "times each: the bars are medians, the whiskers the range, and a ratio is claimed only when the ranges "
-           "do not overlap. Where nothing is reused both runs do the same work. The first token's scores are the "
+           "do not overlap. A result where the cache came out slower contradicts the work done: it is measured "
+           "again, and if it still does, it is shown as noise. Where nothing is reused both runs would do the same "
+           "work, so no comparison is made. The first token's scores are the "
            "same either way: reusing stored keys and values changes the time, not the answer.")
 
 st.subheader("3. Compare two requests of your own")

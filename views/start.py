@@ -1,6 +1,7 @@
 """Start: what the explorer shows, the stages in order, and where to begin."""
 import streamlit as st
 
+from pipeline.text import plural
 from views.common import page_header, run_queue, stage_link, warm_up
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
@@ -41,7 +42,13 @@ for name, error in failed.items():
     st.warning(f"Preparing {name} failed ({type(error).__name__}: {str(error)[:200]}); it runs again when someone "
                "opens it.", icon="⚠️")
 if pending:
+    PREFIX = "prompt caching: "  # one list of scenario titles, not the prefix ten times over
+    titles = [name.removeprefix(PREFIX) for name in pending if name.startswith(PREFIX)]
+    pending = [name for name in pending if not name.startswith(PREFIX)] + (
+        [f"{plural(len(titles), 'prompt-caching scenario')} ({', '.join(titles)})"] if titles else [])
     st.info(f"Preparing in the background so that nobody waits for them later: {', '.join(pending)}. "
             f"Requests typed by people always go first ({len(run_queue())} in the model's queue now).", icon="⏳")
 elif not failed:
-    st.success("Ready: the default request and every prompt-caching scenario are prepared.", icon="✅")
+    scenarios = sum(name.startswith("prompt caching: ") for name in jobs)
+    st.success(f"Ready: the default request and all {scenarios} prompt-caching scenarios (the conversation, "
+               "every trap and every fix) are prepared; their pages open without running the model.", icon="✅")

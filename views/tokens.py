@@ -29,10 +29,12 @@ def model_pieces(text: str, safe: bool) -> list[Token]:
     return text_tokens(get_model().tokenizer, text, safe)
 
 
-def explain_split(counts: dict, what: str) -> None:
-    """Say why there are more tokens than characters, when some characters took several tokens."""
+def explain_split(counts: dict, what: str, counted: str) -> None:
+    """Say why there are more tokens than characters, when some characters took several tokens.
+    counted: which text the characters were counted in, and how."""
     if counts["split_characters"]:
-        st.info(f"{what} has {plural(counts['characters'], 'character')} but {plural(counts['tokens'], 'token')}: "
+        st.info(f"{what} has {plural(counts['characters'], 'character')} ({counted}) but "
+                f"{plural(counts['tokens'], 'token')}: "
                 f"{plural(counts['split_characters'], 'character')} (for example Korean, Chinese or emoji) "
                 f"{'is' if counts['split_characters'] == 1 else 'are'} spelled by several tokens each, "
                 f"{plural(counts['partial_tokens'], 'token')} in all. The tokenizer works on UTF-8 bytes: a Korean "
@@ -49,7 +51,8 @@ st.markdown("Each chip is one token; the small number is its id. `␣` marks a s
 pieces = token_pieces(lm.tokenizer, trace.ids)  # one Piece per token: its bytes and the character(s) it spells
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(token_chips(trace.tokens, pieces=pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
-explain_split(character_counts(pieces), "Your prompt")
+explain_split(character_counts(pieces), "Your whole prompt",  # the Request & template page counts letters
+              "as a reader counts them, template included; each marker such as `<|im_start|>` counts as one")
 with st.expander("The same tokens over the original text (each token's stretch highlighted)"):
     st.caption("Alternating tints mark where one token ends and the next begins; a dashed outline is one "
                "character spelled by several tokens. Hover a stretch to see its tokens.")
@@ -88,7 +91,7 @@ safe_pieces = token_pieces(lm.tokenizer, [t.id for t in safe])
 st.markdown(f"**{trace.dims.name}: {plural(len(safe), 'token')}** (special-token look-alikes kept as text)")
 st.markdown(token_chips(safe, pieces=safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 st.markdown(text_spans(safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
-explain_split(character_counts(safe_pieces), "This text")
+explain_split(character_counts(safe_pieces), "This text", "as a reader counts them")
 naive = model_pieces(text, False)
 if [t.id for t in naive] != [t.id for t in safe]:
     st.markdown(f"Tokenized naively the same text gives **{plural(len(naive), 'token')}**, with real control "

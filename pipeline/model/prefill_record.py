@@ -18,6 +18,12 @@ PREFILL_CHUNK = 512  # tokens per forward pass for long prompts: the lock is rel
 TOP_K_PER_POSITION = 10  # candidates kept for every position (logit-lens-style views need only a few)
 
 
+def prefill_passes(T: int) -> int:
+    """Forward passes the prefill of a T-token prompt takes: 1 up to FULL_ATTENTION_MAX_TOKENS, else one per
+    PREFILL_CHUNK tokens.  prefill_passes(300) -> 1;  prefill_passes(612) -> 2."""
+    return 1 if T <= FULL_ATTENTION_MAX_TOKENS else -(-T // PREFILL_CHUNK)
+
+
 
 @dataclass
 class Prefill:

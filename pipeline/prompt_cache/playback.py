@@ -2,11 +2,13 @@
 request's blocks explained in words. Plain records out (no tensors), for the page and the CLI."""
 from __future__ import annotations
 
+import time
+
 from ..errors import InputError
 from ..stages.request import ChatRequest, parse_turns
 from ..stages.tokens import tokenize_request
 from ..text import token_text as _token_text
-from ..timing import interleave
+from ..timing import interleave_less_work
 from .engine import PrefixCache, PrefixCacheConfig
 from .scenarios import Prompt, Scenario
 
@@ -63,8 +65,10 @@ TIMING_REPEATS = 3  # interleaved hit / cold pairs per request
 
 
 def serve_prompt(lm, cache: PrefixCache, prompt: Prompt, measure_cold: bool = True) -> dict:
-    """Serve one request through the cache; with measure_cold, time it again as it met the cache and
-    cold, interleaved and repeated (medians and ranges), so a busy machine cannot invert the lesson.
+    """Serve one request through the cache; with measure_cold and something reused, time it again as it
+    met the cache and cold, interleaved and repeated (medians and ranges), measured again when the result
+    contradicts the work (then marked noise), so a busy machine cannot invert the lesson. A request that
+    reuses nothing does the same work either way: it is not timed twice (`timing` stays None).
     What does not depend on load leads: tokens computed vs reused, and the work that implies."""
     ids, texts, roles = prompt_tokens(lm, prompt)
     before = cache.snapshot() if measure_cold else None
@@ -75,18 +79,18 @@ def serve_prompt(lm, cache: PrefixCache, prompt: Prompt, measure_cold: bool = Tr
         "label": prompt.label, "note": prompt.note, "ids": ids, "tokens": texts, "roles": roles,
         "stats": stats, "reason": explain(stats, cached_text, new_text),
         "cached_token": cached_text, "new_token": new_text,
-        "ttft_cold_s": None, "timing": None,
+        "ttft_cold_s": None, "timing": None, "measured_at": None,
         "flops_computed": 2 * n_params(lm) * stats["tokens_computed"],  # ~2 operations per weight per token
         "flops_cold": 2 * n_params(lm) * len(ids),
         "kv_bytes_read": lm.dims.kv_bytes(stats["tokens_reused"]),
         "session_hit_rate": cache.token_hit_rate, "bytes_held": cache.bytes_held,
         "formula_bytes": cache.formula_bytes(lm.dims),
     }
-    if measure_cold:
+    if measure_cold and stats["tokens_reused"]:  # nothing reused = the same work twice: nothing to compare
         bs = cache.config.block_size
-        timing = interleave(lambda: before.snapshot().serve(lm, ids, store=False).stats.ttft_s,
-                            lambda: cold_ttft(lm, ids, bs), TIMING_REPEATS)
-        row.update(ttft_cold_s=timing.b_median, timing=timing)
+        timing = interleave_less_work(lambda: before.snapshot().serve(lm, ids, store=False).stats.ttft_s,
+                                      lambda: cold_ttft(lm, ids, bs), TIMING_REPEATS)
+        row.update(ttft_cold_s=timing.b_median, timing=timing, measured_at=time.time())
     return row
 
 

@@ -12,7 +12,7 @@ import torch
 
 from ..maths import top_indices
 from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len
-from ..text import token_text, tokens_text
+from ..text import token_text, tokens_text, unfinished_end
 from .next_token import draw, final_probs, softmax
 from .decode_record import Candidate, Decode, Step
 from .request import GenerationOptions
@@ -40,6 +40,7 @@ class StreamDetokenizer:
         self.text = ""  # everything decoded so far (cut at a stop string once one appears)
         self.emitted = ""
         self.stopped = False
+        self.cut_bytes = b""  # an unfinished character's bytes the answer ended on (see flush)
 
     def push(self, token_id: int) -> str:
         self.ids.append(token_id)
@@ -51,10 +52,16 @@ class StreamDetokenizer:
         return self._emit(self.text[:len(self.text) - self._stop_prefix_len()])
 
     def flush(self) -> str:
-        """At the end of generation: send whatever was held back. A character left unfinished (the
-        answer ended between its bytes) comes out as U+FFFD, exactly as the tokenizer decodes it."""
+        """At the end of generation: send whatever was held back, except a character left unfinished
+        (the answer was cut between its bytes): it is never sent, as mid-answer, so the text never ends
+        in U+FFFD. Its bytes stay in `cut_bytes` (b'' if the answer ended on a whole character)."""
         if not self.stopped and self.read_offset < len(self.ids):
-            self._add(self._decode_new(final=True))
+            added = self._decode_new(final=True)
+            self.cut_bytes = unfinished_end(self.tokenizer, self.ids)
+            replaced = len(self.cut_bytes.decode("utf-8", errors="replace"))  # U+FFFD the decoder made of them
+            if self.cut_bytes and added.endswith("\ufffd" * replaced):
+                added = added[:len(added) - replaced]
+            self._add(added)
         return self._emit(self.text)
 
     def _add(self, added: str) -> bool:

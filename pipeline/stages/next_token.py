@@ -17,6 +17,9 @@ from .request import GenerationOptions
 
 STAGE_NAMES = ("softmax", "temperature", "top_k", "top_p", "min_p")
 MAX_DRAWS = 10_000_000  # the page offers 10,000; 10 million draws are 80 MB of float64
+TIE_RULE = ("Ties at a cut are kept whole: top-k keeps every token tied with the k-th (so sometimes more than k), "
+            "as Hugging Face transformers does; top-p keeps every token tied with the last one it needs, where "
+            "transformers keeps only as many of the tied tokens as its sort happens to put first.")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
 def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]:
     """Apply temperature -> top-k -> top-p -> min-p (the order HF's samplers use).
 
+    Ties at a cut are kept whole (TIE_RULE), so the result never depends on token ids or sort order:
+    top-k 2 of [0.4, 0.3, 0.3] keeps all three; top-p 0.5 of [0.25, 0.25, 0.25, 0.25] keeps all four.
+
     `options` was validated when it was built; nothing is checked again per step.
     """
     if not isinstance(options, GenerationOptions):
@@ -67,18 +73,15 @@ def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]
     p = raw if options.temperature == 1 else tempered(logits, options.temperature)
     stages.append(Stage("temperature", p, int((p > 0).sum())))
     if options.top_k > 0 and options.top_k < (p > 0).sum():
-        best = np.argpartition(-p, options.top_k - 1)[: options.top_k]  # the k largest, unordered
-        keep = np.zeros(p.shape, dtype=bool)
-        keep[best] = True
-        p = _renorm(p, keep)
+        kth = np.partition(p, p.size - options.top_k)[p.size - options.top_k]  # the k-th largest probability
+        p = _renorm(p, p >= kth)  # ties with the k-th are kept too (as transformers' TopKLogitsWarper does)
     stages.append(Stage("top_k", p, int((p > 0).sum())))
     if options.top_p < 1.0:
         alive = np.flatnonzero(p)  # sort only the candidates still in play (few after top-k)
         order = alive[np.argsort(-p[alive], kind="stable")]
         before = np.cumsum(p[order]) - p[order]  # mass of the better candidates
-        keep = np.zeros(p.shape, dtype=bool)
-        keep[order[before < options.top_p]] = True  # keep until the running total reaches top_p
-        p = _renorm(p, keep)
+        last = order[before < options.top_p][-1]  # keep until the running total reaches top_p ...
+        p = _renorm(p, p >= p[last])  # ... and every token tied with the last one kept (HF keeps some of them)
     stages.append(Stage("top_p", p, int((p > 0).sum())))
     if options.min_p > 0:
         p = _renorm(p, p >= options.min_p * p.max())

@@ -1,0 +1,65 @@
+"""What if in a real browser, with a Korean and a long (~600-token) question: tokens named by their
+character ('토 (1–2/3)', never bare '<0xED><0x86>'), a branch made and compared per token, no exception.
+Screenshots under artifacts/browser/what_if_*.png."""
+import os
+import re
+
+import pytest
+
+from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from test_any_script import KOREAN, LONG_QUESTION
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+
+
+def ask(page, question: str) -> None:
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.locator("textarea").first.fill(question)
+    sidebar.get_by_role("button", name="Run the model").click()
+    settle(page, timeout=400)
+
+
+def open_what_if(page) -> None:
+    page.locator('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]', has_text="What if").first.click()
+    settle(page)
+
+
+def branch_at(page, step: int) -> str:
+    """Move the step slider to `step`, continue with the first other candidate; returns the 'answer so far' box."""
+    main = page.locator('[data-testid="stMain"]')
+    slider = main.locator('[data-testid="stSlider"]', has_text="step of the answer").locator('input[type="range"]').first
+    slider.focus()
+    page.keyboard.press("Home")  # the slider keeps its place across requests: start from step 0
+    for _ in range(step):
+        page.keyboard.press("ArrowRight")
+    settle(page)
+    so_far = main.locator('[data-testid="stCode"]').first.inner_text()
+    main.get_by_role("button", name="Continue from here with this token").click()
+    settle(page, timeout=400)
+    return so_far
+
+
+def test_what_if_with_a_korean_and_a_long_question():
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with app_server("browser-what-if.log") as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        page.goto(url)
+        settle(page, timeout=300)
+        for name, question, step in (("korean", KOREAN, 5), ("long", LONG_QUESTION, 2)):
+            ask(page, question)
+            open_what_if(page)
+            so_far = branch_at(page, step)
+            main = page.locator('[data-testid="stMain"]')
+            assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: the page raised"
+            assert not re.search(r"(<0x[0-9A-F]{2}>){2}", so_far), f"{name}: bare bytes in {so_far!r}"
+            if name == "korean":
+                assert "토 (1–2/3)" in so_far, so_far
+            sides = main.get_by_text(re.compile(rf"from step {step} on: .* per token"))
+            assert sides.count() == 2, f"{name}: the two paths are not compared per token from the branch point"
+            assert main.get_by_text("A total is not compared").count() == 1
+            page.screenshot(path=str(SHOTS / f"what_if_{name}.png"), full_page=True)
+        browser.close()
