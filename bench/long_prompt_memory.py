@@ -1,6 +1,6 @@
 """One learner with a ~4,000-token prompt walking every page: the server's memory (issue 19).
 
-  TPE_CACHE_DIR=... .venv/bin/python bench/long_prompt_memory.py [--tokens 3998] [--timeout 900]
+  TPE_CACHE_DIR=... .venv/bin/python bench/long_prompt_memory.py [--tokens 3998] [--more-prompts 2]
 
 Starts a real server (`streamlit run app.py` on a free port, like the browser tests), then one
 session asks for every page of app.py in order over Streamlit's websocket protocol (the messages a
@@ -101,6 +101,8 @@ def notes_of(raw: bytes, notes: list[str]) -> int | None:
     if msg.WhichOneof("type") == "script_finished":
         return msg.script_finished
     element = msg.delta.new_element if msg.WhichOneof("type") == "delta" else None
+    if element is not None and element.WhichOneof("type") == "plotly_chart":
+        notes.append("chart")
     if element is not None and element.WhichOneof("type") == "exception":
         notes.append(f"EXCEPTION {element.exception.type}: {element.exception.message[:120]}")
     elif element is not None and element.WhichOneof("type") == "alert" and element.alert.format in (1, 2):
@@ -108,9 +110,10 @@ def notes_of(raw: bytes, notes: list[str]) -> int | None:
     return None
 
 
-async def walk(url: str, query: str, sampler: Peaks, timeout: float) -> list[tuple[str, float, float, float, str]]:
-    """Every page in turn on one connection; a run that ends early for a rerun (st.rerun) is followed
-    to the end of the rerun before the next page is asked for."""
+async def walk(url: str, query: str, sampler: Peaks, timeout: float, only: tuple[str, ...] = ()
+               ) -> list[tuple[str, float, float, float, str]]:
+    """Every page (or those titled in `only`) in turn on one connection; a run that ends early for a
+    rerun (st.rerun) is followed to the end of the rerun before the next page is asked for."""
     import websockets
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
@@ -118,6 +121,8 @@ async def walk(url: str, query: str, sampler: Peaks, timeout: float) -> list[tup
     async with websockets.connect(url.replace("http", "ws", 1) + "/_stcore/stream", subprotocols=["streamlit"],
                                   max_size=None, open_timeout=timeout) as ws:
         for title, path in pages():
+            if only and title not in only:
+                continue
             sampler.mark()
             t0, sent, notes, status = time.monotonic(), 0, [], None
             async for kind, raw in page_messages(ws, query, path, timeout):
@@ -129,7 +134,8 @@ async def walk(url: str, query: str, sampler: Peaks, timeout: float) -> list[tup
                 status = notes_of(raw, notes)
             time.sleep(0.6)
             rows.append((title, time.monotonic() - t0, sampler.mark(), sampler.now,
-                         f"{sent / 1e6:.1f} MB sent" + "".join(f"; {n}" for n in notes[:3])))
+                         f"{sent / 1e6:.1f} MB sent, {notes.count('chart')} charts"
+                         + "".join(f"; {n}" for n in [n for n in notes if n != "chart"][:3])))
             print(f"  {title:20s} {rows[-1][1]:6.1f} s  peak {rows[-1][2]:7,.0f} MB  after {rows[-1][3]:7,.0f} MB  "
                   f"{rows[-1][4]}", flush=True)
     return rows
@@ -140,6 +146,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=3998, help="prompt length in tokens (chat template included)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default: the app's own default")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per page at most")
+    ap.add_argument("--more-prompts", type=int, default=0,
+                    help="then this many other long prompts from the same session (Journey and Layers each)")
     args = ap.parse_args()
     question, n = question_of(args.tokens)
     print(f"prompt: {n:,} tokens ({len(question):,} characters), max_new_tokens "
@@ -166,8 +174,13 @@ def main() -> int:
         print(f"server up: {sampler.now:,.0f} MB")
         query = f"q={quote(question)}" + (f"&max_new_tokens={args.max_new_tokens}" if args.max_new_tokens else "")
         rows = asyncio.run(walk(url, query, sampler, args.timeout))
+        for n in range(args.more_prompts):
+            print(f"another long prompt ({n + 2}):")
+            other = quote(f"Question {n + 2}. {question}")
+            rows += asyncio.run(walk(url, query.replace(f"q={quote(question)}", f"q={other}"), sampler,
+                                     args.timeout, only=("Journey", "Layers")))
         sampler.stop = True
-        after_run = next(r[3] for r in rows if r[0] == "Journey")
+        after_run = next(r[3] for r in rows if r[0] == "Journey")  # the first run
         worst = max(rows, key=lambda r: r[2])
         print(f"\nafter the run (Journey done): {after_run:,.0f} MB; peak over all {len(rows)} pages: "
               f"{sampler.peak_mb:,.0f} MB (on {worst[0]}); after the walk {rows[-1][3]:,.0f} MB")
