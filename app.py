@@ -28,7 +28,8 @@ from pipeline.model.passes import counting_passes
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
-from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes, stored_trace, warm_up
+from views.common import (DEFAULTS, TEXT_LIMIT, current_request, get_model, init_state, request_key, run_store,
+                          session_passes, stored_trace, warm_up)
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
@@ -95,13 +96,17 @@ def share_and_export(box, page: str, passes: int) -> None:
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")
             st.code(url_state.link(page), language=None, wrap_lines=True)
             trace = stored_trace()
-            if trace is not None:  # built only when clicked (callable data)
+            if trace is not None:  # built only when clicked (callable data). Streamlit keeps the callables a
+                # while after the page: they hold the run's key, not the run (657 MB at 4,000 tokens), so a run
+                # the store has dropped is not kept alive by an old button.
+                key = request_key(current_request())
+                stored = lambda: run_store().peek(key, disk=True)  # noqa: E731
                 st.download_button("Download the run as JSON",
-                                   lambda: json.dumps(trace.to_json(), ensure_ascii=False, indent=1),
+                                   lambda: json.dumps(stored().to_json(), ensure_ascii=False, indent=1),
                                    file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
                                    use_container_width=True)
                 st.download_button("Download a report (one HTML file that opens offline)",
-                                   lambda: trace_report(trace), file_name=f"{trace.request.id}.html",
+                                   lambda: trace_report(stored()), file_name=f"{trace.request.id}.html",
                                    mime="text/html", key="dl_html", use_container_width=True)
             st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                        "an SVG, both drawn in your browser.")
