@@ -2,14 +2,25 @@
 
 Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/config.toml.
 """
+import ctypes
 import json
 import os
+import sys
 from pathlib import Path
 
 # Before torch loads: OpenMP threads that wait by sleeping, not spinning. A server shares its cores with
 # page scripts (and here with the browsers of a load test); with spinning waits a batch of 8 chat runs
 # took 233 s beside two busy processes instead of 17 s alone, with passive waits 34 s (2 cores).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Before the model and a run's captures: glibc gives arrays over 128 KiB back to the system when they are
+# freed. By default it raises that threshold as big arrays come and go, and a long prompt's freed
+# temporaries then stayed in the heap: one 4,000-token run left the server at 2.1 GB instead of 1.8 GB and
+# a session's next long prompts peaked at 3.3 GB (bench/long_prompt_memory.py, README "Memory for one user").
+if sys.platform.startswith("linux"):
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed (no dynamic raise)
+    except (OSError, AttributeError):
+        pass
 
 import streamlit as st
 
@@ -17,7 +28,8 @@ from pipeline.model.passes import counting_passes
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
-from views.common import DEFAULTS, TEXT_LIMIT, get_model, init_state, session_passes, stored_trace, warm_up
+from views.common import (DEFAULTS, TEXT_LIMIT, current_request, get_model, init_state, request_key, run_store,
+                          session_passes, stored_trace, warm_up)
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
@@ -87,13 +99,17 @@ def share_and_export(boxes, passes: int) -> None:
     url_state.sync()  # the address bar and the share box
     with exports:
         trace = stored_trace()
-        if trace is not None:  # built only when clicked (callable data)
+        if trace is not None:  # built only when clicked (callable data). Streamlit keeps the callables a
+            # while after the page: they hold the run's key, not the run (657 MB at 4,000 tokens), so a run
+            # the store has dropped is not kept alive by an old button.
+            key = request_key(current_request())
+            stored = lambda: run_store().peek(key, disk=True)  # noqa: E731
             st.download_button("Download the run as JSON",
-                               lambda: json.dumps(trace.to_json(), ensure_ascii=False, indent=1),
+                               lambda: json.dumps(stored().to_json(), ensure_ascii=False, indent=1),
                                file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
                                use_container_width=True)
             st.download_button("Download a report (one HTML file that opens offline)",
-                               lambda: trace_report(trace), file_name=f"{trace.request.id}.html",
+                               lambda: trace_report(stored()), file_name=f"{trace.request.id}.html",
                                mime="text/html", key="dl_html", use_container_width=True)
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")

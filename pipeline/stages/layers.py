@@ -12,24 +12,48 @@ import torch
 from ..checks import array
 
 
+# The reductions below read POSITION_CHUNK positions at a time: a long prompt's (L+1, T, D) captures are
+# float16, and one float32 copy of them at T = 4,000 is 31 x 4,000 x 576 x 4 B = 285 MB (the cosine
+# needed three such arrays at once, the Layers page peaked over 1 GB). Per chunk: 18 MB.
+POSITION_CHUNK = 256
+
+
+def derived_bytes_bound(L: int, T: int, D: int, chunk: int = POSITION_CHUNK) -> int:
+    """The most bytes one of these reductions allocates at a time for (L+1, T, D) captures: its (L+1, T)
+    float32 result (plus the list of chunk results, as much again) and two float32 (L+1, chunk, D)
+    arrays (a chunk's float32 copy and room for one temporary of its size; einsum makes none)."""
+    return 2 * (L + 1) * T * 4 + 2 * (L + 1) * min(chunk, T) * D * 4
+
+
+def _by_positions(fn, *arrays: np.ndarray, chunk: int = POSITION_CHUNK) -> np.ndarray:
+    """fn applied to float32 slices of `chunk` positions (axis 1) of each array, results joined on axis 1."""
+    T = arrays[0].shape[1]
+    return np.concatenate([fn(*(_f32(a[:, s:s + chunk]) for a in arrays)) for s in range(0, T, chunk)], axis=1)
+
+
+def _norm(x: np.ndarray) -> np.ndarray:
+    """Length along the last axis, float32 in and out, one temporary the size of x."""
+    return np.sqrt(np.einsum("...d,...d->...", x, x))
+
+
 def norms(hidden_states: np.ndarray) -> np.ndarray:
     """(L+1, T, D) -> (L+1, T) length of each token's vector after each layer."""
-    return np.linalg.norm(_f32(array("hidden_states", hidden_states, ndim=3, dtype=None)), axis=-1)
+    return _by_positions(_norm, array("hidden_states", hidden_states, ndim=3, dtype=None))
 
 
 def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
     """(L+1, T, D) -> (L, T) cosine between a token's vector before and after block i."""
-    hidden_states = array("hidden_states", hidden_states, ndim=3, dtype=None)
-    a, b = _f32(hidden_states[:-1]), _f32(hidden_states[1:])  # (L, T, D) each
-    num = (a * b).sum(-1)
-    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
-    return num / np.maximum(den, 1e-12)
+    def cosine(h: np.ndarray) -> np.ndarray:  # (L+1, chunk, D)
+        a, b = h[:-1], h[1:]  # views
+        return np.einsum("...d,...d->...", a, b) / np.maximum(_norm(a) * _norm(b), 1e-12)
+
+    return _by_positions(cosine, array("hidden_states", hidden_states, ndim=3, dtype=None))
 
 
 def contributions(attn_out: np.ndarray, mlp_out: np.ndarray) -> dict[str, np.ndarray]:
     """Length of what attention and the MLP each add, (L, T) each."""
     attn_out, mlp_out = (array(name, x, ndim=3, dtype=None) for name, x in (("attn_out", attn_out), ("mlp_out", mlp_out)))
-    return {"attention": np.linalg.norm(_f32(attn_out), axis=-1), "mlp": np.linalg.norm(_f32(mlp_out), axis=-1)}
+    return {"attention": _by_positions(_norm, attn_out), "mlp": _by_positions(_norm, mlp_out)}
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -37,13 +61,17 @@ def _f32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32, copy=False)
 
 
-def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = 512, start: int = 0,
+LENS_CHUNK_ROWS = 128  # rows per (rows x V) product: 128 x 49,152 x 4 B = 25 MB (512 rows held 200 MB with the softmax)
+
+
+def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS_CHUNK_ROWS, start: int = 0,
                end: int | None = None):
     """Top-k token ids and probabilities for every layer and the positions start..end-1:
     ((L+1, P, k), (L+1, P, k)) with P = end - start (default: all T positions).
 
     Uses the model's final-norm and LM-head weights directly (plain tensor maths, no module call,
-    so no capture hook can see it), over at most `chunk_rows` rows at a time: never (L+1, T, V).
+    so no capture hook can see it), over at most `chunk_rows` rows at a time: never (L+1, T, V), and
+    only the top k probabilities (exp(logit - logsumexp)), never a second (rows, V) array for the softmax.
     Each row costs a (D x V) product, so a page asks only for the positions it shows: 16 positions
     are (L+1) x 16 = 496 rows; a whole 641-token prompt would be 19,871 rows (about 100 s on a CPU).
     """
@@ -60,10 +88,9 @@ def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = 512,
             x = flat[start:start + chunk_rows]  # (n, D)
             x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w_norm  # RMSNorm
             logits = x @ w_head.T  # (n, V)
-            p = torch.softmax(logits, dim=-1)
-            top = p.topk(k, dim=-1)
+            top = logits.topk(k, dim=-1)  # the softmax keeps the order: top logits = top probabilities
             ids.append(top.indices)
-            probs.append(top.values)
+            probs.append(torch.exp(top.values - torch.logsumexp(logits, dim=-1, keepdim=True)))
     ids = torch.cat(ids).numpy().reshape(L1, T, k)
     probs = torch.cat(probs).numpy().reshape(L1, T, k)
     return ids, probs

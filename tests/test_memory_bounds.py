@@ -1,0 +1,113 @@
+"""Memory a long prompt may cost the server (issue 19), pinned from the dimensions, not from a timing.
+
+The Layers page's reductions over the (L+1, T, D) captures read a few positions at a time: what they
+allocate (numpy reports its arrays to tracemalloc) stays under layers.derived_bytes_bound, far less
+than one float32 copy of the captures, which is what they used to make (three at once for the cosine).
+"""
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from pipeline.stages import layers as la
+
+L, D = 30, 576  # SmolLM2-135M
+
+
+def peak_bytes(fn, *args) -> int:
+    tracemalloc.start()
+    try:
+        fn(*args)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.fixture(scope="module")
+def long_captures():
+    """float16 (L+1, T, D) captures as a long prompt stores them, T = 2,048 (73 MB)."""
+    rng = np.random.default_rng(0)
+    T = 2048
+    return rng.standard_normal((L + 1, T, D), dtype=np.float32).astype(np.float16)
+
+
+def test_the_layer_reductions_of_a_long_prompt_stay_within_their_bound(long_captures):
+    h = long_captures
+    T = h.shape[1]
+    bound = la.derived_bytes_bound(L, T, D)
+    assert bound < (L + 1) * T * D * 4 / 3  # well under one float32 copy of the captures
+    for name, fn, args in [("norms", la.norms, (h,)), ("cosine", la.consecutive_cosine, (h,)),
+                           ("contributions", la.contributions, (h[1:], h[:-1]))]:
+        assert peak_bytes(fn, *args) <= bound, name
+
+
+def test_the_reductions_in_chunks_equal_the_whole_computation():
+    """Across chunk edges (T not a multiple of the chunk) and with float16 values whose squares overflow float16."""
+    rng = np.random.default_rng(1)
+    T = la.POSITION_CHUNK * 2 + 37
+    h = (rng.standard_normal((5, T, 16)) * 300).astype(np.float16)
+    h[2, 3] = 25_000  # 25,000² overflows float16; float32 chunks do not
+    x = h.astype(np.float64)
+    np.testing.assert_allclose(la.norms(h), np.linalg.norm(x, axis=-1), rtol=1e-5)
+    ref = (x[:-1] * x[1:]).sum(-1) / (np.linalg.norm(x[:-1], axis=-1) * np.linalg.norm(x[1:], axis=-1))
+    np.testing.assert_allclose(la.consecutive_cosine(h), ref, atol=1e-5)
+    c = la.contributions(h[1:], h[:-1])
+    np.testing.assert_allclose(c["attention"], np.linalg.norm(x[1:], axis=-1), rtol=1e-5)
+    np.testing.assert_allclose(c["mlp"], np.linalg.norm(x[:-1], axis=-1), rtol=1e-5)
+    assert la.norms(h).shape == (5, T) and la.consecutive_cosine(h).shape == (4, T)
+
+
+def live_peak_bytes(fn, *args) -> int:
+    """The most bytes torch held at once on the CPU while fn ran (the profiler's allocation records)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn(*args)
+    events = sorted((e for e in prof.events() if e.name == "[memory]"), key=lambda e: e.time_range.start)
+    live = peak = 0
+    for e in events:
+        live += e.cpu_memory_usage  # + allocated, - freed
+        peak = max(peak, live)
+    return peak
+
+
+def test_the_logit_lens_holds_at_most_two_chunks_of_vocabulary_scores(tiny_lm):
+    """Each chunk of rows is scored over the whole vocabulary: (rows, V) float32 logits and one temporary of
+    that size for logsumexp, never the whole window at once nor a second array for the softmax."""
+    L1, P, D = 3, 300, tiny_lm.model.config.hidden_size
+    V = tiny_lm.model.get_output_embeddings().weight.shape[0]
+    hidden = np.random.default_rng(2).standard_normal((L1, P, D)).astype(np.float16)
+    bound = 2 * la.LENS_CHUNK_ROWS * V * 4 + 4 * L1 * P * D * 4 + 2**20
+    assert L1 * P > 2 * la.LENS_CHUNK_ROWS  # several chunks
+    assert live_peak_bytes(la.logit_lens, tiny_lm, hidden) <= bound
+    ids, probs = la.logit_lens(tiny_lm, hidden, k=3)
+    assert ids.shape == probs.shape == (L1, P, 3)
+    import torch
+
+    x = torch.from_numpy(hidden.astype(np.float32))
+    norm = tiny_lm.model.model.norm
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon) * norm.weight.detach()
+    ref = torch.softmax(x @ tiny_lm.model.get_output_embeddings().weight.detach().T, dim=-1).topk(3, dim=-1)
+    np.testing.assert_array_equal(ids, ref.indices.numpy())
+    np.testing.assert_allclose(probs, ref.values.numpy(), rtol=1e-4)
+
+
+def long_record_bytes(L: int, H: int, Hkv: int, Dh: int, D: int, V: int, T: int, K: int = 10) -> int:
+    """What a prompt past FULL_ATTENTION_MAX_TOKENS stores, from the dimensions: float16 captures (no
+    attention pattern), float32 last logits, the top K per position (int64 ids, float32 logits and probs)."""
+    values = (L + 1) * T * D + 2 * L * T * D + L * H * T * Dh + 2 * L * Hkv * T * Dh + 2 * T * D
+    return values * 2 + V * 4 + T * K * (8 + 4 + 4)
+
+
+def test_a_long_prompts_stored_record_is_what_its_dimensions_say(tiny_lm):
+    from pipeline.model.prefill import run_prefill
+    from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, TOP_K_PER_POSITION
+
+    T = FULL_ATTENTION_MAX_TOKENS + 40
+    ids = tiny_lm.tokenizer(" tomato" * T)["input_ids"][:T]
+    prefill, _, _ = run_prefill(tiny_lm, ids)
+    m = tiny_lm.dims
+    assert prefill.attention is None
+    assert prefill.nbytes == long_record_bytes(m.L, m.H, m.Hkv, m.Dh, m.D, m.V, T, TOP_K_PER_POSITION)
+    # SmolLM2-135M at the app's 4,096-token cap: 675 MB (657 MB at the bench's 3,990 tokens)
+    assert long_record_bytes(30, 9, 3, 64, 576, 49_152, 4096) < 700 * 10**6
