@@ -8,9 +8,11 @@ emoji question, without an exception and with the character in the page's labels
 import json
 import math
 import os
+import re
 import unicodedata
 
 import numpy as np
+
 import pytest
 
 from pipeline.stages.attention import colour_values, entropy_bits, sharpest_head, windowed
@@ -306,6 +308,9 @@ def test_what_if_names_answer_tokens_by_their_character():
     options = at.selectbox(key="br_pick").options
     bare = [o for o in options if o.startswith("<0x") and not any(w in o for w in ("→", "byte", "continues"))]
     assert not bare, bare
+    at.text_input(key="br_typed").input("토마토").run()  # a typed token is named the same way
+    typed = [c.value for c in at.caption if "starts with token" in c.value]
+    assert typed and not re.search(r"token `+ <0x[0-9A-F]{2}> `+", typed[0]), typed
     at.button(key="br_go").click().run()
     assert not at.exception, at.exception
     sides = [m.value for m in at.markdown if "per token" in m.value]

@@ -5,7 +5,7 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.stages.tokens import encode
-from pipeline.text import continuation_label, plural, spelled, token_pieces, token_text, unfinished_end
+from pipeline.text import continuation_label, plural, spelled, token_pieces, unfinished_end
 from pipeline.trace import log_probability, mean_log_probability, step_log_probabilities
 from ui.escape import code_span, markdown_text, plotly_label
 from views.common import branch_for, branch_label, current_request, current_trace, get_model, page_header, request_key
@@ -43,7 +43,8 @@ if typed:
     ids = encode(tok, typed)
     if ids:
         token_id = ids[0]
-        st.caption(f"{code_span(typed)} starts with token {code_span(token_text(tok, token_id))} (id {token_id}).")
+        st.caption(f"{code_span(typed)} starts with token {code_span(continuation_label(tok, context, token_id))} "
+                   f"(id {token_id}).")
 if st.button("Continue from here with this token", type="primary", key="br_go"):
     new = here + ((step, int(token_id)),)
     try:
