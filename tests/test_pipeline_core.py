@@ -132,8 +132,7 @@ def test_kv_bytes_follow_formula_and_grow_one_position_per_step(default_trace):
 
 
 def test_kv_cache_keys_are_post_rope_keys(lm, default_trace):
-    _, cache, _ = run_prefill(lm, default_trace.ids)
-    keys, values = cache_layers(cache)[7]
+    keys, values = cache_layers(run_prefill(lm, default_trace.ids).kv_cache)[7]
     np.testing.assert_allclose(keys[0].cpu().numpy(), default_trace.prefill.k_rot[7], atol=1e-5)
     np.testing.assert_allclose(values[0].cpu().numpy(), default_trace.prefill.v[7], atol=1e-6)
 

@@ -138,7 +138,8 @@ def test_hooks_are_removed_even_on_error(tiny_lm):
 
 def test_prefill_on_the_tiny_model(tiny_lm):
     ids = tiny_lm.tokenizer("Are tomatoes fruit? Botanically, yes.")["input_ids"]
-    p, cache, last = run_prefill(tiny_lm, ids)
+    run = run_prefill(tiny_lm, ids)
+    p, last = run.prefill, run.last_logits
     d = tiny_lm.dims
     T = len(ids)
     assert p.hidden_states.shape == (d.L + 1, T, d.D) and p.attention.shape == (d.L, d.H, T, T)
@@ -153,3 +154,4 @@ def test_prefill_on_the_tiny_model(tiny_lm):
     np.testing.assert_array_equal(lens_ids[-1, :, 0], p.top_ids[:, 0])
     assert tiny_lm.model.config._attn_implementation == "sdpa"  # the eager capture put the kernel back
     assert sum(p.kv_bytes_per_layer) == d.kv_bytes(T)
+    assert run.kv_cache.get_seq_length() == T  # the decode continues after the whole prompt

@@ -33,14 +33,14 @@ class HFDecoder:
     """The fallback for models PlainDecoder does not cover: every step is a full HF forward pass."""
 
     def __init__(self, lm, max_positions: int):
-        self.lm, self.cache = lm, None
+        self.lm, self.kv_cache = lm, None
 
     def prefill(self, ids: list[int]) -> torch.Tensor:
-        logits, self.cache = self.lm.forward_chunked(ids)
+        logits, self.kv_cache = self.lm.forward_chunked(ids)
         return logits  # (V,)
 
     def step(self, token: int) -> torch.Tensor:
-        return self.lm.forward([[token]], cache=self.cache).logits[0, -1]  # (V,)
+        return self.lm.forward([[token]], cache=self.kv_cache).logits[0, -1]  # (V,)
 
 
 def row_blocks(weight: torch.Tensor, k: int) -> torch.Tensor:
@@ -154,10 +154,10 @@ class PlainDecoder:
     def prefill(self, ids: list[int]) -> torch.Tensor:
         """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache.
         Returns logits (V,) for the token after the prompt."""
-        logits, cache = self.lm.forward_chunked(ids)
+        logits, kv_cache = self.lm.forward_chunked(ids)
         T = len(ids)
         with torch.inference_mode():
-            for i, (k, v) in enumerate(cache_layers(cache)):  # each (1, Hkv, T, Dh)
+            for i, (k, v) in enumerate(cache_layers(kv_cache)):  # each (1, Hkv, T, Dh)
                 self.keys[i, :, :, :T] = k
                 self.values[i, :, :, :T] = v
         self.T = T
