@@ -12,7 +12,8 @@ from pipeline.model.capture import capture, hook_points
 from pipeline.model.dims import kv_bytes_formula
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.model.loader import attention_implementation
-from pipeline.model.prefill import _heads, apply_rope, run_prefill
+from pipeline.model.prefill import _heads, run_prefill
+from pipeline.model.rope import rotate, signed_sin
 from pipeline.stages.attention import attention_for_layer
 from pipeline.stages.batch import batch_tensors, batched_last_logits
 from pipeline.stages.request import ChatRequest, GenerationOptions
@@ -71,7 +72,7 @@ def test_k_rot_rebuilt_from_projection_and_rope_equals_cache(lm, default_trace):
         lm.forward([t.ids], use_cache=False)
     k = _heads(rec["blocks.3.k"][0].float().cpu(), t.dims.Hkv)  # (Hkv, T, Dh)
     cos, sin = rec["rope.cos"][0][0].float().cpu(), rec["rope.sin"][0][0].float().cpu()  # (T, Dh)
-    np.testing.assert_allclose(apply_rope(k, cos, sin).numpy(), t.prefill.k_rot[3], atol=1e-5)
+    np.testing.assert_allclose(rotate(k, cos, signed_sin(sin)).numpy(), t.prefill.k_rot[3], atol=1e-5)
 
 
 def test_attention_rows_sum_to_one_and_are_causal(default_trace):

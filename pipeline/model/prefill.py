@@ -14,6 +14,7 @@ import torch
 from .capture import block_names, capture
 from .kv_tensors import bytes_per_layer, cache_layers
 from .prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
+from .rope import rotate, signed_sin
 
 # Past FULL_ATTENTION_MAX_TOKENS the captures are stored in float16 (half the memory; shown values keep 3
 # significant digits, plenty for charts). Shorter prompts keep exact float32.
@@ -32,16 +33,6 @@ def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(1, T, n*Dh) -> (n, T, Dh)"""
     _, T, width = x.shape
     return x.view(T, n_heads, width // n_heads).transpose(0, 1)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (n, T, Dh) rotated by position: x*cos + rotate_half(x)*sin, cos/sin (T, Dh)."""
-    return x * cos + _rotate_half(x) * sin
 
 
 def _np_dtype(t: torch.Tensor):
@@ -105,8 +96,8 @@ def run_prefill(lm, ids: list[int], keep_attention: bool | None = None) -> Prefi
             last_logits = out.logits[0, -1].float().cpu()  # (V,)
             seconds += time.perf_counter() - t0
             kv_cache = out.cache  # DynamicCache: per layer (1, Hkv, T so far, Dh) keys and values
-        cos, sin = rec.pop("rope.cos")[0][0].float(), rec.pop("rope.sin")[0][0].float()  # (chunk, Dh)
-        rope_q = lambda q: apply_rope(_heads(q[None].float(), dims.H), cos, sin).to(q.dtype)  # noqa: E731
+        cos, sin = rec.pop("rope.cos")[0][0].float(), signed_sin(rec.pop("rope.sin")[0][0].float())  # (chunk, Dh)
+        rope_q = lambda q: rotate(_heads(q[None].float(), dims.H), cos, sin).to(q.dtype)  # noqa: E731
         take = lambda field, f=None: [f(rec.pop(n)[0][0]) if f else rec.pop(n)[0][0]  # noqa: E731
                                       for n in block_names(dims.L, field)]
         fill.put("embeddings", start, [rec.pop("embeddings")[0][0]], axis=0)  # (1, T, D)

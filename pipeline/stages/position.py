@@ -1,4 +1,5 @@
-"""Stage: position. Rotary position embedding (RoPE), recomputed with the model's real base and head width.
+"""Stage: position. Rotary position embedding (RoPE), recomputed with the model's real base and head width
+(the maths itself: pipeline.model.rope).
 
 Llama-style RoPE pairs dimension i with dimension i + Dh/2 (the "rotate half" layout) and turns
 that pair by the angle  position * base ** (-2i / Dh).  Pair 0 turns fastest (1 radian per
@@ -9,28 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def inv_freq(head_dim: int, base: float) -> np.ndarray:
-    """(Dh/2,) radians per position for each frequency pair.  Dh=4, base=100 -> [1.0, 0.1]."""
-    return base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-
-
-def angles(positions, head_dim: int, base: float) -> np.ndarray:
-    """(P, Dh/2) rotation angle in radians for every position and frequency pair."""
-    pos = np.asarray(positions, dtype=np.float64)  # (P,)
-    return pos[:, None] * inv_freq(head_dim, base)[None, :]  # (P, Dh/2)
+from ..model import rope
+from ..model.rope import angles, inv_freq  # noqa: F401  (the page reads them from this stage)
 
 
 def rotate(x: np.ndarray, positions, base: float) -> np.ndarray:
-    """Apply RoPE to x (..., P, Dh) at the given positions (P,), exactly as the model does:
-    x * cos + rotate_half(x) * sin, with cos/sin repeated over both halves."""
+    """Apply RoPE to x (..., P, Dh) at the given positions (P,) in float64, exactly as the model does
+    (pipeline.model.rope.rotate with tables for these positions)."""
     x = np.asarray(x, dtype=np.float64)
-    a = angles(positions, x.shape[-1], base)  # (P, Dh/2)
-    cos = np.concatenate([np.cos(a), np.cos(a)], axis=-1)  # (P, Dh)
-    sin = np.concatenate([np.sin(a), np.sin(a)], axis=-1)  # (P, Dh)
-    half = x.shape[-1] // 2
-    rotated_half = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated_half * sin
+    cos, sin = rope.cos_sin(positions, x.shape[-1], base)  # (P, Dh) each
+    return rope.rotate(x, cos, rope.signed_sin(sin))
 
 
 def unrotate(x_rot: np.ndarray, positions, base: float) -> np.ndarray:
