@@ -15,7 +15,7 @@ from pipeline.model.loader import attention_implementation
 from pipeline.model.prefill import _heads, run_prefill
 from pipeline.model.rope import rotate, signed_sin
 from pipeline.stages.attention import attention_for_layer
-from pipeline.stages.batch import batch_tensors, batched_last_logits
+from pipeline.stages.batch import batch_tensors
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 from pipeline.trace import run_trace
@@ -211,7 +211,8 @@ def test_batch_padding_matches_single_requests(lm):
     assert t["input_ids"].shape == (B, T) and t["input_ids"].dtype == torch.int64
     assert t["attention_mask"].sum(1).tolist() == [len(s) for s in seqs]
     assert t["position_ids"][1, -1].item() == len(seqs[1]) - 1
-    batched = batched_last_logits(lm, seqs)  # (B, V)
+    out = lm.forward(t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"], use_cache=False)
+    batched = out.logits[:, -1].float().cpu()  # (B, V): the padded batch in one pass
     for b, seq in enumerate(seqs):
         with torch.inference_mode():
             single = lm.model(input_ids=torch.tensor([seq], device=lm.device), use_cache=False).logits[0, -1].cpu()

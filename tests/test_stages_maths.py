@@ -11,7 +11,7 @@ from pipeline.model.prefill import run_prefill
 from pipeline.stages import embeddings as es
 from pipeline.stages import layers as la
 from pipeline.stages import position as rope
-from pipeline.stages.attention import attention_by_hand, attention_for_layer, weight_before
+from pipeline.stages.attention import attention_by_hand, attention_for_layer
 from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, padding_share
 
 
@@ -65,7 +65,6 @@ def test_attention_for_layer_recomputes_the_brute_force_pattern():
     ref = brute_attention(q[1].astype(np.float64), k[1].astype(np.float64))
     np.testing.assert_allclose(attention_for_layer(prefill, 1), ref, atol=1e-5)
     np.testing.assert_allclose(attention_for_layer(prefill, 1, first_row=4), ref[:, 4:], atol=1e-5)
-    np.testing.assert_allclose(weight_before(ref[0], 2), ref[0][:, :2].sum(-1))
 
 
 def test_attention_by_hand_on_chosen_positions():

@@ -33,8 +33,8 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the pos
 class HFDecoder:
     """The fallback for models PlainDecoder does not cover: every step is a full HF forward pass."""
 
-    def __init__(self, lm, max_positions: int):
-        self.lm, self.kv_cache = lm, None
+    def __init__(self, lm):
+        self.lm, self.kv_cache = lm, None  # the KV cache grows as HF's DynamicCache does: no size needed
 
     def prefill(self, ids: list[int]) -> torch.Tensor:
         logits, self.kv_cache = self.lm.forward_chunked(ids)
@@ -108,7 +108,7 @@ def supports(model) -> bool:
 
 def open_decoder(lm, max_positions: int):
     """PlainDecoder where it is exact for lm's model, else HFDecoder (same interface)."""
-    return PlainDecoder(lm, max_positions) if supports(lm.model) else HFDecoder(lm, max_positions)
+    return PlainDecoder(lm, max_positions) if supports(lm.model) else HFDecoder(lm)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -115,10 +115,6 @@ class Fit:
     free_bytes: int  # left for the cache after weights and the reserve (may be negative)
     conversations: int  # whole conversations that fit (0 when the weights alone do not fit)
 
-    @property
-    def unused_bytes(self) -> int:
-        return max(self.gpu_bytes - self.weights_bytes - self.conversations * self.conversation_bytes, 0)
-
 
 def load_configs(path: Path = CONFIG_PATH) -> dict:
     data = json.loads(Path(path).read_text())
