@@ -1,4 +1,8 @@
-"""Prefill: the whole prompt in one forward pass, with every internal tensor captured.
+"""Prefill: the whole prompt through the model, with every internal tensor captured.
+
+Up to FULL_ATTENTION_MAX_TOKENS tokens that is one eager forward pass (attention weights kept); a
+longer prompt runs in passes of PREFILL_CHUNK tokens, each continuing from the KV cache of the ones
+before, as LoadedModel.forward_chunked runs an uncaptured prompt.
 
 Shape letters: L layers, H query heads, Hkv key/value heads, T positions, D model width,
 Dh head width, V vocabulary, K top candidates kept per position.
