@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-import os
 import re
 import secrets
 import socket

@@ -332,11 +332,6 @@ def token_pieces(tokenizer, ids) -> list[Piece]:
     return group_pieces(raws, flags, texts)
 
 
-def token_labels(tokenizer, ids) -> list[str]:
-    """One name per token for axes, tables and titles: '토 (1/3)' for part of a character."""
-    return [p.label for p in token_pieces(tokenizer, ids)]
-
-
 def continuation_label(tokenizer, context_ids, token_id: int, short: bool = False) -> str:
     """Name a candidate next token after `context_ids`, saying what it does to an unfinished character.
 

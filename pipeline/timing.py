@@ -65,7 +65,7 @@ def compare_runs(a: list[float], b: list[float]) -> Comparison:
         if not isinstance(runs, (list, tuple)) or not runs:
             raise InputError(field, "give at least one measured time.")
         for t in runs:
-            number(field, t, lo=0)
+            number(field, t, lo=0, hi=1e9)  # seconds: a billion is past any real timing (and keeps sums finite)
     ra, rb = (min(a), max(a)), (min(b), max(b))
     return Comparison(statistics.median(a), statistics.median(b), ra, rb,
                       separated=ra[1] < rb[0] or rb[1] < ra[0], repeats=min(len(a), len(b)))

@@ -196,7 +196,7 @@ class _Started:
     state: RequestState
     tokenized: TokenizedRequest
     prefill: Prefill
-    cache: object
+    kv_cache: object  # HF DynamicCache after the prompt; None once the answer is complete
     last_logits: object
     prefill_started_at: float
 
@@ -211,9 +211,9 @@ def _prefill(request: ChatRequest, lm, max_prompt_tokens: int | None, t0: float 
     check_fits(lm.dims, len(tokenized.ids), request.options.max_new_tokens, max_prompt_tokens)
     state.advance("prefill")
     prefill_started_at = time.perf_counter()
-    prefill, cache, last_logits = run_prefill(lm, tokenized.ids)
+    run = run_prefill(lm, tokenized.ids)
     state.advance("decoding")
-    return _Started(request, t0, rid, state, tokenized, prefill, cache, last_logits, prefill_started_at)
+    return _Started(request, t0, rid, state, tokenized, run.prefill, run.kv_cache, run.last_logits, prefill_started_at)
 
 
 def _finish(s: _Started, decode: Decode, lm, batch_index: int = 0) -> Trace:
@@ -248,8 +248,8 @@ def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = Non
 
     lm = lm or shared_model()
     s = _prefill(request, lm, max_prompt_tokens)
-    decode = decode_loop(lm, s.cache, s.last_logits, request.options, s.rid, s.prefill_started_at, force)
-    s.cache = None  # the request's KV cache is freed once the answer is complete
+    decode = decode_loop(lm, s.kv_cache, s.last_logits, request.options, s.rid, s.prefill_started_at, force)
+    s.kv_cache = None  # the request's KV cache is freed once the answer is complete
     return _finish(s, decode, lm)
 
 
@@ -270,7 +270,7 @@ def run_traces(requests: list[ChatRequest], lm, max_prompt_tokens: int | None = 
         except InputError as e:
             started.append(e)
     ok = [s for s in started if isinstance(s, _Started)]
-    decodes = decode_batch(lm, [s.cache for s in ok], [s.last_logits for s in ok], [s.request.options for s in ok],
+    decodes = decode_batch(lm, [s.kv_cache for s in ok], [s.last_logits for s in ok], [s.request.options for s in ok],
                            [s.rid for s in ok], [s.prefill_started_at for s in ok]) if ok else []
     out, done = [], iter(zip(ok, decodes))
     for item in started:
@@ -278,7 +278,7 @@ def run_traces(requests: list[ChatRequest], lm, max_prompt_tokens: int | None = 
             out.append(item)
         else:
             s, decode = next(done)
-            s.cache = None
+            s.kv_cache = None
             out.append(_finish(s, decode, lm, batch_index=ok.index(s)))
     return out
 
@@ -330,8 +330,8 @@ def run_constrained_trace(request: ChatRequest, lm, kind: str, spec, max_prompt_
 
     check_spec(kind, spec)  # refuse a bad grammar before any forward pass
     s = _prefill(request, lm, max_prompt_tokens)
-    decode, steps = constrained_decode(lm, s.cache, s.last_logits, request, kind, spec, s.rid, s.prefill_started_at)
-    s.cache = None
+    decode, steps = constrained_decode(lm, s.kv_cache, s.last_logits, request, kind, spec, s.rid, s.prefill_started_at)
+    s.kv_cache = None
     trace = _finish(s, decode, lm)
     trace.constraint = {"kind": kind, "spec": spec, "steps": steps}
     return trace

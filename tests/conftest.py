@@ -22,7 +22,10 @@ DEFAULT_QUESTION = "Are tomatoes fruit?"
 # Property tests: modest example counts (each test sets its own), no deadline on 2 shared CPU cores, and no
 # example database written into the repository: each failure found is kept as an @example in its test, and a
 # failure prints the blob that replays it (@reproduce_failure) beside the seed (pytest --hypothesis-seed=N).
-settings.register_profile("tpe", deadline=None, database=None, derandomize=False, print_blob=True,
+# Under CI (CI=true) the examples are derandomized: the run that decides a landing is the same every time, while
+# a developer's runs keep exploring new examples.
+settings.register_profile("tpe", deadline=None, database=None, derandomize=os.environ.get("CI") == "true",
+                          print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile("tpe")
 

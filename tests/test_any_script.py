@@ -20,7 +20,7 @@ from pipeline.stages.embeddings import analogy, label_positions, same_word_ids, 
 from pipeline.stages.decode_record import silent_steps
 from pipeline.stages.next_token import answer_confidence
 from pipeline.stages.tokens import character_counts, encode
-from pipeline.text import (continuation_label, graphemes, group_pieces, render_text, token_labels, token_pieces,
+from pipeline.text import (continuation_label, graphemes, group_pieces, render_text, token_pieces,
                            utf8_chars)
 
 TEXTS = {
@@ -118,14 +118,14 @@ def _clusters(text: str) -> list[str]:
 
 
 def test_korean_question_labels(tokenizer):
-    labels = token_labels(tokenizer, encode(tokenizer, "토마토는 과일이야?"))
+    labels = [p.label for p in token_pieces(tokenizer, encode(tokenizer, "토마토는 과일이야?"))]
     assert labels[:3] == ["토 (1/3)", "토 (2/3)", "토 (3/3)"]
     assert "␣과 (1/3)" in labels and labels[-1] == "?"
     assert not any(label.startswith("<0x") for label in labels)
 
 
 def test_emoji_question_labels(tokenizer):
-    labels = token_labels(tokenizer, encode(tokenizer, "Are 🍅 fruit? 👩‍🔬"))
+    labels = [p.label for p in token_pieces(tokenizer, encode(tokenizer, "Are 🍅 fruit? 👩‍🔬"))]
     assert labels[:4] == ["Are", "␣🍅 (1/3)", "␣🍅 (2/3)", "␣🍅 (3/3)"]
     assert labels[-1] == "␣👩‍🔬 (8/8)"
 

@@ -105,7 +105,7 @@ def test_a_long_prompts_stored_record_is_what_its_dimensions_say(tiny_lm):
 
     T = FULL_ATTENTION_MAX_TOKENS + 40
     ids = tiny_lm.tokenizer(" tomato" * T)["input_ids"][:T]
-    prefill, _, _ = run_prefill(tiny_lm, ids)
+    prefill = run_prefill(tiny_lm, ids).prefill
     m = tiny_lm.dims
     assert prefill.attention is None
     assert prefill.nbytes == long_record_bytes(m.L, m.H, m.Hkv, m.Dh, m.D, m.V, T, TOP_K_PER_POSITION)

@@ -153,3 +153,23 @@ def test_a_broken_config_is_reported_not_loaded_around(tmp_path):
     assert not handle.is_loaded and handle._loader is None
     with pytest.raises(AttributeError, match="on the loaded model"):
         handle.lock = None
+
+
+def test_the_model_name_is_written_once_in_the_code():
+    """Every default that names the model reads weights_cache.DEFAULT_MODEL_NAME: the string itself
+    appears as a value in one place under pipeline/ (docstrings aside)."""
+    import ast
+    from pathlib import Path
+
+    from pipeline.model.weights_cache import DEFAULT_MODEL_NAME
+    from pipeline.stages.request import ChatRequest
+
+    places = []
+    for path in sorted(Path(ROOT, "pipeline").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        places += [path.name for n in ast.walk(tree) if isinstance(n, ast.Constant)
+                   and n.value == DEFAULT_MODEL_NAME and id(n) not in docs]
+    assert places == ["weights_cache.py"], places
+    assert ChatRequest.from_question("Hi").model == DEFAULT_MODEL_NAME

@@ -12,9 +12,10 @@ from pipeline.model.capture import capture, hook_points
 from pipeline.model.dims import kv_bytes_formula
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.model.loader import attention_implementation
-from pipeline.model.prefill import _heads, apply_rope, run_prefill
+from pipeline.model.prefill import _heads, run_prefill
+from pipeline.model.rope import rotate, signed_sin
 from pipeline.stages.attention import attention_for_layer
-from pipeline.stages.batch import batch_tensors, batched_last_logits
+from pipeline.stages.batch import batch_tensors
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 from pipeline.trace import run_trace
@@ -71,7 +72,7 @@ def test_k_rot_rebuilt_from_projection_and_rope_equals_cache(lm, default_trace):
         lm.forward([t.ids], use_cache=False)
     k = _heads(rec["blocks.3.k"][0].float().cpu(), t.dims.Hkv)  # (Hkv, T, Dh)
     cos, sin = rec["rope.cos"][0][0].float().cpu(), rec["rope.sin"][0][0].float().cpu()  # (T, Dh)
-    np.testing.assert_allclose(apply_rope(k, cos, sin).numpy(), t.prefill.k_rot[3], atol=1e-5)
+    np.testing.assert_allclose(rotate(k, cos, signed_sin(sin)).numpy(), t.prefill.k_rot[3], atol=1e-5)
 
 
 def test_attention_rows_sum_to_one_and_are_causal(default_trace):
@@ -132,8 +133,7 @@ def test_kv_bytes_follow_formula_and_grow_one_position_per_step(default_trace):
 
 
 def test_kv_cache_keys_are_post_rope_keys(lm, default_trace):
-    _, cache, _ = run_prefill(lm, default_trace.ids)
-    keys, values = cache_layers(cache)[7]
+    keys, values = cache_layers(run_prefill(lm, default_trace.ids).kv_cache)[7]
     np.testing.assert_allclose(keys[0].cpu().numpy(), default_trace.prefill.k_rot[7], atol=1e-5)
     np.testing.assert_allclose(values[0].cpu().numpy(), default_trace.prefill.v[7], atol=1e-6)
 
@@ -211,7 +211,8 @@ def test_batch_padding_matches_single_requests(lm):
     assert t["input_ids"].shape == (B, T) and t["input_ids"].dtype == torch.int64
     assert t["attention_mask"].sum(1).tolist() == [len(s) for s in seqs]
     assert t["position_ids"][1, -1].item() == len(seqs[1]) - 1
-    batched = batched_last_logits(lm, seqs)  # (B, V)
+    out = lm.forward(t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"], use_cache=False)
+    batched = out.logits[:, -1].float().cpu()  # (B, V): the padded batch in one pass
     for b, seq in enumerate(seqs):
         with torch.inference_mode():
             single = lm.model(input_ids=torch.tensor([seq], device=lm.device), use_cache=False).logits[0, -1].cpu()

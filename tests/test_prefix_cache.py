@@ -118,6 +118,19 @@ def test_chain_hashes_by_hand():
     assert chain_hashes([12, 3], 2) != chain_hashes([1, 23], 2)  # ids are separated, not glued
 
 
+@pytest.mark.parametrize("a, b", [("tomato", "tomb"), ("tomato", "tomato"), ("", "x"), ("ab", "abc"), ("x", "y"),
+                                  (b"\x01\x02\x03\x04", b"\x01\x02\x09"), ([1, 2, 3], [1, 2]),
+                                  ([5, 6, 7, 8], (5, 6, 9)), ((1, 2), [1, 2, 3]), ("토마토", "토마도")])
+def test_common_prefix_len_against_the_standard_library(a, b):
+    """The one common-prefix length (engine, audit radix tree, audit traps) against os.path.commonprefix."""
+    import os
+
+    from pipeline.prompt_cache.prefix import common_prefix_len
+
+    expected = len(os.path.commonprefix([list(a), list(b)]))
+    assert common_prefix_len(a, b) == common_prefix_len(b, a) == expected
+
+
 def test_partial_blocks_are_not_stored(tiny_lm, ids):
     cache = PrefixCache(PrefixCacheConfig(block_size=16))
     stats = cache.serve(tiny_lm, ids[:40]).stats

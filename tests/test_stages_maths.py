@@ -11,7 +11,7 @@ from pipeline.model.prefill import run_prefill
 from pipeline.stages import embeddings as es
 from pipeline.stages import layers as la
 from pipeline.stages import position as rope
-from pipeline.stages.attention import attention_by_hand, attention_for_layer, weight_before
+from pipeline.stages.attention import attention_by_hand, attention_for_layer
 from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, padding_share
 
 
@@ -65,7 +65,6 @@ def test_attention_for_layer_recomputes_the_brute_force_pattern():
     ref = brute_attention(q[1].astype(np.float64), k[1].astype(np.float64))
     np.testing.assert_allclose(attention_for_layer(prefill, 1), ref, atol=1e-5)
     np.testing.assert_allclose(attention_for_layer(prefill, 1, first_row=4), ref[:, 4:], atol=1e-5)
-    np.testing.assert_allclose(weight_before(ref[0], 2), ref[0][:, :2].sum(-1))
 
 
 def test_attention_by_hand_on_chosen_positions():
@@ -138,7 +137,8 @@ def test_hooks_are_removed_even_on_error(tiny_lm):
 
 def test_prefill_on_the_tiny_model(tiny_lm):
     ids = tiny_lm.tokenizer("Are tomatoes fruit? Botanically, yes.")["input_ids"]
-    p, cache, last = run_prefill(tiny_lm, ids)
+    run = run_prefill(tiny_lm, ids)
+    p, last = run.prefill, run.last_logits
     d = tiny_lm.dims
     T = len(ids)
     assert p.hidden_states.shape == (d.L + 1, T, d.D) and p.attention.shape == (d.L, d.H, T, T)
@@ -153,3 +153,27 @@ def test_prefill_on_the_tiny_model(tiny_lm):
     np.testing.assert_array_equal(lens_ids[-1, :, 0], p.top_ids[:, 0])
     assert tiny_lm.model.config._attn_implementation == "sdpa"  # the eager capture put the kernel back
     assert sum(p.kv_bytes_per_layer) == d.kv_bytes(T)
+    assert run.kv_cache.get_seq_length() == T  # the decode continues after the whole prompt
+
+
+def test_one_rope_equals_hf_to_the_bit_on_torch_and_numpy(tiny_lm):
+    """pipeline.model.rope against HF's own apply_rotary_pos_emb and rotary embedding module."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    from pipeline.model import rope as one_rope
+
+    d, P = tiny_lm.dims, 7
+    rotary = tiny_lm.model.model.rotary_emb
+    with torch.inference_mode():
+        cos, sin = rotary(torch.empty(0), torch.arange(P)[None])  # (1, P, Dh) HF's tables
+    q, k = torch.randn(1, d.H, P, d.Dh), torch.randn(1, d.Hkv, P, d.Dh)
+    hf_q, hf_k = apply_rotary_pos_emb(q, k, cos, sin)
+    ours_cos, ours_sin = one_rope.model_tables(rotary, P, "cpu", torch.float32)  # (P, Dh)
+    assert torch.equal(one_rope.rotate(q, ours_cos, ours_sin), hf_q)  # same bits
+    assert torch.equal(one_rope.rotate(k, cos[0], one_rope.signed_sin(sin[0])), hf_k)
+    np_cos, np_sin = one_rope.cos_sin(np.arange(P), d.Dh, d.rope_base)  # float64, from the base alone
+    np.testing.assert_allclose(np_cos, cos[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(np_sin, sin[0].numpy(), atol=1e-6)
+    as_np = one_rope.rotate(q.numpy().astype(np.float64), np_cos, one_rope.signed_sin(np_sin))
+    np.testing.assert_allclose(as_np, hf_q.numpy(), atol=1e-5)
+    np.testing.assert_array_equal(rope.rotate(q.numpy(), np.arange(P), d.rope_base), as_np)  # the stage's is this one

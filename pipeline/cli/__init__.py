@@ -1,9 +1,11 @@
-"""Command line: `python -m pipeline trace|tokens|cache-demo ...`.
+"""Command line: `python -m pipeline trace|report|tokens|cache-demo|cache-audit ...` (`COMMANDS`).
 
-Everything a user typed is checked before torch is imported or the model is loaded, so bad input
-is refused at once with exit code 2 and a message naming the field; output files are checked then
-too, and written atomically (a failed write keeps the old file and exits 2). All that is printed
-shows control characters escaped (pipeline.cli.terminal).
+What a user typed is checked before torch is imported or the model is loaded, so bad input is
+refused at once with exit code 2 and a message naming the field; only a `--force` token id waits
+for the model, whose vocabulary size V it is checked against. Output files are checked first too,
+and written atomically (a failed write keeps the old file and exits 2). `report` draws its HTML
+with ui.report (presentation stays out of pipeline/); `cache-audit` never imports torch. All that
+is printed shows control characters escaped (pipeline.cli.terminal).
 """
 from __future__ import annotations
 

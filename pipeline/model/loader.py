@@ -65,13 +65,13 @@ class LoadedModel:
             self.count_pass()
         return out
 
-    def forward_chunked(self, ids: list[int], cache=None):
-        """A prompt (after what `cache` already holds) in passes of PREFILL_CHUNK tokens with SDPA, the
-        lock released between them. Returns (logits (V,) for the token after it, the cache)."""
+    def forward_chunked(self, ids: list[int], kv_cache=None):
+        """A prompt (after what `kv_cache` already holds) in passes of PREFILL_CHUNK tokens with SDPA, the
+        lock released between them. Returns (logits (V,) for the token after it, the KV cache)."""
         for start in range(0, len(ids), PREFILL_CHUNK):
-            out = self.forward([ids[start:start + PREFILL_CHUNK]], cache=cache)  # (1, chunk)
-            cache = out.cache
-        return out.logits[0, -1], cache
+            out = self.forward([ids[start:start + PREFILL_CHUNK]], cache=kv_cache)  # (1, chunk)
+            kv_cache = out.cache
+        return out.logits[0, -1], kv_cache
 
     def count_pass(self) -> None:
         """One forward pass ran (call it holding `lock`): everyone's count and the caller's own."""

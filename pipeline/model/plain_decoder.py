@@ -6,7 +6,7 @@ A step reads every weight once, and on a CPU that read is most of its time. HF's
 in the matmuls and the rest in Python and small ops (module calls, cache concatenation, masks); this
 decoder drops that rest and also reads the weights on every core (`row_blocks`: a one-token matmul
 runs on a single core in MKL). The arithmetic is HF's own, op for op (RMSNorm in float32, RoPE from
-the model's own rotary embedding, SDPA with grouped-query heads, unfused projections): on SmolLM2
+the model's own rotary embedding (pipeline.model.rope), SDPA with grouped-query heads, unfused projections): on SmolLM2
 each step's logits equal HF's decode step to the bit here, and greedy tokens equal
 `model.generate(do_sample=False)` (tests/test_serving.py).
 
@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .kv_tensors import cache_layers
+from .rope import model_tables, rotate
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the position alone, not on T
 
@@ -32,15 +33,15 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the pos
 class HFDecoder:
     """The fallback for models PlainDecoder does not cover: every step is a full HF forward pass."""
 
-    def __init__(self, lm, max_positions: int):
-        self.lm, self.cache = lm, None
+    def __init__(self, lm):
+        self.lm, self.kv_cache = lm, None  # the KV cache grows as HF's DynamicCache does: no size needed
 
     def prefill(self, ids: list[int]) -> torch.Tensor:
-        logits, self.cache = self.lm.forward_chunked(ids)
+        logits, self.kv_cache = self.lm.forward_chunked(ids)
         return logits  # (V,)
 
     def step(self, token: int) -> torch.Tensor:
-        return self.lm.forward([[token]], cache=self.cache).logits[0, -1]  # (V,)
+        return self.lm.forward([[token]], cache=self.kv_cache).logits[0, -1]  # (V,)
 
 
 def row_blocks(weight: torch.Tensor, k: int) -> torch.Tensor:
@@ -107,7 +108,7 @@ def supports(model) -> bool:
 
 def open_decoder(lm, max_positions: int):
     """PlainDecoder where it is exact for lm's model, else HFDecoder (same interface)."""
-    return PlainDecoder(lm, max_positions) if supports(lm.model) else HFDecoder(lm, max_positions)
+    return PlainDecoder(lm, max_positions) if supports(lm.model) else HFDecoder(lm)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -115,13 +116,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     x32 = x.to(torch.float32)
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
     return weight * x32.to(x.dtype)
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor) -> torch.Tensor:
-    """RoPE as HF applies it, x*cos + rotate_half(x)*sin, with rotate_half(x)*sin written as
-    roll(x)*[-sin_low, sin_high] (one op instead of four; a sign flip is exact, so the same bits).
-    x (n, Dh), cos/sin_signed (Dh,)."""
-    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
 
 
 class PlainDecoder:
@@ -148,16 +142,16 @@ class PlainDecoder:
         shape = (len(self.layers), 1, self.Hkv, max_positions, self.Dh)
         self.keys = torch.empty(shape, device=device, dtype=dtype)  # (L, 1, Hkv, T_max, Dh) after RoPE
         self.values = torch.empty(shape, device=device, dtype=dtype)  # (L, 1, Hkv, T_max, Dh)
-        self.cos, self.sin_signed = _rope_tables(inner.rotary_emb, max_positions, device, dtype)  # (T_max, Dh)
+        self.cos, self.sin_signed = model_tables(inner.rotary_emb, max_positions, device, dtype)  # (T_max, Dh)
         self.T = 0  # positions filled
 
     def prefill(self, ids: list[int]) -> torch.Tensor:
         """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache.
         Returns logits (V,) for the token after the prompt."""
-        logits, cache = self.lm.forward_chunked(ids)
+        logits, kv_cache = self.lm.forward_chunked(ids)
         T = len(ids)
         with torch.inference_mode():
-            for i, (k, v) in enumerate(cache_layers(cache)):  # each (1, Hkv, T, Dh)
+            for i, (k, v) in enumerate(cache_layers(kv_cache)):  # each (1, Hkv, T, Dh)
                 self.keys[i, :, :, :T] = k
                 self.values[i, :, :, :T] = v
         self.T = T
@@ -190,13 +184,3 @@ class PlainDecoder:
                                              enable_gqa=True)  # (1, H, 1, Dh); keys/values (1, Hkv, t+1, Dh)
         return project(out.reshape(1, self.H * self.Dh), w.o)  # (1, D)
 
-
-def _rope_tables(rotary_emb, n: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and [-sin_low, sin_high] for positions 0..n-1, (n, Dh) each, from the model's own rotary
-    embedding (so the same values HF uses at each position)."""
-    positions = torch.arange(n, device=device)[None]  # (1, n)
-    with torch.inference_mode():
-        cos, sin = rotary_emb(torch.empty(0, device=device, dtype=dtype), positions)  # (1, n, Dh)
-    cos, sin = cos[0], sin[0]
-    half = sin.shape[-1] // 2
-    return cos, torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)

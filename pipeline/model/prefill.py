@@ -1,4 +1,8 @@
-"""Prefill: the whole prompt in one forward pass, with every internal tensor captured.
+"""Prefill: the whole prompt through the model, with every internal tensor captured.
+
+Up to FULL_ATTENTION_MAX_TOKENS tokens that is one eager forward pass (attention weights kept); a
+longer prompt runs in passes of PREFILL_CHUNK tokens, each continuing from the KV cache of the ones
+before, as LoadedModel.forward_chunked runs an uncaptured prompt.
 
 Shape letters: L layers, H query heads, Hkv key/value heads, T positions, D model width,
 Dh head width, V vocabulary, K top candidates kept per position.
@@ -6,6 +10,7 @@ Dh head width, V vocabulary, K top candidates kept per position.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -13,6 +18,7 @@ import torch
 from .capture import block_names, capture
 from .kv_tensors import bytes_per_layer, cache_layers
 from .prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
+from .rope import rotate, signed_sin
 
 # Past FULL_ATTENTION_MAX_TOKENS the captures are stored in float16 (half the memory; shown values keep 3
 # significant digits, plenty for charts). Shorter prompts keep exact float32.
@@ -31,16 +37,6 @@ def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """(1, T, n*Dh) -> (n, T, Dh)"""
     _, T, width = x.shape
     return x.view(T, n_heads, width // n_heads).transpose(0, 1)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (n, T, Dh) rotated by position: x*cos + rotate_half(x)*sin, cos/sin (T, Dh)."""
-    return x * cos + _rotate_half(x) * sin
 
 
 def _np_dtype(t: torch.Tensor):
@@ -66,13 +62,22 @@ class _Filler:
             self.arrays[field][tuple(index)] = t.numpy()
 
 
-def _cache_stack(cache, which: int, dtype: torch.dtype) -> np.ndarray:
+def _cache_stack(kv_cache, which: int, dtype: torch.dtype) -> np.ndarray:
     """Keys (which=0) or values (1) of every layer: (L, Hkv, T, Dh) on the CPU."""
-    return np.stack([kv[which][0].to("cpu", dtype=dtype).numpy() for kv in cache_layers(cache)])
+    return np.stack([kv[which][0].to("cpu", dtype=dtype).numpy() for kv in cache_layers(kv_cache)])
 
 
-def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
-    """Run the prompt once, capturing everything. Returns (Prefill, cache, last_logits (V,) tensor).
+@dataclass(frozen=True)
+class PrefillResult:
+    """What `run_prefill` hands on: the captured record, and what the decode continues from."""
+
+    prefill: Prefill  # every captured tensor, as numpy arrays (what a stored run keeps)
+    kv_cache: object  # HF DynamicCache: per layer (1, Hkv, T, Dh) keys (after RoPE) and values
+    last_logits: torch.Tensor  # (V,) float32 on the CPU: scores for the token after the prompt
+
+
+def run_prefill(lm, ids: list[int], keep_attention: bool | None = None) -> PrefillResult:
+    """Run the prompt once, capturing everything.
 
     Up to FULL_ATTENTION_MAX_TOKENS the prompt runs in one eager pass that also returns the
     attention weights. A longer prompt runs in chunks of PREFILL_CHUNK tokens with SDPA, each chunk
@@ -86,17 +91,17 @@ def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
     store = COMPACT_DTYPE if long_prompt else torch.float32
     chunk = T if keep_attention else PREFILL_CHUNK
     names = _hook_names(dims.L, keep_attention)
-    fill, cache, seconds = _Filler(T), None, 0.0
+    fill, kv_cache, seconds = _Filler(T), None, 0.0
     for start in range(0, T, chunk):
         with capture(lm, names, store_dtype=store) as rec:
             t0 = time.perf_counter()
-            out = lm.forward([ids[start:start + chunk]], cache=cache,
+            out = lm.forward([ids[start:start + chunk]], cache=kv_cache,
                              attention="eager" if keep_attention else "sdpa")  # ids (1, chunk)
             last_logits = out.logits[0, -1].float().cpu()  # (V,)
             seconds += time.perf_counter() - t0
-            cache = out.cache  # DynamicCache: per layer (1, Hkv, T so far, Dh) keys and values
-        cos, sin = rec.pop("rope.cos")[0][0].float(), rec.pop("rope.sin")[0][0].float()  # (chunk, Dh)
-        rope_q = lambda q: apply_rope(_heads(q[None].float(), dims.H), cos, sin).to(q.dtype)  # noqa: E731
+            kv_cache = out.cache  # DynamicCache: per layer (1, Hkv, T so far, Dh) keys and values
+        cos, sin = rec.pop("rope.cos")[0][0].float(), signed_sin(rec.pop("rope.sin")[0][0].float())  # (chunk, Dh)
+        rope_q = lambda q: rotate(_heads(q[None].float(), dims.H), cos, sin).to(q.dtype)  # noqa: E731
         take = lambda field, f=None: [f(rec.pop(n)[0][0]) if f else rec.pop(n)[0][0]  # noqa: E731
                                       for n in block_names(dims.L, field)]
         fill.put("embeddings", start, [rec.pop("embeddings")[0][0]], axis=0)  # (1, T, D)
@@ -117,16 +122,16 @@ def run_prefill(lm, ids: list[int], keep_attention: bool | None = None):
         attn_out=a.pop("attn_out"),
         mlp_out=a.pop("mlp_out"),
         q_rot=a.pop("q_rot"),
-        k_rot=_cache_stack(cache, 0, store),  # (L, Hkv, T, Dh) keys after RoPE, as the cache holds them
-        v=_cache_stack(cache, 1, store),  # (L, Hkv, T, Dh)
+        k_rot=_cache_stack(kv_cache, 0, store),  # (L, Hkv, T, Dh) keys after RoPE, as the cache holds them
+        v=_cache_stack(kv_cache, 1, store),  # (L, Hkv, T, Dh)
         attention=a.pop("attention", None),
         final_norm=a.pop("final_norm")[0],  # (T, D)
         last_logits=last_logits.numpy(),
         top_ids=top_ids, top_logits=top_logits, top_probs=top_probs,
-        kv_bytes_per_layer=bytes_per_layer(cache),
+        kv_bytes_per_layer=bytes_per_layer(kv_cache),
         seconds=seconds,
     )
-    return prefill, cache, last_logits
+    return PrefillResult(prefill, kv_cache, last_logits)
 
 
 def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chunk: int = 256):

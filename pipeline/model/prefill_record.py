@@ -1,4 +1,4 @@
-"""The prompt's captured forward pass as a plain record (numpy arrays only, no torch), so a stored
+"""The prompt's captured prefill as a plain record (numpy arrays only, no torch), so a stored
 run unpickles and draws before the model (and torch) has loaded. Computed by pipeline.model.prefill.
 
 Shape letters: L layers, H query heads, Hkv key/value heads, T positions, D model width,
@@ -27,7 +27,8 @@ def prefill_passes(T: int) -> int:
 
 @dataclass
 class Prefill:
-    """Everything the prompt's one forward pass produced. Field names = hook names (see capture.py)."""
+    """Everything the prompt's prefill produced (one pass, or several chunks joined along T).
+    Field names = hook names (see capture.py)."""
 
     ids: list[int]  # (T,)
     embeddings: np.ndarray  # (T, D) rows of the embedding table

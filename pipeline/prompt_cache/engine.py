@@ -28,6 +28,7 @@ import torch
 from ..errors import InputError
 from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_layers
+from .prefix import common_prefix_len
 
 DynamicCache, = transformers_names("DynamicCache")
 
@@ -125,15 +126,6 @@ def chain_hashes(ids: list[int], block_size: int) -> list[bytes]:
         parent = hashlib.sha256(parent + b"|" + ",".join(map(str, block)).encode()).digest()
         keys.append(parent)
     return keys
-
-
-def common_prefix_len(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def blocks_to_cache(blocks: list[Block], lm) -> DynamicCache:

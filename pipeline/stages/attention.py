@@ -57,11 +57,6 @@ def attention_by_hand(q_rot: np.ndarray, k_rot: np.ndarray, v: np.ndarray, head:
             "values": vals, "mixed": weights @ vals}
 
 
-def weight_before(rows: np.ndarray, start: int) -> np.ndarray:
-    """(W, T) rows -> (W,) share of each row's weight on keys before position `start`."""
-    return array("rows", rows, ndim=2, dtype=None, min_len=0)[:, :integer("start", start, 0)].sum(axis=-1)
-
-
 def last_rows(prefill: Prefill) -> np.ndarray:
     """(L, H, T) the last query's attention in every layer and head (cheap even without the stored
     pattern: one query row per head)."""

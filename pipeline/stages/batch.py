@@ -39,14 +39,6 @@ def describe(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
     }
 
 
-def batched_last_logits(lm, sequences: list[list[int]]) -> torch.Tensor:
-    """Run a padded batch once; returns (B, V) next-token scores of each request."""
-    t = batch_tensors(sequences, lm.tokenizer.pad_token_id)
-    out = lm.forward(t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"],
-                     use_cache=False)
-    return out.logits[:, -1].float().cpu()
-
-
 def pad_token_text(tokenizer) -> str:
     """Readable text of the padding token ('<|im_end|>' for SmolLM2)."""
     from ..text import token_text

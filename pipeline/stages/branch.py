@@ -48,12 +48,12 @@ def branch_decode(lm, trace, step: int, token_id: int, rid: str) -> tuple[Decode
     for i in range(step):  # replay the steps before the branch from the stored scores: same tokens, no model
         answer.logits = trace.step_logits[i].astype(np.float64)
         answer.choose(T + i, [b * (T + i) for b in per_position])
-    cache = cache_from_prefill(lm, trace.prefill)
+    kv_cache = cache_from_prefill(lm, trace.prefill)
     before = trace.generated_token_ids[:step]
     if before:  # the answer so far, fed once: the cache now holds prompt + these tokens
-        answer.logits = lm.forward([before], cache=cache).logits[0, -1].float().cpu().numpy()
+        answer.logits = lm.forward([before], cache=kv_cache).logits[0, -1].float().cpu().numpy()
     else:
         answer.logits = trace.step_logits[0].astype(np.float64)
-    cut = cache_len(cache)
+    cut = cache_len(kv_cache)
     answer.t_prev = time.perf_counter()
-    return _continue(lm, cache, answer), cut
+    return _continue(lm, kv_cache, answer), cut

@@ -149,7 +149,7 @@ def compile_grammar(tokenizer, vocab_size: int, kind: str, spec):
     return _compiled(tokenizer, vocab_size, kind, check_spec(kind, spec))
 
 
-def constrained_decode(lm, cache, first_logits: torch.Tensor, request: ChatRequest, kind: str, spec,
+def constrained_decode(lm, kv_cache, first_logits: torch.Tensor, request: ChatRequest, kind: str, spec,
                        rid: str, started_at: float) -> tuple[Decode, list[MaskStep]]:
     """Decode `request` from its prefill under the grammar: only allowed tokens can be chosen."""
     import xgrammar as xgr
@@ -172,7 +172,7 @@ def constrained_decode(lm, cache, first_logits: torch.Tensor, request: ChatReque
         steps.append(MaskStep(len(answer.steps), int(allowed.sum()), best,
                               token_text(lm.tokenizer, best) if best is not None else "",
                               float(softmax(raw)[~allowed].sum())))
-        token = answer.choose(cache_len(cache), bytes_per_layer(cache), allowed=allowed)
+        token = answer.choose(cache_len(kv_cache), bytes_per_layer(kv_cache), allowed=allowed)
         chosen = answer.generated[-1]
         if not matcher.accept_token(chosen) and token is not None:
             raise RuntimeError(f"the grammar refused token {chosen}, which its own mask allowed")
@@ -180,5 +180,5 @@ def constrained_decode(lm, cache, first_logits: torch.Tensor, request: ChatReque
             answer.finish = answer.finish or "eos"
             break
         answer.t_prev = time.perf_counter()
-        answer.logits = lm.forward([[token]], cache=cache).logits[0, -1].float().cpu().numpy()
-    return answer.result(sum(bytes_per_layer(cache)), cache_len(cache)), steps
+        answer.logits = lm.forward([[token]], cache=kv_cache).logits[0, -1].float().cpu().numpy()
+    return answer.result(sum(bytes_per_layer(kv_cache)), cache_len(kv_cache)), steps

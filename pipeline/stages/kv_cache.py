@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..checks import integer, number
-from ..errors import InputError
 from ..model.dims import kv_bytes_formula
 from ..timing import compare_runs
 
@@ -26,11 +25,11 @@ NO_CACHE_MAX_TOKENS = 1024  # the uncached run re-reads the whole sequence every
 
 
 # ---- cache on vs off, measured -------------------------------------------------------------------
-def _timed_step(lm, fed: list[int], cache=None, use_cache: bool = True):
+def _timed_step(lm, fed: list[int], kv_cache=None, use_cache: bool = True):
     """One timed pass over `fed` (1, n). Returns (output, chosen token, seconds); reading the token
     waits for the device, so the time covers the real work."""
     t0 = time.perf_counter()
-    out = lm.forward([fed], cache=cache, use_cache=use_cache)
+    out = lm.forward([fed], cache=kv_cache, use_cache=use_cache)
     token = int(out.logits[0, -1].argmax())
     return out, token, time.perf_counter() - t0
 
@@ -38,11 +37,11 @@ def _timed_step(lm, fed: list[int], cache=None, use_cache: bool = True):
 def with_cache(lm, ids: list[int], n_steps: int) -> dict:
     """Step 0 is the prefill of the prompt; steps 1.. feed one token each (input (1, 1))."""
     run = {"tokens": [], "seconds": [], "tokens_fed": []}
-    cache = None
+    kv_cache = None
     for step in range(n_steps):
         fed = list(ids) if step == 0 else [run["tokens"][-1]]  # (T,) then (1,)
-        out, token, took = _timed_step(lm, fed, cache=cache)
-        cache = out.cache
+        out, token, took = _timed_step(lm, fed, kv_cache=kv_cache)
+        kv_cache = out.cache
         _record(run, token, took, len(fed))
     return run
 
@@ -130,10 +129,6 @@ class Fit:
     gpu_bytes: int
     free_bytes: int  # left for the cache after weights and the reserve (may be negative)
     conversations: int  # whole conversations that fit (0 when the weights alone do not fit)
-
-    @property
-    def unused_bytes(self) -> int:
-        return max(self.gpu_bytes - self.weights_bytes - self.conversations * self.conversation_bytes, 0)
 
 
 def load_configs(path: Path = CONFIG_PATH) -> dict:

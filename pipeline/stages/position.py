@@ -1,4 +1,5 @@
-"""Stage: position. Rotary position embedding (RoPE), recomputed with the model's real base and head width.
+"""Stage: position. Rotary position embedding (RoPE), recomputed with the model's real base and head width
+(the maths itself: pipeline.model.rope).
 
 Llama-style RoPE pairs dimension i with dimension i + Dh/2 (the "rotate half" layout) and turns
 that pair by the angle  position * base ** (-2i / Dh).  Pair 0 turns fastest (1 radian per
@@ -11,21 +12,21 @@ import numpy as np
 
 from ..checks import array, integer, number
 from ..errors import InputError
-
+from ..model import rope
 
 MAX_POSITION = 2**24  # far past any context window; beyond it float64 angles lose whole radians
 
 
 def inv_freq(head_dim: int, base: float) -> np.ndarray:
-    """(Dh/2,) radians per position for each frequency pair.  Dh=4, base=100 -> [1.0, 0.1]."""
+    """(Dh/2,) radians per position for each frequency pair, checked.  Dh=4, base=100 -> [1.0, 0.1]."""
     head_dim, base = integer("head_dim", head_dim, 2, 2**16), number("base", base, 1.0, 1e12)
     if head_dim % 2:
         raise InputError("head_dim", f"must be even (pairs of dimensions rotate together), got {head_dim}.")
-    return base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    return rope.inv_freq(head_dim, base)
 
 
 def angles(positions, head_dim: int, base: float) -> np.ndarray:
-    """(P, Dh/2) rotation angle in radians for every position and frequency pair."""
+    """(P, Dh/2) rotation angle in radians for every position and frequency pair, checked."""
     pos = array("positions", positions, ndim=1, min_len=0)  # (P,)
     if not np.isfinite(pos).all() or np.abs(pos).max(initial=0) > MAX_POSITION:
         raise InputError("positions", f"must be whole positions within ±{MAX_POSITION:,}.")
@@ -33,17 +34,14 @@ def angles(positions, head_dim: int, base: float) -> np.ndarray:
 
 
 def rotate(x: np.ndarray, positions, base: float) -> np.ndarray:
-    """Apply RoPE to x (..., P, Dh) at the given positions (P,), exactly as the model does:
-    x * cos + rotate_half(x) * sin, with cos/sin repeated over both halves."""
+    """Apply RoPE to x (..., P, Dh) at the given positions (P,) in float64, exactly as the model does
+    (pipeline.model.rope.rotate with tables for these positions)."""
     x = array("x", x, min_len=0)
-    a = angles(positions, x.shape[-1], base)  # (P, Dh/2)
+    a = angles(positions, x.shape[-1], base)  # (P, Dh/2), checked
     if x.ndim < 2 or x.shape[-2] != len(a):
         raise InputError("positions", f"must give one position per row of x {x.shape}, got {len(a)}.")
-    cos = np.concatenate([np.cos(a), np.cos(a)], axis=-1)  # (P, Dh)
-    sin = np.concatenate([np.sin(a), np.sin(a)], axis=-1)  # (P, Dh)
-    half = x.shape[-1] // 2
-    rotated_half = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated_half * sin
+    cos, sin = rope.cos_sin(positions, x.shape[-1], base)  # (P, Dh) each
+    return rope.rotate(x, cos, rope.signed_sin(sin))
 
 
 def unrotate(x_rot: np.ndarray, positions, base: float) -> np.ndarray:

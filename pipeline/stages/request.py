@@ -10,10 +10,10 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..errors import InputError
+from ..model.weights_cache import DEFAULT_MODEL_NAME
 
 ROLES = ("system", "user", "assistant")
 STATES = ("queued", "prefill", "decoding", "completed")
-MODEL_NAME = "SmolLM2-135M-Instruct"
 
 # Size limits that keep one request from holding the model or the memory for everyone else.
 MAX_MESSAGE_CHARS = 64_000  # ~12-16k tokens of English: well past the 8,192-token window; refused after tokenizing
@@ -73,7 +73,7 @@ class ChatRequest:
 
     messages: tuple[tuple[str, str], ...]  # (role, content), the last one is the new user question
     options: GenerationOptions = field(default_factory=GenerationOptions)
-    model: str = MODEL_NAME
+    model: str = DEFAULT_MODEL_NAME
 
     def __post_init__(self):
         object.__setattr__(self, "messages", _messages_tuple(self.messages))

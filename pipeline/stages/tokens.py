@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from ..checks import token_ids
 from ..errors import InputError
+from ..model.weights_cache import DEFAULT_MODEL_NAME
 from ..text import Piece, graphemes, group_pieces, render_bytes, tokens_text
 from .request import ChatRequest, check_text
 from .template import TEMPLATE_ROLE, Segment, render_prompt, segments
@@ -156,7 +157,7 @@ def encode_model(tokenizer, model_name: str, text: str) -> TokenizerResult:
     return TokenizerResult(model_name, f"{model_name} (this model)", ids, tokens_text(tokenizer, ids))
 
 
-def compare(text: str, tokenizer=None, model_name: str = "SmolLM2-135M-Instruct") -> list[TokenizerResult]:
+def compare(text: str, tokenizer=None, model_name: str = DEFAULT_MODEL_NAME) -> list[TokenizerResult]:
     results = [encode_model(tokenizer, model_name, text)] if tokenizer is not None else []
     results += [encode_other(name, text) for name in OTHER_TOKENIZERS]
     return results

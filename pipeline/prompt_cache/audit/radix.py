@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from typing import NamedTuple
 
+from ..prefix import common_prefix_len
 from .tokens import TokenMemo, token_ids
 
 INF = float("inf")
@@ -24,20 +25,8 @@ class _Node:
 
 
 def common_bytes(a: bytes, i: int, b: bytes, j: int, n: int) -> int:
-    """How many leading bytes (whole tokens, so a multiple of 4) a[i:i+n] and b[j:j+n] share.
-
-    Equal slices cost one memcmp; otherwise a binary search over slice equality.
-    """
-    if a[i:i + n] == b[j:j + n]:
-        return n
-    lo, hi = 0, n // 4 - 1  # tokens known equal; most that can still be
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[i:i + 4 * mid] == b[j:j + 4 * mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return 4 * lo
+    """How many leading bytes (whole tokens, so a multiple of 4) a[i:i+n] and b[j:j+n] share."""
+    return 4 * (common_prefix_len(a[i:i + n], b[j:j + n]) // 4)
 
 
 class Cut(NamedTuple):

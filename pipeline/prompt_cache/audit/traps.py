@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from ..prefix import common_prefix_len
 from . import volatile
 from .log import LogRequest
 
@@ -68,21 +69,6 @@ def where(side: Side, i: int) -> str:
     if b.section == "system":
         return "the system prompt"
     return f"message {b.message + 1} ({b.role})"
-
-
-def first_diff(a: str, b: str) -> int:
-    """Index of the first character where a and b differ (len of the shorter if one starts the other)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def common_suffix(a: str, b: str, most: int) -> int:
@@ -167,7 +153,7 @@ def classify(r: Side, o: Side | None, pos: int, other_number: int | None) -> Fin
                                         f"(from token {pos:,}) is computed.")
     kr, ko = r.block_at(pos), o.block_at(pos)
     br, bo = r.req.blocks[kr], o.req.blocks[ko]
-    char = first_diff(br.text, bo.text) if br.header == bo.header else 0
+    char = common_prefix_len(br.text, bo.text) if br.header == bo.header else 0
     lost = lost_after(r, o, kr, ko, char)
     place = where(r, kr)
     shown = volatile_change(br.text, bo.text, char) if br.header == bo.header else None
