@@ -28,8 +28,8 @@ from pipeline.model.passes import counting_passes
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
-from views.common import (DEFAULTS, TEXT_LIMIT, current_request, get_model, init_state, request_key, run_store,
-                          session_passes, stored_trace, warm_up)
+from views.common import (DEFAULTS, TEXT_LIMIT, current_request, get_model, init_state, request_key,
+                          session_passes, stored_download, stored_trace, warm_up)
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
@@ -103,13 +103,13 @@ def share_and_export(boxes, passes: int) -> None:
             # while after the page: they hold the run's key, not the run (657 MB at 4,000 tokens), so a run
             # the store has dropped is not kept alive by an old button.
             key = request_key(current_request())
-            stored = lambda: run_store().peek(key, disk=True)  # noqa: E731
             st.download_button("Download the run as JSON",
-                               lambda: json.dumps(stored().to_json(), ensure_ascii=False, indent=1),
+                               lambda: stored_download(key, lambda run: json.dumps(run.to_json(), ensure_ascii=False,
+                                                                                   indent=1)),
                                file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
                                use_container_width=True)
             st.download_button("Download a report (one HTML file that opens offline)",
-                               lambda: trace_report(stored()), file_name=f"{trace.request.id}.html",
+                               lambda: stored_download(key, trace_report), file_name=f"{trace.request.id}.html",
                                mime="text/html", key="dl_html", use_container_width=True)
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")

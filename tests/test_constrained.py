@@ -66,6 +66,8 @@ def test_bad_grammars_are_refused_with_the_field(kind, spec, field):
     ("regex", "a{2,99999999999}", "at most 1,000"),
     ("json_schema", '{"type": "objct"}', "at type"),  # jsonschema's meta-schema check
     ("json_schema", '{"type": "string", "pattern": "a{99999999999}"}', "repetition"),  # OverflowError before
+    ("json_schema", '{"$schema": []}', "must be the address"),  # TypeError (unhashable) in jsonschema before
+    ("json_schema", '{"$schema": 5}', "must be the address"),  # AttributeError before
 ])
 def test_grammars_that_crashed_the_parsers_are_refused(kind, spec, words):
     with pytest.raises(InputError) as e:

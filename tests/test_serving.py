@@ -497,3 +497,15 @@ def test_generation_page_compares_the_two_paths_now():
     labels = [m.label for m in at.metric]
     assert "plain serving path, ms/token" in labels and "captured run, ms/token" in labels
     assert any("interleaved" in m.value and "Both chose the same tokens" in m.value for m in at.markdown)
+
+
+def test_a_download_after_the_store_dropped_the_run_says_so(monkeypatch):
+    """Download buttons hold the run's key; a run dropped since (memory full, disk store off) gives a note,
+    not an AttributeError on None."""
+    from views import common
+
+    store = RunStore(max_bytes=10, size_of=len)
+    monkeypatch.setattr(common, "run_store", lambda: store)
+    store.put(("k",), "the run")
+    assert common.stored_download(("k",), str.upper) == "THE RUN"
+    assert common.stored_download(("gone",), str.upper) == common.RUN_GONE

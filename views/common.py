@@ -175,6 +175,17 @@ def trace_for(request: ChatRequest) -> Trace:
     return trace
 
 
+RUN_GONE = ("This run is no longer stored on the server (it keeps the most recent runs, and this one was "
+            "dropped since the page was drawn): press Run the model again, then download.")
+
+
+def stored_download(key: tuple, render) -> str:
+    """A download button's content, made when clicked: `render(run)` of the run stored under `key`, or a note
+    saying it is gone (the button outlives the page; it holds the key, not the run)."""
+    run = run_store().peek(key, disk=True)
+    return render(run) if run is not None else RUN_GONE
+
+
 def stored_trace() -> Trace | None:
     """The sidebar request's run if it is already stored (never runs the model)."""
     try:

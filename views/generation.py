@@ -50,7 +50,10 @@ if compare:
     except InputError as e:
         st.warning(markdown_text(e))
 if live:
-    stream_live(current_request(), t.tpot_s)
+    try:
+        stream_live(current_request(), t.tpot_s)
+    except InputError as e:  # a long prompt while the queue is long
+        st.warning(markdown_text(e))
 elif replay:
     factor = {"recorded": 1.0, "2× faster": 0.5, "10× faster": 0.1, "instant": 0.0}[speed]
 

@@ -116,6 +116,9 @@ def _check_schema(schema: dict) -> None:
     from jsonschema import SchemaError
     from jsonschema.validators import validator_for
 
+    if "$schema" in schema and not isinstance(schema["$schema"], str):
+        raise InputError("json_schema", "`$schema` must be the address of a meta-schema (a string), "
+                                        f"got {type(schema['$schema']).__name__}.")
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as e:
