@@ -23,7 +23,7 @@ here = shown[1] if shown and shown[0] == root else ()
 
 st.subheader("1. Where to branch")
 base = branch_for(original, here) if here else original
-st.caption(f"Branching from: **{branch_label(here, original)}**.")
+st.caption(f"Branching from: **{markdown_text(branch_label(here, original))}**.")
 S = len(base.steps)
 step = st.slider("step of the answer", 0, max(S - 1, 1), min(st.session_state.get("br_step", 0), S - 1), key="br_step",
                  disabled=S < 2) if S > 1 else 0
@@ -97,7 +97,7 @@ st.subheader("3. The branches you explored")
 st.caption("Every branch is a full run: choose one to show it on every page (Journey, Generation, KV cache, …).")
 rows = [{"branch": branch_label(p, original), "depth": len(p)} for p in paths]
 choice = st.radio("show on every page", range(len(paths)), index=paths.index(here) if here in paths else 0,
-                  format_func=lambda i: ("  " * rows[i]["depth"]) + ("↳ " if rows[i]["depth"] else "") + rows[i]["branch"],
+                  format_func=lambda i: ("  " * rows[i]["depth"]) + ("↳ " if rows[i]["depth"] else "") + markdown_text(rows[i]["branch"]),
                   key="br_tree")
 if paths[choice] != here:
     st.session_state.branch_shown = (root, paths[choice]) if paths[choice] else None

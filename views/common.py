@@ -203,7 +203,7 @@ def current_trace(original: bool = False) -> Trace:
         path = st.session_state.get("branch_shown")
         if original or not path or path[0] != request_key(request):
             return trace
-        st.info(f"Showing a branch of this run: {branch_label(path[1])}. The What-if page goes back.", icon="🌿")
+        st.info(f"Showing a branch of this run: {markdown_text(branch_label(path[1], trace))}. The What-if page goes back.", icon="🌿")
         return branch_for(trace, path[1])
     except InputError as e:
         st.error(f"Please fix the request — {markdown_text(e)}")
