@@ -67,3 +67,19 @@ def test_chips_escape_token_text():
     assert "<img" not in out and "&lt;img" in out and "<b>" not in out and ">7</sub>" in out
     block = token_chips([Token(0, 5, evil, "user", False), Token(1, 2, "<|im_end|>", "template", True)])
     assert "<img" not in block and "&lt;|im_end|&gt;" in block and block.count("<span") == 2
+
+
+def test_highlighted_text_keeps_one_html_block_whatever_the_line_breaks(tokenizer):
+    """'\\r\\r' is a blank line to Markdown: left raw, it ended the HTML block and the rest was read as Markdown."""
+    from markdown_links import foreign_links
+
+    from pipeline.stages.template import Segment
+    from pipeline.text import token_pieces
+    from ui.chips import highlighted_template, text_spans
+
+    hostile = "a\r\r[Log in](http://evil.example/login)\n\nb\r\n\r\nc"
+    spans = text_spans(token_pieces(tokenizer, tokenizer(hostile)["input_ids"]))
+    template = highlighted_template([Segment(hostile, "user", True)], [])
+    for out in (spans, template):
+        assert "\r" not in out and "\n" not in out
+        assert not foreign_links(out), out

@@ -86,7 +86,7 @@ def text_spans(pieces, roles=None, max_height: int | None = None) -> str:
                f"#{k}–#{k + n - 1}: {' '.join(q.text for q in group)} → {p.group_text}")
         outline = "outline:1px dashed #475569;" if n > 1 else ""
         special = "color:#b91c1c;font-weight:600;" if p.special else ""
-        body = html_text(text).replace("\n", "<span style='color:#94a3b8'>↵</span><br>")
+        body = _visible_breaks(html_text(text))
         out.append(f"<span title='{html_text(tip)}' style='background:{bg};{outline}{special}border-radius:3px'>"
                    f"{body}</span>")
         shade += 1
@@ -95,6 +95,13 @@ def text_spans(pieces, roles=None, max_height: int | None = None) -> str:
     return ("<div style='font-family:monospace;white-space:pre-wrap;font-size:1em;line-height:1.9;padding:10px;"
             f"border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111;{scroll}'>" + "".join(out)
             + "</div>")
+
+
+def _visible_breaks(body: str) -> str:
+    """Line breaks drawn as marks (a newline also breaks the line). No raw CR or LF is left: a blank line, even
+    '\r\r', would end the HTML block and Markdown would read the rest."""
+    return (body.replace("\r", "<span style='color:#94a3b8'>␍</span>")
+            .replace("\n", "<span style='color:#94a3b8'>↵</span><br>"))
 
 
 _DARKER = {"system": "#bfdbfe", "user": "#bbf7d0", "assistant": "#fde68a", "template": "#d1d5db"}
@@ -117,7 +124,7 @@ def highlighted_template(segments, special_pieces: list[str]) -> str:
                 safe = html_text(piece)
                 body = body.replace(safe, f"<b style='color:#b91c1c;border:1px solid #dc2626;border-radius:4px;"
                                           f"padding:0 2px'>{safe}</b>")
-        body = body.replace("\n", "<span style='color:#94a3b8'>↵</span><br>")  # newlines are tokens too: show them
+        body = _visible_breaks(body)  # newlines are tokens too: show them
         out.append(f"<span style='background:{bg}' title='{html_text(seg.role)}'>{body}</span>")
     return ("<div style='font-family:monospace;white-space:pre-wrap;font-size:0.9em;line-height:1.8;padding:10px;"
             "border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111'>" + "".join(out) + "</div>")
