@@ -139,8 +139,15 @@ class RoomStore:
         return {"stage": data["stage"], "query": {str(k): str(v) for k, v in data["query"].items()}}
 
 
-def new_room_code() -> str:
-    return secrets.token_hex(3)  # 6 characters: easy to read out, 16 million rooms
+def new_presenter_key() -> str:
+    """The presenter's secret (in their own address only): 16 characters, the room's code is derived from it."""
+    return secrets.token_hex(8)
+
+
+def room_of(presenter_key: str) -> str:
+    """The room code learners follow: 6 characters, easy to read out, derived from the presenter's key, so
+    knowing the code (it is in every learner's link) does not let a learner turn everyone's pages."""
+    return hashlib.sha256(f"room:{presenter_key}".encode()).hexdigest()[:6]
 
 
 @lru_cache(maxsize=1)

@@ -106,8 +106,10 @@ def test_stage_12_keeps_the_token_ids_on_one_line():
 
 @pytest.mark.app
 def test_a_learner_follows_the_presenters_stage_and_request():
+    from pipeline.room import room_of
+
     at = presenter(3, req_question=KOREAN)
-    room = at.session_state["pr_room"]
+    room = room_of(at.session_state["pr_room"])  # the code learners get; the presenter's key stays theirs
     learner = presenter(1, pr_follow=room)  # a fresh session: default request, stage 1
     assert learner.title[0].value == "3. Tokens"
     assert learner.session_state["req_question"] == KOREAN
@@ -118,6 +120,9 @@ def test_a_learner_follows_the_presenters_stage_and_request():
     assert learner.title[0].value == "7. Attention"
     learner.button(key="pr_unfollow").click().run()  # and back to presenting on their own
     assert "pr_follow" not in learner.session_state and learner.button(key="pr_next").label == "Next"
+    presenter(2, pr_room=room)  # a learner who puts the room's code in /presenter?room= opens a room of their own
+    learner2 = presenter(1, pr_follow=room)
+    assert learner2.title[0].value == "7. Attention"  # the presenter's room did not move
 
 
 def test_a_folder_that_takes_no_file_keeps_no_links_or_rooms_and_raises_nothing(tmp_path):

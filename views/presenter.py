@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 import segno
 import streamlit as st
 
-from pipeline.room import PUBLIC_URL_ENV, new_room_code, public_base, room_store
+from pipeline.room import PUBLIC_URL_ENV, new_presenter_key, public_base, room_of, room_store
 from pipeline.stages.next_token import filter_stages
 from pipeline.text import continuation_label, plural, token_pieces
 from ui.chips import highlighted_template, token_chips
@@ -76,7 +76,7 @@ if following:  # a learner following a presenter's room
     st.session_state.pr_stage = room["stage"]
     follow_presenter(following, (room["stage"], room["query"]))
 else:
-    st.session_state.setdefault("pr_room", new_room_code())
+    st.session_state.setdefault("pr_room", new_presenter_key())  # kept in the presenter's own link only
 
 st.session_state.setdefault("pr_stage", 1)
 stage = min(max(int(st.session_state.pr_stage), 1), N)
@@ -91,7 +91,7 @@ if following:
     nav[1].button("Stop following", key="pr_unfollow", use_container_width=True,
                   on_click=lambda: st.session_state.pop("pr_follow", None))
 else:
-    room_store().set_stage(st.session_state.pr_room, stage, url_state.request_params())
+    room_store().set_stage(room_of(st.session_state.pr_room), stage, url_state.request_params())
     nav = st.columns([1, 6, 1])
     nav[0].button("Previous", on_click=go_to, args=(stage - 1,), disabled=stage == 1, shortcut="ArrowLeft",
                   key="pr_prev", use_container_width=True)
@@ -127,7 +127,7 @@ def show_link() -> None:
     explore the same request alone (a short link when the request would make it too long)."""
     base, note = public_base(st.context.url or "", st.get_option("server.address") or "",
                              os.environ.get(PUBLIC_URL_ENV))
-    room = following or st.session_state.pr_room
+    room = following or room_of(st.session_state.pr_room)
     follow = f"{base}/presenter?follow={room}"
     params = url_state.request_params()
     journey = f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
