@@ -509,3 +509,19 @@ def test_a_download_after_the_store_dropped_the_run_says_so(monkeypatch):
     store.put(("k",), "the run")
     assert common.stored_download(("k",), str.upper) == "THE RUN"
     assert common.stored_download(("gone",), str.upper) == common.RUN_GONE
+
+
+def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
+    """'Time these requests again now' replaces everyone's timings: clicks in the same minute share one replay
+    (the queue alone merged only clicks that arrived while it ran)."""
+    from views import common
+
+    plays = []
+    monkeypatch.setattr(common, "_play", lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
+    monkeypatch.setattr(common, "get_model", lambda: None)
+    monkeypatch.setattr(common, "result_store", lambda store=RunStore(max_bytes=256, size_of=lambda r: 1): store)
+    monkeypatch.setattr(common.time, "time", lambda: 600.0)
+    first = common.played_again("conversation")
+    assert common.played_again("conversation") == first and plays == ["conversation"]
+    monkeypatch.setattr(common.time, "time", lambda: 661.0)  # the next minute: measured again
+    assert common.played_again("conversation") == [{"n": 2}] and common.played("conversation") == [{"n": 2}]
