@@ -122,3 +122,17 @@ def test_the_report_draws_offline_with_every_label_inside_its_figure(default_tra
     assert len(plots) == n_figures and all(plot["labels"] > 0 for plot in plots)
     assert {t for plot in plots for t in plot["types"]} <= registered
     assert [plot["outside"] for plot in plots] == [[]] * n_figures
+
+
+def test_the_reports_json_keeps_lists_of_ids_on_one_line(tiny_report_trace):
+    """The completed event's token ids were one per line (a page of digits at the end of the report)."""
+    import html as html_module
+    import json
+    import re
+
+    page = trace_report(tiny_report_trace)
+    blocks = [html_module.unescape(b) for b in re.findall(r"<pre>(.*?)</pre>", page, re.S)]
+    completed = next(b for b in blocks if '"generated_token_ids"' in b)
+    assert json.loads(completed)["generated_token_ids"] == tiny_report_trace.generated_token_ids
+    ids_line = next(line for line in completed.splitlines() if '"generated_token_ids"' in line)
+    assert ids_line.rstrip(",").endswith("]")  # the whole list on its own line

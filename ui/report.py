@@ -9,7 +9,6 @@ of plotly.py's full 4.8 MB, with every trace type the report draws (REPORT_TRACE
 """
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from pipeline.stages.next_token import filter_stages
 from pipeline.text import plural
 
 from .chips import highlighted_template, legend, token_chips
-from .escape import axis_labels, html_text, plotly_label
+from .escape import axis_labels, html_text, json_text, plotly_label
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2rem auto;padding:0 1rem;color:#111}
 h1{font-size:2rem}h2{margin-top:2.5rem;border-bottom:1px solid #e5e7eb;padding-bottom:.3rem}
@@ -58,7 +57,7 @@ def _table(rows: list[dict]) -> str:
 
 
 def _pre(obj) -> str:
-    return f"<pre>{html_text(json.dumps(obj, ensure_ascii=False, indent=1))}</pre>"
+    return f"<pre>{html_text(json_text(obj, indent=1))}</pre>"  # lists of ids on one line, not one id a line
 
 
 def trace_report(trace) -> str:
