@@ -100,12 +100,14 @@ def test_cache_on_and_off_choose_the_same_tokens(lm):
     ids = lm.tokenizer.apply_chat_template([{"role": "user", "content": "Are tomatoes fruit?"}],
                                            add_generation_prompt=True, tokenize=True)
     ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
-    calls = lm.calls
-    r = compare(lm, ids, n_steps=4, repeats=1)
+    from pipeline.model.passes import PassCounter, counting_passes
+
+    with counting_passes(PassCounter()) as mine:  # this thread's passes only: an earlier app test's warm-up may
+        r = compare(lm, ids, n_steps=4, repeats=1, again=False)  # still be using the shared model
     assert r["same_tokens"] and len(r["cache"]["tokens"]) == 4
     assert r["cache"]["tokens_fed"] == [len(ids), 1, 1, 1]
     assert r["no_cache"]["tokens_fed"] == [len(ids) + i for i in range(4)]
-    assert lm.calls - calls == 8
+    assert mine.n == 8
     assert r["tokens_computed"] == {"cache": len(ids) + 3, "no_cache": 4 * len(ids) + 6}
 
 
