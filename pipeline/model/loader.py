@@ -27,7 +27,8 @@ from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weight
 
 @dataclass
 class LoadedModel:
-    """The model, its tokenizer and the lock that serialises every forward pass.
+    """The model, its tokenizer and the lock that serialises every forward pass (a LanguageModel,
+    pipeline.model.interface).
 
     Hooks are global state on the model, so two browser sessions must never run it at once.
     """
