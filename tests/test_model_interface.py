@@ -128,6 +128,22 @@ def test_the_pages_use_only_what_the_handle_declares():
     assert reads > 10 and stray == []
 
 
+def test_every_lm_parameter_is_annotated_language_model():
+    """`lm: LanguageModel` (or `LanguageModel | None`) on every function under pipeline/ and views/."""
+    bare, seen = [], 0
+    for path in [*sorted((ROOT / "pipeline").rglob("*.py")), *sorted((ROOT / "views").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                args = node.args
+                for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+                    if a.arg == "lm":
+                        seen += 1
+                        note = ast.unparse(a.annotation) if getattr(a, "annotation", None) else ""
+                        if note not in ("LanguageModel", "LanguageModel | None"):
+                            bare.append(f"{path.relative_to(ROOT)}:{node.lineno} lm: {note or '(none)'}")
+    assert seen > 30 and bare == []
+
+
 @pytest.mark.model
 def test_a_loaded_model_and_a_handle_are_language_models(lm):
     handle = ModelHandle()
