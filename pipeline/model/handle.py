@@ -26,6 +26,7 @@ from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weight
 
 if TYPE_CHECKING:  # torch loads with the network, not with the handle
     import torch
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
     from .loader import LoadedModel
 
@@ -63,7 +64,7 @@ class ModelHandle:
         return DEFAULT_MODEL_NAME if self.source is None else self.folder.name
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         if self._loaded is not None:
             return self._loaded.tokenizer
         folder = self.folder
@@ -136,7 +137,7 @@ class ModelHandle:
         return self.loaded().dims
 
     @property
-    def config(self) -> Any:
+    def config(self) -> PretrainedConfig:
         return self.loaded().config
 
     @property
