@@ -21,6 +21,7 @@ from .stages.request import (ChatRequest, GenerationOptions, RequestState, anthr
 from .stages.template import Segment
 from .stages.tokens import Token, TokenizedRequest, tokenize_request
 from .errors import InputError
+from .model.interface import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,8 @@ class _Started:
     prefill_started_at: float
 
 
-def _prefill(request: ChatRequest, lm, max_prompt_tokens: int | None, t0: float | None = None) -> _Started:
+def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None,
+             t0: float | None = None) -> _Started:
     from .model.prefill import run_prefill
 
     t0 = time.perf_counter() if t0 is None else t0
@@ -216,7 +218,7 @@ def _prefill(request: ChatRequest, lm, max_prompt_tokens: int | None, t0: float 
     return _Started(request, t0, rid, state, tokenized, run.prefill, run.kv_cache, run.last_logits, prefill_started_at)
 
 
-def _finish(s: _Started, decode: Decode, lm, batch_index: int = 0) -> Trace:
+def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0) -> Trace:
     from .stages import batch as batching
 
     s.state.advance("completed")
@@ -239,7 +241,7 @@ def _finish(s: _Started, decode: Decode, lm, batch_index: int = 0) -> Trace:
     )
 
 
-def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = None,
+def run_trace(request: ChatRequest, lm: LanguageModel | None = None, max_prompt_tokens: int | None = None,
               force: dict[int, int] | None = None) -> Trace:
     """Follow one request through every stage on the real model. force: {step: token id} put at
     those steps instead of the sampler's choice (the steps are marked `forced`)."""
@@ -253,7 +255,7 @@ def run_trace(request: ChatRequest, lm=None, max_prompt_tokens: int | None = Non
     return _finish(s, decode, lm)
 
 
-def run_traces(requests: list[ChatRequest], lm, max_prompt_tokens: int | None = None,
+def run_traces(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None = None,
                arrived_at: list[float] | None = None) -> list[Trace | InputError]:
     """Several requests at once, as a serving engine batches them: each prompt is prefilled (and
     captured) on its own, then all answers are decoded together, one forward pass per step.
@@ -283,7 +285,7 @@ def run_traces(requests: list[ChatRequest], lm, max_prompt_tokens: int | None = 
     return out
 
 
-def branch_trace(trace: Trace, step: int, token_id: int, lm) -> Trace:
+def branch_trace(trace: Trace, step: int, token_id: int, lm: LanguageModel) -> Trace:
     """The same request, its answer taken another way at `step` (`token_id` forced there); the
     prompt's captures and keys/values are reused, never run again. A full Trace every page can show."""
     from .stages.branch import branch_decode
@@ -324,7 +326,8 @@ def mean_log_probability(trace: Trace, start: int = 0) -> float:
     return float(np.mean(lp)) if lp else 0.0
 
 
-def run_constrained_trace(request: ChatRequest, lm, kind: str, spec, max_prompt_tokens: int | None = None) -> Trace:
+def run_constrained_trace(request: ChatRequest, lm: LanguageModel, kind: str, spec,
+                          max_prompt_tokens: int | None = None) -> Trace:
     """Follow a request whose answer must match a JSON schema, a regex or a choice list."""
     from .stages.constrained import check_spec, constrained_decode
 

@@ -22,6 +22,7 @@ from pipeline.run_store import RunStore
 from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
 from pipeline.trace import Trace, run_trace
 from ui.escape import code_span, markdown_text
+from pipeline.model.interface import LanguageModel
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
@@ -283,7 +284,7 @@ def warm_up() -> dict:
     return jobs
 
 
-def _play(lm, name: str, block_size: int = 16) -> list[dict]:
+def _play(lm: LanguageModel, name: str, block_size: int = 16) -> list[dict]:
     """Imported when it runs, in the queue's thread: the first page's script never waits on torch's import."""
     from pipeline.prompt_cache.playback import play
     from pipeline.prompt_cache.scenarios import scenarios

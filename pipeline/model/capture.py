@@ -23,6 +23,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from .interface import LanguageModel
+
 
 @dataclass(frozen=True)
 class HookPoint:
@@ -72,7 +74,8 @@ def block_names(n_layers: int, field: str) -> list[str]:
 
 
 @contextmanager
-def capture(lm, names: list[str], store_dtype: torch.dtype | None = None) -> Iterator[dict[str, list[torch.Tensor]]]:
+def capture(lm: LanguageModel, names: list[str],
+            store_dtype: torch.dtype | None = None) -> Iterator[dict[str, list[torch.Tensor]]]:
     """Record the named tensors of every forward pass run inside the block.
 
     Yields {name: [tensor per forward call]}, moved to the CPU (and to `store_dtype` if given, to

@@ -2,9 +2,10 @@
 
 A page that draws a stored run needs only the files beside the weights (config and tokenizer), so a
 fresh server draws its first page before torch is imported (~2-4 s here) and the network is built
-(~3 s). Anything else asked of the handle — `forward`, `model`, `lock`, `dims`, `device`, ... —
-loads the network once per process (pipeline.model.loader.shared_model, shared with the CLI and the
-tests) and is answered by it. `start_loading()` does that in a background thread.
+(~3 s). The rest of the LanguageModel interface (pipeline.model.interface) — `forward`, `model`,
+`lock`, `dims`, `device`, ... — loads the network once per process (pipeline.model.loader.shared_model,
+shared with the CLI and the tests) and is answered by it. `start_loading()` does that in a background
+thread. A name the handle does not declare raises AttributeError (nothing is forwarded blindly).
 
     lm = ModelHandle()
     lm.name, lm.config_dims.L, lm.vocabulary   # files only: no torch, no transformers
@@ -17,10 +18,17 @@ import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
 
 from .dims import ModelDims
 from .vocabulary import Vocabulary
 from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weights_cache, load_tokenizer
+
+if TYPE_CHECKING:  # torch loads with the network, not with the handle
+    import torch
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+    from .loader import LoadedModel
 
 LOADED_DTYPE = "float32"  # what loader.load_model builds (the captures are exact float32)
 
@@ -56,7 +64,7 @@ class ModelHandle:
         return DEFAULT_MODEL_NAME if self.source is None else self.folder.name
 
     @property
-    def tokenizer(self):
+    def tokenizer(self) -> PreTrainedTokenizerBase:
         if self._loaded is not None:
             return self._loaded.tokenizer
         folder = self.folder
@@ -82,7 +90,10 @@ class ModelHandle:
             return self._loaded.dims
         if self._config_dims is None:
             config = SimpleNamespace(**json.loads((self.folder / "config.json").read_text(encoding="utf-8")))
-            self._config_dims = ModelDims.from_config(config, self.name, LOADED_DTYPE, "")
+            try:
+                self._config_dims = ModelDims.from_config(config, self.name, LOADED_DTYPE, "")
+            except AttributeError as e:  # a key missing from config.json
+                raise AttributeError(f"reading the model's files for `config_dims` failed ({e})") from None
         return self._config_dims
 
     @property
@@ -98,7 +109,7 @@ class ModelHandle:
             return f"(not loaded: {self.load_error})"
         return "(loading in the background)"
 
-    def loaded(self):
+    def loaded(self) -> LoadedModel:
         """The LoadedModel, built on the first call (the same object `shared_model` gives everyone)."""
         if self._loaded is None:
             from .loader import shared_model
@@ -120,13 +131,41 @@ class ModelHandle:
         except Exception as e:  # kept for the page that needs the model: it raises it again
             self.load_error = e
 
-    def __getattr__(self, name: str):
-        """Everything else is the loaded model's: forward, model, lock, dims, device, config, calls..."""
-        if name.startswith("_"):  # private names, copy and pickle probes: never load for them
-            raise AttributeError(name)
-        if hasattr(type(self), name):  # one of the handle's own properties raised AttributeError: say so,
-            raise AttributeError(f"reading the model's files for `{name}` failed")  # do not load for it
-        return getattr(self.loaded(), name)
+    # The rest of LanguageModel: the loaded network's, loading it on first use.
+    @property
+    def dims(self) -> ModelDims:
+        return self.loaded().dims
+
+    @property
+    def config(self) -> PretrainedConfig:
+        return self.loaded().config
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.loaded().model
+
+    @property
+    def device(self) -> torch.device:
+        return self.loaded().device
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.loaded().lock
+
+    @property
+    def calls(self) -> int:
+        return self.loaded().calls
+
+    def forward(self, input_ids: Any, *, cache: Any = None, use_cache: bool = True, logits_to_keep: int = 1,
+                attention: str = "sdpa", **kwargs: Any) -> Any:
+        return self.loaded().forward(input_ids, cache=cache, use_cache=use_cache, logits_to_keep=logits_to_keep,
+                                     attention=attention, **kwargs)
+
+    def forward_chunked(self, ids: list[int], kv_cache: Any = None) -> tuple[torch.Tensor, Any]:
+        return self.loaded().forward_chunked(ids, kv_cache)
+
+    def count_pass(self) -> None:
+        self.loaded().count_pass()
 
     def __setattr__(self, name: str, value) -> None:
         """Only the handle's own fields: `lm.lock = ...` here would silently miss the loaded model."""

@@ -13,6 +13,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
@@ -23,24 +24,27 @@ from .passes import note_pass
 from .prefill_record import PREFILL_CHUNK
 from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weights_cache, load_tokenizer
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 
 @dataclass
 class LoadedModel:
-    """The model, its tokenizer and the lock that serialises every forward pass.
+    """The model, its tokenizer and the lock that serialises every forward pass (a LanguageModel,
+    pipeline.model.interface).
 
     Hooks are global state on the model, so two browser sessions must never run it at once.
     """
 
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: PreTrainedTokenizerBase
     name: str
     device: torch.device
     lock: threading.RLock = field(default_factory=threading.RLock)
     calls: int = 0  # forward passes run through `forward` by everyone (pages prove reuse with it)
 
     @property
-    def config(self):
+    def config(self) -> PretrainedConfig:
         return self.model.config
 
     @property

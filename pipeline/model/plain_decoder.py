@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .kv_tensors import cache_layers
 from .rope import model_tables, rotate
+from .interface import LanguageModel
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the position alone, not on T
 
@@ -33,7 +34,7 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the pos
 class HFDecoder:
     """The fallback for models PlainDecoder does not cover: every step is a full HF forward pass."""
 
-    def __init__(self, lm):
+    def __init__(self, lm: LanguageModel):
         self.lm, self.kv_cache = lm, None  # the KV cache grows as HF's DynamicCache does: no size needed
 
     def prefill(self, ids: list[int]) -> torch.Tensor:
@@ -106,7 +107,7 @@ def supports(model) -> bool:
             and rope in STATIC_ROPE_TYPES and len({p.device for p in model.parameters()}) == 1)
 
 
-def open_decoder(lm, max_positions: int):
+def open_decoder(lm: LanguageModel, max_positions: int):
     """PlainDecoder where it is exact for lm's model, else HFDecoder (same interface)."""
     return PlainDecoder(lm, max_positions) if supports(lm.model) else HFDecoder(lm)
 
@@ -125,7 +126,7 @@ class PlainDecoder:
     in place at each new position; attention reads the filled slice [:T].
     """
 
-    def __init__(self, lm, max_positions: int):
+    def __init__(self, lm: LanguageModel, max_positions: int):
         self.lm = lm
         model = lm.model
         inner, c = model.model, model.config

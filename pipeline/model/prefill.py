@@ -19,6 +19,7 @@ from .capture import block_names, capture
 from .kv_tensors import bytes_per_layer, cache_layers
 from .prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
 from .rope import rotate, signed_sin
+from .interface import LanguageModel
 
 # Past FULL_ATTENTION_MAX_TOKENS the captures are stored in float16 (half the memory; shown values keep 3
 # significant digits, plenty for charts). Shorter prompts keep exact float32.
@@ -76,7 +77,7 @@ class PrefillResult:
     last_logits: torch.Tensor  # (V,) float32 on the CPU: scores for the token after the prompt
 
 
-def run_prefill(lm, ids: list[int], keep_attention: bool | None = None) -> PrefillResult:
+def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None = None) -> PrefillResult:
     """Run the prompt once, capturing everything.
 
     Up to FULL_ATTENTION_MAX_TOKENS the prompt runs in one eager pass that also returns the
@@ -134,7 +135,7 @@ def run_prefill(lm, ids: list[int], keep_attention: bool | None = None) -> Prefi
     return PrefillResult(prefill, kv_cache, last_logits)
 
 
-def _top_per_position(lm, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chunk: int = 256):
+def _top_per_position(lm: LanguageModel, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chunk: int = 256):
     """LM head over every position in chunks, keeping only the top k: never (T, V) at once."""
     head = lm.model.get_output_embeddings()
     ids, logits, probs = [], [], []

@@ -29,6 +29,7 @@ from ..errors import InputError
 from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_layers
 from .prefix import common_prefix_len
+from ..model.interface import LanguageModel
 
 DynamicCache, = transformers_names("DynamicCache")
 
@@ -128,7 +129,7 @@ def chain_hashes(ids: list[int], block_size: int) -> list[bytes]:
     return keys
 
 
-def blocks_to_cache(blocks: list[Block], lm) -> DynamicCache:
+def blocks_to_cache(blocks: list[Block], lm: LanguageModel) -> DynamicCache:
     """Stored blocks -> a DynamicCache the model can continue from (T = len(blocks) * Bs).
 
     Each layer's tensors go to the device of that layer (one GPU, or several with a device map).
@@ -228,7 +229,7 @@ class PrefixCache:
         return {k for k in self.children.get(parent, ()) if k in self.blocks}
 
     # ---- serving ------------------------------------------------------------------------
-    def serve(self, lm, ids: list[int], reuse: bool = True, store: bool = True) -> ServeResult:
+    def serve(self, lm: LanguageModel, ids: list[int], reuse: bool = True, store: bool = True) -> ServeResult:
         """Prefill `ids` reusing cached blocks; returns the first token's scores and the stats.
 
         reuse=False, store=False is the same request cold (nothing read, nothing kept).
@@ -267,7 +268,7 @@ class PrefixCache:
             )
             return ServeResult(stats, logits.float().cpu())
 
-    def _prefill_rest(self, lm, ids: list[int], hits: list[Block]):
+    def _prefill_rest(self, lm: LanguageModel, ids: list[int], hits: list[Block]):
         """Run the model on the tokens after the reused blocks. Returns ((V,) logits, full cache)."""
         reused = len(hits) * self.config.block_size
         cache = blocks_to_cache(hits, lm) if hits else DynamicCache(config=lm.config)

@@ -3,6 +3,7 @@ request's blocks explained in words. Plain records out (no tensors), for the pag
 from __future__ import annotations
 
 import time
+import weakref
 
 from ..errors import InputError
 from ..stages.request import ChatRequest, parse_turns
@@ -11,14 +12,15 @@ from ..text import token_text as _token_text
 from ..timing import interleave_less_work
 from .engine import PrefixCache, PrefixCacheConfig
 from .scenarios import Prompt, Scenario
+from ..model.interface import LanguageModel
 
-def prompt_tokens(lm, prompt: Prompt) -> tuple[list[int], list[str], list[str]]:
+def prompt_tokens(lm: LanguageModel, prompt: Prompt) -> tuple[list[int], list[str], list[str]]:
     """(ids, readable token texts, roles) exactly as the app tokenizes a request."""
     tokens = tokenize_request(lm.tokenizer, ChatRequest(prompt.messages), prompt.template).tokens
     return [t.id for t in tokens], [t.text for t in tokens], [t.role for t in tokens]
 
 
-def token_text(lm, token_id: int | None) -> str:
+def token_text(lm: LanguageModel, token_id: int | None) -> str:
     return "" if token_id is None else _token_text(lm.tokenizer, token_id)
 
 
@@ -44,12 +46,12 @@ def explain(stats: dict, cached_text: str, new_text: str) -> str:
             f"after a difference can match, even identical text.{partial}")
 
 
-def cold_ttft(lm, ids: list[int], block_size: int) -> float:
+def cold_ttft(lm: LanguageModel, ids: list[int], block_size: int) -> float:
     """The same request with nothing reused and nothing kept."""
     return PrefixCache(PrefixCacheConfig(block_size=block_size)).serve(lm, ids, reuse=False, store=False).stats.ttft_s
 
 
-def play(lm, scenario: Scenario, block_size: int = 16, measure_cold: bool = True,
+def play(lm: LanguageModel, scenario: Scenario, block_size: int = 16, measure_cold: bool = True,
          cache: PrefixCache | None = None) -> list[dict]:
     """Serve each request in order through one cache. Plain records (no tensors), one per request."""
     cache = cache or PrefixCache(PrefixCacheConfig(block_size=block_size))
@@ -64,7 +66,7 @@ def play(lm, scenario: Scenario, block_size: int = 16, measure_cold: bool = True
 TIMING_REPEATS = 3  # interleaved hit / cold pairs per request
 
 
-def serve_prompt(lm, cache: PrefixCache, prompt: Prompt, measure_cold: bool = True) -> dict:
+def serve_prompt(lm: LanguageModel, cache: PrefixCache, prompt: Prompt, measure_cold: bool = True) -> dict:
     """Serve one request through the cache; with measure_cold and something reused, time it again as it
     met the cache and cold, interleaved and repeated (medians and ranges), measured again when the result
     contradicts the work (then marked noise), so a busy machine cannot invert the lesson. A request that
@@ -94,16 +96,20 @@ def serve_prompt(lm, cache: PrefixCache, prompt: Prompt, measure_cold: bool = Tr
     return row
 
 
-def n_params(lm) -> int:
+def n_params(lm: LanguageModel) -> int:
     """Weights the model multiplies per token (embedding lookups excluded: they are reads, not maths)."""
-    if not hasattr(lm, "_n_params"):
-        embed = lm.model.get_input_embeddings().weight.numel()
-        tied = lm.model.get_output_embeddings().weight is lm.model.get_input_embeddings().weight
-        lm._n_params = sum(p.numel() for p in lm.model.parameters()) - (0 if tied else embed)
-    return lm._n_params
+    model = lm.model
+    if model not in _n_params:  # counted once per network (every scenario row asks)
+        embed = model.get_input_embeddings().weight.numel()
+        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
+        _n_params[model] = sum(p.numel() for p in model.parameters()) - (0 if tied else embed)
+    return _n_params[model]
 
 
-def compare_texts(lm, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True,
+_n_params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # network -> its count
+
+
+def compare_texts(lm: LanguageModel, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True,
                   max_prompt_tokens: int | None = None) -> list[dict]:
     """Request A then request B through a fresh cache (raises InputError if either is invalid or
     longer than `max_prompt_tokens`)."""

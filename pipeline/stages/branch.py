@@ -18,11 +18,12 @@ from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_len
 from .decode_record import Decode
 from .generation import _Answer, _continue
+from ..model.interface import LanguageModel
 
 DynamicCache, = transformers_names("DynamicCache")
 
 
-def cache_from_prefill(lm, prefill) -> DynamicCache:
+def cache_from_prefill(lm: LanguageModel, prefill) -> DynamicCache:
     """The prompt's KV cache rebuilt from the capture: per layer (1, Hkv, T, Dh) keys and values."""
     dtype = lm.model.dtype
     layers = []
@@ -34,7 +35,7 @@ def cache_from_prefill(lm, prefill) -> DynamicCache:
     return DynamicCache(ddp_cache_data=layers, config=lm.config)
 
 
-def branch_decode(lm, trace, step: int, token_id: int, rid: str) -> tuple[Decode, int]:
+def branch_decode(lm: LanguageModel, trace, step: int, token_id: int, rid: str) -> tuple[Decode, int]:
     """Decode again from `step` with `token_id` forced there. Returns (decode, positions in the cut cache
     just before the forced token was fed: prompt + the answer's tokens before `step`)."""
     if not isinstance(step, (int, np.integer)) or not 0 <= step < len(trace.steps):

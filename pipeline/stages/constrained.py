@@ -23,6 +23,7 @@ from ..text import token_text
 from .decode_record import Decode
 from .generation import _Answer
 from .request import ChatRequest
+from ..model.interface import LanguageModel
 
 KINDS = ("json_schema", "regex", "choice")
 _COMPILE_LOCK = threading.Lock()
@@ -152,7 +153,7 @@ def compile_grammar(tokenizer, vocab_size: int, kind: str, spec):
     return _compiled(tokenizer, vocab_size, kind, check_spec(kind, spec))
 
 
-def constrained_decode(lm, kv_cache, first_logits: torch.Tensor, request: ChatRequest, kind: str, spec,
+def constrained_decode(lm: LanguageModel, kv_cache, first_logits: torch.Tensor, request: ChatRequest, kind: str, spec,
                        rid: str, started_at: float) -> tuple[Decode, list[MaskStep]]:
     """Decode `request` from its prefill under the grammar: only allowed tokens can be chosen."""
     import xgrammar as xgr

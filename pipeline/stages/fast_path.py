@@ -21,6 +21,7 @@ from .next_token import draw, final_probs
 from ..errors import InputError
 from .request import ChatRequest
 from .tokens import tokenize_request
+from ..model.interface import LanguageModel
 
 
 def _choose(logits: torch.Tensor, options, rng) -> int:
@@ -30,7 +31,7 @@ def _choose(logits: torch.Tensor, options, rng) -> int:
     return int(draw(final_probs(logits.float().cpu().numpy(), options), 1, rng)[0])
 
 
-def stream(lm, request: ChatRequest, max_prompt_tokens: int | None = None,
+def stream(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None,
            on_event: Callable[[dict], None] | None = None) -> Iterator[dict]:
     """Yield text deltas as they are produced, then a final {'done': True, ...} summary."""
     from ..trace import check_fits
@@ -79,13 +80,13 @@ def stream(lm, request: ChatRequest, max_prompt_tokens: int | None = None,
     yield summary
 
 
-def generate(lm, request: ChatRequest, max_prompt_tokens: int | None = None) -> dict:
+def generate(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None) -> dict:
     """The whole answer on the plain path: the final summary of `stream`."""
     *_, summary = stream(lm, request, max_prompt_tokens)
     return summary
 
 
-def compare_with_captured(lm, request: ChatRequest, steps: int = 16, repeats: int = 3,
+def compare_with_captured(lm: LanguageModel, request: ChatRequest, steps: int = 16, repeats: int = 3,
                           max_prompt_tokens: int | None = None) -> dict:
     """Decode time per token of the plain path and of the captured run for the same request, measured
     now, interleaved (plain, captured, plain, ...), `repeats` times, the answer cut to `steps`

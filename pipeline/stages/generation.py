@@ -16,6 +16,7 @@ from ..text import token_text, tokens_text, unfinished_end
 from .next_token import draw, final_probs, softmax
 from .decode_record import Candidate, Decode, Step
 from .request import GenerationOptions
+from ..model.interface import LanguageModel
 
 TOP_CANDIDATES = 10  # candidates recorded per step
 DETOKENIZE_CONTEXT = 6  # earlier tokens re-decoded with each new one, so merges across tokens come out right
@@ -100,7 +101,7 @@ class StreamDetokenizer:
         return delta
 
 
-def end_token_ids(lm) -> set[int]:
+def end_token_ids(lm: LanguageModel) -> set[int]:
     tok = lm.tokenizer
     eos = lm.model.generation_config.eos_token_id
     eos = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
@@ -117,7 +118,7 @@ def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> lis
 class _Answer:
     """One request's side of the decode loop: choosing, recording and streaming its tokens."""
 
-    def __init__(self, lm, first_logits: torch.Tensor, options: GenerationOptions, rid: str, started_at: float,
+    def __init__(self, lm: LanguageModel, first_logits: torch.Tensor, options: GenerationOptions, rid: str, started_at: float,
                  force: dict[int, int] | None = None):
         self.tok, self.eos, self.options, self.rid = lm.tokenizer, end_token_ids(lm), options, rid
         self.force = force or {}  # {step: token id} chosen by a person instead of the sampler
@@ -171,7 +172,7 @@ class _Answer:
                       kv_bytes_at_end=kv_bytes_at_end, kv_tokens_at_end=kv_tokens_at_end, first_token_at=self.first_at)
 
 
-def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str,
+def decode_loop(lm: LanguageModel, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str,
                 prefill_started_at: float | None = None, force: dict[int, int] | None = None) -> Decode:
     """Choose, stream and feed back tokens until EOS, a stop string or max_new_tokens.
 
@@ -182,7 +183,7 @@ def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOption
     return _continue(lm, cache, answer)
 
 
-def _continue(lm, cache, answer: "_Answer") -> Decode:
+def _continue(lm: LanguageModel, cache, answer: "_Answer") -> Decode:
     """Run the loop from the answer's current state to its end, feeding each token back."""
     while (token := answer.choose(cache_len(cache), bytes_per_layer(cache))) is not None:
         answer.t_prev = time.perf_counter()
@@ -191,7 +192,7 @@ def _continue(lm, cache, answer: "_Answer") -> Decode:
     return answer.result(sum(bytes_per_layer(cache)), cache_len(cache))
 
 
-def decode_batch(lm, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
+def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
                  rids: list[str], started_at: list[float]) -> list[Decode]:
     """Several requests decoded together, one forward pass per step for all of them, as servers do.
 
@@ -235,7 +236,7 @@ def decode_batch(lm, caches: list, first_logits: list[torch.Tensor], options: li
     return [results[i] for i in range(len(answers))]
 
 
-def _join_caches(lm, caches: list, lengths: list[int]):
+def _join_caches(lm: LanguageModel, caches: list, lengths: list[int]):
     """Per-request caches (1, Hkv, T_i, Dh) per layer -> one DynamicCache (B, Hkv, T_max, Dh), left-padded."""
     from ..model.hf_imports import transformers_names
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..checks import integer, number
 from ..model.dims import kv_bytes_formula
 from ..timing import compare_runs
+from ..model.interface import LanguageModel
 
 GIB = 2**30  # bytes in one GiB, the unit GPU memory sizes are quoted in
 CONFIG_PATH = Path(__file__).resolve().parents[2] / "assets" / "model_configs.json"
@@ -25,7 +26,7 @@ NO_CACHE_MAX_TOKENS = 1024  # the uncached run re-reads the whole sequence every
 
 
 # ---- cache on vs off, measured -------------------------------------------------------------------
-def _timed_step(lm, fed: list[int], kv_cache=None, use_cache: bool = True):
+def _timed_step(lm: LanguageModel, fed: list[int], kv_cache=None, use_cache: bool = True):
     """One timed pass over `fed` (1, n). Returns (output, chosen token, seconds); reading the token
     waits for the device, so the time covers the real work."""
     t0 = time.perf_counter()
@@ -34,7 +35,7 @@ def _timed_step(lm, fed: list[int], kv_cache=None, use_cache: bool = True):
     return out, token, time.perf_counter() - t0
 
 
-def with_cache(lm, ids: list[int], n_steps: int) -> dict:
+def with_cache(lm: LanguageModel, ids: list[int], n_steps: int) -> dict:
     """Step 0 is the prefill of the prompt; steps 1.. feed one token each (input (1, 1))."""
     run = {"tokens": [], "seconds": [], "tokens_fed": []}
     kv_cache = None
@@ -46,7 +47,7 @@ def with_cache(lm, ids: list[int], n_steps: int) -> dict:
     return run
 
 
-def without_cache(lm, ids: list[int], n_steps: int) -> dict:
+def without_cache(lm: LanguageModel, ids: list[int], n_steps: int) -> dict:
     """Every step recomputes the whole sequence so far (input (1, T + step))."""
     run = {"tokens": [], "seconds": [], "tokens_fed": []}
     for _ in range(n_steps):
@@ -62,7 +63,7 @@ def _record(run: dict, token: int, seconds: float, n_fed: int) -> None:
     run["tokens_fed"].append(n_fed)
 
 
-def compare(lm, ids: list[int], n_steps: int = 16, repeats: int = 3, again: bool = True) -> dict:
+def compare(lm: LanguageModel, ids: list[int], n_steps: int = 16, repeats: int = 3, again: bool = True) -> dict:
     """{'cache': {...}, 'no_cache': {...}, 'same_tokens', 'speedup', 'tokens_computed', 'timing'}
 
     Both ways are run `repeats` times, alternately, and each step's time is the median over the

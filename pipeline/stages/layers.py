@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from ..checks import array
+from ..model.interface import LanguageModel
 
 
 # The reductions below read POSITION_CHUNK positions at a time: a long prompt's (L+1, T, D) captures are
@@ -64,7 +65,7 @@ def _f32(x: np.ndarray) -> np.ndarray:
 LENS_CHUNK_ROWS = 128  # rows per (rows x V) product: 128 x 49,152 x 4 B = 25 MB (512 rows held 200 MB with the softmax)
 
 
-def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS_CHUNK_ROWS, start: int = 0,
+def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS_CHUNK_ROWS, start: int = 0,
                end: int | None = None):
     """Top-k token ids and probabilities for every layer and the positions start..end-1:
     ((L+1, P, k), (L+1, P, k)) with P = end - start (default: all T positions).
