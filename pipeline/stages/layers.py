@@ -7,7 +7,6 @@ every entry, asking "if the model stopped here, what would it predict?".
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..checks import array
 
@@ -75,6 +74,8 @@ def logit_lens(lm, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS
     Each row costs a (D x V) product, so a page asks only for the positions it shows: 16 positions
     are (L+1) x 16 = 496 rows; a whole 641-token prompt would be 19,871 rows (about 100 s on a CPU).
     """
+    import torch  # here, not at import: the Layers page draws a stored run before torch has loaded
+
     hidden_states = hidden_states[:, start:end]  # (L+1, P, D)
     norm = lm.model.model.norm
     eps = float(getattr(norm, "variance_epsilon", getattr(lm.config, "rms_norm_eps", 1e-6)))
