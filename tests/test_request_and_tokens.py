@@ -154,7 +154,8 @@ def test_vendor_bodies():
     r = ChatRequest.from_question("Are tomatoes fruit?", system="Be brief.",
                                   options=GenerationOptions(max_new_tokens=5, top_k=3, stop=("x",)))
     o, a = openai_style(r), anthropic_style(r)
-    assert o["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Are tomatoes fruit?"}]
+    assert o["messages"] == [{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": "Are tomatoes fruit?"}]
     assert (o["max_tokens"], o["stop"], o["seed"], o["stream"]) == (5, ["x"], 0, True)
     assert a["system"] == "Be brief." and a["messages"] == [{"role": "user", "content": "Are tomatoes fruit?"}]
     assert (a["max_tokens"], a["top_k"], a["stop_sequences"]) == (5, 3, ["x"])

@@ -51,7 +51,7 @@ def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
 
 def contributions(attn_out: np.ndarray, mlp_out: np.ndarray) -> dict[str, np.ndarray]:
     """Length of what attention and the MLP each add, (L, T) each."""
-    attn_out, mlp_out = (array(name, x, ndim=3, dtype=None) for name, x in (("attn_out", attn_out), ("mlp_out", mlp_out)))
+    attn_out, mlp_out = array("attn_out", attn_out, ndim=3, dtype=None), array("mlp_out", mlp_out, ndim=3, dtype=None)
     return {"attention": _by_positions(_norm, attn_out), "mlp": _by_positions(_norm, mlp_out)}
 
 
