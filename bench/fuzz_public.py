@@ -34,7 +34,8 @@ SKIP_MODULES = ("pipeline.cli", "pipeline.__main__", "pipeline.model.loader", "p
 
 numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**30, 10**30),
                     st.sampled_from([0, -1, 1, 0.0, float("nan"), float("inf"), 1e308, 2**63]))
-ints = st.one_of(st.integers(-10, 100_000), st.integers(-10**30, 10**30), st.sampled_from([0, -1, 2**63, 49_151, 49_152]))
+ints = st.one_of(st.integers(-10, 100_000), st.integers(-10**30, 10**30),
+                 st.sampled_from([0, -1, 2**63, 49_151, 49_152]))
 texts = st.one_of(st.text(max_size=40), st.sampled_from(["", " ", "\ud800", "a\udfffb", "\x00", "🍅" * 3]))
 arrays = st.one_of(
     hnp.arrays(np.float64, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5),

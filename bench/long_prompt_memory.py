@@ -5,8 +5,9 @@
 Starts a real server (`streamlit run app.py` on a free port, like the browser tests), then one
 session asks for every page of app.py in order over Streamlit's websocket protocol (the messages a
 browser gets, not drawn), with the long prompt in the link. The server's RSS is sampled every 0.5 s
-(bench/workshop_load.py's RssSampler) and the kernel's high-water mark is read per page. Prints RSS before, right after the run (Journey, which runs
-the request), the peak while each page ran, the RSS after it, and the whole walk's peak.
+(bench/workshop_load.py's RssSampler) and the kernel's high-water mark is read per page. Prints RSS
+before, right after the run (Journey, which runs the request), the peak while each page ran, the RSS
+after it, and the whole walk's peak.
 The server gets an empty store of runs (a fresh TPE_CACHE_DIR holding only a link to the
 weights), so the run itself happens during the walk. Goal: one server ≤ 3 GB whatever one session sends.
 """

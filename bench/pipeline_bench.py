@@ -128,7 +128,9 @@ def main() -> None:
     from pipeline.model.weights_cache import ensure_weights_cache
 
     ensure_weights_cache()
-    want = lambda part: args.only in (None, part)
+
+    def want(part: str) -> bool:
+        return args.only in (None, part)
     if want("startup"):
         bench_startup(args)
     lm = load_model(log=lambda m: None)
@@ -148,7 +150,8 @@ def bench_startup(args) -> None:
 
     print("== Start-up")
     cold = [child(COLD_START)["ready_s"] for _ in range(3)]
-    print(f"cold start from the weights cache (fresh process, imports included): median {statistics.median(cold):.2f} s "
+    print("cold start from the weights cache (fresh process, imports included): "
+          f"median {statistics.median(cold):.2f} s "
           f"(runs: {', '.join(f'{c:.2f}' for c in cold)})  goal <= 2 s")
     if not args.skip_conversion:
         with tempfile.TemporaryDirectory() as tmp:
@@ -162,7 +165,8 @@ def bench_startup(args) -> None:
 def bench_capture(lm) -> None:
     print("\n== Full capture vs plain HF generate (greedy, 32 new tokens)")
     r = bench_capture_vs_generate(lm)
-    print(f"prompt {r['prompt_tokens']} tokens, {r['new_tokens']} generated, same tokens as generate: {r['same_tokens']}")
+    print(f"prompt {r['prompt_tokens']} tokens, {r['new_tokens']} generated, "
+          f"same tokens as generate: {r['same_tokens']}")
     print(f"full capture {r['capture_s']:.3f} s vs generate {r['generate_s']:.3f} s -> "
           f"ratio {r['capture_s'] / r['generate_s']:.2f}x  goal <= 1.10x")
 

@@ -68,7 +68,8 @@ def tokenizer_race(lm, threads: int, seconds: float) -> tuple[int, int]:
 
 
 def stop_cost(lm, repeats: int = 5, n_tokens: int = 400) -> tuple[list[float], list[float]]:
-    ids = encode(lm.tokenizer, "The tomato is a fruit, botanically speaking, and a vegetable in the kitchen. " * 40)[:n_tokens]
+    text = "The tomato is a fruit, botanically speaking, and a vegetable in the kitchen. " * 40
+    ids = encode(lm.tokenizer, text)[:n_tokens]
     stops = tuple(("zq" * (MAX_STOP_CHARS // 2))[: MAX_STOP_CHARS - i] for i in range(MAX_STOP_STRINGS))
     with_stop, without = [], []
     for _ in range(repeats):  # interleaved, so load hits both sides alike
@@ -88,7 +89,8 @@ def long_prompt(lm, n_tokens: int) -> dict:
     T = len(tokenize_request(lm.tokenizer, request).ids)
     out = {"prompt_tokens": T}
     for name, run in (("captured run (run_trace)", lambda: run_trace(request, lm)),
-                      ("prompt cache (serve)", lambda: PrefixCache().serve(lm, tokenize_request(lm.tokenizer, request).ids))):
+                      ("prompt cache (serve)",
+                       lambda: PrefixCache().serve(lm, tokenize_request(lm.tokenizer, request).ids))):
         holds, started = [], []
         inner = lm.lock
 

@@ -32,7 +32,8 @@ LONG_QUEUE = 4  # "long": this many jobs already waiting
 
 def cost_of(prompt_tokens: int, new_tokens: int) -> int:
     """Work units of a request: 34 prompt tokens + 64 new tokens -> 34 + 64 * 15 = 994."""
-    return integer("prompt_tokens", prompt_tokens, 0, 10**9) + DECODE_STEP_COST * integer("new_tokens", new_tokens, 0, 10**9)
+    prompt_tokens = integer("prompt_tokens", prompt_tokens, 0, 10**9)
+    return prompt_tokens + DECODE_STEP_COST * integer("new_tokens", new_tokens, 0, 10**9)
 
 
 MAX_BATCH = 32  # jobs of one kind run together at most: a room of 30 arriving at once is one batch

@@ -16,8 +16,8 @@ import numpy as np
 from .model.dims import ModelDims
 from .model.prefill_record import Prefill
 from .stages.decode_record import Decode, Step
-from .stages.request import (ChatRequest, GenerationOptions, RequestState, anthropic_style, openai_style,
-                             request_id)
+from .stages.request import (ChatRequest, GenerationOptions, RequestState, anthropic_style, check_fits,
+                             openai_style, request_id)
 from .stages.template import Segment
 from .stages.tokens import Token, TokenizedRequest, tokenize_request
 from .errors import InputError
@@ -170,21 +170,6 @@ class Trace:
         if include_tensors:
             out["tensors"] = {k: v.tolist() for k, v in self.tensors().items()}
         return out
-
-
-def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int, max_prompt_tokens: int | None = None) -> None:
-    """Refuse, before any forward pass, a prompt that does not fit the window (or a server's own cap)."""
-    if max_prompt_tokens is not None and n_prompt > max_prompt_tokens:
-        raise InputError("messages", f"the prompt is {n_prompt:,} tokens; this shared server runs prompts of up to "
-                                     f"{max_prompt_tokens:,} tokens so that one request cannot hold the model for "
-                                     f"everyone (the command line takes the full {dims.context_window:,}).")
-    window = dims.context_window
-    if n_prompt >= window:
-        raise InputError("messages", f"the prompt is {n_prompt:,} tokens but the context window is {window:,}; "
-                                     "shorten the conversation.")
-    if n_prompt + max_new_tokens > window:
-        raise InputError("max_new_tokens", f"{n_prompt:,} prompt tokens + {max_new_tokens:,} new tokens exceed the "
-                                           f"{window:,}-token context window; at most {window - n_prompt:,} fit.")
 
 
 @dataclass

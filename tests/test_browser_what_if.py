@@ -28,7 +28,8 @@ def open_what_if(page) -> None:
 def branch_at(page, step: int) -> str:
     """Move the step slider to `step`, continue with the first other candidate; returns the 'answer so far' box."""
     main = page.locator('[data-testid="stMain"]')
-    slider = main.locator('[data-testid="stSlider"]', has_text="step of the answer").locator('input[type="range"]').first
+    slider = main.locator('[data-testid="stSlider"]', has_text="step of the answer")
+    slider = slider.locator('input[type="range"]').first
     slider.focus()
     page.keyboard.press("Home")  # the slider keeps its place across requests: start from step 0
     for _ in range(step):

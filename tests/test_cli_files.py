@@ -25,12 +25,14 @@ EXAMPLE_LOG = str(ca.EXAMPLES_DIR / "support_chatbot_trap.jsonl")
 
 
 def run_cli(tmp_path, *argv):
-    """`python -m pipeline ...` with a weights cache that cannot be used: a run that got as far as loading
-    the model would fail naming TPE_CACHE_DIR, so exit 2 naming the field proves the check came first."""
+    """`python -m pipeline ...` (`python -m ui report ...` for the HTML report) with a weights cache that
+    cannot be used: a run that got as far as loading the model would fail naming TPE_CACHE_DIR, so exit 2
+    naming the field proves the check came first."""
     unusable = tmp_path / "not-a-folder"
     unusable.write_text("")
     env = {**os.environ, weights_cache.CACHE_ENV: str(unusable / "cache")}
-    return subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=ROOT, env=env, capture_output=True,
+    module = "ui" if argv[:1] == ("report",) else "pipeline"
+    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True,
                           timeout=120)
 
 
@@ -347,7 +349,8 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
     mounts.append(ro)
     try:
         subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
-        subprocess.run(["mount", "--bind", "-o", "ro", str(weights_cache.weights_cache_dir()), str(weights)], check=True)
+        subprocess.run(["mount", "--bind", "-o", "ro", str(weights_cache.weights_cache_dir()), str(weights)],
+                       check=True)
         mounts.append(weights)
         assert not (ro / "runs").exists()
         monkeypatch.setenv(weights_cache.CACHE_ENV, str(ro))

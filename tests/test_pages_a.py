@@ -84,7 +84,8 @@ def test_request_template_with_a_system_prompt_puts_it_in_both_styles():
     assert not at.exception
     openai, anthropic = (json.loads(b) for b in json_bodies(at)[:2])
     assert openai["messages"][0] == {"role": "system", "content": "Answer in one sentence."}
-    assert anthropic["system"] == "Answer in one sentence." and all(m["role"] != "system" for m in anthropic["messages"])
+    assert anthropic["system"] == "Answer in one sentence."
+    assert all(m["role"] != "system" for m in anthropic["messages"])
 
 
 def test_tokens_page_chips_comparison_and_capitals():

@@ -296,7 +296,8 @@ def test_check_writable_refuses_a_read_only_folder(tmp_path):
 
 def test_check_writable_refuses_too_little_free_space(tmp_path, monkeypatch):
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(weights_cache.shutil, "disk_usage", lambda _path: usage(2**30, 2**30 - 100 * 2**20, 100 * 2**20))
+    monkeypatch.setattr(weights_cache.shutil, "disk_usage",
+                        lambda _path: usage(2**30, 2**30 - 100 * 2**20, 100 * 2**20))
     with pytest.raises(InputError) as err:
         weights_cache.check_writable(tmp_path, weights_cache.CONVERSION_NEEDS_BYTES)
     assert err.value.field == weights_cache.CACHE_ENV and "100 MiB free" in str(err.value)

@@ -6,11 +6,11 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.stages.request import (MAX_MESSAGE_CHARS, MAX_NEW_TOKENS, MAX_STOP_CHARS, MAX_STOP_STRINGS, ChatRequest,
-                                     GenerationOptions, RequestState, anthropic_style, check_text, openai_style,
-                                     parse_turns)
+                                     GenerationOptions, RequestState, anthropic_style, check_fits, check_text,
+                                     openai_style, parse_turns)
 from pipeline.stages.template import TEMPLATE_ROLE, default_system_prompt, render_prompt, segments
 from pipeline.stages.tokens import encode, role_counts, text_tokens, tokenize_request, tokenize_segments
-from pipeline.trace import check_fits, run_trace
+from pipeline.trace import run_trace
 
 SMOLLM_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
@@ -154,7 +154,8 @@ def test_vendor_bodies():
     r = ChatRequest.from_question("Are tomatoes fruit?", system="Be brief.",
                                   options=GenerationOptions(max_new_tokens=5, top_k=3, stop=("x",)))
     o, a = openai_style(r), anthropic_style(r)
-    assert o["messages"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Are tomatoes fruit?"}]
+    assert o["messages"] == [{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": "Are tomatoes fruit?"}]
     assert (o["max_tokens"], o["stop"], o["seed"], o["stream"]) == (5, ["x"], 0, True)
     assert a["system"] == "Be brief." and a["messages"] == [{"role": "user", "content": "Are tomatoes fruit?"}]
     assert (a["max_tokens"], a["top_k"], a["stop_sequences"]) == (5, 3, ["x"])

@@ -15,6 +15,7 @@ from browser_kit import CHROMIUM, ROOT, wait_healthy
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 QUESTIONS = ["Why is the sky blue?", "What is a prime number?", "How do bees make honey?", "What is gravity?"]
 
 
@@ -90,7 +91,7 @@ def test_sessions_stick_and_survive_a_killed_replica(room):
         replicas = [_replica(c) for c in contexts]
         assert set(replicas) == {"r1", "r2"}  # round robin spread the room over both replicas
         for page, before in zip(pages, replicas):  # sticky: further clicks stay on the same replica
-            page.locator('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]', has_text="Tokens").first.click()
+            page.locator(SIDEBAR_LINK, has_text="Tokens").first.click()
         for page, context, before in zip(pages, contexts, replicas):
             page.wait_for_function("() => document.querySelector('h1') && "
                                    "document.querySelector('h1').innerText.includes('Tokens')", timeout=300_000)
@@ -107,7 +108,7 @@ def test_sessions_stick_and_survive_a_killed_replica(room):
             while time.time() < deadline and _replica(contexts[i]) == victim:
                 page.wait_for_timeout(1000)
             assert _replica(contexts[i]) != victim
-            page.locator('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]', has_text="Journey").first.click()
+            page.locator(SIDEBAR_LINK, has_text="Journey").first.click()
             _done(page, QUESTIONS[i], 300)
             assert page.locator("textarea").first.input_value() == QUESTIONS[i]
         for i in kept:  # the rest of the room saw nothing

@@ -2,7 +2,7 @@
 marked. Every token string goes through html_text."""
 from __future__ import annotations
 
-from pipeline.prompt_cache.engine import HIT, MISS, NOT_CACHEABLE, RECOMPUTED
+from pipeline.prompt_cache.outcomes import HIT, MISS, NOT_CACHEABLE, RECOMPUTED
 
 from .escape import html_text
 

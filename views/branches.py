@@ -97,7 +97,8 @@ st.subheader("3. The branches you explored")
 st.caption("Every branch is a full run: choose one to show it on every page (Journey, Generation, KV cache, …).")
 rows = [{"branch": branch_label(p, original), "depth": len(p)} for p in paths]
 choice = st.radio("show on every page", range(len(paths)), index=paths.index(here) if here in paths else 0,
-                  format_func=lambda i: ("  " * rows[i]["depth"]) + ("↳ " if rows[i]["depth"] else "") + markdown_text(rows[i]["branch"]),
+                  format_func=lambda i: ("  " * rows[i]["depth"]) + ("↳ " if rows[i]["depth"] else "")
+                  + markdown_text(rows[i]["branch"]),
                   key="br_tree")
 if paths[choice] != here:
     st.session_state.branch_shown = (root, paths[choice]) if paths[choice] else None

@@ -13,7 +13,8 @@ from ui.escape import code_span, html_text, json_text, plotly_label
 from ui.plots import TICK_FONT
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
-                       "Every number below was measured on the real SmolLM2-135M-Instruct for the request in the sidebar.")
+                       "Every number below was measured on the real SmolLM2-135M-Instruct for the request in the "
+                       "sidebar.")
 trace = current_trace()
 tok = get_model().vocabulary  # token names: enough to draw, and ready before the network loads
 m = trace.dims
@@ -38,15 +39,16 @@ with c2:
 stage_link("views/request_template.py", "Request & template: both JSON styles", "📨")
 
 section(2, "The chat template and the tokenizer", f"The messages are written into one long text with marker tokens "
-        f"around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, green is your "
-        f"question; the small number on each chip is the token id the model actually receives.")
+        f"around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, green is "
+        f"your question; the small number on each chip is the token id the model actually receives.")
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=300), unsafe_allow_html=True)
 if T > 60:
     st.caption(f"All {T:,} chips are in the box above; scroll inside it.")
 stage_link("views/tokens.py", "Tokens: chips, other tokenizers, try your own text", "🔤")
 
-section(3, "A place in a batch", "A GPU server runs many requests together. This request gets one row in the next batch.")
+section(3, "A place in a batch",
+        "A GPU server runs many requests together. This request gets one row in the next batch.")
 c1, c2 = st.columns(2)
 c1.code(json_text({"batch": [trace.batch["entry"]]}), language="json", wrap_lines=True)
 single = trace.batch["single"]
@@ -69,10 +71,12 @@ section(4, "Prefill: the prompt goes through the model once", f"Each token id pi
         + (f"The whole prompt is processed in one pass that took **{trace.timings.prefill_s:.2f} s** here."
            if prefill_passes(T) == 1 else
            f"This long prompt is processed in {prefill_passes(T)} passes of up to {PREFILL_CHUNK} tokens, each reading "
-           f"the keys and values the earlier ones stored; together they took **{trace.timings.prefill_s:.2f} s** here."))
+           f"the keys and values the earlier ones stored; together they took "
+           f"**{trace.timings.prefill_s:.2f} s** here."))
 p = trace.prefill
 shapes = [("embeddings", "(T, D)", p.embeddings.shape), ("hidden_states", "(L+1, T, D)", p.hidden_states.shape),
-          ("q_rot", "(L, H, T, Dh)", p.q_rot.shape), ("k_rot (stored in the KV cache)", "(L, Hkv, T, Dh)", p.k_rot.shape),
+          ("q_rot", "(L, H, T, Dh)", p.q_rot.shape),
+          ("k_rot (stored in the KV cache)", "(L, Hkv, T, Dh)", p.k_rot.shape),
           ("v (stored in the KV cache)", "(L, Hkv, T, Dh)", p.v.shape), ("last_logits", "(V,)", p.last_logits.shape)]
 if p.attention is not None:
     shapes.insert(2, ("attention", "(L, H, T, T)", p.attention.shape))
@@ -143,8 +147,9 @@ with c2:
     st.metric("text_delta events", len(deltas))
 stage_link("views/generation.py", "Generation: replay the stream, timeline", "⏩")
 
+WHY_STOPPED = {"eos": "the model chose its end-of-turn token", "length": "the token limit was reached"}
 section(7, "Done: the completed event and clean-up", f"Generation stopped because of **{trace.finish_reason}** "
-        f"({'the model chose its end-of-turn token' if trace.finish_reason == 'eos' else 'the token limit was reached' if trace.finish_reason == 'length' else 'a stop string appeared'}). "
+        f"({WHY_STOPPED.get(trace.finish_reason, 'a stop string appeared')}). "
         f"The server sends a final event, records usage, and frees the request's KV cache "
         f"({trace.cleanup.kv_bytes_released:,} bytes for {plural(trace.cleanup.kv_tokens_released, 'token')}: the "
         f"{plural(T, 'prompt token')} and every chosen token but the last, which is never fed back"

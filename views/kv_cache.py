@@ -45,7 +45,8 @@ c3.metric("Cache when the answer ended", human_bytes(trace.cleanup.kv_bytes_rele
                "last, which is never fed back; freed once the request completed")
 labels = axis_labels(list(steps["token"]))
 fig = go.Figure(go.Scatter(x=labels, y=steps["bytes"], mode="lines+markers", name="measured bytes",
-                           customdata=steps["tokens in cache"], hovertemplate="%{x}<br>%{customdata} tokens<br>%{y:,} B"))
+                           customdata=steps["tokens in cache"],
+                           hovertemplate="%{x}<br>%{customdata} tokens<br>%{y:,} B"))
 fig.add_trace(go.Scatter(x=labels, y=[m.kv_bytes(n) for n in steps["tokens in cache"]],
                          mode="lines", line_dash="dot", name="formula 2·L·Hkv·Dh·T·bytes"))
 fig.update_layout(height=340, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="cache bytes (all L layers)",
@@ -106,7 +107,8 @@ elif st.session_state.get("kv_measured"):
     cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in on["seconds"]], name="with cache",
                          customdata=on["tokens_fed"], hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))
     cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in off["seconds"]], name="without cache",
-                         customdata=off["tokens_fed"], hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))
+                         customdata=off["tokens_fed"],
+                         hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))
     cmp.update_layout(barmode="group", height=300, margin=dict(l=10, r=10, t=10, b=10),
                       xaxis_title="step (0 = the prompt itself)", yaxis_title="ms per step")
     st.plotly_chart(cmp, width="stretch")
@@ -153,10 +155,10 @@ if model.sliding_layers:
     st.caption(f"{model_name}: {model.sliding_layers} of its {model.layers} layers only look at the last "
                f"{model.sliding_window} tokens, so their cache stops growing there.")
 mem = go.Figure()
+kv_bytes = f.conversations * f.conversation_bytes
 for part, value, colour in [("weights", f.weights_bytes, "#64748b"),
-                            ("KV cache of the conversations that fit", f.conversations * f.conversation_bytes, "#0ea5e9"),
-                            ("kept free / unused", max(f.gpu_bytes - f.weights_bytes - f.conversations * f.conversation_bytes, 0),
-                             "#e2e8f0")]:
+                            ("KV cache of the conversations that fit", kv_bytes, "#0ea5e9"),
+                            ("kept free / unused", max(f.gpu_bytes - f.weights_bytes - kv_bytes, 0), "#e2e8f0")]:
     mem.add_trace(go.Bar(y=["GPU memory"], x=[value / GIB], name=part, orientation="h", marker_color=colour,
                          hovertemplate="%{x:.1f} GiB<extra>" + part + "</extra>"))
 mem.update_layout(barmode="stack", height=170, margin=dict(l=10, r=10, t=10, b=10),
@@ -168,7 +170,8 @@ table = pd.DataFrame([{
     "model": name, "params (B)": mdl.params_b, "L": mdl.layers, "H": mdl.heads, "Hkv": mdl.kv_heads, "Dh": mdl.head_dim,
     "KV per token": human_bytes(bytes_per_token(mdl, cfg["dtypes"][kv_dtype])),
     f"conversations of {int(tokens):,} tokens on {gpu_name}":
-        fit(mdl, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["weight_dtypes"][w_dtype], reserve).conversations,
+        fit(mdl, cfg["gpus"][gpu_name], int(tokens), cfg["dtypes"][kv_dtype], cfg["weight_dtypes"][w_dtype],
+            reserve).conversations,
 } for name, mdl in cfg["models"].items()])
 st.dataframe(table, hide_index=True, width="stretch")
 st.caption("Shapes from each model's published configuration (assets/model_configs.json). Fewer key/value heads "

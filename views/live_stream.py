@@ -12,7 +12,6 @@ import time
 import streamlit as st
 
 from pipeline.run_queue import cost_of
-from pipeline.stages.fast_path import stream
 from views.common import APP_MAX_PROMPT_TOKENS, get_model, queued, request_key, run_queue
 
 
@@ -41,6 +40,8 @@ def prompt_length(request) -> int:
 
 def stream_live(request, captured_tpot_s: float | None) -> dict | None:
     """Queue the request on the plain path and draw its text as it arrives. Returns the summary."""
+    from pipeline.stages.fast_path import stream  # torch: imported when a stream starts, not with the page
+
     live = LiveAnswer()
     work = lambda: list(stream(get_model(), request, APP_MAX_PROMPT_TOKENS, on_event=live.push))  # noqa: E731
     n_prompt = prompt_length(request)

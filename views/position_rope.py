@@ -34,8 +34,8 @@ st.plotly_chart(fig, width="stretch", key="rope_angles")
 speed = rope.inv_freq(Dh, base)  # (Dh/2,) radians per position
 st.caption(f"Angle = position × base^(−2i/Dh) with this model's real base = {base:,.0f} and Dh = {Dh}. Pair 0 turns "
            f"{speed[0]:.0f} radian per token (a full turn every {2 * np.pi / speed[0]:.1f} tokens); pair {pairs - 1} "
-           f"turns {speed[-1]:.2e} radian per token (a full turn every {2 * np.pi / speed[-1]:,.0f} tokens). Fast pairs "
-           "tell neighbours apart, slow pairs still change over thousands of tokens.")
+           f"turns {speed[-1]:.2e} radian per token (a full turn every {2 * np.pi / speed[-1]:,.0f} tokens). "
+           "Fast pairs tell neighbours apart, slow pairs still change over thousands of tokens.")
 
 st.subheader("Only the distance matters: a check on real vectors")
 st.caption("Turning q by angle a and k by angle b changes their dot product only through a − b. So if both tokens "

@@ -93,10 +93,11 @@ rows = played(scenario.key, block_size)
 timed = [r["measured_at"] for r in rows if r.get("measured_at")]
 if timed and st.button("⟳ Time these requests again now", key="pc_time_again",
                        help="The times below were measured once, when this server first played the scenario, and "
-                            "everyone here sees them. Timing again replaces them for everyone (at most once a minute)."):
+                            "everyone here sees them. Timing again replaces them for everyone (at most once a "
+                            "minute)."):
     rows = played_again(scenario.key, block_size)
 st.subheader(f"2. {scenario.title}")
-st.markdown(f"{'**Trap.** ' if scenario.kind == 'trap' else '**Fixed.** ' if scenario.kind == 'fixed' else ''}{scenario.lesson}")
+st.markdown({"trap": "**Trap.** ", "fixed": "**Fixed.** "}.get(scenario.kind, "") + scenario.lesson)
 st.markdown(block_legend(), unsafe_allow_html=True)
 for row in rows:
     show_request(row)

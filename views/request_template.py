@@ -49,7 +49,8 @@ added = sum(len(s.text) for s in trace.segments if s.role == "template")
 c1, c2, c3 = st.columns(3)
 c1.metric("Characters in the whole prompt text", len(trace.prompt_text),
           help="The text the model reads, template and markers included, counted letter by letter: "
-               "`<|im_start|>` alone is 12. The Tokens page counts each marker as one character, so its count is lower.")
+               "`<|im_start|>` alone is 12. The Tokens page counts each marker as one character, so its count is "
+               "lower.")
 c2.metric("Characters added by the template", added, help="Counted the same way, markers letter by letter.")
 c3.metric("Special marker tokens", sum(t.special for t in trace.tokens))
 st.dataframe(by_role, hide_index=True)

@@ -1,11 +1,12 @@
-"""Command line: `python -m pipeline trace|report|tokens|cache-demo|cache-audit ...` (`COMMANDS`).
+"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit ...` (`COMMANDS`).
 
 What a user typed is checked before torch is imported or the model is loaded, so bad input is
 refused at once with exit code 2 and a message naming the field; only a `--force` token id waits
 for the model, whose vocabulary size V it is checked against. Output files are checked first too,
-and written atomically (a failed write keeps the old file and exits 2). `report` draws its HTML
-with ui.report (presentation stays out of pipeline/); `cache-audit` never imports torch. All that
-is printed shows control characters escaped (pipeline.cli.terminal).
+and written atomically (a failed write keeps the old file and exits 2). The HTML report is a
+command of the layer above, `python -m ui report` (ui/__main__.py), which reuses these helpers:
+pipeline/ imports nothing from ui/ or views/. `cache-audit` never imports torch. All that is
+printed shows control characters escaped (pipeline.cli.terminal).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from .terminal import safe_output
 DEFAULTS = GenerationOptions()
 
 
-def _trace_args(p: argparse.ArgumentParser) -> None:
+def add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("question")
     p.add_argument("--system", default=None, help="system prompt (the template adds a default one if omitted)")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens)
@@ -102,26 +103,6 @@ def cmd_trace(args) -> int:
     if args.json_file:
         write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")
         print(f"\nWrote the trace to {args.json_file}")
-    return 0
-
-
-def cmd_report(args) -> int:
-    """The run as one HTML page that opens from disk with no server and no network."""
-    options = options_from_args(args)
-    request = ChatRequest.from_question(args.question, system=args.system, options=options)
-    check_output_file(args.html_file, "html")
-    check_output_file(args.json_file, "json")
-    check_model_arg(args.model)
-    from ..model.loader import load_model, shared_model
-    from ..trace import run_trace
-    from ui.report import trace_report  # presentation lives beside the views, not in pipeline/
-
-    trace = run_trace(request, shared_model() if args.model is None else load_model(args.model))
-    html = trace_report(trace)
-    write_output(args.html_file, "html", lambda f: f.write(html), "the report")
-    print(f"Wrote the report to {args.html_file} ({len(trace.tokens)} prompt tokens, {len(trace.steps)} generated)")
-    if args.json_file:
-        write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")
     return 0
 
 
@@ -208,10 +189,7 @@ def cmd_cache_audit(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    _trace_args(sub.add_parser("trace", help="follow one chat request through every stage"))
-    report = sub.add_parser("report", help="one self-contained HTML file with every stage of a run")
-    _trace_args(report)
-    report.add_argument("--html", dest="html_file", required=True, help="the HTML file to write")
+    add_trace_args(sub.add_parser("trace", help="follow one chat request through every stage"))
     sub.add_parser("tokens", help="compare tokenizers on some text").add_argument("text")
     demo = sub.add_parser("cache-demo", help="play the prompt-caching scenarios and print cache hits")
     demo.add_argument("--scenario", action="append", default=[], help="scenario key (repeatable; default: all)")
@@ -231,17 +209,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = {"trace": cmd_trace, "report": cmd_report, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo,
-            "cache-audit": cmd_cache_audit}
+COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit}
 
 
 def main(argv=None) -> int:
+    return run_command(build_parser(), COMMANDS, argv)
+
+
+def run_command(parser: argparse.ArgumentParser, commands: dict, argv=None) -> int:
+    """Parse argv and run its command: bad input exits 2 with a message naming the field (also `python -m ui`)."""
     # transformers' progress bars redraw with '\r', which the terminal filter shows escaped; loading takes ~1 s
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     with safe_output():
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(argv)
         try:
-            return COMMANDS[args.command](args)
+            return commands[args.command](args)
         except InputError as e:  # bad input, a --model folder that is not a model, a cache folder that fails
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -30,7 +30,8 @@ def print_trace(t: Trace) -> None:
     print(f"  model {m.name}: L={m.L} H={m.H} Hkv={m.Hkv} Dh={m.Dh} D={m.D} V={m.V} {m.dtype} on {m.device}")
     for name, array in t.tensors().items():
         print(f"  {name:14s} {list(array.shape)}")
-    print(f"  prefill took {t.prefill.seconds * 1000:.1f} ms; KV cache holds {sum(t.prefill.kv_bytes_per_layer):,} bytes")
+    print(f"  prefill took {t.prefill.seconds * 1000:.1f} ms; "
+          f"KV cache holds {sum(t.prefill.kv_bytes_per_layer):,} bytes")
     _h("6. Decode")
     for s in t.steps:
         top = ", ".join(f"{c.text} {c.prob:.0%}" for c in s.top[:3])

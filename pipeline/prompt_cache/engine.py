@@ -28,13 +28,12 @@ import torch
 from ..errors import InputError
 from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_layers
+from .outcomes import HIT, MISS, NOT_CACHEABLE, RECOMPUTED
 from .prefix import common_prefix_len
 from ..model.interface import LanguageModel
 
 DynamicCache, = transformers_names("DynamicCache")
 
-HIT, MISS, NOT_CACHEABLE = "hit", "miss", "not cacheable"
-RECOMPUTED = "cached, recomputed"  # a cached last block run again: the model must see the last prompt token
 ROOT_KEY = b"prefix-cache-root"  # parent of the first block
 
 

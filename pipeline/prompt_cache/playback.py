@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import time
 import weakref
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..stages.request import ChatRequest, parse_turns
 from ..stages.tokens import tokenize_request
 from ..text import token_text as _token_text
 from ..timing import interleave_less_work
-from .engine import PrefixCache, PrefixCacheConfig
 from .scenarios import Prompt, Scenario
 from ..model.interface import LanguageModel
+
+if TYPE_CHECKING:  # the engine holds tensors: torch is imported when a scenario is played, not with the page
+    from .engine import PrefixCache
+
 
 def prompt_tokens(lm: LanguageModel, prompt: Prompt) -> tuple[list[int], list[str], list[str]]:
     """(ids, readable token texts, roles) exactly as the app tokenizes a request."""
@@ -48,12 +52,16 @@ def explain(stats: dict, cached_text: str, new_text: str) -> str:
 
 def cold_ttft(lm: LanguageModel, ids: list[int], block_size: int) -> float:
     """The same request with nothing reused and nothing kept."""
+    from .engine import PrefixCache, PrefixCacheConfig
+
     return PrefixCache(PrefixCacheConfig(block_size=block_size)).serve(lm, ids, reuse=False, store=False).stats.ttft_s
 
 
 def play(lm: LanguageModel, scenario: Scenario, block_size: int = 16, measure_cold: bool = True,
          cache: PrefixCache | None = None) -> list[dict]:
     """Serve each request in order through one cache. Plain records (no tensors), one per request."""
+    from .engine import PrefixCache, PrefixCacheConfig
+
     cache = cache or PrefixCache(PrefixCacheConfig(block_size=block_size))
     if measure_cold:  # one short warm-up pass, so the first timed request does not pay for it
         PrefixCache().serve(lm, prompt_tokens(lm, scenario.prompts[0])[0][:8], reuse=False, store=False)

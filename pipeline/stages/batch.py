@@ -1,10 +1,13 @@
 """Stage: tensors & batch. Several requests padded to one rectangle, as a server feeds the GPU."""
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from ..checks import integer, token_ids
 from ..errors import InputError
+
+if TYPE_CHECKING:  # torch is imported where tensors are made, so the page imports without it
+    import torch
 
 
 def batch_tensors(sequences: list[list[int]], pad_id: int, left_pad: bool = True) -> dict[str, torch.Tensor]:
@@ -16,6 +19,8 @@ def batch_tensors(sequences: list[list[int]], pad_id: int, left_pad: bool = True
       position_ids   [[0, 1, 2], [0, 0, 1]]   (each request counts its own positions from 0)
     Left padding keeps every request's last real token in the last column, where the next token is read.
     """
+    import torch
+
     if not sequences:
         raise InputError("sequences", "give at least one sequence of token ids.")
     pad_id = integer("pad_id", pad_id, 0, 2**31 - 1)

@@ -56,7 +56,8 @@ def _top(unit: np.ndarray, tokenizer, vector: np.ndarray, k: int, exclude=()) ->
         sims[list(exclude)] = -np.inf
     best = np.argpartition(-sims, k)[:k]
     best = best[np.argsort(-sims[best])]
-    return [{"id": int(i), "text": text, "cosine": float(sims[i])} for i, text in zip(best, tokens_text(tokenizer, best))]
+    texts = tokens_text(tokenizer, best)
+    return [{"id": int(i), "text": text, "cosine": float(sims[i])} for i, text in zip(best, texts)]
 
 
 def neighbours(unit: np.ndarray, tokenizer, table: np.ndarray, word: str, k: int = 10) -> tuple[WordVector, list[dict]]:

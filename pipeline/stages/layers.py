@@ -7,7 +7,6 @@ every entry, asking "if the model stopped here, what would it predict?".
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..checks import array
 from ..model.interface import LanguageModel
@@ -53,7 +52,7 @@ def consecutive_cosine(hidden_states: np.ndarray) -> np.ndarray:
 
 def contributions(attn_out: np.ndarray, mlp_out: np.ndarray) -> dict[str, np.ndarray]:
     """Length of what attention and the MLP each add, (L, T) each."""
-    attn_out, mlp_out = (array(name, x, ndim=3, dtype=None) for name, x in (("attn_out", attn_out), ("mlp_out", mlp_out)))
+    attn_out, mlp_out = array("attn_out", attn_out, ndim=3, dtype=None), array("mlp_out", mlp_out, ndim=3, dtype=None)
     return {"attention": _by_positions(_norm, attn_out), "mlp": _by_positions(_norm, mlp_out)}
 
 
@@ -76,6 +75,8 @@ def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_r
     Each row costs a (D x V) product, so a page asks only for the positions it shows: 16 positions
     are (L+1) x 16 = 496 rows; a whole 641-token prompt would be 19,871 rows (about 100 s on a CPU).
     """
+    import torch  # here, not at import: the Layers page draws a stored run before torch has loaded
+
     hidden_states = hidden_states[:, start:end]  # (L+1, P, D)
     norm = lm.model.model.norm
     eps = float(getattr(norm, "variance_epsilon", getattr(lm.config, "rms_norm_eps", 1e-6)))

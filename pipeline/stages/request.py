@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..errors import InputError
+from ..model.dims import ModelDims
 from ..model.weights_cache import DEFAULT_MODEL_NAME
 
 ROLES = ("system", "user", "assistant")
@@ -252,3 +253,20 @@ class RequestState:
         if STATES.index(state) != STATES.index(self.state) + 1:
             raise RuntimeError(f"request {self.id}: cannot go from {self.state} to {state}")
         self.history.append({"state": state, "t_s": round(self._clock() - self._t0, 6)})
+
+
+def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int, max_prompt_tokens: int | None = None) -> None:
+    """Refuse, before any forward pass, a prompt that does not fit the window (or a server's own cap).
+
+    Both paths (pipeline.trace and stages.fast_path) call it once the prompt is tokenized."""
+    if max_prompt_tokens is not None and n_prompt > max_prompt_tokens:
+        raise InputError("messages", f"the prompt is {n_prompt:,} tokens; this shared server runs prompts of up to "
+                                     f"{max_prompt_tokens:,} tokens so that one request cannot hold the model for "
+                                     f"everyone (the command line takes the full {dims.context_window:,}).")
+    window = dims.context_window
+    if n_prompt >= window:
+        raise InputError("messages", f"the prompt is {n_prompt:,} tokens but the context window is {window:,}; "
+                                     "shorten the conversation.")
+    if n_prompt + max_new_tokens > window:
+        raise InputError("max_new_tokens", f"{n_prompt:,} prompt tokens + {max_new_tokens:,} new tokens exceed the "
+                                           f"{window:,}-token context window; at most {window - n_prompt:,} fit.")

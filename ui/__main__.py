@@ -1,0 +1,48 @@
+"""`python -m ui report "Are tomatoes fruit?" --html run.html`: the whole run as one offline HTML file.
+
+The report is presentation, so its command lives here, above pipeline/ (which never imports ui/):
+it takes the same request options as `python -m pipeline trace` and checks input and output files
+the same way, before the model is loaded (bad input exits 2 with a message naming the field).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.cli import add_trace_args, check_model_arg, options_from_args, run_command, write_json, write_output
+from pipeline.files import check_output_file
+from pipeline.stages.request import ChatRequest
+
+
+def cmd_report(args) -> int:
+    """The run as one HTML page that opens from disk with no server and no network."""
+    options = options_from_args(args)
+    request = ChatRequest.from_question(args.question, system=args.system, options=options)
+    check_output_file(args.html_file, "html")
+    check_output_file(args.json_file, "json")
+    check_model_arg(args.model)
+    from pipeline.model.loader import load_model, shared_model
+    from pipeline.trace import run_trace
+
+    from .report import trace_report
+
+    trace = run_trace(request, shared_model() if args.model is None else load_model(args.model))
+    html = trace_report(trace)
+    write_output(args.html_file, "html", lambda f: f.write(html), "the report")
+    print(f"Wrote the report to {args.html_file} ({len(trace.tokens)} prompt tokens, {len(trace.steps)} generated)")
+    if args.json_file:
+        write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ui", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    report = sub.add_parser("report", help="one self-contained HTML file with every stage of a run")
+    add_trace_args(report)
+    report.add_argument("--html", dest="html_file", required=True, help="the HTML file to write")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(run_command(build_parser(), {"report": cmd_report}))
