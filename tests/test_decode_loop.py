@@ -34,6 +34,9 @@ class ScriptedDecoder:
         self.fed.append(token)
         return self.scores(len(self.fed))
 
+    def usage(self) -> tuple[int, list[int]]:
+        return 5 + len(self.fed), [64 * (5 + len(self.fed))] * 2  # 5 prompt positions, 2 layers of 64 bytes each
+
 
 def _lm(tokenizer):
     config = SimpleNamespace(eos_token_id=tokenizer.eos_token_id)
@@ -46,8 +49,7 @@ def _run(tokenizer, text: str, record: bool, end: bool = False, **options):
     seen: list[StreamEvent] = []
     answer = Answer(_lm(tokenizer), decoder.scores(0), GenerationOptions(temperature=0.0, **options), "req_1",
                     time.perf_counter(), record=record, on_event=seen.append)
-    usage = (lambda: (0, [0])) if record else None
-    events = list(stream_answer(answer, decoder, usage))
+    events = list(stream_answer(answer, decoder))
     assert events == seen == answer.events  # on_event saw each event the stream yielded, in order
     return answer, events, script
 
@@ -84,6 +86,7 @@ def test_the_captured_and_the_plain_answer_send_the_same_events(tokenizer):
     strip = lambda events: [(e.kind, e.step, e.delta, e.finish_reason, e.token_ids) for e in events]  # noqa: E731
     assert strip(c_events) == strip(p_events)
     assert len(captured.steps) == len(captured.generated) and plain.steps == []  # only the captured one records
+    assert [s.kv_cache_tokens for s in captured.steps] == [5 + i for i in range(len(captured.steps))]
     decode = captured.result(0, 0)
     assert decode.events == c_events[:-1] and decode.finish_reason is FinishReason.EOS
 
@@ -116,6 +119,6 @@ def test_a_forced_token_is_chosen_on_both_paths(tokenizer):
         decoder = ScriptedDecoder(script, len(tokenizer))
         answer = Answer(_lm(tokenizer), decoder.scores(0), GenerationOptions(temperature=0.0, max_new_tokens=2),
                         "req_1", time.perf_counter(), force={1: other}, record=record)
-        list(stream_answer(answer, decoder, (lambda: (0, [0])) if record else None))
+        list(stream_answer(answer, decoder))
         assert answer.generated == [script[0], other]
         assert np.array_equal(decoder.fed, [script[0]])  # the forced token ends the answer (max 2): not fed

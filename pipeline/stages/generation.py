@@ -239,9 +239,17 @@ class Answer:
 
 
 class Decoder(Protocol):
-    """What the decode loop steps: one chosen token in, the (V,) scores for the next one out."""
+    """What the decode loop steps: one chosen token in, the (V,) scores for the next one out.
+    The plain path's decoders (pipeline.model.plain_decoder) are this alone."""
 
     def step(self, token: int) -> torch.Tensor: ...
+
+
+class RecordingDecoder(Decoder, Protocol):
+    """A decoder whose KV cache use is recorded with each step (an Answer with record=True needs one)."""
+
+    def usage(self) -> tuple[int, list[int]]:
+        """(positions the KV cache holds, its bytes per layer (L,))."""
 
 
 class CacheDecoder:
@@ -268,16 +276,15 @@ class Constraint(Protocol):
         """Take the chosen token; True once the grammar is complete (the answer ends there)."""
 
 
-def stream_answer(answer: Answer, decoder: Decoder, usage: Callable[[], tuple[int, list[int]]] | None = None,
+def stream_answer(answer: Answer, decoder: Decoder | RecordingDecoder,
                   constraint: Constraint | None = None) -> Iterator[StreamEvent]:
     """The decode loop: choose a token, feed it to the decoder, until EOS, a stop string, max_new_tokens
     or a complete grammar. Yields the answer's events as they are made, the completed event last.
-
-    usage: () -> (KV positions, bytes per layer) recorded with each step (the captured path)."""
+    A recording answer (the captured path) records the decoder's KV cache use with each step."""
     sent = len(answer.events)
     while True:
         allowed = constraint.allowed(answer) if constraint else None
-        token = answer.choose(*(usage() if usage else (0, None)), allowed=allowed)
+        token = answer.choose(*(decoder.usage() if answer.record else (0, None)), allowed=allowed)
         if constraint and constraint.accept(answer.generated[-1], ended=token is None):
             answer.end(FinishReason.EOS)  # a complete grammar ends the answer as the end token would
             token = None
@@ -305,7 +312,7 @@ def decode_loop(lm, cache, first_logits: torch.Tensor, options: GenerationOption
 def continue_answer(lm, cache, answer: Answer, constraint: Constraint | None = None) -> Decode:
     """Run the captured loop from the answer's current state to its end; the recorded Decode."""
     decoder = CacheDecoder(lm, cache)
-    for _ in stream_answer(answer, decoder, decoder.usage, constraint):
+    for _ in stream_answer(answer, decoder, constraint):
         pass
     return answer.result(sum(bytes_per_layer(cache)), cache_len(cache))
 
