@@ -89,10 +89,10 @@ def main() -> int:
         t = run_trace(request, lm)
         f = generate(lm, request)
         h, hf_tokens = hf_tpot(lm, t.ids, len(t.generated_token_ids))
-        assert t.generated_token_ids == f["tokens"], "plain path chose other tokens"
+        assert t.generated_token_ids == f.generated, "plain path chose other tokens"
         assert hf_tokens[:len(t.generated_token_ids)] == t.generated_token_ids, "HF generate chose other tokens"
         captured.append(t.timings.tpot_s)
-        plain.append(f["tpot_s"])
+        plain.append(f.tpot_s)
         hf.append(h)
     med = statistics.median
     span = lambda xs: f"{min(xs) * 1e3:.0f}-{max(xs) * 1e3:.0f}"  # noqa: E731

@@ -15,8 +15,8 @@ import numpy as np
 
 from .model.dims import ModelDims
 from .model.prefill_record import Prefill
-from .stages.decode_record import Decode, Step
-from .stages.request import (ChatRequest, GenerationOptions, RequestState, anthropic_style, check_fits,
+from .stages.decode_record import Decode, FinishReason, Step
+from .stages.request import (ChatRequest, GenerationOptions, RequestState, RequestStatus, anthropic_style, check_fits,
                              openai_style, request_id)
 from .stages.template import Segment
 from .stages.tokens import Token, TokenizedRequest, tokenize_request
@@ -121,13 +121,13 @@ class Trace:
         return self.decode.text
 
     @property
-    def finish_reason(self) -> str:
+    def finish_reason(self) -> FinishReason:
         return self.decode.finish_reason
 
     @property
     def events(self) -> list[dict]:
-        """text_delta events, then the completed event."""
-        return self.decode.events + [{
+        """text_delta events, then the completed event, as JSON (the shape a streaming API sends)."""
+        return [e.to_json() for e in self.decode.events] + [{
             "event": "completed", "request_id": self.request.id, "finish_reason": self.finish_reason,
             "text": self.text, "generated_token_ids": self.generated_token_ids, "usage": self.usage.to_json(),
         }]
@@ -196,17 +196,17 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
     state = RequestState(rid)
     tokenized = tokenize_request(lm.tokenizer, request)
     check_fits(lm.dims, len(tokenized.ids), request.options.max_new_tokens, max_prompt_tokens)
-    state.advance("prefill")
+    state.advance(RequestStatus.PREFILL)
     prefill_started_at = time.perf_counter()
     run = run_prefill(lm, tokenized.ids)
-    state.advance("decoding")
+    state.advance(RequestStatus.DECODING)
     return _Started(request, t0, rid, state, tokenized, run.prefill, run.kv_cache, run.last_logits, prefill_started_at)
 
 
 def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0) -> Trace:
     from .stages import batch as batching
 
-    s.state.advance("completed")
+    s.state.advance(RequestStatus.COMPLETED)
     ids, request = s.tokenized.ids, s.request
     decode_times = decode.step_seconds[1:]
     return Trace(

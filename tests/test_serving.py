@@ -289,11 +289,14 @@ def test_plain_serving_path_chooses_the_captured_runs_tokens(lm):
                               ("Count to ten.", GenerationOptions(max_new_tokens=30, stop=("5",)))):
         request = ChatRequest.from_question(question, options=options)
         captured, plain = run_trace(request, lm), generate(lm, request)
-        assert plain["tokens"] == captured.generated_token_ids and plain["text"] == captured.text
-        assert plain["finish_reason"] == captured.finish_reason
+        assert plain.generated == captured.generated_token_ids and plain.text == captured.text
+        assert plain.finish_reason == captured.finish_reason
         events = list(stream(lm, request))
-        assert "".join(e.get("delta", "") for e in events) == captured.text  # the live deltas rebuild the answer
-        assert all(a["t_s"] <= b["t_s"] for a, b in zip(events[:-2], events[1:-1]))  # in time order
+        assert "".join(e.delta for e in events) == captured.text  # the live deltas rebuild the answer
+        assert all(a.t_s <= b.t_s for a, b in zip(events[:-2], events[1:-1]))  # in time order
+        *deltas, done = events  # one event type on both paths: the plain stream sends the captured run's deltas
+        assert [(e.step, e.delta) for e in deltas] == [(e.step, e.delta) for e in captured.decode.events]
+        assert done.kind == "completed" and done.finish_reason == captured.finish_reason
 
 
 @pytest.mark.app
@@ -452,8 +455,8 @@ def test_plain_path_greedy_tokens_equal_hf_generate(lm, question, long_prompt):
     request, ids = _request_ids(lm, question, PLAIN_STEPS)
     assert (len(ids) > PREFILL_CHUNK) == long_prompt
     plain = generate(lm, request)
-    assert plain["tokens"] == _hf_greedy(lm, ids, PLAIN_STEPS)
-    assert len(plain["tokens"]) == PLAIN_STEPS and plain["finish_reason"] == "length"  # every step was compared
+    assert plain.generated == _hf_greedy(lm, ids, PLAIN_STEPS)
+    assert len(plain.generated) == PLAIN_STEPS and plain.finish_reason == "length"  # every step was compared
 
 
 @pytest.mark.model
@@ -464,11 +467,11 @@ def test_plain_path_stops_at_the_end_token(lm):
     request, ids = _request_ids(lm, "Reply with one word: what colour is the sky?", 64)
     events = list(stream(lm, request))
     done, eos = events[-1], end_token_ids(lm)
-    assert done["finish_reason"] == "eos" and done["tokens"][-1] in eos and len(done["tokens"]) < 64
-    assert not eos & set(done["tokens"][:-1])
-    assert done["tokens"] == _hf_greedy(lm, ids, 64)  # HF stops at the same end token
-    assert "".join(e.get("delta", "") for e in events) == done["text"]
-    assert lm.tokenizer.decode(done["tokens"][-1]) not in done["text"]
+    assert done.finish_reason == "eos" and done.token_ids[-1] in eos and len(done.token_ids) < 64
+    assert not eos & set(done.token_ids[:-1])
+    assert list(done.token_ids) == _hf_greedy(lm, ids, 64)  # HF stops at the same end token
+    assert "".join(e.delta for e in events) == done.text
+    assert lm.tokenizer.decode(done.token_ids[-1]) not in done.text
 
 
 @pytest.mark.model

@@ -8,25 +8,30 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
 from pipeline.run_queue import cost_of
+from pipeline.stages.decode_record import EventKind, StreamEvent
 from views.common import APP_MAX_PROMPT_TOKENS, get_model, queued, request_key, run_queue
+
+if TYPE_CHECKING:  # torch: imported when a stream starts, not with the page
+    from pipeline.stages.generation import Answer
 
 
 class LiveAnswer:
     """Events pushed by the worker thread, read by the page."""
 
     def __init__(self):
-        self.events: list[dict] = []
+        self.events: list[StreamEvent] = []
         self.lock = threading.Lock()
 
-    def push(self, event: dict) -> None:
+    def push(self, event: StreamEvent) -> None:
         with self.lock:
             self.events.append(event)
 
-    def snapshot(self) -> list[dict]:
+    def snapshot(self) -> list[StreamEvent]:
         with self.lock:
             return list(self.events)
 
@@ -38,12 +43,12 @@ def prompt_length(request) -> int:
     return len(tokenize_request(get_model().tokenizer, request).ids)
 
 
-def stream_live(request, captured_tpot_s: float | None) -> dict | None:
-    """Queue the request on the plain path and draw its text as it arrives. Returns the summary."""
-    from pipeline.stages.fast_path import stream  # torch: imported when a stream starts, not with the page
+def stream_live(request, captured_tpot_s: float | None) -> Answer:
+    """Queue the request on the plain path and draw its text as it arrives. Returns the finished answer."""
+    from pipeline.stages.fast_path import generate  # torch: imported when a stream starts, not with the page
 
     live = LiveAnswer()
-    work = lambda: list(stream(get_model(), request, APP_MAX_PROMPT_TOKENS, on_event=live.push))  # noqa: E731
+    work = lambda: generate(get_model(), request, APP_MAX_PROMPT_TOKENS, on_event=live.push)  # noqa: E731
     n_prompt = prompt_length(request)
     ticket = run_queue().submit(("live", id(live)), work, cost_of(n_prompt, request.options.max_new_tokens),
                                 prompt_tokens=n_prompt)
@@ -52,28 +57,27 @@ def stream_live(request, captured_tpot_s: float | None) -> dict | None:
     while True:
         done = ticket.wait(0.1)
         events = live.snapshot()
-        text = "".join(e.get("delta", "") for e in events)
-        deltas = [e for e in events if "delta" in e]
+        deltas = [e for e in events if e.kind == EventKind.TEXT_DELTA]
+        text = "".join(e.delta for e in deltas)
         if not events and not done:
             ahead = ticket.position()
             stats.caption(f"⏳ waiting for the model ({ahead} ahead of you)" if ahead else "⏳ prefill…")
         else:
-            first = deltas[0]["t_s"] if deltas else None
-            tpot = ((deltas[-1]["t_s"] - first) / max(deltas[-1]["step"], 1)) if len(deltas) > 1 else None
+            first = deltas[0].t_s if deltas else None
+            tpot = ((deltas[-1].t_s - first) / max(deltas[-1].step, 1)) if len(deltas) > 1 else None
             stats.caption((f"TTFT {first:.2f} s" if first is not None else "TTFT …")
                           + (f" · TPOT {tpot * 1000:.0f} ms" if tpot else "")
                           + f" · {time.perf_counter() - t0:.1f} s since you pressed the button")
         box.code(text or "…", language=None, wrap_lines=True)
         if done:
             break
-    ticket.result()  # raises the run's error, if any
-    summary = next((e for e in reversed(live.snapshot()) if e.get("done")), None)
-    if summary and summary["tpot_s"] and captured_tpot_s:
-        st.markdown(f"Just now on the plain serving path: **{summary['tpot_s'] * 1000:.0f} ms/token**. The captured "
+    answer = ticket.result()  # raises the run's error, if any
+    if answer.tpot_s and captured_tpot_s:
+        st.markdown(f"Just now on the plain serving path: **{answer.tpot_s * 1000:.0f} ms/token**. The captured "
                     f"run recorded {captured_tpot_s * 1000:.0f} ms/token when it ran — at another moment of a shared "
                     "machine (other sessions, your own browser drawing the stream), so the two are not a fair "
                     "comparison: **Compare the two paths now** measures both, interleaved.")
-    return summary
+    return answer
 
 
 def compare_paths(request, steps: int = 16, repeats: int = 3) -> None:

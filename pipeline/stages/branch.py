@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..model.hf_imports import transformers_names
 from ..model.kv_tensors import cache_len
 from .decode_record import Decode
-from .generation import _Answer, _continue
+from .generation import Answer, continue_answer
 from ..model.interface import LanguageModel
 
 DynamicCache, = transformers_names("DynamicCache")
@@ -44,17 +44,17 @@ def branch_decode(lm: LanguageModel, trace, step: int, token_id: int, rid: str) 
         raise InputError("token_id", f"must be a token id from 0 to {trace.dims.V - 1}, got {token_id!r}.")
     T = len(trace.ids)
     per_position = [b // T for b in trace.prefill.kv_bytes_per_layer]
-    answer = _Answer(lm, torch.from_numpy(trace.step_logits[0]), trace.request.options, rid, time.perf_counter(),
+    answer = Answer(lm, torch.from_numpy(trace.step_logits[0]), trace.request.options, rid, time.perf_counter(),
                      force={step: int(token_id)})
     for i in range(step):  # replay the steps before the branch from the stored scores: same tokens, no model
-        answer.logits = trace.step_logits[i].astype(np.float64)
+        answer.fed(trace.step_logits[i].astype(np.float64))
         answer.choose(T + i, [b * (T + i) for b in per_position])
     kv_cache = cache_from_prefill(lm, trace.prefill)
     before = trace.generated_token_ids[:step]
     if before:  # the answer so far, fed once: the cache now holds prompt + these tokens
-        answer.logits = lm.forward([before], cache=kv_cache).logits[0, -1].float().cpu().numpy()
+        answer.fed(lm.forward([before], cache=kv_cache).logits[0, -1])
     else:
-        answer.logits = trace.step_logits[0].astype(np.float64)
+        answer.fed(trace.step_logits[0].astype(np.float64))
     cut = cache_len(kv_cache)
     answer.t_prev = time.perf_counter()
-    return _continue(lm, kv_cache, answer), cut
+    return continue_answer(lm, kv_cache, answer), cut

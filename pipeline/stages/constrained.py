@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -21,7 +20,7 @@ from ..errors import InputError
 from ..maths import softmax
 from ..text import token_text
 from .decode_record import Decode
-from .generation import _Answer
+from .generation import Answer, continue_answer, scores
 from .request import ChatRequest
 from ..model.interface import LanguageModel
 
@@ -153,36 +152,39 @@ def compile_grammar(tokenizer, vocab_size: int, kind: str, spec):
     return _compiled(tokenizer, vocab_size, kind, check_spec(kind, spec))
 
 
+class _Grammar:
+    """The Constraint the decode loop asks: xgrammar's mask before each choice, its matcher after."""
+
+    def __init__(self, lm: LanguageModel, kind: str, spec):
+        import xgrammar as xgr
+
+        self.xgr, self.lm, self.V = xgr, lm, lm.dims.V
+        self.matcher = xgr.GrammarMatcher(compile_grammar(lm.tokenizer, self.V, kind, spec))
+        self.bitmask = xgr.allocate_token_bitmask(1, self.V)
+        self.steps: list[MaskStep] = []
+
+    def allowed(self, answer) -> np.ndarray:
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        probe = torch.zeros(1, self.V)
+        self.xgr.apply_token_bitmask_inplace(probe, self.bitmask)
+        allowed = torch.isfinite(probe[0]).numpy()  # (V,) bool
+        raw = scores(answer.logits).astype(np.float64)
+        refused = np.where(allowed, -np.inf, raw)
+        best = int(np.argmax(refused)) if np.isfinite(refused).any() else None
+        self.steps.append(MaskStep(len(answer.generated), int(allowed.sum()), best,
+                                   token_text(self.lm.tokenizer, best) if best is not None else "",
+                                   float(softmax(raw)[~allowed].sum())))
+        return allowed
+
+    def accept(self, token: int, ended: bool) -> bool:
+        if not self.matcher.accept_token(token) and not ended:
+            raise RuntimeError(f"the grammar refused token {token}, which its own mask allowed")
+        return ended or self.matcher.is_terminated()
+
+
 def constrained_decode(lm: LanguageModel, kv_cache, first_logits: torch.Tensor, request: ChatRequest, kind: str, spec,
                        rid: str, started_at: float) -> tuple[Decode, list[MaskStep]]:
     """Decode `request` from its prefill under the grammar: only allowed tokens can be chosen."""
-    import xgrammar as xgr
-
-    V = lm.dims.V
-    matcher = xgr.GrammarMatcher(compile_grammar(lm.tokenizer, V, kind, spec))
-    bitmask = xgr.allocate_token_bitmask(1, V)
-    answer = _Answer(lm, first_logits, request.options, rid, started_at)
-    steps: list[MaskStep] = []
-    from ..model.kv_tensors import bytes_per_layer, cache_len
-
-    while True:
-        matcher.fill_next_token_bitmask(bitmask)
-        probe = torch.zeros(1, V)
-        xgr.apply_token_bitmask_inplace(probe, bitmask)
-        allowed = torch.isfinite(probe[0]).numpy()  # (V,) bool
-        raw = np.asarray(answer.logits, dtype=np.float64)
-        refused = np.where(allowed, -np.inf, raw)
-        best = int(np.argmax(refused)) if np.isfinite(refused).any() else None
-        steps.append(MaskStep(len(answer.steps), int(allowed.sum()), best,
-                              token_text(lm.tokenizer, best) if best is not None else "",
-                              float(softmax(raw)[~allowed].sum())))
-        token = answer.choose(cache_len(kv_cache), bytes_per_layer(kv_cache), allowed=allowed)
-        chosen = answer.generated[-1]
-        if not matcher.accept_token(chosen) and token is not None:
-            raise RuntimeError(f"the grammar refused token {chosen}, which its own mask allowed")
-        if token is None or matcher.is_terminated():
-            answer.finish = answer.finish or "eos"
-            break
-        answer.t_prev = time.perf_counter()
-        answer.logits = lm.forward([[token]], cache=kv_cache).logits[0, -1].float().cpu().numpy()
-    return answer.result(sum(bytes_per_layer(kv_cache)), cache_len(kv_cache)), steps
+    grammar = _Grammar(lm, kind, spec)
+    answer = Answer(lm, first_logits, request.options, rid, started_at)
+    return continue_answer(lm, kv_cache, answer, grammar), grammar.steps

@@ -6,8 +6,49 @@ Shape letters: S decode steps, V vocabulary, L layers.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 
 import numpy as np
+
+
+class FinishReason(StrEnum):
+    """Why an answer ended. A str ("eos" == FinishReason.EOS), so the JSON reads as before."""
+
+    EOS = "eos"  # the model chose its end token
+    LENGTH = "length"  # max_new_tokens was reached
+    STOP = "stop"  # a stop string appeared; the text is cut before it
+
+
+class EventKind(StrEnum):
+    TEXT_DELTA = "text_delta"  # new text, sent as soon as no later token can change it
+    COMPLETED = "completed"  # the answer has ended
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One event of an answer's stream, the same on the captured and the plain path.
+
+    text_delta: `delta` is the new text, `step` the step whose token completed it.
+    completed: `finish_reason`, the whole `text` and every chosen id (`token_ids`); `step` is the last step.
+    t_s: seconds from the request's start to this event (not in the JSON, which is the API's shape).
+    """
+
+    kind: EventKind
+    request_id: str
+    step: int
+    t_s: float
+    delta: str = ""
+    finish_reason: FinishReason | None = None
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        """As a streaming API sends it: {"event": "text_delta", "request_id", "delta", "step"} or
+        {"event": "completed", "request_id", "finish_reason", "text", "generated_token_ids"}."""
+        if self.kind == EventKind.TEXT_DELTA:
+            return {"event": "text_delta", "request_id": self.request_id, "delta": self.delta, "step": self.step}
+        return {"event": "completed", "request_id": self.request_id, "finish_reason": self.finish_reason,
+                "text": self.text, "generated_token_ids": list(self.token_ids)}
 
 
 @dataclass(frozen=True)
@@ -45,8 +86,8 @@ class Decode:
     step_logits: np.ndarray  # (S, V) the scores each token was chosen from
     generated_ids: list[int]  # every chosen id, the end token included when the model chose it
     text: str
-    finish_reason: str  # eos | length | stop
-    events: list[dict]  # text_delta events (the completed event is added by the trace)
+    finish_reason: FinishReason
+    events: list[StreamEvent]  # the text_delta events (the trace adds the completed event, with usage)
     kv_bytes_at_end: int
     kv_tokens_at_end: int
     first_token_at: float = 0.0  # perf_counter timestamp of the first chosen token
@@ -56,7 +97,7 @@ class Decode:
         return [s.seconds for s in self.steps]
 
 
-def silent_steps(n_steps: int, events: list[dict], pieces, finish_reason: str) -> dict[str, list[int]]:
+def silent_steps(n_steps: int, events: list[dict], pieces, finish_reason: FinishReason) -> dict[str, list[int]]:
     """Why there are fewer text_delta events than answer tokens: the steps that sent no text, by reason.
 
     pieces: the answer's tokens placed in their characters (pipeline.text.token_pieces).

@@ -4,86 +4,52 @@ preallocated K/V cache (pipeline.model.plain_decoder) rather than through HF's f
 weights, same tokens (greedy is tested equal), so a page can put "captured: X ms/token" next to
 "plain serving: Y ms/token" for the same request, and stream an answer live as it is produced.
 
-    for event in stream(lm, request):     # {"delta": "The", "step": 0, "t_s": 0.41}, ...
-        ...
+    for event in stream(lm, request):     # StreamEvent(kind=TEXT_DELTA, delta="The", step=0, t_s=0.41, ...)
+        ...                               # ..., then StreamEvent(kind=COMPLETED, finish_reason=EOS, ...)
+
+It runs the captured path's own loop (pipeline.stages.generation.stream_answer) with recording off: the
+two paths differ only in the decoder they step.
 """
 from __future__ import annotations
 
 import time
 from typing import Callable, Iterator
 
-import numpy as np
-import torch
-
-from ..model.plain_decoder import blocks_for, open_decoder, supports
-from .generation import StreamDetokenizer, end_token_ids
-from .next_token import draw, final_probs
 from ..errors import InputError
-from .request import ChatRequest
+from ..model.plain_decoder import blocks_for, open_decoder, supports
+from .decode_record import StreamEvent
+from .generation import Answer, Decoder, stream_answer
+from .request import ChatRequest, check_fits, request_id
 from .tokens import tokenize_request
 from ..model.interface import LanguageModel
 
 
-def _choose(logits: torch.Tensor, options, rng) -> int:
-    """Greedy on the device (one argmax); sampling through the same filters as the captured path."""
-    if options.greedy:
-        return int(torch.argmax(logits))
-    return int(draw(final_probs(logits.float().cpu().numpy(), options), 1, rng)[0])
-
-
-def stream(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None,
-           on_event: Callable[[dict], None] | None = None) -> Iterator[dict]:
-    """Yield text deltas as they are produced, then a final {'done': True, ...} summary."""
-    from ..trace import check_fits
-
+def open_answer(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None,
+                on_event: Callable[[StreamEvent], None] | None = None) -> tuple[Answer, Decoder]:
+    """The request prefilled on the plain path: its Answer (nothing recorded per step) and the decoder
+    to step it with."""
     t0 = time.perf_counter()
     ids = tokenize_request(lm.tokenizer, request).ids
     check_fits(lm.dims, len(ids), request.options.max_new_tokens, max_prompt_tokens)
-    options, eos = request.options, end_token_ids(lm)
-    rng = np.random.default_rng(options.seed)
-    detok = StreamDetokenizer(lm.tokenizer, options.stop)
-    decoder = open_decoder(lm, len(ids) + options.max_new_tokens)  # a static K/V cache sized for the request
-    logits = decoder.prefill(ids)  # (V,)
-    tokens, step_s, finish, t_prev = [], [], "length", time.perf_counter()
-    for step in range(options.max_new_tokens):
-        token = _choose(logits, options, rng)
-        now = time.perf_counter()
-        step_s.append(now - (t0 if step == 0 else t_prev))
-        tokens.append(token)
-        if token in eos:
-            finish = "eos"
-            break
-        delta = detok.push(token)
-        if delta:
-            event = {"delta": delta, "step": step, "t_s": now - t0}
-            if on_event:
-                on_event(event)
-            yield event
-        if detok.stopped:
-            finish = "stop"
-            break
-        if step + 1 == options.max_new_tokens:
-            break
-        t_prev = time.perf_counter()
-        logits = decoder.step(token)  # (V,)
-    tail = detok.flush()
-    if tail:
-        event = {"delta": tail, "step": len(tokens) - 1, "t_s": time.perf_counter() - t0}
-        if on_event:
-            on_event(event)
-        yield event
-    summary = {"done": True, "tokens": tokens, "text": detok.emitted, "finish_reason": finish,
-               "ttft_s": step_s[0] if step_s else None,
-               "tpot_s": float(np.mean(step_s[1:])) if len(step_s) > 1 else None, "prompt_tokens": len(ids)}
-    if on_event:
-        on_event(summary)
-    yield summary
+    decoder = open_decoder(lm, len(ids) + request.options.max_new_tokens)  # a static K/V cache sized for the request
+    answer = Answer(lm, decoder.prefill(ids), request.options, request_id(request, time.time()), t0, record=False, on_event=on_event)
+    return answer, decoder
 
 
-def generate(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None) -> dict:
-    """The whole answer on the plain path: the final summary of `stream`."""
-    *_, summary = stream(lm, request, max_prompt_tokens)
-    return summary
+def stream(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None,
+           on_event: Callable[[StreamEvent], None] | None = None) -> Iterator[StreamEvent]:
+    """Yield the answer's text_delta events as they are produced, then its completed event."""
+    answer, decoder = open_answer(lm, request, max_prompt_tokens, on_event)
+    yield from stream_answer(answer, decoder)
+
+
+def generate(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None,
+             on_event: Callable[[StreamEvent], None] | None = None) -> Answer:
+    """The whole answer on the plain path: `.generated` (ids), `.text`, `.finish_reason`, `.ttft_s`, `.tpot_s`."""
+    answer, decoder = open_answer(lm, request, max_prompt_tokens, on_event)
+    for _ in stream_answer(answer, decoder):
+        pass
+    return answer
 
 
 def compare_with_captured(lm: LanguageModel, request: ChatRequest, steps: int = 16, repeats: int = 3,
@@ -108,10 +74,10 @@ def compare_with_captured(lm: LanguageModel, request: ChatRequest, steps: int = 
 
     def plain() -> float:
         summary = generate(lm, short, max_prompt_tokens)
-        seen["plain"] = summary["tokens"]
-        return summary["tpot_s"]
+        seen["plain"] = summary.generated
+        return summary.tpot_s
 
-    if len(generate(lm, short, max_prompt_tokens)["tokens"]) < 3:
+    if len(generate(lm, short, max_prompt_tokens).generated) < 3:
         raise InputError("max_new_tokens", "the answer ends after fewer than 3 tokens: there is no decode speed "
                                            "to compare (ask a question with a longer answer).")
     comparison = interleave(plain, captured, repeats)

@@ -1,11 +1,13 @@
 """Stage: generation. The decode loop chooses one token at a time, reusing the KV cache, and streams
-the answer as text_delta events that never need taking back.
+the answer as text_delta events that never need taking back. One loop (`stream_answer`) serves the
+captured path (HF's forward, every step recorded) and the plain one (pipeline.stages.fast_path).
 
 Shape letters: S decode steps, V vocabulary, L layers.
 """
 from __future__ import annotations
 
 import time
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 import torch
@@ -14,7 +16,7 @@ from ..maths import top_indices
 from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len
 from ..text import token_text, tokens_text, unfinished_end
 from .next_token import draw, final_probs, softmax
-from .decode_record import Candidate, Decode, Step
+from .decode_record import Candidate, Decode, EventKind, FinishReason, Step, StreamEvent
 from .request import GenerationOptions
 from ..model.interface import LanguageModel
 
@@ -115,80 +117,204 @@ def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> lis
             for i, text in zip(top, tokens_text(tokenizer, top))]
 
 
-class _Answer:
-    """One request's side of the decode loop: choosing, recording and streaming its tokens."""
+def scores(logits) -> np.ndarray:
+    """(V,) scores as numpy, from a tensor on any device or an array."""
+    return logits.float().cpu().numpy() if isinstance(logits, torch.Tensor) else np.asarray(logits)
 
-    def __init__(self, lm: LanguageModel, first_logits: torch.Tensor, options: GenerationOptions, rid: str, started_at: float,
-                 force: dict[int, int] | None = None):
+
+class Answer:
+    """One request's answer as it is decoded: choosing its tokens, streaming its text as StreamEvents and,
+    when `record` (the captured path), recording each step's candidates, scores and KV cache use.
+
+    The plain path makes one with record=False: no per-step tables, and a greedy choice is one argmax
+    on the model's device. Either way `stream_answer` runs it; only the decoder it steps differs.
+    on_event: called with each event as it is made (e.g. by a worker thread feeding a page).
+    """
+
+    def __init__(self, lm: LanguageModel, first_logits, options: GenerationOptions, rid: str, started_at: float,
+                 force: dict[int, int] | None = None, record: bool = True,
+                 on_event: Callable[[StreamEvent], None] | None = None):
         self.tok, self.eos, self.options, self.rid = lm.tokenizer, end_token_ids(lm), options, rid
         self.force = force or {}  # {step: token id} chosen by a person instead of the sampler
+        self.record, self.on_event = record, on_event
         self.rng = np.random.default_rng(options.seed)
-        self.stream = StreamDetokenizer(lm.tokenizer, options.stop)
+        self.detokenizer = StreamDetokenizer(lm.tokenizer, options.stop)
         self.steps: list[Step] = []
         self.logits_rows: list[np.ndarray] = []
-        self.events: list[dict] = []
+        self.events: list[StreamEvent] = []  # text deltas, then the completed event once closed
         self.generated: list[int] = []
-        self.logits = first_logits.float().cpu().numpy()  # (V,) scores for the next token
+        self.step_seconds: list[float] = []
+        self.logits = first_logits  # (V,) scores for the next token: a tensor or an array
+        self.started_at = started_at
         self.t_prev = started_at
         self.first_at = 0.0
-        self.finish: str | None = None  # set once the answer has ended
+        self.finish_reason: FinishReason | None = None  # set once the answer has ended
+        self.closed = False
 
-    def choose(self, kv_tokens: int, kv_per_layer: list[int], batch_size: int = 1,
-               allowed: np.ndarray | None = None) -> int | None:
-        """Pick and record the next token; returns it, or None when the answer has just ended.
+    @property
+    def ttft_s(self) -> float | None:
+        """Request start to the first chosen token."""
+        return self.step_seconds[0] if self.step_seconds else None
 
-        allowed: (V,) bool from a grammar; the others get probability 0, the raw scores are still kept."""
-        step, logits, options = len(self.steps), self.logits, self.options
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean seconds per token after the first."""
+        return float(np.mean(self.step_seconds[1:])) if len(self.step_seconds) > 1 else None
+
+    @property
+    def text(self) -> str:
+        return self.detokenizer.emitted
+
+    def _pick(self, step: int, allowed: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+        options = self.options
+        if not self.record and options.greedy and allowed is None and isinstance(self.logits, torch.Tensor):
+            return self.force.get(step, int(torch.argmax(self.logits))), None, None  # on the device: no copy of V scores
+        logits = scores(self.logits)
         probs = final_probs(logits if allowed is None else np.where(allowed, logits, -np.inf), options)  # (V,)
         token = int(np.argmax(probs)) if options.greedy else int(draw(probs, 1, self.rng)[0])
-        token = self.force.get(step, token)  # the sampler still draws, so later steps see the same randomness
+        return self.force.get(step, token), logits, probs  # the sampler still draws: later steps see the same randomness
+
+    def choose(self, kv_tokens: int = 0, kv_per_layer: list[int] | None = None, batch_size: int = 1,
+               allowed: np.ndarray | None = None) -> int | None:
+        """Pick (and, when recording, record) the next token; returns it, or None when the answer has just ended.
+
+        allowed: (V,) bool from a grammar; the others get probability 0, the raw scores are still kept."""
+        step = len(self.generated)
+        token, logits, probs = self._pick(step, allowed)
         now = time.perf_counter()
         self.first_at = self.first_at or now
+        self.step_seconds.append(now - self.t_prev)
         self.generated.append(token)
-        self.logits_rows.append(logits.astype(np.float32))
-        self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token), position=kv_tokens,
-                               top=_candidates(self.tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=kv_tokens,
-                               kv_cache_bytes=sum(kv_per_layer), kv_bytes_per_layer=kv_per_layer,
-                               seconds=now - self.t_prev, batch_size=batch_size, forced=step in self.force))
+        if self.record:
+            kv_per_layer = list(kv_per_layer or [])
+            self.logits_rows.append(logits.astype(np.float32))
+            self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token), position=kv_tokens,
+                                   top=_candidates(self.tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=kv_tokens,
+                                   kv_cache_bytes=sum(kv_per_layer), kv_bytes_per_layer=kv_per_layer,
+                                   seconds=now - self.t_prev, batch_size=batch_size, forced=step in self.force))
         if token in self.eos:
-            self.finish = "eos"
+            self.finish_reason = FinishReason.EOS
             return None
-        delta = self.stream.push(token)
-        if delta:
-            self.events.append({"event": "text_delta", "request_id": self.rid, "delta": delta, "step": step})
-        if self.stream.stopped:
-            self.finish = "stop"
-        elif step + 1 == options.max_new_tokens:
-            self.finish = "length"
-        return None if self.finish else token
+        self._send(self.detokenizer.push(token), step, now)
+        if self.detokenizer.stopped:
+            self.finish_reason = FinishReason.STOP
+        elif step + 1 == self.options.max_new_tokens:
+            self.finish_reason = FinishReason.LENGTH
+        return None if self.finish_reason else token
+
+    def fed(self, logits) -> None:
+        """The chosen token went through the model: these are the scores for the next one."""
+        self.logits = logits
+
+    def end(self, reason: FinishReason) -> None:
+        """End the answer here for `reason`, unless it has already ended for another."""
+        self.finish_reason = self.finish_reason or reason
+
+    def close(self) -> None:
+        """Send the text held back, then the completed event (once)."""
+        if self.closed:
+            return
+        self.closed = True
+        now, last = time.perf_counter(), len(self.generated) - 1
+        self._send(self.detokenizer.flush(), last, now)
+        self.end(FinishReason.LENGTH)
+        self._emit(StreamEvent(EventKind.COMPLETED, self.rid, last, now - self.started_at,
+                               finish_reason=self.finish_reason, text=self.text, token_ids=tuple(self.generated)))
 
     def result(self, kv_bytes_at_end: int, kv_tokens_at_end: int) -> Decode:
-        held_back = self.stream.flush()
-        if held_back:
-            self.events.append({"event": "text_delta", "request_id": self.rid, "delta": held_back,
-                                "step": len(self.steps) - 1})
+        """The recorded answer (record=True only)."""
+        self.close()
         return Decode(steps=self.steps, step_logits=np.stack(self.logits_rows), generated_ids=self.generated,
-                      text=self.stream.emitted, finish_reason=self.finish or "length", events=self.events,
+                      text=self.text, finish_reason=self.finish_reason,
+                      events=[e for e in self.events if e.kind == EventKind.TEXT_DELTA],
                       kv_bytes_at_end=kv_bytes_at_end, kv_tokens_at_end=kv_tokens_at_end, first_token_at=self.first_at)
+
+    def _send(self, delta: str, step: int, now: float) -> None:
+        if delta:
+            self._emit(StreamEvent(EventKind.TEXT_DELTA, self.rid, step, now - self.started_at, delta=delta))
+
+    def _emit(self, event: StreamEvent) -> None:
+        self.events.append(event)
+        if self.on_event:
+            self.on_event(event)
+
+
+class Decoder(Protocol):
+    """What the decode loop steps: one chosen token in, the (V,) scores for the next one out.
+    The plain path's decoders (pipeline.model.plain_decoder) are this alone."""
+
+    def step(self, token: int) -> torch.Tensor: ...
+
+
+class RecordingDecoder(Decoder, Protocol):
+    """A decoder whose KV cache use is recorded with each step (an Answer with record=True needs one)."""
+
+    def usage(self) -> tuple[int, list[int]]:
+        """(positions the KV cache holds, its bytes per layer (L,))."""
+
+
+class CacheDecoder:
+    """The captured path's decoder: HF's forward pass over a KV cache (hooks and all)."""
+
+    def __init__(self, lm: LanguageModel, kv_cache):
+        self.lm, self.kv_cache = lm, kv_cache
+
+    def step(self, token: int) -> torch.Tensor:
+        return self.lm.forward([[token]], cache=self.kv_cache).logits[0, -1]  # (1, 1) in: only the new token
+
+    def usage(self) -> tuple[int, list[int]]:
+        """(positions held, bytes per layer) of the KV cache."""
+        return cache_len(self.kv_cache), bytes_per_layer(self.kv_cache)
+
+
+class Constraint(Protocol):
+    """A grammar the answer is decoded under (pipeline.stages.constrained)."""
+
+    def allowed(self, answer: "Answer") -> np.ndarray:
+        """(V,) bool: the tokens the grammar allows next."""
+
+    def accept(self, token: int, ended: bool) -> bool:
+        """Take the chosen token; True once the grammar is complete (the answer ends there)."""
+
+
+def stream_answer(answer: Answer, decoder: Decoder | RecordingDecoder,
+                  constraint: Constraint | None = None) -> Iterator[StreamEvent]:
+    """The decode loop: choose a token, feed it to the decoder, until EOS, a stop string, max_new_tokens
+    or a complete grammar. Yields the answer's events as they are made, the completed event last.
+    A recording answer (the captured path) records the decoder's KV cache use with each step."""
+    sent = len(answer.events)
+    while True:
+        allowed = constraint.allowed(answer) if constraint else None
+        token = answer.choose(*(decoder.usage() if answer.record else (0, None)), allowed=allowed)
+        if constraint and constraint.accept(answer.generated[-1], ended=token is None):
+            answer.end(FinishReason.EOS)  # a complete grammar ends the answer as the end token would
+            token = None
+        yield from answer.events[sent:]
+        sent = len(answer.events)
+        if token is None:
+            break
+        answer.t_prev = time.perf_counter()
+        answer.fed(decoder.step(token))
+    answer.close()
+    yield from answer.events[sent:]
 
 
 def decode_loop(lm: LanguageModel, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str,
                 prefill_started_at: float | None = None, force: dict[int, int] | None = None) -> Decode:
-    """Choose, stream and feed back tokens until EOS, a stop string or max_new_tokens.
+    """The captured decode: choose, stream and feed back tokens through HF's forward over `cache`.
 
     Step 0's `seconds` runs from `prefill_started_at` (prefill + choosing the first token);
     every later step's from the moment the previous token was fed back. force: {step: token id}.
     """
-    answer = _Answer(lm, first_logits, options, rid, prefill_started_at or time.perf_counter(), force)
-    return _continue(lm, cache, answer)
+    answer = Answer(lm, first_logits, options, rid, prefill_started_at or time.perf_counter(), force)
+    return continue_answer(lm, cache, answer)
 
 
-def _continue(lm: LanguageModel, cache, answer: "_Answer") -> Decode:
-    """Run the loop from the answer's current state to its end, feeding each token back."""
-    while (token := answer.choose(cache_len(cache), bytes_per_layer(cache))) is not None:
-        answer.t_prev = time.perf_counter()
-        out = lm.forward([[token]], cache=cache)  # (1, 1): only the new token goes through
-        answer.logits = out.logits[0, -1].float().cpu().numpy()
+def continue_answer(lm: LanguageModel, cache, answer: Answer, constraint: Constraint | None = None) -> Decode:
+    """Run the captured loop from the answer's current state to its end; the recorded Decode."""
+    decoder = CacheDecoder(lm, cache)
+    for _ in stream_answer(answer, decoder, constraint):
+        pass
     return answer.result(sum(bytes_per_layer(cache)), cache_len(cache))
 
 
@@ -201,7 +327,7 @@ def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tenso
     padding; each row continues at its own position. A row whose answer has ended leaves the batch.
     The bytes recorded per request are its own rows' (real positions, not padding).
     """
-    answers = [_Answer(lm, lg, o, r, t) for lg, o, r, t in zip(first_logits, options, rids, started_at)]
+    answers = [Answer(lm, lg, o, r, t) for lg, o, r, t in zip(first_logits, options, rids, started_at)]
     lengths = [cache_len(c) for c in caches]  # real positions per request
     cache, mask = _join_caches(lm, caches, lengths)  # mask (B, T) 1 = real, 0 = padding
     per_position = [b // max(lengths[0], 1) for b in bytes_per_layer(caches[0])]  # bytes one position holds
@@ -232,7 +358,7 @@ def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tenso
         out = lm.forward([[t] for t in tokens], cache=cache, attention_mask=mask, position_ids=positions)
         scores = out.logits[:, -1].float().cpu().numpy()  # (B, V)
         for row, i in enumerate(live):
-            answers[i].logits = scores[row]
+            answers[i].fed(scores[row])
     return [results[i] for i in range(len(answers))]
 
 

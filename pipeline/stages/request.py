@@ -8,13 +8,25 @@ import hashlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 from ..errors import InputError
 from ..model.dims import ModelDims
 from ..model.weights_cache import DEFAULT_MODEL_NAME
 
 ROLES = ("system", "user", "assistant")
-STATES = ("queued", "prefill", "decoding", "completed")
+
+
+class RequestStatus(StrEnum):
+    """Where a request is in its life, in order (as vLLM's RequestStatus). A str: "queued" == QUEUED."""
+
+    QUEUED = "queued"
+    PREFILL = "prefill"
+    DECODING = "decoding"
+    COMPLETED = "completed"
+
+
+STATES = tuple(RequestStatus)
 
 # Size limits that keep one request from holding the model or the memory for everyone else.
 MAX_MESSAGE_CHARS = 64_000  # ~12-16k tokens of English: well past the 8,192-token window; refused after tokenizing
@@ -243,13 +255,16 @@ class RequestState:
         self.id = rid
         self._clock = clock
         self._t0 = clock()
-        self.history: list[dict] = [{"state": "queued", "t_s": 0.0}]
+        self.history: list[dict] = [{"state": RequestStatus.QUEUED, "t_s": 0.0}]
 
     @property
-    def state(self) -> str:
+    def state(self) -> RequestStatus:
         return self.history[-1]["state"]
 
-    def advance(self, state: str) -> None:
+    def advance(self, state: RequestStatus | str) -> None:
+        if state not in STATES:
+            raise RuntimeError(f"request {self.id}: {state!r} is not a state (one of {', '.join(STATES)})")
+        state = RequestStatus(state)
         if STATES.index(state) != STATES.index(self.state) + 1:
             raise RuntimeError(f"request {self.id}: cannot go from {self.state} to {state}")
         self.history.append({"state": state, "t_s": round(self._clock() - self._t0, 6)})
