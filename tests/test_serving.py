@@ -477,7 +477,7 @@ def test_plain_path_stops_at_the_end_token(lm):
 @pytest.mark.model
 def test_comparing_the_two_paths_measures_both_interleaved_on_the_same_tokens(lm):
     from pipeline.errors import InputError
-    from pipeline.stages.fast_path import compare_with_captured
+    from pipeline.path_comparison import compare_with_captured
     from pipeline.stages.request import ChatRequest, GenerationOptions
 
     result = compare_with_captured(lm, ChatRequest.from_question("Are tomatoes fruit?"), steps=8, repeats=2)

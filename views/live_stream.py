@@ -82,7 +82,7 @@ def stream_live(request, captured_tpot_s: float | None) -> Answer:
 
 def compare_paths(request, steps: int = 16, repeats: int = 3) -> None:
     """Both paths on this request now, interleaved; medians and ranges, a ratio only when they separate."""
-    from pipeline.stages.fast_path import compare_with_captured
+    from pipeline.path_comparison import compare_with_captured
 
     n_prompt = prompt_length(request)
     runs = 2 * repeats + 1  # a first plain run checks the answer is long enough, then both paths, interleaved
