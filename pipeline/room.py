@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from .files import write_atomic
 
-PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. http://192.168.1.20:8500 or https://llm-workshop.example.org
+PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. the LAN address and port, or https://llm-workshop.example.org
 CODE = re.compile(r"[a-z0-9]{4,16}")
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
 WILDCARDS = {"", "0.0.0.0", "::", "[::]"}

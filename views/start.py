@@ -2,6 +2,7 @@
 import streamlit as st
 
 from pipeline.text import plural
+from ui.escape import markdown_text
 from views.common import page_header, run_queue, stage_link, warm_up
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
@@ -39,8 +40,8 @@ jobs = warm_up()
 pending = [name for name, ticket in jobs.items() if not ticket.done]
 failed = {name: ticket.error for name, ticket in jobs.items() if ticket.done and ticket.error is not None}
 for name, error in failed.items():
-    st.warning(f"Preparing {name} failed ({type(error).__name__}: {str(error)[:200]}); it runs again when someone "
-               "opens it.", icon="⚠️")
+    st.warning(f"Preparing {name} failed ({type(error).__name__}: {markdown_text(str(error)[:200])}); it runs again "
+               "when someone opens it.", icon="⚠️")
 if pending:
     PREFIX = "prompt caching: "  # one list of scenario titles, not the prefix ten times over
     titles = [name.removeprefix(PREFIX) for name in pending if name.startswith(PREFIX)]
