@@ -46,18 +46,35 @@ def _wait_healthy(url: str, timeout: float = 300) -> None:
         pytest.fail(f"{url} never became healthy")
 
 
+ROOM_LOG = ROOT / "artifacts" / "room.log"
+
+
+def _wait_balancer_sees_both(log_path, timeout: float) -> None:
+    """A replica that was still starting when HAProxy began is marked DOWN by its first checks and needs
+    `rise 2` good ones to come back: until then every learner lands on the other replica."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        if all(text.rfind(f"replica{i} is DOWN") < text.rfind(f"replica{i} is UP") or f"replica{i} is DOWN" not in text
+               for i in (1, 2)):
+            return
+        time.sleep(0.5)  # polling HAProxy's log for a state, bounded by the deadline
+    pytest.fail("HAProxy did not see both replicas up")
+
+
 @pytest.fixture(scope="module")
 def room():
     if shutil.which("haproxy") is None:
         pytest.skip("haproxy is not installed (./run.sh room installs it)")
     port = _free_port_block()
-    log = open(ROOT / "artifacts" / "room.log", "w") if (ROOT / "artifacts").mkdir(exist_ok=True) is None else None
+    log = open(ROOM_LOG, "w") if (ROOT / "artifacts").mkdir(exist_ok=True) is None else None
     proc = subprocess.Popen(["bash", "run.sh", "room", "2", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for replica in (1, 2):
         _wait_healthy(f"http://127.0.0.1:{port + 100 + replica}")
     _wait_healthy(url, 60)
+    _wait_balancer_sees_both(ROOM_LOG, 60)
     yield url, port
     os.killpg(proc.pid, 15)
     proc.wait(timeout=30)
@@ -118,7 +135,9 @@ def test_sessions_stick_and_survive_a_killed_replica(room):
         browser.close()
 
     log = (ROOT / "artifacts" / "room.log").read_text()
-    assert re.search(rf"replica{victim[1:]} is DOWN", log), "the health check did not take the dead replica out"
+    n = victim[1:]  # a DOWN after the replica's first UP (HAProxy also logs one at start, before it is up)
+    assert re.search(rf"replica{n} is DOWN", log) and log.rfind(f"replica{n} is DOWN") > log.find(f"replica{n} is UP"), \
+        "the health check did not take the dead replica out"
     restarted = subprocess.Popen([str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app.py", "--server.port",
                                   str(victim_port), "--server.address", "127.0.0.1"], cwd=ROOT,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
