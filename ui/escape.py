@@ -36,7 +36,7 @@ def code_span(text: str) -> str:
 def one_html_block(html_source: str) -> str:
     """HTML for st.markdown(..., unsafe_allow_html=True) kept as one raw HTML block: a blank line in it
     (from a tool name, say) would end the block and let Markdown read the rest, links included. Line
-    breaks become spaces: '<div>a\\n\\n[x](http://e.example)</div>' -> '<div>a  [x](http://e.example)</div>'."""
+    breaks become spaces: '<div>a\\n\\n[x](http://evil.example.org)</div>' -> '<div>a  [x](http://evil.example.org)</div>'."""
     return html_source.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
 
 
@@ -72,7 +72,7 @@ def markdown_text(text) -> str:
     emphasis, LaTeX or heading. Markdown's marks are backslash-escaped, line breaks become ↵ (so no block can
     start inside), and a word joiner (U+2060, invisible) goes after 'http'/'www' and after '@': GFM finds bare
     addresses in the text left after escapes, so escaping alone would still give a live link.
-    '[x](http://e.com)' -> '\\[x\\](http\u2060://e.com)'."""
+    '[x](http://evil.example.org)' -> '\\[x\\](http\u2060://evil.example.org)'."""
     text = re.sub(r"\r\n|\r|\n", "↵", str(text))
     text = _AUTOLINK.sub("\\1\u2060", text).replace("@", "@\u2060")
     text = _MD_INLINE.sub(r"\\\1", text)

@@ -10,7 +10,7 @@ from pipeline.errors import InputError
 from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, pad_token_text, padding_share
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
-from ui.escape import json_text, markdown_text
+from ui.escape import code_span, json_text, markdown_text
 
 page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
                                "padded to the same length so several can be computed in one go.")
@@ -70,7 +70,7 @@ except InputError as e:
 names = ["request 0 (yours)"] + [f"request {i}" for i in range(1, len(seqs))]
 tensors = describe(batch_tensors(seqs, lm.tokenizer.pad_token_id, left_pad=(side == "left")))
 pad_piece = pad_token_text(lm.tokenizer)
-st.markdown(f"Padding token id **{lm.tokenizer.pad_token_id}** (`{pad_piece}`). Prompt lengths: "
+st.markdown(f"Padding token id **{lm.tokenizer.pad_token_id}** ({code_span(pad_piece)}). Prompt lengths: "
             + ", ".join(f"{n}: **{len(s)}**" for n, s in zip(names, seqs)) + ".")
 st.dataframe(pd.DataFrame([{"tensor": k, "shape (B, T)": str(tuple(v["shape"])), "dtype": v["dtype"],
                             "padding cells": sum(r.count(0) for r in tensors["attention_mask"]["values"])}
