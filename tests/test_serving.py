@@ -1,6 +1,7 @@
 """Serving a room: the queue, batched decoding, stored runs (memory and disk), honest timings, links."""
 import os
 import pickle
+import sys
 import threading
 import time
 
@@ -11,7 +12,7 @@ from pipeline.disk_store import DiskStore
 from pipeline.errors import InputError
 from pipeline.run_queue import LONG_PROMPT_TOKENS, LONG_QUEUE, RunQueue, cost_of
 from pipeline.model.passes import PassCounter, counting_passes
-from pipeline.run_store import RunStore
+from pipeline.run_store import RunStore, deep_size
 from pipeline.timing import compare_runs
 
 
@@ -133,6 +134,37 @@ def test_run_store_is_bounded_in_bytes_and_drops_the_least_recently_used():
     store.peek("b")  # b used again
     store.get_or_run("d", lambda: Sized(40))
     assert store.peek("c") is None and store.peek("b") is not None and store.bytes_held == 80
+
+
+def test_deep_size_adds_up_what_a_result_holds():
+    rows = [{"name": "turn 1", "ms": 1.5}, {"name": "turn 2", "ms": 2.5}]
+    by_hand = sys.getsizeof(rows) + sum(sys.getsizeof(r) + sum(sys.getsizeof(x) for kv in r.items() for x in kv)
+                                        for r in rows) - sys.getsizeof("name") - sys.getsizeof("ms")  # keys shared
+    assert deep_size(rows) == by_hand
+    arr = np.zeros((100, 10), np.float32)
+    assert deep_size(arr) == 4000 and deep_size({"a": arr, "b": arr}) == sys.getsizeof({"a": 0, "b": 0}) + \
+        sys.getsizeof("a") + sys.getsizeof("b") + 4000  # one array under two keys counts once
+    assert deep_size(Sized(123)) == 123  # a Trace counts its own arrays
+
+
+def test_results_store_is_bounded_in_bytes_not_in_count():
+    """result_store() once kept 256 results whatever their size (size_of=lambda r: 1): 256 branch traces
+    of hundreds of MB each. Now small results are all kept and big ones evict each other."""
+    from views import common
+
+    common.result_store.clear()
+    try:
+        store = common.result_store()
+        for i in range(300):
+            store.put(("small", i), [i, float(i)])
+        assert len(store) == 300 and store.bytes_held == 300 * deep_size([0, 0.0])
+        half = common.RESULT_MAX_BYTES // 2 + 1
+        store.put("big 1", Sized(half))
+        store.put("big 2", Sized(half))  # over the bound: the oldest go first, small ones and then big 1
+        assert store.peek("big 1") is None and store.peek("big 2") is not None
+        assert store.bytes_held <= common.RESULT_MAX_BYTES
+    finally:
+        common.result_store.clear()
 
 
 def test_run_store_computes_once_for_concurrent_callers():
@@ -523,7 +555,7 @@ def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
     plays = []
     monkeypatch.setattr(common, "_play", lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
     monkeypatch.setattr(common, "get_model", lambda: None)
-    monkeypatch.setattr(common, "result_store", lambda store=RunStore(max_bytes=256, size_of=lambda r: 1): store)
+    monkeypatch.setattr(common, "result_store", lambda store=RunStore(max_bytes=2**20, size_of=deep_size): store)
     monkeypatch.setattr(common.time, "time", lambda: 600.0)
     first = common.played_again("conversation")
     assert common.played_again("conversation") == first and plays == ["conversation"]

@@ -18,7 +18,7 @@ from pipeline.model.handle import ModelHandle
 from pipeline.model.passes import PassCounter
 from pipeline.model.weights_cache import cache_root
 from pipeline.run_queue import RunQueue, cost_of
-from pipeline.run_store import RunStore
+from pipeline.run_store import RunStore, deep_size
 from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
 from pipeline.trace import Trace, run_trace
 from ui.escape import code_span, markdown_text
@@ -29,6 +29,7 @@ _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
 DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
             **{k: v for k, v in _OPTIONS.items() if k != "stop"}, "stop": ""}
 TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
+RESULT_MAX_BYTES = 256 * 2**20  # the results store beside the runs (a branch's trace holds arrays too)
 APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
 
 
@@ -83,9 +84,9 @@ def run_trace_batch(jobs: list[tuple]) -> list:
 
 @st.cache_resource
 def result_store() -> RunStore:
-    """Small plain results of other model runs (prompt-caching scenarios, cache on/off measurements),
-    computed once per server; at most 256 are kept."""
-    return RunStore(max_bytes=256, size_of=lambda result: 1)
+    """Results of other model runs (prompt-caching scenarios, cache on/off measurements, branch and
+    constrained traces), computed once per server; 256 MB at most, by their real size."""
+    return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size)
 
 
 def queued(key: tuple, compute, cost: int, prompt_tokens: int = 0):
