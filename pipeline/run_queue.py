@@ -8,7 +8,7 @@ the whole room wait.
     queue = RunQueue()
     ticket = queue.submit("key", work, cost=500)   # cost: prompt tokens + a weight per new token
     ticket.position()  -> 2  (two jobs ahead; 0 = running now)
-    ticket.wait(0.5); ticket.result()
+    ticket.wait(0.5); ticket.result()          # a concurrent.futures.Future: done(), exception(), ...
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import statistics
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future, wait
 from typing import Callable, Hashable
 
 from .checks import integer
@@ -39,34 +40,27 @@ def cost_of(prompt_tokens: int, new_tokens: int) -> int:
 MAX_BATCH = 32  # jobs of one kind run together at most: a room of 30 arriving at once is one batch
 
 
-class Ticket:
+class Ticket(Future):
+    """A job's place in the line and, once run, its result: a `concurrent.futures.Future` (result(timeout),
+    exception(), done(), add_done_callback) that also tells its position and an estimate.
+
+    A ticket cannot be cancelled: identical requests share one ticket, so one caller leaving must not take
+    the answer away from the others (cancel() returns False, as for a running job)."""
+
     def __init__(self, queue: "RunQueue", key: Hashable, work: Callable[[], object], cost: int,
                  batch: tuple[str, object] | None = None):
+        super().__init__()
         self.queue, self.key, self.work, self.cost = queue, key, work, cost
         self.batch = batch  # (kind, payload): waiting jobs of the same kind may run together
         self.context = contextvars.copy_context()  # the caller's pass counter follows its job
         self.submitted_at = time.monotonic()
-        self._done = threading.Event()
-        self._result = None
-        self._error: BaseException | None = None
 
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    @property
-    def error(self) -> BaseException | None:
-        """What the work raised, once done (None while waiting or when it succeeded)."""
-        return self._error
+    def cancel(self) -> bool:
+        return False
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._done.wait(timeout)
-
-    def result(self):
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._result
+        """Whether it is done within `timeout` seconds (concurrent.futures.wait for this one ticket)."""
+        return bool(wait([self], timeout).done)
 
     def position(self) -> int:
         """Jobs ahead of this one (0 = running now, or finished)."""
@@ -77,8 +71,7 @@ class Ticket:
         return self.queue.estimate_s(self)
 
     def _finish(self, result=None, error: BaseException | None = None) -> None:
-        self._result, self._error = result, error
-        self._done.set()
+        self.set_exception(error) if error is not None else self.set_result(result)
 
 
 class RunQueue:
@@ -127,7 +120,7 @@ class RunQueue:
 
     def position(self, ticket: Ticket) -> int:
         with self._lock:
-            if ticket is self._running or ticket in self._group or ticket.done:
+            if ticket is self._running or ticket in self._group or ticket.done():
                 return 0
             line = list(self._waiting) + list(self._background)
             return line.index(ticket) + (self._running is not None) if ticket in line else 0
@@ -150,6 +143,8 @@ class RunQueue:
                     self._wake.wait()
                 ticket = self._running = (self._waiting or self._background).popleft()
                 group = [ticket] + self._take_batch_mates(ticket)
+                for t in group:
+                    t.set_running_or_notify_cancel()  # running() is True from here (never cancelled: see Ticket)
                 self._running_since = time.monotonic()
             if len(group) == 1:
                 try:
@@ -163,7 +158,7 @@ class RunQueue:
                      ticket.batch[0] if ticket.batch else "-", took, len(self._waiting))
             with self._lock:
                 cost = sum(t.cost for t in group)
-                if cost > 0 and ticket._error is None:
+                if cost > 0 and ticket.exception() is None:
                     self._speeds.append(took / cost)
                 self._running = None
                 self._group = []

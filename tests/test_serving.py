@@ -58,6 +58,24 @@ def test_identical_requests_share_one_ticket_and_errors_reach_the_caller():
         bad.result()
 
 
+def test_a_ticket_is_a_future_that_no_caller_can_cancel_for_the_others():
+    from concurrent.futures import Future, as_completed
+
+    q = RunQueue()
+    release, block = _gate()
+    busy = q.submit("busy", block, cost=1)
+    done = []
+    shared = q.submit("shared", lambda: "answer", cost=1)
+    shared.add_done_callback(done.append)
+    bad = q.submit("bad", lambda: 1 / 0, cost=1)
+    assert isinstance(shared, Future) and not shared.done() and not shared.wait(0)
+    assert not shared.cancel() and not shared.cancelled()  # a second session asked for the same key
+    release.set()
+    assert {f.key for f in as_completed([busy, shared, bad], timeout=10)} == {"busy", "shared", "bad"}
+    assert shared.result() == "answer" and done == [shared] and shared.exception() is None
+    assert isinstance(bad.exception(), ZeroDivisionError) and bad.position() == 0
+
+
 def test_long_prompts_are_refused_while_the_queue_is_long():
     q = RunQueue()
     release, block = _gate()
@@ -561,3 +579,22 @@ def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
     assert common.played_again("conversation") == first and plays == ["conversation"]
     monkeypatch.setattr(common.time, "time", lambda: 661.0)  # the next minute: measured again
     assert common.played_again("conversation") == [{"n": 2}] and common.played("conversation") == [{"n": 2}]
+
+
+def test_start_page_reads_the_warm_up_tickets_as_futures(monkeypatch):
+    """Start lists what is still being prepared and what failed, from the tickets' Future API
+    (done(), exception()): a ticket once had `done`/`error` properties of its own."""
+    from concurrent.futures import Future
+
+    from streamlit.testing.v1 import AppTest
+
+    from views import common
+
+    pending, failed = Future(), Future()
+    failed.set_exception(RuntimeError("disk full"))
+    monkeypatch.setattr(common, "warm_up", lambda: {"the default request": pending, "prompt caching: A trap": failed})
+    monkeypatch.setattr(common, "run_queue", lambda: [pending])
+    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "start.py")).run()
+    assert not at.exception
+    assert any("Preparing prompt caching: A trap failed (RuntimeError: disk full)" in w.value for w in at.warning)
+    assert any("the default request." in i.value and "(1 in the model's queue now)" in i.value for i in at.info)

@@ -37,8 +37,8 @@ with c2:
                 "the same request and controls in any browser, and the run as a JSON file.")
 
 jobs = warm_up()
-pending = [name for name, ticket in jobs.items() if not ticket.done]
-failed = {name: ticket.error for name, ticket in jobs.items() if ticket.done and ticket.error is not None}
+pending = [name for name, ticket in jobs.items() if not ticket.done()]
+failed = {name: ticket.exception() for name, ticket in jobs.items() if ticket.done() and ticket.exception() is not None}
 for name, error in failed.items():
     st.warning(f"Preparing {name} failed ({type(error).__name__}: {markdown_text(str(error)[:200])}); it runs again "
                "when someone opens it.", icon="⚠️")
