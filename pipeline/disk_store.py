@@ -9,6 +9,16 @@ writer left are counted, and removed at start and before each eviction once thei
 A folder that cannot be written (read-only, full) turns the store off: `problem` says why, runs are
 served from memory, and runs already there are still read. Files are this program's own pickles;
 nothing else is read.
+
+Why not `diskcache.Cache` (5.6.3, tried here): it is multi-process safe (SQLite) and takes
+`size_limit` with an LRU policy, but it would not keep this store's guarantees with less code. Its
+bound is its own bookkeeping, not the folder: a file a killed writer left is not counted and never
+removed (only a full `check(fix=True)` finds it), and culling works from the SQLite file's size, so
+ten 100 kB values under a 300 kB limit left one. A damaged value file raises UnpicklingError on every
+`get` and stays (or, for bytes, comes back as the damaged bytes) where ours drops it and runs again;
+a folder it cannot create raises at construction, so the read-only fallback and `problem` would
+still be ours; and FORMAT would still have to go into every key. The wrapper around it would be
+about as long as this module, with a SQLite database beside the runs to look after.
 """
 from __future__ import annotations
 

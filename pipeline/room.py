@@ -2,7 +2,8 @@
 for views whose query string is too long for a QR code, and the presenter's current stage.
 
 Short links and rooms are small JSON files under the cache folder, written atomically (temporary
-file, then rename), so every replica behind the balancer reads what another one wrote.
+file, then rename), so every replica behind the balancer reads what another one wrote. Temporaries a
+killed writer left are removed when the store starts and after each write (as the disk store of runs).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .files import write_atomic
+from .files import remove_stale_temporaries, write_atomic
 
 PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. the LAN address and port, or https://llm-workshop.example.org
 CODE = re.compile(r"[a-z0-9]{4,16}")
@@ -88,6 +89,13 @@ class RoomStore:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self._lock = threading.Lock()
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        try:
+            remove_stale_temporaries(self.folder)
+        except OSError:  # no folder yet (nothing written), or one that cannot be listed
+            pass
 
     def _write(self, name: str, data: dict) -> bool:
         """False when the folder takes no file (read-only, full): links and rooms are then not kept."""
@@ -96,6 +104,7 @@ class RoomStore:
             write_atomic(self.folder / name, lambda f: f.write(json.dumps(data, ensure_ascii=False)), text=True)
         except OSError:
             return False
+        self._remove_stale_temporaries()
         return True
 
     def _read(self, name: str) -> dict | None:

@@ -179,6 +179,23 @@ def test_disk_store_removes_temporaries_of_dead_writers_at_start_and_keeps_live_
     assert not dead.exists() and live.exists() and stranger.exists()
 
 
+def test_room_store_removes_temporaries_of_dead_writers_too(tmp_path):
+    """Short links and rooms are written the same way as runs; a replica killed mid-write left its
+    temporary in the room folder for ever (only the disk store of runs cleaned)."""
+    from pipeline.room import RoomStore
+
+    dead = tmp_path / f".link-abc.json.{dead_pid()}.140001.tmp"
+    dead.write_text("{")
+    live = tmp_path / f".room-abc123.json.{os.getpid()}.{threading.get_ident() + 1}.tmp"
+    live.write_text("{")
+    store = RoomStore(tmp_path)
+    assert not dead.exists() and live.exists()
+    later = tmp_path / f".link-def.json.{dead_pid()}.140002.tmp"  # a replica killed while this one runs
+    later.write_text("{")
+    assert store.put_link({"q": "hi"}) is not None and not later.exists() and live.exists()
+    assert RoomStore(tmp_path / "not yet made").link("abcdef1234") is None  # no folder: nothing to clean
+
+
 def test_a_temporary_older_than_the_limit_goes_even_if_its_pid_is_alive(tmp_path):
     old = tmp_path / f".abc.run.pkl.{os.getpid()}.1.tmp"  # pid reused by a live process
     old.write_bytes(b"x")
