@@ -25,6 +25,7 @@ if sys.platform.startswith("linux"):
 import streamlit as st
 
 from pipeline.model.passes import counting_passes
+from pipeline.stages.request import option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
@@ -76,13 +77,14 @@ def sidebar(pages: list):
             st.text_area("Earlier turns, one per line (`user: ...` / `assistant: ...`)", key="req_history",
                          height=68, max_chars=TEXT_LIMIT * 4)
             st.markdown("**Generation options**")
-            st.slider("max new tokens", 1, 256, key="req_max_new_tokens")
-            st.slider("temperature (0 = greedy)", 0.0, 2.0, step=0.01, key="req_temperature")
+            r = option_ranges(get_model().config_dims.V)  # top-k goes up to this model's vocabulary
+            st.slider("max new tokens", **r["max_new_tokens"].widget_args(), key="req_max_new_tokens")
+            st.slider("temperature (0 = greedy)", **r["temperature"].widget_args(), key="req_temperature")
             c1, c2 = st.columns(2)
-            c1.number_input("top-k (0 = off)", 0, 49152, step=1, key="req_top_k")
-            c2.number_input("seed", 0, 2**31 - 1, step=1, key="req_seed")
-            c1.slider("top-p", 0.01, 1.0, step=0.01, key="req_top_p")
-            c2.slider("min-p", 0.0, 1.0, step=0.01, key="req_min_p")
+            c1.number_input("top-k (0 = off)", **r["top_k"].widget_args(), key="req_top_k")
+            c2.number_input("seed", **r["seed"].widget_args(), key="req_seed")
+            c1.slider("top-p", **r["top_p"].widget_args(), key="req_top_p")
+            c2.slider("min-p", **r["min_p"].widget_args(), key="req_min_p")
             st.text_input("stop strings (separate with |)", key="req_stop", max_chars=400)
             st.form_submit_button("Run the model", type="primary", use_container_width=True)
         with st.expander("Share or export this view", icon="🔗"):

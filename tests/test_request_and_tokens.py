@@ -266,3 +266,17 @@ def test_naive_tokenization_keeps_roles_aligned(tokenizer):
     ids, roles = tokenize_segments(tokenizer, segs, safe=False)
     safe_ids, safe_roles = tokenize_segments(tokenizer, segs, safe=True)
     assert ids == safe_ids and roles == safe_roles  # nothing to inject: both ways agree
+
+
+def test_every_value_the_app_offers_is_a_request_the_validation_accepts():
+    """The sidebar, its links and the Next token page offer option_ranges(V); each end (and the first step
+    up) must pass GenerationOptions, or a slider would offer what the request then refuses."""
+    from pipeline.stages.request import option_ranges
+
+    for V in (49_152, 262_144):  # SmolLM2's vocabulary, Gemma 3's
+        ranges = option_ranges(V)
+        assert ranges["top_k"].hi == V and set(ranges) == {f for f in GenerationOptions.__dataclass_fields__
+                                                           if f != "stop"}
+        for name, r in ranges.items():
+            for value in (r.lo, r.lo + r.step, r.hi):
+                assert getattr(GenerationOptions(**{name: value}), name) == value

@@ -9,7 +9,7 @@ from views import url_state
 from views.common import current_trace, get_model, page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
-from pipeline.stages.request import GenerationOptions
+from pipeline.stages.request import GenerationOptions, option_ranges
 from pipeline.stages.tokens import encode
 from pipeline.text import continuation_label, plural, render_bytes, token_pieces
 from ui.escape import code_span, plotly_label
@@ -127,11 +127,12 @@ def sampler() -> None:
                "until their total reaches p, min-p drops any token under min-p × the favourite's probability. "
                + TIE_RULE)
     c = st.columns(5)
-    temperature = c[0].slider("temperature", 0.0, 2.0, step=0.01, key="nt_temperature")
-    top_k = c[1].number_input("top-k (0 = off)", 0, V, key="nt_top_k")
-    top_p = c[2].slider("top-p", 0.01, 1.0, step=0.01, key="nt_top_p")
-    min_p = c[3].slider("min-p", 0.0, 1.0, step=0.01, key="nt_min_p")
-    seed = c[4].number_input("seed (this page only)", 0, 2**31 - 1, key="nt_seed")  # values from session state
+    r = option_ranges(V)  # the sidebar's ranges
+    temperature = c[0].slider("temperature", **r["temperature"].widget_args(), key="nt_temperature")
+    top_k = c[1].number_input("top-k (0 = off)", **r["top_k"].widget_args(), key="nt_top_k")
+    top_p = c[2].slider("top-p", **r["top_p"].widget_args(), key="nt_top_p")
+    min_p = c[3].slider("min-p", **r["min_p"].widget_args(), key="nt_min_p")
+    seed = c[4].number_input("seed (this page only)", **r["seed"].widget_args(), key="nt_seed")  # from session state
     opts = GenerationOptions(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
                              min_p=float(min_p), seed=int(seed))
     moved = [k.removeprefix("nt_").replace("_", "-") for k, v in RUN_SETTINGS.items()

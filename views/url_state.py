@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from pipeline.errors import InputError
-from pipeline.stages.request import MAX_MESSAGE_CHARS, check_text
+from pipeline.stages.request import MAX_MESSAGE_CHARS, OPTION_RANGES, check_text, option_ranges
 from ui.escape import markdown_text
 
 
@@ -49,6 +49,21 @@ def number(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
+def option(name: str) -> Callable[[str], int | float]:
+    """Query text -> a generation option inside the app's range for it (pipeline.stages.request.option_ranges;
+    top-k's top is the model's vocabulary size)."""
+    def parse(s: str) -> int | float:
+        r = option_ranges(_vocab_size())[name] if name not in OPTION_RANGES else OPTION_RANGES[name]
+        return (integer if isinstance(r.lo, int) else number)(r.lo, r.hi)(s)
+    return parse
+
+
+def _vocab_size() -> int:
+    from views.common import get_model  # the model's files only: its dimensions are known before it loads
+
+    return get_model().config_dims.V
+
+
 def choice(options) -> Callable[[str], Any]:
     by_text = {str(o): o for o in options}
 
@@ -73,12 +88,12 @@ REQUEST = {  # the sidebar's request: the same on every page
     "q": Param("req_question", text()),
     "system": Param("req_system", text()),
     "history": Param("req_history", text(MAX_MESSAGE_CHARS * 4)),
-    "max_new_tokens": Param("req_max_new_tokens", integer(1, 256)),
-    "temperature": Param("req_temperature", number(0.0, 2.0), _num),
-    "top_k": Param("req_top_k", integer(0, 49152)),
-    "top_p": Param("req_top_p", number(0.01, 1.0), _num),
-    "min_p": Param("req_min_p", number(0.0, 1.0), _num),
-    "seed": Param("req_seed", integer(0, 2**31 - 1)),
+    "max_new_tokens": Param("req_max_new_tokens", option("max_new_tokens")),
+    "temperature": Param("req_temperature", option("temperature"), _num),
+    "top_k": Param("req_top_k", option("top_k")),
+    "top_p": Param("req_top_p", option("top_p"), _num),
+    "min_p": Param("req_min_p", option("min_p"), _num),
+    "seed": Param("req_seed", option("seed")),
     "stop": Param("req_stop", text(400)),
 }
 
@@ -99,9 +114,9 @@ def page_params(page: str, L: int, H: int) -> dict[str, Param]:
 
 _FIXED_PAGES: dict[str, dict[str, Param]] = {
     "next-token": {"step": Param("nt_step", integer(0, 4096)), "draws": Param("nt_draws", choice(
-        [10, 30, 100, 300, 1000, 3000, 10000])), "t": Param("nt_temperature", number(0.0, 2.0), _num),
-        "top_k": Param("nt_top_k", integer(0, 49152)), "top_p": Param("nt_top_p", number(0.01, 1.0), _num),
-        "min_p": Param("nt_min_p", number(0.0, 1.0), _num), "seed": Param("nt_seed", integer(0, 2**31 - 1))},
+        [10, 30, 100, 300, 1000, 3000, 10000])), "t": Param("nt_temperature", option("temperature"), _num),
+        "top_k": Param("nt_top_k", option("top_k")), "top_p": Param("nt_top_p", option("top_p"), _num),
+        "min_p": Param("nt_min_p", option("min_p"), _num), "seed": Param("nt_seed", option("seed"))},
     "kv-cache": {"steps": Param("kv_n_steps", integer(2, 32))},
     "presenter": {"stage": Param("pr_stage", integer(1, 13)), "room": Param("pr_room", room_code),
                   "follow": Param("pr_follow", room_code)},

@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
+from ..checks import integer
 from ..errors import InputError
 from ..model.dims import ModelDims
 from ..model.weights_cache import DEFAULT_MODEL_NAME
@@ -78,6 +79,38 @@ class GenerationOptions:
 
 
 MIN_TEMPERATURE = 1e-3  # below this, logits / T overflows float64 for ordinary logits
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values the app offers for one number: lo..hi (both included) in steps of `step`."""
+
+    lo: int | float
+    hi: int | float
+    step: int | float = 1
+
+    def widget_args(self) -> dict:
+        """For st.slider / st.number_input: min_value, max_value, step."""
+        return {"min_value": self.lo, "max_value": self.hi, "step": self.step}
+
+
+APP_MAX_NEW_TOKENS = 256  # the app's sliders stop here: a longer answer takes minutes on a CPU
+
+
+OPTION_RANGES = {  # top-k's range needs the model: option_ranges(V)
+    "max_new_tokens": Range(1, APP_MAX_NEW_TOKENS), "temperature": Range(0.0, 2.0, 0.01),
+    "top_p": Range(0.01, 1.0, 0.01), "min_p": Range(0.0, 1.0, 0.01),
+    "seed": Range(0, 2**31 - 1),  # what a widget's integer holds, and any random generator takes
+}
+
+
+def option_ranges(vocab_size: int) -> dict[str, Range]:
+    """Each generation option's range in the app: the sidebar's widgets, the links that carry them, the Next
+    token page's controls. Top-k's top is the model's vocabulary size (49,152 for SmolLM2, 262,144 for
+    Gemma 3). Every range lies inside what GenerationOptions accepts (tests/test_request_and_tokens.py
+    checks it); a request from the CLI or an API body may go further (up to MAX_NEW_TOKENS new tokens,
+    any temperature, any top-k)."""
+    return {**OPTION_RANGES, "top_k": Range(0, integer("vocab_size", vocab_size, 1, 10**9))}
 
 
 @dataclass(frozen=True)
