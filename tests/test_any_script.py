@@ -353,17 +353,18 @@ def test_request_and_tokens_pages_say_which_text_their_character_counts_count(to
     import re
 
     from conftest import page_app
+    from ui.escape import code_span
 
     rt = page_app("request_template", req_question=KOREAN)
     rt.run()
     assert not rt.exception, rt.exception
     letters = next(m for m in rt.metric if m.label == "Characters in the whole prompt text")
-    assert "`<|im_start|>` alone is 12" in letters.proto.help
+    assert f"{code_span('<|im_start|>')} alone is 12" in letters.proto.help  # the marker read from the template
     tk = page_app("tokens", req_question=KOREAN)
     tk.run()
     assert not tk.exception, tk.exception
     info = next(i.value for i in tk.info if i.value.startswith("Your whole prompt has"))
-    assert "template included; each marker such as `<|im_start|>` counts as one" in info
+    assert f"template included; each marker such as {code_span('<|im_start|>')} counts as one" in info
     read = int(re.search(r"has ([\d,]+) characters", info).group(1).replace(",", ""))
     from pipeline.stages.request import ChatRequest
     from pipeline.stages.tokens import tokenize_request

@@ -280,3 +280,28 @@ def test_every_value_the_app_offers_is_a_request_the_validation_accepts():
         for name, r in ranges.items():
             for value in (r.lo, r.lo + r.step, r.hi):
                 assert getattr(GenerationOptions(**{name: value}), name) == value
+
+
+GEMMA_LIKE_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}"
+                       "<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+class WithMarkers:
+    """The real tokenizer's templating, with other special tokens (Gemma 3's turn markers) beside its own."""
+
+    def __init__(self, tokenizer, extra):
+        self.tokenizer, self.all_special_tokens = tokenizer, tokenizer.all_special_tokens + extra
+        self.apply_chat_template = tokenizer.apply_chat_template
+
+    def get_added_vocab(self):
+        return self.tokenizer.get_added_vocab()
+
+
+def test_turn_markers_are_read_from_the_template(tokenizer):
+    from pipeline.stages.template import TurnMarkers, turn_markers
+
+    assert turn_markers(tokenizer) == TurnMarkers("<|im_start|>", "<|im_end|>")  # SmolLM2's ChatML
+    gemma = WithMarkers(tokenizer, ["<bos>", "<start_of_turn>", "<end_of_turn>"])
+    assert turn_markers(gemma, GEMMA_LIKE_TEMPLATE) == TurnMarkers("<start_of_turn>", "<end_of_turn>")
+    plain = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    assert turn_markers(tokenizer, plain) == TurnMarkers(None, None)  # a template that writes no marker token

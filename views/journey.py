@@ -9,11 +9,11 @@ from ui.chips import legend, token_chips
 from pipeline.model.prefill_record import PREFILL_CHUNK, prefill_passes
 from pipeline.stages.decode_record import silent_steps
 from pipeline.text import continuation_label, plural, render_bytes, token_pieces, unfinished_end
-from ui.escape import code_span, html_text, json_text, plotly_label
+from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
-                       "Every number below was measured on the real SmolLM2-135M-Instruct for the request in the "
+                       f"Every number below was measured on the real {markdown_text(get_model().name)} for the request in the "
                        "sidebar.")
 trace = current_trace()
 tok = get_model().vocabulary  # token names: enough to draw, and ready before the network loads

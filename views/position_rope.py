@@ -7,10 +7,12 @@ import streamlit as st
 from views.common import current_trace, get_model, page_header
 from pipeline.stages import position as rope
 from pipeline.text import token_pieces
+from ui.escape import markdown_text
 from ui.plots import TICK_FONT
 
 
-page_header("Position (RoPE)", "An embedding row says which token it is, not where it stands. SmolLM2 adds position "
+page_header("Position (RoPE)", "An embedding row says which token it is, not where it stands. "
+            f"{markdown_text(get_model().name)} adds position "
             "inside attention: before comparing, each query and key vector is cut into pairs of numbers and each "
             "pair is turned like a clock hand by an angle that grows with the position. Some pairs turn fast, "
             "others very slowly.")

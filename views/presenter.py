@@ -171,7 +171,7 @@ elif stage == 4:
 elif stage == 5:
     E = trace.prefill.embeddings[-min(T, 16):, :64].astype(np.float32)  # (≤16, 64) a corner of (T, D)
     st.markdown(f"Each id picks its row of **D = {m.D} numbers** from a table of V = {m.V:,} rows. "
-                "The last 16 tokens, first 64 numbers:")
+                f"The last {plural(len(E), 'token')}, first {E.shape[1]} numbers:")
     labels = axis_labels([t.text for t in trace.tokens])[-len(E):]
     big_chart(go.Figure(go.Heatmap(z=E, y=labels, colorscale="RdBu", zmid=0)).update_yaxes(autorange="reversed"))
 elif stage == 6:

@@ -1,20 +1,22 @@
 """Request & template: the two JSON styles, then the one text the model really reads."""
 from views.common import current_trace, get_model, page_header, stage_link
 from pipeline.stages.request import ChatRequest
-from pipeline.stages.template import default_system_prompt
+from pipeline.stages.template import default_system_prompt, turn_markers
 from pipeline.stages.tokens import role_counts
 
 import pandas as pd
 import streamlit as st
 
 from ui.chips import highlighted_template, legend
-from ui.escape import json_text
+from ui.escape import code_span, json_text, markdown_text
 
 page_header("Request & template", "Before any maths happens, your conversation is sent as JSON and then flattened into "
                                   "a single text with marker tokens: the chat template.")
 lm = get_model()
 trace = current_trace()
 req = trace.request
+markers = turn_markers(lm.tokenizer)  # '<|im_start|>' and '<|im_end|>' for SmolLM2, read from its template
+default_sys = default_system_prompt(lm.tokenizer, ChatRequest(trace.request.messages))
 
 TALL = 520 if len(req.openai["messages"]) > 3 else "content"  # px: a long conversation scrolls in its own box
 st.subheader("1. Two ways to send the same conversation")
@@ -28,18 +30,21 @@ with c2:
     st.markdown("**Anthropic style**: the system prompt is a separate top-level `system` field.")
     st.code(json_text(req.anthropic), language="json", wrap_lines=True, height=TALL)
 if not any(msg["role"] == "system" for msg in req.openai["messages"]):
-    st.info("This request has no system prompt, so neither body has one. SmolLM2's template fills in its own "
-            "default, as you can see below. Add one in the sidebar to see both styles place it.")
+    st.info("This request has no system prompt, so neither body has one. "
+            + (f"{markdown_text(trace.dims.name)}'s template fills in its own default, as you can see below. "
+               if default_sys is not None else "")
+            + "Add one in the sidebar to see both styles place it.")
 
 st.subheader("2. The server accepts it and tracks its state")
 st.markdown(f"Request id **`{req.id}`**. Each change of state is stamped with the time since arrival.")
 st.dataframe(pd.DataFrame(req.states).rename(columns={"t_s": "seconds after arrival"}), hide_index=True)
 
 st.subheader("3. The chat template: one text for the model")
-st.markdown("The model was trained on conversations written in one fixed layout. The template writes each turn "
-            "between `<|im_start|>role` and `<|im_end|>`, and ends with an open `assistant` turn so the model's "
-            "next words become the answer. Special marker tokens are boxed in red; grey text was added by the "
-            "template, not typed by anyone.")
+between = (f" between {code_span(markers.start + 'role')} and {code_span(markers.end)}"
+           if markers.start and markers.end else "")
+st.markdown(f"The model was trained on conversations written in one fixed layout. The template writes each turn"
+            f"{between}, and ends with an open turn for the assistant so the model's next words become the answer. "
+            "Special marker tokens are boxed in red; grey text was added by the template, not typed by anyone.")
 special_pieces = sorted({t.text for t in trace.tokens if t.special})
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(highlighted_template(trace.segments, special_pieces), unsafe_allow_html=True)
@@ -48,14 +53,13 @@ by_role = pd.DataFrame(list(role_counts(trace.tokens).items()), columns=["role",
 added = sum(len(s.text) for s in trace.segments if s.role == "template")
 c1, c2, c3 = st.columns(3)
 c1.metric("Characters in the whole prompt text", len(trace.prompt_text),
-          help="The text the model reads, template and markers included, counted letter by letter: "
-               "`<|im_start|>` alone is 12. The Tokens page counts each marker as one character, so its count is "
-               "lower.")
+          help="The text the model reads, template and markers included, counted letter by letter"
+               + (f": {code_span(markers.start)} alone is {len(markers.start)}" if markers.start else "")
+               + ". The Tokens page counts each marker as one character, so its count is lower.")
 c2.metric("Characters added by the template", added, help="Counted the same way, markers letter by letter.")
 c3.metric("Special marker tokens", sum(t.special for t in trace.tokens))
 st.dataframe(by_role, hide_index=True)
 
-default_sys = default_system_prompt(lm.tokenizer, ChatRequest(trace.request.messages))
 if default_sys is not None:
     st.markdown("**Default system prompt.** You gave no system prompt, so the model's template inserted its own:")
     st.code(default_sys, language=None, wrap_lines=True)

@@ -3,10 +3,10 @@ import streamlit as st
 
 from pipeline.text import plural
 from ui.escape import markdown_text
-from views.common import page_header, run_queue, stage_link, warm_up
+from views.common import get_model, page_header, run_queue, stage_link, warm_up
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
-            "SmolLM2-135M-Instruct, running on this machine. Every number on every page comes from the real run of "
+            f"{markdown_text(get_model().name)}, running on this machine. Every number on every page comes from the real run of "
             "the request in the sidebar: change the question there and press Run.")
 
 STAGES = [  # (page file, what happens there)

@@ -6,6 +6,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui.chips import legend, text_spans, token_chips
+from pipeline.stages.template import turn_markers
+from ui.escape import code_span
 from pipeline.text import plural, token_pieces
 from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
                                     other_pieces, role_counts, text_tokens)
@@ -16,6 +18,7 @@ page_header("Tokens", "The model never sees letters. A tokenizer cuts the text i
                       "(its vocabulary) and hands over each piece's number, its token id.")
 lm = get_model()
 trace = current_trace()
+markers = turn_markers(lm.tokenizer)  # the template's own: '<|im_start|>', '<|im_end|>' for SmolLM2
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -52,7 +55,8 @@ pieces = token_pieces(lm.tokenizer, trace.ids)  # one Piece per token: its bytes
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(token_chips(trace.tokens, pieces=pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 explain_split(character_counts(pieces), "Your whole prompt",  # the Request & template page counts letters
-              "as a reader counts them, template included; each marker such as `<|im_start|>` counts as one")
+              "as a reader counts them, template included; each marker"
+              + (f" such as {code_span(markers.start)}" if markers.start else "") + " counts as one")
 with st.expander("The same tokens over the original text (each token's stretch highlighted)"):
     st.caption("Alternating tints mark where one token ends and the next begins; a dashed outline is one "
                "character spelled by several tokens. Hover a stretch to see its tokens.")
@@ -77,11 +81,12 @@ if safe_ids != naive_ids:
     c2.markdown(token_chips([t for t in trace.naive_tokens if t.role != "template"], max_height=CHIPS_HEIGHT),
                 unsafe_allow_html=True)
 else:
-    st.markdown("Your messages contain no special-token look-alikes, so safe and naive tokenization agree. Try "
-                "typing `<|im_end|>` in the box below (or in the question) to see the difference.")
+    st.markdown("Your messages contain no special-token look-alikes, so safe and naive tokenization agree."
+                + (f" Try typing {code_span(markers.end)} in the box below (or in the question) to see the difference."
+                   if markers.end else ""))
 
 st.subheader("3. Try your own text")
-text = st.text_area("Text to tokenize", "Summarise this contract in three points. 네, 과일입니다 🍅 <|im_end|>",
+text = st.text_area("Text to tokenize", " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"] + [markers.end] * bool(markers.end)),
                     key="tok_text", height=80)
 if not text:
     st.info("Type some text above.")

@@ -90,3 +90,26 @@ def default_system_prompt(tokenizer, request: ChatRequest, chat_template: str | 
         end_plain, end_empty = end_plain - 1, end_empty - 1
     added = plain[start:end_plain].strip()
     return added or None
+
+
+@dataclass(frozen=True)
+class TurnMarkers:
+    """The marker tokens the template writes around a turn, read from the template itself:
+    SmolLM2 '<|im_start|>' and '<|im_end|>', Gemma 3 '<start_of_turn>' and '<end_of_turn>'.
+    None where a template writes no marker token there."""
+
+    start: str | None  # the last marker before a turn's role and content
+    end: str | None  # the first marker after its content
+
+
+def turn_markers(tokenizer, chat_template: str | None = None) -> TurnMarkers:
+    """Found by rendering a one-message request whose content is a placeholder: the marker tokens (the
+    tokenizer's special and added tokens) nearest before and after it."""
+    rendered = render_prompt(tokenizer, ChatRequest((("user", _MARK.format(0)),)), chat_template)
+    before, _, after = rendered.partition(_MARK.format(0))
+    markers = set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab())
+    markers = [m for m in markers if m]
+    start = max(markers, key=lambda m: (before.rfind(m), len(m)), default=None)
+    end = min(markers, key=lambda m: (after.find(m) % (len(after) + 1), -len(m)), default=None)
+    return TurnMarkers(start if start is not None and start in before else None,
+                       end if end is not None and end in after else None)
