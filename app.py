@@ -28,8 +28,10 @@ from pipeline.model.passes import counting_passes
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
-from views.common import (DEFAULTS, TEXT_LIMIT, current_request, get_model, init_state, request_key,
-                          session_passes, stored_download, stored_trace, warm_up)
+from views.server_state import get_model
+from views.session_request import DEFAULTS, TEXT_LIMIT, current_request, init_state, request_key, session_passes
+from views.runs import stored_download, stored_trace
+from views.warm_up import warm_up
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),

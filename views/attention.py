@@ -6,7 +6,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views import url_state
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import current_trace
+from views.chrome import page_header
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
 from pipeline.text import plural, token_pieces

@@ -8,7 +8,11 @@ from pipeline.stages.tokens import encode
 from pipeline.text import continuation_label, plural, spelled, token_pieces, unfinished_end
 from pipeline.trace import log_probability, mean_log_probability, step_log_probabilities
 from ui.escape import code_span, markdown_text, plotly_label
-from views.common import branch_for, branch_label, current_request, current_trace, get_model, page_header, request_key
+from views.server_state import get_model
+from views.session_request import current_request, request_key
+from views.branching import branch_for, branch_label
+from views.runs import current_trace
+from views.chrome import page_header
 
 page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
             "token forced. The prompt is not run again — its keys and values come back from the captured run — "

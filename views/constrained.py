@@ -9,7 +9,10 @@ from pipeline.errors import InputError
 from pipeline.run_queue import cost_of
 from pipeline.trace import run_constrained_trace
 from ui.escape import markdown_text, plotly_label
-from views.common import APP_MAX_PROMPT_TOKENS, current_request, get_model, page_header, queued, request_key
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
+from views.session_request import current_request, request_key
+from views.waiting import queued
+from views.chrome import page_header
 
 page_header("Constrained output", "A service that must answer in a fixed format turns the format into a grammar. "
             "At every step the grammar engine (xgrammar, the one vLLM and SGLang use) marks which of the model's "

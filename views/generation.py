@@ -1,5 +1,8 @@
 """Generation: the answer streamed token by token, with the measured timings."""
-from views.common import current_request, current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.session_request import current_request
+from views.runs import current_trace
+from views.chrome import page_header, stage_link
 from views.live_stream import compare_paths, stream_live
 
 import time

@@ -1,5 +1,8 @@
 """KV cache: what it stores, how it grows, what it saves, and what it costs in GPU memory."""
-from views.common import current_trace, get_model, page_header, queued, stage_link
+from views.server_state import get_model
+from views.waiting import queued
+from views.runs import current_trace
+from views.chrome import page_header, stage_link
 
 import numpy as np
 import pandas as pd

@@ -3,7 +3,9 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import current_trace
+from views.chrome import page_header
 from pipeline.stages import layers as la
 from pipeline.text import continuation_label, token_pieces
 from ui.escape import axis_labels, plotly_label

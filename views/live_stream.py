@@ -14,7 +14,9 @@ import streamlit as st
 
 from pipeline.run_queue import cost_of
 from pipeline.stages.decode_record import EventKind, StreamEvent
-from views.common import APP_MAX_PROMPT_TOKENS, get_model, queued, request_key, run_queue
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
+from views.session_request import request_key
+from views.waiting import queued
 
 if TYPE_CHECKING:  # torch: imported when a stream starts, not with the page
     from pipeline.stages.generation import Answer

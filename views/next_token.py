@@ -6,7 +6,9 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views import url_state
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import current_trace
+from views.chrome import page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
 from pipeline.stages.request import GenerationOptions

@@ -4,7 +4,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import current_trace
+from views.chrome import page_header
 from pipeline.stages import position as rope
 from pipeline.text import token_pieces
 from ui.plots import TICK_FONT

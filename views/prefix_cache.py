@@ -1,7 +1,10 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
 import time
 
-from views.common import APP_MAX_PROMPT_TOKENS, get_model, page_header, played, played_again, run_queue, wait_for
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
+from views.waiting import wait_for
+from views.scenarios import played, played_again
+from views.chrome import page_header
 
 import plotly.graph_objects as go
 import streamlit as st

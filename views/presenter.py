@@ -19,7 +19,10 @@ from pipeline.text import continuation_label, plural, token_pieces
 from ui.chips import highlighted_template, token_chips
 from ui.escape import axis_labels, code_span, json_text, plotly_label
 from views import url_state
-from views.common import current_trace, get_model, prompt_cache_conversation, stage_link
+from views.server_state import get_model
+from views.runs import current_trace
+from views.scenarios import prompt_cache_conversation
+from views.chrome import stage_link
 
 STAGES = [  # (title, full page)
     ("The request", "views/request_template.py"),

@@ -1,5 +1,7 @@
 """Request & template: the two JSON styles, then the one text the model really reads."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.runs import current_trace
+from views.chrome import page_header, stage_link
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.template import default_system_prompt
 from pipeline.stages.tokens import role_counts

@@ -3,7 +3,9 @@ import streamlit as st
 
 from pipeline.text import plural
 from ui.escape import markdown_text
-from views.common import page_header, run_queue, stage_link, warm_up
+from views.server_state import run_queue
+from views.warm_up import warm_up
+from views.chrome import page_header, stage_link
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
             "SmolLM2-135M-Instruct, running on this machine. Every number on every page comes from the real run of "

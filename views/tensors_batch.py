@@ -1,5 +1,7 @@
 """Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.runs import current_trace
+from views.chrome import page_header, stage_link
 
 import json
 

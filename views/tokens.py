@@ -1,5 +1,7 @@
 """Tokens: the prompt cut into pieces, each with its id; and the same text through other tokenizers."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.runs import current_trace
+from views.chrome import page_header, stage_link
 
 import pandas as pd
 import plotly.graph_objects as go

@@ -158,7 +158,7 @@ def take_from_link(keys) -> set[str]:
 
 
 def _request_defaults() -> dict[str, Any]:
-    from views.common import DEFAULTS
+    from views.session_request import DEFAULTS
 
     return {f"req_{k}": v for k, v in DEFAULTS.items()}
 
