@@ -524,12 +524,12 @@ def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
 
     plays = []
     store = RunStore(max_bytes=256, size_of=lambda r: 1)
-    monkeypatch.setattr(scenarios, "_play", lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
+    monkeypatch.setattr(scenarios, "play_scenario_now", lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
     monkeypatch.setattr(scenarios, "get_model", lambda: None)
     for module in (scenarios, waiting):  # the scenario's own store and the queue's check before it
         monkeypatch.setattr(module, "result_store", lambda: store)
     monkeypatch.setattr(scenarios.time, "time", lambda: 600.0)
-    first = scenarios.played_again("conversation")
-    assert scenarios.played_again("conversation") == first and plays == ["conversation"]
+    first = scenarios.scenario_rows_timed_again("conversation")
+    assert scenarios.scenario_rows_timed_again("conversation") == first and plays == ["conversation"]
     monkeypatch.setattr(scenarios.time, "time", lambda: 661.0)  # the next minute: measured again
-    assert scenarios.played_again("conversation") == [{"n": 2}] and scenarios.played("conversation") == [{"n": 2}]
+    assert scenarios.scenario_rows_timed_again("conversation") == [{"n": 2}] and scenarios.scenario_rows("conversation") == [{"n": 2}]

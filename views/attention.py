@@ -7,7 +7,7 @@ import streamlit as st
 
 from views import url_state
 from views.server_state import get_model
-from views.runs import current_trace
+from views.runs import run_for_page
 from views.chrome import page_header
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
@@ -26,7 +26,7 @@ page_header("Attention", "Inside every layer, each token looks back at the token
             "of each to take in. One grid per head: row = the token that is looking (query), column = the token "
             "looked at (key). Each row adds up to 100 %. Cells to the right of the diagonal are the future: "
             "a token may never see them, so they are masked.")
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().tokenizer
 m, p = trace.dims, trace.prefill
 L, H, Hkv, Dh = m.L, m.H, m.Hkv, m.Dh

@@ -5,7 +5,7 @@ from pipeline.run_queue import cost_of
 from pipeline.trace import Trace
 from views.server_state import get_model
 from views.session_request import request_key_of
-from views.waiting import queued
+from views.waiting import result_through_queue
 
 
 def branch_for(trace: Trace, path: tuple[tuple[int, int], ...]) -> Trace:
@@ -15,7 +15,7 @@ def branch_for(trace: Trace, path: tuple[tuple[int, int], ...]) -> Trace:
     for n in range(1, len(path) + 1):
         step, token = path[n - 1]
         parent = trace
-        trace = queued(("branch", request_key_of(trace), path[:n]),
+        trace = result_through_queue(("branch", request_key_of(trace), path[:n]),
                        lambda parent=parent, step=step, token=token: branch_trace(parent, step, token, get_model()),
                        cost=cost_of(0, len(parent.steps) - step))
     return trace

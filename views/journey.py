@@ -1,6 +1,6 @@
 """Journey: the whole request in order, one short section per stage, each with its real data."""
 from views.server_state import get_model
-from views.runs import current_trace
+from views.runs import run_for_page
 from views.chrome import page_header, stage_link
 
 import pandas as pd
@@ -17,7 +17,7 @@ from ui.plots import TICK_FONT
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        "Every number below was measured on the real SmolLM2-135M-Instruct for the request in the "
                        "sidebar.")
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().vocabulary  # token names: enough to draw, and ready before the network loads
 m = trace.dims
 T, S = len(trace.tokens), len(trace.steps)

@@ -1,7 +1,7 @@
 """KV cache: what it stores, how it grows, what it saves, and what it costs in GPU memory."""
 from views.server_state import get_model
-from views.waiting import queued
-from views.runs import current_trace
+from views.waiting import result_through_queue
+from views.runs import run_for_page
 from views.chrome import page_header, stage_link
 
 import numpy as np
@@ -19,7 +19,7 @@ page_header("KV cache", "Each layer turns every token into a key (K, what it off
                         "(V, what it hands over). Earlier tokens never change, so their K and V are kept and reused "
                         "instead of being computed again for every new token.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 m = trace.dims
 L, Hkv, Dh, bpv = m.L, m.Hkv, m.Dh, m.bytes_per_value
 
@@ -28,7 +28,7 @@ REPEATS = (1, 4, 8)  # prompt lengths offered: your prompt, repeated k times
 
 
 def measure(ids: tuple[int, ...], n_steps: int) -> dict:
-    return queued(("kv on/off", ids, n_steps), lambda: kv_cache.compare(get_model(), list(ids), n_steps),
+    return result_through_queue(("kv on/off", ids, n_steps), lambda: kv_cache.compare(get_model(), list(ids), n_steps),
                   cost=len(ids) * n_steps * 3)
 
 

@@ -7,7 +7,7 @@ import streamlit as st
 
 from views import url_state
 from views.server_state import get_model
-from views.runs import current_trace
+from views.runs import run_for_page
 from views.chrome import page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
@@ -23,7 +23,7 @@ page_header("Next token", "After the last layer the model gives every one of its
             "Softmax turns the scores into probabilities, the filters below cut the unlikely tail, and one "
             "token is drawn. Everything here works on scores stored during the run: no slider on this page "
             "runs the model again.")
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().tokenizer
 V = trace.dims.V
 run = trace.request.options  # the settings the run itself used

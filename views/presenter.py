@@ -20,7 +20,7 @@ from ui.chips import highlighted_template, token_chips
 from ui.escape import axis_labels, code_span, json_text, plotly_label
 from views import url_state
 from views.server_state import get_model
-from views.runs import current_trace
+from views.runs import run_for_page
 from views.scenarios import prompt_cache_conversation
 from views.chrome import stage_link
 
@@ -83,7 +83,7 @@ else:
 
 st.session_state.setdefault("pr_stage", 1)
 stage = min(max(int(st.session_state.pr_stage), 1), N)
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().tokenizer
 m, T, S = trace.dims, len(trace.tokens), len(trace.steps)
 title, full_page = STAGES[stage - 1]

@@ -1,6 +1,6 @@
 """Request & template: the two JSON styles, then the one text the model really reads."""
 from views.server_state import get_model
-from views.runs import current_trace
+from views.runs import run_for_page
 from views.chrome import page_header, stage_link
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.template import default_system_prompt
@@ -15,7 +15,7 @@ from ui.escape import json_text
 page_header("Request & template", "Before any maths happens, your conversation is sent as JSON and then flattened into "
                                   "a single text with marker tokens: the chat template.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 req = trace.request
 
 TALL = 520 if len(req.openai["messages"]) > 3 else "content"  # px: a long conversation scrolls in its own box

@@ -11,7 +11,7 @@ from ui.escape import code_span, markdown_text
 from views.branching import branch_for, branch_label
 from views.server_state import run_store
 from views.session_request import current_request, request_key
-from views.waiting import queued_run
+from views.waiting import run_through_queue
 
 
 def disk_store_note() -> None:
@@ -21,32 +21,33 @@ def disk_store_note() -> None:
         st.caption(f"💾 Runs are kept in memory only, not saved in {code_span(str(disk.folder))}: {disk.problem}.")
 
 
-def trace_for(request: ChatRequest) -> Trace:
-    """The stored run for `request`, running the model only if nobody has asked it yet."""
+def run_for_request(request: ChatRequest) -> Trace:
+    """The run (Trace) of `request`: the stored one, or run through the queue if nobody has asked it yet."""
     stored = run_store().peek(request_key(request), disk=True)
-    trace = stored if stored is not None else queued_run(request)
+    trace = stored if stored is not None else run_through_queue(request)
     disk_store_note()
     return trace
 
 
-def stored_trace() -> Trace | None:
-    """The sidebar request's run if it is already stored (never runs the model)."""
+def stored_sidebar_run() -> Trace | None:
+    """The run of the sidebar's request if it is already stored in memory, else None (never runs the model)."""
     try:
         return run_store().peek(request_key(current_request()))
     except InputError:
         return None
 
 
-def current_trace(original: bool = False) -> Trace:
-    """The captured run for the sidebar's request — or the branch of it this session chose to show
-    (see the What-if page) unless `original`; shows a clear message and stops on bad input."""
+def run_for_page(original: bool = False) -> Trace:
+    """The run a page shows: the captured run of the sidebar's request — or the branch of it this session
+    chose to show (see the What-if page) unless `original`; shows a clear message and stops on bad input."""
     try:
         request = current_request()
-        trace = trace_for(request)
+        trace = run_for_request(request)
         path = st.session_state.get("branch_shown")
         if original or not path or path[0] != request_key(request):
             return trace
-        st.info(f"Showing a branch of this run: {markdown_text(branch_label(path[1], trace))}. The What-if page goes back.", icon="🌿")
+        st.info(f"Showing a branch of this run: {markdown_text(branch_label(path[1], trace))}. "
+                "The What-if page goes back.", icon="🌿")
         return branch_for(trace, path[1])
     except InputError as e:
         st.error(f"Please fix the request — {markdown_text(e)}")

@@ -1,38 +1,46 @@
-"""Prompt-caching scenarios played on the model, once per server, through the queue (plain records)."""
+"""Prompt-caching scenarios played on the model, once per server, through the queue.
+
+Each returns the scenario's rows: one plain record per request (blocks hit and missed, timings), as
+`pipeline.prompt_cache.playback.play_scenario` makes them.
+"""
 from __future__ import annotations
 
 import time
 
 from pipeline.model.interface import LanguageModel
 from views.server_state import get_model, result_store
-from views.waiting import queued
+from views.waiting import result_through_queue
 
 
-def played(key: str, block_size: int = 16) -> list[dict]:
-    """A prompt-caching scenario played on the model (plain records), once per server, in the queue."""
-    return queued(("scenario", key, block_size), lambda: _play(get_model(), key, block_size), 4000)
+def scenario_rows(name: str, block_size: int = 16) -> list[dict]:
+    """The rows of scenario `name` played on the model: played once per server, in the queue, then stored."""
+    return result_through_queue(("scenario", name, block_size),
+                                lambda: play_scenario_now(get_model(), name, block_size), 4000)
 
 
-def played_again(key: str, block_size: int = 16) -> list[dict]:
-    """Play a scenario again now and keep it in place of the stored one, for everyone on this server.
-    At most once a minute per scenario: visitors asking in the same minute share one replay."""
+def scenario_rows_timed_again(name: str, block_size: int = 16) -> list[dict]:
+    """The rows of scenario `name` played again now, stored in place of the old ones for everyone on this
+    server. At most once a minute per scenario: visitors asking in the same minute share one replay."""
     minute = int(time.time() // 60)
 
     def work() -> list[dict]:
-        rows = _play(get_model(), key, block_size)
-        result_store().put(("scenario", key, block_size), rows)
+        rows = play_scenario_now(get_model(), name, block_size)
+        result_store().put(("scenario", name, block_size), rows)
         return rows
 
-    return queued(("scenario again", key, block_size, minute), work, 4000)  # kept: a later click that minute reads it
+    # kept under the minute's key: a later click in that minute reads it
+    return result_through_queue(("scenario again", name, block_size, minute), work, 4000)
 
 
 def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
-    return played("conversation", block_size)
+    """The rows of the "conversation" scenario (Presenter mode's prompt-caching screen)."""
+    return scenario_rows("conversation", block_size)
 
 
-def _play(lm: LanguageModel, name: str, block_size: int = 16) -> list[dict]:
-    """Imported when it runs, in the queue's thread: the first page's script never waits on torch's import."""
-    from pipeline.prompt_cache.playback import play
+def play_scenario_now(lm: LanguageModel, name: str, block_size: int = 16) -> list[dict]:
+    """The rows of scenario `name` played on `lm` now (neither queued nor stored).
+    Imported when it runs, in the queue's thread: the first page's script never waits on torch's import."""
+    from pipeline.prompt_cache.playback import play_scenario
     from pipeline.prompt_cache.scenarios import scenarios
 
-    return play(lm, scenarios()[name], block_size)
+    return play_scenario(lm, scenarios()[name], block_size)

@@ -18,7 +18,8 @@ from pipeline.run_store import RunStore
 APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
 
 
-@st.cache_resource(show_spinner="Reading SmolLM2-135M-Instruct's files (first time: converting the weights, ~15-45 s)...")
+@st.cache_resource(show_spinner="Reading SmolLM2-135M-Instruct's files "
+                                "(first time: converting the weights, ~15-45 s)...")
 def get_model() -> ModelHandle:
     handle = ModelHandle()
     handle.folder  # noqa: B018 - converts the weights on the very first start, under this spinner

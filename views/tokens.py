@@ -1,6 +1,6 @@
 """Tokens: the prompt cut into pieces, each with its id; and the same text through other tokenizers."""
 from views.server_state import get_model
-from views.runs import current_trace
+from views.runs import run_for_page
 from views.chrome import page_header, stage_link
 
 import pandas as pd
@@ -17,7 +17,7 @@ CHIPS_HEIGHT = 380  # px: a long prompt's chips scroll in their own box instead 
 page_header("Tokens", "The model never sees letters. A tokenizer cuts the text into pieces from a fixed list "
                       "(its vocabulary) and hands over each piece's number, its token id.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -12,8 +12,9 @@ from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, result_store, r
 from views.session_request import request_key
 
 
-def queued(key: tuple, compute, cost: int, prompt_tokens: int = 0):
-    """`compute()`'s result, run once per server through the model's queue (its place shown meanwhile).
+def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0):
+    """`compute()`'s result, stored under `key`: computed once per server through the model's queue (its place
+    shown meanwhile).
     prompt_tokens: the longest prompt it runs (a long one is refused while the queue is long)."""
     stored = result_store().peek(key)
     if stored is not None:
@@ -21,8 +22,9 @@ def queued(key: tuple, compute, cost: int, prompt_tokens: int = 0):
     return wait_for(run_queue().submit(key, lambda: result_store().get_or_run(key, compute), cost, prompt_tokens))
 
 
-def queued_run(request: ChatRequest) -> Trace:
-    """Queue the request (arrival order), or join an identical one; returns its trace when done."""
+def run_through_queue(request: ChatRequest) -> Trace:
+    """The run (Trace) of `request`, run through the model's queue (arrival order, or joining an identical
+    request already there) and stored; its place is shown meanwhile."""
     from pipeline.stages.tokens import tokenize_request
 
     lm, key = get_model(), request_key(request)

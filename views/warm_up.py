@@ -5,7 +5,7 @@ import streamlit as st
 
 from pipeline.stages.request import ChatRequest
 from pipeline.trace import run_trace
-from views.scenarios import _play
+from views.scenarios import play_scenario_now
 from views.server_state import get_model, result_store, run_queue, run_store
 from views.session_request import DEFAULT_QUESTION, request_key
 
@@ -25,5 +25,5 @@ def warm_up() -> dict:
         scenario_key = ("scenario", name, 16)  # a new name: the lambda above reads `key` when it runs
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
             scenario_key, lambda k=scenario_key, name=name: result_store().get_or_run(
-                k, lambda: _play(lm, name)), cost=4000, background=True)
+                k, lambda: play_scenario_now(lm, name)), cost=4000, background=True)
     return jobs

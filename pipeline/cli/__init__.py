@@ -132,7 +132,7 @@ def cmd_cache_demo(args) -> int:
     if args.block_size < 1:
         raise InputError("block_size", f"must be at least 1, got {args.block_size}.")
     from ..model.loader import shared_model
-    from ..prompt_cache.playback import play
+    from ..prompt_cache.playback import play_scenario
 
     lm = shared_model()
     for key in keys:
@@ -140,7 +140,7 @@ def cmd_cache_demo(args) -> int:
         print(f"\n== {s.title} [{s.kind}] ==\n   {s.lesson}")
         print(f"   {'request':28s} {'tokens':>6s} {'hit':>4s} {'miss':>4s} {'part':>4s} {'reused':>6s} "
               f"{'TTFT ms':>8s} {'cold ms':>8s}")
-        for row in play(lm, s, args.block_size, measure_cold=not args.no_cold):
+        for row in play_scenario(lm, s, args.block_size, measure_cold=not args.no_cold):
             st = row["stats"]
             cold = f"{row['ttft_cold_s'] * 1e3:8.1f}" if row["ttft_cold_s"] is not None else f"{'-':>8s}"
             print(f"   {row['label'][:28]:28s} {st['n_tokens']:6d} {st['blocks_hit']:4d} {st['blocks_missed']:4d} "
