@@ -28,7 +28,8 @@ def test_vocabulary_answers_like_the_transformers_tokenizer_for_every_id(tokeniz
 def test_chips_drawn_from_the_vocabulary_equal_those_from_the_tokenizer(tokenizer):
     from pipeline.model.vocabulary import Vocabulary
     from pipeline.model.weights_cache import weights_cache_dir
-    from pipeline.text import continuation_label, token_pieces
+    from pipeline.text.pieces import token_pieces
+    from pipeline.text.unfinished import continuation_label
 
     vocab = Vocabulary.from_folder(weights_cache_dir())
     ids = tokenizer.apply_chat_template([{"role": "user", "content": "토마토는 과일이야? 🍅 <|im_end|> naïve"}],

@@ -11,9 +11,10 @@ from views.runs import run_for_page
 from views.chrome import page_header
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
-from pipeline.text import plural, token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, code_span, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from ui.words import plural
 
 WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
 SINKS = 4  # first tokens kept as columns in a long prompt's grid: heads park much of their weight there

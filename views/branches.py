@@ -5,9 +5,11 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.stages.tokens import encode
-from pipeline.text import continuation_label, plural, spelled, token_pieces, unfinished_end
+from pipeline.text.pieces import spelled, token_pieces
+from pipeline.text.unfinished import continuation_label, unfinished_end
 from pipeline.trace import log_probability, mean_log_probability, step_log_probabilities
 from ui.escape import code_span, markdown_text, plotly_label
+from ui.words import plural
 from views.server_state import get_model
 from views.session_request import current_request, request_key
 from views.branching import branch_for, branch_label

@@ -24,7 +24,7 @@ def branch_for(trace: Trace, path: tuple[tuple[int, int], ...]) -> Trace:
 def branch_label(path: tuple[tuple[int, int], ...], original: Trace | None = None) -> str:
     """'step 4: '<0xA0> → 토'' — each forced token named after what the model had read before it
     (with `original`, the run the path starts from; else after nothing)."""
-    from pipeline.text import continuation_label
+    from pipeline.text.unfinished import continuation_label
 
     tok = get_model().tokenizer
     names = []

@@ -8,7 +8,7 @@ from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import page_header
 from pipeline.stages import embeddings as es
-from pipeline.text import token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
 

@@ -12,9 +12,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.errors import InputError
-from pipeline.text import plural, token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, json_text, markdown_text
 from ui.plots import token_axis
+from ui.words import plural
 
 page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
                           "feeds it back in, and repeats until it chooses to stop or hits the limit.")

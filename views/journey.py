@@ -10,9 +10,12 @@ import streamlit as st
 from ui.chips import legend, token_chips
 from pipeline.model.prefill_record import PREFILL_CHUNK, prefill_passes
 from pipeline.stages.decode_record import silent_steps
-from pipeline.text import continuation_label, plural, render_bytes, token_pieces, unfinished_end
+from pipeline.text.readable import render_bytes
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, html_text, json_text, plotly_label
 from ui.plots import TICK_FONT
+from ui.words import plural
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        "Every number below was measured on the real SmolLM2-135M-Instruct for the request in the "

@@ -11,9 +11,10 @@ import streamlit as st
 
 from pipeline.stages import kv_cache
 from pipeline.stages.kv_cache import NO_CACHE_MAX_TOKENS, GIB, bytes_per_token, fit, human_bytes, load_configs
-from pipeline.text import plural, token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels
 from ui.plots import token_axis
+from ui.words import plural
 
 page_header("KV cache", "Each layer turns every token into a key (K, what it offers to be found by) and a value "
                         "(V, what it hands over). Earlier tokens never change, so their K and V are kept and reused "

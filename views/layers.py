@@ -7,7 +7,8 @@ from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import page_header
 from pipeline.stages import layers as la
-from pipeline.text import continuation_label, token_pieces
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
 

@@ -13,9 +13,12 @@ from pipeline.stages.next_token import (answer_confidence, candidates, draw, emp
                                         softmax, TIE_RULE)
 from pipeline.stages.request import GenerationOptions
 from pipeline.stages.tokens import encode
-from pipeline.text import continuation_label, plural, render_bytes, token_pieces
+from pipeline.text.readable import render_bytes
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from ui.escape import code_span, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from ui.words import plural
 
 LOW = 0.25  # a chosen token below this probability is marked as a long shot in the answer strip
 

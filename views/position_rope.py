@@ -8,7 +8,7 @@ from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import page_header
 from pipeline.stages import position as rope
-from pipeline.text import token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.plots import TICK_FONT
 
 

@@ -15,9 +15,11 @@ import streamlit as st
 
 from pipeline.room import PUBLIC_URL_ENV, new_presenter_key, public_base, room_of, room_store
 from pipeline.stages.next_token import filter_stages
-from pipeline.text import continuation_label, plural, token_pieces
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from ui.chips import highlighted_template, token_chips
 from ui.escape import axis_labels, code_span, json_text, plotly_label
+from ui.words import plural
 from views import url_state
 from views.server_state import get_model
 from views.runs import run_for_page

@@ -1,8 +1,8 @@
 """Start: what the explorer shows, the stages in order, and where to begin."""
 import streamlit as st
 
-from pipeline.text import plural
 from ui.escape import markdown_text
+from ui.words import plural
 from views.server_state import run_queue
 from views.warm_up import warm_up
 from views.chrome import page_header, stage_link

@@ -8,7 +8,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui.chips import legend, text_spans, token_chips
-from pipeline.text import plural, token_pieces
+from ui.words import plural
+from pipeline.text.pieces import token_pieces
 from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
                                     other_pieces, role_counts, text_tokens)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from ..stages.request import ChatRequest, parse_turns
 from ..stages.tokens import tokenize_request
-from ..text import token_text as _token_text
+from ..text.token_names import token_text as _token_text
 from ..timing import interleave_less_work
 from .scenarios import Prompt, Scenario
 from ..model.interface import LanguageModel
