@@ -162,19 +162,19 @@ def cmd_cache_audit(args) -> int:
     print(f"{'#':>4s} {'tokens':>6s} {'shared':>6s} {'openai':>6s} {'anthr.':>6s} {'write':>6s} {'vllm':>6s} "
           f"{'diverge':>7s}  cause / trap")
     for rec in report.requests:
-        c, a = rec["cached_tokens"], rec["anthropic"]
-        div = "-" if rec["first_divergent_index"] is None else str(rec["first_divergent_index"])
-        print(f"{rec['index']:4d} {rec['prompt_tokens']:6d} {rec['shared_prefix_tokens']:6d} {c['openai']:6d} "
-              f"{c['anthropic']:6d} {a['cache_creation_input_tokens']:6d} {c['vllm']:6d} {div:>7s}  "
-              f"{rec['cause']}" + (f"  TRAP: {ca.TRAPS[rec['trap']][0]}" if rec["trap"] else ""))
+        c = rec.cached_tokens
+        div = "-" if rec.first_divergent_index is None else str(rec.first_divergent_index)
+        print(f"{rec.index:4d} {rec.prompt_tokens:6d} {rec.shared_prefix_tokens:6d} {c['openai']:6d} "
+              f"{c['anthropic']:6d} {rec.anthropic.cache_creation_input_tokens:6d} {c['vllm']:6d} {div:>7s}  "
+              f"{rec.cause}" + (f"  TRAP: {ca.TRAPS[rec.trap][0]}" if rec.trap else ""))
     print(f"\n{'provider':10s} {'hit rate':>8s} {'cached':>10s} {'no cache $':>11s} {'cached $':>10s} {'saved $':>9s} "
           f"{'prefill saved':>13s}")
     for p, t in costs["totals"].items():
         print(f"{p:10s} {t['hit_rate']:8.1%} {t['cached_tokens']:10,d} {t['without_cache']:11.4f} "
               f"{t['with_cache']:10.4f} {t['saved']:9.4f} {t['latency_saved_s']:12.1f}s")
-    traps = sorted({r["trap"] for r in report.requests if r["trap"]})
+    traps = sorted({r.trap for r in report.requests if r.trap})
     for trap in traps:
-        print(f"\nTrap: {ca.TRAPS[trap][0]} ({sum(r['trap'] == trap for r in report.requests)} requests). "
+        print(f"\nTrap: {ca.TRAPS[trap][0]} ({sum(r.trap == trap for r in report.requests)} requests). "
               f"Fix: {ca.TRAPS[trap][1]}")
     for warning in report.warnings:
         print(f"warning: {warning}")
