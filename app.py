@@ -29,8 +29,10 @@ from pipeline.stages.request import option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
-from views.common import (DEFAULTS, TEXT_LIMIT, current_request, get_model, init_state, request_key,
-                          session_passes, stored_download, stored_trace, warm_up)
+from views.server_state import get_model
+from views.session_request import DEFAULTS, TEXT_LIMIT, current_request, init_state, request_key, session_passes
+from views.runs import stored_download, stored_sidebar_run
+from views.warm_up import warm_up
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
@@ -100,7 +102,7 @@ def share_and_export(boxes, passes: int) -> None:
     exports, after = boxes
     url_state.sync()  # the address bar and the share box
     with exports:
-        trace = stored_trace()
+        trace = stored_sidebar_run()
         if trace is not None:  # built only when clicked (callable data). Streamlit keeps the callables a
             # while after the page: they hold the run's key, not the run (657 MB at 4,000 tokens), so a run
             # the store has dropped is not kept alive by an old button.

@@ -1,7 +1,8 @@
 """One chat request followed end to end: the typed record every page and the CLI read.
 
 A Trace is built from one record per stage (request, tokens, batch, prefill, decode); `to_json`
-is the only place that turns it into plain dicts, with the keys documented in the README.
+turns it into the JSON document, with the keys documented in the README (the request bodies, `states`,
+`batch` and `constraint` are held as plain dicts already).
 
 The records hold numpy arrays and plain values only: a stored run unpickles and a page draws it
 without importing torch. The functions that run the model import their stages when called.

@@ -10,7 +10,7 @@ from pipeline.stages import position as rope
 from pipeline.stages.attention import attention_by_hand, attention_for_layer
 from pipeline.stages.next_token import draw, empirical, final_probs
 from pipeline.stages.request import GenerationOptions
-from pipeline.text import token_text
+from pipeline.text.token_names import token_text
 
 pytestmark = pytest.mark.model
 

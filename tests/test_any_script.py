@@ -20,8 +20,10 @@ from pipeline.stages.embeddings import analogy, label_positions, same_word_ids, 
 from pipeline.stages.decode_record import silent_steps
 from pipeline.stages.next_token import answer_confidence
 from pipeline.stages.tokens import character_counts, encode
-from pipeline.text import (continuation_label, graphemes, group_pieces, render_text, token_pieces,
-                           utf8_chars)
+from pipeline.text.readable import render_text
+from pipeline.text.graphemes import graphemes, utf8_chars
+from pipeline.text.pieces import group_pieces, token_pieces
+from pipeline.text.unfinished import continuation_label
 
 TEXTS = {
     "korean": "토마토는 과일이야?",
@@ -106,7 +108,7 @@ def test_groups_match_the_tokenizers_own_decode(tokenizer, name):
 
 
 def _readable(text: str) -> str:
-    from pipeline.text import _render_grapheme
+    from pipeline.text.graphemes import _render_grapheme
 
     return "".join(_render_grapheme(g) for g in _clusters(text))
 
@@ -268,7 +270,7 @@ KOREAN = QUESTIONS["korean"][0]  # greedy answer: 'The word "토마…', 토 spr
 
 def test_spelled_names_a_character_cut_short_by_its_parts(tokenizer):
     from pipeline.stages.tokens import encode
-    from pipeline.text import spelled, token_pieces
+    from pipeline.text.pieces import spelled, token_pieces
 
     pieces = token_pieces(tokenizer, encode(tokenizer, "Hi 토마"))  # Hi | ␣토 in 3 | 마 in 3
     assert [spelled(pieces, n) for n in (1, 2, 3, 4, 7)] == ["Hi", "Hi␣토 (1/3)", "Hi␣토 (1–2/3)", "Hi␣토", "Hi␣토마"]

@@ -90,7 +90,7 @@ def test_prompt_tokens_are_tiktoken_counts_of_the_rendered_pieces():
     text = ca.example_text("agent_tools_fixed")
     report = ca.audit_log(text, tokenizer="cl100k_base")
     for req, rec in zip(ca.parse_log(text), report.requests):
-        assert rec["prompt_tokens"] == sum(len(ref.encode_ordinary(p)) for b in req.blocks for p in (b.header, b.text))
+        assert rec.prompt_tokens == sum(len(ref.encode_ordinary(p)) for b in req.blocks for p in (b.header, b.text))
     assert report.tokenizer == "cl100k_base"
 
 
@@ -112,21 +112,21 @@ def test_openai_caches_from_1024_in_steps_of_128(shared, cached):
 def test_openai_on_a_log_sharing_exactly(shared, cached):
     text, a, b = two_questions_sharing(shared)
     second = ca.audit_log(text).requests[1]
-    assert second["prompt_tokens"] == len(b)
-    assert second["shared_prefix_tokens"] == shared == second["first_divergent_index"]
-    assert second["cached_tokens"]["openai"] == cached
-    assert second["cached_tokens"]["vllm"] == shared // 16 * 16  # 1000 -> 992, 1300 -> 1296
-    assert second["cause"] == "new_content" and second["trap"] is None
-    d = second["divergence"]
-    assert (d["token"], d["other_token"], d["request"]) == ("Zulu", "Alpha", 1)
+    assert second.prompt_tokens == len(b)
+    assert second.shared_prefix_tokens == shared == second.first_divergent_index
+    assert second.cached_tokens["openai"] == cached
+    assert second.cached_tokens["vllm"] == shared // 16 * 16  # 1000 -> 992, 1300 -> 1296
+    assert second.cause == "new_content" and second.trap is None
+    d = second.divergence
+    assert (d.token, d.other_token, d.request) == ("Zulu", "Alpha", 1)
 
 
 def test_vllm_always_computes_the_last_token():
     text, a, _ = two_questions_sharing(1300)
     first = json.loads(text.splitlines()[0])
     second = ca.audit_log(jsonl(first, first)).requests[1]
-    assert second["cause"] == "identical" and second["first_divergent_index"] is None
-    assert second["cached_tokens"]["vllm"] == (len(a) - 1) // 16 * 16
+    assert second.cause == "identical" and second.first_divergent_index is None
+    assert second.cached_tokens["vllm"] == (len(a) - 1) // 16 * 16
 
 
 def test_openai_entry_expires_after_five_idle_minutes_and_use_refreshes_it():
@@ -134,13 +134,13 @@ def test_openai_entry_expires_after_five_idle_minutes_and_use_refreshes_it():
     first, second = (json.loads(x) for x in text.splitlines())
     late = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 400, "body": second}))
     rec = late.requests[1]
-    assert rec["cached_tokens"]["openai"] == 0 and rec["cause"] == "expired"
-    assert rec["expired_tokens"]["openai"] == 1300 and rec["cached_tokens"]["vllm"] == 1296  # vLLM: no TTL
+    assert rec.cached_tokens["openai"] == 0 and rec.cause == "expired"
+    assert rec.expired_tokens["openai"] == 1300 and rec.cached_tokens["vllm"] == 1296  # vLLM: no TTL
     soon = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 200, "body": second}))
-    assert soon.requests[1]["cached_tokens"]["openai"] == 1280
+    assert soon.requests[1].cached_tokens["openai"] == 1280
     # used every 200 s, each use refreshing the entry: 800 s after the first, still a hit
     chain = ca.audit_log(jsonl(*({"ts": 200 * k, "body": first if k % 2 else second} for k in range(5))))
-    assert [r["cached_tokens"]["openai"] for r in chain.requests] == [0, 1280, 1280, 1280, 1280]
+    assert [r.cached_tokens["openai"] for r in chain.requests] == [0, 1280, 1280, 1280, 1280]
 
 
 def test_iso_timestamps_and_top_level_ts_are_read_the_same():
@@ -148,7 +148,7 @@ def test_iso_timestamps_and_top_level_ts_are_read_the_same():
     wrapped = ca.audit_log(jsonl({"ts": "2025-03-14T09:31:07Z", "body": body},
                                  {"timestamp": "2025-03-14T09:36:07+00:00", "body": body}))
     plain = ca.audit_log(jsonl({**body, "ts": 1741944667}, {**body, "ts": 1741944967.0}))
-    assert [r["time_s"] for r in wrapped.requests] == [r["time_s"] for r in plain.requests] == [0.0, 300.0]
+    assert [r.time_s for r in wrapped.requests] == [r.time_s for r in plain.requests] == [0.0, 300.0]
 
 
 # ---- Anthropic -------------------------------------------------------------------------------------
@@ -162,30 +162,30 @@ def anthropic_body(system_tokens: int, question: str, model="claude-sonnet-4-5",
 def test_anthropic_breakpoint_below_the_model_minimum_caches_nothing():
     report = ca.audit_log(jsonl(anthropic_body(600, "a?"), anthropic_body(600, "b?")))
     for rec in report.requests:
-        a = rec["anthropic"]
-        assert a["cache_read_input_tokens"] == a["cache_creation_input_tokens"] == 0
-        assert a["below_minimum"] and a["min_tokens"] == 1024 and not a["breakpoints_added"]
+        a = rec.anthropic
+        assert a.cache_read_input_tokens == a.cache_creation_input_tokens == 0
+        assert a.below_minimum and a.min_tokens == 1024 and not a.breakpoints_added
     # 1,500 tokens: enough for Sonnet (1,024), not for Haiku 3.5 (2,048)
     haiku = ca.audit_log(jsonl(*(anthropic_body(1500, q, "claude-3-5-haiku-20241022") for q in "ab")))
-    assert haiku.requests[1]["cached_tokens"]["anthropic"] == 0 and haiku.requests[1]["anthropic"]["min_tokens"] == 2048
+    assert haiku.requests[1].cached_tokens["anthropic"] == 0 and haiku.requests[1].anthropic.min_tokens == 2048
 
 
 def test_anthropic_writes_then_reads_up_to_the_breakpoint():
     report = ca.audit_log(jsonl(anthropic_body(1500, "a?"), anthropic_body(1500, "b?")))
-    first, second = (r["anthropic"] for r in report.requests)
+    first, second = (r.anthropic for r in report.requests)
     end = len(ENC.encode_ordinary(HEADER_SYSTEM)) + 1500  # the breakpoint: the end of the system block
-    assert first["breakpoints"] == [end] == second["breakpoints"]
-    assert (first["cache_creation_input_tokens"], first["cache_read_input_tokens"]) == (end, 0)
-    assert (second["cache_creation_input_tokens"], second["cache_read_input_tokens"]) == (0, end)
-    assert second["input_tokens"] == report.requests[1]["prompt_tokens"] - end
+    assert first.breakpoints == [end] == second.breakpoints
+    assert (first.cache_creation_input_tokens, first.cache_read_input_tokens) == (end, 0)
+    assert (second.cache_creation_input_tokens, second.cache_read_input_tokens) == (0, end)
+    assert second.input_tokens == report.requests[1].prompt_tokens - end
 
 
 def test_anthropic_ttl_5_minutes_or_1_hour():
     for ttl, read in ((None, 0), ("1h", 1503)):
         report = ca.audit_log(jsonl({"ts": 0, "body": anthropic_body(1500, "a?", ttl=ttl)},
                                     {"ts": 1800, "body": anthropic_body(1500, "b?", ttl=ttl)}))
-        assert report.requests[1]["anthropic"]["cache_read_input_tokens"] == read
-    assert report.requests[0]["anthropic"]["cache_creation_1h"] == 1503
+        assert report.requests[1].anthropic.cache_read_input_tokens == read
+    assert report.requests[0].anthropic.cache_creation_1h == 1503
 
 
 def conversation(turns: int, blocks_per_turn: int = 1) -> dict:
@@ -201,26 +201,26 @@ def conversation(turns: int, blocks_per_turn: int = 1) -> dict:
 
 def test_anthropic_lookback_finds_the_previous_breakpoint_within_20_blocks():
     near = ca.audit_log(jsonl(conversation(1), conversation(2)))
-    first = near.requests[0]["anthropic"]
-    assert near.requests[1]["anthropic"]["cache_read_input_tokens"] == first["breakpoints"][0]
+    first = near.requests[0].anthropic
+    assert near.requests[1].anthropic.cache_read_input_tokens == first.breakpoints[0]
     far = ca.audit_log(jsonl(conversation(1, 25), conversation(2, 25)))  # 26 new blocks: past the lookback
-    assert far.requests[1]["anthropic"]["cache_read_input_tokens"] == 0
+    assert far.requests[1].anthropic.cache_read_input_tokens == 0
 
 
 def test_anthropic_refuses_more_than_4_breakpoints():
     body = conversation(3)
     for m in body["messages"]:
         m["content"][-1]["cache_control"] = {"type": "ephemeral"}
-    rec = ca.audit_log(jsonl(body)).requests[0]["anthropic"]
-    assert rec["refused"] and rec["cache_creation_input_tokens"] == 0
+    rec = ca.audit_log(jsonl(body)).requests[0].anthropic
+    assert rec.refused and rec.cache_creation_input_tokens == 0
 
 
 def test_anthropic_breakpoints_added_only_when_none_were_sent():
     text, _, _ = two_questions_sharing(1300)
-    auto = ca.audit_log(text).requests[1]["anthropic"]
-    assert auto["breakpoints_added"] and auto["cache_read_input_tokens"] > 0
-    sent = ca.audit_log(text, breakpoints="as-sent").requests[1]["anthropic"]
-    assert sent["breakpoints"] == [] and sent["cache_read_input_tokens"] == 0
+    auto = ca.audit_log(text).requests[1].anthropic
+    assert auto.breakpoints_added and auto.cache_read_input_tokens > 0
+    sent = ca.audit_log(text, breakpoints="as-sent").requests[1].anthropic
+    assert sent.breakpoints == [] and sent.cache_read_input_tokens == 0
 
 
 # ---- the traps, in the prepared logs ----------------------------------------------------------------
@@ -228,21 +228,21 @@ def test_anthropic_breakpoints_added_only_when_none_were_sent():
 def test_each_prepared_trap_is_found_and_named_and_its_fixed_log_hits(app, trap):
     bad = ca.audit_log(ca.example_text(f"{app}_trap"))
     good = ca.audit_log(ca.example_text(f"{app}_fixed"))
-    found = [r for r in bad.requests if r["trap"]]
-    assert found and {r["trap"] for r in found} == {trap}
-    assert all(r["explanation"] and r["fix"] == ca.TRAPS[trap][1] for r in found)
-    assert not any(r["trap"] for r in good.requests)
+    found = [r for r in bad.requests if r.trap]
+    assert found and {r.trap for r in found} == {trap}
+    assert all(r.explanation and r.fix == ca.TRAPS[trap][1] for r in found)
+    assert not any(r.trap for r in good.requests)
     before, after = ca.bill(bad)["totals"], ca.bill(good)["totals"]
     for p in ca.PROVIDERS:
         assert after[p]["hit_rate"] >= 0.75 and after[p]["hit_rate"] > before[p]["hit_rate"]
     if app != "long_chat":  # the conversation's first request is under OpenAI's 1,024 minimum
-        assert all(r["cached_tokens"]["openai"] >= 1024 for r in good.requests[1:])
+        assert all(r.cached_tokens["openai"] >= 1024 for r in good.requests[1:])
 
 
 @pytest.mark.parametrize("app, trap", list(ca.EXAMPLE_TRAPS.items()))
 def test_apply_the_fixes_removes_each_trap(app, trap):
     result = ca.audit_fixes(ca.example_text(f"{app}_trap"))
-    assert not any(r["trap"] for r in result["after"].requests)
+    assert not any(r.trap for r in result["after"].requests)
     assert any(result["changes"].values())
     before, after = ca.bill(result["before"])["totals"], ca.bill(result["after"])["totals"]
     assert all(after[p]["hit_rate"] > before[p]["hit_rate"] for p in ca.PROVIDERS)
@@ -259,10 +259,10 @@ def test_history_fix_keeps_the_original_turns():
 def test_system_prompt_changed_and_date_late_are_told_apart():
     rules = "\n".join(f"Rule {k}: answer politely and check the order number first." for k in range(150))
     changed = ca.audit_log(jsonl(chat("You are Ana.\n" + rules, "hi"), chat("You are Bob.\n" + rules, "hi")))
-    assert changed.requests[1]["trap"] == "system_changed"
+    assert changed.requests[1].trap == "system_changed"
     late = ca.audit_log(jsonl(chat(rules + "\nToday is 2025-03-14.", "hi"),
                               chat(rules + "\nToday is 2025-03-15.", "hi")))
-    assert late.requests[1]["cause"] == "volatile_late" and late.requests[1]["trap"] is None
+    assert late.requests[1].cause == "volatile_late" and late.requests[1].trap is None
 
 
 # ---- the bill -------------------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def test_bill_totals_use_the_log_output_tokens_and_refuse_bad_prices():
     report = ca.audit_log(text)
     costs = ca.bill(report, output_tokens=1000)
     out_price = RULES["providers"]["openai"]["price"]["output_per_mtok"] / 1e6
-    n = sum(r["prompt_tokens"] for r in report.requests)
+    n = sum(r.prompt_tokens for r in report.requests)
     assert costs["totals"]["openai"]["without_cache"] == pytest.approx(n * 2.0 / 1e6 + 1010 * out_price)
     prices = ca.default_prices()
     prices["openai"]["input_per_mtok"] = -1
@@ -411,7 +411,7 @@ def test_prefix_tree_rows_add_up():
         kids = [k for k in report.tree if k["parent"] == r["id"]]
         assert sum(k["requests"] for k in kids) <= r["requests"]  # plotly's branchvalues="total"
     trunk = [r for r in report.tree if r["parent"] == "root"]
-    assert len(trunk) == 1 and trunk[0]["tokens"] == report.requests[0]["prompt_tokens"]  # each call extends the last
+    assert len(trunk) == 1 and trunk[0]["tokens"] == report.requests[0].prompt_tokens  # each call extends the last
 
 
 # ---- the helpers' worked examples ------------------------------------------------------------------
@@ -451,7 +451,8 @@ def test_cli_prints_and_writes_json(tmp_path, capsys):
 
 
 def test_records_are_built_once_and_are_what_the_json_holds(tmp_path):
-    """A request's record is a frozen dataclass (no dict filled in later); --json holds its fields in order."""
+    """A request's record is a frozen dataclass (no dict filled in later, no reads by key); --json holds its
+    fields in order."""
     from dataclasses import FrozenInstanceError, fields
 
     report = ca.audit_log(ca.example_text("rag_json_trap"))
@@ -460,9 +461,9 @@ def test_records_are_built_once_and_are_what_the_json_holds(tmp_path):
         rec.trap = None
     with pytest.raises(FrozenInstanceError):
         rec.anthropic.refused = "x"
-    assert rec["trap"] == rec.trap == "json_keys_reordered" and rec["divergence"]["token"] == rec.divergence.token
-    with pytest.raises(KeyError):
-        rec["cost"]  # not a field: key reads are the fields, nothing else
+    assert rec.trap == "json_keys_reordered" and rec.divergence.token
+    with pytest.raises(TypeError):
+        rec["trap"]  # read by attribute only: the dict-style reads (the old CLI table's) are gone
     out = tmp_path / "audit.json"
     assert main(["cache-audit", str(ca.EXAMPLES_DIR / ca.EXAMPLES["rag_json_trap"][1]), "--json", str(out)]) == 0
     row = json.loads(out.read_text())["requests"][1]
@@ -572,31 +573,31 @@ def test_a_date_line_put_in_front_of_the_system_prompt_is_the_date_trap():
     log = jsonl(*(chat(RULE_LINES, f"question {k}") for k in range(3)),
                 *(chat(system, f"question {k + 3}") for k, system in enumerate(dated)))
     records = ca.audit_log(log).requests
-    assert [r["trap"] for r in records[3:]] == ["date_or_id"] * 3
+    assert [r.trap for r in records[3:]] == ["date_or_id"] * 3
     fourth = records[3]
-    assert "'2025-03-14 09:30' added here, where request 3 had none" in fourth["explanation"]
-    assert fourth["fix"] == ca.TRAPS["date_or_id"][1]
-    assert "2025-03-14 09:31' here, '2025-03-14 09:30' in request 4" in records[4]["explanation"]
+    assert "'2025-03-14 09:30' added here, where request 3 had none" in fourth.explanation
+    assert fourth.fix == ca.TRAPS["date_or_id"][1]
+    assert "2025-03-14 09:31' here, '2025-03-14 09:30' in request 4" in records[4].explanation
     # the fix moves the line to the end: every request after the first then hits
     after = ca.audit_fixes(log)["after"].requests
-    assert not any(r["trap"] for r in after) and all(r["cached_tokens"]["openai"] >= 1024 for r in after[1:])
+    assert not any(r.trap for r in after) and all(r.cached_tokens["openai"] >= 1024 for r in after[1:])
 
 
 def test_a_model_minimum_says_why_nothing_is_cached():
     log = jsonl(*(anthropic_body(3000, q, "claude-haiku-4-5") for q in ("a?", "b?")))
     report = ca.audit_log(log, provider="anthropic")
     first, second = report.requests
-    assert first["cached_tokens"]["anthropic"] == second["cached_tokens"]["anthropic"] == 0
-    assert "Its prefix is stored" not in first["explanation"]
+    assert first.cached_tokens["anthropic"] == second.cached_tokens["anthropic"] == 0
+    assert "Its prefix is stored" not in first.explanation
     assert ("Anthropic stores nothing of it: every breakpoint comes before claude-haiku-4-5's minimum cacheable "
-            "length of 4,096 tokens.") in first["explanation"]
-    assert "Anthropic caches nothing here: every breakpoint comes before" in second["explanation"]
+            "length of 4,096 tokens.") in first.explanation
+    assert "Anthropic caches nothing here: every breakpoint comes before" in second.explanation
     assert any("2 of 2 requests" in w and "claude-haiku-4-5" in w and "4,096" in w for w in report.warnings)
     sonnet = ca.audit_log(jsonl(*(anthropic_body(3000, q) for q in ("a?", "b?"))), provider="anthropic")
-    assert sonnet.requests[0]["explanation"].endswith("Its prefix is stored for the requests after it.")
-    assert sonnet.requests[1]["cached_tokens"]["anthropic"] > 0 and not sonnet.warnings
+    assert sonnet.requests[0].explanation.endswith("Its prefix is stored for the requests after it.")
+    assert sonnet.requests[1].cached_tokens["anthropic"] > 0 and not sonnet.warnings
     short = ca.audit_log(jsonl(chat("x", "y"), chat("x", "z")))  # OpenAI, under 1,024 tokens
-    assert "OpenAI stores nothing of it: the prompt is under 1,024 tokens" in short.requests[0]["explanation"]
+    assert "OpenAI stores nothing of it: the prompt is under 1,024 tokens" in short.requests[0].explanation
 
 
 def test_an_expired_entry_counts_from_its_last_use():
@@ -608,8 +609,8 @@ def test_an_expired_entry_counts_from_its_last_use():
                                                         {"role": "user", "content": "and then?"}]}
     report = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 120, "body": longer}, {"ts": 540, "body": first}))
     third = report.requests[2]
-    assert report.requests[1]["cached_tokens"]["openai"] == 1280 and third["cause"] == "expired"
-    assert "last used 7.0 min before" in third["explanation"] and "9.0 min" not in third["explanation"]
+    assert report.requests[1].cached_tokens["openai"] == 1280 and third.cause == "expired"
+    assert "last used 7.0 min before" in third.explanation and "9.0 min" not in third.explanation
 
 
 def test_prefill_time_saved_uses_each_providers_editable_figure():
@@ -631,12 +632,12 @@ def test_openai_extended_retention_keeps_a_prefix_for_24_hours():
     text, _, _ = two_questions_sharing(1300)
     a, b = (json.loads(x) for x in text.splitlines())
     hour = [{"ts": 0, "body": a}, {"ts": 3600, "body": b}]
-    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 0  # in_memory: gone after 5 min
+    assert ca.audit_log(jsonl(*hour)).requests[1].cached_tokens["openai"] == 0  # in_memory: gone after 5 min
     for e in hour:
         e["body"] = {**e["body"], "prompt_cache_retention": "24h"}
-    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 1280
+    assert ca.audit_log(jsonl(*hour)).requests[1].cached_tokens["openai"] == 1280
     hour[1]["ts"] = 25 * 3600
-    assert ca.audit_log(jsonl(*hour)).requests[1]["cached_tokens"]["openai"] == 0
+    assert ca.audit_log(jsonl(*hour)).requests[1].cached_tokens["openai"] == 0
     with pytest.raises(InputError, match="`prompt_cache_retention` must be"):
         ca.audit_log(jsonl({**a, "prompt_cache_retention": "1h"}))
 
@@ -650,12 +651,12 @@ def test_anthropic_one_hour_breakpoints_must_come_before_five_minute_ones():
 
     wrong = ca.audit_log(jsonl(body("5m", "1h", "a?"), body("5m", "1h", "a?")), provider="anthropic")
     for rec in wrong.requests:
-        assert rec["anthropic"]["refused"].startswith("a 1-hour breakpoint comes after a 5-minute one")
-        assert rec["cached_tokens"]["anthropic"] == rec["anthropic"]["cache_creation_input_tokens"] == 0
+        assert rec.anthropic.refused.startswith("a 1-hour breakpoint comes after a 5-minute one")
+        assert rec.cached_tokens["anthropic"] == rec.anthropic.cache_creation_input_tokens == 0
     assert any("Anthropic would refuse 2 of 2 requests" in w for w in wrong.warnings)
-    assert "the API would refuse the request" in wrong.requests[1]["explanation"]
+    assert "the API would refuse the request" in wrong.requests[1].explanation
     right = ca.audit_log(jsonl(body("1h", "5m", "a?"), body("1h", "5m", "a?")), provider="anthropic")
-    assert not right.requests[1]["anthropic"]["refused"] and right.requests[1]["cached_tokens"]["anthropic"] > 0
+    assert not right.requests[1].anthropic.refused and right.requests[1].cached_tokens["anthropic"] > 0
 
 
 @pytest.mark.parametrize("model, least", [("claude-opus-4-8", 1024), ("claude-opus-4-6", 4096),

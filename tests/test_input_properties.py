@@ -22,7 +22,9 @@ from pipeline.stages.kv_cache import ModelShape, fit, human_bytes, load_configs
 from pipeline.stages.position import inv_freq
 from pipeline.stages.request import GenerationOptions
 from pipeline.stages.tokens import encode
-from pipeline.text import continuation_label, token_pieces, token_text, tokens_text
+from pipeline.text.token_names import token_text, tokens_text
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from pipeline.timing import compare_runs
 
 NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**30, 10**30),

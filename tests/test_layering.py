@@ -6,6 +6,7 @@ not the other way). And every page's module-level imports load without torch, so
 draw a stored run before the network (and torch) has loaded.
 """
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,33 @@ def test_imports_only_point_down(under, target, why):
 
 def test_every_allowed_exception_is_still_needed():
     assert ALLOWED <= violations(), f"remove {sorted(ALLOWED - violations())} from ALLOWED: it no longer imports"
+
+
+# ---- no HTML below ui/ ---------------------------------------------------------------------------------
+
+HTML_TAG = re.compile(r"</?(div|span|p|h[1-6]|table|thead|tbody|tr|td|th|br|hr|svg|script|style|img|a|b|i|em|strong|"
+                      r"code|pre|ul|ol|li|html|body|head|details|summary|section|mark|small|sup|sub)\b[^<>]*>", re.I)
+
+
+def html_literals(folder: str) -> list[str]:
+    """'file:line' of every string literal (f-string parts too; docstrings left out) holding an HTML tag."""
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                  and HTML_TAG.search(node.value)]
+    return found
+
+
+def test_pipeline_writes_no_html():
+    """README: pipeline/ holds no HTML (the report and every page's markup live in ui/). The scan does find
+    ui/'s markup, so an empty answer for pipeline/ is not a blind scan."""
+    assert html_literals("pipeline") == []
+    assert len(html_literals("ui")) > 20
 
 
 # ---- every page without torch --------------------------------------------------------------------------

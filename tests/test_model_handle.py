@@ -28,7 +28,8 @@ def test_vocabulary_answers_like_the_transformers_tokenizer_for_every_id(tokeniz
 def test_chips_drawn_from_the_vocabulary_equal_those_from_the_tokenizer(tokenizer):
     from pipeline.model.vocabulary import Vocabulary
     from pipeline.model.weights_cache import weights_cache_dir
-    from pipeline.text import continuation_label, token_pieces
+    from pipeline.text.pieces import token_pieces
+    from pipeline.text.unfinished import continuation_label
 
     vocab = Vocabulary.from_folder(weights_cache_dir())
     ids = tokenizer.apply_chat_template([{"role": "user", "content": "토마토는 과일이야? 🍅 <|im_end|> naïve"}],
@@ -49,12 +50,12 @@ def test_config_dims_are_the_model_cards_numbers():
 
 
 def test_the_app_and_a_stored_run_import_without_torch():
-    """What the first page needs — the pages' common module, the model's name, dimensions and token
+    """What the first page needs — the pages' shared modules, the model's name, dimensions and token
     names, and a whole Trace record unpickled — never imports torch or transformers."""
     code = """
 import pickle, sys
 import numpy as np
-import views.common
+import views.runs, views.warm_up, views.chrome  # every module the pages share
 from pipeline.model.handle import ModelHandle
 from pipeline.trace import Trace
 from pipeline.model.prefill_record import Prefill
@@ -93,7 +94,8 @@ def test_a_fresh_server_draws_the_stored_default_run_before_the_network_loads():
     """Cold start: with the default request's run stored, a fresh process draws Journey completely —
     the request id, every prompt token's chip — without importing torch."""
     from pipeline.stages.request import ChatRequest
-    from views.common import DEFAULT_QUESTION, request_key, run_store
+    from views.server_state import run_store
+    from views.session_request import DEFAULT_QUESTION, request_key
 
     from pipeline.trace import run_trace
 
@@ -115,7 +117,7 @@ print('torch' in sys.modules, 'This run took' in page, page.count('padding:1px 5
 
 RACE = """
 import sys, threading, time
-import views.common
+import views.runs, views.warm_up, views.chrome  # every module the pages share
 from pipeline.model.handle import ModelHandle
 h, errors = ModelHandle(), []
 def worker():

@@ -81,7 +81,7 @@ def test_timing_a_scenario_again_replaces_the_shared_measurement():
     """One stored measurement was shown to every session; a visitor can time it again, for everyone."""
     at = run_page()
     before = [c.value for c in at.caption if "measured at" in c.value]
-    from views.common import result_store
+    from views.server_state import result_store
 
     stored = result_store().peek(("scenario", "conversation", 16))
     at.button(key="pc_time_again").click().run()

@@ -1,7 +1,7 @@
 """AppTest per page (Journey, Request & template, Tokens, Tensors & batch, Generation, KV cache).
 
 AppTest runs one page file on its own (no app.py sidebar), so each page works from the session-state
-defaults in views/common.py. The model and the traces are cached per process, so the default request
+defaults in views/session_request.py. The model and the traces are cached per process, so the default request
 runs once for the whole module.
 """
 import json

@@ -1,6 +1,6 @@
 """AppTest for the analysis pages: embeddings, position, layers, attention, next token.
 
-Each page runs standalone (no sidebar) from the session-state defaults in views/common.py.
+Each page runs standalone (no sidebar) from the session-state defaults in views/session_request.py.
 The trace is cached per process, so the model runs once for the whole module.
 """
 import base64

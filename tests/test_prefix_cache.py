@@ -11,7 +11,7 @@ from pipeline.errors import InputError
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.prompt_cache.engine import (HIT, MISS, NOT_CACHEABLE, RECOMPUTED, PrefixCache, PrefixCacheConfig,
                                           chain_hashes)
-from pipeline.prompt_cache.playback import explain, play, prompt_tokens
+from pipeline.prompt_cache.playback import explain, play_scenario, prompt_tokens
 from pipeline.prompt_cache.scenarios import TRAPS, scenarios
 
 from conftest import make_tiny_lm
@@ -213,7 +213,7 @@ def test_each_trap_misses_and_its_fix_hits(tiny_lm, trap):
         scenario = all_scenarios[f"{trap}_{kind}"]
         first, second = (prompt_tokens(tiny_lm, p)[0] for p in scenario.prompts)
         shared = next((i for i, (x, y) in enumerate(zip(first, second)) if x != y), min(len(first), len(second)))
-        second_stats = play(tiny_lm, scenario, measure_cold=False)[1]["stats"]
+        second_stats = play_scenario(tiny_lm, scenario, measure_cold=False)[1]["stats"]
         # exactly the full blocks before the first difference are reused
         assert second_stats["tokens_reused"] == min(shared, len(second) - 1) // 16 * 16
         results[kind] = (second_stats, len(second))
@@ -227,7 +227,7 @@ def test_each_trap_misses_and_its_fix_hits(tiny_lm, trap):
 
 
 def test_conversation_reuses_the_history(tiny_lm):
-    rows = play(tiny_lm, scenarios()["conversation"], measure_cold=False)
+    rows = play_scenario(tiny_lm, scenarios()["conversation"], measure_cold=False)
     reused = [r["stats"]["tokens_reused"] for r in rows]
     assert reused[0] == 0
     assert all(later > earlier for earlier, later in zip(reused, reused[1:]))
@@ -239,7 +239,7 @@ def test_conversation_reuses_the_history(tiny_lm):
 
 def test_only_requests_that_reuse_something_are_timed_against_cold(tiny_lm):
     """Nothing reused = the same work as cold: no comparison (it once claimed 'cold is 2.2x faster')."""
-    rows = play(tiny_lm, scenarios()["conversation"], measure_cold=True)
+    rows = play_scenario(tiny_lm, scenarios()["conversation"], measure_cold=True)
     assert rows[0]["stats"]["tokens_reused"] == 0 and rows[0]["timing"] is None
     assert all(r["timing"] is not None and r["measured_at"] for r in rows[1:])
 

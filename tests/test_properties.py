@@ -19,7 +19,9 @@ from pipeline.stages.request import (MAX_NEW_TOKENS, MIN_TEMPERATURE, ROLES, Cha
                                      check_text, parse_turns)
 from pipeline.stages.template import TEMPLATE_ROLE, render_prompt, segments
 from pipeline.stages.tokens import encode, tokenize_request
-from pipeline.text import piece_bytes, piece_text, render_bytes, render_text, token_text, tokens_text
+from pipeline.text.byte_level import piece_bytes
+from pipeline.text.readable import piece_text, render_bytes, render_text
+from pipeline.text.token_names import token_text, tokens_text
 from ui.escape import axis_labels, code_span, html_text, plotly_label
 
 # ---- strategies -------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""Token text made readable (pipeline/text.py) and untrusted text made safe (ui/escape.py, ui/chips.py)."""
+"""Token text made readable (pipeline/text/) and untrusted text made safe (ui/escape.py, ui/chips.py)."""
 import html
 
 from pipeline.stages.tokens import Token
-from pipeline.text import piece_bytes, piece_text, plural, render_bytes, render_text, token_text, tokens_text
+from pipeline.text.byte_level import piece_bytes
+from pipeline.text.readable import piece_text, render_bytes, render_text
+from pipeline.text.token_names import token_text, tokens_text
 from ui.chips import chip, token_chips
 from ui.escape import axis_labels, code_span, html_text, plotly_label
+from ui.words import plural
 
 
 def test_visible_whitespace_and_bytes():
@@ -37,6 +40,87 @@ def test_token_text_of_the_real_tokenizer(tokenizer):
     # concatenating the pieces' bytes gives the text back
     raw = b"".join(piece_bytes(p) for p in tokenizer.convert_ids_to_tokens(ids[:-1]))
     assert raw.decode() == "토마토 <img> \n"
+
+
+def _utf8_character_holding(byte: int) -> str | None:
+    """A character whose UTF-8 encoding holds `byte` (None for the 13 bytes valid UTF-8 never uses)."""
+    if byte < 0x80:
+        return chr(byte)
+    if 0x80 <= byte <= 0xBF:
+        return chr(0x80 + (byte - 0x80))  # U+0080..U+00BF: C2 80 .. C2 BF
+    if 0xC2 <= byte <= 0xDF:
+        return bytes([byte, 0x80]).decode()
+    if 0xE0 <= byte <= 0xEF:
+        return bytes([byte, 0xA0 if byte == 0xE0 else 0x80, 0x80]).decode()
+    if 0xF0 <= byte <= 0xF4:
+        return bytes([byte, 0x90 if byte == 0xF0 else 0x80, 0x80, 0x80]).decode()
+    return None
+
+
+def test_the_byte_map_agrees_with_the_tokenizers_library_over_all_256_bytes():
+    """The hand-built GPT-2 byte table against `tokenizers`' own ByteLevel: the same 256 characters as its
+    alphabet, and for every byte a character of valid UTF-8 holding it, spelled in the table's characters,
+    decodes through `decoders.ByteLevel` to that character. The 13 bytes valid UTF-8 never uses decode to
+    U+FFFD there, so the library cannot give one token's raw bytes (why the table is kept)."""
+    from tokenizers import decoders, pre_tokenizers
+
+    from pipeline.text.byte_level import _byte_decoder
+
+    table = _byte_decoder()
+    char_of = {b: ch for ch, b in table.items()}
+    assert sorted(char_of) == list(range(256))
+    assert set(table) == set(pre_tokenizers.ByteLevel.alphabet())
+    decoder, never_utf8 = decoders.ByteLevel(), []
+    for byte in range(256):
+        character = _utf8_character_holding(byte)
+        if character is None:
+            never_utf8.append(byte)
+            assert decoder.decode([char_of[byte]]) == "\ufffd" and piece_bytes(char_of[byte]) == bytes([byte])
+            continue
+        pieces = ["".join(char_of[b] for b in character.encode())]
+        assert byte in character.encode()
+        assert decoder.decode(pieces) == character
+        assert piece_bytes(pieces[0]) == character.encode()
+    assert never_utf8 == [0xC0, 0xC1, *range(0xF5, 0x100)]
+
+
+def test_what_is_known_per_tokenizer_is_kept_beside_it_not_written_onto_it(tokenizer):
+    """Vocabulary size, special ids and the word table are computed once per tokenizer and kept in a
+    weak dictionary: nothing is set on the Hugging Face object (it once got `_tpe_special_ids`), and a
+    tokenizer's entry goes with it."""
+    import gc
+
+    from pipeline.stages.embeddings import same_word_ids
+    from pipeline.text import per_tokenizer as memo
+    from pipeline.text.pieces import token_pieces
+
+    before = set(vars(tokenizer))
+    token_text(tokenizer, 2), tokens_text(tokenizer, [1, 2]), token_pieces(tokenizer, [19, 2])
+    same_word_ids(tokenizer, ["tomato"])
+    assert set(vars(tokenizer)) == before
+
+    class Counting:  # a tokenizer that counts what it is asked
+        asked = 0
+
+        def __len__(self):
+            Counting.asked += 1
+            return 4
+
+        @property
+        def all_special_ids(self):
+            Counting.asked += 1
+            return [3]
+
+        def convert_ids_to_tokens(self, ids):
+            return [["a", "b", "c", "<end>"][i] for i in ids]
+
+    counting = Counting()
+    assert [token_text(counting, i) for i in (0, 3, 3)] == ["a", "<end>", "<end>"]
+    assert Counting.asked == 2  # once for the size, once for the special ids
+    entries = len(memo._memo)
+    del counting
+    gc.collect()
+    assert len(memo._memo) == entries - 1
 
 
 def test_plural():
@@ -74,7 +158,7 @@ def test_highlighted_text_keeps_one_html_block_whatever_the_line_breaks(tokenize
     from markdown_links import foreign_links
 
     from pipeline.stages.template import Segment
-    from pipeline.text import token_pieces
+    from pipeline.text.pieces import token_pieces
     from ui.chips import highlighted_template, text_spans
 
     hostile = "a\r\r[Log in](http://evil.example/login)\n\nb\r\n\r\nc"

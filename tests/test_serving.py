@@ -168,7 +168,7 @@ def test_deep_size_adds_up_what_a_result_holds():
 def test_results_store_is_bounded_in_bytes_not_in_count():
     """result_store() once kept 256 results whatever their size (size_of=lambda r: 1): 256 branch traces
     of hundreds of MB each. Now small results are all kept and big ones evict each other."""
-    from views import common
+    from views import server_state as common
 
     common.result_store.clear()
     try:
@@ -382,7 +382,9 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     it (a late-bound key once filed it under the scenario's key, so the first visitor ran it again)."""
     from pipeline.model.weights_cache import CACHE_ENV, cache_root
     from pipeline.stages.request import ChatRequest
-    from views.common import DEFAULT_QUESTION, request_key, result_store, run_queue, run_store, warm_up
+    from views.server_state import result_store, run_queue, run_store
+    from views.session_request import DEFAULT_QUESTION, request_key
+    from views.warm_up import warm_up
 
     for entry in cache_root().iterdir():  # the weights, but an empty store of runs
         if entry.name != "runs":
@@ -404,7 +406,7 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
 
 
 def test_waiting_time_reads_in_steps_that_do_not_flicker():
-    from views.common import waiting_time
+    from views.waiting import waiting_time
 
     assert [waiting_time(s) for s in (0, 4, 9.9, 37, 44, 95, 130)] == [
         "a few seconds", "a few seconds", "a few seconds", "40 s", "40 s", "1.5 min", "2 min"]
@@ -570,29 +572,31 @@ def test_generation_page_compares_the_two_paths_now():
 def test_a_download_after_the_store_dropped_the_run_says_so(monkeypatch):
     """Download buttons hold the run's key; a run dropped since (memory full, disk store off) gives a note,
     not an AttributeError on None."""
-    from views import common
+    from views import runs
 
     store = RunStore(max_bytes=10, size_of=len)
-    monkeypatch.setattr(common, "run_store", lambda: store)
+    monkeypatch.setattr(runs, "run_store", lambda: store)
     store.put(("k",), "the run")
-    assert common.stored_download(("k",), str.upper) == "THE RUN"
-    assert common.stored_download(("gone",), str.upper) == common.RUN_GONE
+    assert runs.stored_download(("k",), str.upper) == "THE RUN"
+    assert runs.stored_download(("gone",), str.upper) == runs.RUN_GONE
 
 
 def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
     """'Time these requests again now' replaces everyone's timings: clicks in the same minute share one replay
     (the queue alone merged only clicks that arrived while it ran)."""
-    from views import common
+    from views import scenarios, waiting
 
     plays = []
-    monkeypatch.setattr(common, "_play", lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
-    monkeypatch.setattr(common, "get_model", lambda: None)
-    monkeypatch.setattr(common, "result_store", lambda store=RunStore(max_bytes=2**20, size_of=deep_size): store)
-    monkeypatch.setattr(common.time, "time", lambda: 600.0)
-    first = common.played_again("conversation")
-    assert common.played_again("conversation") == first and plays == ["conversation"]
-    monkeypatch.setattr(common.time, "time", lambda: 661.0)  # the next minute: measured again
-    assert common.played_again("conversation") == [{"n": 2}] and common.played("conversation") == [{"n": 2}]
+    store = RunStore(max_bytes=2**20, size_of=deep_size)
+    monkeypatch.setattr(scenarios, "play_scenario_now", lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
+    monkeypatch.setattr(scenarios, "get_model", lambda: None)
+    for module in (scenarios, waiting):  # the scenario's own store and the queue's check before it
+        monkeypatch.setattr(module, "result_store", lambda: store)
+    monkeypatch.setattr(scenarios.time, "time", lambda: 600.0)
+    first = scenarios.scenario_rows_timed_again("conversation")
+    assert scenarios.scenario_rows_timed_again("conversation") == first and plays == ["conversation"]
+    monkeypatch.setattr(scenarios.time, "time", lambda: 661.0)  # the next minute: measured again
+    assert scenarios.scenario_rows_timed_again("conversation") == [{"n": 2}] and scenarios.scenario_rows("conversation") == [{"n": 2}]
 
 
 def test_start_page_reads_the_warm_up_tickets_as_futures(monkeypatch):
@@ -602,12 +606,12 @@ def test_start_page_reads_the_warm_up_tickets_as_futures(monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    from views import common
+    from views import server_state, warm_up
 
     pending, failed = Future(), Future()
     failed.set_exception(RuntimeError("disk full"))
-    monkeypatch.setattr(common, "warm_up", lambda: {"the default request": pending, "prompt caching: A trap": failed})
-    monkeypatch.setattr(common, "run_queue", lambda: [pending])
+    monkeypatch.setattr(warm_up, "warm_up", lambda: {"the default request": pending, "prompt caching: A trap": failed})
+    monkeypatch.setattr(server_state, "run_queue", lambda: [pending])
     at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "start.py")).run()
     assert not at.exception
     assert any("Preparing prompt caching: A trap failed (RuntimeError: disk full)" in w.value for w in at.warning)

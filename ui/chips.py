@@ -31,7 +31,7 @@ GROUP_STYLE = ("display:inline-flex;flex-direction:column;align-items:center;ver
 def token_chips(tokens, show_ids: bool = True, pieces=None, max_height: int | None = None) -> str:
     """tokens: Token records (index, id, text, role, special) -> one HTML block of chips.
 
-    pieces (pipeline.text.Piece per token, optional): tokens that are only parts of one character
+    pieces (pipeline.text.pieces.Piece per token, optional): tokens that are only parts of one character
     are bracketed together under that character, each chip still showing its own bytes.
     max_height: a taller block scrolls inside its own box instead of stretching the page.
     """
@@ -71,7 +71,7 @@ def _group_title(piece, first_index: int, n: int) -> str:
 
 def text_spans(pieces, roles=None, max_height: int | None = None) -> str:
     """The original text with each token's stretch highlighted (alternating tints; a character that
-    several tokens spell is one stretch, outlined). pieces: pipeline.text.Piece per token."""
+    several tokens spell is one stretch, outlined). pieces: pipeline.text.pieces.Piece per token."""
     out, k = [], 0
     shade = 0
     while k < len(pieces):

@@ -17,10 +17,10 @@ import plotly.graph_objects as go
 
 from pipeline.stages.attention import attention_for_layer
 from pipeline.stages.next_token import filter_stages
-from pipeline.text import plural
 
 from .chips import highlighted_template, legend, token_chips
 from .escape import axis_labels, html_text, json_text, plotly_label
+from .words import plural
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2rem auto;padding:0 1rem;color:#111}
 h1{font-size:2rem}h2{margin-top:2.5rem;border-bottom:1px solid #e5e7eb;padding-bottom:.3rem}

@@ -6,12 +6,15 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views import url_state
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
-from pipeline.text import plural, token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, code_span, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from ui.words import plural
 
 WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
 SINKS = 4  # first tokens kept as columns in a long prompt's grid: heads park much of their weight there
@@ -24,7 +27,7 @@ page_header("Attention", "Inside every layer, each token looks back at the token
             "of each to take in. One grid per head: row = the token that is looking (query), column = the token "
             "looked at (key). Each row adds up to 100 %. Cells to the right of the diagonal are the future: "
             "a token may never see them, so they are masked.")
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().tokenizer
 m, p = trace.dims, trace.prefill
 L, H, Hkv, Dh = m.L, m.H, m.Hkv, m.Dh

@@ -5,15 +5,21 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.stages.tokens import encode
-from pipeline.text import continuation_label, plural, spelled, token_pieces, unfinished_end
+from pipeline.text.pieces import spelled, token_pieces
+from pipeline.text.unfinished import continuation_label, unfinished_end
 from pipeline.trace import log_probability, mean_log_probability, step_log_probabilities
 from ui.escape import code_span, markdown_text, plotly_label
-from views.common import branch_for, branch_label, current_request, current_trace, get_model, page_header, request_key
+from ui.words import plural
+from views.server_state import get_model
+from views.session_request import current_request, request_key
+from views.branching import branch_for, branch_label
+from views.runs import run_for_page
+from views.chrome import page_header
 
 page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
             "token forced. The prompt is not run again — its keys and values come back from the captured run — "
             "and the answer so far is fed once, so a branch costs a fraction of a new request.")
-original = current_trace(original=True)
+original = run_for_page(original=True)
 tok = get_model().tokenizer
 root = request_key(current_request())
 tree = st.session_state.setdefault("branch_tree", {})  # {request key: [paths explored]}
@@ -67,15 +73,16 @@ def finish(t) -> str:
 
 if here:
     b, parent = branch_for(original, here), (branch_for(original, here[:-1]) if len(here) > 1 else original)
-    at = here[-1][0]
+    parted_at = here[-1][0]  # the step where this branch leaves its parent
     st.subheader("2. The two paths side by side")
     c1, c2 = st.columns(2)
     for col, title, t in ((c1, "before this branch", parent), (c2, "this branch", b)):
         p = token_pieces(tok, t.generated_token_ids)
-        col.markdown(f"**{title}** — from step {at} on: **{mean_log_probability(t, at):.2f} per token** over "
-                     f"{plural(len(t.steps) - at, 'token')} (finish: {finish(t)}; whole path "
+        col.markdown(f"**{title}** — from step {parted_at} on: **{mean_log_probability(t, parted_at):.2f} per "
+                     f"token** over {plural(len(t.steps) - parted_at, 'token')} (finish: {finish(t)}; whole path "
                      f"{log_probability(t):.2f} over {plural(len(t.steps), 'token')})")
-        col.code(spelled(p, at) + " ⟨" + p[at].label + "⟩ " + spelled(p[at + 1:]), language=None, wrap_lines=True)
+        col.code(spelled(p, parted_at) + " ⟨" + p[parted_at].label + "⟩ " + spelled(p[parted_at + 1:]),
+                 language=None, wrap_lines=True)
     st.caption("⟨ ⟩ marks the step where the paths part. Both paths are the same up to there, so they are compared "
                "from that step on, per token: the mean of log P(chosen token) over each path's own tokens "
                "(temperature 1, over the whole vocabulary); closer to 0 = the model found the path more likely. "

@@ -1,5 +1,5 @@
 """Cache audit: a real request log replayed under OpenAI's, Anthropic's and vLLM's prompt-cache rules."""
-from views.common import page_header
+from views.chrome import page_header
 
 import pandas as pd
 import streamlit as st

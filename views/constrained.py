@@ -9,7 +9,10 @@ from pipeline.errors import InputError
 from pipeline.run_queue import cost_of
 from pipeline.trace import run_constrained_trace
 from ui.escape import markdown_text, plotly_label
-from views.common import APP_MAX_PROMPT_TOKENS, current_request, get_model, page_header, queued, request_key
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
+from views.session_request import current_request, request_key
+from views.waiting import result_through_queue
+from views.chrome import page_header
 
 page_header("Constrained output", "A service that must answer in a fixed format turns the format into a grammar. "
             "At every step the grammar engine (xgrammar, the one vLLM and SGLang use) marks which of the model's "
@@ -36,7 +39,7 @@ kind, spec = st.session_state.co_last
 try:
     request = current_request()
     grammar = [s.strip() for s in spec.split(",")] if kind == "choice" else spec
-    trace = queued(("constrained", request_key(request), kind, spec),
+    trace = result_through_queue(("constrained", request_key(request), kind, spec),
                    lambda: run_constrained_trace(request, get_model(), kind, grammar, APP_MAX_PROMPT_TOKENS),
                    cost_of(100, request.options.max_new_tokens))
 except InputError as e:

@@ -4,9 +4,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header
 from pipeline.stages import embeddings as es
-from pipeline.text import token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
 
@@ -15,7 +17,7 @@ ROWS = 64  # token rows drawn at once: a 641-token prompt would otherwise make a
 page_header("Embeddings", "The model cannot read text, only numbers. Its first step is a lookup: the table has one "
             "row per token in the vocabulary, and each token id picks its row, a list of D numbers. Training placed "
             "tokens used in similar ways at nearby rows, which you can explore below.")
-trace = current_trace()
+trace = run_for_page()
 lm = get_model()
 V, D = trace.dims.V, trace.dims.D
 

@@ -1,5 +1,8 @@
 """Generation: the answer streamed token by token, with the measured timings."""
-from views.common import current_request, current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.session_request import current_request
+from views.runs import run_for_page
+from views.chrome import page_header, stage_link
 from views.live_stream import compare_paths, stream_live
 
 import time
@@ -9,14 +12,15 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.errors import InputError
-from pipeline.text import plural, token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, json_text, markdown_text
 from ui.plots import token_axis
+from ui.words import plural
 
 page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
                           "feeds it back in, and repeats until it chooses to stop or hits the limit.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 t = trace.timings
 deltas = [e for e in trace.events if e["event"] == "text_delta"]
 secs = {s.step: s.seconds for s in trace.steps}

@@ -1,5 +1,7 @@
 """Journey: the whole request in order, one short section per stage, each with its real data."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header, stage_link
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -8,14 +10,17 @@ import streamlit as st
 from ui.chips import legend, token_chips
 from pipeline.model.prefill_record import PREFILL_CHUNK, prefill_passes
 from pipeline.stages.decode_record import silent_steps
-from pipeline.text import continuation_label, plural, render_bytes, token_pieces, unfinished_end
+from pipeline.text.readable import render_bytes
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
+from ui.words import plural
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        f"Every number below was measured on the real {markdown_text(get_model().name)} for the request in the "
                        "sidebar.")
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().vocabulary  # token names: enough to draw, and ready before the network loads
 m = trace.dims
 T, S = len(trace.tokens), len(trace.steps)

@@ -1,5 +1,8 @@
 """KV cache: what it stores, how it grows, what it saves, and what it costs in GPU memory."""
-from views.common import current_trace, get_model, page_header, queued, stage_link
+from views.server_state import get_model
+from views.waiting import result_through_queue
+from views.runs import run_for_page
+from views.chrome import page_header, stage_link
 
 import numpy as np
 import pandas as pd
@@ -8,15 +11,16 @@ import streamlit as st
 
 from pipeline.stages import kv_cache
 from pipeline.stages.kv_cache import NO_CACHE_MAX_TOKENS, GIB, bytes_per_token, fit, human_bytes, load_configs
-from pipeline.text import plural, token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels
 from ui.plots import token_axis
+from ui.words import plural
 
 page_header("KV cache", "Each layer turns every token into a key (K, what it offers to be found by) and a value "
                         "(V, what it hands over). Earlier tokens never change, so their K and V are kept and reused "
                         "instead of being computed again for every new token.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 m = trace.dims
 L, Hkv, Dh, bpv = m.L, m.Hkv, m.Dh, m.bytes_per_value
 
@@ -25,7 +29,7 @@ REPEATS = (1, 4, 8)  # prompt lengths offered: your prompt, repeated k times
 
 
 def measure(ids: tuple[int, ...], n_steps: int) -> dict:
-    return queued(("kv on/off", ids, n_steps), lambda: kv_cache.compare(get_model(), list(ids), n_steps),
+    return result_through_queue(("kv on/off", ids, n_steps), lambda: kv_cache.compare(get_model(), list(ids), n_steps),
                   cost=len(ids) * n_steps * 3)
 
 

@@ -3,9 +3,12 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header
 from pipeline.stages import layers as la
-from pipeline.text import continuation_label, token_pieces
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
 
@@ -14,7 +17,7 @@ LENS_MAX = 48  # most positions the logit lens reads at once: (L+1) x 48 rows of
 page_header("Layers", "Each token's vector travels up a stack of L blocks. Every block reads the vector, computes a "
             "change with attention (looking at other tokens) and then with an MLP (thinking about this token "
             "alone), and adds both changes to it. This running vector is called the residual stream.")
-trace = current_trace()
+trace = run_for_page()
 lm = get_model()
 m, p = trace.dims, trace.prefill
 L, T, D = m.L, len(trace.tokens), m.D

@@ -14,7 +14,9 @@ import streamlit as st
 
 from pipeline.run_queue import cost_of
 from pipeline.stages.decode_record import EventKind, StreamEvent
-from views.common import APP_MAX_PROMPT_TOKENS, get_model, queued, request_key, run_queue
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
+from views.session_request import request_key
+from views.waiting import result_through_queue
 
 if TYPE_CHECKING:  # torch: imported when a stream starts, not with the page
     from pipeline.stages.generation import Answer
@@ -86,7 +88,7 @@ def compare_paths(request, steps: int = 16, repeats: int = 3) -> None:
 
     n_prompt = prompt_length(request)
     runs = 2 * repeats + 1  # a first plain run checks the answer is long enough, then both paths, interleaved
-    result = queued(("paths", request_key(request), steps, repeats, time.strftime("%Y-%m-%d %H:%M")),
+    result = result_through_queue(("paths", request_key(request), steps, repeats, time.strftime("%Y-%m-%d %H:%M")),
                     lambda: compare_with_captured(get_model(), request, steps, repeats, APP_MAX_PROMPT_TOKENS),
                     cost=cost_of(runs * n_prompt, runs * steps), prompt_tokens=n_prompt)
     c = result["comparison"]

@@ -6,14 +6,19 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views import url_state
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
 from pipeline.stages.request import GenerationOptions, option_ranges
 from pipeline.stages.tokens import encode
-from pipeline.text import continuation_label, plural, render_bytes, token_pieces
+from pipeline.text.readable import render_bytes
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from ui.escape import code_span, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from ui.words import plural
 
 LOW = 0.25  # a chosen token below this probability is marked as a long shot in the answer strip
 
@@ -21,7 +26,7 @@ page_header("Next token", "After the last layer the model gives every one of its
             "Softmax turns the scores into probabilities, the filters below cut the unlikely tail, and one "
             "token is drawn. Everything here works on scores stored during the run: no slider on this page "
             "runs the model again.")
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().tokenizer
 V = trace.dims.V
 run = trace.request.options  # the settings the run itself used

@@ -4,9 +4,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.common import current_trace, get_model, page_header
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header
 from pipeline.stages import position as rope
-from pipeline.text import token_pieces
+from pipeline.text.pieces import token_pieces
 from ui.escape import markdown_text
 from ui.plots import TICK_FONT
 
@@ -16,7 +18,7 @@ page_header("Position (RoPE)", "An embedding row says which token it is, not whe
             "inside attention: before comparing, each query and key vector is cut into pairs of numbers and each "
             "pair is turned like a clock hand by an angle that grows with the position. Some pairs turn fast, "
             "others very slowly.")
-trace = current_trace()
+trace = run_for_page()
 m, p = trace.dims, trace.prefill
 base, Dh, H, Hkv, L = m.rope_base, m.Dh, m.H, m.Hkv, m.L
 T = len(trace.tokens)

@@ -1,7 +1,10 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
 import time
 
-from views.common import APP_MAX_PROMPT_TOKENS, get_model, page_header, played, played_again, run_queue, wait_for
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
+from views.waiting import wait_for
+from views.scenarios import scenario_rows, scenario_rows_timed_again
+from views.chrome import page_header
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -89,13 +92,13 @@ for col, (trap, title) in zip(st.columns(len(TRAPS)), TRAPS):
         st.session_state.pc_scenario = f"{trap}_fixed"
 
 scenario = SCENARIOS[st.session_state.pc_scenario]
-rows = played(scenario.key, block_size)
+rows = scenario_rows(scenario.key, block_size)
 timed = [r["measured_at"] for r in rows if r.get("measured_at")]
 if timed and st.button("⟳ Time these requests again now", key="pc_time_again",
                        help="The times below were measured once, when this server first played the scenario, and "
                             "everyone here sees them. Timing again replaces them for everyone (at most once a "
                             "minute)."):
-    rows = played_again(scenario.key, block_size)
+    rows = scenario_rows_timed_again(scenario.key, block_size)
 st.subheader(f"2. {scenario.title}")
 st.markdown({"trap": "**Trap.** ", "fixed": "**Fixed.** "}.get(scenario.kind, "") + scenario.lesson)
 st.markdown(block_legend(), unsafe_allow_html=True)

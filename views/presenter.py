@@ -15,11 +15,16 @@ import streamlit as st
 
 from pipeline.room import PUBLIC_URL_ENV, new_presenter_key, public_base, room_of, room_store
 from pipeline.stages.next_token import filter_stages
-from pipeline.text import continuation_label, plural, token_pieces
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from ui.chips import highlighted_template, token_chips
 from ui.escape import axis_labels, code_span, json_text, plotly_label
+from ui.words import plural
 from views import url_state
-from views.common import current_trace, get_model, prompt_cache_conversation, stage_link
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.scenarios import prompt_cache_conversation
+from views.chrome import stage_link
 
 STAGES = [  # (title, full page)
     ("The request", "views/request_template.py"),
@@ -80,7 +85,7 @@ else:
 
 st.session_state.setdefault("pr_stage", 1)
 stage = min(max(int(st.session_state.pr_stage), 1), N)
-trace = current_trace()
+trace = run_for_page()
 tok = get_model().tokenizer
 m, T, S = trace.dims, len(trace.tokens), len(trace.steps)
 title, full_page = STAGES[stage - 1]

@@ -1,5 +1,7 @@
 """Request & template: the two JSON styles, then the one text the model really reads."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header, stage_link
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.template import default_system_prompt, turn_markers
 from pipeline.stages.tokens import role_counts
@@ -13,7 +15,7 @@ from ui.escape import code_span, json_text, markdown_text
 page_header("Request & template", "Before any maths happens, your conversation is sent as JSON and then flattened into "
                                   "a single text with marker tokens: the chat template.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 req = trace.request
 markers = turn_markers(lm.tokenizer)  # '<|im_start|>' and '<|im_end|>' for SmolLM2, read from its template
 default_sys = default_system_prompt(lm.tokenizer, ChatRequest(trace.request.messages))

@@ -1,9 +1,11 @@
 """Start: what the explorer shows, the stages in order, and where to begin."""
 import streamlit as st
 
-from pipeline.text import plural
 from ui.escape import markdown_text
-from views.common import get_model, page_header, run_queue, stage_link, warm_up
+from ui.words import plural
+from views.server_state import get_model, run_queue
+from views.warm_up import warm_up
+from views.chrome import page_header, stage_link
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
             f"{markdown_text(get_model().name)}, running on this machine. Every number on every page comes from the real run of "

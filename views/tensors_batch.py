@@ -1,5 +1,7 @@
 """Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header, stage_link
 
 import json
 
@@ -15,7 +17,7 @@ from ui.escape import code_span, json_text, markdown_text
 page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
                                "padded to the same length so several can be computed in one go.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 PAD_BG = "background-color:#fee2e2;color:#991b1b"
 
 

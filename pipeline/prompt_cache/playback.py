@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from ..stages.request import ChatRequest, parse_turns
 from ..stages.tokens import tokenize_request
-from ..text import token_text as _token_text
+from ..text.token_names import token_text as _token_text
 from ..timing import interleave_less_work
 from .scenarios import Prompt, Scenario
 from ..model.interface import LanguageModel
@@ -57,7 +57,7 @@ def cold_ttft(lm: LanguageModel, ids: list[int], block_size: int) -> float:
     return PrefixCache(PrefixCacheConfig(block_size=block_size)).serve(lm, ids, reuse=False, store=False).stats.ttft_s
 
 
-def play(lm: LanguageModel, scenario: Scenario, block_size: int = 16, measure_cold: bool = True,
+def play_scenario(lm: LanguageModel, scenario: Scenario, block_size: int = 16, measure_cold: bool = True,
          cache: PrefixCache | None = None) -> list[dict]:
     """Serve each request in order through one cache. Plain records (no tensors), one per request."""
     from .engine import PrefixCache, PrefixCacheConfig
@@ -128,4 +128,4 @@ def compare_texts(lm: LanguageModel, text_a: str, text_b: str, block_size: int =
         n = len(prompt_tokens(lm, prompt)[0])
         if n > limit:
             raise InputError(prompt.label.lower(), f"is {n:,} tokens; at most {limit:,} are run here.")
-    return play(lm, Scenario("compare", "Your two requests", "conversation", "", prompts), block_size, measure_cold)
+    return play_scenario(lm, Scenario("compare", "Your two requests", "conversation", "", prompts), block_size, measure_cold)

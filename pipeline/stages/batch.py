@@ -46,7 +46,7 @@ def describe(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
 
 def pad_token_text(tokenizer) -> str:
     """Readable text of the padding token ('<|im_end|>' for SmolLM2)."""
-    from ..text import token_text
+    from ..text.token_names import token_text
 
     return token_text(tokenizer, tokenizer.pad_token_id)
 

@@ -18,7 +18,7 @@ import torch
 
 from ..errors import InputError
 from ..maths import softmax
-from ..text import token_text
+from ..text.token_names import token_text
 from .decode_record import Decode
 from .generation import Answer, continue_answer, scores
 from .request import ChatRequest

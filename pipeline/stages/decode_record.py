@@ -100,7 +100,7 @@ class Decode:
 def silent_steps(n_steps: int, events: list[dict], pieces, finish_reason: FinishReason) -> dict[str, list[int]]:
     """Why there are fewer text_delta events than answer tokens: the steps that sent no text, by reason.
 
-    pieces: the answer's tokens placed in their characters (pipeline.text.token_pieces).
+    pieces: the answer's tokens placed in their characters (pipeline.text.pieces.token_pieces).
     {'end': [last step] if the model chose its end token, 'character': steps whose token is part of a
     character still being spelled, 'other': the rest (held back while it could begin a stop string,
     or text the next token completed)}.  Korean '토' as 3 tokens then the end token ->

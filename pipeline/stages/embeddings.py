@@ -12,7 +12,9 @@ import numpy as np
 
 from ..checks import array, integer
 from ..errors import InputError
-from ..text import piece_bytes, tokens_text
+from ..text.byte_level import piece_bytes
+from ..text.per_tokenizer import per_tokenizer
+from ..text.token_names import tokens_text
 from .request import check_text
 from .tokens import encode
 
@@ -104,18 +106,14 @@ def same_word_ids(tokenizer, words) -> set[int]:
 
 def _vocabulary_keys(tokenizer) -> dict[str, list[int]]:
     """word_key of every token's text -> its ids; computed once per tokenizer (V entries, ~0.3 s)."""
-    cached = getattr(tokenizer, "_tpe_word_keys", None)
-    if cached is None:
-        cached = {}
+    def compute() -> dict[str, list[int]]:
+        keys: dict[str, list[int]] = {}
         for i, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
-            if piece is None:
-                continue
-            cached.setdefault(word_key(piece_bytes(piece).decode("utf-8", errors="replace")), []).append(i)
-        try:
-            tokenizer._tpe_word_keys = cached
-        except AttributeError:
-            pass
-    return cached
+            if piece is not None:
+                keys.setdefault(word_key(piece_bytes(piece).decode("utf-8", errors="replace")), []).append(i)
+        return keys
+
+    return per_tokenizer(tokenizer, "word_keys", compute)
 
 
 def label_positions(coords: np.ndarray, near: float = 0.08) -> list[str]:

@@ -14,7 +14,8 @@ import torch
 
 from ..maths import top_indices
 from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len
-from ..text import token_text, tokens_text, unfinished_end
+from ..text.token_names import token_text, tokens_text
+from ..text.unfinished import unfinished_end
 from .next_token import draw, final_probs, softmax
 from .decode_record import Candidate, Decode, EventKind, FinishReason, Step, StreamEvent
 from .request import GenerationOptions

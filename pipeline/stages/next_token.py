@@ -12,7 +12,7 @@ import numpy as np
 from ..checks import array, integer, number, token_ids
 from ..errors import InputError
 from ..maths import softmax as _softmax, top_indices
-from ..text import tokens_text
+from ..text.token_names import tokens_text
 from .request import GenerationOptions
 
 STAGE_NAMES = ("softmax", "temperature", "top_k", "top_p", "min_p")

@@ -16,7 +16,10 @@ from functools import lru_cache
 from ..checks import token_ids
 from ..errors import InputError
 from ..model.weights_cache import DEFAULT_MODEL_NAME
-from ..text import Piece, graphemes, group_pieces, render_bytes, tokens_text
+from ..text.readable import render_bytes
+from ..text.token_names import tokens_text
+from ..text.graphemes import graphemes
+from ..text.pieces import Piece, group_pieces
 from .request import ChatRequest, check_text
 from .template import TEMPLATE_ROLE, Segment, render_prompt, segments
 

@@ -8,20 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-class Keyed:
-    """A record's fields read by key as well: rec["prompt_tokens"] is rec.prompt_tokens.
-
-    For readers written when records were dicts (the CLI's table); new code reads attributes.
-    """
-
-    def __getitem__(self, name: str):
-        if name not in self.__dataclass_fields__:
-            raise KeyError(name)
-        return getattr(self, name)
-
-
 @dataclass(frozen=True)
-class AnthropicResult(Keyed):
+class AnthropicResult:
     """One request under Anthropic's rules, in the API's usage words where it has them."""
 
     cache_read_input_tokens: int = 0
@@ -38,7 +26,7 @@ class AnthropicResult(Keyed):
 
 
 @dataclass(frozen=True)
-class Divergence(Keyed):
+class Divergence:
     """The first token where a request differs from the one compared with, and the tokens around it."""
 
     index: int  # token position
@@ -52,7 +40,7 @@ class Divergence(Keyed):
 
 
 @dataclass(frozen=True)
-class Measured(Keyed):
+class Measured:
     """One request replayed: its tokens, what it shares with earlier requests, what each provider caches."""
 
     index: int  # the request's number, 1-based
@@ -73,7 +61,7 @@ class Measured(Keyed):
 
 
 @dataclass(frozen=True)
-class Why(Keyed):
+class Why:
     """Why a request's cache stops where it does, and the fix."""
 
     cause: str  # see traps.Finding

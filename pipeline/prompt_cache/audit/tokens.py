@@ -8,7 +8,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...errors import InputError
-from ...text import render_bytes
+from ...text.readable import render_bytes
 from .log import LogRequest
 
 

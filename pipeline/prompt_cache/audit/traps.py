@@ -86,16 +86,19 @@ def common_suffix(a: str, b: str, most: int) -> int:
     return lo
 
 
-def lost_after(r: Side, o: Side, kr: int, ko: int, char: int) -> int:
-    """Tokens after the difference that are the same in both requests, and so recomputed for nothing:
-    the common end of the divergent block (estimated in proportion) plus the identical blocks after it."""
-    br, bo = r.req.blocks[kr], o.req.blocks[ko]
-    tail = common_suffix(br.text, bo.text, min(len(br.text), len(bo.text)) - char)
-    lost = round(r.block_tokens(kr) * tail / max(len(br.text), 1))
-    for dr, do in zip(range(kr + 1, len(r.req.blocks)), range(ko + 1, len(o.req.blocks))):
-        if r.req.blocks[dr] != o.req.blocks[do]:
+def recomputed_for_nothing(request: Side, earlier: Side, block: int, earlier_block: int, shared_chars: int) -> int:
+    """Tokens of `request` after its difference from `earlier` that are the same in both, and so recomputed
+    for nothing: the common end of the block where they part (`block` in request, `earlier_block` in earlier,
+    whose texts agree on their first `shared_chars` characters; that end is estimated in proportion to its
+    characters) plus the identical blocks after it."""
+    here, there = request.req.blocks[block], earlier.req.blocks[earlier_block]
+    tail = common_suffix(here.text, there.text, min(len(here.text), len(there.text)) - shared_chars)
+    lost = round(request.block_tokens(block) * tail / max(len(here.text), 1))
+    later = zip(range(block + 1, len(request.req.blocks)), range(earlier_block + 1, len(earlier.req.blocks)))
+    for mine, theirs in later:
+        if request.req.blocks[mine] != earlier.req.blocks[theirs]:
             break
-        lost += r.block_tokens(dr)
+        lost += request.block_tokens(mine)
     return lost
 
 
@@ -154,7 +157,7 @@ def classify(r: Side, o: Side | None, pos: int, other_number: int | None) -> Fin
     kr, ko = r.block_at(pos), o.block_at(pos)
     br, bo = r.req.blocks[kr], o.req.blocks[ko]
     char = common_prefix_len(br.text, bo.text) if br.header == bo.header else 0
-    lost = lost_after(r, o, kr, ko, char)
+    lost = recomputed_for_nothing(r, o, kr, ko, char)
     place = where(r, kr)
     shown = volatile_change(br.text, bo.text, char) if br.header == bo.header else None
     if "tools" in (br.section, bo.section):

@@ -1,0 +1,38 @@
+"""GPT-2's byte map: the characters of a byte-level BPE piece -> the raw bytes they stand for.
+
+Byte-level BPE (GPT-2, SmolLM2, Llama 3) writes every byte as one printable character: 'Ġ' is the
+space byte, 'í' is 0xED. The table is built here, not taken from `tokenizers`: its ByteLevel decoder
+(`tokenizers.decoders.ByteLevel().decode`) returns a str, with bytes that are not whole UTF-8 replaced
+by U+FFFD, while the pages need the raw bytes of ONE token, which is often a part of a character
+('토' is three tokens: ED, 86, A0). For every byte that can be part of valid UTF-8 the table and the
+decoder agree (tests/test_render.py compares them over all 256 bytes).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode: byte-level BPE piece characters -> raw bytes."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def piece_bytes(piece: str) -> bytes:
+    """Byte-level BPE piece -> the raw bytes it stands for. 'Ġí' -> b' \\xed'.
+
+    A piece that is not byte-level text is encoded as UTF-8; a lone surrogate is kept as its
+    (invalid) bytes so it shows as <0x..> instead of raising.
+    """
+    dec = _byte_decoder()
+    if all(ch in dec for ch in piece):
+        return bytes(dec[ch] for ch in piece)
+    return piece.encode("utf-8", "surrogatepass")

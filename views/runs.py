@@ -1,0 +1,65 @@
+"""The run a page shows: the sidebar request's stored run (run through the queue if nobody has asked
+it yet), or the branch of it this session chose; and what is said when a stored run is gone."""
+from __future__ import annotations
+
+import streamlit as st
+
+from pipeline.errors import InputError
+from pipeline.stages.request import ChatRequest
+from pipeline.trace import Trace
+from ui.escape import code_span, markdown_text
+from views.branching import branch_for, branch_label
+from views.server_state import run_store
+from views.session_request import current_request, request_key
+from views.waiting import run_through_queue
+
+
+def disk_store_note() -> None:
+    """One line under a run when runs are not being saved to disk (they are served from memory)."""
+    disk = run_store().disk
+    if disk is not None and disk.problem:
+        st.caption(f"💾 Runs are kept in memory only, not saved in {code_span(str(disk.folder))}: {disk.problem}.")
+
+
+def run_for_request(request: ChatRequest) -> Trace:
+    """The run (Trace) of `request`: the stored one, or run through the queue if nobody has asked it yet."""
+    stored = run_store().peek(request_key(request), disk=True)
+    trace = stored if stored is not None else run_through_queue(request)
+    disk_store_note()
+    return trace
+
+
+def stored_sidebar_run() -> Trace | None:
+    """The run of the sidebar's request if it is already stored in memory, else None (never runs the model)."""
+    try:
+        return run_store().peek(request_key(current_request()))
+    except InputError:
+        return None
+
+
+def run_for_page(original: bool = False) -> Trace:
+    """The run a page shows: the captured run of the sidebar's request — or the branch of it this session
+    chose to show (see the What-if page) unless `original`; shows a clear message and stops on bad input."""
+    try:
+        request = current_request()
+        trace = run_for_request(request)
+        path = st.session_state.get("branch_shown")
+        if original or not path or path[0] != request_key(request):
+            return trace
+        st.info(f"Showing a branch of this run: {markdown_text(branch_label(path[1], trace))}. "
+                "The What-if page goes back.", icon="🌿")
+        return branch_for(trace, path[1])
+    except InputError as e:
+        st.error(f"Please fix the request — {markdown_text(e)}")
+        st.stop()
+
+
+RUN_GONE = ("This run is no longer stored on the server (it keeps the most recent runs, and this one was "
+            "dropped since the page was drawn): press Run the model again, then download.")
+
+
+def stored_download(key: tuple, render) -> str:
+    """A download button's content, made when clicked: `render(run)` of the run stored under `key`, or a note
+    saying it is gone (the button outlives the page; it holds the key, not the run)."""
+    run = run_store().peek(key, disk=True)
+    return render(run) if run is not None else RUN_GONE

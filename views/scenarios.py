@@ -1,0 +1,46 @@
+"""Prompt-caching scenarios played on the model, once per server, through the queue.
+
+Each returns the scenario's rows: one plain record per request (blocks hit and missed, timings), as
+`pipeline.prompt_cache.playback.play_scenario` makes them.
+"""
+from __future__ import annotations
+
+import time
+
+from pipeline.model.interface import LanguageModel
+from views.server_state import get_model, result_store
+from views.waiting import result_through_queue
+
+
+def scenario_rows(name: str, block_size: int = 16) -> list[dict]:
+    """The rows of scenario `name` played on the model: played once per server, in the queue, then stored."""
+    return result_through_queue(("scenario", name, block_size),
+                                lambda: play_scenario_now(get_model(), name, block_size), 4000)
+
+
+def scenario_rows_timed_again(name: str, block_size: int = 16) -> list[dict]:
+    """The rows of scenario `name` played again now, stored in place of the old ones for everyone on this
+    server. At most once a minute per scenario: visitors asking in the same minute share one replay."""
+    minute = int(time.time() // 60)
+
+    def work() -> list[dict]:
+        rows = play_scenario_now(get_model(), name, block_size)
+        result_store().put(("scenario", name, block_size), rows)
+        return rows
+
+    # kept under the minute's key: a later click in that minute reads it
+    return result_through_queue(("scenario again", name, block_size, minute), work, 4000)
+
+
+def prompt_cache_conversation(block_size: int = 16) -> list[dict]:
+    """The rows of the "conversation" scenario (Presenter mode's prompt-caching screen)."""
+    return scenario_rows("conversation", block_size)
+
+
+def play_scenario_now(lm: LanguageModel, name: str, block_size: int = 16) -> list[dict]:
+    """The rows of scenario `name` played on `lm` now (neither queued nor stored).
+    Imported when it runs, in the queue's thread: the first page's script never waits on torch's import."""
+    from pipeline.prompt_cache.playback import play_scenario
+    from pipeline.prompt_cache.scenarios import scenarios
+
+    return play_scenario(lm, scenarios()[name], block_size)

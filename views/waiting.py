@@ -1,0 +1,61 @@
+"""Work sent through the model's queue, and the wait a person sees meanwhile (place in line, estimate)."""
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from pipeline.run_queue import cost_of
+from pipeline.stages.request import ChatRequest
+from pipeline.trace import Trace, run_trace
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, result_store, run_queue, run_store
+from views.session_request import request_key
+
+
+def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0):
+    """`compute()`'s result, stored under `key`: computed once per server through the model's queue (its place
+    shown meanwhile).
+    prompt_tokens: the longest prompt it runs (a long one is refused while the queue is long)."""
+    stored = result_store().peek(key)
+    if stored is not None:
+        return stored
+    return wait_for(run_queue().submit(key, lambda: result_store().get_or_run(key, compute), cost, prompt_tokens))
+
+
+def run_through_queue(request: ChatRequest) -> Trace:
+    """The run (Trace) of `request`, run through the model's queue (arrival order, or joining an identical
+    request already there) and stored; its place is shown meanwhile."""
+    from pipeline.stages.tokens import tokenize_request
+
+    lm, key = get_model(), request_key(request)
+    n_prompt = len(tokenize_request(lm.tokenizer, request).ids)
+    work = lambda: run_store().get_or_run(key, lambda: run_trace(request, lm, APP_MAX_PROMPT_TOKENS))  # noqa: E731
+    cost = cost_of(n_prompt, request.options.max_new_tokens)
+    return wait_for(run_queue().submit(key, work, cost, n_prompt, batch=("trace", (key, request, time.perf_counter()))))
+
+
+def wait_for(ticket) -> object:
+    """Show the ticket's place in the queue and an estimate until it is done."""
+    if not ticket.wait(0.3):
+        box, shown = st.empty(), None
+        while not ticket.wait(1.0):
+            ahead = ticket.position()
+            where = "running now" if ahead == 0 else f"number {ahead + 1} in line ({ahead} ahead of you)"
+            message = (f"⏳ Your request is {where}; done in about {waiting_time(ticket.estimate_s())}. Requests "
+                       "run in the order they arrived (waiting chat requests run together); identical requests "
+                       "share one run.")
+            if message != shown:  # a room of browsers redrawing every second costs the model real CPU
+                box.info(message)
+                shown = message
+        box.empty()
+    return ticket.result()
+
+
+def waiting_time(seconds: float) -> str:
+    """A wait in steps a person can read and that do not change every second: 4 -> 'a few seconds',
+    37 -> '40 s', 95 -> '1.5 min' (rounded to 10 s, past a minute to half minutes)."""
+    if seconds < 10:
+        return "a few seconds"
+    if seconds < 60:
+        return f"{round(seconds / 10) * 10:.0f} s"
+    return f"{round(seconds / 30) / 2:g} min"
