@@ -13,6 +13,7 @@ from pipeline.model.dims import kv_bytes_formula
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.model.loader import attention_implementation
 from pipeline.model.prefill import _heads, run_prefill
+from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS
 from pipeline.model.rope import rotate, signed_sin
 from pipeline.stages.attention import attention_for_layer
 from pipeline.stages.batch import batch_tensors
@@ -178,8 +179,8 @@ def test_long_prompt_is_captured_compactly_and_still_decodes(lm):
     trace = _trace(lm, "Tomatoes are fruit. " * 150, max_new_tokens=3)
     p = trace.prefill
     T = len(trace.ids)
-    assert T > 512 and p.attention is None and p.hidden_states.dtype == np.float16
-    assert p.hidden_states.shape == (31, T, 576) and np.isfinite(p.hidden_states).all()
+    assert T > FULL_ATTENTION_MAX_TOKENS and p.attention is None and p.hidden_states.dtype == np.float16
+    assert p.hidden_states.shape == (lm.dims.L + 1, T, lm.dims.D) and np.isfinite(p.hidden_states).all()
     row = attention_for_layer(p, 5)  # (H, T, T) recomputed from q and k
     np.testing.assert_allclose(row.sum(-1), 1.0, atol=1e-4)
     assert lm.model.config._attn_implementation == kernel == "sdpa"  # unchanged by the SDPA prefill
