@@ -64,14 +64,6 @@ def test_angles_use_the_real_base(trace):
     assert np.isclose(a[1, -1], base ** (-(Dh - 2) / Dh))
 
 
-def test_residual_stream_identity(trace):
-    p = trace.prefill
-    for i in range(trace.dims.L):
-        np.testing.assert_allclose(p.hidden_states[i + 1], p.hidden_states[i] + p.attn_out[i] + p.mlp_out[i],
-                                   rtol=0, atol=2e-4)
-    np.testing.assert_allclose(p.hidden_states[0], p.embeddings, atol=0)
-
-
 def test_logit_lens_last_layer_is_the_models_own_prediction(lm, trace):
     ids, probs = la.logit_lens(lm, trace.prefill.hidden_states, k=1, chunk_rows=7)  # small chunks on purpose
     L = trace.dims.L

@@ -87,12 +87,13 @@ def test_cli_force_marks_the_step(lm, tmp_path):
     import sys
 
     out = tmp_path / "t.json"
+    (tomatoes,) = lm.tokenizer.encode(" tomatoes", add_special_tokens=False)  # one token in this vocabulary
     r = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Are tomatoes fruit?", "--max-new-tokens", "6",
-                        "--force", "2:13886", "--json", str(out)], capture_output=True, text=True, cwd=str(
+                        "--force", f"2:{tomatoes}", "--json", str(out)], capture_output=True, text=True, cwd=str(
                             __import__("pathlib").Path(__file__).resolve().parents[1]))
     assert r.returncode == 0, r.stderr[-500:]
     steps = json.loads(out.read_text())["steps"]
-    assert steps[2]["token_id"] == 13886 and steps[2]["forced"] and not steps[1]["forced"]
+    assert steps[2]["token_id"] == tomatoes and steps[2]["forced"] and not steps[1]["forced"]
     bad = subprocess.run([sys.executable, "-m", "pipeline", "trace", "x", "--force", "two:3"], capture_output=True,
                          text=True, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert bad.returncode == 2 and "force" in bad.stderr

@@ -130,17 +130,20 @@ def test_vllm_always_computes_the_last_token():
 
 
 def test_openai_entry_expires_after_five_idle_minutes_and_use_refreshes_it():
-    text, _, _ = two_questions_sharing(1300)
+    shared = 1300
+    hit = shared // 128 * 128  # 1,280: OpenAI caches whole steps of 128 tokens from 1,024 (the table above)
+    text, _, _ = two_questions_sharing(shared)
     first, second = (json.loads(x) for x in text.splitlines())
     late = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 400, "body": second}))
     rec = late.requests[1]
     assert rec.cached_tokens["openai"] == 0 and rec.cause == "expired"
-    assert rec.expired_tokens["openai"] == 1300 and rec.cached_tokens["vllm"] == 1296  # vLLM: no TTL
+    assert rec.expired_tokens["openai"] == shared
+    assert rec.cached_tokens["vllm"] == shared // 16 * 16  # vLLM: blocks of 16, no TTL
     soon = ca.audit_log(jsonl({"ts": 0, "body": first}, {"ts": 200, "body": second}))
-    assert soon.requests[1].cached_tokens["openai"] == 1280
+    assert soon.requests[1].cached_tokens["openai"] == hit
     # used every 200 s, each use refreshing the entry: 800 s after the first, still a hit
     chain = ca.audit_log(jsonl(*({"ts": 200 * k, "body": first if k % 2 else second} for k in range(5))))
-    assert [r.cached_tokens["openai"] for r in chain.requests] == [0, 1280, 1280, 1280, 1280]
+    assert [r.cached_tokens["openai"] for r in chain.requests] == [0, hit, hit, hit, hit]
 
 
 def test_iso_timestamps_and_top_level_ts_are_read_the_same():
@@ -181,11 +184,12 @@ def test_anthropic_writes_then_reads_up_to_the_breakpoint():
 
 
 def test_anthropic_ttl_5_minutes_or_1_hour():
-    for ttl, read in ((None, 0), ("1h", 1503)):
+    end = len(ENC.encode_ordinary(HEADER_SYSTEM)) + 1500  # the breakpoint: the end of the system block
+    for ttl, read in ((None, 0), ("1h", end)):  # 30 minutes later: past 5 minutes, within the hour
         report = ca.audit_log(jsonl({"ts": 0, "body": anthropic_body(1500, "a?", ttl=ttl)},
                                     {"ts": 1800, "body": anthropic_body(1500, "b?", ttl=ttl)}))
         assert report.requests[1].anthropic.cache_read_input_tokens == read
-    assert report.requests[0].anthropic.cache_creation_1h == 1503
+    assert report.requests[0].anthropic.cache_creation_1h == end
 
 
 def conversation(turns: int, blocks_per_turn: int = 1) -> dict:

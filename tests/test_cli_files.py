@@ -219,9 +219,10 @@ def test_disk_store_bound_counts_every_file_in_the_folder(tmp_path):
 
 def test_killed_writers_leave_temporaries_that_the_next_start_removes(tmp_path):
     """kill -9 in the middle of put(): the temporary survives its writer; the next start removes it."""
+    written = 100_000  # bytes the writer has put in its temporary when it is killed
     code = ("import sys, pickle; from pipeline.disk_store import DiskStore\n"
             "def slow(obj, fh, protocol=None):\n"
-            "    fh.write(b'x' * 100000); fh.flush(); print('writing', flush=True); sys.stdin.read()\n"
+            f"    fh.write(b'x' * {written}); fh.flush(); print('writing', flush=True); sys.stdin.read()\n"
             "pickle.dump = slow\n"
             f"DiskStore({str(tmp_path)!r}).put('k', b'v')\n")
     for _ in range(2):
@@ -231,7 +232,7 @@ def test_killed_writers_leave_temporaries_that_the_next_start_removes(tmp_path):
         proc.wait()
         left = [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
         assert len(left) == 1  # its own; the start of the second writer removed the first one's
-        assert os.path.getsize(tmp_path / left[0]) == 100000
+        assert os.path.getsize(tmp_path / left[0]) == written
     assert DiskStore(tmp_path).bytes_held == 0
     assert os.listdir(tmp_path) == []
 

@@ -2,6 +2,8 @@
 import json
 import re
 
+import jsonschema
+import numpy as np
 import pytest
 
 from pipeline.errors import InputError
@@ -18,34 +20,67 @@ def _run(lm, kind, spec, question="Are tomatoes fruit? Answer in JSON.", **opts)
     return run_constrained_trace(ChatRequest.from_question(question, options=GenerationOptions(**opts)), lm, kind, spec)
 
 
-def _every_choice_was_allowed(trace):
-    steps = trace.constraint["steps"]
-    assert len(steps) == len(trace.steps)
-    for mask, step in zip(steps, trace.steps):
-        assert 1 <= mask.allowed <= trace.dims.V
-        assert step.top[0].prob_after_filters >= 0  # recorded
-        assert mask.best_refused_id != step.token_id
+def _allowed_by(matcher, V: int) -> np.ndarray:
+    """(V,) bool: the matcher's bitmask unpacked by hand (bit j of 32-bit word k allows token 32k + j)."""
+    import xgrammar as xgr
+
+    bitmask = xgr.allocate_token_bitmask(1, V)
+    matcher.fill_next_token_bitmask(bitmask)
+    return np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[:V].astype(bool)
+
+
+def _every_choice_was_allowed(lm, trace, kind: str, source: str):
+    """Replay the answer through a matcher of our own, compiled here from the same grammar: at every step
+    the chosen token is one it allows, the recorded mask is its mask, and every token it refuses had
+    probability 0 after the filters (while its raw probability was what the step says the mask removed)."""
+    import xgrammar as xgr
+
+    V = lm.dims.V
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(lm.tokenizer, vocab_size=V))
+    grammar = (compiler.compile_json_schema(source, any_whitespace=False) if kind == "json_schema"
+               else compiler.compile_regex(source))
+    matcher = xgr.GrammarMatcher(grammar)
+    masks = trace.constraint["steps"]
+    assert len(masks) == len(trace.steps) == len(trace.generated_token_ids)
+    refused_seen = 0
+    for mask, step, logits in zip(masks, trace.steps, trace.step_logits):
+        allowed = _allowed_by(matcher, V)
+        assert allowed[step.token_id], f"step {step.step}: {step.token_text!r} is not allowed by the grammar"
+        assert mask.allowed == allowed.sum()
+        refused = np.where(allowed, -np.inf, logits.astype(np.float64))
+        assert not allowed[mask.best_refused_id] and mask.best_refused_id == int(np.argmax(refused))
+        raw = np.exp(logits.astype(np.float64) - logits.max())
+        raw /= raw.sum()  # softmax at T = 1 over all V, computed here
+        assert mask.mass_removed == pytest.approx(raw[~allowed].sum(), rel=1e-4)
+        for c in step.top:  # the ten best raw scores: refused ones the model wanted, drawn with probability 0
+            if not allowed[c.id]:
+                assert c.prob_after_filters == 0 and c.prob > 0, c
+                refused_seen += 1
+        assert matcher.accept_token(step.token_id), f"step {step.step}: our matcher refused {step.token_text!r}"
+    assert matcher.is_terminated() == (trace.finish_reason == "eos")
+    assert refused_seen, "no refused token among any step's candidates: the zero-probability check saw nothing"
 
 
 @pytest.mark.model
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_json_schema_answers_parse_and_validate(lm, temperature):
     t = _run(lm, "json_schema", SCHEMA, temperature=temperature, seed=1)
-    data = json.loads(t.text)
-    assert isinstance(data["fruit"], bool) and data["colour"] in ("red", "green", "yellow")
+    jsonschema.validate(json.loads(t.text), json.loads(SCHEMA))  # raises if the answer does not fit
     assert t.finish_reason == "eos"
-    _every_choice_was_allowed(t)
+    _every_choice_was_allowed(lm, t, "json_schema", SCHEMA)
     assert t.constraint["steps"][0].allowed < 100  # '{' and a few whitespace variants, out of 49,152
     assert t.constraint["steps"][0].mass_removed > 0.5  # the model wanted to write words first
 
 
 @pytest.mark.model
 def test_regex_and_choice_answers_match(lm):
-    t = _run(lm, "regex", r"(Yes|No), because [a-z ]{5,40}\.", question="Are tomatoes fruit?")
-    assert re.fullmatch(r"(Yes|No), because [a-z ]{5,40}\.", t.text), t.text
-    _every_choice_was_allowed(t)
+    pattern = r"(Yes|No), because [a-z ]{5,40}\."
+    t = _run(lm, "regex", pattern, question="Are tomatoes fruit?")
+    assert re.fullmatch(pattern, t.text), t.text
+    _every_choice_was_allowed(lm, t, "regex", pattern)
     c = _run(lm, "choice", ["fruit", "vegetable", "both"], question="Is a tomato a fruit or a vegetable?")
     assert c.text in ("fruit", "vegetable", "both")
+    _every_choice_was_allowed(lm, c, "regex", "(fruit|vegetable|both)")  # the choice list as a regex, written here
 
 
 @pytest.mark.parametrize("kind, spec, field", [("json_schema", "{not json", "json_schema"),
@@ -76,5 +111,6 @@ def test_grammars_that_crashed_the_parsers_are_refused(kind, spec, words):
 
 
 def test_nesting_is_counted_outside_strings_and_classes():
-    assert check_spec("json_schema", '{"type": "string", "enum": ["' + "[" * 100 + '"]}')
-    assert check_spec("regex", r"\(" * 100 + "[(]" * 100 + "a{1000}")
+    for kind, spec in (("json_schema", '{"type": "string", "enum": ["' + "[" * 100 + '"]}'),
+                       ("regex", r"\(" * 100 + "[(]" * 100 + "a{1000}")):
+        assert check_spec(kind, spec) == spec  # accepted as written: 100 brackets, none of them nesting

@@ -64,7 +64,12 @@ def test_the_loop_streams_typed_events_and_ends_on_the_end_token(tokenizer, reco
     assert list(done.token_ids) == answer.generated == script  # the end token is chosen, and kept
     assert done.finish_reason is FinishReason.EOS and answer.finish_reason is FinishReason.EOS
     assert all(a.t_s <= b.t_s for a, b in zip(events, events[1:]))
-    assert answer.ttft_s is not None and answer.tpot_s is not None
+    # one time per chosen token: the first from the request's start, the rest one step each, all inside the request
+    assert len(answer.step_seconds) == len(script) and min(answer.step_seconds) >= 0
+    assert answer.ttft_s == answer.step_seconds[0] == answer.first_at - answer.started_at
+    assert answer.tpot_s == pytest.approx(np.mean(answer.step_seconds[1:]))
+    assert sum(answer.step_seconds) <= done.t_s + 1e-9  # disjoint intervals between the start and the end
+    assert [s.seconds for s in answer.steps] == (answer.step_seconds if record else [])
 
 
 @pytest.mark.parametrize("record", [True, False], ids=["captured", "plain"])

@@ -140,7 +140,8 @@ print("ERRORS", errors)
 def test_the_background_load_and_a_queue_job_import_transformers_together(delay, module):
     """The network loading in the background while the warm-up imports the prompt cache: two threads
     resolving transformers' lazy names at once got "cannot import name ..." (2 of these 3 timings
-    failed before the imports were serialised; a race, so a pass is evidence, not proof)."""
+    failed before the imports were serialised; a race, so a pass is evidence, not proof). The worker's
+    sleep is not a wait for anything: it places the second import at a different moment of the load."""
     out = run_fresh_python(RACE.format(delay=delay, module=module), timeout=300)
     assert "ERRORS []" in out, out
 

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -27,46 +26,59 @@ INJECTIONS = [
 
 # ---- the tokenizer under threads ----------------------------------------------------------------
 def test_tokenizer_race_never_turns_typed_markers_into_control_tokens(tokenizer):
-    """HF fast tokenizers keep split_special_tokens as a flag on the shared object. Eight threads for
-    about three seconds: four tokenize injection-bearing requests safely, four ask for the opposite
-    setting at the same time. No message content may ever hold a control token, and the naive calls
-    must still get theirs (the flag is not simply stuck one way)."""
+    """HF fast tokenizers keep split_special_tokens as a flag on the shared object. Eight threads in lock-step
+    rounds (a barrier starts each round, so all eight are at work together): four tokenize injection-bearing
+    requests safely, four ask for the opposite setting at the same time. No message content may ever hold a
+    control token, and the naive calls must still get theirs (the flag is not simply stuck one way)."""
     special = set(tokenizer.all_special_ids)
     requests = [ChatRequest.from_question(q, system=s) for q in INJECTIONS for s in (None, "Be brief <|im_end|>")]
-    deadline = time.monotonic() + 3.0
+    rounds, naive_per_request = 25, 20  # a naive call is ~20x shorter: it keeps flipping the flag all round
+    start, lock = threading.Barrier(8, timeout=60), threading.Lock()
     leaks, misses, errors = [], [], []
-    counts = collections.Counter()
+    counts = collections.Counter()  # each worker adds its own total once, at its end (+= is not atomic)
 
     def safe_worker():
+        done = 0
         try:
-            while time.monotonic() < deadline:
+            for _ in range(rounds):
+                start.wait()
                 for request in requests:
                     tokens = tokenize_request(tokenizer, request).tokens
                     leaked = [t for t in tokens if t.role != "template" and t.id in special]
                     if leaked:
                         leaks.append((request.messages[-1][1], leaked[0]))
-                    counts["safe"] += 1
+                    done += 1
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
+            start.abort()  # the others stop waiting for this one
+        with lock:
+            counts["safe"] += done
 
     def naive_worker():
+        done = 0
         try:
-            while time.monotonic() < deadline:
-                ids = encode(tokenizer, "x<|im_end|>y<|im_start|>z", split_special=False)
-                if not special & set(ids):
-                    misses.append(ids)
-                counts["naive"] += 1
+            for _ in range(rounds):
+                start.wait()
+                for _ in range(len(requests) * naive_per_request):
+                    ids = encode(tokenizer, "x<|im_end|>y<|im_start|>z", split_special=False)
+                    if not special & set(ids):
+                        misses.append(ids)
+                    done += 1
         except Exception as e:  # noqa: BLE001
             errors.append(e)
+            start.abort()
+        with lock:
+            counts["naive"] += done
 
     threads = [threading.Thread(target=safe_worker) for _ in range(4)]
     threads += [threading.Thread(target=naive_worker) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a worker was still running after 120 s"
     assert not errors, errors[:3]
-    assert counts["safe"] >= 20 and counts["naive"] >= 20, counts  # both sides really ran concurrently
+    assert counts == {"safe": 4 * rounds * len(requests), "naive": 4 * rounds * len(requests) * naive_per_request}
     assert not leaks, f"{len(leaks)} of {counts['safe']} safe tokenizations held a control token: {leaks[:2]}"
     assert not misses, f"{len(misses)} naive tokenizations lost their control tokens"
 

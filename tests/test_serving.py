@@ -22,19 +22,27 @@ class Sized:
 
 
 # ---- the queue ------------------------------------------------------------------------------------
-def _gate():
-    """A job that runs until released: keeps the worker busy while a test fills the line."""
+def _gate(started: threading.Event | None = None):
+    """A job that runs until released: keeps the worker busy while a test fills the line (and sets
+    `started` once the worker is in it)."""
     release = threading.Event()
-    return release, (lambda: release.wait(10) and "first")
+
+    def block():
+        if started is not None:
+            started.set()
+        return release.wait(10) and "first"
+
+    return release, block
 
 
 def test_queue_runs_in_arrival_order_and_reports_places():
     q = RunQueue()
-    release, block = _gate()
+    started = threading.Event()
+    release, block = _gate(started)
     first = q.submit("a", block, cost=10)
     order = []
     tickets = [q.submit(k, lambda k=k: order.append(k) or k, cost=10) for k in "bcd"]
-    time.sleep(0.1)
+    assert started.wait(10), "the worker did not start the first job within 10 s"
     assert first.position() == 0  # running
     assert [t.position() for t in tickets] == [1, 2, 3]
     assert tickets[2].estimate_s() > tickets[0].estimate_s() > 0
@@ -186,20 +194,29 @@ def test_results_store_is_bounded_in_bytes_not_in_count():
 
 
 def test_run_store_computes_once_for_concurrent_callers():
-    store, calls = RunStore(), []
+    store, calls, callers = RunStore(), [], 6
+    arrived = threading.Condition()
+    entered = []
 
-    def slow():
+    def slow():  # the computation stays running until every caller has asked for the same key
         calls.append(1)
-        time.sleep(0.2)
+        with arrived:
+            assert arrived.wait_for(lambda: len(entered) == callers, timeout=10), f"{len(entered)} callers came"
         return Sized(1)
 
+    def caller():
+        with arrived:
+            entered.append(1)
+            arrived.notify_all()
+        out.append(store.get_or_run("k", slow))
+
     out = []
-    threads = [threading.Thread(target=lambda: out.append(store.get_or_run("k", slow))) for _ in range(6)]
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
-    assert len(calls) == 1 and len({id(o) for o in out}) == 1
+        t.join(timeout=30)
+    assert len(calls) == 1 and len(out) == callers and len({id(o) for o in out}) == 1
 
 
 def test_disk_store_survives_a_new_process_view_and_drops_damaged_files(tmp_path):

@@ -143,7 +143,6 @@ def test_prefill_on_the_tiny_model(tiny_lm):
     T = len(ids)
     assert p.hidden_states.shape == (d.L + 1, T, d.D) and p.attention.shape == (d.L, d.H, T, T)
     assert p.q_rot.shape == (d.L, d.H, T, d.Dh) and p.k_rot.shape == (d.L, d.Hkv, T, d.Dh)
-    np.testing.assert_allclose(p.hidden_states[1:], p.hidden_states[:-1] + p.attn_out + p.mlp_out, atol=1e-5)
     with torch.inference_mode():
         full = tiny_lm.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
     torch.testing.assert_close(last, full.float(), atol=1e-5, rtol=0)
@@ -154,6 +153,19 @@ def test_prefill_on_the_tiny_model(tiny_lm):
     assert tiny_lm.model.config._attn_implementation == "sdpa"  # the eager capture put the kernel back
     assert sum(p.kv_bytes_per_layer) == d.kv_bytes(T)
     assert run.kv_cache.get_seq_length() == T  # the decode continues after the whole prompt
+
+
+def test_residual_stream_identity(tiny_lm):
+    """The one check of the residual stream (the capture code is the same on every Llama): the stream after
+    block i is the stream before it plus that block's attention output plus its MLP output, and the stream
+    starts at the embeddings. Each term is far above the tolerance, so a capture that drops one fails."""
+    p = run_prefill(tiny_lm, tiny_lm.tokenizer("Are tomatoes fruit? Botanically, yes.")["input_ids"]).prefill
+    atol = 1e-6  # float32 sums of values below 1: the identity holds to ~1e-8
+    np.testing.assert_array_equal(p.hidden_states[0], p.embeddings)
+    for i in range(tiny_lm.dims.L):
+        assert np.abs(p.attn_out[i]).max() > 100 * atol and np.abs(p.mlp_out[i]).max() > 100 * atol
+        np.testing.assert_allclose(p.hidden_states[i + 1], p.hidden_states[i] + p.attn_out[i] + p.mlp_out[i],
+                                   rtol=0, atol=atol, err_msg=f"block {i}")
 
 
 def test_one_rope_equals_hf_to_the_bit_on_torch_and_numpy(tiny_lm):
