@@ -91,7 +91,8 @@ def check_model_arg(name: str | None) -> None:
 
 def cmd_trace(args) -> int:
     options = options_from_args(args)
-    request = ChatRequest.from_question(args.question, system=args.system, options=options)
+    request = ChatRequest.from_question(args.question, system=args.system, options=options,
+                                        prompt_format="plain" if args.plain else "chat")
     force = parse_force(args.force, options.max_new_tokens)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
@@ -105,6 +106,8 @@ def cmd_trace(args) -> int:
     if bad:
         raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
     trace = run_trace(request, lm, force=force)
+    if lm.spec is not None and not lm.spec.instruct:
+        print(f"Note on {lm.name}: {lm.spec.note}")
     print_trace(trace)
     if args.json_file:
         write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")

@@ -53,7 +53,10 @@ class LoadedModel:
     @property
     def dims(self) -> ModelDims:
         if not hasattr(self, "_dims"):
-            self._dims = ModelDims.from_config(self.config, self.name, self.model.dtype, self.device)
+            try:
+                self._dims = ModelDims.from_config(self.config, self.name, self.model.dtype, self.device)
+            except AttributeError as e:  # an architecture whose config names things otherwise (GPT-2's n_head)
+                raise InputError("model", f"{self.name}'s config lacks what the pipeline reads ({e}).") from None
         return self._dims
 
     def forward(self, input_ids, *, cache=None, use_cache: bool = True, logits_to_keep: int = 1,

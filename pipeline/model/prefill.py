@@ -81,13 +81,13 @@ def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None =
     continuing from the KV cache of the ones before: the model's lock is released between chunks,
     so other requests are not held up for the whole prompt, and activations stay chunk-sized.
     """
+    layout = layout_for(lm.model)  # refuses an architecture the capture does not know, before any pass
     dims = lm.dims
     T = len(ids)
     long_prompt = T > FULL_ATTENTION_MAX_TOKENS
     keep_attention = not long_prompt if keep_attention is None else keep_attention
     store = COMPACT_DTYPE if long_prompt else torch.float32
     chunk = T if keep_attention else PREFILL_CHUNK
-    layout = layout_for(lm.model)  # refuses an architecture the capture does not know, before any pass
     names = _hook_names(layout, lm.model, dims.L, keep_attention)
     fill, kv_cache, seconds = _Filler(T), None, 0.0
     for start in range(0, T, chunk):
