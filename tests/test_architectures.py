@@ -227,3 +227,21 @@ def test_gemma_stops_at_end_of_turn(gemma_tokenizer):
     assert end_token_ids(lm) == {gemma_tokenizer.eos_token_id, end_of_turn}
     with pytest.raises(InputError, match="no '<im_nope>' token"):
         add_stop_tokens(lm.model, gemma_tokenizer, ("<im_nope>",))
+
+
+def test_the_plain_serving_path_decodes_gemma_through_hf(gemma_tokenizer):
+    """PlainDecoder covers Llama only: Gemma 3 falls back to HFDecoder (a full HF pass per step) behind the
+    same interface, and its steps follow HF's full forward."""
+    from pipeline.model.plain_decoder import HFDecoder, open_decoder
+
+    lm = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
+    ids = gemma_tokenizer(TEXT)["input_ids"]
+    decoder = open_decoder(lm, len(ids) + 4)
+    assert isinstance(decoder, HFDecoder)
+    logits = decoder.prefill(ids)
+    for _ in range(3):  # past the window of 4 already: the sliding cache's own cropping is exercised
+        ids.append(int(logits.argmax()))
+        logits = decoder.step(ids[-1])
+        with torch.inference_mode():
+            full = lm.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
+        torch.testing.assert_close(logits, full, atol=1e-4, rtol=0)
