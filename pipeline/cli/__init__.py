@@ -106,8 +106,9 @@ def cmd_trace(args) -> int:
     if bad:
         raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
     trace = run_trace(request, lm, force=force)
-    if lm.spec is not None and not lm.spec.instruct:
-        print(f"Note on {lm.name}: {lm.spec.note}")
+    spec = resolve(args.model)
+    if spec.instruct is False:
+        print(f"Note on {spec.display_name}: {spec.note}")
     print_trace(trace)
     if args.json_file:
         write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")

@@ -90,6 +90,11 @@ class LlamaLayout:
         return "rope"
 
     @staticmethod
+    def norm_scale(norm) -> torch.Tensor:
+        """What an RMSNorm multiplies the normalised vector by: its weight."""
+        return norm.weight
+
+    @staticmethod
     def points(model) -> dict[str, HookPoint]:
         body = model.model
         points = {
@@ -127,6 +132,11 @@ class Gemma3Layout:
     BLOCK_NEEDS = ["input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                    "post_feedforward_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                    "self_attn.q_norm", "self_attn.k_norm", "mlp"]
+
+    @staticmethod
+    def norm_scale(norm) -> torch.Tensor:
+        """Gemma's RMSNorm multiplies by (1 + weight)."""
+        return 1.0 + norm.weight
 
     @staticmethod
     def rope_names(model) -> list[str]:
@@ -180,6 +190,11 @@ def layout_for(model):
         raise InputError("model", f"the capture does not know the architecture {model_type!r}: it needs "
                                   f"{', '.join(missing)}, not found in this model.")
     return layout
+
+
+def final_norm_scale(model) -> torch.Tensor:
+    """(D,) what the final RMSNorm multiplies by, for maths that applies it by hand (the logit lens)."""
+    return layout_for(model).norm_scale(model.model.norm)
 
 
 def hook_points(model) -> dict[str, HookPoint]:
