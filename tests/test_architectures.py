@@ -20,6 +20,7 @@ from pipeline.model.loader import LoadedModel
 from pipeline.model.prefill import run_prefill
 from pipeline.model.registry import GEMMA3
 from pipeline.model.weights_cache import weights_cache_dir
+from pipeline.stages.layers import logit_lens
 
 TEXT = "Are tomatoes fruit? Botanically, yes: a tomato is the ripened ovary of a flowering plant."
 WINDOW = 4  # the tiny Gemma's sliding window: shorter than the prompt, so the band shows
@@ -111,6 +112,8 @@ def check_capture(lm, layout, scale):
         rows = lm.model.get_input_embeddings()(torch.tensor(ids))  # (T, D), Gemma's scaled by sqrt(D)
     np.testing.assert_allclose(p.last_logits, full.numpy(), atol=1e-4)
     np.testing.assert_allclose(p.embeddings, rows.numpy(), atol=1e-6)
+    lens_ids, _ = logit_lens(lm, p.hidden_states, k=1)  # the final norm applied by hand: the model's own top ids
+    np.testing.assert_array_equal(lens_ids[-1, :, 0], p.top_ids[:, 0])
     for i in range(d.L):
         want = windowed_attention(p.q_rot[i].astype(np.float64), p.k_rot[i].astype(np.float64), scale, d.window(i))
         np.testing.assert_allclose(p.attention[i], want, atol=1e-5, err_msg=f"layer {i}")
@@ -229,19 +232,26 @@ def test_gemma_stops_at_end_of_turn(gemma_tokenizer):
         add_stop_tokens(lm.model, gemma_tokenizer, ("<im_nope>",))
 
 
-def test_the_plain_serving_path_decodes_gemma_through_hf(gemma_tokenizer):
-    """PlainDecoder covers Llama only: Gemma 3 falls back to HFDecoder (a full HF pass per step) behind the
-    same interface, and its steps follow HF's full forward."""
+def test_the_plain_serving_path_decodes_gemma_with_its_own_decoder(gemma_tokenizer):
+    """Gemma 3 gets its own plain decoder (Gemma's block from the weights, a sliding window over its
+    preallocated cache); its steps follow HF's full forward past the window, and a Gemma it does not
+    cover (soft-capped logits) is decoded by HF's forward behind the same interface."""
+    from pipeline.model.gemma_decoder import GemmaPlainDecoder
     from pipeline.model.plain_decoder import HFDecoder, open_decoder
 
     lm = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
     ids = gemma_tokenizer(TEXT)["input_ids"]
     decoder = open_decoder(lm, len(ids) + 4)
-    assert isinstance(decoder, HFDecoder)
+    assert isinstance(decoder, GemmaPlainDecoder)
     logits = decoder.prefill(ids)
-    for _ in range(3):  # past the window of 4 already: the sliding cache's own cropping is exercised
+    for _ in range(4):  # past the window of 4 already: each sliding layer reads only its last 4 positions
         ids.append(int(logits.argmax()))
         logits = decoder.step(ids[-1])
         with torch.inference_mode():
             full = lm.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
         torch.testing.assert_close(logits, full, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="does not fit"):
+        decoder.step(1)
+    capped = tiny_gemma3(gemma_tokenizer)
+    capped.config.final_logit_softcapping = 30.0
+    assert isinstance(open_decoder(wrap(capped, gemma_tokenizer, "capped"), 8), HFDecoder)
