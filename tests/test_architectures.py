@@ -255,3 +255,16 @@ def test_the_plain_serving_path_decodes_gemma_with_its_own_decoder(gemma_tokeniz
     capped = tiny_gemma3(gemma_tokenizer)
     capped.config.final_logit_softcapping = 30.0
     assert isinstance(open_decoder(wrap(capped, gemma_tokenizer, "capped"), 8), HFDecoder)
+
+
+def test_batched_answers_on_gemma_past_its_window(gemma_tokenizer):
+    """Requests decoded together: within the window their caches join into one batch; past it a sliding
+    layer keeps fewer positions than the request holds, so each is decoded on its own. Either way every
+    answer equals the request run alone."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace, run_traces
+
+    lm = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
+    requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=5)) for q in ("Hi", TEXT)]
+    together = run_traces(requests, lm)
+    assert [t.generated_token_ids for t in together] == [run_trace(r, lm).generated_token_ids for r in requests]
