@@ -268,3 +268,17 @@ def test_batched_answers_on_gemma_past_its_window(gemma_tokenizer):
     requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=5)) for q in ("Hi", TEXT)]
     together = run_traces(requests, lm)
     assert [t.generated_token_ids for t in together] == [run_trace(r, lm).generated_token_ids for r in requests]
+
+
+def test_a_branch_on_gemma_replays_the_real_cache_bytes(gemma_tokenizer):
+    """What if, on a model whose sliding layers keep only their window: the replayed steps before the
+    branch report the bytes the real cache held at each step, as the run itself recorded them."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import branch_trace, run_trace
+
+    lm = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
+    trace = run_trace(ChatRequest.from_question(TEXT, options=GenerationOptions(max_new_tokens=5)), lm)
+    branched = branch_trace(trace, 3, trace.generated_token_ids[3], lm)
+    assert branched.generated_token_ids == trace.generated_token_ids
+    assert [s.kv_bytes_per_layer for s in branched.steps] == [s.kv_bytes_per_layer for s in trace.steps]
+    assert len(set(trace.steps[0].kv_bytes_per_layer)) == 2  # sliding and full layers hold different amounts
