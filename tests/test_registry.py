@@ -54,3 +54,14 @@ def test_the_conversion_lock_is_the_filelock_package(tmp_path):
             FileLock(str(tmp_path / ".x.lock"), timeout=0).acquire()
     with FileLock(str(tmp_path / ".x.lock"), timeout=0):
         pass  # released
+
+
+def test_the_cli_refuses_an_unknown_model_name_before_any_work():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Hi", "--model", "llama-70b"], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "model:" in run.stderr and "gemma-3-270m" in run.stderr

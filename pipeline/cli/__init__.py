@@ -96,12 +96,14 @@ def cmd_trace(args) -> int:
     force = parse_force(args.force, options.max_new_tokens)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
+    from ..model.capture import layout_for
     from ..model.loader import load_model, shared_model
     from ..model.registry import resolve
     from ..trace import run_trace
     from .report import print_trace
 
     lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
+    layout_for(lm.model)  # an architecture the capture does not know is refused here, naming what it lacks
     bad = [t for t in force.values() if t >= lm.dims.V]
     if bad:
         raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
