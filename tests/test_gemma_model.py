@@ -85,7 +85,7 @@ def test_the_plain_path_equals_hf_generate(gemma_lm, question):
     from pipeline.model.plain_decoder import open_decoder
     from pipeline.stages import fast_path
 
-    n = 16
+    n = STEPS
     request = ChatRequest.from_question(LONG_NOTES if question == "long" else question,
                                         options=GenerationOptions(max_new_tokens=n))
     assert isinstance(open_decoder(gemma_lm, 8), GemmaPlainDecoder)
