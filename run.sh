@@ -16,8 +16,8 @@ setup() {
     rm -f "$VENV"/.installed-*
     touch "$STAMP"
   fi
-  # One-time GGUF -> local weights cache conversion (~15 s); instant afterwards.
-  "$VENV/bin/python" -c "from pipeline.model.weights_cache import ensure_weights_cache; ensure_weights_cache()"
+  # One-time GGUF -> local weights cache conversion of every model (SmolLM2 ~15 s, Gemma ~55 s); instant afterwards.
+  "$VENV/bin/python" -c "from pipeline.model.registry import MODELS; from pipeline.model.weights_cache import ensure_weights_cache; [ensure_weights_cache(key) for key in MODELS]"
 }
 
 browser() {

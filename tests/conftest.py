@@ -1,7 +1,7 @@
 """Shared fixtures. Test tiers (markers registered in pytest.ini):
 
   (none)   fast: pure logic, the tokenizer files and a tiny random-weight Llama; no model weights
-  model    loads the real SmolLM2-135M-Instruct weights
+  model    loads the real SmolLM2-135M-Instruct (and Gemma-3-270M) weights
   app      Streamlit AppTest of app.py and views/
   browser  Chromium through Playwright against a real server
 
@@ -68,6 +68,14 @@ def lm():
 
 
 @pytest.fixture(scope="session")
+def gemma_lm():
+    """The real Gemma-3-270M (base), loaded once for the whole run (tests using it are marked `model`)."""
+    from pipeline.model.loader import shared_model
+
+    return shared_model("gemma-3-270m")
+
+
+@pytest.fixture(scope="session")
 def default_trace(lm):
     """The default request ("Are tomatoes fruit?", default options) followed once for the whole run."""
     from pipeline.stages.request import ChatRequest
@@ -122,7 +130,7 @@ def tiny_lm(tokenizer):
 
 
 TIERS = ("model", "app", "browser")
-REAL_MODEL_FIXTURES = {"lm", "default_trace"}
+REAL_MODEL_FIXTURES = {"lm", "default_trace", "gemma_lm"}
 
 
 def pytest_collection_modifyitems(config, items):

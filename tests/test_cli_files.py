@@ -302,7 +302,7 @@ def fake_conversion(tmp_path, monkeypatch):
     from pipeline.model import hf_imports
 
     monkeypatch.setattr(weights_cache, "CONVERSION_NEEDS_BYTES", 0)
-    monkeypatch.setattr(weights_cache, "gguf_path", lambda: tmp_path / "model.gguf")
+    monkeypatch.setattr(weights_cache, "gguf_path", lambda _m=None: tmp_path / "model.gguf")
 
     def use(n: int) -> FakeConversion:
         fake = FakeConversion(n)

@@ -247,7 +247,7 @@ def test_conversion_waits_for_the_lock_then_finds_the_cache_ready(tmp_path, monk
     target = tmp_path / "weights"
     converted = []
     monkeypatch.setattr(weights_cache, "CONVERSION_NEEDS_BYTES", 0)
-    monkeypatch.setattr(weights_cache, "gguf_path", lambda: converted.append(True) or (_ for _ in ()).throw(
+    monkeypatch.setattr(weights_cache, "gguf_path", lambda _m=None: converted.append(True) or (_ for _ in ()).throw(
         RuntimeError("would convert")))
     result = {}
 
@@ -274,7 +274,7 @@ def test_conversion_removes_stale_partial_folders(tmp_path, monkeypatch):
     stale.mkdir()
     (stale / "model.safetensors").write_bytes(b"half")
     monkeypatch.setattr(weights_cache, "CONVERSION_NEEDS_BYTES", 0)
-    monkeypatch.setattr(weights_cache, "gguf_path", lambda: (_ for _ in ()).throw(RuntimeError("stop here")))
+    monkeypatch.setattr(weights_cache, "gguf_path", lambda _m=None: (_ for _ in ()).throw(RuntimeError("stop here")))
     with pytest.raises(RuntimeError, match="stop here"):
         weights_cache.convert_gguf_to_cache(target, log=lambda _msg: None)
     assert not stale.exists()

@@ -36,7 +36,9 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--json", dest="json_file", default=None, help="write the whole trace to this file")
     p.add_argument("--tensors", action="store_true", help="include the large tensors in the JSON")
-    p.add_argument("--model", default=None, help="a local Hugging Face causal-LM folder instead of SmolLM2")
+    p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local Hugging Face "
+                                                  "causal-LM folder")
+    p.add_argument("--plain", action="store_true", help="plain-text completion: the question as it is, no chat format")
     p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN_ID",
                    help="put this token at this decode step instead of the sampler's choice (repeatable)")
 
@@ -79,26 +81,36 @@ def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
     return out
 
 
-def check_model_arg(path: str | None) -> None:
-    if path is not None and not os.path.isdir(path):
-        raise InputError("model", f"{path} is not a folder (give a local Hugging Face model folder).")
+def check_model_arg(name: str | None) -> None:
+    """A registry key or a folder (pipeline.model.registry.resolve refuses anything else, naming both)."""
+    from ..model.registry import resolve
+
+    if name is not None and resolve(name).is_local and not os.path.isdir(name):
+        raise InputError("model", f"{name} is not a folder (give a local Hugging Face model folder).")
 
 
 def cmd_trace(args) -> int:
     options = options_from_args(args)
-    request = ChatRequest.from_question(args.question, system=args.system, options=options)
+    request = ChatRequest.from_question(args.question, system=args.system, options=options,
+                                        prompt_format="plain" if args.plain else "chat")
     force = parse_force(args.force, options.max_new_tokens)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
+    from ..model.capture import layout_for
     from ..model.loader import load_model, shared_model
+    from ..model.registry import resolve
     from ..trace import run_trace
     from .report import print_trace
 
-    lm = shared_model() if args.model is None else load_model(args.model)
+    lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
+    layout_for(lm.model)  # an architecture the capture does not know is refused here, naming what it lacks
     bad = [t for t in force.values() if t >= lm.dims.V]
     if bad:
         raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
     trace = run_trace(request, lm, force=force)
+    spec = resolve(args.model)
+    if spec.instruct is False:
+        print(f"Note on {spec.display_name}: {spec.note}")
     print_trace(trace)
     if args.json_file:
         write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")

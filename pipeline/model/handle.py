@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from .dims import ModelDims
 from .vocabulary import Vocabulary
-from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weights_cache, load_tokenizer
+from .registry import ModelSpec, resolve
+from .weights_cache import check_model_folder, ensure_weights_cache, load_tokenizer
 
 if TYPE_CHECKING:  # torch loads with the network, not with the handle
     import torch
@@ -35,7 +36,8 @@ LOADED_DTYPE = "float32"  # what loader.load_model builds (the captures are exac
 
 class ModelHandle:
     def __init__(self, source: str | None = None):
-        self.source = source  # None: the default model from the weights cache; else a local HF folder
+        self.source = source  # None: the default model; a registry key ('gemma-3-270m'); or a local HF folder
+        self._spec = resolve(source)
         self._folder_lock = threading.Lock()  # one lock per thing read, so a page reading the config
         self._tokenizer_lock = threading.Lock()  # never waits for the tokenizer's ~1 s load
         self._vocabulary_lock = threading.Lock()
@@ -54,14 +56,19 @@ class ModelHandle:
             return self._folder
         with self._folder_lock:
             if self._folder is None:
-                folder = Path(self.source) if self.source else ensure_weights_cache()
+                folder = ensure_weights_cache(self._spec)
                 check_model_folder(folder)
                 self._folder = folder
             return self._folder
 
     @property
     def name(self) -> str:
-        return DEFAULT_MODEL_NAME if self.source is None else self.folder.name
+        return self._spec.display_name
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The registry's record of the model (instruct or base, chat format, note): no files read."""
+        return self._spec
 
     @property
     def tokenizer(self) -> PreTrainedTokenizerBase:
@@ -70,7 +77,7 @@ class ModelHandle:
         folder = self.folder
         with self._tokenizer_lock:
             if self._tokenizer is None:
-                self._tokenizer = load_tokenizer(folder)
+                self._tokenizer = load_tokenizer(folder, self._spec)
             return self._tokenizer
 
     @property

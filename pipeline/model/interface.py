@@ -2,9 +2,10 @@
 
 Two classes implement it: `LoadedModel` (pipeline.model.loader: the network itself) and `ModelHandle`
 (pipeline.model.handle: the app's handle, which answers `name` and `tokenizer` from the files and
-loads the network for the rest). A second architecture is a third class with these members, not a
-flag inside one of them. Stages take `lm: LanguageModel` and use only the members below (a test
-scans pipeline/ for `lm.<name>` to keep it so).
+loads the network for the rest). Both hold any Hugging Face causal LM: a second architecture (Gemma 3)
+is a second capture layout (pipeline.model.capture: where each hook sits in its blocks), not a flag.
+Stages take `lm: LanguageModel` and use only the members below (a test scans pipeline/ for `lm.<name>`
+to keep it so).
 
     lm.forward([[1, 2, 3]]).logits          # (1, 1, V): one pass, under the lock, counted
     logits, kv = lm.forward_chunked(ids)    # a long prompt in chunks: logits (V,) for the next token

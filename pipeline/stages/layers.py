@@ -77,10 +77,12 @@ def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_r
     """
     import torch  # here, not at import: the Layers page draws a stored run before torch has loaded
 
+    from ..model.capture import final_norm_scale
+
     hidden_states = hidden_states[:, start:end]  # (L+1, P, D)
     norm = lm.model.model.norm
     eps = float(getattr(norm, "variance_epsilon", getattr(lm.config, "rms_norm_eps", 1e-6)))
-    w_norm = norm.weight.detach().float().cpu()  # (D,)
+    w_norm = final_norm_scale(lm.model).detach().float().cpu()  # (D,) the weight; Gemma: 1 + weight
     w_head = lm.model.get_output_embeddings().weight.detach().float().cpu()  # (V, D)
     L1, T, D = hidden_states.shape
     flat = torch.from_numpy(np.ascontiguousarray(hidden_states.reshape(L1 * T, D), dtype=np.float32))

@@ -13,6 +13,7 @@ from enum import StrEnum
 from ..checks import integer
 from ..errors import InputError
 from ..model.dims import ModelDims
+from ..model.registry import CHAT_FORMATS
 from ..model.weights_cache import DEFAULT_MODEL_NAME
 
 ROLES = ("system", "user", "assistant")
@@ -120,9 +121,12 @@ class ChatRequest:
     messages: tuple[tuple[str, str], ...]  # (role, content), the last one is the new user question
     options: GenerationOptions = field(default_factory=GenerationOptions)
     model: str = DEFAULT_MODEL_NAME
+    prompt_format: str = "chat"  # "chat": the model's chat format; "plain": the text as it is (completion)
 
     def __post_init__(self):
         object.__setattr__(self, "messages", _messages_tuple(self.messages))
+        if self.prompt_format not in CHAT_FORMATS:
+            raise InputError("prompt_format", f"must be one of {CHAT_FORMATS}, got {self.prompt_format!r}.")
         if not isinstance(self.options, GenerationOptions):
             raise InputError("options", "must be GenerationOptions.")
         role, content = self.messages[-1]
@@ -134,13 +138,13 @@ class ChatRequest:
     @classmethod
     def from_question(cls, question: str, system: str | None = None,
                       history: list[tuple[str, str]] | None = None,
-                      options: GenerationOptions | None = None) -> "ChatRequest":
+                      options: GenerationOptions | None = None, prompt_format: str = "chat") -> "ChatRequest":
         messages = []
         if system:
             messages.append(("system", system))
         messages.extend(history or [])
         messages.append(("user", question))
-        return cls(tuple(messages), options or GenerationOptions())
+        return cls(tuple(messages), options or GenerationOptions(), prompt_format=prompt_format)
 
     @property
     def system(self) -> str | None:

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from ..checks import token_ids
 from ..errors import InputError
+from ..model.registry import PLAIN_TEXT
 from ..model.weights_cache import DEFAULT_MODEL_NAME
 from ..text.readable import render_bytes
 from ..text.token_names import tokens_text
@@ -107,6 +108,10 @@ class TokenizedRequest:
 
 
 def tokenize_request(tokenizer, request: ChatRequest, chat_template: str | None = None) -> TokenizedRequest:
+    """The request in the model's chat format (or `chat_template`), or as plain text when its
+    prompt_format is "plain" (BOS, then the messages' text: no turn markers)."""
+    if chat_template is None and request.prompt_format == "plain":
+        chat_template = PLAIN_TEXT
     segs = segments(tokenizer, request, chat_template)
     ids, roles = tokenize_segments(tokenizer, segs, safe=True)
     naive_ids, naive_roles = tokenize_segments(tokenizer, segs, safe=False)

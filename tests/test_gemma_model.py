@@ -1,0 +1,95 @@
+"""The real Gemma-3-270M (base), loaded once (`gemma_lm`): greedy answers equal Hugging Face's own
+`generate(do_sample=False)` from the same converted weights, on the default question, a Korean one and
+a prompt longer than the 512-position sliding window; the captured attention weights equal HF's eager
+ones; and in a sliding layer no weight falls further back than the window, while the full layers do
+reach back."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import DEFAULT_QUESTION
+from pipeline.model.dims import SLIDING
+from pipeline.model.prefill import run_prefill
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from pipeline.stages.tokens import tokenize_request
+from pipeline.trace import run_trace
+
+pytestmark = pytest.mark.model
+
+STEPS = 8
+LONG_NOTES = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]} and holds {i * 7 % 13} apples."
+                      for i in range(45)) + " Which box holds the most apples?"  # ~600 tokens
+
+
+def hf_greedy(lm, ids: list[int], n: int) -> list[int]:
+    x = torch.tensor([ids], device=lm.device)
+    with lm.lock, torch.inference_mode():
+        out = lm.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n)
+    return out[0, len(ids):].tolist()
+
+
+def hf_eager_attention(lm, ids: list[int]) -> np.ndarray:
+    """(L, H, T, T) from HF's eager kernel, no capture hooks."""
+    out = lm.forward([ids], use_cache=False, attention="eager", output_attentions=True)
+    return np.stack([a[0].float().cpu().numpy() for a in out.attentions])
+
+
+@pytest.fixture(scope="module")
+def long_ids(gemma_lm):
+    ids = tokenize_request(gemma_lm.tokenizer, ChatRequest.from_question(LONG_NOTES)).ids
+    assert 512 < len(ids) <= 1024
+    return ids
+
+
+@pytest.mark.parametrize("question", [DEFAULT_QUESTION, "토마토는 과일인가요?", "long"])
+def test_greedy_tokens_equal_hf_generate(gemma_lm, question):
+    request = ChatRequest.from_question(LONG_NOTES if question == "long" else question,
+                                        options=GenerationOptions(max_new_tokens=STEPS))
+    trace = run_trace(request, gemma_lm)
+    assert trace.tokenized.prompt_text.startswith("<bos><start_of_turn>user\n")
+    if question == "long":
+        assert len(trace.ids) > 512 and trace.prefill.attention is None  # chunked, past the window
+    want = hf_greedy(gemma_lm, trace.ids, STEPS)
+    got = trace.generated_token_ids
+    assert got == want[:len(got)] and len(got) >= min(len(want), 1)
+    assert len(got) == len(want) or want[len(got)] in (1, 106)  # HF writes the stop token; the trace ends on it
+
+
+def test_captured_attention_equals_hf_eager(gemma_lm):
+    ids = tokenize_request(gemma_lm.tokenizer, ChatRequest.from_question(DEFAULT_QUESTION)).ids
+    p = run_prefill(gemma_lm, ids).prefill
+    np.testing.assert_allclose(p.attention, hf_eager_attention(gemma_lm, ids), atol=1e-6)
+    assert p.k_rot.shape == (18, 1, len(ids), 256) and p.q_rot.shape == (18, 4, len(ids), 256)
+
+
+def test_no_weight_falls_past_the_window_in_a_sliding_layer(gemma_lm, long_ids):
+    d, T = gemma_lm.dims, len(long_ids)
+    p = run_prefill(gemma_lm, long_ids, keep_attention=True).prefill  # one eager pass, attention kept
+    assert p.attention.dtype == np.float16  # a long prompt's captures are stored compact: half a float16 step
+    np.testing.assert_allclose(p.attention, hf_eager_attention(gemma_lm, long_ids), atol=2.5e-4)
+    back = np.arange(T)[:, None] - np.arange(T)[None, :]  # how far back each key lies from its query
+    for i in range(d.L):
+        beyond = p.attention[i][:, back >= d.sliding_window]  # (H, n) weights further back than the window
+        if d.layer_type(i) == SLIDING:
+            assert np.all(beyond == 0), f"layer {i}"
+        else:
+            assert beyond.sum() > 0, f"full layer {i} never looks past {d.sliding_window} positions"
+    assert sorted(set(p.kv_bytes_per_layer)) == [2 * 1 * 256 * 4 * (d.sliding_window - 1), 2 * 256 * 4 * T]
+
+
+@pytest.mark.parametrize("question", [DEFAULT_QUESTION, "long"])
+def test_the_plain_path_equals_hf_generate(gemma_lm, question):
+    """The plain serving path's own Gemma decoder (pipeline.model.gemma_decoder) gives HF's greedy tokens,
+    on a prompt inside the window and on one past it."""
+    from pipeline.model.gemma_decoder import GemmaPlainDecoder
+    from pipeline.model.plain_decoder import open_decoder
+    from pipeline.stages import fast_path
+
+    n = STEPS
+    request = ChatRequest.from_question(LONG_NOTES if question == "long" else question,
+                                        options=GenerationOptions(max_new_tokens=n))
+    assert isinstance(open_decoder(gemma_lm, 8), GemmaPlainDecoder)
+    got = fast_path.generate(gemma_lm, request).generated
+    want = hf_greedy(gemma_lm, tokenize_request(gemma_lm.tokenizer, request).ids, n)
+    assert got == want[:len(got)] and got
+    assert len(got) == len(want) or want[len(got)] in (1, 106)
