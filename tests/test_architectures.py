@@ -208,6 +208,11 @@ def test_gemma_turn_format_and_plain_text(gemma_tokenizer):
                                 "<start_of_turn>model\n")
     assert chat.ids[:2] == [tok.bos_token_id, special["<start_of_turn>"]]
     assert chat.ids.count(special["<end_of_turn>"]) == 1
+    markers = [t for t in chat.tokens if t.role == "template" and t.text in ("<start_of_turn>", "<end_of_turn>")]
+    assert len(markers) == 3 and all(t.special for t in markers)  # named special at load: every page marks them
+    from pipeline.model.vocabulary import Vocabulary
+
+    assert Vocabulary.from_folder(weights_cache_dir(GEMMA3), GEMMA3.turn_tokens).all_special_ids == tok.all_special_ids
     history = ChatRequest.from_question("And cucumbers?", history=[("user", "Hi"), ("assistant", "Hello!")])
     assert "<start_of_turn>model\nHello!<end_of_turn>\n<start_of_turn>user\nAnd cucumbers?" in tokenize_request(
         tok, history).prompt_text  # the assistant's turns are the model's
