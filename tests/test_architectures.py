@@ -208,6 +208,11 @@ def test_gemma_turn_format_and_plain_text(gemma_tokenizer):
                                 "<start_of_turn>model\n")
     assert chat.ids[:2] == [tok.bos_token_id, special["<start_of_turn>"]]
     assert chat.ids.count(special["<end_of_turn>"]) == 1
+    markers = [t for t in chat.tokens if t.role == "template" and t.text in ("<start_of_turn>", "<end_of_turn>")]
+    assert len(markers) == 3 and all(t.special for t in markers)  # named special at load: every page marks them
+    from pipeline.model.vocabulary import Vocabulary
+
+    assert Vocabulary.from_folder(weights_cache_dir(GEMMA3), GEMMA3.turn_tokens).all_special_ids == tok.all_special_ids
     history = ChatRequest.from_question("And cucumbers?", history=[("user", "Hi"), ("assistant", "Hello!")])
     assert "<start_of_turn>model\nHello!<end_of_turn>\n<start_of_turn>user\nAnd cucumbers?" in tokenize_request(
         tok, history).prompt_text  # the assistant's turns are the model's
@@ -282,3 +287,27 @@ def test_a_branch_on_gemma_replays_the_real_cache_bytes(gemma_tokenizer):
     assert branched.generated_token_ids == trace.generated_token_ids
     assert [s.kv_bytes_per_layer for s in branched.steps] == [s.kv_bytes_per_layer for s in trace.steps]
     assert len(set(trace.steps[0].kv_bytes_per_layer)) == 2  # sliding and full layers hold different amounts
+
+
+def test_the_prefix_cache_on_gemma(gemma_tokenizer):
+    """Blocks of keys and values reused across requests work within the sliding window; past it the
+    sliding layers no longer hold every position, and the prefix cache says so instead of storing
+    keys from the wrong positions."""
+    from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig
+
+    model = tiny_gemma3(gemma_tokenizer)
+    model.config.sliding_window = 64  # longer than the prompts below: every layer holds every position
+    for block in model.model.layers:
+        block.self_attn.sliding_window = 64 if block.self_attn.sliding_window else None
+    lm = wrap(model, gemma_tokenizer, "tiny-gemma3")
+    ids = gemma_tokenizer(TEXT)["input_ids"]
+    cache = PrefixCache(PrefixCacheConfig(block_size=4))
+    cold = cache.serve(lm, ids)
+    warm = cache.serve(lm, ids + [236881])
+    assert warm.stats.tokens_reused == len(ids) // 4 * 4 and cold.stats.tokens_reused == 0
+    with torch.inference_mode():
+        full = lm.model(input_ids=torch.tensor([ids + [236881]]), use_cache=False).logits[0, -1]
+    torch.testing.assert_close(warm.last_logits, full, atol=1e-4, rtol=0)
+    short_window = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")  # window 4
+    with pytest.raises(InputError, match="sliding window"):
+        PrefixCache(PrefixCacheConfig(block_size=4)).serve(short_window, ids)

@@ -86,7 +86,8 @@ class ModelHandle:
         folder = self.folder
         with self._vocabulary_lock:
             if self._vocabulary is None:
-                self._vocabulary = (Vocabulary.from_folder(folder) if (folder / "tokenizer.json").exists()
+                self._vocabulary = (Vocabulary.from_folder(folder, self._spec.turn_tokens)
+                                    if (folder / "tokenizer.json").exists()
                                     else None)
         return self._vocabulary or self.tokenizer
 

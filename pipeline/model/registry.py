@@ -68,6 +68,7 @@ class ModelSpec:
     cache_folder: str | None = None  # under the weights cache root; None for a local folder
     folder: Path | None = None  # a local folder's path
     conversion_needs_bytes: int = 0  # free space the conversion needs (float32 weights twice, and room)
+    turn_tokens: tuple[str, ...] = ()  # our chat format's markers: registered as named special tokens at load
 
     @property
     def is_local(self) -> bool:
@@ -86,7 +87,7 @@ SMOLLM2 = ModelSpec(
 
 GEMMA3 = ModelSpec(
     key="gemma-3-270m", display_name="Gemma-3-270M", instruct=False, chat_format="Gemma turns",
-    chat_template=GEMMA_TURNS, stop_tokens=("<end_of_turn>",),
+    chat_template=GEMMA_TURNS, stop_tokens=("<end_of_turn>",), turn_tokens=("<start_of_turn>", "<end_of_turn>"),
     note=("The base (pretrained) model: its file has no chat template and it was never tuned on one. Chat "
           "requests are written in Gemma's published turn format by this app; plain-text completion is "
           "what it was trained for."),

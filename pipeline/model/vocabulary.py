@@ -22,15 +22,17 @@ class Vocabulary:
         self.all_special_ids = special_ids
 
     @classmethod
-    def from_folder(cls, folder: Path) -> "Vocabulary":
+    def from_folder(cls, folder: Path, extra: tuple[str, ...] = ()) -> "Vocabulary":
+        """extra: tokens named special when loaded (pipeline.model.registry's turn_tokens), listed last as there."""
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(Path(folder) / "tokenizer.json"))
         config_file = Path(folder) / "tokenizer_config.json"
         config = json.loads(config_file.read_text(encoding="utf-8")) if config_file.exists() else {}
         names = [config.get(role) for role in SPECIAL_ROLES]
-        extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
-        names += list(extra.values()) if isinstance(extra, dict) else list(extra)
+        extra_named = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+        names += list(extra_named.values()) if isinstance(extra_named, dict) else list(extra_named)
+        names += list(extra)
         ids: list[int] = []
         for name in names:
             name = name.get("content") if isinstance(name, dict) else name

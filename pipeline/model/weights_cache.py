@@ -226,4 +226,11 @@ def load_tokenizer(folder: Path, model: str | ModelSpec | None = None):
     spec = resolve(model) if model is not None else None
     if spec is not None and spec.chat_template and not tokenizer.chat_template:
         tokenizer.chat_template = spec.chat_template
+    if spec is not None and spec.turn_tokens:
+        # Gemma's turn markers are special tokens of the file's vocabulary but not named ones: naming them puts
+        # them in all_special_ids, so every stage marks them special and stops at <end_of_turn>.
+        unknown = [t for t in spec.turn_tokens if tokenizer.convert_tokens_to_ids(t) in (None, tokenizer.unk_token_id)]
+        if unknown:
+            raise InputError("model", f"{folder}'s tokenizer has no {unknown[0]!r} token, which its chat format needs.")
+        tokenizer.add_special_tokens({"additional_special_tokens": list(spec.turn_tokens)})
     return tokenizer

@@ -145,6 +145,11 @@ def slice_block(cache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tenso
 
     Kept on the first layer's device (layers may sit on different GPUs)."""
     layers = cache_layers(cache)  # per layer (1, Hkv, T, Dh)
+    held = min(k.shape[2] for k, _ in layers)
+    if held < stop:  # a sliding-window layer past its window keeps only its last positions (Gemma 3)
+        raise InputError("prompt", f"this prompt is longer than the model's sliding window: those layers keep only "
+                                   f"their last {held} positions, and the prefix cache stores every position of "
+                                   f"every layer. Use a prompt of at most {held} tokens here.")
     home = layers[0][0].device
     keys = torch.stack([k[0, :, start:stop].to(home) for k, _ in layers]).clone()
     values = torch.stack([v[0, :, start:stop].to(home) for _, v in layers]).clone()

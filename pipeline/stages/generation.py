@@ -108,9 +108,7 @@ def end_token_ids(lm: LanguageModel) -> set[int]:
     tok = lm.tokenizer
     eos = lm.model.generation_config.eos_token_id
     eos = list(eos) if isinstance(eos, (list, tuple)) else ([] if eos is None else [eos])
-    added = getattr(tok, "added_tokens_decoder", {})  # Gemma's <end_of_turn> is an added special token, not a named one
-    special = set(tok.all_special_ids) | {i for i, t in added.items() if t.special}
-    return special & {tok.eos_token_id, *eos}
+    return set(tok.all_special_ids) & {tok.eos_token_id, *eos}
 
 
 def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> list[Candidate]:
