@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..checks import integer, number
 from ..errors import InputError
-from ..model.dims import kv_bytes_formula
+from ..model.dims import ModelDims, held_positions, kv_bytes_formula
 from ..timing import compare_runs
 from ..model.interface import LanguageModel
 
@@ -98,6 +98,33 @@ def _median_run(runs: list[dict]) -> dict:
     """One run whose step times are the per-step medians of several identical runs."""
     return {"tokens": runs[0]["tokens"], "tokens_fed": runs[0]["tokens_fed"],
             "seconds": [statistics.median(s) for s in zip(*(r["seconds"] for r in runs))]}
+
+
+# ---- what each layer holds ---------------------------------------------------------------------------
+def position_bytes(dims: ModelDims) -> int:
+    """Bytes one position takes in one layer: 2 (K and V) * Hkv * Dh * bytes. SmolLM2, float32: 2*3*64*4 = 1,536."""
+    return kv_bytes_formula(1, dims.Hkv, dims.Dh, 1, dims.bytes_per_value)
+
+
+def held_bytes(dims: ModelDims, n: int) -> list[int]:
+    """(L,) bytes HF's cache holds per layer after n positions: all n in a full layer, the last window - 1
+    in a sliding one (kv_tensors.held_positions). Gemma-3-270M, float32, n = 600: 511 * 2,048 B in a
+    sliding layer, 600 * 2,048 B in a full one."""
+    n = integer("n", n, 0, 10**9)
+    return [held_positions(dims.window(i), n) * position_bytes(dims) for i in range(dims.L)]
+
+
+def layer_holdings(dims: ModelDims, measured: list[int], tokens: int) -> list[dict]:
+    """One row per layer: its window (None: full), the bytes its real cache tensors held (`measured`, e.g.
+    prefill.kv_bytes_per_layer), the positions that is, and what it would hold keeping every one of the
+    `tokens` positions or only its window (an engine that drops what a sliding layer can no longer read:
+    the memory calculator's bytes_by_layer)."""
+    if len(measured) != dims.L:
+        raise InputError("measured", f"one byte count per layer: {len(measured)} for {dims.L} layers.")
+    per = position_bytes(dims)
+    windowed = bytes_by_layer(ModelShape.from_dims(dims), tokens, dims.bytes_per_value)
+    return [{"layer": i, "window": dims.window(i), "bytes": int(b), "positions": int(b) // per,
+             "all_positions_bytes": tokens * per, "window_bytes": windowed[i]} for i, b in enumerate(measured)]
 
 
 # ---- the memory calculator for real models ----------------------------------------------------------
