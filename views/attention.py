@@ -190,7 +190,7 @@ def one_head() -> None:
     size = f"T × T = {T} × {T}" if not start else f"the last {W} of T = {T:,} query positions"
     kind = "full attention" if window is None else f"sliding window of {window:,}"
     fig.update_layout(height=min(900, max(480, 16 * W + 200)), margin=dict(t=40, l=10, r=10, b=10),
-                      title=f"layer {layer} ({kind}), head {head}: attention weights ({size}); grey = masked future"
+                      title=f"layer {layer}, head {head} ({kind}): attention weights ({size}); grey = masked future"
                             + ("; yellow = outside the window" if beyond.any() else ""))
     token_axis(fig, "x", xlabels, angle=-60, title="key position (T): the token looked at",
                always=range(sinks + 1) if sinks else ())  # the first tokens and the summed column stay named
