@@ -48,6 +48,26 @@ def test_recomputed_attention_keeps_the_sliding_window(tiny_gemma, both_prefills
     np.testing.assert_allclose(at.overview_tiles(recomputed, 8, windows), kept.attention[:, :, -8:, -8:], atol=1e-5)
 
 
+def test_one_head_and_the_whole_grid_shrunk(tiny_gemma, both_prefills):
+    kept, recomputed = both_prefills
+    T = kept.T
+    for p in (kept, recomputed):
+        one = at.attention_for_layer(p, 1, first_row=3, window=WINDOW, head=2)
+        np.testing.assert_allclose(one, kept.attention[1][2:3, 3:], atol=1e-5)
+    b = 3  # blocks of 3 positions: cells = ceil(T / 3)
+    pooled, hidden, starts = at.pooled_head(recomputed, 0, 2, WINDOW, cells=-(-T // b))
+    assert starts.tolist() == list(range(0, T, b))
+    ref = kept.attention[0][2].astype(np.float64)  # (T, T) HF's eager weights
+    for i, qs in enumerate(starts):
+        for j, ks in enumerate(starts):
+            block = ref[qs:qs + b, ks:ks + b]
+            assert pooled[i, j] == pytest.approx(block.sum(axis=1).mean(), abs=1e-5)
+            q, k = np.arange(qs, min(qs + b, T))[:, None], np.arange(ks, min(ks + b, T))[None, :]
+            assert hidden[i, j] == bool(np.all((k > q) | (q - k >= WINDOW)))
+    np.testing.assert_allclose(pooled.sum(axis=1), 1, atol=1e-5)
+    assert hidden[-1, 0] and not hidden[-1, -1]  # the band: the last queries' oldest keys are out of reach
+
+
 def test_attention_by_hand_masks_what_the_window_hides(both_prefills):
     kept, _ = both_prefills
     layer, pos = 0, [0, 5, 6, 9]  # 9 - 5 = 4 is out of a window of 4; 9 - 6 = 3 is in

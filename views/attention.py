@@ -18,6 +18,7 @@ from ui.words import plural
 
 WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
 SINKS = 4  # first tokens kept as columns in a long prompt's grid: heads park much of their weight there
+POOLED = 128  # blocks per side of a long prompt's whole grid, shrunk
 TILE = 16  # positions per head in the all-heads overview (the last ones): 30 × 9 tiles of 16 × 16
 SCALE_HELP = {"linear": "weights as they are: 0 % white, 100 % darkest",
               "sqrt": "square root: small weights (1–5 %) become visible",
@@ -60,6 +61,13 @@ def layer_window(request_id: str, ids: tuple[int, ...], layer: int, start: int, 
     if not start:
         return rows, 0
     return at.windowed(rows, start, SINKS)
+
+
+@st.cache_data(max_entries=16, show_spinner="Shrinking the whole prompt's grid...")
+def whole_prompt(request_id: str, ids: tuple[int, ...], layer: int, head: int, window: int | None,
+                 _p: Prefill) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One head's (T, T) grid pooled into blocks (at.pooled_head): 64 KB at most."""
+    return at.pooled_head(_p, layer, head, window, POOLED)
 
 
 tiles, last = overview(trace.request.id, tuple(trace.ids), windows, p)  # (L, H, n, n), (L, H, T)
@@ -189,9 +197,10 @@ def one_head() -> None:
     W = T - start
     size = f"T × T = {T} × {T}" if not start else f"the last {W} of T = {T:,} query positions"
     kind = "full attention" if window is None else f"sliding window of {window:,}"
-    fig.update_layout(height=min(900, max(480, 16 * W + 200)), margin=dict(t=40, l=10, r=10, b=10),
-                      title=f"layer {layer}, head {head} ({kind}): attention weights ({size}); grey = masked future"
-                            + ("; yellow = outside the window" if beyond.any() else ""))
+    fig.update_layout(height=min(900, max(480, 16 * W + 200)), margin=dict(t=60, l=10, r=10, b=10),
+                      title=f"layer {layer}, head {head} ({kind}): attention weights ({size})<br>"
+                            "<sup>grey = masked future" + ("; yellow = outside the window" if beyond.any() else "")
+                            + "</sup>")
     token_axis(fig, "x", xlabels, angle=-60, title="key position (T): the token looked at",
                always=range(sinks + 1) if sinks else ())  # the first tokens and the summed column stay named
     token_axis(fig, "y", labels[start:], title="query position (T): the token looking", autorange="reversed")
@@ -207,6 +216,8 @@ def one_head() -> None:
                    f"({middle.min():.0%}–{middle.max():.0%} per row), so every row still adds up to 100 %.")
     if window is not None:
         st.caption(window_caption(window, beyond))
+    if start:
+        shrunk(layer, head, window)
     one_row(A, cols, xlabels, sinks)
     shared_kv(layer, head, rows, cols)
     by_hand(A, cols, layer, head)
@@ -226,6 +237,35 @@ def window_caption(window: int, beyond: np.ndarray) -> str:
                        "mixes tokens inside and outside the window; only those inside have weight.")
     return text + (f"The prompt has {T:,} tokens: the drawn queries' oldest keys fall into the summed column, "
                    "where the ones outside the window count 0 %.")
+
+
+def shrunk(layer: int, head: int, window: int | None) -> None:
+    """The whole T x T grid of one head, pooled into blocks: the sliding window's band shows at a glance."""
+    pooled, hidden, starts = whole_prompt(trace.request.id, tuple(trace.ids), layer, head, window, p)
+    b = int(starts[1] - starts[0]) if len(starts) > 1 else 1
+    future = hidden & (starts[None, :] > starts[:, None])  # (n, n) blocks wholly after their queries
+    outside = hidden & ~future  # wholly outside the sliding window
+    ticks = [f"{s}–{min(s + b, T) - 1}" for s in starts]
+    fig = go.Figure([go.Heatmap(**colour_axis(np.where(hidden, np.nan, pooled)), x=ticks, y=ticks, customdata=pooled,
+                                hovertemplate="queries %{y}<br>keys %{x}<br>mean weight per query "
+                                              "%{customdata:.2%}<extra></extra>", showscale=False),
+                     go.Heatmap(z=np.where(future, 1.0, np.nan), x=ticks, y=ticks, showscale=False, hoverinfo="skip",
+                                colorscale=[[0, "#e5e5e5"], [1, "#e5e5e5"]])])
+    if outside.any():
+        fig.add_trace(go.Heatmap(z=np.where(outside, 1.0, np.nan), x=ticks, y=ticks, showscale=False,
+                                 colorscale=[[0, "#fcd34d"], [1, "#fcd34d"]], hovertemplate=(
+                                     "queries %{y}<br>keys %{x}<br>outside the sliding window: 0 %<extra></extra>")))
+    fig.update_layout(height=520, margin=dict(t=40, l=10, r=10, b=10),
+                      title=f"the whole prompt, shrunk: blocks of {plural(b, 'position')}")
+    fig.update_xaxes(title="keys (block of positions)", showticklabels=False)
+    fig.update_yaxes(title="queries (block of positions)", showticklabels=False, autorange="reversed")
+    with st.expander(f"The whole {T:,} × {T:,} grid of this head, shrunk", expanded=window is not None):
+        st.plotly_chart(fig, width="stretch", key="at_shrunk")
+        st.caption(f"Each cell is a block of {b} query positions × {b} key positions: the weight those queries put "
+                   "on those keys, averaged over the queries, so every row still adds up to 100 %."
+                   + (f" Yellow blocks lie {window:,} or more positions back from every query in them: a sliding "
+                      "layer gives them exactly 0 %, so its weight stays in a band along the diagonal."
+                      if outside.any() else " A full layer can reach back to the very first token."))
 
 
 @st.fragment

@@ -101,7 +101,8 @@ else:
         "bytes per position": r["bytes"] // r["positions"] if r["positions"] else 0,
         f"keeping all {n_prompt:,}": r["all_positions_bytes"], "keeping the window": r["window_bytes"],
     } for r in rows])
-    st.dataframe(table, hide_index=True, width="stretch")
+    st.dataframe(table, hide_index=True, width="stretch", height=35 * (L + 1) + 3,  # every layer, no scrolling
+                 column_config={c: st.column_config.NumberColumn(format="localized") for c in table.columns[2:]})
     if n_prompt < w:
         st.markdown(f"The prompt has {n_prompt:,} tokens, fewer than the window of {w:,}: every layer still holds "
                     f"every position ({per_position:,} B each). Ask a question longer than {w:,} tokens to see the "

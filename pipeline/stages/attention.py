@@ -22,18 +22,23 @@ def hidden_keys(queries, keys, window: int | None) -> np.ndarray:
     return (k > q) | (q - k >= window) if window else k > q
 
 
-def attention_for_layer(prefill: Prefill, layer: int, first_row: int = 0, window: int | None = None) -> np.ndarray:
+def attention_for_layer(prefill: Prefill, layer: int, first_row: int = 0, window: int | None = None,
+                        head: int | None = None) -> np.ndarray:
     """(H, T - first_row, T) attention weights of one layer for query rows first_row..T-1:
     softmax(q k^T / sqrt(Dh) + mask), in float32. The mask hides later keys and, in a sliding-window
     layer (`window`: dims.window(layer)), keys `window` or more positions back: their weight is 0.
+    With `head`, only that query head: (1, T - first_row, T).
 
     Uses the stored pattern when kept; otherwise recomputes just those rows from the captured
     post-RoPE q and k. Query head h reads key/value head h // (H // Hkv) (grouped-query attention).
     """
+    H, Hkv = prefill.q_rot.shape[1], prefill.k_rot.shape[1]
+    heads = slice(None) if head is None else slice(head, head + 1)
     if prefill.attention is not None:
-        return np.ascontiguousarray(prefill.attention[layer][:, first_row:], dtype=np.float32)
-    q = prefill.q_rot[layer][:, first_row:].astype(np.float32)  # (H, W, Dh)
-    k = prefill.k_rot[layer].astype(np.float32)  # (Hkv, T, Dh)
+        return np.ascontiguousarray(prefill.attention[layer][heads, first_row:], dtype=np.float32)
+    kv = slice(None) if head is None else slice(head // (H // Hkv), head // (H // Hkv) + 1)
+    q = prefill.q_rot[layer][heads, first_row:].astype(np.float32)  # (H, W, Dh)
+    k = prefill.k_rot[layer][kv].astype(np.float32)  # (Hkv, T, Dh)
     k = np.repeat(k, q.shape[0] // k.shape[0], axis=0)  # (H, T, Dh)
     scores = q @ k.transpose(0, 2, 1) / np.float32(np.sqrt(q.shape[-1]))  # (H, W, T)
     T = scores.shape[-1]
@@ -67,6 +72,26 @@ def attention_by_hand(q_rot: np.ndarray, k_rot: np.ndarray, v: np.ndarray, head:
     weights = softmax(masked)  # (n, n)
     return {"positions": pos, "kv_head": kv, "compare": compare, "masked": masked, "weights": weights,
             "values": vals, "mixed": weights @ vals}
+
+
+def pooled_head(prefill: Prefill, layer: int, head: int, window: int | None = None,
+                cells: int = 128) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One head's whole (T, T) pattern shrunk to at most cells x cells blocks of b = ceil(T / cells)
+    positions, so a long prompt's band fits on screen: block (i, j) = the mean over the queries in block i
+    of the weight they put on the keys in block j (each block row still sums to 1).
+
+    Returns (pooled (n, n), hidden (n, n) True where every query-key pair of the block is masked — the
+    future, or in a sliding layer `window` or more back —, starts (n,) the first position of each block).
+    """
+    T = prefill.T
+    b = -(-T // integer("cells", cells, 1, 4096))
+    starts = np.arange(0, T, b)
+    A = attention_for_layer(prefill, layer, window=window, head=head)[0]  # (T, T)
+    keys = np.add.reduceat(A, starts, axis=1)  # (T, n) weight on each block of keys
+    pooled = np.add.reduceat(keys, starts, axis=0) / np.diff(np.append(starts, T))[:, None]  # (n, n)
+    shown = ~hidden_keys(np.arange(T), np.arange(T), window)  # (T, T) pairs that may carry weight
+    open_ = np.add.reduceat(np.add.reduceat(shown, starts, axis=1), starts, axis=0) > 0  # (n, n)
+    return pooled.astype(np.float32), ~open_, starts
 
 
 def _window_of(windows, layer: int) -> int | None:
