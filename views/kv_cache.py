@@ -113,7 +113,8 @@ else:
                     f"(the window less one: the next token brings the {w:,}th itself), the full layers all "
                     f"{n_prompt:,}. Measured: {human_bytes(measured)}; keeping every position in every layer would "
                     f"take {human_bytes(everything)}; an engine that keeps exactly the window, as the calculator "
-                    f"below counts, {human_bytes(windowed)}.")
+                    f"below counts, {human_bytes(windowed)} ({windowed - measured:+,} B: "
+                    f"{plural(len(sliding), 'position')} more, one per sliding layer).")
     else:
         st.markdown(f"This cache keeps every position even in the sliding layers, though they can never read keys "
                     f"{w:,} or more positions back: {human_bytes(measured)}. An engine that drops them would hold "
