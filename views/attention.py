@@ -338,7 +338,7 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     a.markdown(f"**1. Compare**: each row's q · each column's k, divided by √Dh = √{Dh} = {np.sqrt(Dh):.0f}.")
     a.dataframe(frame(r["compare"], lambda x: f"{x:.2f}"))
     b.markdown("**2. Mask**: a token may not look at later tokens, so those scores become −∞."
-               + (f" In this sliding layer neither may it look {window:,} or more positions back." if window else ""))
+               + (f" In this sliding layer it may not look {window:,} or more positions back either." if window else ""))
     b.dataframe(frame(r["masked"], lambda x: "−∞" if np.isneginf(x) else f"{x:.2f}"))
     a, b = st.columns(2)
     a.markdown("**3. Softmax**: e^score for each cell, divided by the row's total; e^−∞ = 0.")
