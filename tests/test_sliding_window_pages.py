@@ -126,10 +126,10 @@ def gemma_pages(tiny_gemma, monkeypatch):
     for module in (views.server_state, views.session_request, views.waiting):
         monkeypatch.setattr(module, "get_model", lambda: tiny_gemma)
 
-    def run(view: str):
+    def run(view: str, **state):
         from conftest import page_app
 
-        at = page_app(view, req_max_new_tokens=3)
+        at = page_app(view, req_max_new_tokens=3, **state)
         at.run()
         assert not at.exception, [e.message for e in at.exception]
         return at
@@ -200,3 +200,17 @@ def test_kv_cache_page_on_gemma_shows_each_layers_positions(gemma_pages, tiny_ge
     assert list(table["keeping the window"]) == [WINDOW * 128, WINDOW * 128, T * 128]
     text = _text(at)
     assert "Hugging Face's cache drops those" in text and "here they differ" in text
+
+
+@pytest.mark.app
+def test_a_long_prompt_on_gemma_shows_the_band_of_the_whole_grid(gemma_pages):
+    at = gemma_pages("attention", req_question=TEXT * 12, at_layer=0)  # > 256 tokens: the last 256 rows drawn
+    spec = _chart(at, "at_shrunk")  # the whole grid, pooled; open in a sliding layer
+    pooled, outside = _array(spec["data"][0]["customdata"]), _array(spec["data"][2]["z"])
+    n = int(np.sqrt(pooled.size))
+    pooled, outside = pooled.reshape(n, n), outside.reshape(n, n)
+    assert np.all(pooled[~np.isnan(outside)] == 0) and not np.isnan(outside[-1, 0]) and np.isnan(outside[-1, -1])
+    np.testing.assert_allclose(pooled.sum(axis=1), 1, atol=1e-4)
+    assert "Yellow blocks lie 4 or more positions back" in _text(at)
+    heat = _chart(at, "at_heatmap")
+    assert "yellow = outside the window" in heat["layout"]["title"]["text"]
