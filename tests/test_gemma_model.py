@@ -93,3 +93,28 @@ def test_the_plain_path_equals_hf_generate(gemma_lm, question):
     want = hf_greedy(gemma_lm, tokenize_request(gemma_lm.tokenizer, request).ids, n)
     assert got == want[:len(got)] and got
     assert len(got) == len(want) or want[len(got)] in (1, 106)
+
+
+def test_the_attention_and_kv_pages_numbers_past_the_window(gemma_lm, long_ids):
+    """What the Attention and KV cache pages draw for a ~600-token prompt (chunked prefill, no weights kept):
+    attention recomputed from the captured q and k with each layer's window equals HF's eager weights, zeros
+    past 512 positions in a sliding layer included; and each layer's cache from its real tensors holds 511
+    positions in a sliding layer, all T in a full one, beside the calculator's window engine (512 and T)."""
+    from pipeline.stages import attention as at
+    from pipeline.stages import kv_cache as kv
+
+    d, T = gemma_lm.dims, len(long_ids)
+    p = run_prefill(gemma_lm, long_ids).prefill
+    assert p.attention is None  # the page recomputes
+    ref = hf_eager_attention(gemma_lm, long_ids)  # (L, H, T, T)
+    windows = [d.window(i) for i in range(d.L)]
+    assert windows.count(None) == 3 and set(windows) == {512, None}
+    np.testing.assert_allclose(at.last_rows(p, windows), ref[:, :, -1], atol=2e-3)
+    back = np.arange(T - 256, T)[:, None] - np.arange(T)[None, :]  # (256, T) for the page's last 256 rows
+    for i in (0, 5):  # a sliding layer and a full one
+        got = at.attention_for_layer(p, i, first_row=T - 256, window=windows[i])  # (H, 256, T)
+        np.testing.assert_allclose(got, ref[i][:, T - 256:], atol=2e-3)
+        assert np.all(got[:, back >= 512] == 0) == (windows[i] is not None)
+    rows = kv.layer_holdings(d, p.kv_bytes_per_layer, T)
+    assert [r["positions"] for r in rows] == [T if w is None else 511 for w in windows]
+    assert [r["window_bytes"] for r in rows] == [2 * 256 * 4 * (T if w is None else 512) for w in windows]

@@ -2,8 +2,10 @@
 import pytest
 
 from pipeline.model.dims import ModelDims, kv_bytes_formula
-from pipeline.stages.kv_cache import (ModelShape, bytes_per_token, compare, conversation_bytes, fit, human_bytes,
-                                      load_configs)
+from pipeline.errors import InputError
+from pipeline.model.dims import FULL, SLIDING
+from pipeline.stages.kv_cache import (ModelShape, bytes_by_layer, bytes_per_token, compare, conversation_bytes, fit,
+                                      human_bytes, load_configs)
 
 SMOLLM2 = ModelDims(name="SmolLM2-135M-Instruct", L=30, H=9, Hkv=3, Dh=64, D=576, D_mlp=1536, V=49152,
                     context_window=8192, rope_base=100000.0, dtype="float32", device="cpu", bytes_per_value=4)
@@ -69,6 +71,35 @@ def test_sliding_window_layers_stop_growing():
                    sliding_layers=2, sliding_window=10)
     # 2 full layers * 100 tokens + 2 sliding layers * 10 tokens, each 2 * 2 Hkv * 8 Dh * 2 B = 64 B per layer-token
     assert conversation_bytes(m, 100, 2) == 64 * (2 * 100 + 2 * 10)
+
+
+@pytest.mark.parametrize("T, by_hand", [
+    # Gemma 3 270M's published config: 18 layers, full attention in 5, 11, 17, the rest slide over 512
+    # positions; 1 KV head of 256 numbers, 16-bit: 2 * 1 * 256 * 2 = 1,024 B per layer and position.
+    (600, (15 * 512 + 3 * 600) * 1024),  # 9,707,520 B: the sliding layers stopped at 512
+    (300, 18 * 300 * 1024),  # 5,529,600 B: shorter than the window, every layer holds all 300
+    (512, 18 * 512 * 1024),
+    (513, (15 * 512 + 3 * 513) * 1024),
+])
+def test_the_calculator_sums_each_layers_window(cfg, T, by_hand):
+    m = cfg["models"]["Gemma-3-270M"]
+    assert [i for i, w in enumerate(m.windows()) if w is None] == [5, 11, 17]
+    assert conversation_bytes(m, T, 2) == by_hand
+    assert bytes_by_layer(m, T, 2)[:6] == [min(T, 512) * 1024] * 5 + [T * 1024]
+    assert fit(m, 24, T, 2, 2).conversation_bytes == by_hand
+
+
+def test_a_shape_from_the_models_own_dims_keeps_its_windows():
+    dims = ModelDims(name="tiny-gemma3", L=3, H=4, Hkv=1, Dh=16, D=32, D_mlp=48, V=100, context_window=512,
+                     rope_base=10000.0, dtype="float32", device="cpu", bytes_per_value=4, architecture="gemma3_text",
+                     layer_types=(SLIDING, SLIDING, FULL), sliding_window=4)
+    m = ModelShape.from_dims(dims)
+    assert m.windows() == (4, 4, None)
+    # 10 tokens, float32: 2 sliding layers * 4 positions + 1 full layer * 10, each 2 * 1 * 16 * 4 = 128 B
+    assert bytes_by_layer(m, 10, 4) == [512, 512, 1280] and conversation_bytes(m, 10, 4) == 128 * (2 * 4 + 10)
+    assert ModelShape.from_dims(SMOLLM2).windows() == (None,) * 30
+    with pytest.raises(InputError, match="layer_windows"):
+        ModelShape("bad", 1.0, layers=3, heads=4, kv_heads=1, head_dim=8, context=100, layer_windows=(4, None))
 
 
 def test_every_gpu_and_model_in_the_assets_is_usable(cfg):

@@ -87,7 +87,7 @@ def trace_report(trace) -> str:
               _fig(go.Figure(go.Heatmap(z=np.log10(np.maximum(norms, 1e-6)), x=labels[-W:], colorscale="Viridis"))
                    .update_yaxes(title="after block (0 = embedding)"), 420)]
     layer = m.L // 2
-    A = attention_for_layer(p, layer, first_row=T - W)  # (H, W, T)
+    A = attention_for_layer(p, layer, first_row=T - W, window=m.window(layer))  # (H, W, T)
     parts += [f"<h2>7. Attention</h2><p>Layer {layer}, every head, the last {W} query rows over the same keys.</p>"]
     for h in range(m.H):
         grid = A[h][:, T - W:]  # (W, W)

@@ -18,6 +18,7 @@ from ui.words import plural
 
 WINDOW = 256  # most query/key positions drawn: a W × W heatmap of 65,536 cells stays quick in the browser
 SINKS = 4  # first tokens kept as columns in a long prompt's grid: heads park much of their weight there
+POOLED = 128  # blocks per side of a long prompt's whole grid, shrunk
 TILE = 16  # positions per head in the all-heads overview (the last ones): 30 × 9 tiles of 16 × 16
 SCALE_HELP = {"linear": "weights as they are: 0 % white, 100 % darkest",
               "sqrt": "square root: small weights (1–5 %) become visible",
@@ -32,6 +33,8 @@ tok = get_model().tokenizer
 m, p = trace.dims, trace.prefill
 L, H, Hkv, Dh = m.L, m.H, m.Hkv, m.Dh
 T = len(trace.tokens)
+windows = tuple(m.window(i) for i in range(L))  # (L,) each layer's sliding window, None = full
+sliding = [i for i, w in enumerate(windows) if w is not None]
 pieces = token_pieces(tok, trace.ids)  # '토 (1/3)' for a token that is part of a character
 names = [q.label for q in pieces]
 labels = axis_labels(names)  # unique and escaped, for plotly
@@ -40,26 +43,34 @@ start = max(0, T - WINDOW)  # first query position shown; 0 unless the prompt is
 
 
 @st.cache_data(max_entries=4, show_spinner="Reading every head once...")
-def overview(request_id: str, ids: tuple[int, ...], _p: Prefill) -> tuple[np.ndarray, np.ndarray]:
+def overview(request_id: str, ids: tuple[int, ...], windows: tuple, _p: Prefill) -> tuple[np.ndarray, np.ndarray]:
     """((L, H, n, n) the last n positions of every head, (L, H, T) the last row of every head): small."""
-    return at.overview_tiles(_p, TILE), at.last_rows(_p)
+    return at.overview_tiles(_p, TILE, windows), at.last_rows(_p, windows)
 
 
 @st.cache_data(max_entries=16, show_spinner="Computing this layer's attention...")
-def layer_window(request_id: str, ids: tuple[int, ...], layer: int, start: int, _p: Prefill) -> tuple[np.ndarray, int]:
+def layer_window(request_id: str, ids: tuple[int, ...], layer: int, start: int, window: int | None,
+                 _p: Prefill) -> tuple[np.ndarray, int]:
     """((H, T - start, C) float32, sinks kept): query rows start..T-1 over the shown key columns, i.e.
     all T keys, or for a long prompt the first SINKS keys, the rest before `start` summed, then start..T-1.
 
     Only this small window is cached (2.4 MB at most), so moving between layers is a lookup after the
     first visit. The cache key is plain values (request id, prompt ids, layer, start), never the tensors.
     """
-    rows = at.attention_for_layer(_p, layer, first_row=start)  # (H, W, T)
+    rows = at.attention_for_layer(_p, layer, first_row=start, window=window)  # (H, W, T)
     if not start:
         return rows, 0
     return at.windowed(rows, start, SINKS)
 
 
-tiles, last = overview(trace.request.id, tuple(trace.ids), p)  # (L, H, n, n), (L, H, T)
+@st.cache_data(max_entries=16, show_spinner="Shrinking the whole prompt's grid...")
+def whole_prompt(request_id: str, ids: tuple[int, ...], layer: int, head: int, window: int | None,
+                 _p: Prefill) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One head's (T, T) grid pooled into blocks (at.pooled_head): 64 KB at most."""
+    return at.pooled_head(_p, layer, head, window, POOLED)
+
+
+tiles, last = overview(trace.request.id, tuple(trace.ids), windows, p)  # (L, H, n, n), (L, H, T)
 entropy = at.entropy_bits(last)  # (L, H) bits, low = focused
 best_layer, best_head = at.sharpest_head(last)
 if st.session_state.get("at_run_id") not in (None, trace.request.id):  # the request changed: open on a head
@@ -80,6 +91,23 @@ def colour_axis(z: np.ndarray) -> dict:
                 colorbar=dict(title="weight", tickvals=tickvals, ticktext=ticktext, tickfont=TICK_FONT))
 
 
+def layer_kinds_text() -> str:
+    """What kind of attention each layer runs, in words, from the model's dims."""
+    if not sliding:
+        return f"All {L} layers use full attention: every token can read every token before it."
+    w = m.sliding_window
+    full = [i for i in range(L) if windows[i] is None]
+    text = (f"**Two kinds of layer.** {plural(len(sliding), 'layer')} use a *sliding window*: each token reads only "
+            f"the last {w:,} positions, itself included. The other {plural(len(full), 'layer')} "
+            f"({', '.join(str(i) for i in full)}) use full attention and read every earlier token. ")
+    if T > w:
+        return text + (f"This prompt has {T:,} tokens, more than the window, so in a sliding layer a token at "
+                       f"position {w:,} or later gets exactly 0 % from the tokens {w:,} or more positions back: "
+                       "open a sliding layer below to see those cells greyed out.")
+    return text + (f"This prompt has {T:,} tokens, fewer than {w:,}, so here the window hides nothing and both kinds "
+                   f"look alike; a prompt longer than {w:,} tokens shows the difference.")
+
+
 # --- all heads at a glance ---------------------------------------------------------------------------
 st.subheader("All heads at a glance")
 n = tiles.shape[-1]
@@ -97,8 +125,10 @@ over.add_trace(go.Scatter(
 sel_l, sel_h = int(st.session_state.at_layer), int(st.session_state.at_head)
 over.add_shape(type="rect", x0=sel_l * (n + 1) - 1, x1=sel_l * (n + 1) + n, y0=sel_h * (n + 1) - 1,
                y1=sel_h * (n + 1) + n, line=dict(color="#dc2626", width=3))
-over.update_layout(height=420, margin=dict(t=10, l=10, r=10, b=10), clickmode="event+select", dragmode=False)
-over.update_xaxes(title="layer (L)", tickvals=centres[0], ticktext=[str(i) for i in range(L)], tickfont=TICK_FONT,
+over.update_layout(height=60 + 40 * H, margin=dict(t=10, l=10, r=10, b=10), clickmode="event+select", dragmode=False)
+kinds = [str(i) + (f"<br>{'full' if w is None else f'win {w}'}" if sliding else "") for i, w in enumerate(windows)]
+over.update_xaxes(title="layer (L)" + (": sliding window (win) or full attention" if sliding else ""),
+                  tickvals=centres[0], ticktext=kinds, tickfont=TICK_FONT,
                   showgrid=False, zeroline=False, range=[-1.5, grid.shape[1] + 0.5])
 over.update_yaxes(title="query head (H)", tickvals=centres[1], ticktext=[str(h) for h in range(H)],
                   tickfont=TICK_FONT, showgrid=False, zeroline=False, range=[grid.shape[0] + 0.5, -1.5])
@@ -121,6 +151,7 @@ st.caption(f"Every tile is one head: its attention among the last {n} positions 
            f"A new question opens on layer {best_layer}, head {best_head}: of the heads whose favourite is not the "
            f"very first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; "
            f"spreading evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
+st.markdown(layer_kinds_text())
 
 
 # --- one head ----------------------------------------------------------------------------------------
@@ -143,22 +174,33 @@ def one_head() -> None:
     head = c2.selectbox("query head", range(H), key="at_head",
                         format_func=lambda h: f"head {h} (reads KV head {m.kv_head(h)}; last row "
                                               f"{entropy[layer, h]:.1f} bits)")
-    rows, sinks = layer_window(trace.request.id, tuple(trace.ids), layer, start, p)  # (H, W, C)
+    window = windows[layer]
+    rows, sinks = layer_window(trace.request.id, tuple(trace.ids), layer, start, window, p)  # (H, W, C)
     A = rows[head]  # (W, C) rows = queries start..T-1
     cols, xlabels = key_columns(sinks)
     queries = np.arange(start, T)
-    future = np.array([[c is not None and c > q for c in cols] for q in queries])  # (W, C)
+    drawn = [-1 if c is None else c for c in cols]  # the summed column (-1) is never masked as a whole
+    masked = at.hidden_keys(queries, drawn, window) & (np.array(drawn) >= 0)  # (W, C)
+    beyond = masked & (np.array(drawn)[None, :] <= queries[:, None])  # (W, C) outside the sliding window
     fig = go.Figure([
-        go.Heatmap(**colour_axis(np.where(future, np.nan, A)), x=xlabels, y=labels[start:], customdata=A,
+        go.Heatmap(**colour_axis(np.where(masked, np.nan, A)), x=xlabels, y=labels[start:], customdata=A,
                    hovertemplate="query %{y}<br>key %{x}<br>weight %{customdata:.2%}<extra></extra>"),
-        go.Heatmap(z=np.where(future, 1.0, np.nan), x=xlabels, y=labels[start:], showscale=False,
+        go.Heatmap(z=np.where(masked & ~beyond, 1.0, np.nan), x=xlabels, y=labels[start:], showscale=False,
                    colorscale=[[0, "#e5e5e5"], [1, "#e5e5e5"]],
                    hovertemplate="query %{y}<br>key %{x}<br>future: masked (−∞ → 0 %)<extra></extra>"),
     ])
+    if beyond.any():
+        fig.add_trace(go.Heatmap(z=np.where(beyond, 1.0, np.nan), x=xlabels, y=labels[start:], showscale=False,
+                                 colorscale=[[0, "#fcd34d"], [1, "#fcd34d"]],
+                                 hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{window:,} or more positions back: "
+                                               "outside the sliding window (−∞ → 0 %)<extra></extra>"))
     W = T - start
     size = f"T × T = {T} × {T}" if not start else f"the last {W} of T = {T:,} query positions"
-    fig.update_layout(height=min(900, max(480, 16 * W + 200)), margin=dict(t=40, l=10, r=10, b=10),
-                      title=f"layer {layer}, head {head}: attention weights ({size}); grey = masked future")
+    kind = "full attention" if window is None else f"sliding window of {window:,}"
+    fig.update_layout(height=min(900, max(480, 16 * W + 200)), margin=dict(t=60, l=10, r=10, b=10),
+                      title=f"layer {layer}, head {head} ({kind}): attention weights ({size})<br>"
+                            "<sup>grey = masked future" + ("; yellow = outside the window" if beyond.any() else "")
+                            + "</sup>")
     token_axis(fig, "x", xlabels, angle=-60, title="key position (T): the token looked at",
                always=range(sinks + 1) if sinks else ())  # the first tokens and the summed column stay named
     token_axis(fig, "y", labels[start:], title="query position (T): the token looking", autorange="reversed")
@@ -172,10 +214,58 @@ def one_head() -> None:
                    f"sinks): here they get {on_sinks.min():.0%}–{on_sinks.max():.0%} of each row. The column "
                    f"“tokens {sinks}–{start - 1}, summed” adds up the {start - sinks:,} tokens in between "
                    f"({middle.min():.0%}–{middle.max():.0%} per row), so every row still adds up to 100 %.")
+    if window is not None:
+        st.caption(window_caption(window, beyond))
+    if start:
+        shrunk(layer, head, window)
     one_row(A, cols, xlabels, sinks)
     shared_kv(layer, head, rows, cols)
     by_hand(A, cols, layer, head)
     url_state.sync()  # this fragment reruns alone: the link follows layer and head here
+
+
+def window_caption(window: int, beyond: np.ndarray) -> str:
+    """What the sliding window does to the drawn grid; beyond (W, C): cells outside the window."""
+    text = (f"Layer of the sliding kind: each token reads only the last {window:,} positions, itself included "
+            f"(query i reads keys i − {window - 1:,} … i). ")
+    if T <= window:
+        return text + f"The prompt has {T:,} tokens, so nothing is outside the window here."
+    if beyond.any():
+        first = int(np.flatnonzero(beyond.any(axis=1))[0]) + start
+        return text + (f"From query ({first}) on, the first tokens drawn on the left are more than {window - 1:,} "
+                       "positions back: their cells are yellow and their weight is exactly 0 %. The summed column "
+                       "mixes tokens inside and outside the window; only those inside have weight.")
+    return text + (f"The prompt has {T:,} tokens: the drawn queries' oldest keys fall into the summed column, "
+                   "where the ones outside the window count 0 %.")
+
+
+def shrunk(layer: int, head: int, window: int | None) -> None:
+    """The whole T x T grid of one head, pooled into blocks: the sliding window's band shows at a glance."""
+    pooled, hidden, starts = whole_prompt(trace.request.id, tuple(trace.ids), layer, head, window, p)
+    b = int(starts[1] - starts[0]) if len(starts) > 1 else 1
+    future = hidden & (starts[None, :] > starts[:, None])  # (n, n) blocks wholly after their queries
+    outside = hidden & ~future  # wholly outside the sliding window
+    ticks = [f"{s}–{min(s + b, T) - 1}" for s in starts]
+    fig = go.Figure([go.Heatmap(**colour_axis(np.where(hidden, np.nan, pooled)), x=ticks, y=ticks, customdata=pooled,
+                                hovertemplate="queries %{y}<br>keys %{x}<br>mean weight per query "
+                                              "%{customdata:.2%}<extra></extra>", showscale=False),
+                     go.Heatmap(z=np.where(future, 1.0, np.nan), x=ticks, y=ticks, showscale=False, hoverinfo="skip",
+                                colorscale=[[0, "#e5e5e5"], [1, "#e5e5e5"]])])
+    if outside.any():
+        fig.add_trace(go.Heatmap(z=np.where(outside, 1.0, np.nan), x=ticks, y=ticks, showscale=False,
+                                 colorscale=[[0, "#fcd34d"], [1, "#fcd34d"]], hovertemplate=(
+                                     "queries %{y}<br>keys %{x}<br>outside the sliding window: 0 %<extra></extra>")))
+    fig.update_layout(height=520, margin=dict(t=40, l=10, r=10, b=10),
+                      title=f"the whole prompt, shrunk: blocks of {plural(b, 'position')}")
+    fig.update_xaxes(title="keys (block of positions)", showticklabels=False)
+    fig.update_yaxes(title="queries (block of positions)", showticklabels=False, autorange="reversed")
+    with st.expander(f"The whole {T:,} × {T:,} grid of this head, shrunk", expanded=window is not None):
+        st.plotly_chart(fig, width="stretch", key="at_shrunk")
+        st.caption(f"Each cell is a block of {b} query positions × {b} key positions: the weight those queries put "
+                   "on those keys, averaged over the queries, so every row still adds up to 100 %."
+                   + (f" Yellow blocks lie {window:,} or more positions back from every query in them: a sliding "
+                      "layer gives them exactly 0 %, so its weight stays in a band along the diagonal."
+                      if outside.any() else " A full layer can reach back to the very first token."))
 
 
 @st.fragment
@@ -200,17 +290,24 @@ def one_row(A: np.ndarray, cols: list, xlabels: list[str], sinks: int) -> None:
 
 
 def shared_kv(layer: int, head: int, rows: np.ndarray, cols: list) -> None:
-    st.subheader("Shared keys and values (grouped-query attention)")
-    group = H // Hkv
-    st.markdown(f"This model has H = {H} query heads but only Hkv = {Hkv} key/value heads: every {group} query "
-                f"heads share one set of keys and values. That makes the KV cache {group}× smaller; each query head "
-                "still asks its own question, so heads in one group can look at different tokens.")
+    sharing = at.kv_sharing(H, Hkv)
+    st.subheader(f"Shared keys and values ({sharing} attention)")
+    group = m.group
+    if Hkv == H:
+        st.markdown(f"This model has H = {H} query heads and as many key/value heads: nothing is shared.")
+    else:
+        who = (f"all {H} query heads share that one set of keys and values" if Hkv == 1 else
+               f"every {group} query heads share one set of keys and values")
+        st.markdown(f"This model has H = {H} query heads but only Hkv = {plural(Hkv, 'key/value head')}: {who} "
+                    f"({sharing} attention). That makes the KV cache {group}× smaller; each query head still asks "
+                    "its own question, so heads that share keys can look at different tokens.")
     st.dataframe(pd.DataFrame({"KV head": range(Hkv),
-                               "query heads reading it": [", ".join(str(h) for h in range(g * group, (g + 1) * group))
+                               "query heads reading it": [", ".join(str(h) for h in range(H) if m.kv_head(h) == g)
                                                           for g in range(Hkv)]}), hide_index=True)
-    same = [h for h in range(H) if h // group == head // group]
+    same = [h for h in range(H) if m.kv_head(h) == m.kv_head(head)]
     favourite = lambda h: cols[int(np.argmax(rows[h, -1]))]  # noqa: E731  key column -> position (None = summed)
-    st.caption(f"Head {head} shares KV head {head // group} with heads {', '.join(str(h) for h in same if h != head)}. "
+    st.caption(f"Head {head} shares KV head {m.kv_head(head)} with heads "
+               f"{', '.join(str(h) for h in same if h != head)}. "
                f"Where each of them puts most weight for the last token: "
                + ", ".join(f"head {h} → " + (code_span(names[favourite(h)]) if favourite(h) is not None
                                                else "the summed middle tokens") for h in same))
@@ -233,13 +330,15 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     if len(chosen) < 2:
         st.info("Pick at least two tokens.")
         return
-    r = at.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, chosen)
+    window = windows[layer]
+    r = at.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, chosen, window)
     heads = [plain[i] for i in r["positions"]]
     frame = lambda a, fmt: pd.DataFrame(a, index=heads, columns=heads).map(fmt)  # noqa: E731
     a, b = st.columns(2)
     a.markdown(f"**1. Compare**: each row's q · each column's k, divided by √Dh = √{Dh} = {np.sqrt(Dh):.0f}.")
     a.dataframe(frame(r["compare"], lambda x: f"{x:.2f}"))
-    b.markdown("**2. Mask**: a token may not look at later tokens, so those scores become −∞.")
+    b.markdown("**2. Mask**: a token may not look at later tokens, so those scores become −∞."
+               + (f" In this sliding layer it may not look {window:,} or more positions back either." if window else ""))
     b.dataframe(frame(r["masked"], lambda x: "−∞" if np.isneginf(x) else f"{x:.2f}"))
     a, b = st.columns(2)
     a.markdown("**3. Softmax**: e^score for each cell, divided by the row's total; e^−∞ = 0.")
@@ -247,8 +346,9 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     last_pos = int(r["positions"][-1])
     if last_pos >= start:
         full = A[last_pos - start, [cols.index(int(c)) for c in r["positions"]]]
-        a.caption(f"In the real model the row of ({last_pos}) spreads over all {plural(last_pos + 1, 'token')} up to "
-                  f"it, not just these four; there these four get {', '.join(f'{w:.1%}' for w in full)}.")
+        reach = last_pos + 1 if window is None else min(last_pos + 1, window)
+        a.caption(f"In the real model the row of ({last_pos}) spreads over {plural(reach, 'token')} up to it, not "
+                  f"just these four; there these four get {', '.join(f'{w:.1%}' for w in full)}.")
     b.markdown(f"**4. Mix**: the new vector = weights × value vectors (KV head {r['kv_head']}). First 5 of {Dh} numbers:")
     mix = pd.DataFrame(np.vstack([r["values"][:, :5], r["mixed"][-1:, :5]]),
                        index=[f"value of {h}" for h in heads] + [f"mix for ({last_pos})"],

@@ -23,6 +23,8 @@ lm = get_model()
 trace = run_for_page()
 m = trace.dims
 L, Hkv, Dh, bpv = m.L, m.Hkv, m.Dh, m.bytes_per_value
+windows = [m.window(i) for i in range(L)]  # (L,) each layer's sliding window, None = full attention
+sliding = [i for i, w in enumerate(windows) if w is not None]
 
 
 REPEATS = (1, 4, 8)  # prompt lengths offered: your prompt, repeated k times
@@ -34,9 +36,14 @@ def measure(ids: tuple[int, ...], n_steps: int) -> dict:
 
 
 st.subheader("1. How the cache grows")
-st.markdown(f"After prefill the cache holds all {len(trace.tokens)} prompt tokens. Each decode step adds one more "
-            f"token to every one of the {L} layers. Per token and layer it stores {Hkv} key heads and {Hkv} value "
-            f"heads of {Dh} numbers, each {bpv} bytes ({m.dtype}).")
+n_prompt = len(trace.tokens)
+held_text = f"all {n_prompt:,} prompt tokens"
+if sliding and n_prompt > m.sliding_window - 1:
+    held_text += (f" in its {L - len(sliding)} full layers, and only the last {m.sliding_window - 1:,} in its "
+                  f"{len(sliding)} sliding-window layers (see *Per layer* below)")
+st.markdown(f"After prefill the cache holds {held_text}. Each decode step adds one more "
+            f"token to every one of the {L} layers. Per token and layer it stores {plural(Hkv, 'key head')} and "
+            f"{plural(Hkv, 'value head')} of {Dh} numbers, each {bpv} bytes ({m.dtype}).")
 answer = token_pieces(lm.tokenizer, trace.generated_token_ids)  # '토 (1/3)' for part of a character
 steps = pd.DataFrame([{"step": s.step, "token": q.label, "tokens in cache": s.kv_cache_tokens,
                        "bytes": s.kv_cache_bytes} for s, q in zip(trace.steps, answer)])
@@ -51,22 +58,67 @@ labels = axis_labels(list(steps["token"]))
 fig = go.Figure(go.Scatter(x=labels, y=steps["bytes"], mode="lines+markers", name="measured bytes",
                            customdata=steps["tokens in cache"],
                            hovertemplate="%{x}<br>%{customdata} tokens<br>%{y:,} B"))
-fig.add_trace(go.Scatter(x=labels, y=[m.kv_bytes(n) for n in steps["tokens in cache"]],
-                         mode="lines", line_dash="dot", name="formula 2·L·Hkv·Dh·T·bytes"))
+fig.add_trace(go.Scatter(x=labels, y=[sum(kv_cache.held_bytes(m, n)) for n in steps["tokens in cache"]],
+                         mode="lines", line_dash="dot",
+                         name="formula 2·L·Hkv·Dh·T·bytes" if not sliding else
+                         f"formula: Σ over layers 2·Hkv·Dh·bytes × positions held (T, or {m.sliding_window - 1} "
+                         "in a sliding layer)"))
 fig.update_layout(height=340, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="cache bytes (all L layers)",
                   font=dict(size=13))
 token_axis(fig, "x", labels, angle=-60, title="decode step (token being chosen)")
 st.plotly_chart(fig, width="stretch")
 
-st.markdown("The dotted formula line lies exactly on the measured bytes. Every layer keeps its own cache; here all "
-            "layers have the same shape, so every row of the measured bytes per layer is the same:")
 per_layer = np.array([s.kv_bytes_per_layer for s in trace.steps])  # (S, L)
+if (per_layer == per_layer[:, :1]).all():
+    st.markdown("The dotted formula line lies exactly on the measured bytes. Every layer keeps its own cache; here all "
+                "layers hold the same number of positions, so every row of the measured bytes per layer is the same:")
+else:
+    st.markdown("The dotted formula line lies exactly on the measured bytes. Every layer keeps its own cache, and "
+                "here they differ: a sliding-window layer stops growing at its window while a full layer keeps "
+                "every position:")
 heat = go.Figure(go.Heatmap(z=per_layer.T, x=labels, y=[f"layer {i}" for i in range(L)], colorscale="Blues",
                             colorbar_title="bytes", hovertemplate="%{y}, %{x}<br>%{z:,} B<extra></extra>"))
 heat.update_layout(height=460, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="layer (L)",
                    yaxis_autorange="reversed", font=dict(size=13))
 token_axis(heat, "x", labels, angle=-60, title="decode step")
 st.plotly_chart(heat, width="stretch")
+
+st.markdown("#### Per layer, from the real cache tensors")
+rows = kv_cache.layer_holdings(m, trace.prefill.kv_bytes_per_layer, n_prompt)
+per_position = kv_cache.position_bytes(m)
+if not sliding:
+    st.markdown(f"Every layer uses full attention, so each keeps all {n_prompt:,} prompt positions: "
+                f"{rows[0]['bytes']:,} B per layer after prefill = {n_prompt:,} × {per_position:,} B "
+                f"(2 × {Hkv} Hkv × {Dh} Dh × {bpv} B), read from the cache's key and value tensors.")
+else:
+    w = m.sliding_window
+    held = {r["positions"] for r in rows if r["window"] is not None}
+    measured, windowed = sum(r["bytes"] for r in rows), sum(r["window_bytes"] for r in rows)
+    everything = sum(r["all_positions_bytes"] for r in rows)
+    table = pd.DataFrame([{
+        "layer": r["layer"], "attention": "full" if r["window"] is None else f"sliding window {r['window']:,}",
+        "positions held": r["positions"], "bytes held (measured)": r["bytes"],
+        "bytes per position": r["bytes"] // r["positions"] if r["positions"] else 0,
+        f"keeping all {n_prompt:,}": r["all_positions_bytes"], "keeping the window": r["window_bytes"],
+    } for r in rows])
+    st.dataframe(table, hide_index=True, width="stretch", height=35 * (L + 1) + 3,  # every layer, no scrolling
+                 column_config={c: st.column_config.NumberColumn(format="localized") for c in table.columns[2:]})
+    if n_prompt < w:
+        st.markdown(f"The prompt has {n_prompt:,} tokens, fewer than the window of {w:,}: every layer still holds "
+                    f"every position ({per_position:,} B each). Ask a question longer than {w:,} tokens to see the "
+                    "sliding layers stop.")
+    elif max(held) < n_prompt:
+        st.markdown(f"A sliding layer can never read a key {w:,} or more positions back, so Hugging Face's cache "
+                    f"drops those: here its sliding layers hold {', '.join(f'{h:,}' for h in sorted(held))} positions "
+                    f"(the window less one: the next token brings the {w:,}th itself), the full layers all "
+                    f"{n_prompt:,}. Measured: {human_bytes(measured)}; keeping every position in every layer would "
+                    f"take {human_bytes(everything)}; an engine that keeps exactly the window, as the calculator "
+                    f"below counts, {human_bytes(windowed)} ({windowed - measured:+,} B: "
+                    f"{plural(len(sliding), 'position')} more, one per sliding layer).")
+    else:
+        st.markdown(f"This cache keeps every position even in the sliding layers, though they can never read keys "
+                    f"{w:,} or more positions back: {human_bytes(measured)}. An engine that drops them would hold "
+                    f"{human_bytes(windowed)} (the window in sliding layers, everything in full ones).")
 
 st.subheader("2. Cache on vs off, measured")
 st.markdown("Without a cache, every new token means running the whole conversation through the model again. "
@@ -155,9 +207,12 @@ if f.free_bytes <= 0:
     st.error(f"The weights alone ({human_bytes(f.weights_bytes, binary=True)}) do not fit in {gpu_name} "
              f"({human_bytes(f.gpu_bytes, binary=True)}) with this reserve: "
              "split the model over several GPUs or use lower precision.")
-if model.sliding_layers:
-    st.caption(f"{model_name}: {model.sliding_layers} of its {model.layers} layers only look at the last "
-               f"{model.sliding_window} tokens, so their cache stops growing there.")
+slides = [w for w in model.windows() if w is not None]
+if slides:
+    st.caption(f"{model_name}: {len(slides)} of its {model.layers} layers only look at the last "
+               f"{', '.join(f'{w:,}' for w in sorted(set(slides)))} tokens, so their cache stops growing there: "
+               f"one conversation = Σ over layers min(tokens, window) × 2 × {model.kv_heads} Hkv × "
+               f"{model.head_dim} Dh × {cfg['dtypes'][kv_dtype]} B.")
 mem = go.Figure()
 kv_bytes = f.conversations * f.conversation_bytes
 for part, value, colour in [("weights", f.weights_bytes, "#64748b"),

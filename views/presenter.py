@@ -190,7 +190,7 @@ elif stage == 7:
 
     layer, head = m.L // 2, 0
     W = min(T, 24)
-    A = attention_for_layer(trace.prefill, layer, first_row=T - W)[head][:, T - W:]  # (W, W)
+    A = attention_for_layer(trace.prefill, layer, first_row=T - W, window=m.window(layer))[head][:, T - W:]  # (W, W)
     st.markdown(f"Each token reads from the tokens before it. Layer {layer}, head {head}, the last {W} tokens "
                 "(rows: the token looking; columns: the token looked at):")
     labels = axis_labels([t.text for t in trace.tokens])[T - W:]

@@ -99,6 +99,12 @@ class ModelDims:
                 "qk_norm": self.qk_norm}
 
 
+def held_positions(window: int | None, n: int) -> int:
+    """Positions HF's DynamicCache keeps in a layer once it has seen n: all of them, or, in a sliding-window
+    layer, only the last window - 1 (the next query brings the window's last one itself)."""
+    return n if window is None else min(n, window - 1)
+
+
 def kv_bytes_formula(layers: int, kv_heads: int, head_dim: int, tokens: int, bytes_per_value: float) -> int:
     """2 (K and V) * L * Hkv * Dh * tokens * bytes. Qwen3-8B, 16-bit: 2*36*8*128*2 = 147,456 B/token."""
     n = 2 * integer("layers", layers, 0, 10**5) * integer("kv_heads", kv_heads, 0, 10**5) \

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+from .dims import held_positions  # noqa: F401 (it lives with the dims: pages use it without torch)
+
 
 def cache_layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(keys, values) per layer, each (B, Hkv, T, Dh), across transformers cache versions."""
@@ -27,9 +29,3 @@ def cache_len(cache) -> int:
 def crop(cache, length: int) -> None:
     """Keep the first `length` positions of every layer (the cache is changed in place)."""
     cache.crop(length)
-
-
-def held_positions(window: int | None, n: int) -> int:
-    """Positions HF's DynamicCache keeps in a layer once it has seen n: all of them, or, in a sliding-window
-    layer, only the last window - 1 (the next query brings the window's last one itself)."""
-    return n if window is None else min(n, window - 1)

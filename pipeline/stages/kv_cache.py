@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..checks import integer, number
-from ..model.dims import kv_bytes_formula
+from ..errors import InputError
+from ..model.dims import ModelDims, held_positions, kv_bytes_formula
 from ..timing import compare_runs
 from ..model.interface import LanguageModel
 
@@ -74,8 +75,6 @@ def compare(lm: LanguageModel, ids: list[int], n_steps: int = 16, repeats: int =
     and if it still does, its timing is marked noise.
     """
     if len(ids) + n_steps > NO_CACHE_MAX_TOKENS:
-        from ..errors import InputError
-
         raise InputError("n_steps", f"{len(ids):,} + {n_steps} tokens: the run without a cache is kept within "
                                     f"{NO_CACHE_MAX_TOKENS:,} tokens.")
     ons, offs = [], []
@@ -101,6 +100,33 @@ def _median_run(runs: list[dict]) -> dict:
             "seconds": [statistics.median(s) for s in zip(*(r["seconds"] for r in runs))]}
 
 
+# ---- what each layer holds ---------------------------------------------------------------------------
+def position_bytes(dims: ModelDims) -> int:
+    """Bytes one position takes in one layer: 2 (K and V) * Hkv * Dh * bytes. SmolLM2, float32: 2*3*64*4 = 1,536."""
+    return kv_bytes_formula(1, dims.Hkv, dims.Dh, 1, dims.bytes_per_value)
+
+
+def held_bytes(dims: ModelDims, n: int) -> list[int]:
+    """(L,) bytes HF's cache holds per layer after n positions: all n in a full layer, the last window - 1
+    in a sliding one (kv_tensors.held_positions). Gemma-3-270M, float32, n = 600: 511 * 2,048 B in a
+    sliding layer, 600 * 2,048 B in a full one."""
+    n = integer("n", n, 0, 10**9)
+    return [held_positions(dims.window(i), n) * position_bytes(dims) for i in range(dims.L)]
+
+
+def layer_holdings(dims: ModelDims, measured: list[int], tokens: int) -> list[dict]:
+    """One row per layer: its window (None: full), the bytes its real cache tensors held (`measured`, e.g.
+    prefill.kv_bytes_per_layer), the positions that is, and what it would hold keeping every one of the
+    `tokens` positions or only its window (an engine that drops what a sliding layer can no longer read:
+    the memory calculator's bytes_by_layer)."""
+    if len(measured) != dims.L:
+        raise InputError("measured", f"one byte count per layer: {len(measured)} for {dims.L} layers.")
+    per = position_bytes(dims)
+    windowed = bytes_by_layer(ModelShape.from_dims(dims), tokens, dims.bytes_per_value)
+    return [{"layer": i, "window": dims.window(i), "bytes": int(b), "positions": int(b) // per,
+             "all_positions_bytes": tokens * per, "window_bytes": windowed[i]} for i, b in enumerate(measured)]
+
+
 # ---- the memory calculator for real models ----------------------------------------------------------
 @dataclass(frozen=True)
 class ModelShape:
@@ -113,6 +139,7 @@ class ModelShape:
     context: int
     sliding_layers: int = 0  # layers that keep only the last `sliding_window` positions
     sliding_window: int = 0
+    layer_windows: tuple[int | None, ...] = ()  # (L,) each layer's window (None: full), where the layers are listed
 
     def __post_init__(self):
         number("params_b", self.params_b, 0, 1e5)
@@ -120,6 +147,27 @@ class ModelShape:
             integer(name, getattr(self, name), 1, 10**5 if name != "context" else 10**9)
         integer("sliding_layers", self.sliding_layers, 0, self.layers)
         integer("sliding_window", self.sliding_window, 0, 10**9)
+        if not isinstance(self.layer_windows, (tuple, list)) or self.layer_windows and (
+                len(self.layer_windows) != self.layers or self.sliding_layers):
+            raise InputError("layer_windows", f"one window (or null for a full layer) per layer ({self.layers}), "
+                                              "instead of sliding_layers, not both.")
+        for w in self.layer_windows:
+            if w is not None:
+                integer("layer_windows", w, 1, 10**9)
+        object.__setattr__(self, "layer_windows", tuple(self.layer_windows))
+
+    def windows(self) -> tuple[int | None, ...]:
+        """(L,) positions each layer keeps at most (None: all). gpt-oss-20b: 12 x 128, then 12 x None."""
+        if self.layer_windows:
+            return self.layer_windows
+        return (self.sliding_window,) * self.sliding_layers + (None,) * (self.layers - self.sliding_layers)
+
+    @classmethod
+    def from_dims(cls, dims, params_b: float = 0.0) -> "ModelShape":
+        """The shape of a model whose ModelDims we hold (the one this app runs), windows per layer included."""
+        windows = tuple(dims.window(i) for i in range(dims.L))
+        return cls(dims.name, params_b, dims.L, dims.H, dims.Hkv, dims.Dh, dims.context_window,
+                   layer_windows=windows if any(w is not None for w in windows) else ())
 
 
 @dataclass(frozen=True)
@@ -135,7 +183,8 @@ class Fit:
 def load_configs(path: Path = CONFIG_PATH) -> dict:
     data = json.loads(Path(path).read_text())
     return {
-        "models": {m["name"]: ModelShape(**m) for m in data["models"]},
+        "models": {m["name"]: ModelShape(**{k: tuple(v) if isinstance(v, list) else v for k, v in m.items()})
+                   for m in data["models"]},
         "gpus": {g["name"]: g["memory_gib"] for g in data["gpus"]},  # name -> GiB
         "dtypes": data["dtypes"],  # cache precision -> bytes per value
         "weight_dtypes": data.get("weight_dtypes", data["dtypes"]),  # weight precision -> bytes per parameter
@@ -147,14 +196,18 @@ def bytes_per_token(m: ModelShape, bytes_per_value: int) -> int:
     return kv_bytes_formula(m.layers, m.kv_heads, m.head_dim, 1, bytes_per_value)
 
 
+def bytes_by_layer(m: ModelShape, tokens: int, bytes_per_value: int) -> list[int]:
+    """(L,) cache bytes per layer for one conversation of `tokens` tokens, kept by an engine that drops what
+    a sliding layer can no longer read: min(tokens, window) positions there, all of them in a full layer.
+    Gemma-3-270M, 600 tokens, 16-bit: sliding layers 512 * 2*1*256*2 = 524,288 B, full ones 614,400 B."""
+    tokens = integer("tokens", tokens, 0, 10**9)
+    return [kv_bytes_formula(1, m.kv_heads, m.head_dim, tokens if w is None else min(tokens, w), bytes_per_value)
+            for w in m.windows()]
+
+
 def conversation_bytes(m: ModelShape, tokens: int, bytes_per_value: int) -> int:
     """Cache for one conversation; sliding-window layers stop growing at their window."""
-    full = m.layers - m.sliding_layers
-    total = kv_bytes_formula(full, m.kv_heads, m.head_dim, tokens, bytes_per_value)
-    if m.sliding_layers:
-        total += kv_bytes_formula(m.sliding_layers, m.kv_heads, m.head_dim, min(tokens, m.sliding_window),
-                                  bytes_per_value)
-    return total
+    return sum(bytes_by_layer(m, tokens, bytes_per_value))
 
 
 def fit(m: ModelShape, gpu_gib: float, tokens: int, kv_bytes_per_value: int, weight_bytes_per_param: float,
