@@ -89,6 +89,12 @@ def chart_data(chart) -> list[dict]:
     return [{k: decode(v) for k, v in trace.items()} for trace in json.loads(chart.proto.spec)["data"]]
 
 
+def prompt_ids(lm, question: str = DEFAULT_QUESTION) -> list[int]:
+    """A question's prompt as Hugging Face's own chat template writes it (the default system prompt added)."""
+    return lm.tokenizer.apply_chat_template([{"role": "user", "content": question}],
+                                            add_generation_prompt=True)["input_ids"]
+
+
 def make_tiny_lm(tokenizer, seed: int = 0, **config):
     """A random-weight Llama with the real tokenizer's vocabulary, wrapped like the real model.
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from conftest import DEFAULT_QUESTION, chart_data
+from conftest import chart_data, prompt_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # a trace on 2 shared CPU cores can take tens of seconds
@@ -59,12 +59,6 @@ def page_lm(request):
     from pipeline.model.loader import shared_model
 
     return shared_model()
-
-
-def prompt_ids(lm, question: str = DEFAULT_QUESTION) -> list[int]:
-    """The default request's prompt as Hugging Face's own chat template writes it (default system prompt)."""
-    return lm.tokenizer.apply_chat_template([{"role": "user", "content": question}],
-                                            add_generation_prompt=True)["input_ids"]
 
 
 def first_token_top(lm, ids: list[int], k: int = 8) -> tuple[list[int], np.ndarray]:
