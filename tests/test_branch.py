@@ -98,8 +98,7 @@ def test_cli_force_marks_the_step(lm, tmp_path):
     assert bad.returncode == 2 and "force" in bad.stderr
 
 
-@pytest.mark.app
-def test_what_if_page_shows_the_branch_it_just_made():
+def test_what_if_page_shows_the_branch_it_just_made(tiny_app):
     """Continue makes a branch and shows it (the tree's radio once kept 'the original run' selected
     and sent the page straight back to it)."""
     from conftest import page_app

@@ -2,7 +2,7 @@
 in the prepared logs and gone after the fixes, token counts against tiktoken, the bill by hand, bad
 input refused with InputError, the radix-tree search against the naive all-pairs loop, and the CLI.
 
-Pure logic (fast tier): no model weights, except the one AppTest of the page (marked `app`).
+Pure logic (fast tier): no model weights; the page's AppTests run on the tiny model (fixture `tiny_app`).
 """
 import json
 import os
@@ -489,8 +489,7 @@ def test_cli_does_not_import_torch():
 
 
 # ---- the page --------------------------------------------------------------------------------------
-@pytest.mark.app
-def test_page_audits_an_example_then_a_pasted_log_safely():
+def test_page_audits_an_example_then_a_pasted_log_safely(tiny_app):
     from conftest import page_app
 
     at = page_app("cache_audit")
@@ -716,7 +715,7 @@ def test_live_links_finds_what_markdown_would_link():
 EVIL = "[text](http://evil.example)"
 
 
-@pytest.mark.app
+@pytest.mark.usefixtures("tiny_app")
 @pytest.mark.parametrize("line, words", [
     ('{"ts": "' + EVIL + '", "messages": ' + USER_HI + '}', "ISO-8601"),
     ('{"`x` ' + EVIL + ' `y`": 1}', "no `messages`"),
