@@ -284,3 +284,20 @@ def test_attention_page_long_prompt_shows_a_window(long_trace):
     row = chart_arrays(at, "at_row_chart")["0.y"]  # row T - 100: keys up to and including itself
     assert row.size == sinks + 1 + (T - 100 - start + 1)
     np.testing.assert_allclose(row.sum(), 1, atol=1e-3)
+
+
+def test_what_if_page_shows_the_branch_it_just_made(tiny_app):
+    """Continue makes a branch and shows it (the tree's radio once kept 'the original run' selected
+    and sent the page straight back to it)."""
+    from conftest import page_app
+
+    at = page_app("branches", req_max_new_tokens=8)
+    at.run()
+    at.text_input(key="br_typed").input("$*x*$").run()  # a forced token's text is Markdown-escaped where named
+    at.button(key="br_go").click().run()
+    assert not at.exception
+    assert any("this branch" in m.value and "per token" in m.value for m in at.markdown)
+    assert at.radio(key="br_tree").value == 1
+    named = [c.value for c in at.caption if c.value.startswith("Branching from")]
+    assert named and "\\$" in named[0] and "'$" not in named[0], named
+    assert all("'$" not in o for o in at.radio(key="br_tree").options)
