@@ -142,6 +142,18 @@ def tiny_app_model(tokenizer, tmp_path_factory):
     return root, lm
 
 
+@pytest.fixture(scope="module")
+def tiny_server_cache(tiny_app_model, tmp_path_factory):
+    """A fresh TPE_CACHE_DIR for app servers on the tiny model (browser tier): empty stores of runs and rooms,
+    the weights folder a link to the tiny model's. The server loads it as it loads the real cache."""
+    from pipeline.model.weights_cache import weights_cache_dir
+
+    root = tmp_path_factory.mktemp("tiny-server-cache")
+    name = weights_cache_dir().name
+    (root / name).symlink_to(tiny_app_model[0] / name, target_is_directory=True)
+    return root
+
+
 _streamlit_caches = {"tiny": False}  # st.cache_resource holds the tiny model's handle and stores
 
 
