@@ -3,6 +3,7 @@ waiting until a page has finished running."""
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -37,13 +38,15 @@ def wait_healthy(url: str, seconds: float = 120) -> bool:
 
 
 @contextlib.contextmanager
-def app_server(log_name: str, host: str = "localhost"):
-    """`streamlit run app.py` on a free port with the project's .streamlit/config.toml; yields its URL."""
+def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = None):
+    """`streamlit run app.py` on a free port with the project's .streamlit/config.toml; yields its URL.
+    cache_dir: the server's TPE_CACHE_DIR (conftest's `tiny_server_cache`: the tiny model), else the caller's."""
     port = free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
+    env = {**os.environ, "TPE_CACHE_DIR": str(cache_dir)} if cache_dir is not None else None
     with open(ROOT / "artifacts" / log_name, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
-                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         url = f"http://{host}:{port}"
         try:
             if not wait_healthy(url):
@@ -54,12 +57,27 @@ def app_server(log_name: str, host: str = "localhost"):
             proc.wait(timeout=30)
 
 
+SCRIPT_STATE = "document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')"
+
+
 def settle(page, timeout: float = 400) -> None:
-    """Wait until the script has finished (no status widget, no queue notice) a few polls in a row."""
-    page.wait_for_timeout(800)
+    """Wait until the script run that the last action started has finished and its charts are drawn.
+
+    Streamlit marks its root element with the script's state (data-test-script-state: running, notRunning).
+    The run an action asks for shows as running within a round trip; a run that is already over by then (or
+    an action that reruns nothing) costs the one-second wait for it. Done: not running, no status widget and
+    no queue notice ("in line") two polls in a row, and every plotly chart has drawn its SVG."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(f"() => {SCRIPT_STATE} !== 'notRunning'", timeout=1000)
+    except PlaywrightTimeout:
+        pass
     deadline, quiet = time.time() + timeout, 0
-    while time.time() < deadline and quiet < 3:
-        busy = page.locator('[data-testid="stStatusWidget"]').count() > 0 or "in line" in page.inner_text("body")
+    while time.time() < deadline and quiet < 2:
+        busy = (page.evaluate(f"() => {SCRIPT_STATE}") != "notRunning"
+                or page.locator('[data-testid="stStatusWidget"]').count() > 0 or "in line" in page.inner_text("body"))
         quiet = 0 if busy else quiet + 1
-        page.wait_for_timeout(400)
-    page.wait_for_timeout(600)
+        page.wait_for_timeout(250)  # the poll interval (each poll checks the state again)
+    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
+                           ".every(p => p.querySelector('.main-svg'))", timeout=30_000)

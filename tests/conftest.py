@@ -1,9 +1,13 @@
 """Shared fixtures. Test tiers (markers registered in pytest.ini):
 
-  (none)   fast: pure logic, the tokenizer files and a tiny random-weight Llama; no model weights
-  model    loads the real SmolLM2-135M-Instruct (and Gemma-3-270M) weights
-  app      Streamlit AppTest of app.py and views/
-  browser  Chromium through Playwright against a real server
+  (none)   fast: pure logic, the tokenizer files and a tiny random-weight Llama; no model weights. Every
+           page's AppTest is here too, on a tiny copy of SmolLM2's layout (fixture `tiny_app`): ids, shapes,
+           links, escaping and the charts' numbers against Hugging Face's own forward pass
+  model    loads the real SmolLM2-135M-Instruct (and Gemma-3-270M) weights: what the real weights answer, agreement with HF
+  app      Streamlit AppTest on the real model: one smoke test per page group (Journey and Generation,
+           Embeddings and Layers, Prompt caching, app.py), and the pages that show a real answer
+  browser  Chromium through Playwright against a real server; servers run the tiny model (fixture
+           `tiny_server_cache`) except where a walk checks the real answer (the Korean presenter walk, What if)
 
 Fast tier alone: pytest -m "not model and not app and not browser"
 """
@@ -105,6 +109,32 @@ def page_app(view: str, **session_state):
     return at
 
 
+def chart_data(chart) -> list[dict]:
+    """A plotly chart of an AppTest as its traces' dicts, numeric arrays decoded (plotly packs numpy arrays as
+    base64 'bdata'): chart_data(at.get("plotly_chart")[0])[0]["x"]."""
+    import base64
+    import json
+
+    import numpy as np
+
+    def decode(v):
+        if isinstance(v, dict) and "bdata" in v:
+            array = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+            shape = v.get("shape")
+            if isinstance(shape, str):
+                shape = [int(n) for n in shape.split(",")]
+            return array.reshape(shape) if shape else array
+        return v
+
+    return [{k: decode(v) for k, v in trace.items()} for trace in json.loads(chart.proto.spec)["data"]]
+
+
+def prompt_ids(lm, question: str = DEFAULT_QUESTION) -> list[int]:
+    """A question's prompt as Hugging Face's own chat template writes it (the default system prompt added)."""
+    return lm.tokenizer.apply_chat_template([{"role": "user", "content": question}],
+                                            add_generation_prompt=True)["input_ids"]
+
+
 def make_tiny_lm(tokenizer, seed: int = 0, **config):
     """A random-weight Llama with the real tokenizer's vocabulary, wrapped like the real model.
 
@@ -129,6 +159,70 @@ def tiny_lm(tokenizer):
     return make_tiny_lm(tokenizer)
 
 
+# SmolLM2-135M-Instruct's layout (30 layers, 9 heads, 3 KV heads, its vocabulary) at a tiny width (head_dim 8):
+# the pages draw the same layers, heads and token ids as with the real model, from random weights.
+TINY_APP_LAYOUT = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=72,
+                       intermediate_size=144, tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_app_model(tokenizer, tmp_path_factory):
+    """(cache root, LoadedModel): the tiny model saved where the app looks for the converted weights
+    (TPE_CACHE_DIR/smollm2-135m-instruct, as pipeline.model.weights_cache lays it out), so an app
+    pointed at that root reads its config and tokenizer files unchanged."""
+    from pipeline.model.weights_cache import DEFAULT_MODEL_NAME, cache_ready, weights_cache_dir
+
+    lm = make_tiny_lm(tokenizer, seed=1, **TINY_APP_LAYOUT)
+    lm.name = DEFAULT_MODEL_NAME  # what the app calls the model of its weights cache
+    root = tmp_path_factory.mktemp("tiny-cache")
+    folder = root / weights_cache_dir().name
+    lm.model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert cache_ready(folder)
+    return root, lm
+
+
+@pytest.fixture(scope="module")
+def tiny_server_cache(tiny_app_model, tmp_path_factory):
+    """A fresh TPE_CACHE_DIR for app servers on the tiny model (browser tier): empty stores of runs and rooms,
+    the weights folder a link to the tiny model's. The server loads it as it loads the real cache."""
+    from pipeline.model.weights_cache import weights_cache_dir
+
+    root = tmp_path_factory.mktemp("tiny-server-cache")
+    name = weights_cache_dir().name
+    (root / name).symlink_to(tiny_app_model[0] / name, target_is_directory=True)
+    return root
+
+
+_streamlit_caches = {"tiny": False}  # st.cache_resource holds the tiny model's handle and stores
+
+
+def clear_streamlit_caches() -> None:
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+@pytest.fixture
+def tiny_app(tiny_app_model, monkeypatch):
+    """AppTest on the tiny model through the app's own path: TPE_CACHE_DIR names the tiny cache (views/common.py's
+    get_model reads its files, its run store lives beside them) and pipeline.model.loader.shared_model gives the
+    tiny LoadedModel for the default model. Streamlit's caches (per process, like a server's) are shared by the
+    tiny-model tests and cleared when a real-model AppTest follows one. Yields the LoadedModel."""
+    from pipeline.model import loader
+
+    root, lm = tiny_app_model
+    if not _streamlit_caches["tiny"]:
+        clear_streamlit_caches()
+        _streamlit_caches["tiny"] = True
+    monkeypatch.setenv("TPE_CACHE_DIR", str(root))
+    from pipeline.model.registry import resolve
+
+    monkeypatch.setitem(loader._shared, resolve(None).key, lm)
+    yield lm
+
+
 TIERS = ("model", "app", "browser")
 REAL_MODEL_FIXTURES = {"lm", "default_trace", "gemma_lm"}
 
@@ -146,6 +240,9 @@ def _fast_tier(request, monkeypatch):
     tiny model runs on one thread (its matrices are too small to share, and on a busy 2-core machine
     threads waiting for each other cost more than the maths)."""
     if any(request.node.get_closest_marker(tier) for tier in TIERS):
+        if _streamlit_caches["tiny"]:  # an AppTest on the real model after ones on the tiny model
+            clear_streamlit_caches()
+            _streamlit_caches["tiny"] = False
         yield
         return
     import torch

@@ -245,10 +245,9 @@ def page_strings(at) -> str:
     return " ".join(parts)
 
 
-@pytest.mark.app
 @pytest.mark.parametrize("lang", list(QUESTIONS))
 @pytest.mark.parametrize("view", VIEWS)
-def test_every_page_names_tokens_by_their_character(view, lang):
+def test_every_page_names_tokens_by_their_character(view, lang, tiny_app):
     from conftest import page_app
 
     question, char = QUESTIONS[lang]
@@ -335,8 +334,7 @@ LONG_QUESTION = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]
                          for i in range(48)) + " Which box holds the most apples?"  # ~600 prompt tokens
 
 
-@pytest.mark.app
-def test_journey_tells_one_story_about_a_long_prefill():
+def test_journey_tells_one_story_about_a_long_prefill(tiny_app):
     """Over 512 tokens the prefill runs in chunks: section 4 must not say 'one pass' while section 7 says 2."""
     from conftest import page_app
 
@@ -348,8 +346,7 @@ def test_journey_tells_one_story_about_a_long_prefill():
     assert any("a prefill in 2 chunks of up to 512 tokens" in c.value for c in at.caption)
 
 
-@pytest.mark.app
-def test_request_and_tokens_pages_say_which_text_their_character_counts_count(tokenizer):
+def test_request_and_tokens_pages_say_which_text_their_character_counts_count(tokenizer, tiny_app):
     """R&T once said 'Characters in the prompt 165', Tokens '114 characters but 66 tokens' for the same Korean
     request. Both count the whole prompt; they differ only by the markers, letter by letter vs one each."""
     import re

@@ -1,10 +1,10 @@
-"""The whole app (app.py: sidebar + default page) faced with bad or odd input: a clear message, no crash."""
+"""The whole app (app.py: sidebar + default page) faced with bad or odd input: a clear message, no crash.
+On the tiny model (fixture `tiny_app`, fast tier); the default request also on the real model (marker `app`)."""
 import os
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-pytestmark = pytest.mark.app
 
 APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app.py")
 
@@ -26,7 +26,17 @@ def errors(at: AppTest) -> str:
     return " ".join(shown(e.value) for e in at.error)
 
 
-def test_default_request_runs_with_sidebar_and_journey():
+@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
+def page_lm(request):
+    """The model the app runs on: the tiny one (fast tier), then the real one (`app` tier)."""
+    if request.param == "tiny":
+        return request.getfixturevalue("tiny_app")
+    from pipeline.model.loader import shared_model
+
+    return shared_model()
+
+
+def test_default_request_runs_with_sidebar_and_journey(page_lm):
     at = run_app()
     assert not at.exception
     assert at.sidebar.text_area[0].value == "Are tomatoes fruit?"
@@ -42,7 +52,7 @@ def test_default_request_runs_with_sidebar_and_journey():
     ({"question": "tomato " * 8100, "max_new_tokens": 200}, "4,096 tokens"),
     ({"history": "bob: hello"}, "history"),
 ])
-def test_bad_input_shows_a_clear_message(state, field):
+def test_bad_input_shows_a_clear_message(state, field, tiny_app):
     at = run_app(**state)
     assert not at.exception
     assert field in errors(at)
@@ -53,6 +63,6 @@ def test_bad_input_shows_a_clear_message(state, field):
     "Tomato\u200b\x07\u202e 🍅 \x00?",
     "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>",
 ])
-def test_odd_text_runs(question):
+def test_odd_text_runs(question, tiny_app):
     at = run_app(question=question, max_new_tokens=4)
     assert not at.exception and not at.error

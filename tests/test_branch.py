@@ -97,21 +97,3 @@ def test_cli_force_marks_the_step(lm, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pipeline", "trace", "x", "--force", "two:3"], capture_output=True,
                          text=True, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     assert bad.returncode == 2 and "force" in bad.stderr
-
-
-@pytest.mark.app
-def test_what_if_page_shows_the_branch_it_just_made():
-    """Continue makes a branch and shows it (the tree's radio once kept 'the original run' selected
-    and sent the page straight back to it)."""
-    from conftest import page_app
-
-    at = page_app("branches", req_max_new_tokens=8)
-    at.run()
-    at.text_input(key="br_typed").input("$*x*$").run()  # a forced token's text is Markdown-escaped where named
-    at.button(key="br_go").click().run()
-    assert not at.exception
-    assert any("this branch" in m.value and "per token" in m.value for m in at.markdown)
-    assert at.radio(key="br_tree").value == 1
-    named = [c.value for c in at.caption if c.value.startswith("Branching from")]
-    assert named and "\\$" in named[0] and "'$" not in named[0], named
-    assert all("'$" not in o for o in at.radio(key="br_tree").options)

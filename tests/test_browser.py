@@ -1,7 +1,9 @@
 """End to end in a real browser: Debian's chromium driven by Playwright against the real server.
 
 Visits every page, moves the temperature slider, draws 1,000 times, selects a head, and saves a
-screenshot of each page under artifacts/browser/. A question holding HTML must show as text.
+screenshot of each page under artifacts/browser/. A question holding HTML must show as text. The server
+runs the tiny random-weight model (conftest's `tiny_server_cache`): what is checked here is layout,
+controls and escaping, not what the real weights answer.
 """
 import os
 import re
@@ -17,8 +19,8 @@ pytestmark = [pytest.mark.browser,
 
 
 @pytest.fixture(scope="module")
-def server():
-    with app_server("browser-server.log") as url:
+def server(tiny_server_cache):
+    with app_server("browser-server.log", cache_dir=tiny_server_cache) as url:
         yield url
 
 

@@ -11,11 +11,11 @@ pytestmark = [pytest.mark.browser,
 PHISHING_QUERY = "seed=%5BSession%20expired%3A%20log%20in%20again%5D%28http%3A//evil.example/login%29"
 
 
-def test_a_tampered_parameter_shows_its_text_not_a_link():
+def test_a_tampered_parameter_shows_its_text_not_a_link(tiny_server_cache):
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server("browser-links.log") as url, sync_playwright() as p:
+    with app_server("browser-links.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1600})
         page.goto(f"{url}/journey?{PHISHING_QUERY}")

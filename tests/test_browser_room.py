@@ -1,5 +1,7 @@
 """A workshop room in a real browser: links that reproduce a view, presenter mode, the offline
-report, and no request to any host but the app's own (Debian's chromium through Playwright)."""
+report, and no request to any host but the app's own (Debian's chromium through Playwright). The server runs the
+tiny random-weight model (conftest's `tiny_server_cache`), except for the Korean presenter walk, which checks the
+real model's first answer token (part of a Korean character)."""
 import os
 import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
@@ -13,8 +15,15 @@ pytestmark = [pytest.mark.browser,
 
 
 @pytest.fixture(scope="module")
-def server():
-    with app_server("browser-room-server.log") as url:
+def server(tiny_server_cache):
+    with app_server("browser-room-server.log", cache_dir=tiny_server_cache) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def real_server():
+    """A server on the real model, started only for the walk that needs what the real weights answer."""
+    with app_server("browser-room-real-server.log") as url:
         yield url
 
 
@@ -150,7 +159,8 @@ WALKS = {  # a question whose first answer token is part of a Korean character, 
 
 
 @pytest.mark.parametrize("walk", list(WALKS))
-def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(server, browser, walk):
+def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(request, browser, walk):
+    server = request.getfixturevalue("real_server" if walk == "korean" else "server")
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = visit(context, f"{server}/presenter?{urlencode(WALKS[walk])}")
     assert page.locator("h1").first.inner_text().startswith("1.")
@@ -243,15 +253,16 @@ def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server
     context.close()
 
 
-def test_a_korean_question_reads_as_korean_on_every_page(server, browser):
+def test_a_korean_question_reads_as_korean_on_every_page(server, real_server, browser):
     """Every page names a Korean token by its character (토), not only by its bytes (<0xED>)."""
     question = "토마토는 과일이야?"
     context = browser.new_context(viewport={"width": 1300, "height": 1000})
     # the pages that name prompt tokens (chips, axes, tables, titles); every other page is opened with a
-    # Korean question by the AppTests in test_any_script.py
-    paths = ["journey", "request", "tokens", "attention", "next-token"]
-    for path in paths:
-        page = visit(context, f"{server}/{path}?q={quote(question)}&max_new_tokens=8")
+    # Korean question by the AppTests in test_any_script.py. Next token names the answer's tokens: the real
+    # model answers in Korean, the tiny one in random tokens.
+    paths = {"journey": server, "request": server, "tokens": server, "attention": server, "next-token": real_server}
+    for path, host in paths.items():
+        page = visit(context, f"{host}/{path}?q={quote(question)}&max_new_tokens=8")
         assert page.locator('[data-testid="stException"]').count() == 0, path
         text = page.inner_text("body") + " ".join(page.locator(".js-plotly-plot").all_text_contents())
         assert "토" in text, f"{path}: no Korean character on the page"

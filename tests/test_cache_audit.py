@@ -2,7 +2,7 @@
 in the prepared logs and gone after the fixes, token counts against tiktoken, the bill by hand, bad
 input refused with InputError, the radix-tree search against the naive all-pairs loop, and the CLI.
 
-Pure logic (fast tier): no model weights, except the one AppTest of the page (marked `app`).
+Pure logic (fast tier): no model weights; the page's AppTests run on the tiny model (fixture `tiny_app`).
 """
 import json
 import os
@@ -494,8 +494,7 @@ def test_cli_does_not_import_torch():
 
 
 # ---- the page --------------------------------------------------------------------------------------
-@pytest.mark.app
-def test_page_audits_an_example_then_a_pasted_log_safely():
+def test_page_audits_an_example_then_a_pasted_log_safely(tiny_app):
     from conftest import page_app
 
     at = page_app("cache_audit")
@@ -721,7 +720,7 @@ def test_live_links_finds_what_markdown_would_link():
 EVIL = "[text](http://evil.example)"
 
 
-@pytest.mark.app
+@pytest.mark.usefixtures("tiny_app")
 @pytest.mark.parametrize("line, words", [
     ('{"ts": "' + EVIL + '", "messages": ' + USER_HI + '}', "ISO-8601"),
     ('{"`x` ' + EVIL + ' `y`": 1}', "no `messages`"),
@@ -750,7 +749,7 @@ def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
 
 
 @pytest.mark.browser
-def test_page_in_chromium_draws_no_link_from_the_log():
+def test_page_in_chromium_draws_no_link_from_the_log(tiny_server_cache):
     """Streamlit's own Markdown (GFM) in Debian's Chromium: a `ts` holding a link and a user message holding
     one show as text; a Claude Haiku 4.5 log says why nothing is cached. Screenshots in artifacts/browser/."""
     from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
@@ -762,7 +761,7 @@ def test_page_in_chromium_draws_no_link_from_the_log():
     haiku = jsonl(*({"ts": 60 * k, "body": {**anthropic_body(1500, f"order {k}? " + EVIL, "claude-haiku-4-5")}}
                     for k in range(3)))
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server("cache-audit-browser.log") as url, sync_playwright() as p:
+    with app_server("cache-audit-browser.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 3000})
         page.goto(f"{url}/cache-audit")

@@ -350,8 +350,7 @@ def test_cli_with_a_model_folder_whose_weights_are_cut_short_exits_2(tmp_path):
     assert "error: model: " in stderr and "SafetensorError" in stderr and "Traceback" not in stderr, stderr
 
 
-@pytest.mark.app
-def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_path, monkeypatch):
+def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_path, monkeypatch, tiny_app):
     """A cache folder holding the weights, on a read-only bind mount (root ignores chmod, not a read-only
     mount): runs/ cannot be created. The page draws its run from memory and says runs are not saved."""
     from streamlit.testing.v1 import AppTest

@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.markdown_links import foreign_links
 
-pytestmark = pytest.mark.app
+pytestmark = pytest.mark.usefixtures("tiny_app")  # AppTest on the tiny model (fast tier): links, not answers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHISH = "[Session expired: log in again](http://evil.example/login)"

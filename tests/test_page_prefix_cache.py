@@ -1,10 +1,10 @@
-"""AppTest for the Prompt caching page: it runs, shows the blocks, and a scenario button plays that scenario."""
+"""AppTest for the Prompt caching page: it runs, shows the blocks, and a scenario button plays that scenario.
+On the tiny random-weight model (fixture `tiny_app`, fast tier): which blocks hit depends on token ids only.
+The first test also runs on the real model (marker `app`)."""
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
-
-pytestmark = pytest.mark.app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,17 @@ def page_text(at: AppTest) -> str:
     return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader])
 
 
-def test_page_shows_the_conversation_blocks_and_timings():
+@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
+def page_lm(request):
+    """The model the page runs on: the tiny one (fast tier), then the real one (`app` tier)."""
+    if request.param == "tiny":
+        return request.getfixturevalue("tiny_app")
+    from pipeline.model.loader import shared_model
+
+    return shared_model()
+
+
+def test_page_shows_the_conversation_blocks_and_timings(page_lm):
     at = run_page()
     assert at.title[0].value == "Prompt caching"
     text = page_text(at)
@@ -43,7 +53,7 @@ def test_page_shows_the_conversation_blocks_and_timings():
     assert any("Request B" in m.value for m in at.markdown)
 
 
-def test_clicking_a_trap_then_its_fix():
+def test_clicking_a_trap_then_its_fix(tiny_app):
     at = run_page()
     at.button(key="pc_btn_date_trap").click().run()
     assert not at.exception, [e.message for e in at.exception]
@@ -64,7 +74,7 @@ def test_clicking_a_trap_then_its_fix():
     assert "#0 hit" in text  # the second request now starts with cached blocks
 
 
-def test_compare_two_edited_requests():
+def test_compare_two_edited_requests(tiny_app):
     at = run_page()
     text_a = at.text_area(key="pc_text_a").value
     changed = text_a.replace("You are Tilly", "You are Tomas", 1)
@@ -77,7 +87,7 @@ def test_compare_two_edited_requests():
     assert any("Token" in c.value and "differs" in c.value for c in at.caption)
 
 
-def test_timing_a_scenario_again_replaces_the_shared_measurement():
+def test_timing_a_scenario_again_replaces_the_shared_measurement(tiny_app):
     """One stored measurement was shown to every session; a visitor can time it again, for everyone."""
     at = run_page()
     before = [c.value for c in at.caption if "measured at" in c.value]

@@ -1,18 +1,21 @@
 """AppTest per page (Journey, Request & template, Tokens, Tensors & batch, Generation, KV cache).
 
 AppTest runs one page file on its own (no app.py sidebar), so each page works from the session-state
-defaults in views/session_request.py. The model and the traces are cached per process, so the default request
-runs once for the whole module.
+defaults in views/session_request.py. The pages run on the tiny random-weight model (fixture `tiny_app`, fast
+tier); Journey and Generation also run once on the real model (marker `app`). The model and the traces
+are cached per process, so the default request runs once per model.
 """
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
-pytestmark = pytest.mark.app
+from conftest import chart_data, prompt_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # a trace on 2 shared CPU cores can take tens of seconds
@@ -48,8 +51,27 @@ def texts(at: AppTest) -> str:
     return " ".join(m.value for m in list(at.markdown) + list(at.caption) + list(at.subheader))
 
 
-def test_journey_walks_every_stage():
+@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
+def page_lm(request):
+    """The model the pages run on: the tiny one (fast tier), then the real one (`app` tier)."""
+    if request.param == "tiny":
+        return request.getfixturevalue("tiny_app")
+    from pipeline.model.loader import shared_model
+
+    return shared_model()
+
+
+def first_token_top(lm, ids: list[int], k: int = 8) -> tuple[list[int], np.ndarray]:
+    """The k most likely first tokens and their probabilities, from one plain forward pass of the prompt."""
+    with torch.inference_mode():
+        logits = lm.model(torch.tensor([ids])).logits[0, -1]
+    top = torch.softmax(logits.double(), -1).topk(k)
+    return top.indices.tolist(), top.values.numpy()
+
+
+def test_journey_walks_every_stage(page_lm):
     at = run_page("journey")
+    ids = prompt_ids(page_lm)
     assert [s.value.split(".")[0] for s in at.subheader] == [str(i) for i in range(1, 8)]
     bodies = json_bodies(at)
     assert any('"messages"' in b and "Are tomatoes fruit?" in b for b in bodies)  # request JSON
@@ -57,16 +79,21 @@ def test_journey_walks_every_stage():
     assert any('"text_delta"' in b for b in bodies)  # streaming events
     assert any('"completed"' in b and '"finish_reason"' in b for b in bodies)  # completed event
     assert "Time to first token (TTFT)" in [m.label for m in at.metric]
-    assert any("34" in h or "tomatoes" in h for h in html_blocks(at))  # token chips
-    assert at.get("plotly_chart")  # first-token candidates
+    chips = next(h for h in html_blocks(at) if re.search(r"title='#\d+ id ", h))
+    assert [int(i) for i in re.findall(r"title='#\d+ id (\d+)", chips)] == ids  # one chip per prompt token
+    top_ids, top_probs = first_token_top(page_lm, ids)
+    bars, = chart_data(at.get("plotly_chart")[0])  # the first-token candidates, most likely at the top
+    np.testing.assert_allclose(np.asarray(bars["x"])[::-1], top_probs, rtol=1e-4)
+    assert [int(re.match(r"id (\d+)", h).group(1)) for h in bars["hovertext"][::-1]] == top_ids
     assert any(df.value.shape[0] == 4 for df in at.dataframe)  # queued -> prefill -> decoding -> completed
     tensors = next(df.value for df in at.dataframe if "first values" in df.value.columns)
     T = int(tensors["shape (B, T)"].iloc[0].strip("()[]").split(",")[1])
+    assert T == len(ids) and tensors["first values"].iloc[0] == str(ids[:8])[:-1] + ", …]"  # input_ids
     for shown in tensors["first values"]:  # '…' only when the row was cut
         assert shown.endswith(", …]") == (T > 8) and shown.count(",") == min(T, 8) - (T <= 8)
 
 
-def test_request_template_shows_both_styles_and_marks_template_text():
+def test_request_template_shows_both_styles_and_marks_template_text(tiny_app):
     at = run_page("request_template")
     bodies = [json.loads(b) for b in json_bodies(at)]
     assert any("messages" in b and "stream" in b and "max_tokens" in b for b in bodies)
@@ -76,7 +103,7 @@ def test_request_template_shows_both_styles_and_marks_template_text():
     assert "Default system prompt" in texts(at)
 
 
-def test_request_template_with_a_system_prompt_puts_it_in_both_styles():
+def test_request_template_with_a_system_prompt_puts_it_in_both_styles(tiny_app):
     at = AppTest.from_file(str(ROOT / "views" / "request_template.py"), default_timeout=TIMEOUT)
     at.session_state["req_system"] = "Answer in one sentence."
     at.session_state["req_max_new_tokens"] = 4
@@ -88,7 +115,7 @@ def test_request_template_with_a_system_prompt_puts_it_in_both_styles():
     assert all(m["role"] != "system" for m in anthropic["messages"])
 
 
-def test_tokens_page_chips_comparison_and_capitals():
+def test_tokens_page_chips_comparison_and_capitals(tiny_app):
     at = run_page("tokens")
     assert "Tokens in the prompt" in [m.label for m in at.metric]
     assert any("␣" in h for h in html_blocks(at))  # visible spaces in chips
@@ -105,7 +132,7 @@ def test_tokens_page_chips_comparison_and_capitals():
     assert "Tokenized naively the same text" not in texts(at)  # no look-alikes left: both ways agree
 
 
-def test_tensors_batch_pads_three_requests():
+def test_tensors_batch_pads_three_requests(tiny_app):
     at = run_page("tensors_batch")
     summary = next(df.value for df in at.dataframe if "padding cells" in df.value.columns)
     assert list(summary["tensor"]) == ["input_ids", "position_ids", "attention_mask"]
@@ -128,7 +155,7 @@ def batch_mask(at: AppTest) -> list[list[int]]:
     return masks[0].to_numpy().tolist()
 
 
-def test_generation_metrics_events_and_replay():
+def test_generation_metrics_events_and_replay(page_lm):
     at = run_page("generation")
     labels = [m.label for m in at.metric]
     assert {"Time to first token (TTFT)", "Time per output token (TPOT)", "Finish reason"} <= set(labels)
@@ -136,7 +163,13 @@ def test_generation_metrics_events_and_replay():
     assert any('"text_delta"' in b for b in bodies)
     assert any('"completed"' in b for b in bodies)
     assert len(at.get("plotly_chart")) == 2
-    text = next(json.loads(b) for b in bodies if '"completed"' in b)["text"]
+    completed = next(json.loads(b) for b in bodies if '"completed"' in b)
+    text = completed["text"]
+    ids = prompt_ids(page_lm)
+    greedy = page_lm.model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False)[0, len(ids):].tolist()
+    assert completed["generated_token_ids"] == greedy  # Hugging Face's own greedy decoding of the same prompt
+    per_step, = chart_data(at.get("plotly_chart")[1])
+    assert len(per_step["y"]) == len(greedy) == int(next(m.value for m in at.metric if m.label == "Tokens generated"))
     assert answer_blocks(at) == [text]  # the answer as plain text: no markdown, no LaTeX
     assert not any(text.strip()[:20] in m.value for m in at.markdown)
     at.select_slider(key="gen_speed").set_value("instant")
@@ -150,11 +183,13 @@ def answer_blocks(at: AppTest) -> list[str]:
     return [c.value for c in at.code if c.language != "json"]
 
 
-def test_kv_cache_growth_calculator_and_measurement():
+def test_kv_cache_growth_calculator_and_measurement(tiny_app):
     at = run_page("kv_cache")
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["KV bytes per token"] == "147.5 KB"  # Qwen3-8B, 16-bit, the default choice
-    assert metrics["Bytes per token (all layers)"] == f"{2 * 30 * 3 * 64 * 4:,}"  # SmolLM2 in float32
+    c = tiny_app.config  # K and V, every layer, every KV head, head_dim numbers of 4 bytes (float32)
+    assert metrics["Bytes per token (all layers)"] == \
+        f"{2 * c.num_hidden_layers * c.num_key_value_heads * (c.hidden_size // c.num_attention_heads) * 4:,}"
     at.slider(key="kv_n_steps").set_value(3)
     at.button(key="kv_measure_btn").click().run()
     assert not at.exception
@@ -164,7 +199,7 @@ def test_kv_cache_growth_calculator_and_measurement():
     assert {m.label: m.value for m in at.metric}["KV bytes per token"] == "131.1 KB"
 
 
-def test_kv_cache_measurement_stays_within_the_token_budget():
+def test_kv_cache_measurement_stays_within_the_token_budget(tiny_app):
     at = AppTest.from_file(str(ROOT / "views" / "kv_cache.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = "Tomatoes are fruit. " * 120  # a prompt of a bit over 600 tokens
     at.session_state["req_max_new_tokens"] = 2
@@ -187,7 +222,7 @@ def test_kv_cache_measurement_stays_within_the_token_budget():
 
 @pytest.mark.parametrize("page", ["journey", "request_template", "tokens", "tensors_batch", "generation",
                                   "kv_cache"])
-def test_malicious_question_is_shown_as_text(page):
+def test_malicious_question_is_shown_as_text(page, tiny_app):
     at = AppTest.from_file(str(ROOT / "views" / f"{page}.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = MALICIOUS
     at.session_state["req_max_new_tokens"] = 8

@@ -1,7 +1,9 @@
 """AppTest for the analysis pages: embeddings, position, layers, attention, next token.
 
-Each page runs standalone (no sidebar) from the session-state defaults in views/session_request.py.
-The trace is cached per process, so the model runs once for the whole module.
+Each page runs standalone (no sidebar) from the session-state defaults in views/session_request.py, on the tiny
+random-weight model (fixture `tiny_app`, fast tier). Embeddings also runs on the real model, and so do the
+long-prompt checks whose failure only real activations show (float16 overflow) (markers `app`, `model`).
+The trace is cached per process, so each model runs the default request once.
 """
 import base64
 import json
@@ -9,15 +11,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
+
+from conftest import chart_data, prompt_ids
+from pipeline.model.loader import attention_implementation
 
 from pipeline.model.loader import shared_model
 from pipeline.stages import attention as ast
 from pipeline.stages import layers as la
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.trace import run_trace
-
-pytestmark = pytest.mark.app
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 240  # the first page also captures the default trace on 2 shared CPU cores
@@ -28,6 +32,12 @@ def run_page(name: str) -> AppTest:
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
+
+
+def hf_forward(lm, ids: list[int]):
+    """Hugging Face's own forward pass of the prompt: every layer's hidden states and attention weights."""
+    with torch.inference_mode(), attention_implementation(lm.model, "eager"):
+        return lm.model(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
 
 
 def plotly_count(at: AppTest) -> int:
@@ -46,11 +56,16 @@ def text_of(at: AppTest) -> str:
     return "\n".join(parts)
 
 
-def test_next_token_page():
+def test_next_token_page(tiny_app):
     at = run_page("next_token")
     assert at.title[0].value == "Next token"
     assert plotly_count(at) >= 2  # filter stages + draws histogram
     assert len(at.dataframe) >= 2  # top candidates + constrained output
+    logits = hf_forward(tiny_app, prompt_ids(tiny_app)).logits[0, -1]  # the first step's scores
+    top = torch.softmax(logits.double(), -1).topk(15)
+    table = at.dataframe[0].value
+    assert list(table["id"]) == top.indices.tolist()
+    assert list(table["probability"]) == [f"{p:.2%}" for p in top.values.tolist()]
     run = GenerationOptions()  # the default request's options: the controls start from them
     assert [at.slider(key=k).value for k in ("nt_temperature", "nt_top_p", "nt_min_p")] == \
         [run.temperature, run.top_p, run.min_p]
@@ -59,9 +74,9 @@ def test_next_token_page():
     assert "−∞" in text_of(at)
 
 
-def test_next_token_sliders_and_draws_never_run_the_model():
+def test_next_token_sliders_and_draws_never_run_the_model(tiny_app):
     at = run_page("next_token")
-    lm = shared_model()
+    lm = tiny_app
     before = lm.calls
     at.slider(key="nt_temperature").set_value(1.7).run()
     assert not at.exception
@@ -77,7 +92,7 @@ def test_next_token_sliders_and_draws_never_run_the_model():
     assert "10,000 draws" in " ".join(str(c.proto) for c in at.get("plotly_chart"))
 
 
-def test_next_token_seed_is_set_without_a_widget_default(monkeypatch):
+def test_next_token_seed_is_set_without_a_widget_default(monkeypatch, tiny_app):
     """The Draw-again button writes nt_seed through session state; the widget must not also have a default
     value, or Streamlit logs 'created with a default value but also had its value set via the Session State API'."""
     from streamlit.elements.lib import policies
@@ -92,14 +107,14 @@ def test_next_token_seed_is_set_without_a_widget_default(monkeypatch):
     assert not [m for m in logged if "nt_seed" in m], logged
 
 
-def test_next_token_step_selector():
+def test_next_token_step_selector(tiny_app):
     at = run_page("next_token")
     at.slider(key="nt_step").set_value(3).run()
     assert not at.exception
     assert "Answer so far" in text_of(at)
 
 
-def test_attention_page():
+def test_attention_page(tiny_app):
     at = run_page("attention")
     assert at.title[0].value == "Attention"
     assert plotly_count(at) >= 3  # all-heads overview + T x T heatmap + one row as bars
@@ -110,6 +125,10 @@ def test_attention_page():
     at.selectbox(key="at_head").set_value(4).run()
     assert not at.exception
     assert "layer 7, head 4" in str(chart(at, "at_heatmap").proto)
+    ids = prompt_ids(tiny_app)
+    weights = chart_data(chart(at, "at_heatmap"))[0]["customdata"]  # the short prompt: the whole T x T grid
+    np.testing.assert_allclose(np.asarray(weights, dtype=float),
+                               hf_forward(tiny_app, ids).attentions[7][0, 4].numpy(), atol=1e-5)
     assert "KV head 1" in text_of(at)
     at.selectbox(key="at_row").set_value(3).run()
     assert not at.exception
@@ -117,12 +136,24 @@ def test_attention_page():
     assert "Mix" in text_of(at)
 
 
-def test_embeddings_page():
+@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
+def page_lm(request):
+    """The model the pages run on: the tiny one (fast tier), then the real one (`app` tier)."""
+    if request.param == "tiny":
+        return request.getfixturevalue("tiny_app")
+    return shared_model()
+
+
+def test_embeddings_page(page_lm):
     at = run_page("embeddings")
     assert at.title[0].value == "Embeddings"
     assert plotly_count(at) == 2  # rows heatmap + PCA map
     assert len(at.dataframe) == 2  # neighbours + analogy
     assert at.dataframe[0].value["token"].iloc[0] == "␣tomato"  # the word is its own nearest neighbour
+    ids = prompt_ids(page_lm)
+    rows = np.asarray(chart_data(chart(at, "em_heatmap"))[0]["z"], dtype=float)  # the prompt's rows, in order
+    table = page_lm.model.get_input_embeddings().weight.detach().numpy()
+    np.testing.assert_allclose(rows, table[ids[:len(rows)]], atol=1e-6)
     at.text_input(key="em_word").set_value("Solanaceae").run()
     assert not at.exception and "mean of their rows" in text_of(at)
     at.text_area(key="em_words").set_value("cat, dog, <s>, <img src=x onerror=alert(1)>").run()
@@ -130,7 +161,7 @@ def test_embeddings_page():
     assert "&lt;img" in str(at.get("plotly_chart")[1].proto)  # escaped for plotly
 
 
-def test_position_rope_page():
+def test_position_rope_page(tiny_app):
     at = run_page("position_rope")
     assert at.title[0].value == "Position (RoPE)"
     assert plotly_count(at) == 2
@@ -140,11 +171,15 @@ def test_position_rope_page():
     assert not at.exception and at.dataframe[0].value["score q·k/√Dh"].nunique() == 1
 
 
-def test_layers_page():
+def test_layers_page(tiny_app):
     at = run_page("layers")
     assert at.title[0].value == "Layers"
     assert plotly_count(at) == 4  # norms, cosine, contributions, logit lens
     assert "Logit lens" in text_of(at)
+    hidden = hf_forward(tiny_app, prompt_ids(tiny_app)).hidden_states  # L+1 of (1, T, D); the last after the norm
+    norms = np.asarray(chart_data(at.get("plotly_chart")[0])[0]["customdata"], dtype=float)  # (L+1, T)
+    expected = np.stack([h[0].norm(dim=-1).numpy() for h in hidden[:-1]])
+    np.testing.assert_allclose(norms[:-1], expected, rtol=1e-4)
     at.selectbox(key="ly_token").set_value(5).run()
     at.slider(key="ly_positions").set_value(8).run()
     assert not at.exception
@@ -177,13 +212,18 @@ def chart_arrays(at: AppTest, index: int | str) -> dict[str, np.ndarray]:
     return out
 
 
-@pytest.fixture(scope="module")
-def long_trace():
-    return run_trace(ChatRequest.from_question(LONG_QUESTION, options=GenerationOptions(max_new_tokens=2)),
-                     shared_model())
+def trace_long(lm):
+    return run_trace(ChatRequest.from_question(LONG_QUESTION, options=GenerationOptions(max_new_tokens=2)), lm)
 
 
-def test_long_prompt_layer_analysis_is_finite(long_trace):
+@pytest.fixture
+def long_trace(tiny_app):
+    return trace_long(tiny_app)
+
+
+def test_long_prompt_layer_analysis_is_finite(lm):
+    """float16 captures of the real model's activations stay finite (random small weights could not overflow)."""
+    long_trace = trace_long(lm)
     p = long_trace.prefill
     assert len(long_trace.tokens) > 512 and p.attention is None and p.hidden_states.dtype == np.float16
     for name, values in [("norms", la.norms(p.hidden_states)), ("cosine", la.consecutive_cosine(p.hidden_states)),
@@ -192,6 +232,7 @@ def test_long_prompt_layer_analysis_is_finite(long_trace):
     assert np.all(la.consecutive_cosine(p.hidden_states) <= 1 + 1e-3)
 
 
+@pytest.mark.app
 def test_layers_page_long_prompt():
     at = run_long("layers")
     assert len(at.get("plotly_chart")) == 4
@@ -243,3 +284,20 @@ def test_attention_page_long_prompt_shows_a_window(long_trace):
     row = chart_arrays(at, "at_row_chart")["0.y"]  # row T - 100: keys up to and including itself
     assert row.size == sinks + 1 + (T - 100 - start + 1)
     np.testing.assert_allclose(row.sum(), 1, atol=1e-3)
+
+
+def test_what_if_page_shows_the_branch_it_just_made(tiny_app):
+    """Continue makes a branch and shows it (the tree's radio once kept 'the original run' selected
+    and sent the page straight back to it)."""
+    from conftest import page_app
+
+    at = page_app("branches", req_max_new_tokens=8)
+    at.run()
+    at.text_input(key="br_typed").input("$*x*$").run()  # a forced token's text is Markdown-escaped where named
+    at.button(key="br_go").click().run()
+    assert not at.exception
+    assert any("this branch" in m.value and "per token" in m.value for m in at.markdown)
+    assert at.radio(key="br_tree").value == 1
+    named = [c.value for c in at.caption if c.value.startswith("Branching from")]
+    assert named and "\\$" in named[0] and "'$" not in named[0], named
+    assert all("'$" not in o for o in at.radio(key="br_tree").options)

@@ -1,5 +1,6 @@
 """A room of learners: the address their laptops reach, short links, the presenter's stage
-(pipeline/room.py, plain Python), and presenter mode itself in AppTest (marker `app`)."""
+(pipeline/room.py, plain Python), and presenter mode itself in AppTest: on the tiny model (fixture `tiny_app`),
+and on the real one (marker `app`) where the real answer's first token is checked."""
 import json
 
 import pytest
@@ -83,8 +84,7 @@ def test_presenter_names_a_korean_first_token_by_its_character():
     assert chosen and "토 (1/3)" in chosen[0] and "(id 184)" in chosen[0], chosen
 
 
-@pytest.mark.app
-def test_presenter_survives_a_question_too_long_for_a_qr_code():
+def test_presenter_survives_a_question_too_long_for_a_qr_code(tiny_app):
     question = "Tell me everything about tomatoes, please. " * 68  # ~2,900 characters, ~600 tokens
     with pytest.raises(segno.DataOverflowError):  # what the page used to put in its QR code
         segno.make(f"http://localhost:8501/journey?q={question}", error="m")
@@ -97,15 +97,13 @@ def test_presenter_survives_a_question_too_long_for_a_qr_code():
     assert room_store().link(code)["q"] == question  # the server resolves the short link
 
 
-@pytest.mark.app
-def test_stage_12_keeps_the_token_ids_on_one_line():
+def test_stage_12_keeps_the_token_ids_on_one_line(tiny_app):
     at = presenter(12, req_max_new_tokens=8)
     event = [c.value for c in at.code if '"completed"' in c.value][0]
     assert "generated_token_ids" in event and len(event.splitlines()) < 14, event
 
 
-@pytest.mark.app
-def test_a_learner_follows_the_presenters_stage_and_request():
+def test_a_learner_follows_the_presenters_stage_and_request(tiny_app):
     from pipeline.room import room_of
 
     at = presenter(3, req_question=KOREAN)

@@ -1,6 +1,7 @@
 """Past one process: `./run.sh room 2` puts two app replicas behind HAProxy (sticky sessions,
 WebSockets, health checks) sharing the on-disk store of runs. A killed replica's learners come back
-on the other one with their request intact; everyone else sees no error."""
+on the other one with their request intact; everyone else sees no error. The replicas run the tiny random-weight
+model (conftest's `tiny_server_cache`, their shared TPE_CACHE_DIR): what is checked is routing, not answers."""
 import os
 import re
 import shutil
@@ -63,13 +64,18 @@ def _wait_balancer_sees_both(log_path, timeout: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def room():
+def room_env(tiny_server_cache):
+    return {**os.environ, "TPE_CACHE_DIR": str(tiny_server_cache)}
+
+
+@pytest.fixture(scope="module")
+def room(room_env):
     if shutil.which("haproxy") is None:
         pytest.skip("haproxy is not installed (./run.sh room installs it)")
     port = _free_port_block()
     log = open(ROOM_LOG, "w") if (ROOT / "artifacts").mkdir(exist_ok=True) is None else None
     proc = subprocess.Popen(["bash", "run.sh", "room", "2", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env=room_env)
     url = f"http://127.0.0.1:{port}"
     for replica in (1, 2):
         _wait_healthy(f"http://127.0.0.1:{port + 100 + replica}")
@@ -90,7 +96,7 @@ def _replica(context) -> str:
     return next(c["value"] for c in context.cookies() if c["name"] == "TPE_REPLICA")
 
 
-def test_sessions_stick_and_survive_a_killed_replica(room):
+def test_sessions_stick_and_survive_a_killed_replica(room, room_env):
     from playwright.sync_api import sync_playwright
 
     url, port = room
@@ -140,7 +146,7 @@ def test_sessions_stick_and_survive_a_killed_replica(room):
         "the health check did not take the dead replica out"
     restarted = subprocess.Popen([str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app.py", "--server.port",
                                   str(victim_port), "--server.address", "127.0.0.1"], cwd=ROOT,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=room_env)
     try:
         deadline = time.time() + 240
         while time.time() < deadline and not re.search(rf"replica{victim[1:]} is UP.*\n(?!.*DOWN)",

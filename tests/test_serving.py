@@ -381,8 +381,7 @@ def test_plain_serving_path_chooses_the_captured_runs_tokens(lm):
         assert done.kind == "completed" and done.finish_reason == captured.finish_reason
 
 
-@pytest.mark.app
-def test_generation_page_streams_live():
+def test_generation_page_streams_live(tiny_app):
     from conftest import page_app
 
     at = page_app("generation", req_max_new_tokens=8)
@@ -393,8 +392,7 @@ def test_generation_page_streams_live():
     assert any("plain serving" in m.value and "captured run" in m.value for m in at.markdown)
 
 
-@pytest.mark.app
-def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monkeypatch):
+def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monkeypatch, tiny_app):
     """The server's warm-up must store the default request where a visitor's default request looks for
     it (a late-bound key once filed it under the scenario's key, so the first visitor ran it again)."""
     from pipeline.model.weights_cache import CACHE_ENV, cache_root
@@ -573,8 +571,7 @@ def test_comparing_the_two_paths_measures_both_interleaved_on_the_same_tokens(lm
         compare_with_captured(lm, ChatRequest.from_question("Hi", options=GenerationOptions(max_new_tokens=2)))
 
 
-@pytest.mark.app
-def test_generation_page_compares_the_two_paths_now():
+def test_generation_page_compares_the_two_paths_now(tiny_app):
     from conftest import page_app
 
     at = page_app("generation")
