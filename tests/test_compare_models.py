@@ -1,0 +1,56 @@
+"""Comparing models on one request (pipeline/compare.py): fast on two tiny random Llamas, then the real pair."""
+import pytest
+
+from pipeline.compare import attention_kinds, compare_models, kv_footprint
+from pipeline.model.dims import FULL, SLIDING, ModelDims
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from tests.conftest import DEFAULT_QUESTION, make_tiny_lm
+
+# Gemma-3-270M as its config.json states it (18 layers, a full one every sixth, window 512, 1 K/V head of 256)
+GEMMA_TYPES = tuple(FULL if i % 6 == 5 else SLIDING for i in range(18))
+GEMMA = ModelDims(name="Gemma-3-270M", L=18, H=4, Hkv=1, Dh=256, D=640, D_mlp=2048, V=262144, context_window=32768,
+                  rope_base=10000.0, dtype="float32", device="cpu", bytes_per_value=4, architecture="gemma3_text",
+                  layer_types=GEMMA_TYPES, sliding_window=512)
+
+
+def test_gemma_kv_bytes_stop_growing_in_sliding_layers():
+    kv = kv_footprint(GEMMA, [0] * 18, prompt_tokens=1)
+    assert kv.per_token_bytes == 18 * 2 * 1 * 256 * 4 == 36_864  # every layer, while shorter than the window
+    assert kv.long_run_per_token_bytes == 3 * 2048  # past the window only the 3 full layers grow
+    # HF's cache keeps the last window - 1 = 511 positions of a sliding layer (pipeline.model.kv_tensors)
+    assert kv.bytes_at(1000) == 15 * 2048 * 511 + 3 * 2048 * 1000
+    kinds = attention_kinds(GEMMA)
+    assert (kinds.full_layers, kinds.sliding_layers, kinds.window, kinds.sharing) == (3, 15, 512, "multi-query")
+
+
+def test_two_tiny_models_compared(tokenizer):
+    """Two random Llamas that differ in K/V heads: each record's KV bytes read from its real cache equal the
+    formula, the timing is measured for both and names what differs."""
+    grouped = make_tiny_lm(tokenizer, seed=0)  # H=4, Hkv=2
+    mqa = make_tiny_lm(tokenizer, seed=1, num_key_value_heads=1, num_hidden_layers=3)
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=4))
+    result = compare_models(request, [grouped, mqa], repeats=2)
+    a, b = result.runs
+    assert a.kv.per_layer_bytes == (2 * 2 * 16 * 4,) * 2 and b.kv.per_layer_bytes == (2 * 1 * 16 * 4,) * 3
+    assert a.kv.measured_per_layer_bytes == a.kv.per_layer_bytes and b.kv.measured_per_layer_bytes == b.kv.per_layer_bytes
+    assert (a.attention.sharing, b.attention.sharing) == ("grouped-query", "multi-query")
+    assert a.ids == b.ids and a.template_tokens == len(a.tokens) > 10  # one tokenizer, one template
+    assert a.answer_tokens == 4 and len(a.first_candidates) == 5
+    assert a.first_candidates[0].prob >= a.first_candidates[-1].prob > 0
+    assert result.timing.ttft.repeats == 2 and result.timing.tpot.repeats == 2
+    assert any("2 layers of width 64 vs 3" in w for w in result.timing.work_differs)
+
+
+@pytest.mark.model
+def test_smollm2_and_gemma_on_one_request(lm, gemma_lm):
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=6))
+    result = compare_models(request, [lm, gemma_lm], repeats=1)
+    smol, gemma = result.runs
+    assert (smol.instruct, gemma.instruct) == (True, False)
+    assert smol.template_text.startswith("<|im_start|>system") and "<start_of_turn>model\n" in gemma.template_text
+    # bytes read from each model's real cache tensors after the prompt equal the formula in every layer
+    assert smol.kv.measured_per_layer_bytes == (2 * 3 * 64 * 4,) * 30 == smol.kv.per_layer_bytes
+    assert gemma.kv.measured_per_layer_bytes == (2 * 1 * 256 * 4,) * 18 == gemma.kv.per_layer_bytes
+    assert (gemma.attention.full_layers, gemma.attention.sliding_layers) == (3, 15)
+    assert gemma.embedding_parameters == 262144 * 640 and smol.embedding_parameters == 49152 * 576
+    assert result.timing is not None and len(result.timing.work_differs) >= 3
