@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from .errors import InputError
 from .model.dims import FULL, SLIDING, ModelDims
 from .model.interface import LanguageModel
-from .model.kv_tensors import held_positions
 from .model.registry import resolve
 from .stages.decode_record import FinishReason
 from .stages.request import ChatRequest
@@ -53,6 +52,8 @@ class KVFootprint:
 
     def bytes_at(self, tokens: int) -> int:
         """Bytes the cache holds after `tokens` positions: a sliding layer stops growing at its window."""
+        from .model.kv_tensors import held_positions  # that module reads torch caches: torch loads with it
+
         return sum(b * held_positions(w, tokens) for b, w in zip(self.per_layer_bytes, self.windows))
 
     @property
@@ -125,6 +126,8 @@ class ModelComparison:
 
 def kv_footprint(dims: ModelDims, measured_bytes: list[int], prompt_tokens: int) -> KVFootprint:
     """KV bytes per token per layer, by formula and read from the cache's real tensors after the prompt."""
+    from .model.kv_tensors import held_positions
+
     windows = tuple(dims.window(i) for i in range(dims.L))
     per_layer = tuple(2 * dims.Hkv * dims.Dh * dims.bytes_per_value for _ in range(dims.L))
     measured = tuple(b / max(held_positions(w, prompt_tokens), 1) for b, w in zip(measured_bytes, windows))
@@ -219,3 +222,32 @@ def compare_models(request: ChatRequest, lms: list[LanguageModel], repeats: int 
         tpot = compare_runs(*tpots) if all(tpots) else None
         timing = ModelTiming(compare_runs(*ttfts), tpot, work_differences(*runs))
     return ModelComparison(request, runs, timing)
+
+
+def _ending(run: ModelRun, limit: int) -> str:
+    if run.finish_reason == FinishReason.LENGTH:
+        return f"it did not stop by itself: the {limit}-token limit cut it"
+    if run.finish_reason == FinishReason.EOS:
+        return f"it stopped by itself after {run.answer_tokens} tokens, with its end token"
+    return f"it ended after {run.answer_tokens} tokens ({run.finish_reason})"
+
+
+def answers_sentence(comparison: ModelComparison) -> str:
+    """One plain paragraph on why the answers to the same request differ (instruct vs base, how each ended)."""
+    limit = comparison.request.options.max_new_tokens
+    parts = []
+    for run in comparison.runs:
+        if run.instruct:
+            kind = "was tuned on chat turns (instruct): it reads the turns as a question put to it"
+        elif run.instruct is False:
+            kind = ("is a base model: it was only trained to continue text, never to take turns, so it treats "
+                    "the prompt as a document to carry on")
+        else:
+            kind = "is a local model whose tuning is not known"
+        parts.append(f"{run.display_name} {kind}; {_ending(run, limit)}.")
+    if comparison.request.prompt_format == "plain":
+        parts.append("Here both read the plain text with no turn markers, which is what a base model was "
+                     "trained on.")
+    elif any(r.instruct is False for r in comparison.runs):
+        parts.append("A base model shines at continuing text: try plain text with the start of a sentence.")
+    return " ".join(parts)

@@ -1,7 +1,7 @@
 """Comparing models on one request (pipeline/compare.py): fast on two tiny random Llamas, then the real pair."""
 import pytest
 
-from pipeline.compare import attention_kinds, compare_models, kv_footprint
+from pipeline.compare import answers_sentence, attention_kinds, compare_models, kv_footprint
 from pipeline.model.dims import FULL, SLIDING, ModelDims
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from tests.conftest import DEFAULT_QUESTION, make_tiny_lm
@@ -39,6 +39,7 @@ def test_two_tiny_models_compared(tokenizer):
     assert a.first_candidates[0].prob >= a.first_candidates[-1].prob > 0
     assert result.timing.ttft.repeats == 2 and result.timing.tpot.repeats == 2
     assert any("2 layers of width 64 vs 3" in w for w in result.timing.work_differs)
+    assert answers_sentence(result).count("the 4-token limit cut it") == 2  # neither tiny model stops by itself
 
 
 @pytest.mark.model
@@ -54,3 +55,26 @@ def test_smollm2_and_gemma_on_one_request(lm, gemma_lm):
     assert (gemma.attention.full_layers, gemma.attention.sliding_layers) == (3, 15)
     assert gemma.embedding_parameters == 262144 * 640 and smol.embedding_parameters == 49152 * 576
     assert result.timing is not None and len(result.timing.work_differs) >= 3
+    assert "Gemma-3-270M is a base model" in answers_sentence(result)
+
+
+MALICIOUS = "<img src=x onerror=alert(1)> **bold** 토마토"
+
+
+@pytest.mark.app
+def test_compare_page_on_the_real_models():
+    """The page runs the request through SmolLM2 and Gemma and shows both answers and both prompts; the
+    question's HTML stays text (it reaches the page only escaped, or inside code blocks)."""
+    from tests.conftest import page_app
+
+    at = page_app("compare_models", req_question=MALICIOUS, req_max_new_tokens=4).run()
+    assert not at.exception, at.exception
+    codes = [c.value for c in at.code]
+    assert len(codes) == 4  # two answers, two prompts
+    assert any("<|im_start|>user\n" + MALICIOUS in c for c in codes)
+    assert any("<start_of_turn>user\n" + MALICIOUS in c for c in codes)
+    markdown = "\n".join(m.value for m in at.markdown)
+    assert "SmolLM2-135M-Instruct" in markdown and "Gemma-3-270M" in markdown
+    assert "is a base model" in markdown and "<img" not in markdown.replace("&lt;img", "")
+    assert "The two do different work" in markdown
+    assert len(at.dataframe) == 4  # candidates ×2, shape table, timing
