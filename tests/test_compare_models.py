@@ -78,3 +78,23 @@ def test_compare_page_on_the_real_models():
     assert "is a base model" in markdown and "<img" not in markdown.replace("&lt;img", "")
     assert "The two do different work" in markdown
     assert len(at.dataframe) == 4  # candidates ×2, shape table, timing
+
+
+@pytest.mark.app
+def test_tokens_page_counts_the_text_in_both_vocabularies():
+    """Section 4 of the Tokens page: the typed text through SmolLM2's and Gemma's tokenizers, counts as the
+    tokenizers themselves give them (HF's own encode, no special tokens added)."""
+    from pipeline.model.handle import ModelHandle
+    from tests.conftest import page_app
+
+    text = "토마토는 과일인가요, 채소인가요?"
+    at = page_app("tokens", tok_text=text, req_max_new_tokens=2).run()
+    assert not at.exception, at.exception
+    counts = {name: len(ModelHandle(key).tokenizer.encode(text, add_special_tokens=False))
+              for key, name in (("smollm2-135m", "SmolLM2-135M-Instruct"), ("gemma-3-270m", "Gemma-3-270M"))}
+    assert counts["SmolLM2-135M-Instruct"] > 2 * counts["Gemma-3-270M"]  # Korean: 49k vs 262k pieces shows
+    markdown = "\n".join(m.value for m in at.markdown)
+    for name, n in counts.items():
+        assert f"**{name}** (" in markdown and f"**{n} tokens**" in markdown
+    table = at.dataframe[-3].value  # the fixed samples, before the other-tokenizers table and the capitals one
+    assert list(table.columns) == ["text", "SmolLM2-135M-Instruct", "Gemma-3-270M"]
