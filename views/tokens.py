@@ -116,13 +116,13 @@ if [t.id for t in naive] != [t.id for t in safe]:
                             max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 
 st.subheader("4. The same text in both models' vocabularies")
-st.markdown("The two models this app runs learned different vocabularies: one of about 49 thousand pieces, one of "
-            "about 262 thousand. A bigger vocabulary has whole pieces for more words and more scripts, so the "
+pair = [model_handle(k) for k in compared_keys()]
+st.markdown(f"The two models this app runs learned different vocabularies: {pair[0].config_dims.V:,} pieces and "
+            f"{pair[1].config_dims.V:,}. A bigger vocabulary has whole pieces for more words and more scripts, so the "
             "same text needs fewer tokens, but every token's score is computed over the whole list. Only the "
             "tokenizers run here, not the models.")
 SAMPLES = {"English": "Are tomatoes fruit?", "Korean": "토마토는 과일인가요, 채소인가요?",
            "Python": "def area(r):\n    return 3.14159 * r ** 2\n"}
-pair = [model_handle(k) for k in compared_keys()]
 for col, handle in zip(st.columns(2), pair):
     with col:
         mine = model_pieces_of(handle.source, text)
