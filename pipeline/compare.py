@@ -197,7 +197,8 @@ def time_models(request: ChatRequest, lms: list[LanguageModel], repeats: int = 3
     repeated: ([ttfts per model], [tpots per model]); a model whose answer had one token has no TPOTs."""
     from .stages.fast_path import generate
 
-    short = replace(request, options=replace(request.options, max_new_tokens=min(steps, request.options.max_new_tokens)))
+    options = replace(request.options, max_new_tokens=min(steps, request.options.max_new_tokens))
+    short = replace(request, options=options)
     ttfts: list[list[float]] = [[] for _ in lms]
     tpots: list[list[float]] = [[] for _ in lms]
     for _ in range(repeats):

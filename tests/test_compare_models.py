@@ -32,7 +32,8 @@ def test_two_tiny_models_compared(tokenizer):
     result = compare_models(request, [grouped, mqa], repeats=2)
     a, b = result.runs
     assert a.kv.per_layer_bytes == (2 * 2 * 16 * 4,) * 2 and b.kv.per_layer_bytes == (2 * 1 * 16 * 4,) * 3
-    assert a.kv.measured_per_layer_bytes == a.kv.per_layer_bytes and b.kv.measured_per_layer_bytes == b.kv.per_layer_bytes
+    assert a.kv.measured_per_layer_bytes == a.kv.per_layer_bytes
+    assert b.kv.measured_per_layer_bytes == b.kv.per_layer_bytes
     assert (a.attention.sharing, b.attention.sharing) == ("grouped-query", "multi-query")
     assert a.ids == b.ids and a.template_tokens == len(a.tokens) > 10  # one tokenizer, one template
     assert a.answer_tokens == 4 and len(a.first_candidates) == 5

@@ -22,6 +22,16 @@ from views.waiting import result_through_queue
 
 REPEATS = 3  # timed runs per model, interleaved
 CHIPS_HEIGHT = 220  # px: a long prompt's chips scroll in their own box
+TEXT_HEIGHT = 300  # px: the same for a long prompt's text and a long answer
+
+
+
+def text_box(text: str) -> None:
+    """`text` shown literally (a code block escapes everything); a long one scrolls in a box of its own."""
+    long = len(text) > 600 or text.count("\n") > 12
+    with st.container(height=TEXT_HEIGHT if long else "content", border=False):
+        st.code(text, language=None, wrap_lines=True)
+
 
 page_header("Compare models", "The same request through two different models: how each one writes it down, "
                               "cuts it into tokens, answers it, and what it costs in memory and time.")
@@ -53,7 +63,7 @@ for col, run in zip(st.columns(2), result.runs):
     with col:
         tuned = {True: "instruct", False: "base (pretrained only)"}.get(run.instruct, "tuning not known")
         st.markdown(f"**{markdown_text(run.display_name)}** · {tuned}")
-        st.code(run.answer or "(empty)", language=None, wrap_lines=True)
+        text_box(run.answer or "(empty)")
         st.caption(f"{plural(run.answer_tokens, 'token')}, finish reason {markdown_text(run.finish_reason)} "
                    f"(greedy unless the sidebar says otherwise).")
 
@@ -63,7 +73,7 @@ st.markdown("Each model has its own way of writing down a chat, and its own voca
 for col, run, handle in zip(st.columns(2), result.runs, handles):
     with col:
         st.markdown(f"**{markdown_text(run.display_name)}: {plural(run.template_tokens, 'token')}**")
-        st.code(run.template_text, language=None, wrap_lines=True)
+        text_box(run.template_text)
         st.markdown(token_chips(list(run.tokens), pieces=token_pieces(handle.tokenizer, run.ids),
                                 max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 
@@ -79,9 +89,8 @@ for col, run in zip(st.columns(2), result.runs):
 def _layers(run) -> str:
     kinds = run.attention
     if not kinds.sliding_layers:
-        return f"all {kinds.full_layers} layers see every earlier token"
-    return (f"{kinds.sliding_layers} layers see only the last {kinds.window:,} positions, "
-            f"{kinds.full_layers} see everything")
+        return f"all {kinds.full_layers} full (every earlier token)"
+    return f"{kinds.sliding_layers} sliding ({kinds.window:,} positions), {kinds.full_layers} full"
 
 
 st.subheader("4. Shape, attention and KV cache")
@@ -93,27 +102,25 @@ for run in result.runs:
         "vocabulary": f"{d.V:,}",
         "layers × width": f"{d.L} × {d.D}",
         "attention layers": _layers(run),
-        "query heads : K/V heads": f"{kinds.H} : {kinds.Hkv} ({kinds.sharing}, {kinds.group} per K/V head)",
-        "KV bytes per token": f"{human_bytes(kv.per_token_bytes)} (2 × {d.L} layers × {d.Hkv} × {d.Dh} × "
-                              f"{d.bytes_per_value} B)",
-        "KV bytes per token once windows are full": human_bytes(kv.long_run_per_token_bytes),
+        "query heads : K/V heads":
+            f"{kinds.H} : {kinds.Hkv} ({kinds.sharing}: {kinds.group} query heads share each K/V head)",
+        "KV bytes per token, one layer": f"{kv.per_layer_bytes[0]:,} B (2 × {d.Hkv} × {d.Dh} × {d.bytes_per_value} B)",
+        "… read from the real cache": ", ".join(sorted({f"{m:,.0f} B" for m in kv.measured_per_layer_bytes})),
+        "KV bytes per token, all layers": f"{human_bytes(kv.per_token_bytes)} (× {d.L} layers)",
+        "… once the windows are full": human_bytes(kv.long_run_per_token_bytes),
         "KV cache for 8,000 tokens": human_bytes(kv.bytes_at(8000)),
-        "measured in the real cache (per token, per layer)":
-            ", ".join(sorted({f"{m:,.0f} B" for m in kv.measured_per_layer_bytes})),
     }
 st.dataframe(pd.DataFrame(rows), width="stretch")
-st.caption("K and V are stored for every layer and every K/V head. The per-layer figure was read from the "
-           "cache's own tensors after this prompt, divided by the positions each layer holds; it equals the "
-           "formula. A sliding-window layer keeps only its last window of positions, so past it only the full "
-           "layers grow.")
+st.caption("K and V are stored for every layer and every K/V head. The figure read from the real cache is each "
+           "layer's tensor bytes after this prompt, divided by the positions that layer holds. A sliding-window "
+           "layer keeps only its last window of positions, so past it only the full layers grow.")
 
 
 def _timing_row(name: str, c: Comparison) -> dict:
     return {"": name, f"{a.display_name} median": f"{c.a_median * 1e3:,.0f} ms",
             f"{a.display_name} range": f"{c.a_range[0] * 1e3:,.0f}–{c.a_range[1] * 1e3:,.0f} ms",
             f"{b.display_name} median": f"{c.b_median * 1e3:,.0f} ms",
-            f"{b.display_name} range": f"{c.b_range[0] * 1e3:,.0f}–{c.b_range[1] * 1e3:,.0f} ms",
-            "verdict": c.verdict(a.display_name, b.display_name)}
+            f"{b.display_name} range": f"{c.b_range[0] * 1e3:,.0f}–{c.b_range[1] * 1e3:,.0f} ms"}
 
 
 st.subheader("5. Time to first token and per token")
@@ -126,6 +133,8 @@ else:
                 "further token.")
     table = [_timing_row("TTFT", timing.ttft)] + ([_timing_row("TPOT", timing.tpot)] if timing.tpot else [])
     st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch")
+    st.markdown("\n".join(f"- **{name}**: {markdown_text(c.verdict(a.display_name, b.display_name))}"
+                           for name, c in (("TTFT", timing.ttft), ("TPOT", timing.tpot)) if c))
     if timing.work_differs:
         st.markdown("**The two do different work**, so a speed gap is not a verdict on the models alone:\n"
                     + "\n".join(f"- {markdown_text(w)}" for w in timing.work_differs))
