@@ -5,6 +5,7 @@ from pipeline.compare import answers_sentence, attention_kinds, compare_models, 
 from pipeline.model.dims import FULL, SLIDING, ModelDims
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from tests.conftest import DEFAULT_QUESTION, make_tiny_lm
+from tests.test_architectures import gemma_tokenizer  # noqa: F401, F811 - the fixture: Gemma's tokenizer files
 
 # Gemma-3-270M as its config.json states it (18 layers, a full one every sixth, window 512, 1 K/V head of 256)
 GEMMA_TYPES = tuple(FULL if i % 6 == 5 else SLIDING for i in range(18))
@@ -99,3 +100,12 @@ def test_tokens_page_counts_the_text_in_both_vocabularies():
         assert f"**{name}** (" in markdown and f"**{n} tokens**" in markdown
     table = at.dataframe[-3].value  # the fixed samples, before the other-tokenizers table and the capitals one
     assert list(table.columns) == ["text", "SmolLM2-135M-Instruct", "Gemma-3-270M"]
+
+
+def test_sentencepiece_space_shows_like_a_byte_level_one(tokenizer, gemma_tokenizer):  # noqa: F811
+    """Gemma's '▁tomatoes' and SmolLM2's 'Ġtomatoes' are both ' tomatoes': both show as '␣tomatoes'."""
+    from pipeline.text.token_names import tokens_text
+
+    for tok in (tokenizer, gemma_tokenizer):
+        ids = tok.encode("Are tomatoes fruit?", add_special_tokens=False)
+        assert tokens_text(tok, ids) == ["Are", "␣tomatoes", "␣fruit", "?"]
