@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pipeline.model.handle import ModelHandle
-from pipeline.model.registry import MODELS, resolve
+from pipeline.model.registry import MODELS
 from views.server_state import get_model
 
 
@@ -20,10 +20,10 @@ def _other_handle(key: str) -> ModelHandle:
 def model_handle(key: str) -> ModelHandle:
     """The handle of registry model `key`: the server's own model when it is that one."""
     own = get_model()
-    return own if resolve(own.source).key == key else _other_handle(key)
+    return own if own.spec.key == key else _other_handle(key)
 
 
 def compared_keys() -> tuple[str, str]:
     """The server's model first, then the other registry model (SmolLM2 and Gemma)."""
-    own = resolve(get_model().source).key
+    own = get_model().spec.key
     return own, next(k for k in MODELS if k != own)

@@ -10,7 +10,6 @@ import streamlit as st
 from ui.chips import legend, text_spans, token_chips
 from pipeline.stages.template import turn_markers
 from ui.escape import code_span, markdown_text
-from pipeline.model.registry import resolve
 from views.model_pair import compared_keys, model_handle
 from ui.words import plural
 from pipeline.text.pieces import token_pieces
@@ -38,9 +37,9 @@ def model_pieces(text: str, safe: bool) -> list[Token]:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def model_pieces_of(source: str | None, text: str) -> list[Token]:
-    """`text` through the tokenizer of model `source` (a registry key; None the default), look-alikes kept as text."""
-    return text_tokens(model_handle(resolve(source).key).tokenizer, text, True)
+def model_pieces_of(key: str, text: str) -> list[Token]:
+    """`text` through the tokenizer of registry model `key`, special-token look-alikes kept as text."""
+    return text_tokens(model_handle(key).tokenizer, text, True)
 
 
 def explain_split(counts: dict, what: str, counted: str) -> None:
@@ -125,12 +124,12 @@ SAMPLES = {"English": "Are tomatoes fruit?", "Korean": "토마토는 과일인�
            "Python": "def area(r):\n    return 3.14159 * r ** 2\n"}
 for col, handle in zip(st.columns(2), pair):
     with col:
-        mine = model_pieces_of(handle.source, text)
+        mine = model_pieces_of(handle.spec.key, text)
         st.markdown(f"**{markdown_text(handle.name)}** ({handle.config_dims.V:,} pieces): "
                     f"**{plural(len(mine), 'token')}**")
         st.markdown(token_chips(mine, pieces=token_pieces(handle.tokenizer, [t.id for t in mine]),
                                 max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
-st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.source, sample)) for h in pair}}
+st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.spec.key, sample)) for h in pair}}
                            for name, sample in SAMPLES.items()]), hide_index=True, width="stretch")
 st.caption("Tokens for a few fixed texts. Korean is where the bigger vocabulary shows most: the smaller one has "
            "few Korean pieces and spells many syllables byte by byte. Code comes out about even: the smaller "
