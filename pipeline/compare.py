@@ -238,10 +238,13 @@ def answers_sentence(comparison: ModelComparison) -> str:
     limit = comparison.request.options.max_new_tokens
     parts = []
     for run in comparison.runs:
+        plain = comparison.request.prompt_format == "plain"
         if run.instruct:
-            kind = "was tuned on chat turns (instruct): it reads the turns as a question put to it"
+            kind = ("was tuned on chat turns (instruct); here it gets bare text with no turns to answer" if plain
+                    else "was tuned on chat turns (instruct): it reads the turns as a question put to it")
         elif run.instruct is False:
-            kind = ("is a base model: it was only trained to continue text, never to take turns, so it treats "
+            kind = ("is a base model: it was only trained to continue text" if plain else
+                    "is a base model: it was only trained to continue text, never to take turns, so it treats "
                     "the prompt as a document to carry on")
         else:
             kind = "is a local model whose tuning is not known"

@@ -42,6 +42,14 @@ def test_two_tiny_models_compared(tokenizer):
     assert result.timing.ttft.repeats == 2 and result.timing.tpot.repeats == 2
     assert any("2 layers of width 64 vs 3" in w for w in result.timing.work_differs)
     assert answers_sentence(result).count("the 4-token limit cut it") == 2  # neither tiny model stops by itself
+    # the words follow each record's tuning and the request's format
+    from dataclasses import replace
+
+    tuned = replace(result, runs=(replace(a, instruct=True), replace(b, instruct=False)))
+    assert "tiny-llama was tuned on chat turns (instruct): it reads the turns" in answers_sentence(tuned)
+    plain = replace(tuned, request=replace(request, prompt_format="plain"))
+    assert "here it gets bare text with no turns" in answers_sentence(plain)
+    assert "never to take turns" not in answers_sentence(plain) and "never to take turns" in answers_sentence(tuned)
 
 
 @pytest.mark.model
