@@ -98,7 +98,7 @@ def test_tokens_page_counts_the_text_in_both_vocabularies():
     from tests.conftest import page_app
 
     text = "토마토는 과일인가요, 채소인가요?"
-    at = page_app("tokens", tok_text=text, req_max_new_tokens=2).run()
+    at = page_app("tokens", tok_text=text, req_question=text, req_max_new_tokens=2).run()
     assert not at.exception, at.exception
     counts = {name: len(ModelHandle(key).tokenizer.encode(text, add_special_tokens=False))
               for key, name in (("smollm2-135m", "SmolLM2-135M-Instruct"), ("gemma-3-270m", "Gemma-3-270M"))}
@@ -108,6 +108,7 @@ def test_tokens_page_counts_the_text_in_both_vocabularies():
         assert f"**{name}** (" in markdown and f"**{n} tokens**" in markdown
     table = at.dataframe[-3].value  # the fixed samples, before the other-tokenizers table and the capitals one
     assert list(table.columns) == ["text", "SmolLM2-135M-Instruct", "Gemma-3-270M"]
+    assert table.iloc[0].to_dict() == {"text": "your question", **counts}  # the sidebar's question, asked in Korean
 
 
 def test_sentencepiece_space_shows_like_a_byte_level_one(tokenizer, gemma_tokenizer):  # noqa: F811

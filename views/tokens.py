@@ -129,9 +129,11 @@ for col, handle in zip(st.columns(2), pair):
                     f"**{plural(len(mine), 'token')}**")
         st.markdown(token_chips(mine, pieces=token_pieces(handle.tokenizer, [t.id for t in mine]),
                                 max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+question = trace.request.messages[-1][1]  # the sidebar's question, the last user message
 st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.spec.key, sample)) for h in pair}}
-                           for name, sample in SAMPLES.items()]), hide_index=True, width="stretch")
-st.caption("Tokens for a few fixed texts. Korean is where the bigger vocabulary shows most: the smaller one has "
+                           for name, sample in {"your question": question, **SAMPLES}.items()]),
+             hide_index=True, width="stretch")
+st.caption("Tokens for your question and a few fixed texts. Korean is where the bigger vocabulary shows most: the smaller one has "
            "few Korean pieces and spells many syllables byte by byte. Code comes out about even: the smaller "
            "vocabulary was made for a training mix with much code in it.")
 
