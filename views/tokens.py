@@ -133,9 +133,9 @@ question = trace.request.messages[-1][1]  # the sidebar's question, the last use
 st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.spec.key, sample)) for h in pair}}
                            for name, sample in {"your question": question, **SAMPLES}.items()]),
              hide_index=True, width="stretch")
-st.caption("Tokens for your question and a few fixed texts. Korean is where the bigger vocabulary shows most: the smaller one has "
-           "few Korean pieces and spells many syllables byte by byte. Code comes out about even: the smaller "
-           "vocabulary was made for a training mix with much code in it.")
+st.caption("Tokens for your question and a few fixed texts. Korean is where the bigger vocabulary shows "
+           "most: the smaller one has few Korean pieces and spells many syllables byte by byte. Code comes out "
+           "about even: the smaller vocabulary was made for a training mix with much code in it.")
 
 st.subheader("5. The same text through other tokenizers")
 st.markdown("Every model family has its own vocabulary, so the same text costs a different number of tokens. "
