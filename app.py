@@ -55,6 +55,7 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
     ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),
     ("cache_audit.py", "Cache audit", "🧾", "cache-audit"),
+    ("compare_models.py", "Compare models", "⚖️", "compare-models"),
     ("presenter.py", "Presenter mode", "🎓", "presenter"),
 ]
 SESSION_DEFAULTS = {f"req_{k}": v for k, v in DEFAULTS.items()}

@@ -9,7 +9,8 @@ import streamlit as st
 
 from ui.chips import legend, text_spans, token_chips
 from pipeline.stages.template import turn_markers
-from ui.escape import code_span
+from ui.escape import code_span, markdown_text
+from views.model_pair import compared_keys, model_handle
 from ui.words import plural
 from pipeline.text.pieces import token_pieces
 from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
@@ -33,6 +34,12 @@ def compared(text: str) -> list:
 def model_pieces(text: str, safe: bool) -> list[Token]:
     """safe=True keeps special-token look-alikes as plain text; False lets them become control tokens."""
     return text_tokens(get_model().tokenizer, text, safe)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def model_pieces_of(key: str, text: str) -> list[Token]:
+    """`text` through the tokenizer of registry model `key`, special-token look-alikes kept as text."""
+    return text_tokens(model_handle(key).tokenizer, text, True)
 
 
 def explain_split(counts: dict, what: str, counted: str) -> None:
@@ -107,7 +114,30 @@ if [t.id for t in naive] != [t.id for t in safe]:
     st.markdown(token_chips(naive, pieces=token_pieces(lm.tokenizer, [t.id for t in naive]),
                             max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 
-st.subheader("4. The same text through other tokenizers")
+st.subheader("4. The same text in both models' vocabularies")
+pair = [model_handle(k) for k in compared_keys()]
+st.markdown(f"The two models this app runs learned different vocabularies: {pair[0].config_dims.V:,} pieces and "
+            f"{pair[1].config_dims.V:,}. A bigger vocabulary has whole pieces for more words and more scripts, so the "
+            "same text needs fewer tokens, but every token's score is computed over the whole list. Only the "
+            "tokenizers run here, not the models.")
+SAMPLES = {"English": "Are tomatoes fruit?", "Korean": "토마토는 과일인가요, 채소인가요?",
+           "Python": "def area(r):\n    return 3.14159 * r ** 2\n"}
+for col, handle in zip(st.columns(2), pair):
+    with col:
+        mine = model_pieces_of(handle.spec.key, text)
+        st.markdown(f"**{markdown_text(handle.name)}** ({handle.config_dims.V:,} pieces): "
+                    f"**{plural(len(mine), 'token')}**")
+        st.markdown(token_chips(mine, pieces=token_pieces(handle.tokenizer, [t.id for t in mine]),
+                                max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+question = trace.request.messages[-1][1]  # the sidebar's question, the last user message
+st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.spec.key, sample)) for h in pair}}
+                           for name, sample in {"your question": question, **SAMPLES}.items()]),
+             hide_index=True, width="stretch")
+st.caption("Tokens for your question and a few fixed texts. Korean is where the bigger vocabulary shows "
+           "most: the smaller one has few Korean pieces and spells many syllables byte by byte. Code comes out "
+           "about even: the smaller vocabulary was made for a training mix with much code in it.")
+
+st.subheader("5. The same text through other tokenizers")
 st.markdown("Every model family has its own vocabulary, so the same text costs a different number of tokens. "
             "Prices and context limits are counted in tokens, so this ratio is a ratio of cost.")
 results = compared(text)
@@ -122,7 +152,7 @@ for r in results[1:]:
     st.markdown(token_chips([Token(n, i, p, "assistant", False) for n, (i, p) in enumerate(zip(r.ids, r.pieces))],
                             pieces=other_pieces(r.name, r.ids), max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 
-st.subheader("5. Capitals and spaces change the token")
+st.subheader("6. Capitals and spaces change the token")
 st.markdown("The same word is a different token depending on a leading space or a capital letter. To the model "
             "these are three unrelated numbers; it learns during training that they mean nearly the same thing.")
 rows = []

@@ -29,10 +29,15 @@ def _byte_decoder() -> dict[str, int]:
 def piece_bytes(piece: str) -> bytes:
     """Byte-level BPE piece -> the raw bytes it stands for. 'Ġí' -> b' \\xed'.
 
-    A piece that is not byte-level text is encoded as UTF-8; a lone surrogate is kept as its
+    A piece that is not byte-level text is encoded as UTF-8, SentencePiece's '▁' read as the space it
+    stands for ('▁tomatoes' -> b' tomatoes'); a lone surrogate is kept as its
     (invalid) bytes so it shows as <0x..> instead of raising.
     """
     dec = _byte_decoder()
     if all(ch in dec for ch in piece):
         return bytes(dec[ch] for ch in piece)
-    return piece.encode("utf-8", "surrogatepass")
+    # SentencePiece writes a space as '▁' (U+2581, never a byte-level character): '▁tomatoes' -> b' tomatoes'
+    return piece.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8", "surrogatepass")
+
+
+SENTENCEPIECE_SPACE = "\u2581"

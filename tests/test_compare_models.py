@@ -1,0 +1,120 @@
+"""Comparing models on one request (pipeline/compare.py): fast on two tiny random Llamas, then the real pair."""
+import pytest
+
+from pipeline.compare import answers_sentence, attention_kinds, compare_models, kv_footprint
+from pipeline.model.dims import FULL, SLIDING, ModelDims
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from tests.conftest import DEFAULT_QUESTION, make_tiny_lm
+from tests.test_architectures import gemma_tokenizer  # noqa: F401, F811 - the fixture: Gemma's tokenizer files
+
+# Gemma-3-270M as its config.json states it (18 layers, a full one every sixth, window 512, 1 K/V head of 256)
+GEMMA_TYPES = tuple(FULL if i % 6 == 5 else SLIDING for i in range(18))
+GEMMA = ModelDims(name="Gemma-3-270M", L=18, H=4, Hkv=1, Dh=256, D=640, D_mlp=2048, V=262144, context_window=32768,
+                  rope_base=10000.0, dtype="float32", device="cpu", bytes_per_value=4, architecture="gemma3_text",
+                  layer_types=GEMMA_TYPES, sliding_window=512)
+
+
+def test_gemma_kv_bytes_stop_growing_in_sliding_layers():
+    kv = kv_footprint(GEMMA, [0] * 18, prompt_tokens=1)
+    assert kv.per_token_bytes == 18 * 2 * 1 * 256 * 4 == 36_864  # every layer, while shorter than the window
+    assert kv.long_run_per_token_bytes == 3 * 2048  # past the window only the 3 full layers grow
+    # HF's cache keeps the last window - 1 = 511 positions of a sliding layer (pipeline.model.kv_tensors)
+    assert kv.bytes_at(1000) == 15 * 2048 * 511 + 3 * 2048 * 1000
+    kinds = attention_kinds(GEMMA)
+    assert (kinds.full_layers, kinds.sliding_layers, kinds.window, kinds.sharing) == (3, 15, 512, "multi-query")
+
+
+def test_two_tiny_models_compared(tokenizer):
+    """Two random Llamas that differ in K/V heads: each record's KV bytes read from its real cache equal the
+    formula, the timing is measured for both and names what differs."""
+    grouped = make_tiny_lm(tokenizer, seed=0)  # H=4, Hkv=2
+    mqa = make_tiny_lm(tokenizer, seed=1, num_key_value_heads=1, num_hidden_layers=3)
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=4))
+    result = compare_models(request, [grouped, mqa], repeats=2)
+    a, b = result.runs
+    assert a.kv.per_layer_bytes == (2 * 2 * 16 * 4,) * 2 and b.kv.per_layer_bytes == (2 * 1 * 16 * 4,) * 3
+    assert a.kv.measured_per_layer_bytes == a.kv.per_layer_bytes
+    assert b.kv.measured_per_layer_bytes == b.kv.per_layer_bytes
+    assert (a.attention.sharing, b.attention.sharing) == ("grouped-query", "multi-query")
+    assert a.ids == b.ids and a.template_tokens == len(a.tokens) > 10  # one tokenizer, one template
+    assert a.answer_tokens == 4 and len(a.first_candidates) == 5
+    assert a.first_candidates[0].prob >= a.first_candidates[-1].prob > 0
+    assert result.timing.ttft.repeats == 2 and result.timing.tpot.repeats == 2
+    assert any("2 layers of width 64 vs 3" in w for w in result.timing.work_differs)
+    assert answers_sentence(result).count("the 4-token limit cut it") == 2  # neither tiny model stops by itself
+    # the words follow each record's tuning and the request's format
+    from dataclasses import replace
+
+    tuned = replace(result, runs=(replace(a, instruct=True), replace(b, instruct=False)))
+    assert "tiny-llama was tuned on chat turns (instruct): it reads the turns" in answers_sentence(tuned)
+    plain = replace(tuned, request=replace(request, prompt_format="plain"))
+    assert "here it gets bare text with no turns" in answers_sentence(plain)
+    assert "never to take turns" not in answers_sentence(plain) and "never to take turns" in answers_sentence(tuned)
+
+
+@pytest.mark.model
+def test_smollm2_and_gemma_on_one_request(lm, gemma_lm):
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=6))
+    result = compare_models(request, [lm, gemma_lm], repeats=1)
+    smol, gemma = result.runs
+    assert (smol.instruct, gemma.instruct) == (True, False)
+    assert smol.template_text.startswith("<|im_start|>system") and "<start_of_turn>model\n" in gemma.template_text
+    # bytes read from each model's real cache tensors after the prompt equal the formula in every layer
+    assert smol.kv.measured_per_layer_bytes == (2 * 3 * 64 * 4,) * 30 == smol.kv.per_layer_bytes
+    assert gemma.kv.measured_per_layer_bytes == (2 * 1 * 256 * 4,) * 18 == gemma.kv.per_layer_bytes
+    assert (gemma.attention.full_layers, gemma.attention.sliding_layers) == (3, 15)
+    assert gemma.embedding_parameters == 262144 * 640 and smol.embedding_parameters == 49152 * 576
+    assert result.timing is not None and len(result.timing.work_differs) >= 3
+    assert "Gemma-3-270M is a base model" in answers_sentence(result)
+
+
+MALICIOUS = "<img src=x onerror=alert(1)> **bold** 토마토"
+
+
+@pytest.mark.app
+def test_compare_page_on_the_real_models():
+    """The page runs the request through SmolLM2 and Gemma and shows both answers and both prompts; the
+    question's HTML stays text (it reaches the page only escaped, or inside code blocks)."""
+    from tests.conftest import page_app
+
+    at = page_app("compare_models", req_question=MALICIOUS, req_max_new_tokens=4).run()
+    assert not at.exception, at.exception
+    codes = [c.value for c in at.code]
+    assert len(codes) == 4  # two answers, two prompts
+    assert any("<|im_start|>user\n" + MALICIOUS in c for c in codes)
+    assert any("<start_of_turn>user\n" + MALICIOUS in c for c in codes)
+    markdown = "\n".join(m.value for m in at.markdown)
+    assert "SmolLM2-135M-Instruct" in markdown and "Gemma-3-270M" in markdown
+    assert "is a base model" in markdown and "<img" not in markdown.replace("&lt;img", "")
+    assert "The two do different work" in markdown
+    assert len(at.dataframe) == 4  # candidates ×2, shape table, timing
+
+
+@pytest.mark.app
+def test_tokens_page_counts_the_text_in_both_vocabularies():
+    """Section 4 of the Tokens page: the typed text through SmolLM2's and Gemma's tokenizers, counts as the
+    tokenizers themselves give them (HF's own encode, no special tokens added)."""
+    from pipeline.model.handle import ModelHandle
+    from tests.conftest import page_app
+
+    text = "토마토는 과일인가요, 채소인가요?"
+    at = page_app("tokens", tok_text=text, req_question=text, req_max_new_tokens=2).run()
+    assert not at.exception, at.exception
+    counts = {name: len(ModelHandle(key).tokenizer.encode(text, add_special_tokens=False))
+              for key, name in (("smollm2-135m", "SmolLM2-135M-Instruct"), ("gemma-3-270m", "Gemma-3-270M"))}
+    assert counts["SmolLM2-135M-Instruct"] > 2 * counts["Gemma-3-270M"]  # Korean: 49k vs 262k pieces shows
+    markdown = "\n".join(m.value for m in at.markdown)
+    for name, n in counts.items():
+        assert f"**{name}** (" in markdown and f"**{n} tokens**" in markdown
+    table = at.dataframe[-3].value  # the fixed samples, before the other-tokenizers table and the capitals one
+    assert list(table.columns) == ["text", "SmolLM2-135M-Instruct", "Gemma-3-270M"]
+    assert table.iloc[0].to_dict() == {"text": "your question", **counts}  # the sidebar's question, asked in Korean
+
+
+def test_sentencepiece_space_shows_like_a_byte_level_one(tokenizer, gemma_tokenizer):  # noqa: F811
+    """Gemma's '▁tomatoes' and SmolLM2's 'Ġtomatoes' are both ' tomatoes': both show as '␣tomatoes'."""
+    from pipeline.text.token_names import tokens_text
+
+    for tok in (tokenizer, gemma_tokenizer):
+        ids = tok.encode("Are tomatoes fruit?", add_special_tokens=False)
+        assert tokens_text(tok, ids) == ["Are", "␣tomatoes", "␣fruit", "?"]
