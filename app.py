@@ -75,8 +75,8 @@ def sidebar(pages: list):
             st.rerun()
         with st.form("request_form"):
             st.text_area("Question (the new user message)", key="req_question", height=80, max_chars=TEXT_LIMIT)
-            st.text_area("System prompt (empty: the template's own default, if it has one)", key="req_system", height=68,
-                         max_chars=TEXT_LIMIT)
+            st.text_area("System prompt (empty: the template's own default, if it has one)", key="req_system",
+                         height=68, max_chars=TEXT_LIMIT)
             st.text_area("Earlier turns, one per line (`user: ...` / `assistant: ...`)", key="req_history",
                          height=68, max_chars=TEXT_LIMIT * 4)
             st.markdown("**Generation options**")

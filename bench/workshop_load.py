@@ -200,7 +200,8 @@ async def one_protocol_session(url: str, question: str, others: list[str], timeo
 async def main_async(args) -> int:
     from playwright.async_api import async_playwright
 
-    questions = [QUESTIONS[i % len(QUESTIONS)] + ("" if i < len(QUESTIONS) else f" ({i})") for i in range(args.sessions)]
+    questions = [QUESTIONS[i % len(QUESTIONS)] + ("" if i < len(QUESTIONS) else f" ({i})")
+                 for i in range(args.sessions)]
     pids = [int(p) for p in args.pid.split(",")] if args.pid else [pid for pid in [server_pid(args.url)] if pid]
     sampler = RssSampler(pids)
     sampler.start()

@@ -3,7 +3,8 @@
   (none)   fast: pure logic, the tokenizer files and a tiny random-weight Llama; no model weights. Every
            page's AppTest is here too, on a tiny copy of SmolLM2's layout (fixture `tiny_app`): ids, shapes,
            links, escaping and the charts' numbers against Hugging Face's own forward pass
-  model    loads the real SmolLM2-135M-Instruct (and Gemma-3-270M) weights: what the real weights answer, agreement with HF
+  model    loads the real SmolLM2-135M-Instruct (and Gemma-3-270M) weights: what the real weights answer,
+           agreement with HF
   app      Streamlit AppTest on the real model: one smoke test per page group (Journey and Generation,
            Embeddings and Layers, Prompt caching, app.py), and the pages that show a real answer
   browser  Chromium through Playwright against a real server; servers run the tiny model (fixture

@@ -626,7 +626,8 @@ def test_prefill_time_saved_uses_each_providers_editable_figure():
         assert t["latency_saved_s"] == pytest.approx(t["cached_tokens"] / stand_in[p])
     mine = ca.bill(report, prefill_tps={"openai": 2000})
     assert mine["prefill_tps"]["openai"] == 2000 and mine["prefill_tps"]["vllm"] == stand_in["vllm"]
-    assert mine["totals"]["openai"]["latency_saved_s"] == pytest.approx(costs["totals"]["openai"]["cached_tokens"] / 2000)
+    assert mine["totals"]["openai"]["latency_saved_s"] == pytest.approx(
+        costs["totals"]["openai"]["cached_tokens"] / 2000)
     with pytest.raises(InputError, match="prefill_tps: anthropic"):
         ca.bill(report, prefill_tps={"anthropic": -1})
 

@@ -87,7 +87,8 @@ def test_max_new_tokens_ends_with_length(tokenizer):
 
 def test_the_captured_and_the_plain_answer_send_the_same_events(tokenizer):
     """Same loop, same script: the two differ only in what is recorded, not in what is streamed."""
-    (captured, c_events, _), (plain, p_events, _) = (_run(tokenizer, "토마토는 과일이야.", r, end=True) for r in (True, False))
+    (captured, c_events, _), (plain, p_events, _) = (_run(tokenizer, "토마토는 과일이야.", r, end=True)
+                                                     for r in (True, False))
     strip = lambda events: [(e.kind, e.step, e.delta, e.finish_reason, e.token_ids) for e in events]  # noqa: E731
     assert strip(c_events) == strip(p_events)
     assert len(captured.steps) == len(captured.generated) and plain.steps == []  # only the captured one records

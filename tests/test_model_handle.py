@@ -172,7 +172,8 @@ def test_the_model_name_is_written_once_in_the_code():
     places = []
     for path in sorted(Path(ROOT, "pipeline").rglob("*.py")):
         tree = ast.parse(path.read_text())
-        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
                 and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
         places += [path.name for n in ast.walk(tree) if isinstance(n, ast.Constant)
                    and n.value == DEFAULT_MODEL_NAME and id(n) not in docs]

@@ -96,7 +96,8 @@ def attributes_read(tree: ast.AST, receivers: set[str]) -> set[tuple[str, int]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             v = node.value
-            if (isinstance(v, ast.Name) and v.id in receivers) or (isinstance(v, ast.Attribute) and v.attr in receivers):
+            if ((isinstance(v, ast.Name) and v.id in receivers)
+                    or (isinstance(v, ast.Attribute) and v.attr in receivers)):
                 found.add((node.attr, node.lineno))
     return found
 

@@ -103,7 +103,8 @@ def test_hidden_states_match_embeddings_and_hf(lm, default_trace):
     with attention_implementation(lm.model, "eager"), torch.inference_mode():
         out = lm.model(input_ids=torch.tensor([t.ids], device=lm.device), output_hidden_states=True,
                        use_cache=False)
-    hf = torch.stack(out.hidden_states)[:, 0].float().cpu().numpy()  # (L+1, T, D); HF's last entry is after the final norm
+    # (L+1, T, D); HF's last entry is after the final norm
+    hf = torch.stack(out.hidden_states)[:, 0].float().cpu().numpy()
     np.testing.assert_allclose(p.hidden_states[:-1], hf[:-1], atol=1e-4)
     np.testing.assert_allclose(p.final_norm, hf[-1], atol=1e-4)
 
@@ -193,13 +194,15 @@ def test_seeded_sampling_is_reproducible_and_top_k_1_is_greedy(lm, default_trace
 
 
 def test_batch_padding_matches_single_requests(lm):
-    seqs = [tokenize_request(lm.tokenizer, ChatRequest.from_question(q)).ids for q in ("Are tomatoes fruit?", "Hi", "2+2?")]
+    seqs = [tokenize_request(lm.tokenizer, ChatRequest.from_question(q)).ids
+            for q in ("Are tomatoes fruit?", "Hi", "2+2?")]
     t = batch_tensors(seqs, lm.tokenizer.pad_token_id)
     B, T = len(seqs), max(map(len, seqs))
     assert t["input_ids"].shape == (B, T) and t["input_ids"].dtype == torch.int64
     assert t["attention_mask"].sum(1).tolist() == [len(s) for s in seqs]
     assert t["position_ids"][1, -1].item() == len(seqs[1]) - 1
-    out = lm.forward(t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"], use_cache=False)
+    out = lm.forward(t["input_ids"], attention_mask=t["attention_mask"], position_ids=t["position_ids"],
+                     use_cache=False)
     batched = out.logits[:, -1].float().cpu()  # (B, V): the padded batch in one pass
     for b, seq in enumerate(seqs):
         with torch.inference_mode():

@@ -12,7 +12,8 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.errors import InputError
-from pipeline.prompt_cache.engine import HIT, MISS, NOT_CACHEABLE, RECOMPUTED, ROOT_KEY, PrefixCache, PrefixCacheConfig, chain_hashes
+from pipeline.prompt_cache.engine import (HIT, MISS, NOT_CACHEABLE, RECOMPUTED, ROOT_KEY, PrefixCache,
+                                          PrefixCacheConfig, chain_hashes)
 from pipeline.stages.generation import StreamDetokenizer
 from pipeline.stages.next_token import filter_stages, mask_logits, tempered
 from pipeline.stages.request import (MAX_NEW_TOKENS, MIN_TEMPERATURE, ROLES, ChatRequest, GenerationOptions,

@@ -142,7 +142,8 @@ def test_sessions_stick_and_survive_a_killed_replica(room, room_env):
 
     log = (ROOT / "artifacts" / "room.log").read_text()
     n = victim[1:]  # a DOWN after the replica's first UP (HAProxy also logs one at start, before it is up)
-    assert re.search(rf"replica{n} is DOWN", log) and log.rfind(f"replica{n} is DOWN") > log.find(f"replica{n} is UP"), \
+    assert (re.search(rf"replica{n} is DOWN", log)
+            and log.rfind(f"replica{n} is DOWN") > log.find(f"replica{n} is UP")), \
         "the health check did not take the dead replica out"
     restarted = subprocess.Popen([str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app.py", "--server.port",
                                   str(victim_port), "--server.address", "127.0.0.1"], cwd=ROOT,

@@ -115,7 +115,8 @@ def test_live_streaming_of_a_long_prompt_is_refused_while_the_queue_is_long(toke
     try:
         with pytest.raises(InputError) as e:
             live_stream.stream_live(ChatRequest.from_question(long_question), None)
-        assert "queue" in e.value.message and f"{live_stream.prompt_length(ChatRequest.from_question(long_question)):,}" in e.value.message
+        assert "queue" in e.value.message
+        assert f"{live_stream.prompt_length(ChatRequest.from_question(long_question)):,}" in e.value.message
     finally:
         release.set()
 
@@ -602,7 +603,8 @@ def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
 
     plays = []
     store = RunStore(max_bytes=2**20, size_of=deep_size)
-    monkeypatch.setattr(scenarios, "play_scenario_now", lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
+    monkeypatch.setattr(scenarios, "play_scenario_now",
+                        lambda lm, key, block_size: plays.append(key) or [{"n": len(plays)}])
     monkeypatch.setattr(scenarios, "get_model", lambda: None)
     for module in (scenarios, waiting):  # the scenario's own store and the queue's check before it
         monkeypatch.setattr(module, "result_store", lambda: store)
@@ -610,7 +612,8 @@ def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
     first = scenarios.scenario_rows_timed_again("conversation")
     assert scenarios.scenario_rows_timed_again("conversation") == first and plays == ["conversation"]
     monkeypatch.setattr(scenarios.time, "time", lambda: 661.0)  # the next minute: measured again
-    assert scenarios.scenario_rows_timed_again("conversation") == [{"n": 2}] and scenarios.scenario_rows("conversation") == [{"n": 2}]
+    assert scenarios.scenario_rows_timed_again("conversation") == [{"n": 2}]
+    assert scenarios.scenario_rows("conversation") == [{"n": 2}]
 
 
 def test_start_page_reads_the_warm_up_tickets_as_futures(monkeypatch):

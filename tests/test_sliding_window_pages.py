@@ -186,7 +186,8 @@ def test_attention_page_on_gemma_shows_layer_kinds_the_window_and_one_kv_head(ge
     assert np.all(weights[back >= WINDOW] == 0) and np.all(weights[(back >= 0) & (back < WINDOW)] > 0)
     beyond = _array(spec["data"][2]["z"]).reshape(T, T)  # the yellow layer: 1 exactly outside the window
     np.testing.assert_array_equal(~np.isnan(beyond), back >= WINDOW)
-    assert np.isnan(z.reshape(T, T)[back >= WINDOW]).all() and np.isfinite(z.reshape(T, T)[(back >= 0) & (back < WINDOW)]).all()
+    assert np.isnan(z.reshape(T, T)[back >= WINDOW]).all()
+    assert np.isfinite(z.reshape(T, T)[(back >= 0) & (back < WINDOW)]).all()
     assert "weight is exactly 0 %" in _text(at)
 
 

@@ -34,7 +34,8 @@ def test_batch_tensors_by_hand():
     assert t["attention_mask"].tolist() == [[1, 1, 1], [0, 1, 1]]
     assert t["position_ids"].tolist() == [[0, 1, 2], [0, 0, 1]]
     right = batch_tensors([[5, 6, 7], [8, 9]], pad_id=0, left_pad=False)
-    assert right["input_ids"].tolist() == [[5, 6, 7], [8, 9, 0]] and right["position_ids"].tolist() == [[0, 1, 2], [0, 1, 1]]
+    assert right["input_ids"].tolist() == [[5, 6, 7], [8, 9, 0]]
+    assert right["position_ids"].tolist() == [[0, 1, 2], [0, 1, 1]]
     assert describe(t)["input_ids"] == {"values": [[5, 6, 7], [0, 8, 9]], "shape": [2, 3], "dtype": "int64"}
     assert padding_share([[1, 2, 3], [4]]) == (2, 6)
     d = decode_step_tensors(5, 42)

@@ -20,7 +20,8 @@ SCRIPT = """<script>
       svg.setAttribute('rel', 'tooltip');
       svg.textContent = 'SVG';
       svg.type = 'button';
-      svg.style.cssText = 'font: 600 10px sans-serif; color: #506784; padding: 3px 4px; cursor: pointer; background: none; border: 0;';
+      svg.style.cssText = 'font: 600 10px sans-serif; color: #506784; padding: 3px 4px; \
+cursor: pointer; background: none; border: 0;';
       svg.addEventListener('click', function (event) {
         event.preventDefault();
         const before = plot._context.toImageButtonOptions || {};

@@ -338,7 +338,8 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     a.markdown(f"**1. Compare**: each row's q · each column's k, divided by √Dh = √{Dh} = {np.sqrt(Dh):.0f}.")
     a.dataframe(frame(r["compare"], lambda x: f"{x:.2f}"))
     b.markdown("**2. Mask**: a token may not look at later tokens, so those scores become −∞."
-               + (f" In this sliding layer it may not look {window:,} or more positions back either." if window else ""))
+               + (f" In this sliding layer it may not look {window:,} or more positions back either."
+                  if window else ""))
     b.dataframe(frame(r["masked"], lambda x: "−∞" if np.isneginf(x) else f"{x:.2f}"))
     a, b = st.columns(2)
     a.markdown("**3. Softmax**: e^score for each cell, divided by the row's total; e^−∞ = 0.")
@@ -349,7 +350,8 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
         reach = last_pos + 1 if window is None else min(last_pos + 1, window)
         a.caption(f"In the real model the row of ({last_pos}) spreads over {plural(reach, 'token')} up to it, not "
                   f"just these four; there these four get {', '.join(f'{w:.1%}' for w in full)}.")
-    b.markdown(f"**4. Mix**: the new vector = weights × value vectors (KV head {r['kv_head']}). First 5 of {Dh} numbers:")
+    b.markdown(f"**4. Mix**: the new vector = weights × value vectors (KV head {r['kv_head']}). "
+               f"First 5 of {Dh} numbers:")
     mix = pd.DataFrame(np.vstack([r["values"][:, :5], r["mixed"][-1:, :5]]),
                        index=[f"value of {h}" for h in heads] + [f"mix for ({last_pos})"],
                        columns=[f"d{j}" for j in range(5)])

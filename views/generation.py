@@ -112,7 +112,8 @@ per_step.update_layout(height=320, margin=dict(l=10, r=10, t=40, b=10), yaxis_ti
                        title="Time spent choosing each token after the previous one", font=dict(size=13))
 token_axis(per_step, "x", labels, angle=-60, title="generated token (step)")
 st.plotly_chart(per_step, width="stretch")
-st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {plural(len(trace.tokens), 'token')}. Total: {t.total_s:.2f} s. "
+st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {plural(len(trace.tokens), 'token')}. "
+           f"Total: {t.total_s:.2f} s. "
            "Timings are measured on this shared CPU and vary from run to run.")
 
 st.subheader("4. The end")

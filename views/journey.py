@@ -18,8 +18,8 @@ from ui.plots import TICK_FONT
 from ui.words import plural
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
-                       f"Every number below was measured on the real {markdown_text(get_model().name)} for the request in the "
-                       "sidebar.")
+                       f"Every number below was measured on the real {markdown_text(get_model().name)} "
+                       "for the request in the sidebar.")
 trace = run_for_page()
 tok = get_model().vocabulary  # token names: enough to draw, and ready before the network loads
 m = trace.dims

@@ -66,7 +66,8 @@ def contributions() -> None:
     scale = c2.radio("scale", ["log", "linear"], horizontal=True, key="ly_contrib_scale",
                      help="log: every factor of 10 is the same height, so small and huge writes both show")
     pick_values = (lambda a: a.mean(axis=1)) if pick == 0 else (lambda a: a[:, pick - 1])
-    fig = go.Figure([go.Bar(name="attention's write", x=np.arange(L), y=pick_values(c["attention"]), marker_color="#2a6f97"),
+    fig = go.Figure([go.Bar(name="attention's write", x=np.arange(L), y=pick_values(c["attention"]),
+                            marker_color="#2a6f97"),
                      go.Bar(name="MLP's write", x=np.arange(L), y=pick_values(c["mlp"]), marker_color="#e76f51")])
     fig.update_layout(barmode="group", height=360, margin=dict(t=20, b=10), legend=dict(orientation="h", y=1.1),
                       xaxis_title="block (L)", yaxis_title="length of the change added (norm)", font=dict(size=13))
@@ -76,8 +77,8 @@ def contributions() -> None:
     else:
         fig.update_yaxes(tickfont=TICK_FONT)
     st.plotly_chart(fig, width="stretch", key="ly_contrib")
-    st.caption("hidden after block i = hidden before + attention's write + MLP's write. The bars are the lengths of the "
-               f"two writes ({scale} scale).")
+    st.caption("hidden after block i = hidden before + attention's write + MLP's write. "
+               f"The bars are the lengths of the two writes ({scale} scale).")
 
 
 contributions()

@@ -98,7 +98,8 @@ def compare_paths(request, steps: int = 16, repeats: int = 3) -> None:
     cols[1].metric("captured run, ms/token", f"{c.b_median * 1e3:.0f}", help=f"range {ms(c.b_range)} ms")
     st.markdown(f"Medians of {c.repeats} runs each, interleaved (plain, captured, plain, …), {result['steps']} tokens "
                 f"per run, measured at {time.strftime('%H:%M:%S', time.localtime(result['measured_at']))} (a click "
-                f"within the same minute shows this measurement again): ranges plain {ms(c.a_range)} ms, captured {ms(c.b_range)} ms. "
+                f"within the same minute shows this measurement again): ranges plain {ms(c.a_range)} ms, "
+                f"captured {ms(c.b_range)} ms. "
                 f"**{c.verdict('The plain path', 'the captured run')}**. "
                 + ("Both chose the same tokens. " if result["same_tokens"] else "")
                 + how_the_plain_path_decodes(result))

@@ -101,7 +101,8 @@ so_far = render_bytes(b"".join(p.raw for p in answer[:step] if not p.special))
 chosen = trace.steps[step]
 st.caption("Answer so far, and the token the run chose at this step (␣ = space, ↵ = new line, <0x..> = a byte of a "
            "character not finished yet):")
-st.code(f"answer so far: {so_far or '(nothing yet)'}\nchosen next:   {answer[step].with_bytes}  (id {chosen.token_id}), "
+st.code(f"answer so far: {so_far or '(nothing yet)'}\n"
+        f"chosen next:   {answer[step].with_bytes}  (id {chosen.token_id}), "
         f"probability {conf['prob'][step]:.1%}, rank {conf['rank'][step]}; uncertainty {conf['entropy'][step]:.2f} "
         f"bits ≈ {conf['choices'][step]:.1f} choices", language=None, wrap_lines=True)
 
@@ -215,7 +216,8 @@ def constrained() -> None:
         "probability with only these allowed": [f"{p[i]:.2%}" for i in ids],
     })
     st.dataframe(table, hide_index=True, width="stretch")
-    st.caption(f"The other {V - len(ids):,} tokens got −∞ and now have probability exactly {p[np.setdiff1d(np.arange(V), ids)].max():.0%}.")
+    st.caption(f"The other {V - len(ids):,} tokens got −∞ and now have probability exactly "
+               f"{p[np.setdiff1d(np.arange(V), ids)].max():.0%}.")
 
 
 constrained()

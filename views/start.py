@@ -8,7 +8,8 @@ from views.warm_up import warm_up
 from views.chrome import page_header, stage_link
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
-            f"{markdown_text(get_model().name)}, running on this machine. Every number on every page comes from the real run of "
+            f"{markdown_text(get_model().name)}, running on this machine. "
+            "Every number on every page comes from the real run of "
             "the request in the sidebar: change the question there and press Run.")
 
 STAGES = [  # (page file, what happens there)

@@ -96,7 +96,9 @@ else:
                    if markers.end else ""))
 
 st.subheader("3. Try your own text")
-text = st.text_area("Text to tokenize", " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"] + [markers.end] * bool(markers.end)),
+text = st.text_area("Text to tokenize",
+                    " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"]
+                             + [markers.end] * bool(markers.end)),
                     key="tok_text", height=80)
 if not text:
     st.info("Type some text above.")

@@ -1,4 +1,5 @@
-"""Prompt caching (the engine): prefix caching across requests, real K/V blocks kept after one request and reused by the next.
+"""Prompt caching (the engine): prefix caching across requests, real K/V blocks kept after one request
+and reused by the next.
 
 How it works (the scheme of vLLM's automatic prefix caching):
 - The prompt is cut into fixed-size blocks of `block_size` tokens. Only full blocks are cached;
@@ -219,7 +220,8 @@ class PrefixCache:
             return None
         start = run * self.config.block_size
         ahead = ids[start:start + self.config.block_size]  # the first missed block, (Bs,)
-        candidates = [self.blocks[k] for k in sorted(self._next(keys, run))]  # sorted: ties resolve the same way every run
+        # sorted: ties resolve the same way every run
+        candidates = [self.blocks[k] for k in sorted(self._next(keys, run))]
         if not candidates:
             return Divergence(start, "cache ends")
         best = max(candidates, key=lambda b: common_prefix_len(ahead, b.token_ids))

@@ -40,7 +40,8 @@ def explain(stats: dict, cached_text: str, new_text: str) -> str:
         return f"Every full block was already cached: {stats['tokens_reused']} tokens reused.{again}{partial}"
     i = d["token_index"]
     if d["kind"] == "cache ends" and i == 0:
-        return f"Nothing in the cache starts like this prompt: all of it is computed, and its full blocks are kept.{partial}"
+        return ("Nothing in the cache starts like this prompt: all of it is computed, and its full blocks are kept."
+                f"{partial}")
     if d["kind"] == "cache ends":
         return (f"The cache holds nothing past token {i} on this path: the earlier request ended there, or its last "
                 f"tokens formed a partial block, which is never stored. From token {i} on, everything is computed."
@@ -128,4 +129,5 @@ def compare_texts(lm: LanguageModel, text_a: str, text_b: str, block_size: int =
         n = len(prompt_tokens(lm, prompt)[0])
         if n > limit:
             raise InputError(prompt.label.lower(), f"is {n:,} tokens; at most {limit:,} are run here.")
-    return play_scenario(lm, Scenario("compare", "Your two requests", "conversation", "", prompts), block_size, measure_cold)
+    return play_scenario(lm, Scenario("compare", "Your two requests", "conversation", "", prompts), block_size,
+                         measure_cold)

@@ -60,7 +60,8 @@ def check_spec(kind: str, spec) -> str:
         try:
             schema = json.loads(spec)
         except json.JSONDecodeError as e:
-            raise InputError("json_schema", f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).") from None
+            raise InputError("json_schema",
+                             f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).") from None
         if not isinstance(schema, dict):
             raise InputError("json_schema", "must be a JSON object, e.g. {\"type\": \"object\", ...}.")
         _check_schema(schema)
@@ -145,7 +146,8 @@ def _compiled(tokenizer, vocab_size: int, kind: str, source: str):
                 return compiler.compile_json_schema(source, any_whitespace=False)  # compact, as APIs answer
             return compiler.compile_regex(source)
     except Exception as e:  # the engine's own error about an unsupported schema or regex
-        raise InputError("json_schema" if kind == "json_schema" else "regex", f"the grammar engine refused it: {e}") from None
+        raise InputError("json_schema" if kind == "json_schema" else "regex",
+                         f"the grammar engine refused it: {e}") from None
 
 
 def compile_grammar(tokenizer, vocab_size: int, kind: str, spec):

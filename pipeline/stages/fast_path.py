@@ -31,7 +31,8 @@ def open_answer(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int 
     ids = tokenize_request(lm.tokenizer, request).ids
     check_fits(lm.dims, len(ids), request.options.max_new_tokens, max_prompt_tokens)
     decoder = open_decoder(lm, len(ids) + request.options.max_new_tokens)  # a static K/V cache sized for the request
-    answer = Answer(lm, decoder.prefill(ids), request.options, request_id(request, time.time()), t0, record=False, on_event=on_event)
+    answer = Answer(lm, decoder.prefill(ids), request.options, request_id(request, time.time()), t0, record=False,
+                    on_event=on_event)
     return answer, decoder
 
 

@@ -169,11 +169,13 @@ class Answer:
     def _pick(self, step: int, allowed: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None]:
         options = self.options
         if not self.record and options.greedy and allowed is None and isinstance(self.logits, torch.Tensor):
-            return self.force.get(step, int(torch.argmax(self.logits))), None, None  # on the device: no copy of V scores
+            # on the device: no copy of V scores
+            return self.force.get(step, int(torch.argmax(self.logits))), None, None
         logits = scores(self.logits)
         probs = final_probs(logits if allowed is None else np.where(allowed, logits, -np.inf), options)  # (V,)
         token = int(np.argmax(probs)) if options.greedy else int(draw(probs, 1, self.rng)[0])
-        return self.force.get(step, token), logits, probs  # the sampler still draws: later steps see the same randomness
+        # the sampler still draws: later steps see the same randomness
+        return self.force.get(step, token), logits, probs
 
     def choose(self, kv_tokens: int = 0, kv_per_layer: list[int] | None = None, batch_size: int = 1,
                allowed: np.ndarray | None = None) -> int | None:
@@ -189,7 +191,8 @@ class Answer:
         if self.record:
             kv_per_layer = list(kv_per_layer or [])
             self.logits_rows.append(logits.astype(np.float32))
-            self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token), position=kv_tokens,
+            self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token),
+                                   position=kv_tokens,
                                    top=_candidates(self.tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=kv_tokens,
                                    kv_cache_bytes=sum(kv_per_layer), kv_bytes_per_layer=kv_per_layer,
                                    seconds=now - self.t_prev, batch_size=batch_size, forced=step in self.force))

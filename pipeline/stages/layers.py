@@ -64,8 +64,8 @@ def _f32(x: np.ndarray) -> np.ndarray:
 LENS_CHUNK_ROWS = 128  # rows per (rows x V) product: 128 x 49,152 x 4 B = 25 MB (512 rows held 200 MB with the softmax)
 
 
-def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS_CHUNK_ROWS, start: int = 0,
-               end: int | None = None):
+def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS_CHUNK_ROWS,
+               start: int = 0, end: int | None = None):
     """Top-k token ids and probabilities for every layer and the positions start..end-1:
     ((L+1, P, k), (L+1, P, k)) with P = end - start (default: all T positions).
 
