@@ -311,3 +311,22 @@ def test_the_prefix_cache_on_gemma(gemma_tokenizer):
     short_window = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")  # window 4
     with pytest.raises(InputError, match="sliding window"):
         PrefixCache(PrefixCacheConfig(block_size=4)).serve(short_window, ids)
+
+
+def test_gemma_byte_fallback_pieces_group_into_their_character(gemma_tokenizer, tokenizer):
+    """Gemma spells a character outside its vocabulary as UTF-8 bytes, one '<0xEB>' token each: the pages show
+    the character they make ('똠', three tokens), not three raw '<0x..>' names."""
+    from pipeline.text.byte_level import BYTE_FALLBACK
+    from pipeline.text.pieces import spelled, token_pieces
+
+    text = "똠 𝕓"
+    ids = gemma_tokenizer.encode(text, add_special_tokens=False)
+    names = gemma_tokenizer.convert_ids_to_tokens(ids)
+    assert sum(bool(BYTE_FALLBACK.fullmatch(n)) for n in names) == 7  # 똠: 3 bytes, 𝕓: 4 bytes
+    pieces = token_pieces(gemma_tokenizer, ids)
+    assert gemma_tokenizer.decode(ids) == text
+    assert {p.group_text for p in pieces if p.partial} == {"똠", "𝕓"}
+    assert spelled(pieces).replace("␣", " ") == text
+    assert [p.parts for p in pieces if p.group_text == "똠"] == [3, 3, 3]
+    # the rule reads '<0x..>' as a byte; no byte-level BPE token of SmolLM2 is spelled that way
+    assert not [t for t in tokenizer.get_vocab() if BYTE_FALLBACK.fullmatch(t)]

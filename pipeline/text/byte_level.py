@@ -9,7 +9,13 @@ decoder agree (tests/test_render.py compares them over all 256 bytes).
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
+
+# SentencePiece's byte fallback: a character outside the vocabulary is spelled as its UTF-8 bytes, one
+# token each, named '<0xEB>', '<0x98>', '<0xA0>' (Gemma's '똠'). A byte-level BPE vocabulary could in principle
+# hold the literal text '<0xEB>' as a token; SmolLM2's does not (tests/test_render.py checks both vocabularies).
+BYTE_FALLBACK = re.compile(r"<0x([0-9A-F]{2})>")
 
 
 @lru_cache(maxsize=1)
@@ -29,10 +35,14 @@ def _byte_decoder() -> dict[str, int]:
 def piece_bytes(piece: str) -> bytes:
     """Byte-level BPE piece -> the raw bytes it stands for. 'Ġí' -> b' \\xed'.
 
-    A piece that is not byte-level text is encoded as UTF-8, SentencePiece's '▁' read as the space it
+    SentencePiece's byte-fallback piece '<0xEB>' is the one byte it names. A piece that is not byte-level
+    text is encoded as UTF-8, SentencePiece's '▁' read as the space it
     stands for ('▁tomatoes' -> b' tomatoes'); a lone surrogate is kept as its
     (invalid) bytes so it shows as <0x..> instead of raising.
     """
+    fallback = BYTE_FALLBACK.fullmatch(piece)
+    if fallback:  # SentencePiece byte fallback: '<0xEB>' is the byte 0xEB
+        return bytes([int(fallback.group(1), 16)])
     dec = _byte_decoder()
     if all(ch in dec for ch in piece):
         return bytes(dec[ch] for ch in piece)
