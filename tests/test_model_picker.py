@@ -1,0 +1,110 @@
+"""The model picker: every page opens with Gemma 3 picked, the pick is in the run key and in the link.
+
+Fast tier: the pages run on a tiny random-weight Gemma 3 (tests/test_architectures.py's `tiny_gemma3`) saved
+where the app looks for Gemma's converted weights, with Gemma's real tokenizer; SmolLM2's tokenizer files
+beside it for the default model (the warm-up's), its network a tiny Llama. App tier: the real Gemma.
+"""
+import os
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT, make_tiny_lm, page_app
+
+GEMMA = "gemma-3-270m"
+PAGES = ["start", "journey", "request_template", "tokens", "tensors_batch", "embeddings", "position_rope", "layers",
+         "attention", "next_token", "branches", "constrained", "generation", "kv_cache", "prefix_cache",
+         "cache_audit", "presenter"]
+
+
+def clear_streamlit_caches():
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma_cache(tmp_path_factory):
+    """(cache root, tiny Gemma LoadedModel, tiny Llama LoadedModel) laid out as pipeline.model.weights_cache does."""
+    import torch
+    from test_architectures import tiny_gemma3
+
+    from pipeline.model.loader import LoadedModel
+    from pipeline.model.registry import GEMMA3, SMOLLM2
+    from pipeline.model.weights_cache import cache_ready, load_tokenizer, weights_cache_dir
+
+    real = weights_cache_dir(GEMMA3)
+    if not (real / "tokenizer.json").exists():
+        pytest.skip(f"Gemma's tokenizer is not converted yet ({real}): ./run.sh converts it")
+    tokenizer = load_tokenizer(real, GEMMA3)
+    root = tmp_path_factory.mktemp("tiny-gemma-cache")
+    folder = root / GEMMA3.cache_folder
+    model = tiny_gemma3(tokenizer).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert cache_ready(folder)
+    gemma = LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
+    smol_files = weights_cache_dir(SMOLLM2)
+    (root / SMOLLM2.cache_folder).symlink_to(smol_files, target_is_directory=True)
+    smol = make_tiny_lm(load_tokenizer(smol_files, SMOLLM2))
+    smol.name = SMOLLM2.display_name
+    return root, gemma, smol
+
+
+@pytest.fixture
+def gemma_app(tiny_gemma_cache, monkeypatch):
+    """AppTest on the tiny models through the app's own path (TPE_CACHE_DIR, loader.shared_model)."""
+    from pipeline.model import loader
+
+    root, gemma, smol = tiny_gemma_cache
+    monkeypatch.setenv("TPE_CACHE_DIR", str(root))
+    monkeypatch.setitem(loader._shared, GEMMA, gemma)
+    monkeypatch.setitem(loader._shared, "smollm2-135m", smol)
+    clear_streamlit_caches()
+    yield gemma
+    clear_streamlit_caches()
+
+
+def texts(at: AppTest) -> str:
+    return "\n".join(str(e.value) for kind in ("markdown", "caption", "info", "warning", "error", "success")
+                     for e in getattr(at, kind))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_opens_with_gemma_picked(gemma_app, page):
+    at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_the_run_is_gemmas_and_keyed_by_the_model(gemma_app):
+    """The page's run is stored under Gemma's name and its prompt is written in Gemma's turns."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from views.server_state import run_store
+    from views.session_request import DEFAULT_QUESTION, run_key
+
+    at = page_app("generation", req_model=GEMMA, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=3))
+    trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "chat"))
+    assert trace is not None and trace.dims.architecture == "gemma3_text"
+    assert run_store().peek(run_key("SmolLM2-135M-Instruct", request.messages, request.options, "chat")) is None
+    start = gemma_app.tokenizer.encode("<start_of_turn>user\n" + DEFAULT_QUESTION, add_special_tokens=False)
+    assert trace.ids[1:1 + len(start)] == start and trace.ids[0] == gemma_app.tokenizer.bos_token_id
+
+
+def test_plain_text_is_sent_as_it_is_when_picked(gemma_app):
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from views.server_state import run_store
+    from views.session_request import DEFAULT_QUESTION, run_key
+
+    at = page_app("generation", req_model=GEMMA, req_max_new_tokens=3, req_prompt_format="plain")
+    at.run()
+    assert not at.exception, at.exception
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=3))
+    trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "plain"))
+    tok = gemma_app.tokenizer
+    assert trace.ids == [tok.bos_token_id, *tok.encode(DEFAULT_QUESTION, add_special_tokens=False)]
