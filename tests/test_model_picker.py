@@ -108,3 +108,74 @@ def test_plain_text_is_sent_as_it_is_when_picked(gemma_app):
     trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "plain"))
     tok = gemma_app.tokenizer
     assert trace.ids == [tok.bos_token_id, *tok.encode(DEFAULT_QUESTION, add_special_tokens=False)]
+
+
+def app_at(**query) -> AppTest:
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = dict(query)
+    return at
+
+
+def test_the_link_picks_gemma_and_the_sidebar_says_what_it_is(gemma_app):
+    at = app_at(model=GEMMA, max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == GEMMA
+    assert any("base (pretrained) model" in c.value for c in at.sidebar.caption)
+    assert at.radio(key="req_prompt_format").value == "chat"  # a base model: the format can be chosen
+    assert any("Model: Gemma-3-270M" in c.value for c in at.sidebar.caption)
+
+
+def test_picking_a_model_puts_it_in_the_link(gemma_app):
+    at = app_at(max_new_tokens="3")
+    at.run()
+    assert "model" not in at.query_params
+    at.selectbox(key="req_model").set_value(GEMMA).run()
+    assert not at.exception, at.exception
+    assert at.query_params["model"] == GEMMA and at.query_params["max_new_tokens"] == "3"
+    at.radio(key="req_prompt_format").set_value("plain").run()
+    assert at.query_params["format"] == "plain"
+
+
+def test_the_default_model_offers_no_prompt_format_and_stays_out_of_the_link(gemma_app):
+    at = app_at(max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == "smollm2-135m"
+    assert not [r for r in at.radio if r.key == "req_prompt_format"]  # an instruct model is chatted to
+    assert "model" not in at.query_params
+
+
+@pytest.mark.parametrize("bad", ["gpt-5", "/etc", "[x](http://evil.example)"])
+def test_an_unknown_model_in_the_link_is_a_note_and_the_default(gemma_app, bad):
+    """A hand-edited model, or a folder the server does not offer (a link never opens a folder of its own)."""
+    at = app_at(model=bad, max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == "smollm2-135m"
+    assert any("`model` was not usable" in w.value and "not a model this server offers" in w.value
+               for w in at.warning), [w.value for w in at.warning]
+
+
+def test_models_folders_are_offered_and_a_bad_one_is_a_message(gemma_app, tiny_gemma_cache, tmp_path, monkeypatch):
+    good = str(tiny_gemma_cache[0] / "gemma-3-270m")
+    monkeypatch.setenv("TPE_MODELS", os.pathsep.join([good, str(tmp_path / "missing")]))
+    at = app_at(max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert good in at.selectbox(key="req_model").options or any(
+        "gemma-3-270m (folder)" in o for o in at.selectbox(key="req_model").options)
+    assert any("is not offered" in w.value and "missing" in w.value for w in at.sidebar.warning)
+
+
+def test_switching_the_model_resets_the_pages_controls(gemma_app):
+    """At layer 29 of SmolLM2's 30 on the Attention page, picking Gemma (3 layers here) opens on a head of its own."""
+    at = app_at(model="smollm2-135m", max_new_tokens="3")
+    at.run()
+    at.switch_page("views/attention.py").run()
+    assert not at.exception, at.exception
+    at.session_state["rope_layer"] = 29  # SmolLM2's last layer, kept for the Position page
+    at.selectbox(key="req_model").set_value(GEMMA).run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == GEMMA
+    assert "rope_layer" not in at.session_state  # Gemma's pages open on their own defaults
