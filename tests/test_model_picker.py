@@ -179,3 +179,30 @@ def test_switching_the_model_resets_the_pages_controls(gemma_app):
     assert not at.exception, at.exception
     assert at.selectbox(key="req_model").value == GEMMA
     assert "rope_layer" not in at.session_state  # Gemma's pages open on their own defaults
+
+
+def test_the_start_model_is_tpe_models_pick_if_usable(tiny_gemma_cache, tmp_path, monkeypatch):
+    """./run.sh app --model X sets TPE_MODEL: a folder or a name the picker offers; a bad one is SmolLM2."""
+    from views.server_state import default_model_key, offered_models
+
+    good = str(tiny_gemma_cache[0] / "gemma-3-270m")
+    monkeypatch.setenv("TPE_MODEL", good)
+    assert default_model_key() == good and good in offered_models()[0]
+    monkeypatch.setenv("TPE_MODEL", GEMMA)
+    assert default_model_key() == GEMMA
+    for bad in (str(tmp_path / "missing"), "gpt-5"):
+        monkeypatch.setenv("TPE_MODEL", bad)
+        assert default_model_key() == "smollm2-135m"
+        assert any(bad in note for note in offered_models()[1])
+
+
+def test_run_sh_passes_model_to_the_app_and_the_rest_to_streamlit(tmp_path):
+    """run.sh's argument loop, run on its own (the real script, cut at the exec)."""
+    import subprocess
+
+    src = open(os.path.join(ROOT, "run.sh")).read()
+    loop = src[src.index("    args=()"):src.index('    exec "$VENV/bin/streamlit" run app.py "${args[@]}"')]
+    script = "set -euo pipefail\nf() {\n" + loop + '  echo "TPE_MODEL=${TPE_MODEL:-} ARGS=${args[*]}"\n}\nf app "$@"\n'
+    out = subprocess.run(["bash", "-c", script, "bash", "--server.port", "8600", "--model", "/m/x", "--x"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "TPE_MODEL=/m/x ARGS=--server.port 8600 --x"

@@ -34,8 +34,16 @@ _in_work: contextvars.ContextVar[str | None] = contextvars.ContextVar("model_in_
 
 
 def default_model_key() -> str:
-    """The model a new session starts on: TPE_MODEL if set (a registry key or a folder), else SmolLM2."""
-    return os.environ.get(MODEL_PICK_ENV) or DEFAULT_MODEL
+    """The model a new session starts on: TPE_MODEL if set and usable (a registry key or a folder; else the
+    sidebar says why, see offered_models), else SmolLM2."""
+    named = os.environ.get(MODEL_PICK_ENV)
+    if not named:
+        return DEFAULT_MODEL
+    try:
+        key = resolve(named).key
+    except InputError:
+        return DEFAULT_MODEL
+    return key if key in offered_models()[0] else DEFAULT_MODEL
 
 
 def picked_model_key() -> str:
