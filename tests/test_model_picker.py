@@ -206,3 +206,22 @@ def test_run_sh_passes_model_to_the_app_and_the_rest_to_streamlit(tmp_path):
     out = subprocess.run(["bash", "-c", script, "bash", "--server.port", "8600", "--model", "/m/x", "--x"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "TPE_MODEL=/m/x ARGS=--server.port 8600 --x"
+
+
+@pytest.mark.app
+@pytest.mark.parametrize("page", ["journey", "next_token", "layers"])
+def test_real_gemma_pages(page):
+    """The real Gemma-3-270M picked: the page opens on its own run, drawn with its 18 layers and its turns."""
+    from views.server_state import run_store
+    from views.session_request import DEFAULT_QUESTION, run_key
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+
+    at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=4))
+    trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "chat"), disk=True)
+    assert trace is not None and trace.dims.L == 18 and trace.dims.H == 4 and trace.dims.Hkv == 1
+    if page == "journey":
+        assert "Gemma-3-270M" in texts(at)
