@@ -225,3 +225,15 @@ def test_real_gemma_pages(page):
     assert trace is not None and trace.dims.L == 18 and trace.dims.H == 4 and trace.dims.Hkv == 1
     if page == "journey":
         assert "Gemma-3-270M" in texts(at)
+
+
+def test_the_presenters_links_carry_the_model(gemma_app):
+    """The room's own link (explore alone) opens the same model; a follower's switch loads it with the request."""
+    from views import url_state
+
+    at = page_app("presenter", req_model=GEMMA, req_max_new_tokens=4, pr_stage=1)
+    at.run()
+    assert not at.exception, at.exception
+    journey = [c.value for c in at.code if "/journey" in c.value]
+    assert journey and "model=gemma-3-270m" in journey[0] and "max_new_tokens=4" in journey[0]
+    assert url_state.REQUEST["model"].parse("Gemma-3-270M") == GEMMA  # what a follower's load_request reads
