@@ -54,7 +54,8 @@ def model_picker() -> None:
     st.selectbox("Model", list(offered), format_func=offered.get, key="req_model",
                  help="Every page runs and draws this model; the link carries it (`?model=`).")
     spec = get_model().spec
-    st.caption(markdown_text(spec.note))
+    st.caption(markdown_text(spec.note.split(": ")[0].split(". ")[0]) + ".",
+               help=markdown_text(spec.note))  # one line; the whole note on hover
     if offers_plain_text(spec):
         st.radio("Send the request as", list(FORMAT_LABELS), format_func=FORMAT_LABELS.get,
                  key="req_prompt_format", horizontal=False,
