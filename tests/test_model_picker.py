@@ -244,3 +244,11 @@ def test_the_presenters_links_carry_the_model(gemma_app):
     journey = [c.value for c in at.code if "/journey" in c.value]
     assert journey and "model=gemma-3-270m" in journey[0] and "max_new_tokens=4" in journey[0]
     assert url_state.REQUEST["model"].parse("Gemma-3-270M") == GEMMA  # what a follower's load_request reads
+
+
+def test_gemmas_turn_markers_are_its_turn_tokens_not_a_newline(tiny_gemma_cache):
+    """Gemma's tokenizer adds runs of newlines as tokens; the marker before a turn's text is <start_of_turn>
+    (its published format: "<start_of_turn>user\\n...<end_of_turn>"), not the newline after the role."""
+    from pipeline.stages.template import TurnMarkers, turn_markers
+
+    assert turn_markers(tiny_gemma_cache[1].tokenizer) == TurnMarkers("<start_of_turn>", "<end_of_turn>")
