@@ -252,3 +252,15 @@ def test_gemmas_turn_markers_are_its_turn_tokens_not_a_newline(tiny_gemma_cache)
     from pipeline.stages.template import TurnMarkers, turn_markers
 
     assert turn_markers(tiny_gemma_cache[1].tokenizer) == TurnMarkers("<start_of_turn>", "<end_of_turn>")
+
+
+def test_request_page_names_gemmas_markers_and_says_when_plain_text_has_none(gemma_app):
+    at = page_app("request_template", req_model=GEMMA, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("between ` <start_of_turn>role ` and ` <end_of_turn> `" in m.value for m in at.markdown)
+    at = page_app("request_template", req_model=GEMMA, req_max_new_tokens=3, req_prompt_format="plain")
+    at.run()
+    assert not at.exception, at.exception
+    assert any(s.value.startswith("3. Plain text") for s in at.subheader)
+    assert not any("between `" in m.value for m in at.markdown)
