@@ -276,3 +276,18 @@ def test_a_learner_following_a_gemma_presenter_gets_gemma(gemma_app):
     assert not learner.exception, learner.exception
     assert learner.title[0].value == "3. Tokens"
     assert learner.session_state["req_model"] == GEMMA
+
+
+def test_a_folder_that_cannot_be_read_is_a_message_and_the_default(gemma_app, tmp_path, monkeypatch):
+    """A folder whose config.json is broken: not offered (the sidebar says why), a link to it opens the default."""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ not json")
+    monkeypatch.setenv("TPE_MODELS", str(broken))
+    at = app_at(model=str(broken), max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == "smollm2-135m"
+    assert any("`model` was not usable" in w.value for w in at.warning)
+    assert any("is not offered" in w.value and "not valid JSON" in w.value for w in at.sidebar.warning), \
+        [w.value for w in at.sidebar.warning]
