@@ -29,8 +29,10 @@ from pipeline.stages.request import option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.report import trace_report
 from views import url_state
+from views.model_picker import model_picker, picked_model
 from views.server_state import get_model
-from views.session_request import DEFAULTS, TEXT_LIMIT, current_request, init_state, request_key, session_passes
+from views.session_request import (DEFAULTS, MODEL_FIELDS, TEXT_LIMIT, current_request, init_state, request_key,
+                                   session_passes)
 from views.runs import stored_download, stored_sidebar_run
 from views.warm_up import warm_up
 
@@ -69,9 +71,10 @@ def sidebar(pages: list):
         for page in pages:
             st.page_link(page, query_params=query)
         st.divider()
+        model_picker()
         st.header("Your request")
-        if st.button("Reset to the default request", use_container_width=True):
-            st.session_state.update(SESSION_DEFAULTS)
+        if st.button("Reset to the default request", use_container_width=True):  # on the model picked
+            st.session_state.update({k: v for k, v in SESSION_DEFAULTS.items() if k[4:] not in MODEL_FIELDS})
             st.rerun()
         with st.form("request_form"):
             st.text_area("Question (the new user message)", key="req_question", height=80, max_chars=TEXT_LIMIT)
@@ -123,14 +126,15 @@ def share_and_export(boxes, passes: int) -> None:
     add_svg_buttons()
 
 
-lm = get_model()  # name, dimensions, tokenizer: a stored run is drawn before the network has loaded
 init_state()
+notes = url_state.restore_model(SESSION_DEFAULTS)  # the link's model first: the page's ranges follow it
+lm = picked_model(notes)  # name, dimensions, tokenizer: a stored run is drawn before the network has loaded
 pages = [st.Page(str(HERE / "views" / f), title=t, icon=i, url_path=u, default=(n == 0))
          for n, (f, t, i, u) in enumerate(PAGES)]
 page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
 controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
-notes = url_state.restore(page_path, SESSION_DEFAULTS, controls)
+notes = list(dict.fromkeys(notes + url_state.restore(page_path, SESSION_DEFAULTS, controls)))
 url_state.bind(page_path, SESSION_DEFAULTS, controls)
 after = sidebar(pages)
 for note in notes:

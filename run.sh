@@ -34,7 +34,19 @@ case "${1:-app}" in
     setup
     # Settings (localhost only, no usage statistics, no file watcher) are in .streamlit/config.toml;
     # for a room on the local network: ./run.sh app --server.address 0.0.0.0
-    exec "$VENV/bin/streamlit" run app.py "${@:2}"
+    # ./run.sh app --model DIR (or a registry name, e.g. gemma-3-270m): the picker offers it and new sessions
+    # start on it (TPE_MODEL); more folders for the picker: TPE_MODELS=DIR1:DIR2
+    args=()
+    set -- "${@:2}"
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --model) [ $# -ge 2 ] || { echo "--model needs a model name or folder" >&2; exit 2; }
+                 export TPE_MODEL="$2"; shift 2 ;;
+        --model=*) export TPE_MODEL="${1#--model=}"; shift ;;
+        *) args+=("$1"); shift ;;
+      esac
+    done
+    exec "$VENV/bin/streamlit" run app.py "${args[@]}"
     ;;
   test)
     setup

@@ -355,7 +355,7 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
     mount): runs/ cannot be created. The page draws its run from memory and says runs are not saved."""
     from streamlit.testing.v1 import AppTest
 
-    from views.server_state import get_model, result_store, run_queue, run_store
+    from views.server_state import model_handle, result_store, run_queue, run_store
     from views.warm_up import warm_up
 
     ro = tmp_path / "ro"  # a read-only cache folder holding the converted weights (mounted in) and nothing else
@@ -372,7 +372,7 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
         mounts.append(weights)
         assert not (ro / "runs").exists()
         monkeypatch.setenv(weights_cache.CACHE_ENV, str(ro))
-        for resource in (get_model, run_store, result_store, run_queue, warm_up):
+        for resource in (model_handle, run_store, result_store, run_queue, warm_up):
             resource.clear()
         at = AppTest.from_file(str(ROOT + "/views/tokens.py"), default_timeout=300)
         at.session_state["req_max_new_tokens"] = 2
@@ -380,7 +380,7 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
         assert not at.exception, at.exception
         assert any("kept in memory only" in c.value and "Read-only file system" in c.value for c in at.caption)
     finally:
-        for resource in (get_model, run_store, result_store, run_queue, warm_up):
+        for resource in (model_handle, run_store, result_store, run_queue, warm_up):
             resource.clear()  # the next test gets stores on its own folder
         for mount in reversed(mounts):
             subprocess.run(["umount", "--lazy", str(mount)], check=True)  # the loaded weights may map the file

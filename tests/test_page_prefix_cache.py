@@ -92,10 +92,11 @@ def test_timing_a_scenario_again_replaces_the_shared_measurement(tiny_app):
     at = run_page()
     before = [c.value for c in at.caption if "measured at" in c.value]
     from views.server_state import result_store
+    from views.waiting import model_result_key
 
-    stored = result_store().peek(("scenario", "conversation", 16))
+    stored = result_store().peek(model_result_key(("scenario", "conversation", 16)))  # the default model's
     at.button(key="pc_time_again").click().run()
     assert not at.exception, [e.message for e in at.exception]
-    again = result_store().peek(("scenario", "conversation", 16))
+    again = result_store().peek(model_result_key(("scenario", "conversation", 16)))
     assert again is not stored and again[1]["measured_at"] > stored[1]["measured_at"]
     assert len([c.value for c in at.caption if "measured at" in c.value]) == len(before) == 3 + 1

@@ -19,7 +19,8 @@ from conftest import make_tiny_lm
 TEXT = ("The tomato plant grows best in warm sun, in deep soil, with water at the base every morning. "
         "Pinch the side shoots, tie the stem to a cane, and pick the fruit when it turns deep red. ") * 3
 
-MODELS = [pytest.param("tiny_lm", id="tiny"), pytest.param("lm", id="smollm2", marks=pytest.mark.model)]
+MODELS = [pytest.param("tiny_lm", id="tiny"), pytest.param("tiny_gemma_lm", id="tiny-gemma3"),
+          pytest.param("lm", id="smollm2", marks=pytest.mark.model)]
 
 
 class FakeClock:
@@ -33,6 +34,17 @@ class FakeClock:
 @pytest.fixture
 def any_lm(request):
     return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma_lm(tokenizer):
+    """A tiny Gemma 3 (sliding window of 4 in two of its three layers: shorter than every prompt here)."""
+    from test_architectures import tiny_gemma3
+
+    from pipeline.model.loader import LoadedModel
+
+    return LoadedModel(model=tiny_gemma3(tokenizer).eval(), tokenizer=tokenizer, name="tiny-gemma3",
+                       device=torch.device("cpu"))
 
 
 @pytest.fixture(scope="module")

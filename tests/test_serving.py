@@ -400,6 +400,7 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     from pipeline.stages.request import ChatRequest
     from views.server_state import result_store, run_queue, run_store
     from views.session_request import DEFAULT_QUESTION, request_key
+    from views.waiting import model_result_key
     from views.warm_up import warm_up
 
     for entry in cache_root().iterdir():  # the weights, but an empty store of runs
@@ -417,7 +418,8 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     from pipeline.prompt_cache.scenarios import scenarios
 
     for name in scenarios():  # Start says every scenario is prepared: no trap or fix button may run the model
-        records = result_store().get_or_run(("scenario", name, 16), lambda: pytest.fail(f"{name} ran on first click"))
+        records = result_store().get_or_run(model_result_key(("scenario", name, 16)),  # the default model's
+                                            lambda: pytest.fail(f"{name} ran on first click"))
         assert isinstance(records, list) and records and isinstance(records[0], dict)
 
 

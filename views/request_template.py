@@ -1,6 +1,7 @@
 """Request & template: the two JSON styles, then the one text the model really reads."""
 from views.server_state import get_model
 from views.runs import run_for_page
+from views.session_request import current_request
 from views.chrome import page_header, stage_link
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.template import default_system_prompt, turn_markers
@@ -41,12 +42,19 @@ st.subheader("2. The server accepts it and tracks its state")
 st.markdown(f"Request id **`{req.id}`**. Each change of state is stamped with the time since arrival.")
 st.dataframe(pd.DataFrame(req.states).rename(columns={"t_s": "seconds after arrival"}), hide_index=True)
 
-st.subheader("3. The chat template: one text for the model")
-between = (f" between {code_span(markers.start + 'role')} and {code_span(markers.end)}"
-           if markers.start and markers.end else "")
-st.markdown(f"The model was trained on conversations written in one fixed layout. The template writes each turn"
-            f"{between}, and ends with an open turn for the assistant so the model's next words become the answer. "
-            "Special marker tokens are boxed in red; grey text was added by the template, not typed by anyone.")
+if current_request().prompt_format == "plain":
+    st.subheader("3. Plain text: one text for the model, no chat template")
+    st.markdown("You chose plain text in the sidebar: no turn markers and no roles. The model reads the messages' "
+                "text as it is, after its start token, and simply continues it, as it did in training. Special "
+                "tokens are boxed in red; grey text was added by the app, not typed by anyone.")
+else:
+    st.subheader("3. The chat template: one text for the model")
+    between = (f" between {code_span(markers.start + 'role')} and {code_span(markers.end)}"
+               if markers.start and markers.end else "")
+    st.markdown(f"The model was trained on conversations written in one fixed layout. The template writes each turn"
+                f"{between}, and ends with an open turn for the assistant so the model's next words become the "
+                "answer. Special marker tokens are boxed in red; grey text was added by the template, not typed by "
+                "anyone.")
 special_pieces = sorted({t.text for t in trace.tokens if t.special})
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(highlighted_template(trace.segments, special_pieces), unsafe_allow_html=True)

@@ -9,7 +9,7 @@ import time
 
 from pipeline.model.interface import LanguageModel
 from views.server_state import get_model, result_store
-from views.waiting import result_through_queue
+from views.waiting import model_result_key, result_through_queue
 
 
 def scenario_rows(name: str, block_size: int = 16) -> list[dict]:
@@ -25,7 +25,7 @@ def scenario_rows_timed_again(name: str, block_size: int = 16) -> list[dict]:
 
     def work() -> list[dict]:
         rows = play_scenario_now(get_model(), name, block_size)
-        result_store().put(("scenario", name, block_size), rows)
+        result_store().put(model_result_key(("scenario", name, block_size)), rows)
         return rows
 
     # kept under the minute's key: a later click in that minute reads it

@@ -1,16 +1,25 @@
-"""What one server holds for every session: the model, the two stores of finished work, the queue.
+"""What one server holds for every session: the models, the two stores of finished work, the queue.
 
-Each is made once per server process (`st.cache_resource`). The model handle reads its name,
-dimensions and tokenizer from its files at once; the network loads on first use, or in the
-background after the first page.
+Each is made once per server process (`st.cache_resource`); a model handle once per model. A handle
+reads its name, dimensions and tokenizer from its files at once; the network loads on first use, or
+in the background after the first page.
+
+`get_model()` is the model this session picked in the sidebar (`req_model`), `get_model(name)` a named
+one. Work run in the queue's thread runs `using_model(key)`, so the `get_model()` it calls is the
+model of the session that asked for it.
 """
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
 
 import streamlit as st
 
 from pipeline.disk_store import DiskStore
 from pipeline.errors import InputError
 from pipeline.model.handle import ModelHandle
+from pipeline.model.registry import DEFAULT_MODEL, resolve
 from pipeline.model.weights_cache import cache_root
 from pipeline.run_queue import RunQueue
 from pipeline.run_store import RunStore, deep_size
@@ -19,9 +28,76 @@ RESULT_MAX_BYTES = 256 * 2**20  # the results store beside the runs (a branch's 
 APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
 
 
-@st.cache_resource(show_spinner="Reading the model's files (first time: converting the weights, ~15-45 s)...")
-def get_model() -> ModelHandle:
-    handle = ModelHandle()
+MODELS_ENV = "TPE_MODELS"  # more models for the picker: Hugging Face model folders, os.pathsep-separated
+MODEL_PICK_ENV = "TPE_MODEL"  # the model a new session starts on (./run.sh app --model DIR sets it)
+_in_work: contextvars.ContextVar[str | None] = contextvars.ContextVar("model_in_work", default=None)
+
+
+def default_model_key() -> str:
+    """The model a new session starts on: TPE_MODEL if set and usable (a registry key or a folder; else the
+    sidebar says why, see offered_models), else SmolLM2."""
+    named = os.environ.get(MODEL_PICK_ENV)
+    if not named:
+        return DEFAULT_MODEL
+    try:
+        key = resolve(named).key
+    except InputError:
+        return DEFAULT_MODEL
+    return key if key in offered_models()[0] else DEFAULT_MODEL
+
+
+def picked_model_key() -> str:
+    """The key of the model this session picked (the queue's work: the model it runs for)."""
+    key = _in_work.get()
+    if key is not None:
+        return key
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    picked = st.session_state.get("req_model") if get_script_run_ctx(suppress_warning=True) else None
+    return picked or default_model_key()
+
+
+def get_model(name: str | None = None) -> ModelHandle:
+    """The handle of model `name` (a registry key, a display name or a folder), or of the picked model."""
+    return model_handle(resolve(name if name is not None else picked_model_key()).key)
+
+
+def offered_models() -> tuple[dict[str, str], list[str]]:
+    """The models the sidebar offers, {key: label}: the registry's, then the folders TPE_MODELS names
+    (os.pathsep-separated) and TPE_MODEL's if it is a folder; and a note for each folder that is not usable.
+    A link can pick only these (never a folder of its own choosing)."""
+    from pipeline.model.registry import MODELS
+    from pipeline.model.weights_cache import check_model_folder
+
+    offered = {key: spec.display_name for key, spec in MODELS.items()}
+    notes = []
+    named = [*os.environ.get(MODELS_ENV, "").split(os.pathsep), os.environ.get(MODEL_PICK_ENV, "")]
+    for path in dict.fromkeys(p.strip() for p in named if p.strip()):
+        try:
+            spec = resolve(path)
+            if spec.is_local:
+                check_model_folder(spec.folder)
+        except InputError as e:
+            notes.append(f"The model folder {path!r} is not offered: {e.message}")
+            continue
+        offered.setdefault(spec.key, f"{spec.display_name} (folder)" if spec.is_local else spec.display_name)
+    return offered, notes
+
+
+@contextlib.contextmanager
+def using_model(key: str):
+    """Inside: `get_model()` is model `key` (in the queue's thread, where there is no session)."""
+    token = _in_work.set(key)
+    try:
+        yield
+    finally:
+        _in_work.reset(token)
+
+
+@st.cache_resource(show_spinner="Reading the model's files (first time: converting the weights, ~15-60 s)...")
+def model_handle(key: str) -> ModelHandle:
+    """One handle per model and server (key: the registry key or the folder, resolve(...).key)."""
+    handle = ModelHandle(key)
     handle.folder  # noqa: B018 - converts the weights on the very first start, under this spinner
     return handle
 
@@ -58,12 +134,19 @@ def run_queue() -> RunQueue:
 
 
 def run_trace_batch(jobs: list[tuple]) -> list:
-    """jobs: [(key, request, arrived_at)] -> [Trace or InputError]; each trace is stored under its key."""
+    """jobs: [(key, request, arrived_at)] -> [Trace or InputError]; each trace is stored under its key.
+    Requests for different models run as one batch per model (request.model names it)."""
     from pipeline.trace import run_traces
 
-    lm = get_model()
-    results = run_traces([r for _, r, _ in jobs], lm, APP_MAX_PROMPT_TOKENS, [t for _, _, t in jobs])
-    for (key, _, _), result in zip(jobs, results):
-        if not isinstance(result, InputError):
-            run_store().put(key, result)
+    results: list = [None] * len(jobs)
+    by_model: dict[str, list[int]] = {}
+    for n, (_, request, _) in enumerate(jobs):
+        by_model.setdefault(resolve(request.model).key, []).append(n)
+    for model, picks in by_model.items():
+        batch = [jobs[n] for n in picks]
+        done = run_traces([r for _, r, _ in batch], get_model(model), APP_MAX_PROMPT_TOKENS, [t for _, _, t in batch])
+        for n, (key, _, _), result in zip(picks, batch, done):
+            results[n] = result
+            if not isinstance(result, InputError):
+                run_store().put(key, result)
     return results

@@ -2,19 +2,21 @@
 plain-value keys a run is stored under."""
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import streamlit as st
 
 from pipeline.model.passes import PassCounter
 from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
 from pipeline.trace import Trace
-from views.server_state import get_model
+from views.server_state import default_model_key, get_model
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
 DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
-            **{k: v for k, v in _OPTIONS.items() if k != "stop"}, "stop": ""}
+            **{k: v for k, v in _OPTIONS.items() if k != "stop"}, "stop": "",
+            "model": default_model_key(), "prompt_format": "chat"}
+MODEL_FIELDS = ("model", "prompt_format")  # the model picker's fields (kept by "Reset to the default request")
 TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
 
 
@@ -33,8 +35,21 @@ def current_request() -> ChatRequest:
         stop=tuple(x for x in s.req_stop.split("|") if x),
     )
     history = parse_turns(s.req_history, "history", roles=("user", "assistant"))
-    return ChatRequest.from_question(s.req_question, system=s.req_system.strip() or None, history=list(history),
-                                     options=options)
+    spec = get_model().spec
+    prompt_format = s.req_prompt_format if offers_plain_text(spec) else "chat"
+    request = ChatRequest.from_question(s.req_question, system=s.req_system.strip() or None, history=list(history),
+                                        options=options, prompt_format=prompt_format)
+    return replace(request, model=model_label(spec))
+
+
+def offers_plain_text(spec) -> bool:
+    """A base model (or a folder, not known to be tuned) may be sent plain text; an instruct model is chatted to."""
+    return spec.instruct is not True
+
+
+def model_label(spec) -> str:
+    """What a request names its model by: the display name, or a folder's path (both resolve() back)."""
+    return spec.key if spec.is_local else spec.display_name
 
 
 def session_passes() -> PassCounter:
@@ -42,16 +57,17 @@ def session_passes() -> PassCounter:
     return st.session_state.setdefault("forward_passes", PassCounter())
 
 
-def run_key(model_name: str, messages: tuple, options: GenerationOptions) -> tuple:
-    """Plain values that identify a run: the model, the messages and every option, by name."""
-    return model_name, messages, repr(sorted(options.to_dict().items()))
+def run_key(model_name: str, messages: tuple, options: GenerationOptions, prompt_format: str = "chat") -> tuple:
+    """Plain values that identify a run: the model, the messages, every option by name, the prompt format."""
+    return model_name, messages, repr(sorted(options.to_dict().items())), prompt_format
 
 
 def request_key(request: ChatRequest) -> tuple:
-    """The store key of `request`'s run on this server's model."""
-    return run_key(get_model().name, request.messages, request.options)
+    """The store key of `request`'s run on the model it names (request.model)."""
+    return run_key(request.model, request.messages, request.options, request.prompt_format)
 
 
 def request_key_of(trace: Trace) -> tuple:
-    """The store key of the run a trace (or its branches) came from."""
-    return run_key(trace.dims.name, trace.request.messages, trace.request.options)
+    """A key for what grows from a trace (its branches): its model, messages, options and prompt ids (a trace
+    does not record its prompt format; its prompt's ids differ between the formats)."""
+    return run_key(trace.dims.name, trace.request.messages, trace.request.options) + (tuple(trace.ids),)

@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from pipeline.errors import InputError
+from pipeline.model.registry import CHAT_FORMATS
 from pipeline.stages.request import MAX_MESSAGE_CHARS, OPTION_RANGES, check_text, option_ranges
 from ui.escape import markdown_text
 
@@ -74,6 +75,21 @@ def choice(options) -> Callable[[str], Any]:
     return parse
 
 
+def model_name(s: str) -> str:
+    """A model the sidebar offers (views.server_state.offered_models), by key or display name -> its key."""
+    from pipeline.model.registry import resolve
+    from views.server_state import offered_models
+
+    offered = offered_models()[0]
+    try:
+        key = resolve(s).key
+    except InputError:
+        key = None
+    if key not in offered:
+        raise ValueError(f"{s[:80]!r} is not a model this server offers ({', '.join(offered)})")
+    return key
+
+
 def room_code(s: str) -> str:
     if not re.fullmatch(r"[a-z0-9]{4,16}", s):
         raise ValueError("must be 4 to 16 lower-case letters or digits")
@@ -85,6 +101,8 @@ def _num(v) -> str:
 
 
 REQUEST = {  # the sidebar's request: the same on every page
+    "model": Param("req_model", model_name),  # restored before the others (restore_model): ranges follow the model
+    "format": Param("req_prompt_format", choice(CHAT_FORMATS)),
     "q": Param("req_question", text()),
     "system": Param("req_system", text()),
     "history": Param("req_history", text(MAX_MESSAGE_CHARS * 4)),
@@ -123,22 +141,22 @@ _FIXED_PAGES: dict[str, dict[str, Param]] = {
 }
 
 
-def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> list[str]:
-    """Copy query parameters into session state: the request once per browser session, a page's
-    controls on arrival at that page. Returns notes about parameters that were refused."""
-    notes = []
-    wanted = {}
+def restore_model(defaults: dict[str, Any]) -> list[str]:
+    """Before the model is read: a request another page switched to (switch_request), and the link's
+    model once per browser session. Returns notes about what was refused."""
     pending = st.session_state.pop("_url_pending_request", None)  # see switch_request
     if pending is not None:
         load_request(pending)
-    if not st.session_state.get("_url_request_loaded"):
-        st.session_state["_url_request_loaded"] = True
-        wanted.update(REQUEST)
-    if st.session_state.get("_url_page_loaded") != page:
-        st.session_state["_url_page_loaded"] = page
-        st.session_state["_url_from_link"] = set()
-        wanted.update(controls)
-    query = {name: st.query_params[name] for name in st.query_params} if wanted else {}
+    if st.session_state.get("_url_model_loaded"):
+        return []
+    st.session_state["_url_model_loaded"] = True
+    notes: list[str] = []
+    return _apply({"model": REQUEST["model"]}, _link_query(notes), defaults, notes)
+
+
+def _link_query(notes: list[str]) -> dict[str, str]:
+    """The query parameters, a short link's stored ones under them (a note if it is not known)."""
+    query = {name: st.query_params[name] for name in st.query_params}
     if "link" in query:  # a short link: the server stored the query string it stands for
         from pipeline.room import room_store
 
@@ -146,6 +164,27 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
         if stored is None:
             notes.append("The short link is not known on this server; opening the default view.")
         query = {**(stored or {}), **query}
+    return query
+
+
+def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> list[str]:
+    """Copy query parameters into session state: the request once per browser session (the model is
+    restore_model's), a page's controls on arrival at that page. Returns notes about refused parameters."""
+    notes = []
+    wanted = {}
+    if not st.session_state.get("_url_request_loaded"):
+        st.session_state["_url_request_loaded"] = True
+        wanted.update({name: p for name, p in REQUEST.items() if name != "model"})
+    if st.session_state.get("_url_page_loaded") != page:
+        st.session_state["_url_page_loaded"] = page
+        st.session_state["_url_from_link"] = set()
+        wanted.update(controls)
+    query = _link_query(notes) if wanted else {}
+    return _apply(wanted, query, defaults, notes)
+
+
+def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str]) -> list[str]:
+    """Each wanted parameter the query has into session state, or its default with a note."""
     from_link = st.session_state.setdefault("_url_from_link", set())  # the widget keys the link set
     for name, param in wanted.items():
         if name not in query:

@@ -138,7 +138,14 @@ def blocks_to_cache(blocks: list[Block], lm: LanguageModel) -> DynamicCache:
     values = torch.cat([b.values for b in blocks], dim=2)  # (L, Hkv, T, Dh)
     devices = [layer.self_attn.k_proj.weight.device for layer in lm.model.model.layers]
     per_layer = [(keys[i][None].to(d), values[i][None].to(d)) for i, d in enumerate(devices)]  # (1, Hkv, T, Dh)
-    return DynamicCache(ddp_cache_data=per_layer, config=lm.config)
+    return DynamicCache(ddp_cache_data=per_layer)  # no config: see full_cache
+
+
+def full_cache() -> DynamicCache:
+    """A cache that keeps every position in every layer. With the model's config, HF's cache keeps only the last
+    window - 1 positions of a sliding-window layer (Gemma 3), so the blocks of a longer prompt could not be cut
+    out of it; the window itself is the attention mask's (the model applies it whatever the cache keeps)."""
+    return DynamicCache()
 
 
 def slice_block(cache, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -277,7 +284,7 @@ class PrefixCache:
     def _prefill_rest(self, lm: LanguageModel, ids: list[int], hits: list[Block]):
         """Run the model on the tokens after the reused blocks. Returns ((V,) logits, full cache)."""
         reused = len(hits) * self.config.block_size
-        cache = blocks_to_cache(hits, lm) if hits else DynamicCache(config=lm.config)
+        cache = blocks_to_cache(hits, lm) if hits else full_cache()
         return lm.forward_chunked(ids[reused:], cache)  # (V,), per layer (1, Hkv, T, Dh)
 
     def _store(self, ids, keys, run, reused, cache) -> tuple[int, int]:

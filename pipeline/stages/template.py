@@ -108,7 +108,7 @@ def turn_markers(tokenizer, chat_template: str | None = None) -> TurnMarkers:
     rendered = render_prompt(tokenizer, ChatRequest((("user", _MARK.format(0)),)), chat_template)
     before, _, after = rendered.partition(_MARK.format(0))
     markers = set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab())
-    markers = [m for m in markers if m]
+    markers = [m for m in markers if m and not m.isspace()]  # Gemma adds runs of newlines as tokens: not markers
     start = max(markers, key=lambda m: (before.rfind(m), len(m)), default=None)
     end = min(markers, key=lambda m: (after.find(m) % (len(after) + 1), -len(m)), default=None)
     return TurnMarkers(start if start is not None and start in before else None,

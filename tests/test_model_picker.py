@@ -1,0 +1,293 @@
+"""The model picker: every page opens with Gemma 3 picked, the pick is in the run key and in the link.
+
+Fast tier: the pages run on a tiny random-weight Gemma 3 (tests/test_architectures.py's `tiny_gemma3`) saved
+where the app looks for Gemma's converted weights, with Gemma's real tokenizer; SmolLM2's tokenizer files
+beside it for the default model (the warm-up's), its network a tiny Llama. App tier: the real Gemma.
+"""
+import os
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT, make_tiny_lm, page_app
+
+GEMMA = "gemma-3-270m"
+PAGES = ["start", "journey", "request_template", "tokens", "tensors_batch", "embeddings", "position_rope", "layers",
+         "attention", "next_token", "branches", "constrained", "generation", "kv_cache", "prefix_cache",
+         "cache_audit", "presenter"]
+
+
+def clear_streamlit_caches():
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
+
+
+@pytest.fixture(scope="module")
+def tiny_gemma_cache(tmp_path_factory):
+    """(cache root, tiny Gemma LoadedModel, tiny Llama LoadedModel) laid out as pipeline.model.weights_cache does."""
+    import torch
+    from test_architectures import tiny_gemma3
+
+    from pipeline.model.loader import LoadedModel
+    from pipeline.model.registry import GEMMA3, SMOLLM2
+    from pipeline.model.weights_cache import cache_ready, load_tokenizer, weights_cache_dir
+
+    real = weights_cache_dir(GEMMA3)
+    if not (real / "tokenizer.json").exists():
+        pytest.skip(f"Gemma's tokenizer is not converted yet ({real}): ./run.sh converts it")
+    tokenizer = load_tokenizer(real, GEMMA3)
+    root = tmp_path_factory.mktemp("tiny-gemma-cache")
+    folder = root / GEMMA3.cache_folder
+    model = tiny_gemma3(tokenizer).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert cache_ready(folder)
+    gemma = LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
+    smol_files = weights_cache_dir(SMOLLM2)
+    (root / SMOLLM2.cache_folder).symlink_to(smol_files, target_is_directory=True)
+    smol = make_tiny_lm(load_tokenizer(smol_files, SMOLLM2))
+    smol.name = SMOLLM2.display_name
+    return root, gemma, smol
+
+
+@pytest.fixture(scope="module")
+def tiny_streamlit_caches():
+    """Streamlit's caches (per process, like a server's: handles, stores, queue) hold the tiny models for this
+    module's tests, so each run is made once; emptied before and after, for the tests of other modules."""
+    clear_streamlit_caches()
+    yield
+    clear_streamlit_caches()
+
+
+@pytest.fixture
+def gemma_app(tiny_gemma_cache, tiny_streamlit_caches, monkeypatch):
+    """AppTest on the tiny models through the app's own path (TPE_CACHE_DIR, loader.shared_model)."""
+    from pipeline.model import loader
+
+    root, gemma, smol = tiny_gemma_cache
+    monkeypatch.setenv("TPE_CACHE_DIR", str(root))
+    monkeypatch.setitem(loader._shared, GEMMA, gemma)
+    monkeypatch.setitem(loader._shared, "smollm2-135m", smol)
+    yield gemma
+
+
+def texts(at: AppTest) -> str:
+    return "\n".join(str(e.value) for kind in ("markdown", "caption", "info", "warning", "error", "success")
+                     for e in getattr(at, kind))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_opens_with_gemma_picked(gemma_app, page):
+    at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_the_run_is_gemmas_and_keyed_by_the_model(gemma_app):
+    """The page's run is stored under Gemma's name and its prompt is written in Gemma's turns."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from views.server_state import run_store
+    from views.session_request import DEFAULT_QUESTION, run_key
+
+    at = page_app("generation", req_model=GEMMA, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=3))
+    trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "chat"))
+    assert trace is not None and trace.dims.architecture == "gemma3_text"
+    start = gemma_app.tokenizer.encode("<start_of_turn>user\n" + DEFAULT_QUESTION, add_special_tokens=False)
+    assert trace.ids[1:1 + len(start)] == start and trace.ids[0] == gemma_app.tokenizer.bos_token_id
+
+
+def test_plain_text_is_sent_as_it_is_when_picked(gemma_app):
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from views.server_state import run_store
+    from views.session_request import DEFAULT_QUESTION, run_key
+
+    at = page_app("generation", req_model=GEMMA, req_max_new_tokens=3, req_prompt_format="plain")
+    at.run()
+    assert not at.exception, at.exception
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=3))
+    trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "plain"))
+    tok = gemma_app.tokenizer
+    assert trace.ids == [tok.bos_token_id, *tok.encode(DEFAULT_QUESTION, add_special_tokens=False)]
+
+
+def app_at(**query) -> AppTest:
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = dict(query)
+    return at
+
+
+def test_the_link_picks_gemma_and_the_sidebar_says_what_it_is(gemma_app):
+    at = app_at(model=GEMMA, max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == GEMMA
+    assert any("base (pretrained) model" in c.value for c in at.sidebar.caption)
+    assert at.radio(key="req_prompt_format").value == "chat"  # a base model: the format can be chosen
+    assert any("Model: Gemma-3-270M" in c.value for c in at.sidebar.caption)
+
+
+def test_picking_a_model_puts_it_in_the_link(gemma_app):
+    at = app_at(max_new_tokens="3")
+    at.run()
+    assert "model" not in at.query_params
+    at.selectbox(key="req_model").set_value(GEMMA).run()
+    assert not at.exception, at.exception
+    assert at.query_params["model"] == GEMMA and at.query_params["max_new_tokens"] == "3"
+    at.radio(key="req_prompt_format").set_value("plain").run()
+    assert at.query_params["format"] == "plain"
+
+
+def test_the_default_model_offers_no_prompt_format_and_stays_out_of_the_link(gemma_app):
+    at = app_at(max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == "smollm2-135m"
+    assert not [r for r in at.radio if r.key == "req_prompt_format"]  # an instruct model is chatted to
+    assert "model" not in at.query_params
+
+
+@pytest.mark.parametrize("bad", ["gpt-5", "/etc", "[x](http://evil.example)"])
+def test_an_unknown_model_in_the_link_is_a_note_and_the_default(gemma_app, bad):
+    """A hand-edited model, or a folder the server does not offer (a link never opens a folder of its own)."""
+    at = app_at(model=bad, max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == "smollm2-135m"
+    assert any("`model` was not usable" in w.value and "not a model this server offers" in w.value
+               for w in at.warning), [w.value for w in at.warning]
+
+
+def test_models_folders_are_offered_and_a_bad_one_is_a_message(gemma_app, tiny_gemma_cache, tmp_path, monkeypatch):
+    good = str(tiny_gemma_cache[0] / "gemma-3-270m")
+    monkeypatch.setenv("TPE_MODELS", os.pathsep.join([good, str(tmp_path / "missing")]))
+    at = app_at(max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert good in at.selectbox(key="req_model").options or any(
+        "gemma-3-270m (folder)" in o for o in at.selectbox(key="req_model").options)
+    assert any("is not offered" in w.value and "missing" in w.value for w in at.sidebar.warning)
+
+
+def test_switching_the_model_resets_the_pages_controls(gemma_app):
+    """At layer 29 of SmolLM2's 30 on the Attention page, picking Gemma (3 layers here) opens on a head of its own."""
+    at = app_at(model="smollm2-135m", max_new_tokens="3")
+    at.run()
+    at.switch_page("views/attention.py").run()
+    assert not at.exception, at.exception
+    at.session_state["rope_layer"] = 29  # SmolLM2's last layer, kept for the Position page
+    at.selectbox(key="req_model").set_value(GEMMA).run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == GEMMA
+    assert "rope_layer" not in at.session_state  # Gemma's pages open on their own defaults
+
+
+def test_the_start_model_is_tpe_models_pick_if_usable(tiny_gemma_cache, tmp_path, monkeypatch):
+    """./run.sh app --model X sets TPE_MODEL: a folder or a name the picker offers; a bad one is SmolLM2."""
+    from views.server_state import default_model_key, offered_models
+
+    good = str(tiny_gemma_cache[0] / "gemma-3-270m")
+    monkeypatch.setenv("TPE_MODEL", good)
+    assert default_model_key() == good and good in offered_models()[0]
+    monkeypatch.setenv("TPE_MODEL", GEMMA)
+    assert default_model_key() == GEMMA
+    for bad in (str(tmp_path / "missing"), "gpt-5"):
+        monkeypatch.setenv("TPE_MODEL", bad)
+        assert default_model_key() == "smollm2-135m"
+        assert any(bad in note for note in offered_models()[1])
+
+
+def test_run_sh_passes_model_to_the_app_and_the_rest_to_streamlit(tmp_path):
+    """run.sh's argument loop, run on its own (the real script, cut at the exec)."""
+    import subprocess
+
+    src = open(os.path.join(ROOT, "run.sh")).read()
+    loop = src[src.index("    args=()"):src.index('    exec "$VENV/bin/streamlit" run app.py "${args[@]}"')]
+    script = "set -euo pipefail\nf() {\n" + loop + '  echo "TPE_MODEL=${TPE_MODEL:-} ARGS=${args[*]}"\n}\nf app "$@"\n'
+    out = subprocess.run(["bash", "-c", script, "bash", "--server.port", "8600", "--model", "/m/x", "--x"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "TPE_MODEL=/m/x ARGS=--server.port 8600 --x"
+
+
+@pytest.mark.app
+@pytest.mark.parametrize("page", ["journey", "next_token", "layers"])
+def test_real_gemma_pages(page):
+    """The real Gemma-3-270M picked: the page opens on its own run, drawn with its 18 layers and its turns."""
+    from views.server_state import run_store
+    from views.session_request import DEFAULT_QUESTION, run_key
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+
+    clear_streamlit_caches()  # handles and stores on TPE_CACHE_DIR's real weights
+    at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=4))
+    trace = run_store().peek(run_key("Gemma-3-270M", request.messages, request.options, "chat"), disk=True)
+    assert trace is not None and trace.dims.L == 18 and trace.dims.H == 4 and trace.dims.Hkv == 1
+    if page == "journey":
+        assert "Gemma-3-270M" in texts(at)
+
+
+def test_the_presenters_links_carry_the_model(gemma_app):
+    """The room's own link (explore alone) opens the same model; a follower's switch loads it with the request."""
+    from views import url_state
+
+    at = page_app("presenter", req_model=GEMMA, req_max_new_tokens=4, pr_stage=1)
+    at.run()
+    assert not at.exception, at.exception
+    journey = [c.value for c in at.code if "/journey" in c.value]
+    assert journey and "model=gemma-3-270m" in journey[0] and "max_new_tokens=4" in journey[0]
+    assert url_state.REQUEST["model"].parse("Gemma-3-270M") == GEMMA  # what a follower's load_request reads
+
+
+def test_gemmas_turn_markers_are_its_turn_tokens_not_a_newline(tiny_gemma_cache):
+    """Gemma's tokenizer adds runs of newlines as tokens; the marker before a turn's text is <start_of_turn>
+    (its published format: "<start_of_turn>user\\n...<end_of_turn>"), not the newline after the role."""
+    from pipeline.stages.template import TurnMarkers, turn_markers
+
+    assert turn_markers(tiny_gemma_cache[1].tokenizer) == TurnMarkers("<start_of_turn>", "<end_of_turn>")
+
+
+def test_request_page_names_gemmas_markers_and_says_when_plain_text_has_none(gemma_app):
+    at = page_app("request_template", req_model=GEMMA, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("between ` <start_of_turn>role ` and ` <end_of_turn> `" in m.value for m in at.markdown)
+    at = page_app("request_template", req_model=GEMMA, req_max_new_tokens=3, req_prompt_format="plain")
+    at.run()
+    assert not at.exception, at.exception
+    assert any(s.value.startswith("3. Plain text") for s in at.subheader)
+    assert not any("between `" in m.value for m in at.markdown)
+
+
+def test_a_learner_following_a_gemma_presenter_gets_gemma(gemma_app):
+    from pipeline.room import room_of
+
+    at = page_app("presenter", pr_stage=3, req_model=GEMMA, req_max_new_tokens=4).run()
+    assert not at.exception, at.exception
+    room = room_of(at.session_state["pr_room"])
+    learner = page_app("presenter", pr_stage=1, pr_follow=room, req_max_new_tokens=4).run()  # a fresh session
+    assert not learner.exception, learner.exception
+    assert learner.title[0].value == "3. Tokens"
+    assert learner.session_state["req_model"] == GEMMA
+
+
+def test_a_folder_that_cannot_be_read_is_a_message_and_the_default(gemma_app, tmp_path, monkeypatch):
+    """A folder whose config.json is broken: not offered (the sidebar says why), a link to it opens the default."""
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{ not json")
+    monkeypatch.setenv("TPE_MODELS", str(broken))
+    at = app_at(model=str(broken), max_new_tokens="3")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_model").value == "smollm2-135m"
+    assert any("`model` was not usable" in w.value for w in at.warning)
+    assert any("is not offered" in w.value and "not valid JSON" in w.value for w in at.sidebar.warning), \
+        [w.value for w in at.sidebar.warning]
