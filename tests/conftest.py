@@ -183,15 +183,43 @@ def tiny_app_model(tokenizer, tmp_path_factory):
     return root, lm
 
 
+@pytest.fixture(scope="session")
+def tiny_app_gemma(tiny_app_model):
+    """A tiny random-weight Gemma 3 with Gemma's real tokenizer, saved beside the tiny SmolLM2 as Gemma's
+    converted weights: pages that show both models (Tokens, Compare models) or a Gemma pick read its files
+    instead of converting the real GGUF (~45 s). None where Gemma's tokenizer is not converted yet."""
+    import torch
+
+    from pipeline.model.loader import LoadedModel
+    from pipeline.model.registry import GEMMA3
+    from pipeline.model.weights_cache import cache_ready, load_tokenizer, weights_cache_dir
+
+    real = weights_cache_dir(GEMMA3)
+    if not (real / "tokenizer.json").exists():
+        return None
+    from test_architectures import tiny_gemma3
+
+    tokenizer = load_tokenizer(real, GEMMA3)
+    folder = tiny_app_model[0] / GEMMA3.cache_folder
+    model = tiny_gemma3(tokenizer).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert cache_ready(folder)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
+
+
 @pytest.fixture(scope="module")
-def tiny_server_cache(tiny_app_model, tmp_path_factory):
+def tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
     """A fresh TPE_CACHE_DIR for app servers on the tiny model (browser tier): empty stores of runs and rooms,
     the weights folder a link to the tiny model's. The server loads it as it loads the real cache."""
     from pipeline.model.weights_cache import weights_cache_dir
 
+    from pipeline.model.registry import GEMMA3
+
     root = tmp_path_factory.mktemp("tiny-server-cache")
-    name = weights_cache_dir().name
-    (root / name).symlink_to(tiny_app_model[0] / name, target_is_directory=True)
+    names = [weights_cache_dir().name] + ([GEMMA3.cache_folder] if tiny_app_gemma is not None else [])
+    for name in names:
+        (root / name).symlink_to(tiny_app_model[0] / name, target_is_directory=True)
     return root
 
 
@@ -206,8 +234,8 @@ def clear_streamlit_caches() -> None:
 
 
 @pytest.fixture
-def tiny_app(tiny_app_model, monkeypatch):
-    """AppTest on the tiny model through the app's own path: TPE_CACHE_DIR names the tiny cache (views/common.py's
+def tiny_app(tiny_app_model, tiny_app_gemma, monkeypatch):
+    """AppTest on the tiny model through the app's own path: TPE_CACHE_DIR names the tiny cache (views/server_state.py's
     get_model reads its files, its run store lives beside them) and pipeline.model.loader.shared_model gives the
     tiny LoadedModel for the default model. Streamlit's caches (per process, like a server's) are shared by the
     tiny-model tests and cleared when a real-model AppTest follows one. Yields the LoadedModel."""
@@ -221,6 +249,8 @@ def tiny_app(tiny_app_model, monkeypatch):
     from pipeline.model.registry import resolve
 
     monkeypatch.setitem(loader._shared, resolve(None).key, lm)
+    if tiny_app_gemma is not None:
+        monkeypatch.setitem(loader._shared, resolve("gemma-3-270m").key, tiny_app_gemma)
     yield lm
 
 

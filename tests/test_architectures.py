@@ -290,9 +290,8 @@ def test_a_branch_on_gemma_replays_the_real_cache_bytes(gemma_tokenizer):
 
 
 def test_the_prefix_cache_on_gemma(gemma_tokenizer):
-    """Blocks of keys and values reused across requests work within the sliding window; past it the
-    sliding layers no longer hold every position, and the prefix cache says so instead of storing
-    keys from the wrong positions."""
+    """Blocks of keys and values reused across requests give a full pass's logits, within the sliding window
+    and past it (HF's own cache drops positions past the window; the prefix engine's keeps them all)."""
     from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig
 
     model = tiny_gemma3(gemma_tokenizer)
@@ -308,9 +307,17 @@ def test_the_prefix_cache_on_gemma(gemma_tokenizer):
     with torch.inference_mode():
         full = lm.model(input_ids=torch.tensor([ids + [236881]]), use_cache=False).logits[0, -1]
     torch.testing.assert_close(warm.last_logits, full, atol=1e-4, rtol=0)
-    short_window = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")  # window 4
-    with pytest.raises(InputError, match="sliding window"):
-        PrefixCache(PrefixCacheConfig(block_size=4)).serve(short_window, ids)
+    # past the window (4 positions here): the engine's caches keep every position, the model still applies
+    # the window, so reused blocks give the logits of a full pass too
+    short_window = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
+    assert len(ids) > 4
+    cache = PrefixCache(PrefixCacheConfig(block_size=4))
+    cache.serve(short_window, ids)
+    warm = cache.serve(short_window, ids + [236881])
+    assert warm.stats.tokens_reused == len(ids) // 4 * 4
+    with torch.inference_mode():
+        full = short_window.model(input_ids=torch.tensor([ids + [236881]]), use_cache=False).logits[0, -1]
+    torch.testing.assert_close(warm.last_logits, full, atol=1e-4, rtol=0)
 
 
 def test_gemma_byte_fallback_pieces_group_into_their_character(gemma_tokenizer, tokenizer):

@@ -36,7 +36,11 @@ def text_box(text: str) -> None:
 page_header("Compare models", "The same request through two different models: how each one writes it down, "
                               "cuts it into tokens, answers it, and what it costs in memory and time.")
 keys = compared_keys()
-handles = [model_handle(k) for k in keys]
+try:
+    handles = [model_handle(k) for k in keys]
+except InputError as e:  # the other model's files cannot be read or converted here (a read-only or full folder)
+    st.info(f"The other model is not available on this server: {markdown_text(str(e))}")
+    st.stop()
 formats = {"chat": "each model's chat format", "plain": "plain text (no turn markers)"}
 prompt_format = st.radio("How the request is written", list(formats), format_func=formats.get, horizontal=True,
                          key="cmp_format")

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from ui.chips import legend, text_spans, token_chips
+from pipeline.errors import InputError
 from pipeline.stages.template import turn_markers
 from ui.escape import code_span, markdown_text
 from views.model_pair import compared_keys, model_handle
@@ -116,28 +117,38 @@ if [t.id for t in naive] != [t.id for t in safe]:
     st.markdown(token_chips(naive, pieces=token_pieces(lm.tokenizer, [t.id for t in naive]),
                             max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 
+
+def both_vocabularies(pair: list) -> None:
+    """Section 4: the typed text, the question and fixed samples through both models' tokenizers."""
+    st.markdown(f"The two models this app runs learned different vocabularies: {pair[0].config_dims.V:,} pieces "
+                f"and {pair[1].config_dims.V:,}. A bigger vocabulary has whole pieces for more words and more scripts, "
+                "so the same text needs fewer tokens, but every token's score is computed over the whole list. "
+                "Only the tokenizers run here, not the models.")
+    samples = {"English": "Are tomatoes fruit?", "Korean": "토마토는 과일인가요, 채소인가요?",
+               "Python": "def area(r):\n    return 3.14159 * r ** 2\n"}
+    for col, handle in zip(st.columns(2), pair):
+        with col:
+            mine = model_pieces_of(handle.spec.key, text)
+            st.markdown(f"**{markdown_text(handle.name)}** ({handle.config_dims.V:,} pieces): "
+                        f"**{plural(len(mine), 'token')}**")
+            st.markdown(token_chips(mine, pieces=token_pieces(handle.tokenizer, [t.id for t in mine]),
+                                    max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+    question = trace.request.messages[-1][1]  # the sidebar's question, the last user message
+    st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.spec.key, sample)) for h in pair}}
+                               for name, sample in {"your question": question, **samples}.items()]),
+                 hide_index=True, width="stretch")
+    st.caption("Tokens for your question and a few fixed texts. Korean is where the bigger vocabulary shows "
+               "most: the smaller one has few Korean pieces and spells many syllables byte by byte. Code comes out "
+               "about even: the smaller vocabulary was made for a training mix with much code in it.")
+
+
 st.subheader("4. The same text in both models' vocabularies")
-pair = [model_handle(k) for k in compared_keys()]
-st.markdown(f"The two models this app runs learned different vocabularies: {pair[0].config_dims.V:,} pieces and "
-            f"{pair[1].config_dims.V:,}. A bigger vocabulary has whole pieces for more words and more scripts, so the "
-            "same text needs fewer tokens, but every token's score is computed over the whole list. Only the "
-            "tokenizers run here, not the models.")
-SAMPLES = {"English": "Are tomatoes fruit?", "Korean": "토마토는 과일인가요, 채소인가요?",
-           "Python": "def area(r):\n    return 3.14159 * r ** 2\n"}
-for col, handle in zip(st.columns(2), pair):
-    with col:
-        mine = model_pieces_of(handle.spec.key, text)
-        st.markdown(f"**{markdown_text(handle.name)}** ({handle.config_dims.V:,} pieces): "
-                    f"**{plural(len(mine), 'token')}**")
-        st.markdown(token_chips(mine, pieces=token_pieces(handle.tokenizer, [t.id for t in mine]),
-                                max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
-question = trace.request.messages[-1][1]  # the sidebar's question, the last user message
-st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.spec.key, sample)) for h in pair}}
-                           for name, sample in {"your question": question, **SAMPLES}.items()]),
-             hide_index=True, width="stretch")
-st.caption("Tokens for your question and a few fixed texts. Korean is where the bigger vocabulary shows "
-           "most: the smaller one has few Korean pieces and spells many syllables byte by byte. Code comes out "
-           "about even: the smaller vocabulary was made for a training mix with much code in it.")
+try:
+    other_models = [model_handle(k) for k in compared_keys()]
+except InputError as e:  # the other model's files cannot be read or converted here (a read-only or full folder)
+    st.info(f"The other model's tokenizer is not available on this server: {markdown_text(str(e))}")
+else:
+    both_vocabularies(other_models)
 
 st.subheader("5. The same text through other tokenizers")
 st.markdown("Every model family has its own vocabulary, so the same text costs a different number of tokens. "
