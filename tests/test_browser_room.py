@@ -264,6 +264,11 @@ def test_a_korean_question_reads_as_korean_on_every_page(server, real_server, br
     for path, host in paths.items():
         page = visit(context, f"{host}/{path}?q={quote(question)}&max_new_tokens=8")
         assert page.locator('[data-testid="stException"]').count() == 0, path
+        try:  # a page drawn before the run is ready (a server still loading the network) fills in later
+            page.wait_for_function("() => document.body.innerText.includes('토') || [...document.querySelectorAll("
+                                   "'.js-plotly-plot')].some(p => p.textContent.includes('토'))", timeout=120_000)
+        except Exception:  # the assert below names the page; its screenshot shows what it held
+            page.screenshot(path=str(SHOTS / f"room_korean_{path}_failed.png"), full_page=True)
         text = page.inner_text("body") + " ".join(page.locator(".js-plotly-plot").all_text_contents())
         assert "토" in text, f"{path}: no Korean character on the page"
         page.screenshot(path=str(SHOTS / f"room_korean_{path}.png"))

@@ -117,19 +117,16 @@ def test_each_layers_cache_from_its_real_tensors(tiny_gemma, tiny_trace):
 
 
 @pytest.fixture()
-def gemma_pages(tiny_gemma, monkeypatch):
-    """Pages drawn with the tiny Gemma as the app's model (as the sidebar's picker will choose it)."""
-    import views.server_state
-    import views.session_request
-    import views.waiting
-
-    for module in (views.server_state, views.session_request, views.waiting):
-        monkeypatch.setattr(module, "get_model", lambda: tiny_gemma)
+def gemma_pages(tiny_app, tiny_app_gemma):
+    """Pages drawn with Gemma picked in the sidebar, through the app's own path: the tiny Gemma 3 (the same
+    seed and config as `tiny_gemma`) saved as Gemma's converted weights (conftest's `tiny_app_gemma`)."""
+    if tiny_app_gemma is None:
+        pytest.skip("Gemma's tokenizer is not converted yet: ./run.sh converts it")
 
     def run(view: str, **state):
         from conftest import page_app
 
-        at = page_app(view, req_max_new_tokens=3, **state)
+        at = page_app(view, req_model="gemma-3-270m", req_max_new_tokens=3, **state)
         at.run()
         assert not at.exception, [e.message for e in at.exception]
         return at
@@ -166,7 +163,6 @@ def _text(at) -> str:
     return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader])
 
 
-@pytest.mark.app
 def test_attention_page_on_gemma_shows_layer_kinds_the_window_and_one_kv_head(gemma_pages, tiny_gemma):
     at = gemma_pages("attention")
     T = default_prompt_tokens(tiny_gemma)
@@ -191,7 +187,6 @@ def test_attention_page_on_gemma_shows_layer_kinds_the_window_and_one_kv_head(ge
     assert "weight is exactly 0 %" in _text(at)
 
 
-@pytest.mark.app
 def test_kv_cache_page_on_gemma_shows_each_layers_positions(gemma_pages, tiny_gemma):
     at = gemma_pages("kv_cache")
     T = default_prompt_tokens(tiny_gemma)
@@ -203,7 +198,6 @@ def test_kv_cache_page_on_gemma_shows_each_layers_positions(gemma_pages, tiny_ge
     assert "Hugging Face's cache drops those" in text and "here they differ" in text
 
 
-@pytest.mark.app
 def test_a_long_prompt_on_gemma_shows_the_band_of_the_whole_grid(gemma_pages):
     at = gemma_pages("attention", req_question=TEXT * 12, at_layer=0)  # > 256 tokens: the last 256 rows drawn
     spec = _chart(at, "at_shrunk")  # the whole grid, pooled; open in a sliding layer
