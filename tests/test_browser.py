@@ -108,7 +108,8 @@ def test_select_a_head(browser_page):
     box.click()
     browser_page.locator('[role="option"]', has_text="head 4").first.click()
     settle(browser_page)
-    assert browser_page.get_by_text(re.compile(r"layer \d+, head 4 \((full|sliding \d+)\): attention weights")).count() > 0
+    title = re.compile(r"layer \d+, head 4 \((full attention|sliding window of [\d,]+)\): attention weights")
+    assert browser_page.get_by_text(title).count() > 0
     check_page(browser_page, "attention_head_4")
 
 
