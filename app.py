@@ -27,6 +27,7 @@ import streamlit as st
 from pipeline.model.passes import counting_passes
 from pipeline.stages.request import option_ranges
 from ui.chart_export import add_svg_buttons
+from ui.escape import markdown_text
 from ui.report import trace_report
 from views import url_state
 from views.model_picker import model_picker, picked_model
@@ -122,7 +123,8 @@ def share_and_export(boxes, passes: int) -> None:
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")
     with after:
-        st.caption(f"Model: {lm.name} on {lm.device_label}. Forward passes run for your session: {passes}.")
+        st.caption(f"Model: {markdown_text(lm.name)} on {lm.device_label}. "
+                   f"Forward passes run for your session: {passes}.")
     add_svg_buttons()
 
 

@@ -14,7 +14,7 @@ from conftest import ROOT, make_tiny_lm, page_app
 GEMMA = "gemma-3-270m"
 PAGES = ["start", "journey", "request_template", "tokens", "tensors_batch", "embeddings", "position_rope", "layers",
          "attention", "next_token", "branches", "constrained", "generation", "kv_cache", "prefix_cache",
-         "cache_audit", "presenter"]
+         "cache_audit", "presenter", "compare_models"]
 
 
 def clear_streamlit_caches():
@@ -212,6 +212,18 @@ def test_run_sh_passes_model_to_the_app_and_the_rest_to_streamlit(tmp_path):
     out = subprocess.run(["bash", "-c", script, "bash", "--server.port", "8600", "--model", "/m/x", "--x"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "TPE_MODEL=/m/x ARGS=--server.port 8600 --x"
+
+
+@pytest.mark.app
+@pytest.mark.parametrize("page", sorted(set(PAGES) - {"journey", "next_token", "layers", "compare_models"}))
+def test_every_other_page_opens_on_the_real_gemma(page):
+    """Every page with the real Gemma-3-270M picked opens without an error, on Gemma's run (compare_models runs
+    both real models in tests/test_compare_models.py)."""
+    clear_streamlit_caches()  # handles and stores on TPE_CACHE_DIR's real weights, not the tiny ones
+    at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
 
 
 @pytest.mark.app

@@ -106,7 +106,8 @@ if not text:
     st.stop()
 safe = model_pieces(text, True)
 safe_pieces = token_pieces(lm.tokenizer, [t.id for t in safe])
-st.markdown(f"**{trace.dims.name}: {plural(len(safe), 'token')}** (special-token look-alikes kept as text)")
+st.markdown(f"**{markdown_text(trace.dims.name)}: {plural(len(safe), 'token')}** (special-token look-alikes kept as "
+            "text)")
 st.markdown(token_chips(safe, pieces=safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 st.markdown(text_spans(safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
 explain_split(character_counts(safe_pieces), "This text", "as a reader counts them")
