@@ -215,12 +215,13 @@ def test_run_sh_passes_model_to_the_app_and_the_rest_to_streamlit(tmp_path):
 
 
 @pytest.mark.app
-@pytest.mark.parametrize("page", sorted(set(PAGES) - {"journey", "next_token", "layers", "compare_models"}))
-def test_every_other_page_opens_on_the_real_gemma(page):
-    """Every page with the real Gemma-3-270M picked opens without an error, on Gemma's run (compare_models runs
+@pytest.mark.parametrize("model", [GEMMA, "smollm2-135m"])
+@pytest.mark.parametrize("page", sorted(set(PAGES) - {"compare_models"}))
+def test_every_page_opens_on_each_real_model(page, model):
+    """Every page with each real model picked opens without an error, on that model's run (compare_models runs
     both real models in tests/test_compare_models.py)."""
     clear_streamlit_caches()  # handles and stores on TPE_CACHE_DIR's real weights, not the tiny ones
-    at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
+    at = page_app(page, req_model=model, req_max_new_tokens=4)
     at.run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
