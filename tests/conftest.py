@@ -254,6 +254,17 @@ def tiny_app(tiny_app_model, tiny_app_gemma, monkeypatch):
     yield lm
 
 
+
+@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
+def page_lm(request):
+    """The model a page test runs on: the tiny one (`tiny_app`, fast tier), then the real one (`app` tier)."""
+    if request.param == "tiny":
+        return request.getfixturevalue("tiny_app")
+    from pipeline.model.loader import shared_model
+
+    return shared_model()
+
+
 TIERS = ("model", "app", "browser")
 REAL_MODEL_FIXTURES = {"lm", "default_trace", "gemma_lm"}
 

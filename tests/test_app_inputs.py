@@ -26,16 +26,6 @@ def errors(at: AppTest) -> str:
     return " ".join(shown(e.value) for e in at.error)
 
 
-@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
-def page_lm(request):
-    """The model the app runs on: the tiny one (fast tier), then the real one (`app` tier)."""
-    if request.param == "tiny":
-        return request.getfixturevalue("tiny_app")
-    from pipeline.model.loader import shared_model
-
-    return shared_model()
-
-
 def test_default_request_runs_with_sidebar_and_journey(page_lm):
     at = run_app()
     assert not at.exception

@@ -3,7 +3,6 @@ On the tiny random-weight model (fixture `tiny_app`, fast tier): which blocks hi
 The first test also runs on the real model (marker `app`)."""
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,16 +17,6 @@ def run_page() -> AppTest:
 
 def page_text(at: AppTest) -> str:
     return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader])
-
-
-@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
-def page_lm(request):
-    """The model the page runs on: the tiny one (fast tier), then the real one (`app` tier)."""
-    if request.param == "tiny":
-        return request.getfixturevalue("tiny_app")
-    from pipeline.model.loader import shared_model
-
-    return shared_model()
 
 
 def test_page_shows_the_conversation_blocks_and_timings(page_lm):

@@ -51,16 +51,6 @@ def texts(at: AppTest) -> str:
     return " ".join(m.value for m in list(at.markdown) + list(at.caption) + list(at.subheader))
 
 
-@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
-def page_lm(request):
-    """The model the pages run on: the tiny one (fast tier), then the real one (`app` tier)."""
-    if request.param == "tiny":
-        return request.getfixturevalue("tiny_app")
-    from pipeline.model.loader import shared_model
-
-    return shared_model()
-
-
 def first_token_top(lm, ids: list[int], k: int = 8) -> tuple[list[int], np.ndarray]:
     """The k most likely first tokens and their probabilities, from one plain forward pass of the prompt."""
     with torch.inference_mode():

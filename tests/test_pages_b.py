@@ -17,7 +17,6 @@ from streamlit.testing.v1 import AppTest
 from conftest import chart_data, prompt_ids
 from pipeline.model.loader import attention_implementation
 
-from pipeline.model.loader import shared_model
 from pipeline.stages import attention as ast
 from pipeline.stages import layers as la
 from pipeline.stages.request import ChatRequest, GenerationOptions
@@ -134,14 +133,6 @@ def test_attention_page(tiny_app):
     assert not at.exception
     assert len(at.dataframe) >= 5  # GQA table + compare, mask, softmax, mix
     assert "Mix" in text_of(at)
-
-
-@pytest.fixture(params=["tiny", pytest.param("real", marks=pytest.mark.app)])
-def page_lm(request):
-    """The model the pages run on: the tiny one (fast tier), then the real one (`app` tier)."""
-    if request.param == "tiny":
-        return request.getfixturevalue("tiny_app")
-    return shared_model()
 
 
 def test_embeddings_page(page_lm):
