@@ -24,8 +24,7 @@ import torch.nn.functional as F
 
 from .dims import SLIDING
 from .interface import LanguageModel
-from .kv_tensors import cache_layers
-from .plain_decoder import blocks_for, project, row_blocks
+from .plain_decoder import blocks_for, fill_from_prefill, next_position, project, row_blocks
 from .rope import model_tables, rotate
 
 
@@ -112,20 +111,12 @@ class GemmaPlainDecoder:
         """The prompt through HF (chunked), its K/V copied in: a sliding layer's HF cache holds only its
         last positions, which are all this decoder's attention reads of it. Returns logits (V,)."""
         logits, kv_cache = self.lm.forward_chunked(ids)
-        T = len(ids)
-        with torch.inference_mode():
-            for i, (k, v) in enumerate(cache_layers(kv_cache)):  # each (1, Hkv, n <= T, Dh): the last n positions
-                n = k.shape[2]
-                self.keys[i, :, :, T - n:T] = k
-                self.values[i, :, :, T - n:T] = v
-        self.T = T
+        self.T = fill_from_prefill(self.keys, self.values, kv_cache, len(ids))
         return logits
 
     def step(self, token: int) -> torch.Tensor:
         """One more token through every block at position T. Returns logits (V,) for the next one."""
-        t = self.T
-        if t >= self.keys.shape[3]:
-            raise ValueError(f"the decoder holds {self.keys.shape[3]} positions; position {t} does not fit")
+        t = next_position(self.keys, self.T)
         with self.lm.lock, torch.inference_mode():
             h = self.embed[token][None] * self.embed_scale  # (1, D)
             for i, w in enumerate(self.layers):

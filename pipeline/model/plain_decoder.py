@@ -124,6 +124,25 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * x32.to(x.dtype)
 
 
+def fill_from_prefill(keys: torch.Tensor, values: torch.Tensor, kv_cache, T: int) -> int:
+    """Copy a prefill's HF cache into a decoder's preallocated keys/values (L, 1, Hkv, T_max, Dh). Each layer of
+    the HF cache holds the last n <= T positions (n = T, or a sliding layer's window less one); they go to
+    positions T - n ... T - 1. Returns T, the positions now filled."""
+    with torch.inference_mode():
+        for i, (k, v) in enumerate(cache_layers(kv_cache)):  # each (1, Hkv, n, Dh)
+            n = k.shape[2]
+            keys[i, :, :, T - n:T] = k
+            values[i, :, :, T - n:T] = v
+    return T
+
+
+def next_position(keys: torch.Tensor, t: int) -> int:
+    """Position t, the next token's, checked to fit a decoder's preallocated cache (L, 1, Hkv, T_max, Dh)."""
+    if t >= keys.shape[3]:
+        raise ValueError(f"the decoder holds {keys.shape[3]} positions; position {t} does not fit")
+    return t
+
+
 class PlainDecoder:
     """One request's decode: a preallocated K/V cache and the model's weights, stepped one token at a time.
 
@@ -155,19 +174,12 @@ class PlainDecoder:
         """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache.
         Returns logits (V,) for the token after the prompt."""
         logits, kv_cache = self.lm.forward_chunked(ids)
-        T = len(ids)
-        with torch.inference_mode():
-            for i, (k, v) in enumerate(cache_layers(kv_cache)):  # each (1, Hkv, T, Dh)
-                self.keys[i, :, :, :T] = k
-                self.values[i, :, :, :T] = v
-        self.T = T
+        self.T = fill_from_prefill(self.keys, self.values, kv_cache, len(ids))
         return logits
 
     def step(self, token: int) -> torch.Tensor:
         """One more token through every block at position T. Returns logits (V,) for the next one."""
-        t = self.T
-        if t >= self.keys.shape[3]:
-            raise ValueError(f"the decoder holds {self.keys.shape[3]} positions; position {t} does not fit")
+        t = next_position(self.keys, self.T)
         with self.lm.lock, torch.inference_mode():
             h = self.embed[token][None]  # (1, D)
             cos, sin = self.cos[t], self.sin_signed[t]  # (Dh,)
