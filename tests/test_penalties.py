@@ -179,3 +179,27 @@ def test_generate_with_repetition_penalty_equals_hf_on_a_tiny_gemma(tiny_app_gem
 @pytest.mark.model
 def test_generate_with_repetition_penalty_equals_hf_on_smollm2(lm):
     check_equals_hf(lm, "List the days of the week.", 1.3, 10, batched=False)  # ~20 s on an idle 2-core machine
+
+
+# ---- the command line -----------------------------------------------------------------------------------
+def test_the_command_line_takes_the_penalties_and_the_bias():
+    from pipeline.cli import build_parser, options_from_args
+
+    args = build_parser().parse_args(["trace", "hi", "--repetition-penalty", "1.2", "--presence-penalty", "0.5",
+                                      "--frequency-penalty", "-0.5", "--logit-bias", "13:-100",
+                                      "--logit-bias", "7:2.5"])
+    o = options_from_args(args)
+    assert (o.repetition_penalty, o.presence_penalty, o.frequency_penalty) == (1.2, 0.5, -0.5)
+    assert o.logit_bias == ((7, 2.5), (13, -100.0))
+    assert options_from_args(build_parser().parse_args(["trace", "hi"])) == GenerationOptions()
+
+
+@pytest.mark.parametrize("flags, field", [(["--repetition-penalty", "0"], "repetition_penalty"),
+                                          (["--presence-penalty", "3"], "presence_penalty"),
+                                          (["--logit-bias", "13"], "logit_bias"),
+                                          (["--logit-bias", "13:500"], "logit_bias")])
+def test_the_command_line_refuses_bad_values_before_loading_the_model(flags, field, capsys):
+    from pipeline.cli import main
+
+    assert main(["trace", "hi", *flags]) == 2
+    assert f"{field}:" in capsys.readouterr().err
