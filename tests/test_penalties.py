@@ -116,10 +116,10 @@ def test_vendor_bodies_carry_what_each_api_has():
     assert "repetition_penalty" not in body  # not an OpenAI parameter
     assert not {"presence_penalty", "frequency_penalty", "logit_bias", "repetition_penalty"} & set(
         anthropic_style(request))
-    assert repetition_body(request) == {"repetition_penalty": 1.3}
+    assert repetition_body(request.options) == {"repetition_penalty": 1.3}
     plain = ChatRequest.from_question("hi")
     assert not {"presence_penalty", "frequency_penalty", "logit_bias"} & set(openai_style(plain))
-    assert repetition_body(plain) == {}
+    assert repetition_body(plain.options) == {}
 
 
 def test_requests_differing_only_in_a_penalty_are_different_runs():

@@ -102,6 +102,7 @@ class GenerationOptions:
 MAX_REPETITION_PENALTY = 10.0  # far past any use (1.2 is the CTRL paper's advice): a bound for a link's value
 MAX_LOGIT_BIAS_ENTRIES = 300  # our bound, so one request cannot carry a huge table
 LOGIT_BIAS_LIMIT = 100  # OpenAI: "a bias value from -100 to 100"
+LOGIT_BIAS_CHARS = 20 * MAX_LOGIT_BIAS_ENTRIES  # the typed form's length ('262143:-99.5, ' is 14)
 
 
 def logit_bias_body(options: GenerationOptions) -> dict[str, float]:
@@ -116,7 +117,7 @@ def logit_bias_text(bias) -> str:
 
 def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
     """'13:-100, 42:2.5' (commas or spaces between entries) -> ((13, -100.0), (42, 2.5)); '' -> ()."""
-    text = check_text("logit_bias", text, 20 * MAX_LOGIT_BIAS_ENTRIES)
+    text = check_text("logit_bias", text, LOGIT_BIAS_CHARS)
     pairs = []
     for item in text.replace(",", " ").split():
         token, sep, bias = item.partition(":")
@@ -363,10 +364,10 @@ def openai_style(request: ChatRequest) -> dict:
     return body
 
 
-def repetition_body(request: ChatRequest) -> dict:
+def repetition_body(options: GenerationOptions) -> dict:
     """The one option neither OpenAI nor Anthropic has: {"repetition_penalty": p} as vLLM's OpenAI-compatible
     server takes it beside the OpenAI fields (and Hugging Face's generate as an argument); {} when it is off."""
-    p = request.options.repetition_penalty
+    p = options.repetition_penalty
     return {"repetition_penalty": p} if p != 1 else {}
 
 
