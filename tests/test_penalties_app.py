@@ -54,3 +54,11 @@ def test_the_next_token_page_shows_each_stage_for_the_chosen_token(tiny_app):
     assert float(row["raw (softmax, T = 1)"].rstrip("%")) < 1  # a random model's scores are all close
     assert row["after penalties and bias"] == row["final (after top-k, top-p, min-p)"] == "100.00%"
     assert any("a logit bias on 1 token" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize("typed, why", [("99999:1", "past the vocabulary"), ("13:-500", "from -100 to 100")])
+def test_a_bad_logit_bias_in_the_sidebar_is_a_message_naming_the_field(typed, why):
+    at = page_app("next_token", req_logit_bias=typed)
+    at.run()
+    assert not at.exception, at.exception
+    assert [e.value for e in at.error] and "logit" in at.error[0].value and why in at.error[0].value
