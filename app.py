@@ -25,7 +25,7 @@ if sys.platform.startswith("linux"):
 import streamlit as st
 
 from pipeline.model.passes import counting_passes
-from pipeline.stages.request import option_ranges
+from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.escape import markdown_text
 from ui.report import trace_report
@@ -93,6 +93,14 @@ def sidebar(pages: list):
             c1.slider("top-p", **r["top_p"].widget_args(), key="req_top_p")
             c2.slider("min-p", **r["min_p"].widget_args(), key="req_min_p")
             st.text_input("stop strings (separate with |)", key="req_stop", max_chars=400)
+            with st.expander("Penalties and bias (on the raw scores, before temperature)"):
+                st.slider("repetition penalty (1 = off)", **r["repetition_penalty"].widget_args(),
+                          key="req_repetition_penalty")
+                c1, c2 = st.columns(2)
+                c1.slider("presence penalty", **r["presence_penalty"].widget_args(), key="req_presence_penalty")
+                c2.slider("frequency penalty", **r["frequency_penalty"].widget_args(), key="req_frequency_penalty")
+                st.text_input("logit bias (token id:bias, e.g. 13:-100)", key="req_logit_bias",
+                              max_chars=LOGIT_BIAS_CHARS)
             st.form_submit_button("Run the model", type="primary", use_container_width=True)
         with st.expander("Share or export this view", icon="🔗"):
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")

@@ -18,7 +18,7 @@ from .model.dims import ModelDims
 from .model.prefill_record import Prefill
 from .stages.decode_record import Decode, FinishReason, Step
 from .stages.request import (ChatRequest, GenerationOptions, RequestState, RequestStatus, anthropic_style, check_fits,
-                             openai_style, request_id)
+                             check_vocabulary, openai_style, request_id)
 from .stages.template import Segment
 from .stages.tokens import Token, TokenizedRequest, tokenize_request
 from .errors import InputError
@@ -197,6 +197,7 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
     state = RequestState(rid)
     tokenized = tokenize_request(lm.tokenizer, request)
     check_fits(lm.dims, len(tokenized.ids), request.options.max_new_tokens, max_prompt_tokens)
+    check_vocabulary(request.options, lm.dims.V)
     state.advance(RequestStatus.PREFILL)
     prefill_started_at = time.perf_counter()
     run = run_prefill(lm, tokenized.ids)
@@ -236,7 +237,8 @@ def run_trace(request: ChatRequest, lm: LanguageModel | None = None, max_prompt_
 
     lm = lm or shared_model()
     s = _prefill(request, lm, max_prompt_tokens)
-    decode = decode_loop(lm, s.kv_cache, s.last_logits, request.options, s.rid, s.prefill_started_at, force)
+    decode = decode_loop(lm, s.kv_cache, s.last_logits, request.options, s.rid, s.prefill_started_at, force,
+                         prompt_ids=s.tokenized.ids)
     s.kv_cache = None  # the request's KV cache is freed once the answer is complete
     return _finish(s, decode, lm)
 
@@ -259,7 +261,8 @@ def run_traces(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens
             started.append(e)
     ok = [s for s in started if isinstance(s, _Started)]
     decodes = decode_batch(lm, [s.kv_cache for s in ok], [s.last_logits for s in ok], [s.request.options for s in ok],
-                           [s.rid for s in ok], [s.prefill_started_at for s in ok]) if ok else []
+                           [s.rid for s in ok], [s.prefill_started_at for s in ok],
+                           [s.tokenized.ids for s in ok]) if ok else []
     out, done = [], iter(zip(ok, decodes))
     for item in started:
         if isinstance(item, InputError):
@@ -319,7 +322,8 @@ def run_constrained_trace(request: ChatRequest, lm: LanguageModel, kind: str, sp
 
     check_spec(kind, spec)  # refuse a bad grammar before any forward pass
     s = _prefill(request, lm, max_prompt_tokens)
-    decode, steps = constrained_decode(lm, s.kv_cache, s.last_logits, request, kind, spec, s.rid, s.prefill_started_at)
+    decode, steps = constrained_decode(lm, s.kv_cache, s.last_logits, request, kind, spec, s.rid, s.prefill_started_at,
+                                       prompt_ids=s.tokenized.ids)
     s.kv_cache = None
     trace = _finish(s, decode, lm)
     trace.constraint = {"kind": kind, "spec": spec, "steps": steps}

@@ -167,7 +167,7 @@ def test_segments_rebuild_the_prompt_and_contents_never_become_control_tokens(to
 def test_filter_stages_give_finite_distributions_led_by_the_best_logit(logits, options):
     x = np.array(logits)
     stages = filter_stages(x, options)
-    tempered_p = stages[1].probs
+    tempered_p = {s.name: s for s in stages}["temperature"].probs
     assert tempered_p[int(np.argmax(x))] == tempered_p.max()  # the best score gets the most probability
     best = np.flatnonzero(tempered_p == tempered_p.max())  # (several when their probabilities tie in floats)
     for stage in stages:

@@ -36,7 +36,7 @@ def test_tempered_survives_extreme_values():
 
 def test_top_p_keeps_three_candidates():
     stages = {s.name: s for s in filter_stages(ARTICLE_LOGITS, GenerationOptions(temperature=1.0, top_p=0.9))}
-    assert list(stages) == ["softmax", "temperature", "top_k", "top_p", "min_p"]
+    assert list(stages) == ["softmax", "penalties", "temperature", "top_k", "top_p", "min_p"]
     assert stages["top_p"].kept == 3
     np.testing.assert_allclose(stages["top_p"].probs[:3].sum(), 1.0)
     assert stages["top_p"].probs[3] == stages["top_p"].probs[4] == 0

@@ -102,7 +102,7 @@ def trace_report(trace) -> str:
                                         y=[plotly_label(f"{c.text} ({c.id})") for c in first.top][::-1],
                                         orientation="h")).update_xaxes(tickformat=".0%"), 340)]
         o = trace.request.options
-        stages = filter_stages(trace.step_logits[0], o)
+        stages = filter_stages(trace.step_logits[0], o, trace.ids)
         parts += ["<h2>9. Sampling</h2>",
                   f"<p>temperature {o.temperature}, top-k {o.top_k}, top-p {o.top_p}, min-p {o.min_p}: "
                   + " → ".join(f"{html_text(s.name)} {plural(s.kept, 'candidate')}" for s in stages) + "</p>"]

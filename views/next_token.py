@@ -1,4 +1,5 @@
 """Next token: from the stored scores (logits) to one chosen token. Never runs the model again."""
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -11,7 +12,7 @@ from views.runs import run_for_page
 from views.chrome import page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
-from pipeline.stages.request import GenerationOptions, option_ranges
+from pipeline.stages.request import option_ranges
 from pipeline.stages.tokens import encode
 from pipeline.text.readable import render_bytes
 from pipeline.text.pieces import token_pieces
@@ -30,7 +31,8 @@ trace = run_for_page()
 tok = get_model().tokenizer
 V = trace.dims.V
 run = trace.request.options  # the settings the run itself used
-STAGE_TITLES = {"softmax": "softmax (T = 1)", "temperature": "after temperature", "top_k": "after top-k",
+STAGE_TITLES = {"softmax": "softmax (T = 1)", "penalties": "after penalties and bias",
+                "temperature": "after temperature", "top_k": "after top-k",
                 "top_p": "after top-p", "min_p": "after min-p"}
 
 # --- the whole answer: where was the model unsure, where did it take a long shot? ---------------------
@@ -116,6 +118,29 @@ st.dataframe(table, hide_index=True, width="stretch", height=35 * (len(table) + 
 st.caption(f"Scores for all V = {V:,} tokens exist; these are the 15 highest. Probability = e^logit / sum of "
            "e^logit over the whole vocabulary.")
 
+# --- raw -> final, stage by stage, with the run's own settings -----------------------------------------------
+st.subheader("From the raw probability to the final one")
+run_stages = filter_stages(logits, run, trace.ids, generated[:step])  # what this step's token was chosen from
+shown_ids = list(dict.fromkeys([chosen.token_id, *np.argsort(-raw)[:10].tolist()]))
+columns = {"softmax": "raw (softmax, T = 1)", "penalties": "after penalties and bias",
+           "temperature": "after temperature", "min_p": "final (after top-k, top-p, min-p)"}
+by_name = {s.name: s.probs for s in run_stages}
+st.dataframe(pd.DataFrame({"token": [name(i) + (" ← chosen" if i == chosen.token_id else "") for i in shown_ids],
+                           "id": shown_ids,
+                           **{title: [f"{by_name[n][i]:.2%}" for i in shown_ids] for n, title in columns.items()}}),
+             hide_index=True, width="stretch")
+penalties = [f"repetition penalty {run.repetition_penalty:g}" if run.repetition_penalty != 1 else "",
+             f"presence penalty {run.presence_penalty:g}" if run.presence_penalty else "",
+             f"frequency penalty {run.frequency_penalty:g}" if run.frequency_penalty else "",
+             f"a logit bias on {plural(len(run.logit_bias), 'token')}" if run.logit_bias else ""]
+st.caption("The chosen token and the ten best raw candidates, with the run's own settings. Penalties and the bias "
+           "change the raw scores first: the repetition penalty divides the positive score (multiplies the negative "
+           "one) of every token already in the prompt or the answer; the presence penalty subtracts a fixed amount "
+           "from each token the answer has used, the frequency penalty that amount again for every use; the bias is "
+           "added as it is. Then temperature, then the filters. "
+           + ("This run used " + ", ".join(p for p in penalties if p) + "." if run.penalized else
+              "This run used no penalty and no bias, so the first two columns are the same."))
+
 
 # --- sampling controls (local to this page); they start from the run's own settings -------------------
 RUN_SETTINGS = {"nt_temperature": float(run.temperature), "nt_top_k": int(run.top_k), "nt_top_p": float(run.top_p),
@@ -139,8 +164,8 @@ def sampler() -> None:
     top_p = c[2].slider("top-p", **r["top_p"].widget_args(), key="nt_top_p")
     min_p = c[3].slider("min-p", **r["min_p"].widget_args(), key="nt_min_p")
     seed = c[4].number_input("seed (this page only)", **r["seed"].widget_args(), key="nt_seed")  # from session state
-    opts = GenerationOptions(temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),
-                             min_p=float(min_p), seed=int(seed))
+    opts = replace(run, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),  # the run's penalties
+                   min_p=float(min_p), seed=int(seed))
     moved = [k.removeprefix("nt_").replace("_", "-") for k, v in RUN_SETTINGS.items()
              if k != "nt_seed" and st.session_state[k] != v]
     if moved:
@@ -150,7 +175,7 @@ def sampler() -> None:
         st.button("Back to the run's settings", key="nt_reset", on_click=lambda: st.session_state.update(RUN_SETTINGS))
     else:
         st.caption("These are the run's own settings: the chart shows exactly what the token above was chosen from.")
-    stages = filter_stages(logits, opts)
+    stages = filter_stages(logits, opts, trace.ids, generated[:step])
     final = stages[-1].probs  # (V,)
     shown = np.argsort(-raw)[:12]
     labels = [plotly_label(f"{name(i)} ({i})") for i in shown]

@@ -206,7 +206,7 @@ elif stage == 8:
                                orientation="h")).update_layout(xaxis_tickformat=".0%"))
 elif stage == 9:
     o = trace.request.options
-    stages = filter_stages(trace.step_logits[0], o)
+    stages = filter_stages(trace.step_logits[0], o, trace.ids)
     st.markdown(f"This run used temperature {o.temperature}, top-k {o.top_k}, top-p {o.top_p}, min-p {o.min_p}"
                 + (" — greedy: always the favourite." if o.greedy else "."))
     st.markdown(" → ".join(f"**{s.name}**: {plural(s.kept, 'candidate')}" for s in stages))

@@ -3,7 +3,7 @@ from views.server_state import get_model
 from views.runs import run_for_page
 from views.session_request import current_request
 from views.chrome import page_header, stage_link
-from pipeline.stages.request import ChatRequest
+from pipeline.stages.request import PENALTY_NOTE, ChatRequest, repetition_body
 from pipeline.stages.template import default_system_prompt, turn_markers
 from pipeline.stages.tokens import role_counts
 
@@ -32,6 +32,11 @@ with c1:
 with c2:
     st.markdown("**Anthropic style**: the system prompt is a separate top-level `system` field.")
     st.code(json_text(req.anthropic), language="json", wrap_lines=True, height=TALL)
+if req.options.penalized:
+    st.caption(PENALTY_NOTE)
+    if repetition_body(req.options):
+        st.markdown("**vLLM or Hugging Face**: the repetition penalty, beside the OpenAI fields.")
+        st.code(json_text(repetition_body(req.options)), language="json")
 if not any(msg["role"] == "system" for msg in req.openai["messages"]):
     st.info("This request has no system prompt, so neither body has one. "
             + (f"{markdown_text(trace.dims.name)}'s template fills in its own default, as you can see below. "

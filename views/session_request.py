@@ -7,14 +7,15 @@ from dataclasses import asdict, replace
 import streamlit as st
 
 from pipeline.model.passes import PassCounter
-from pipeline.stages.request import MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, parse_turns
+from pipeline.stages.request import (MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, check_vocabulary,
+                                     parse_logit_bias, parse_turns)
 from pipeline.trace import Trace
 from views.server_state import default_model_key, get_model
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
 DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
-            **{k: v for k, v in _OPTIONS.items() if k != "stop"}, "stop": "",
+            **{k: v for k, v in _OPTIONS.items() if k not in ("stop", "logit_bias")}, "stop": "", "logit_bias": "",
             "model": default_model_key(), "prompt_format": "chat"}
 MODEL_FIELDS = ("model", "prompt_format")  # the model picker's fields (kept by "Reset to the default request")
 TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
@@ -32,8 +33,11 @@ def current_request() -> ChatRequest:
     options = GenerationOptions(
         max_new_tokens=int(s.req_max_new_tokens), temperature=float(s.req_temperature), top_k=int(s.req_top_k),
         top_p=float(s.req_top_p), min_p=float(s.req_min_p), seed=int(s.req_seed),
-        stop=tuple(x for x in s.req_stop.split("|") if x),
+        stop=tuple(x for x in s.req_stop.split("|") if x), repetition_penalty=float(s.req_repetition_penalty),
+        presence_penalty=float(s.req_presence_penalty), frequency_penalty=float(s.req_frequency_penalty),
+        logit_bias=parse_logit_bias(s.req_logit_bias),  # 'id:bias, ...'
     )
+    check_vocabulary(options, get_model().config_dims.V)
     history = parse_turns(s.req_history, "history", roles=("user", "assistant"))
     spec = get_model().spec
     prompt_format = s.req_prompt_format if offers_plain_text(spec) else "chat"

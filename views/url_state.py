@@ -17,7 +17,8 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.model.registry import CHAT_FORMATS
-from pipeline.stages.request import MAX_MESSAGE_CHARS, OPTION_RANGES, check_text, option_ranges
+from pipeline.stages.request import (MAX_MESSAGE_CHARS, OPTION_RANGES, GenerationOptions, check_text,
+                                     check_vocabulary, logit_bias_text, option_ranges, parse_logit_bias)
 from ui.escape import markdown_text
 
 
@@ -63,6 +64,13 @@ def _vocab_size() -> int:
     from views.server_state import get_model  # the model's files only: its dimensions are known before it loads
 
     return get_model().config_dims.V
+
+
+def logit_bias(s: str) -> str:
+    """'13:-100,7:2' -> '7:2, 13:-100': token ids of this model's vocabulary, biases from -100 to 100."""
+    bias = parse_logit_bias(s)
+    check_vocabulary(GenerationOptions(logit_bias=bias), _vocab_size())
+    return logit_bias_text(bias)
 
 
 def choice(options) -> Callable[[str], Any]:
@@ -113,6 +121,10 @@ REQUEST = {  # the sidebar's request: the same on every page
     "min_p": Param("req_min_p", option("min_p"), _num),
     "seed": Param("req_seed", option("seed")),
     "stop": Param("req_stop", text(400)),
+    "repetition_penalty": Param("req_repetition_penalty", option("repetition_penalty"), _num),
+    "presence_penalty": Param("req_presence_penalty", option("presence_penalty"), _num),
+    "frequency_penalty": Param("req_frequency_penalty", option("frequency_penalty"), _num),
+    "logit_bias": Param("req_logit_bias", logit_bias),
 }
 
 def page_params(page: str, L: int, H: int) -> dict[str, Param]:

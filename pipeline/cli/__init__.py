@@ -18,7 +18,7 @@ from dataclasses import fields
 
 from ..errors import InputError
 from ..files import check_input_file, check_output_file, write_atomic
-from ..stages.request import ChatRequest, GenerationOptions, check_text
+from ..stages.request import ChatRequest, GenerationOptions, check_text, parse_logit_bias
 from .terminal import safe_output
 
 DEFAULTS = GenerationOptions()
@@ -34,6 +34,12 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=DEFAULTS.min_p)
     p.add_argument("--seed", type=int, default=DEFAULTS.seed)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--repetition-penalty", type=float, default=DEFAULTS.repetition_penalty,
+                   help="transformers' repetition penalty over the prompt and the answer (1 = off)")
+    p.add_argument("--presence-penalty", type=float, default=DEFAULTS.presence_penalty, help="OpenAI's, -2 to 2")
+    p.add_argument("--frequency-penalty", type=float, default=DEFAULTS.frequency_penalty, help="OpenAI's, -2 to 2")
+    p.add_argument("--logit-bias", action="append", default=[], metavar="TOKEN_ID:BIAS",
+                   help="add BIAS (-100 to 100) to this token's score (repeatable)")
     p.add_argument("--json", dest="json_file", default=None, help="write the whole trace to this file")
     p.add_argument("--tensors", action="store_true", help="include the large tensors in the JSON")
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local Hugging Face "
@@ -47,6 +53,7 @@ def options_from_args(args) -> GenerationOptions:
     """The options named on the command line; fields are matched by name, never by position."""
     values = {f.name: getattr(args, f.name) for f in fields(GenerationOptions) if hasattr(args, f.name)}
     values["stop"] = tuple(args.stop)
+    values["logit_bias"] = parse_logit_bias(" ".join(args.logit_bias))
     return GenerationOptions(**values)
 
 

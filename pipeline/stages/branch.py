@@ -47,7 +47,7 @@ def branch_decode(lm: LanguageModel, trace, step: int, token_id: int, rid: str) 
     per_position = 2 * d.Hkv * d.Dh * d.bytes_per_value  # K and V of one position in one layer
     held = lambda n: [per_position * held_positions(d.window(i), n) for i in range(d.L)]  # noqa: E731
     answer = Answer(lm, torch.from_numpy(trace.step_logits[0]), trace.request.options, rid, time.perf_counter(),
-                     force={step: int(token_id)})
+                     force={step: int(token_id)}, prompt_ids=trace.ids)
     for i in range(step):  # replay the steps before the branch from the stored scores: same tokens, no model
         answer.fed(trace.step_logits[i].astype(np.float64))
         answer.choose(T + i, held(T + i))

@@ -185,8 +185,8 @@ class _Grammar:
 
 
 def constrained_decode(lm: LanguageModel, kv_cache, first_logits: torch.Tensor, request: ChatRequest, kind: str, spec,
-                       rid: str, started_at: float) -> tuple[Decode, list[MaskStep]]:
+                       rid: str, started_at: float, prompt_ids=None) -> tuple[Decode, list[MaskStep]]:
     """Decode `request` from its prefill under the grammar: only allowed tokens can be chosen."""
     grammar = _Grammar(lm, kind, spec)
-    answer = Answer(lm, first_logits, request.options, rid, started_at)
+    answer = Answer(lm, first_logits, request.options, rid, started_at, prompt_ids=prompt_ids)
     return continue_answer(lm, kv_cache, answer, grammar), grammar.steps

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 from ..model.plain_decoder import open_decoder
 from .decode_record import StreamEvent
 from .generation import Answer, Decoder, stream_answer
-from .request import ChatRequest, check_fits, request_id
+from .request import ChatRequest, check_fits, check_vocabulary, request_id
 from .tokens import tokenize_request
 from ..model.interface import LanguageModel
 
@@ -30,9 +30,10 @@ def open_answer(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int 
     t0 = time.perf_counter()
     ids = tokenize_request(lm.tokenizer, request).ids
     check_fits(lm.dims, len(ids), request.options.max_new_tokens, max_prompt_tokens)
+    check_vocabulary(request.options, lm.dims.V)
     decoder = open_decoder(lm, len(ids) + request.options.max_new_tokens)  # a static K/V cache sized for the request
     answer = Answer(lm, decoder.prefill(ids), request.options, request_id(request, time.time()), t0, record=False,
-                    on_event=on_event)
+                    on_event=on_event, prompt_ids=ids)
     return answer, decoder
 
 

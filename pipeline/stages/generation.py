@@ -7,7 +7,7 @@ Shape letters: S decode steps, V vocabulary, L layers.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator, Protocol
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -134,7 +134,11 @@ class Answer:
 
     def __init__(self, lm: LanguageModel, first_logits, options: GenerationOptions, rid: str, started_at: float,
                  force: dict[int, int] | None = None, record: bool = True,
-                 on_event: Callable[[StreamEvent], None] | None = None):
+                 on_event: Callable[[StreamEvent], None] | None = None, prompt_ids: Sequence[int] | None = None):
+        if prompt_ids is None and options.repetition_penalty != 1:
+            raise ValueError("a repetition penalty needs the prompt's ids (prompt_ids)")
+        # the repetition penalty counts the prompt's tokens too
+        self.prompt_ids = np.asarray([] if prompt_ids is None else prompt_ids, dtype=np.int64)
         self.tok, self.eos, self.options, self.rid = lm.tokenizer, end_token_ids(lm), options, rid
         self.force = force or {}  # {step: token id} chosen by a person instead of the sampler
         self.record, self.on_event = record, on_event
@@ -168,11 +172,14 @@ class Answer:
 
     def _pick(self, step: int, allowed: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None]:
         options = self.options
-        if not self.record and options.greedy and allowed is None and isinstance(self.logits, torch.Tensor):
+        if (not self.record and options.greedy and allowed is None and not options.penalized
+                and isinstance(self.logits, torch.Tensor)):
             # on the device: no copy of V scores
             return self.force.get(step, int(torch.argmax(self.logits))), None, None
         logits = scores(self.logits)
-        probs = final_probs(logits if allowed is None else np.where(allowed, logits, -np.inf), options)  # (V,)
+        # penalties and bias on the raw scores first, then temperature and the filters (next_token.filter_stages)
+        probs = final_probs(logits if allowed is None else np.where(allowed, logits, -np.inf), options,
+                            self.prompt_ids, self.generated)  # (V,)
         token = int(np.argmax(probs)) if options.greedy else int(draw(probs, 1, self.rng)[0])
         # the sampler still draws: later steps see the same randomness
         return self.force.get(step, token), logits, probs
@@ -304,13 +311,16 @@ def stream_answer(answer: Answer, decoder: Decoder | RecordingDecoder,
 
 
 def decode_loop(lm: LanguageModel, cache, first_logits: torch.Tensor, options: GenerationOptions, rid: str,
-                prefill_started_at: float | None = None, force: dict[int, int] | None = None) -> Decode:
+                prefill_started_at: float | None = None, force: dict[int, int] | None = None,
+                prompt_ids: Sequence[int] | None = None) -> Decode:
     """The captured decode: choose, stream and feed back tokens through HF's forward over `cache`.
 
     Step 0's `seconds` runs from `prefill_started_at` (prefill + choosing the first token);
     every later step's from the moment the previous token was fed back. force: {step: token id}.
+    prompt_ids: the prompt's ids, which the repetition penalty counts too.
     """
-    answer = Answer(lm, first_logits, options, rid, prefill_started_at or time.perf_counter(), force)
+    answer = Answer(lm, first_logits, options, rid, prefill_started_at or time.perf_counter(), force,
+                    prompt_ids=prompt_ids)
     return continue_answer(lm, cache, answer)
 
 
@@ -323,15 +333,19 @@ def continue_answer(lm: LanguageModel, cache, answer: Answer, constraint: Constr
 
 
 def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
-                 rids: list[str], started_at: list[float]) -> list[Decode]:
+                 rids: list[str], started_at: list[float],
+                 prompt_ids: list[Sequence[int]] | None = None) -> list[Decode]:
     """Several requests decoded together, one forward pass per step for all of them, as servers do.
 
     Each request keeps its own options, random generator and stream. Their KV caches are joined
     into one batch, left-padded to the longest (B, Hkv, T, Dh) with an attention mask that hides the
     padding; each row continues at its own position. A row whose answer has ended leaves the batch.
     The bytes recorded per request are its own rows' (real positions, not padding).
+    prompt_ids: each request's prompt ids (for its repetition penalty).
     """
-    answers = [Answer(lm, lg, o, r, t) for lg, o, r, t in zip(first_logits, options, rids, started_at)]
+    prompts = prompt_ids or [None] * len(rids)
+    answers = [Answer(lm, lg, o, r, t, prompt_ids=ids)
+               for lg, o, r, t, ids in zip(first_logits, options, rids, started_at, prompts)]
     lengths = [cache_len(c) for c in caches]  # real positions per request
     if any(k.shape[2] != n for c, n in zip(caches, lengths) for k, _ in cache_layers(c)):
         # A sliding-window layer past its window keeps only its last positions (Gemma 3): such caches do not

@@ -1,4 +1,5 @@
-"""Stage: the next token. From logits to one chosen token: temperature, top-k, top-p, min-p, a draw.
+"""Stage: the next token. From logits to one chosen token: penalties and bias, temperature, top-k, top-p, min-p,
+a draw.
 
 Every filter stage is kept so a page can show the distribution before and after each one.
 Worked example (seed article): logits [3, 2.2, 1.6, 1.1, -1.5] -> [54, 24, 13, 8, 0.6] %.
@@ -6,6 +7,7 @@ Worked example (seed article): logits [3, 2.2, 1.6, 1.1, -1.5] -> [54, 24, 13, 8
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -13,9 +15,10 @@ from ..checks import array, integer, number, token_ids
 from ..errors import InputError
 from ..maths import softmax as _softmax, top_indices
 from ..text.token_names import tokens_text
+from .penalties import penalized
 from .request import GenerationOptions
 
-STAGE_NAMES = ("softmax", "temperature", "top_k", "top_p", "min_p")
+STAGE_NAMES = ("softmax", "penalties", "temperature", "top_k", "top_p", "min_p")
 MAX_DRAWS = 10_000_000  # the page offers 10,000; 10 million draws are 80 MB of float64
 TIE_RULE = ("Ties at a cut are kept whole: top-k keeps every token tied with the k-th (so sometimes more than k), "
             "as Hugging Face transformers does; top-p keeps every token tied with the last one it needs, where "
@@ -58,8 +61,11 @@ def tempered(logits: np.ndarray, temperature: float) -> np.ndarray:
         return softmax(shifted / temperature)
 
 
-def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]:
-    """Apply temperature -> top-k -> top-p -> min-p (the order HF's samplers use).
+def filter_stages(logits: np.ndarray, options: GenerationOptions, prompt_ids: Sequence[int] = (),
+                  generated_ids: Sequence[int] = ()) -> list[Stage]:
+    """Apply penalties and bias -> temperature -> top-k -> top-p -> min-p (the order HF's samplers use).
+
+    The penalties (pipeline.stages.penalties) need what came before: the prompt's ids and the answer's so far.
 
     Ties at a cut are kept whole (TIE_RULE), so the result never depends on token ids or sort order:
     top-k 2 of [0.4, 0.3, 0.3] keeps all three; top-p 0.5 of [0.25, 0.25, 0.25, 0.25] keeps all four.
@@ -70,7 +76,13 @@ def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]
         raise InputError("options", f"must be GenerationOptions, got {type(options).__name__}.")
     raw = softmax(logits)
     stages = [Stage("softmax", raw, int((raw > 0).sum()))]
-    p = raw if options.temperature == 1 else tempered(logits, options.temperature)
+    if options.penalized:
+        logits = penalized(logits, options, prompt_ids, generated_ids)
+        shaped = softmax(logits)
+    else:
+        shaped = raw
+    stages.append(Stage("penalties", shaped, int((shaped > 0).sum())))
+    p = shaped if options.temperature == 1 else tempered(logits, options.temperature)
     stages.append(Stage("temperature", p, int((p > 0).sum())))
     if options.top_k > 0 and options.top_k < (p > 0).sum():
         kth = np.partition(p, p.size - options.top_k)[p.size - options.top_k]  # the k-th largest probability
@@ -89,8 +101,9 @@ def filter_stages(logits: np.ndarray, options: GenerationOptions) -> list[Stage]
     return stages
 
 
-def final_probs(logits: np.ndarray, options: GenerationOptions) -> np.ndarray:
-    return filter_stages(logits, options)[-1].probs
+def final_probs(logits: np.ndarray, options: GenerationOptions, prompt_ids: Sequence[int] = (),
+                generated_ids: Sequence[int] = ()) -> np.ndarray:
+    return filter_stages(logits, options, prompt_ids, generated_ids)[-1].probs
 
 
 def draw(probs: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:

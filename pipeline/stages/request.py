@@ -49,9 +49,15 @@ class GenerationOptions:
     min_p: float = 0.0  # 0 = off
     seed: int | None = 0  # fixed so a sampled run can be replayed
     stop: tuple[str, ...] = ()  # stop strings: generation ends once the text contains one
+    # Penalties and bias change the raw scores before temperature (pipeline.stages.penalties):
+    repetition_penalty: float = 1.0  # 1 = off; transformers' formula over the prompt and the answer so far
+    presence_penalty: float = 0.0  # 0 = off; OpenAI's, over the answer so far (-2 to 2)
+    frequency_penalty: float = 0.0  # 0 = off; OpenAI's, per earlier use in the answer (-2 to 2)
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias in [-100, 100]) by id; a dict is accepted
 
     def __post_init__(self):
         object.__setattr__(self, "stop", _stop_tuple(self.stop))
+        object.__setattr__(self, "logit_bias", _bias_tuple(self.logit_bias))
         if not _int(self.max_new_tokens) or not 0 < self.max_new_tokens <= MAX_NEW_TOKENS:
             raise InputError("max_new_tokens", f"must be an integer from 1 to {MAX_NEW_TOKENS:,}, "
                                                f"got {self.max_new_tokens!r}.")
@@ -68,15 +74,95 @@ class GenerationOptions:
             raise InputError("min_p", f"must be in [0, 1], got {self.min_p!r}.")
         if self.seed is not None and (not _int(self.seed) or self.seed < 0):
             raise InputError("seed", f"must be a non-negative integer, got {self.seed!r}.")
+        if not _finite(self.repetition_penalty) or not 0 < self.repetition_penalty <= MAX_REPETITION_PENALTY:
+            raise InputError("repetition_penalty", f"must be above 0 and at most {MAX_REPETITION_PENALTY:g} "
+                                                   f"(1 = off), got {self.repetition_penalty!r}.")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not _finite(value) or not -2 <= value <= 2:
+                raise InputError(name, f"must be from -2 to 2 (0 = off), as OpenAI accepts, got {value!r}.")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def penalized(self) -> bool:
+        """True when a penalty or a bias changes the raw scores."""
+        return (self.repetition_penalty != 1 or self.presence_penalty != 0 or self.frequency_penalty != 0
+                or bool(self.logit_bias))
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        d["logit_bias"] = logit_bias_body(self)
         return d
+
+
+MAX_REPETITION_PENALTY = 10.0  # far past any use (1.2 is the CTRL paper's advice): a bound for a link's value
+MAX_LOGIT_BIAS_ENTRIES = 300  # our bound, so one request cannot carry a huge table
+LOGIT_BIAS_LIMIT = 100  # OpenAI: "a bias value from -100 to 100"
+LOGIT_BIAS_CHARS = 20 * MAX_LOGIT_BIAS_ENTRIES  # the typed form's length ('262143:-99.5, ' is 14)
+
+
+def logit_bias_body(options: GenerationOptions) -> dict[str, float]:
+    """{"id": bias}, as OpenAI's JSON carries it (keys are strings)."""
+    return {str(i): b for i, b in options.logit_bias}
+
+
+def logit_bias_text(bias) -> str:
+    """((13, -100.0), (42, 2.5)) -> '13:-100, 42:2.5' (what the sidebar, the CLI and a link show)."""
+    return ", ".join(f"{i}:{b:g}" for i, b in _bias_tuple(bias))
+
+
+def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
+    """'13:-100, 42:2.5' (commas or spaces between entries) -> ((13, -100.0), (42, 2.5)); '' -> ()."""
+    text = check_text("logit_bias", text, LOGIT_BIAS_CHARS)
+    pairs = []
+    for item in text.replace(",", " ").split():
+        token, sep, bias = item.partition(":")
+        if not sep or not token.isascii() or not token.isdigit():
+            raise InputError("logit_bias", f"{item[:40]!r} must be TOKEN_ID:BIAS, e.g. 13:-100.")
+        try:
+            value = float(bias)
+        except ValueError:
+            raise InputError("logit_bias", f"{item[:40]!r}: the bias must be a number from -100 to 100.") from None
+        pairs.append((int(token), value))
+    return _bias_tuple(pairs)
+
+
+def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
+    """A logit bias names token ids: each must be one of the model's V (checked once the model is known)."""
+    bad = [i for i, _ in options.logit_bias if i >= vocab_size]
+    if bad:
+        raise InputError("logit_bias", f"token id {bad[0]:,} is past the vocabulary (V = {vocab_size:,}: ids 0 to "
+                                       f"{vocab_size - 1:,}).")
+
+
+def _bias_tuple(bias) -> tuple[tuple[int, float], ...]:
+    """A dict {id: bias} (ids may be digit strings, as in OpenAI's JSON) or (id, bias) pairs -> pairs sorted by id."""
+    if isinstance(bias, dict):
+        bias = list(bias.items())
+    if not isinstance(bias, (list, tuple)):
+        raise InputError("logit_bias", f"must map token ids to biases, got {type(bias).__name__}.")
+    if len(bias) > MAX_LOGIT_BIAS_ENTRIES:
+        raise InputError("logit_bias", f"at most {MAX_LOGIT_BIAS_ENTRIES} tokens, got {len(bias)}.")
+    out = {}
+    for pair in bias:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise InputError("logit_bias", "each entry must be a (token id, bias) pair.")
+        token, value = pair
+        if isinstance(token, str) and token.isascii() and token.isdigit():
+            token = int(token)
+        if not _int(token) or token < 0:
+            raise InputError("logit_bias", f"token ids must be whole numbers of at least 0, got {token!r}.")
+        if not _finite(value) or not -LOGIT_BIAS_LIMIT <= value <= LOGIT_BIAS_LIMIT:
+            raise InputError("logit_bias", f"the bias of token {token} must be from -{LOGIT_BIAS_LIMIT} to "
+                                           f"{LOGIT_BIAS_LIMIT}, got {value!r}.")
+        if token in out:
+            raise InputError("logit_bias", f"token {token} is given twice.")
+        out[int(token)] = float(value)
+    return tuple(sorted(out.items()))
 
 
 MIN_TEMPERATURE = 1e-3  # below this, logits / T overflows float64 for ordinary logits
@@ -102,6 +188,8 @@ OPTION_RANGES = {  # top-k's range needs the model: option_ranges(V)
     "max_new_tokens": Range(1, APP_MAX_NEW_TOKENS), "temperature": Range(0.0, 2.0, 0.01),
     "top_p": Range(0.01, 1.0, 0.01), "min_p": Range(0.0, 1.0, 0.01),
     "seed": Range(0, 2**31 - 1),  # what a widget's integer holds, and any random generator takes
+    "repetition_penalty": Range(0.5, 2.0, 0.01),  # below 1 rewards repeats; 1.1-1.3 is the usual advice
+    "presence_penalty": Range(-2.0, 2.0, 0.01), "frequency_penalty": Range(-2.0, 2.0, 0.01),  # OpenAI's range
 }
 
 
@@ -267,7 +355,25 @@ def openai_style(request: ChatRequest) -> dict:
         body["seed"] = o.seed
     if o.stop:
         body["stop"] = list(o.stop)
+    if o.presence_penalty:
+        body["presence_penalty"] = o.presence_penalty
+    if o.frequency_penalty:
+        body["frequency_penalty"] = o.frequency_penalty
+    if o.logit_bias:
+        body["logit_bias"] = logit_bias_body(o)
     return body
+
+
+def repetition_body(options: GenerationOptions) -> dict:
+    """The one option neither OpenAI nor Anthropic has: {"repetition_penalty": p} as vLLM's OpenAI-compatible
+    server takes it beside the OpenAI fields (and Hugging Face's generate as an argument); {} when it is off."""
+    p = options.repetition_penalty
+    return {"repetition_penalty": p} if p != 1 else {}
+
+
+PENALTY_NOTE = ("Anthropic's Messages API has none of the penalties nor a logit bias, so its body leaves them out; "
+                "OpenAI has presence_penalty, frequency_penalty and logit_bias but no repetition_penalty, which "
+                "vLLM and Hugging Face transformers accept.")
 
 
 def anthropic_style(request: ChatRequest) -> dict:
