@@ -61,7 +61,7 @@ def address_of(url: str) -> str:
 
 
 class RedisStore:
-    def __init__(self, url: str, prefix: str = "runs", max_value_bytes: int = MAX_VALUE_BYTES,
+    def __init__(self, url: str, prefix: str = "runs", max_value_bytes: int | None = None,
                  timeout_s: float = 0.5, shares: Callable[[Hashable], bool] = lambda key: True,
                  pending_max_bytes: int = PENDING_MAX_BYTES):
         import redis
@@ -74,7 +74,8 @@ class RedisStore:
         self._errors = (redis.ConnectionError, redis.TimeoutError, OSError)
         self._response_error = redis.ResponseError
         self.where = address_of(url)
-        self.prefix, self.max_value_bytes, self.shares = prefix, max_value_bytes, shares
+        self.prefix, self.shares = prefix, shares
+        self.max_value_bytes = MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes
         self.pending_max_bytes = pending_max_bytes
         self.problem: str | None = None  # why the shared store is not being used now, in words (None: it is)
         self._lock = threading.Lock()

@@ -3,7 +3,7 @@
 Both implement `SharedStore`: `get` (None for a miss, never an error), `put` (never raises), `problem`
 (why it is not being used now, in words, or None), `kept_local(key)` (why a value stays in this
 process only, or None). `TPE_STORE=redis://:PASSWORD@HOST:PORT/0` picks Redis (`./run.sh room-store`
-prints the URL); unset or `disk`, the folder.
+prints the URL); unset or `disk`, the folder. TPE_STORE_MAX_RUN_MB bounds one run in Redis (default 64 MB).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Callable, Hashable, Protocol
 from .errors import InputError
 
 STORE_ENV = "TPE_STORE"
+MAX_RUN_ENV = "TPE_STORE_MAX_RUN_MB"  # a run larger than this, compressed, stays in its server's memory (default 64)
 
 
 class SharedStore(Protocol):
@@ -45,7 +46,12 @@ def runs_store(folder: Path) -> SharedStore:
         return DiskStore(folder)
     from .redis_store import RedisStore
 
-    return RedisStore(url, prefix="runs")
+    limit = os.environ.get(MAX_RUN_ENV, "").strip()
+    try:
+        max_bytes = int(float(limit) * 2**20) if limit else None
+    except ValueError:
+        raise InputError(MAX_RUN_ENV, f"must be a number of megabytes, not {limit[:20]!r}") from None
+    return RedisStore(url, prefix="runs", max_value_bytes=max_bytes)
 
 
 def results_store(shared: Callable[[Hashable], bool]) -> SharedStore | None:

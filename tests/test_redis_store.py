@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,3 +157,34 @@ def test_a_redis_that_accepts_but_never_answers_times_out_and_is_skipped(tmp_pat
         assert store.get("k") is None and store.problem
         store.put("k", [1])  # during the backoff: kept, not sent
         assert store.waiting == 1 and store.get("k") == [1]
+
+
+def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tiny_app, server, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from views.server_state import model_handle, result_store, run_queue, run_store
+    from views.warm_up import warm_up
+
+    def page(store_url: str, **env):
+        monkeypatch.setenv("TPE_STORE", store_url)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        for resource in (model_handle, run_store, result_store, run_queue, warm_up):
+            resource.clear()
+        at = AppTest.from_file(str(Path(__file__).parent.parent / "views" / "tokens.py"), default_timeout=300)
+        at.session_state["req_max_new_tokens"] = 2
+        at.run()
+        assert not at.exception, at.exception
+        return " ".join(c.value for c in at.caption)
+
+    try:
+        closed = f"redis://:{PASSWORD}@127.0.0.1:{_free_port()}/0"
+        said = page(closed)
+        assert "unavailable" in said and f"127.0.0.1:{closed.rsplit(':', 1)[1][:-2]}" in said and PASSWORD not in said
+        assert run_store().disk.waiting == 1  # the run, kept for when it answers
+        said = page(server.url, TPE_STORE_MAX_RUN_MB="0.001")
+        assert "kept on this server only" in said and "unavailable" not in said
+        assert not server.client().keys("tpe:runs:*")
+    finally:
+        for resource in (model_handle, run_store, result_store, run_queue, warm_up):
+            resource.clear()

@@ -30,7 +30,7 @@ RUN_LINE = re.compile(r"ran \d+ job\(s\) of kind trace")  # the queue's log line
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
 
 
