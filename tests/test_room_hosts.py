@@ -190,10 +190,20 @@ def _done(page, question: str, timeout_s: float = 300) -> None:
                            "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000)
 
 
-def _open(page, name: str) -> None:
-    page.locator(SIDEBAR_LINK, has_text=name).first.click()
-    page.wait_for_function("n => document.querySelector('h1') && document.querySelector('h1').innerText.includes(n)",
-                           arg=name, timeout=300_000)
+def _open(page, name: str, timeout_s: float = 300) -> None:
+    """Click the sidebar's link to page `name` until its title shows: a click while the page is still
+    reconnecting (its server just died) is lost, so it is clicked again."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.locator(SIDEBAR_LINK, has_text=name).first.click()
+        try:
+            page.wait_for_function("n => document.querySelector('h1') && "
+                                   "document.querySelector('h1').innerText.includes(n)", arg=name, timeout=20_000)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                page.screenshot(path=str(ROOT / "artifacts" / f"room-hosts-{name}.png"))
+                raise
 
 
 def _replica(context) -> str | None:
