@@ -8,10 +8,12 @@ error. The bound is Redis's own: `maxmemory` with `allkeys-lru`, set by `./run.s
 value larger than `max_value_bytes` (compressed) is not sent and stays in this replica's memory
 (`kept_local` says why, for the page to say so).
 
-Redis down (stopped, unreachable, a wrong password): calls give up after a short socket timeout and
-the store is skipped for a backoff (0.5 s doubling to 30 s) so a page never hangs on it; `problem`
-says so. What is put meanwhile is kept (compressed, 256 MB at most, oldest first out) and written by a
-background thread as soon as Redis answers again (or by the next call that finds it back).
+Redis down (stopped, unreachable, a wrong password): a connection gives up after 0.5 s, a call on an
+open one after 5 s (a 25 MB run written to a Redis starved of CPU took over 0.5 s: a shorter limit said
+"unavailable" of a Redis that was only slow), and the store is then skipped for a backoff (0.5 s
+doubling to 30 s) so a page never hangs on it; `problem` says so. What is put meanwhile is kept
+(compressed, 256 MB at most, oldest first out) and written by a background thread as soon as Redis
+answers again (or by the next call that finds it back).
 Values are unpickled, so Redis must be the room's own: a private address and a password per room.
 """
 from __future__ import annotations
@@ -62,13 +64,15 @@ def address_of(url: str) -> str:
 
 class RedisStore:
     def __init__(self, url: str, prefix: str = "runs", max_value_bytes: int | None = None,
-                 timeout_s: float = 0.5, shares: Callable[[Hashable], bool] = lambda key: True,
+                 timeout_s: float = 5.0, connect_timeout_s: float = 0.5,
+                 shares: Callable[[Hashable], bool] = lambda key: True,
                  pending_max_bytes: int = PENDING_MAX_BYTES):
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
-        self.client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        self.client = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                           socket_connect_timeout=min(connect_timeout_s, timeout_s),
                                            retry=Retry(NoBackoff(), 0), retry_on_timeout=False,
                                            health_check_interval=0)
         self._errors = (redis.ConnectionError, redis.TimeoutError, OSError)
