@@ -188,3 +188,24 @@ def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tin
     finally:
         for resource in (model_handle, run_store, result_store, run_queue, warm_up):
             resource.clear()
+
+
+def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_shared(server, tmp_path, monkeypatch):
+    from pipeline.disk_store import DiskStore
+    from pipeline.errors import InputError
+    from pipeline.stores import results_store, runs_store
+    from views.server_state import is_scenario_key
+
+    monkeypatch.delenv("TPE_STORE", raising=False)
+    assert isinstance(runs_store(tmp_path), DiskStore) and results_store(is_scenario_key) is None
+    monkeypatch.setenv("TPE_STORE", "http://10.0.0.1:6390")
+    with pytest.raises(InputError, match="TPE_STORE"):
+        runs_store(tmp_path)
+    monkeypatch.setenv("TPE_STORE", server.url)
+    assert isinstance(runs_store(tmp_path), RedisStore)
+    results = RunStore(size_of=len, disk=results_store(is_scenario_key))
+    scenario, branch = ("smollm2-135m", "scenario", "conversation", 16), ("smollm2-135m", "branch", "k", (1,))
+    results.put(scenario, [{"hit": 3}])
+    results.put(branch, [{"trace": 1}])
+    assert results_store(is_scenario_key).get(scenario) == [{"hit": 3}]  # another replica's store finds it
+    assert server.client().keys("tpe:results:*") == [results.disk.redis_key(scenario).encode()]
