@@ -21,12 +21,28 @@ setup() {
 }
 
 browser() {
-  if ! dpkg -s chromium fonts-noto-cjk fonts-noto-color-emoji haproxy >/dev/null 2>&1; then
-    echo "Installing Debian's chromium (browser tests) and haproxy (the replicas test)..."
+  if ! dpkg -s chromium fonts-noto-cjk fonts-noto-color-emoji haproxy redis-server >/dev/null 2>&1; then
+    echo "Installing Debian's chromium (browser tests), haproxy and redis-server (the room tests)..."
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji haproxy >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium fonts-noto-cjk fonts-noto-color-emoji haproxy \
+      redis-server >/dev/null
   fi
+}
+
+need() {  # need COMMAND DEBIAN_PACKAGE: install the package when the command is missing
+  if ! command -v "$1" >/dev/null 2>&1; then
+    echo "Installing Debian's $2..."
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$2" >/dev/null
+  fi
+}
+
+balancer() {  # balancer SERVER_LINES BIND CONFIG: HAProxy in front of the replicas, in the foreground
+  ROOM_BIND="$2" SERVERS="$1" "$VENV/bin/python" -c "import os, string, sys; sys.stdout.write(
+    string.Template(open('deploy/haproxy.cfg.template').read()).substitute(os.environ))" > "$3"
+  haproxy -W -db -f "$3"
 }
 
 case "${1:-app}" in
@@ -57,12 +73,7 @@ case "${1:-app}" in
     # ./run.sh room N [PORT]: N app processes behind HAProxy on one port (default 8500), sharing the
     # on-disk store of runs. ROOM_ADDRESS=0.0.0.0 lets the local network in (default: this machine).
     setup
-    if ! command -v haproxy >/dev/null 2>&1; then
-      echo "Installing Debian's haproxy..."
-      SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-      $SUDO apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
-    fi
+    need haproxy haproxy
     N="${2:-2}"; PORT="${3:-8500}"; ADDRESS="${ROOM_ADDRESS:-127.0.0.1}"
     mkdir -p .cache
     pids=(); servers=""
@@ -79,17 +90,89 @@ case "${1:-app}" in
       servers+="    server replica$i 127.0.0.1:$p check cookie r$i"$'\n'
     done
     trap 'kill "${pids[@]}" 2>/dev/null' EXIT INT TERM
-    ROOM_BIND="$ADDRESS:$PORT" SERVERS="$servers" "$VENV/bin/python" -c "import os, string, sys; sys.stdout.write(
-      string.Template(open('deploy/haproxy.cfg.template').read()).substitute(os.environ))" > .cache/haproxy.cfg
     echo "Room of $N replicas: http://$ADDRESS:$PORT (logs in .cache/replica-*.log)"
-    haproxy -W -db -f .cache/haproxy.cfg
+    balancer "$servers" "$ADDRESS:$PORT" .cache/haproxy.cfg
+    ;;
+  room-store)
+    # ./run.sh room-store ADDRESS [PORT]: the room's Redis (default port 6390), listening on ADDRESS (this
+    # machine's address on the room's private network) and 127.0.0.1 only, protected mode on, with a password
+    # generated once per room ($ROOM_STORE_DIR, default .cache/room-store: password, redis.conf, store.url,
+    # the snapshot runs.rdb). Bounded by ROOM_STORE_MB (default 2048) of memory; past it the least recently
+    # used runs are evicted. Prints what each host passes to room-host.
+    need redis-server redis-server
+    ADDRESS="${2:?usage: ./run.sh room-store ADDRESS [PORT]}"; PORT="${3:-6390}"
+    case "$ADDRESS" in
+      0.0.0.0|::|"*") echo "room-store: give the room's private address, not every interface ($ADDRESS)" >&2; exit 2 ;;
+    esac
+    DIR="${ROOM_STORE_DIR:-.cache/room-store}"
+    mkdir -p "$DIR"; chmod 700 "$DIR"; DIR="$(cd "$DIR" && pwd)"
+    [ -s "$DIR/password" ] || (umask 077; head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$DIR/password")
+    PASS="$(cat "$DIR/password")"
+    BIND="127.0.0.1"; [ "$ADDRESS" = 127.0.0.1 ] || BIND="$ADDRESS 127.0.0.1"
+    (umask 077
+     printf '%s\n' "bind $BIND" "port $PORT" "protected-mode yes" "requirepass $PASS" \
+       "maxmemory ${ROOM_STORE_MB:-2048}mb" "maxmemory-policy allkeys-lru" "save 300 1" "dbfilename runs.rdb" \
+       "dir $DIR" "daemonize no" > "$DIR/redis.conf"
+     echo "redis://:$PASS@$ADDRESS:$PORT/0" > "$DIR/store.url")
+    echo "Room store on $ADDRESS:$PORT; copy $DIR/store.url to each host (it holds the password), then there:"
+    echo "  ./run.sh room-host N --store @store.url"
+    exec redis-server "$DIR/redis.conf"
+    ;;
+  room-host)
+    # ./run.sh room-host N [FIRST_PORT] --store URL|@FILE: N replicas on this machine on ports FIRST_PORT...
+    # (default 8601), listening on ROOM_ADDRESS (this machine's address on the room's private network; default
+    # 127.0.0.1), sharing finished runs through the room's Redis (@FILE: read the URL from a file, so the
+    # password is not on a command line). Prints each replica's ADDRESS:PORT for the balancer's hosts file.
+    setup
+    STORE="${TPE_STORE:-}"; pos=()
+    set -- "${@:2}"
+    while [ $# -gt 0 ]; do
+      case "$1" in
+        --store) [ $# -ge 2 ] || { echo "--store needs a redis:// URL or @FILE" >&2; exit 2; }
+                 STORE="$2"; shift 2 ;;
+        --store=*) STORE="${1#--store=}"; shift ;;
+        *) pos+=("$1"); shift ;;
+      esac
+    done
+    [ "${STORE:0:1}" = "@" ] && STORE="$(cat "${STORE:1}")"
+    [ -n "$STORE" ] || { echo "room-host needs --store redis://... (see ./run.sh room-store)" >&2; exit 2; }
+    N="${pos[0]:-1}"; FIRST="${pos[1]:-8601}"; ADDRESS="${ROOM_ADDRESS:-127.0.0.1}"; LOGS="${ROOM_LOGS:-.cache}"
+    mkdir -p "$LOGS"
+    pids=()
+    for i in $(seq 0 $((N - 1))); do
+      p=$((FIRST + i))
+      TPE_STORE="$STORE" "$VENV/bin/streamlit" run app.py --server.port "$p" --server.address "$ADDRESS" \
+        > "$LOGS/replica-$ADDRESS-$p.log" 2>&1 &
+      pids+=($!)
+      echo "$ADDRESS:$p"
+    done
+    trap 'kill "${pids[@]}" 2>/dev/null' EXIT INT TERM
+    wait
+    ;;
+  room-balancer)
+    # ./run.sh room-balancer HOSTS_FILE [PORT]: HAProxy on PORT (default 8500) in front of every replica the
+    # file lists, one ADDRESS:PORT a line (what room-host printed; # starts a comment). ROOM_ADDRESS as for room.
+    need haproxy haproxy
+    HOSTS="${2:?usage: ./run.sh room-balancer HOSTS_FILE [PORT]}"; PORT="${3:-8500}"; ADDRESS="${ROOM_ADDRESS:-127.0.0.1}"
+    servers=""; k=0
+    while read -r line || [ -n "$line" ]; do
+      line="${line%%#*}"; line="${line//[[:space:]]/}"
+      [ -n "$line" ] || continue
+      [[ "$line" =~ ^[A-Za-z0-9.:-]+:[0-9]+$ ]] || { echo "room-balancer: not ADDRESS:PORT: $line" >&2; exit 2; }
+      k=$((k + 1))
+      servers+="    server replica$k $line check cookie r$k"$'\n'
+    done < "$HOSTS"
+    [ "$k" -gt 0 ] || { echo "room-balancer: no replica in $HOSTS" >&2; exit 2; }
+    mkdir -p .cache
+    echo "Room of $k replicas from $HOSTS: http://$ADDRESS:$PORT"
+    balancer "$servers" "$ADDRESS:$PORT" "${ROOM_BALANCER_CFG:-.cache/haproxy-balancer.cfg}"
     ;;
   fast)
     setup
     exec "$VENV/bin/python" -m pytest -q -m "not model and not app and not browser" "${@:2}"
     ;;
   *)
-    echo "usage: ./run.sh [app|test|fast|room N [PORT]]" >&2
+    echo "usage: ./run.sh [app|test|fast|room N [PORT]|room-store ADDRESS [PORT]|room-host N [FIRST_PORT] --store URL|@FILE|room-balancer HOSTS_FILE [PORT]]" >&2
     exit 2
     ;;
 esac

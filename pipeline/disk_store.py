@@ -88,6 +88,10 @@ class DiskStore:
         except OSError:  # the folder went away meanwhile: nothing to bound
             pass
 
+    def kept_local(self, key: Hashable) -> str | None:
+        """Never: every run this process can write is written (see `problem` for a folder that cannot be)."""
+        return None
+
     def _files(self) -> list[tuple[float, int, Path]]:
         """(mtime, size, path) of every file in the folder, runs and anything else."""
         files = []

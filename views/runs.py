@@ -14,18 +14,29 @@ from views.session_request import current_request, request_key
 from views.waiting import run_through_queue
 
 
-def disk_store_note() -> None:
-    """One line under a run when runs are not being saved to disk (they are served from memory)."""
-    disk = run_store().disk
-    if disk is not None and disk.problem:
-        st.caption(f"💾 Runs are kept in memory only, not saved in {code_span(str(disk.folder))}: {disk.problem}.")
+def shared_store_note(key: tuple) -> None:
+    """One line under a run when runs are not being saved behind memory (a folder that cannot be written, a
+    Redis that does not answer), or when this run is too large for the shared store (kept on this server only)."""
+    store = run_store().disk
+    if store is None:
+        return
+    if store.problem and hasattr(store, "folder"):
+        st.caption(f"💾 Runs are kept in memory only, not saved in {code_span(str(store.folder))}: {store.problem}.")
+    elif store.problem:
+        st.caption(f"🔌 Runs are served from this server's memory: {markdown_text(store.problem)}. What is computed "
+                   "meanwhile is kept here and written there once it answers again.")
+    why = store.kept_local(key)
+    if why:
+        st.caption(f"📦 This run is kept on this server only, not in the room's shared store: {markdown_text(why)}. "
+                   "A learner moved to another server would wait for it to run again.")
 
 
 def run_for_request(request: ChatRequest) -> Trace:
     """The run (Trace) of `request`: the stored one, or run through the queue if nobody has asked it yet."""
-    stored = run_store().peek(request_key(request), disk=True)
+    key = request_key(request)
+    stored = run_store().peek(key, disk=True)
     trace = stored if stored is not None else run_through_queue(request)
-    disk_store_note()
+    shared_store_note(key)
     return trace
 
 

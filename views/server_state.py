@@ -16,13 +16,13 @@ import os
 
 import streamlit as st
 
-from pipeline.disk_store import DiskStore
 from pipeline.errors import InputError
 from pipeline.model.handle import ModelHandle
 from pipeline.model.registry import DEFAULT_MODEL, resolve
 from pipeline.model.weights_cache import cache_root
 from pipeline.run_queue import RunQueue
 from pipeline.run_store import RunStore, deep_size
+from pipeline.stores import results_store, runs_store
 
 RESULT_MAX_BYTES = 256 * 2**20  # the results store beside the runs (a branch's trace holds arrays too)
 APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
@@ -104,17 +104,24 @@ def model_handle(key: str) -> ModelHandle:
 
 @st.cache_resource
 def run_store() -> RunStore:
-    """Finished runs: the hot ones in memory (1.2 GB of arrays at most), all of them on disk (4 GB).
-    One run per distinct request (plain values as the key), shared by every page and session.
-    A cache folder that cannot be written (read-only, full) turns the disk off; `views.runs.disk_store_note` says so."""
-    return RunStore(disk=DiskStore(cache_root() / "runs"))
+    """Finished runs: the hot ones in memory (1.2 GB of arrays at most), all of them on disk (4 GB) or, with
+    TPE_STORE=redis://..., in the room's Redis. One run per distinct request (plain values as the key), shared
+    by every page and session. A cache folder that cannot be written (read-only, full) or a Redis that does not
+    answer is skipped; `views.runs.shared_store_note` says so."""
+    return RunStore(disk=runs_store(cache_root() / "runs"))
 
 
 @st.cache_resource
 def result_store() -> RunStore:
     """Results of other model runs (prompt-caching scenarios, cache on/off measurements, branch and
-    constrained traces), computed once per server; 256 MB at most, by their real size."""
-    return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size)
+    constrained traces), computed once per server; 256 MB at most, by their real size. With TPE_STORE=redis://...
+    the prompt-caching scenarios are shared through Redis too (played once per room)."""
+    return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size, disk=results_store(is_scenario_key))
+
+
+def is_scenario_key(key) -> bool:
+    """(model, "scenario", name, block size): a prepared prompt-caching scenario's rows (views/scenarios.py)."""
+    return isinstance(key, tuple) and len(key) > 1 and key[1] == "scenario"
 
 
 @st.cache_resource

@@ -1,0 +1,211 @@
+"""The Redis store (pipeline/redis_store.py) against a real redis-server on a free port of 127.0.0.1, with a
+password, as `./run.sh room-store` starts it: put/get across two clients (two replicas), compression, damaged
+and foreign values are misses, eviction under maxmemory (allkeys-lru), a value too large stays local, and
+Redis going down and coming back."""
+import os
+import pickle
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.redis_store import HEADER, RedisStore, address_of, decode, encode
+from pipeline.run_store import RunStore
+
+REDIS = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(REDIS is None,
+                                reason="Debian's redis-server is not installed (./run.sh room-store installs it)")
+PASSWORD = "test-room-secret"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
+    except OSError:
+        return False
+
+
+class Server:
+    def __init__(self, tmp_path, maxmemory: str = "64mb"):
+        self.port, self.dir, self.maxmemory, self.proc = _free_port(), tmp_path, maxmemory, None
+        self.url = f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--protected-mode", "yes",
+                                      "--requirepass", PASSWORD, "--maxmemory", self.maxmemory,
+                                      "--maxmemory-policy", "allkeys-lru", "--save", "", "--appendonly", "no",
+                                      "--dir", str(self.dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while not _answers(self.port):
+            assert self.proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)  # waiting for the server's port, bounded
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+    def client(self):
+        import redis
+
+        return redis.Redis.from_url(self.url)
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path)
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_put_on_one_replica_is_found_by_another_and_values_are_compressed(server):
+    a, b = RedisStore(server.url), RedisStore(server.url)  # two replicas, one Redis
+    run = {"ids": np.zeros(200_000, dtype=np.float32), "text": "Are tomatoes fruit?"}
+    a.put(("q", 1), run)
+    got = b.get(("q", 1))
+    assert got["text"] == run["text"] and np.array_equal(got["ids"], run["ids"])
+    assert b.get(("q", 2)) is None and b.problem is None
+    stored = server.client().strlen(a.redis_key(("q", 1)))
+    assert stored < len(pickle.dumps(run)) / 20  # 800 kB of zeros, zlib'd
+    assert a.redis_key(("q", 1)) != RedisStore(server.url, prefix="results").redis_key(("q", 1))
+
+
+def test_damaged_old_and_foreign_values_are_misses_and_are_deleted(server):
+    store, raw = RedisStore(server.url), server.client()
+    for n, value in enumerate([b"not ours at all", HEADER + b"\x78\x9c garbage", encode([1, 2, 3])[:-4],
+                               b"TPE\x00\x00\x01" + encode([1])[len(HEADER):]]):  # the last: an older FORMAT
+        raw.set(store.redis_key(n), value)
+        assert store.get(n) is None
+        assert not raw.exists(store.redis_key(n))
+    with pytest.raises(ValueError):
+        decode(b"junk")
+
+
+def test_wrong_password_is_unavailable_not_an_error(server):
+    store = RedisStore(server.url.replace(PASSWORD, "guess"))
+    assert store.get("k") is None
+    store.put("k", [1])
+    assert store.waiting == 1 and not server.client().exists(store.redis_key("k"))
+    assert store.problem and "unavailable" in store.problem and "guess" not in store.problem
+    assert address_of(server.url) == f"127.0.0.1:{server.port}" and PASSWORD not in store.problem
+
+
+def test_a_value_over_the_limit_stays_local_and_the_store_says_why(server):
+    store = RedisStore(server.url, max_value_bytes=10_000)
+    big = os.urandom(50_000)  # random bytes do not compress
+    store.put("big", big)
+    assert not server.client().exists(store.redis_key("big"))
+    assert "over the shared store's limit" in store.kept_local("big")
+    store.put("small", b"x")
+    assert store.kept_local("small") is None and store.get("small") == b"x"
+    runs = RunStore(size_of=len, disk=store)  # the run itself is still served from memory
+    runs.put("big", big)
+    assert runs.peek("big", disk=True) == big
+
+
+def test_redis_evicts_least_recently_used_under_its_maxmemory(tmp_path):
+    server = Server(tmp_path, maxmemory="4mb")
+    server.start()
+    try:
+        store = RedisStore(server.url)
+        for n in range(30):  # 30 x 300 kB incompressible: far over 4 MB
+            store.put(n, os.urandom(300_000))
+        raw = server.client()
+        held = [n for n in range(30) if raw.exists(store.redis_key(n))]
+        assert 0 < len(held) < 30 and 29 in held and 0 not in held
+        assert raw.info("memory")["used_memory"] <= 4 * 2**20 + 2**20
+        assert store.problem is None
+    finally:
+        server.stop()
+
+
+def test_redis_down_serves_nothing_quickly_keeps_what_is_put_and_writes_it_when_back(server):
+    store = RedisStore(server.url, timeout_s=0.3)
+    store.put("before", [0])
+    server.stop()
+    assert store.get("before") is None  # a miss, not an error
+    assert "unavailable" in store.problem
+    store.put("meanwhile", [1, 2])
+    assert store.waiting == 1 and store.get("meanwhile") == [1, 2]  # kept here, still served
+    server.start()
+    deadline = time.monotonic() + 60
+    while store.waiting and time.monotonic() < deadline:  # the background retry writes it after its backoff
+        time.sleep(0.1)
+    assert store.waiting == 0 and store.problem is None
+    assert decode(server.client().get(store.redis_key("meanwhile"))) == [1, 2]
+    assert RedisStore(server.url).get("meanwhile") == [1, 2]  # another replica finds it
+
+
+def test_a_redis_that_accepts_but_never_answers_times_out_and_is_skipped(tmp_path):
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog), never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        store = RedisStore(f"redis://:x@127.0.0.1:{silent.getsockname()[1]}/0", timeout_s=0.2)
+        assert store.get("k") is None and store.problem
+        store.put("k", [1])  # during the backoff: kept, not sent
+        assert store.waiting == 1 and store.get("k") == [1]
+
+
+def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tiny_app, server, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from views.server_state import model_handle, result_store, run_queue, run_store
+    from views.warm_up import warm_up
+
+    def page(store_url: str, **env):
+        monkeypatch.setenv("TPE_STORE", store_url)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        for resource in (model_handle, run_store, result_store, run_queue, warm_up):
+            resource.clear()
+        at = AppTest.from_file(str(Path(__file__).parent.parent / "views" / "tokens.py"), default_timeout=300)
+        at.session_state["req_max_new_tokens"] = 2
+        at.run()
+        assert not at.exception, at.exception
+        return " ".join(c.value for c in at.caption)
+
+    try:
+        closed = f"redis://:{PASSWORD}@127.0.0.1:{_free_port()}/0"
+        said = page(closed)
+        assert "unavailable" in said and f"127.0.0.1:{closed.rsplit(':', 1)[1][:-2]}" in said and PASSWORD not in said
+        assert run_store().disk.waiting == 1  # the run, kept for when it answers
+        said = page(server.url, TPE_STORE_MAX_RUN_MB="0.001")
+        assert "kept on this server only" in said and "unavailable" not in said
+        assert not server.client().keys("tpe:runs:*")
+    finally:
+        for resource in (model_handle, run_store, result_store, run_queue, warm_up):
+            resource.clear()
+
+
+def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_shared(server, tmp_path, monkeypatch):
+    from pipeline.disk_store import DiskStore
+    from pipeline.errors import InputError
+    from pipeline.stores import results_store, runs_store
+    from views.server_state import is_scenario_key
+
+    monkeypatch.delenv("TPE_STORE", raising=False)
+    assert isinstance(runs_store(tmp_path), DiskStore) and results_store(is_scenario_key) is None
+    monkeypatch.setenv("TPE_STORE", "http://10.0.0.1:6390")
+    with pytest.raises(InputError, match="TPE_STORE"):
+        runs_store(tmp_path)
+    monkeypatch.setenv("TPE_STORE", server.url)
+    assert isinstance(runs_store(tmp_path), RedisStore)
+    results = RunStore(size_of=len, disk=results_store(is_scenario_key))
+    scenario, branch = ("smollm2-135m", "scenario", "conversation", 16), ("smollm2-135m", "branch", "k", (1,))
+    results.put(scenario, [{"hit": 3}])
+    results.put(branch, [{"trace": 1}])
+    assert results_store(is_scenario_key).get(scenario) == [{"hit": 3}]  # another replica's store finds it
+    assert server.client().keys("tpe:results:*") == [results.disk.redis_key(scenario).encode()]
