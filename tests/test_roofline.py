@@ -89,3 +89,77 @@ def test_real_models_weights_are_their_parameters(lm, gemma_lm):
         assert pass_cost(model.dims, 1).bytes_weights == (params + model.dims.D) * model.dims.bytes_per_value
     assert decode_cost(lm.dims, 99) == decode_cost(SMOLLM2, 99)  # the hand-written configs are the real ones
     assert decode_cost(gemma_lm.dims, 1000) == decode_cost(GEMMA3, 1000)
+
+
+# ---- measured on a tiny model: shapes and sanity, never speeds ---------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    from conftest import TINY_APP_LAYOUT, make_tiny_lm
+
+    return make_tiny_lm(tokenizer, **TINY_APP_LAYOUT)
+
+
+def test_ceilings_are_measured_once_then_read_from_the_cache(tiny, tmp_path, monkeypatch):
+    from pipeline.serving import ceilings as c
+
+    monkeypatch.setenv("TPE_CACHE_DIR", str(tmp_path))
+    first = c.ceilings(tiny.dims, tiny.device, repeats=2, copy_bytes=2**20, T=8)
+    assert [m.name.split(" (")[0] for m in first.matmuls] == ["q,k,v", "MLP up", "MLP down", "LM head"]
+    assert all(m.low <= m.median <= m.high and m.median > 0 for m in first.matmuls + [first.copy])
+    assert first.flops_per_s == max(m.median for m in first.matmuls)
+    assert (tmp_path / "serving" / "ceilings.json").exists()
+    monkeypatch.setattr(c, "measure", lambda *a, **k: pytest.fail("measured again instead of read"))
+    assert c.ceilings(tiny.dims, tiny.device) == first
+
+
+def test_batched_rows_decode_as_each_request_alone(tiny):
+    """The plain batched decode keeps each row's own positions and masks the padding: each row's greedy tokens
+    are the tokens of the same prompt decoded alone (a random tiny model has no near-ties at these steps)."""
+    from pipeline.serving.batched import decode_rows, request_ids
+
+    prompts = request_ids(tiny, 3)
+    assert len({len(p) for p in prompts}) > 1  # different lengths: the batch is padded
+    together = decode_rows(tiny, prompts, steps=4)
+    assert together.tokens.shape == (3, 4) and len(together.step_seconds) == 3
+    for row, p in enumerate(prompts):
+        assert together.tokens[row].tolist() == decode_rows(tiny, [p], steps=4).tokens[0].tolist()
+
+
+def test_sweep_json_shape_and_sanity(tiny):
+    from pipeline.serving.ceilings import measure
+    from pipeline.serving.sweep import sweep
+
+    roof = measure(tiny.dims, tiny.device, repeats=1, copy_bytes=2**20, T=8)
+    points = sweep(tiny, (4, 1, 2), steps=2, repeats=2, roof=roof)
+    rows = [p.to_json() for p in points]
+    assert [r["batch_size"] for r in rows] == [1, 2, 4]
+    for r, p in zip(rows, points):
+        assert {"batch_size", "tokens_per_s", "ms_per_token_per_user"} <= r.keys()
+        assert r["tokens_per_s"] == pytest.approx(r["batch_size"] * 1e3 / r["ms_per_token_per_user"])
+        lo, hi = r["step_s_range"]
+        assert lo <= r["step_s"] <= hi
+        assert r["flops_per_step"] == p.batch_size * pass_cost(tiny.dims, 1, p.past).flops
+        assert r["predicted_step_s"] > 0
+
+
+def test_bend_is_where_tokens_per_second_stop_growing():
+    from pipeline.serving.sweep import Point, bend
+
+    def pt(b, tokens_per_s):
+        return Point(b, b / tokens_per_s, (0, 1), 10, decode_cost(SMOLLM2, 10, b), None)
+
+    assert bend([pt(1, 10), pt(2, 19), pt(4, 36), pt(8, 45)]).batch_size == 8
+    assert bend([pt(1, 10), pt(2, 19), pt(4, 36)]) is None
+    assert bend([pt(1, 10), pt(4, 20)]).batch_size == 4  # two doublings must buy 1.5² = 2.25x
+    assert bend([pt(1, 10), pt(4, 30)]) is None
+
+
+def test_bad_batch_sizes_are_refused_naming_the_field():
+    from pipeline.errors import InputError
+    from pipeline.serving.sweep import parse_batch_sizes
+
+    assert parse_batch_sizes(" 8,1, 2") == (1, 2, 8)
+    for bad in ("", "1,,x", "0,2", "1,1", "2,999", "-1", "²"):
+        with pytest.raises(InputError) as e:
+            parse_batch_sizes(bad)
+        assert e.value.field == "batch_sizes"

@@ -8,6 +8,7 @@ under the cache folder (`serving/ceilings.json`), measured again only when asked
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -88,19 +89,23 @@ def matmul_shapes(m: ModelDims, T: int = PREFILL_ROWS) -> list[tuple[str, int, i
             (f"LM head ({T} x {m.D}) @ ({m.D} x {m.V})", T, m.D, m.V)]
 
 
-def _timed(run, device, repeats: int, work: float) -> tuple[float, float, float]:
-    """(median, low, high) of work / seconds over `repeats` calls, after one warm-up call."""
+def _timed(run, device, repeats: int, work: float, at_least_s: float = 0.05) -> tuple[float, float, float]:
+    """(median, low, high) of work / seconds over `repeats` timings, after a warm-up call. Each timing runs
+    `run` often enough to last `at_least_s` (a 2 ms matmul timed once is mostly the clock and the scheduler)."""
     import torch
 
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
     run()
-    sync()
+    sync()  # a GPU returns before the work is done: wait for it
+    calls = max(1, math.ceil(at_least_s / max(time.perf_counter() - t0, 1e-6)))
     rates = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        run()
-        sync()  # a GPU returns before the work is done: wait for it
-        rates.append(work / (time.perf_counter() - t0))
+        for _ in range(calls):
+            run()
+        sync()
+        rates.append(calls * work / (time.perf_counter() - t0))
     return statistics.median(rates), min(rates), max(rates)
 
 

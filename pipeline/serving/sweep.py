@@ -18,7 +18,7 @@ from ..errors import InputError
 from ..model.interface import LanguageModel
 from .batched import decode_rows, request_ids
 from .ceilings import Ceilings
-from .costs import decode_cost
+from .costs import PassCost, decode_cost
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 MAX_BATCH = 256
@@ -30,8 +30,7 @@ class Point:
     step_s: float  # median over repeats of each repeat's median decode-step time
     step_range: tuple[float, float]
     past: int  # positions before the steps (the longest prompt, about)
-    flops: int  # of one step, all rows
-    bytes: int
+    cost: PassCost  # of one step, all rows
     predicted_step_s: float | None  # the roofline's bound: max(FLOPs / compute roof, bytes / memory roof)
 
     @property
@@ -45,7 +44,8 @@ class Point:
     def to_json(self) -> dict:
         return {"batch_size": self.batch_size, "tokens_per_s": self.tokens_per_s,
                 "ms_per_token_per_user": self.ms_per_token_per_user, "step_s": self.step_s,
-                "step_s_range": list(self.step_range), "flops_per_step": self.flops, "bytes_per_step": self.bytes,
+                "step_s_range": list(self.step_range), "flops_per_step": self.cost.flops,
+                "bytes_per_step": self.cost.bytes,
                 "predicted_step_s": self.predicted_step_s}
 
 
@@ -79,8 +79,7 @@ def sweep(lm: LanguageModel, batch_sizes=BATCH_SIZES, steps: int = 8, repeats: i
         past = max(len(p) for p in prompts[:b]) + steps // 2  # the middle of the measured steps
         cost = decode_cost(lm.dims, past, b)
         predicted = max(cost.flops / roof.flops_per_s, cost.bytes / roof.bytes_per_s) if roof else None
-        points.append(Point(b, statistics.median(times[b]), (min(times[b]), max(times[b])), past, cost.flops,
-                            cost.bytes, predicted))
+        points.append(Point(b, statistics.median(times[b]), (min(times[b]), max(times[b])), past, cost, predicted))
     return points
 
 
