@@ -52,7 +52,8 @@ def test_prefill_has_the_t_squared_term_and_batching_shares_the_weights():
     assert eight.bytes_kv_read == 8 * one.bytes_kv_read
 
 
-def _tiny_models(tokenizer):
+@pytest.fixture(scope="module")
+def tiny_models(tokenizer):
     from conftest import TINY_APP_LAYOUT, make_tiny_lm
     from test_architectures import tiny_gemma3
 
@@ -63,10 +64,10 @@ def _tiny_models(tokenizer):
 
 
 @pytest.mark.parametrize("T, past", [(12, 0), (1, 11), (1, 40), (5, 40)])
-def test_flops_equal_torch_flop_counter(tokenizer, T, past):
+def test_flops_equal_torch_flop_counter(tiny_models, T, past):
     """Eager attention runs as matrix multiplies FlopCounterMode sees (CPU SDPA is a kernel it does not count);
     past=40 is beyond the tiny Gemma's window, so its sliding layers read fewer keys than its full one."""
-    for lm in _tiny_models(tokenizer):
+    for lm in tiny_models:
         ids = list(range(100, 100 + past + T))
         cache = lm.forward([ids[:past]]).cache if past else None
         with FlopCounterMode(display=False) as counter:
@@ -74,8 +75,8 @@ def test_flops_equal_torch_flop_counter(tokenizer, T, past):
         assert counter.get_total_flops() == pass_cost(lm.dims, T, past).flops, lm.name
 
 
-def test_weight_bytes_are_the_parameters(tokenizer):
-    for lm in _tiny_models(tokenizer):
+def test_weight_bytes_are_the_parameters(tiny_models):
+    for lm in tiny_models:
         m = lm.dims
         params = sum(p.numel() for p in lm.model.parameters())
         untied_head = 0 if lm.config.tie_word_embeddings else m.V * m.D  # the embedding table the pass barely reads
@@ -93,10 +94,8 @@ def test_real_models_weights_are_their_parameters(lm, gemma_lm):
 
 # ---- measured on a tiny model: shapes and sanity, never speeds ---------------------------------------------
 @pytest.fixture(scope="module")
-def tiny(tokenizer):
-    from conftest import TINY_APP_LAYOUT, make_tiny_lm
-
-    return make_tiny_lm(tokenizer, **TINY_APP_LAYOUT)
+def tiny(tiny_models):
+    return tiny_models[0]
 
 
 def test_ceilings_are_measured_once_then_read_from_the_cache(tiny, tmp_path, monkeypatch):
@@ -163,3 +162,63 @@ def test_bad_batch_sizes_are_refused_naming_the_field():
         with pytest.raises(InputError) as e:
             parse_batch_sizes(bad)
         assert e.value.field == "batch_sizes"
+
+
+def test_determinism_report_on_a_tiny_model(tiny):
+    """The request's row is padded inside the batch, yet its logits agree with the alone run's to float32
+    rounding; a flip, where one happens, is reported with how close the alone run's choice was (a near-tie)."""
+    from pipeline.serving.determinism import determinism
+
+    d = determinism(tiny, others=3, steps=4)
+    out = d.to_json()
+    assert {"batch_size", "max_abs_logit_diff", "flipped_steps"} <= out.keys()
+    assert d.batch_size == 4 and d.padding > 0 and len(d.per_step) == 4
+    assert d.max_abs_logit_diff == max(d.per_step) < 1e-3  # a broken padding mask moves logits by whole units
+    for f in d.flips:
+        assert abs(f.gap_alone) <= 2 * d.per_step[f.step] + 1e-6
+
+
+def test_a_flip_is_reported_with_its_gap_not_raised():
+    import numpy as np
+
+    from pipeline.serving.determinism import compare
+
+    alone = np.array([[1.0, 3.0, 2.9999], [0.0, 5.0, 1.0]], dtype=np.float32)  # step 0: a near-tie
+    batch = np.array([[1.0, 2.9999, 3.0], [0.0, 5.0, 1.0]], dtype=np.float32)
+    per_step, flips = compare(alone, batch, tokens=[1, 1])
+    assert per_step == pytest.approx([1e-4, 0.0], abs=1e-6)
+    assert [(f.step, f.alone_token, f.batch_token) for f in flips] == [(0, 1, 2)]
+    assert flips[0].gap_alone == pytest.approx(1e-4, abs=1e-6)
+
+
+def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
+    import json
+
+    from pipeline.cli import main
+    from pipeline.model import loader
+    from pipeline.serving.ceilings import ceilings
+
+    monkeypatch.setenv("TPE_CACHE_DIR", str(tmp_path))
+    ceilings(tiny.dims, tiny.device, repeats=1, copy_bytes=2**20, T=8)  # cached: the command reads it
+    monkeypatch.setattr(loader, "shared_model", lambda name=None: tiny)
+    out = tmp_path / "serving.json"
+    assert main(["serving", "--batch-sizes", "2,1", "--steps", "2", "--repeats", "1", "--determinism", "2",
+                 "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["ceilings"]["flops_per_s"] > 0 and r["ceilings"]["bytes_per_s"] > 0
+    assert r["decode"]["flops_per_token"] == pass_cost(tiny.dims, 1, r["decode"]["past"]).flops
+    assert r["decode"]["bytes_per_token"] == pass_cost(tiny.dims, 1, r["decode"]["past"]).bytes
+    assert [p["batch_size"] for p in r["sweep"]] == [1, 2]
+    assert r["determinism"]["batch_size"] == 3 and isinstance(r["determinism"]["flipped_steps"], list)
+    assert [p["tokens"] for p in r["prefill"]] == [16, 64, 256]
+
+
+@pytest.mark.parametrize("argv, field", [(["--batch-sizes", "0"], "batch_sizes"),
+                                         (["--determinism", "0"], "determinism"), (["--steps", "1"], "steps")])
+def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypatch, capsys):
+    from pipeline.cli import main
+    from pipeline.model import loader
+
+    monkeypatch.setattr(loader, "shared_model", lambda name=None: pytest.fail("loaded the model"))
+    assert main(["serving", *argv]) == 2
+    assert f"error: {field}:" in capsys.readouterr().err

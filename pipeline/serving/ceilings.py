@@ -109,26 +109,33 @@ def _timed(run, device, repeats: int, work: float, at_least_s: float = 0.05) -> 
     return statistics.median(rates), min(rates), max(rates)
 
 
+def _matmul(name: str, rows: int, inner: int, cols: int, dtype, device, repeats: int) -> Measured:
+    import torch
+
+    a = torch.randn(rows, inner, dtype=dtype, device=device)
+    b = torch.randn(inner, cols, dtype=dtype, device=device)
+    out = torch.empty(rows, cols, dtype=dtype, device=device)
+    return Measured(name, *_timed(lambda: torch.matmul(a, b, out=out), device, repeats, 2.0 * rows * inner * cols))
+
+
+def _copy(copy_bytes: int, device, repeats: int) -> Measured:
+    import torch
+
+    src = torch.ones(copy_bytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    moved = 2.0 * src.numel() * 4  # read once, written once
+    return Measured(f"copy {copy_bytes / 2**20:,.0f} MiB", *_timed(lambda: dst.copy_(src), device, repeats, moved))
+
+
 def measure(m: ModelDims, device, repeats: int = REPEATS, copy_bytes: int = COPY_BYTES,
             T: int = PREFILL_ROWS) -> Ceilings:
     import torch
 
     dtype = getattr(torch, m.dtype)
-    matmuls = []
     with torch.inference_mode():
-        for name, rows, inner, cols in matmul_shapes(m, T):
-            a = torch.randn(rows, inner, dtype=dtype, device=device)
-            b = torch.randn(inner, cols, dtype=dtype, device=device)
-            out = torch.empty(rows, cols, dtype=dtype, device=device)
-            matmuls.append(Measured(name, *_timed(lambda: torch.matmul(a, b, out=out), device, repeats,
-                                                  2.0 * rows * inner * cols)))
-            del a, b, out
-        n = copy_bytes // 4
-        src = torch.ones(n, dtype=torch.float32, device=device)
-        dst = torch.empty_like(src)
-        copy = Measured(f"copy {copy_bytes / 2**20:,.0f} MiB", *_timed(lambda: dst.copy_(src), device, repeats,
-                                                                       2.0 * n * 4))  # read once, written once
-        del src, dst
+        matmuls = [_matmul(name, rows, inner, cols, dtype, device, repeats)
+                   for name, rows, inner, cols in matmul_shapes(m, T)]
+        copy = _copy(copy_bytes, device, repeats)
     return Ceilings(device_name(device), m.name, matmuls, copy, repeats, time.time())
 
 

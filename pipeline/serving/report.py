@@ -20,7 +20,8 @@ def measure_all(lm: LanguageModel, sizes, steps: int = 8, repeats: int = 3, dete
         "prefill": [dict(placed.to_json(roof), tokens=T, tokens_per_s=T / placed.seconds, seconds_range=list(r))
                     for T, placed, r in prefill],
         "decode": dict(place(first.cost, first.step_s, f"decode step, batch {first.batch_size}").to_json(roof),
-                       batch_size=first.batch_size, past=first.past, flops_per_token=first.cost.flops / first.batch_size,
+                       batch_size=first.batch_size, past=first.past,
+                       flops_per_token=first.cost.flops / first.batch_size,
                        bytes_per_token=first.cost.bytes / first.batch_size),
         "sweep": [p.to_json() for p in points],
         "bend": None if knee is None else knee.batch_size,
