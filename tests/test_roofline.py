@@ -222,3 +222,41 @@ def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypat
     monkeypatch.setattr(loader, "shared_model", lambda name=None: pytest.fail("loaded the model"))
     assert main(["serving", *argv]) == 2
     assert f"error: {field}:" in capsys.readouterr().err
+
+
+# ---- the page -----------------------------------------------------------------------------------------------------
+def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch, tmp_path):
+    """On the tiny model: the ceilings (measured small here), the run on the roofline, then each button; the
+    numbers shown are the pipeline's own for this run."""
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+    from pipeline.serving import ceilings as c
+
+    small = c.measure(tiny_app.dims, tiny_app.device, repeats=1, copy_bytes=2**20, T=8)
+    monkeypatch.setattr(c, "cached", lambda m, device: small)
+    at = AppTest.from_file(f"{ROOT}/views/prefill_decode.py", default_timeout=300)
+    at.session_state["req_max_new_tokens"] = 4
+    at.run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Compute ceiling"] == f"{small.flops_per_s / 1e9:,.2f} GFLOP/s"
+    table = at.dataframe[1].value  # the run's prefill and a decode step
+    assert table["pass"][0].startswith("prefill (")
+    n_prompt = int(table["pass"][0].split("(")[1].split()[0])
+    assert table["FLOPs"][0] == f"{prefill_cost(tiny_app.dims, n_prompt).flops / 1e6:,.0f} M"
+    assert table["verdict (measured)"][0] in ("compute-bound", "memory-bound")
+    at.button(key="pd_prefill").click().run()
+    assert not at.exception, at.exception
+    assert list(at.dataframe[2].value["prompt tokens"]) == [16, 64, 256]
+    at.multiselect(key="pd_sizes").set_value([1, 2])
+    at.button(key="pd_sweep").click().run()
+    assert not at.exception, at.exception
+    said = " ".join(m.value for m in at.markdown)
+    assert "At B = 1:" in said and ("bends at" in said or "kept growing" in said)
+    at.slider(key="pd_others").set_value(2)
+    at.button(key="pd_det").click().run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Steps where the choice flips"].endswith("of 12")
+    assert metrics["TTFT, median"] != "—"  # the page's own run is in the store
