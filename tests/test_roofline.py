@@ -225,27 +225,39 @@ def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypat
 
 
 # ---- the page -----------------------------------------------------------------------------------------------------
-def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch, tmp_path):
-    """On the tiny model: the ceilings (measured small here), the run on the roofline, then each button; the
-    numbers shown are the pipeline's own for this run."""
+def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
+    """On the tiny model: no ceilings yet (the passes shown without shares), then each button; the numbers shown
+    are the pipeline's own for this run."""
     from streamlit.testing.v1 import AppTest
 
     from conftest import ROOT
     from pipeline.serving import ceilings as c
 
-    small = c.measure(tiny_app.dims, tiny_app.device, repeats=1, copy_bytes=2**20, T=8)
-    monkeypatch.setattr(c, "cached", lambda m, device: small)
+    measured, real_measure = [], c.measure
+    monkeypatch.setattr(c, "cached", lambda m, device: None)  # this machine has not measured them yet
+    monkeypatch.setattr(c, "measure", lambda m, device, **kw: measured.append(
+        real_measure(m, device, repeats=1, copy_bytes=2**20, T=8)) or measured[-1])  # small: a test's budget
     at = AppTest.from_file(f"{ROOT}/views/prefill_decode.py", default_timeout=300)
     at.session_state["req_max_new_tokens"] = 4
     at.run()
     assert not at.exception, at.exception
-    metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Compute ceiling"] == f"{small.flops_per_s / 1e9:,.2f} GFLOP/s"
-    table = at.dataframe[1].value  # the run's prefill and a decode step
-    assert table["pass"][0].startswith("prefill (")
+    assert any("Not measured on this machine yet" in i.value for i in at.info) and not measured
+    table = at.dataframe[0].value  # the run's prefill and a decode step, before any ceiling
+    assert table["pass"][0].startswith("prefill (") and "share of compute" not in table.columns
     n_prompt = int(table["pass"][0].split("(")[1].split()[0])
     assert table["FLOPs"][0] == f"{prefill_cost(tiny_app.dims, n_prompt).flops / 1e6:,.0f} M"
-    assert table["verdict (measured)"][0] in ("compute-bound", "memory-bound")
+    k = int(table["pass"][1].removeprefix("decode step "))  # its pass fed step k-1's token after n_prompt+k-1
+    assert table["bytes"][1] == f"{decode_cost(tiny_app.dims, n_prompt + k - 1).bytes / 1e6:,.0f} MB"
+
+    at.button(key="pd_ceilings").click().run()
+    assert not at.exception, at.exception
+    assert len(measured) == 1
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Compute ceiling"] == f"{measured[0].flops_per_s / 1e9:,.2f} GFLOP/s"
+    assert metrics["Memory ceiling"] == f"{measured[0].bytes_per_s / 1e9:,.2f} GB/s"
+    table = at.dataframe[1].value
+    assert set(table["verdict (measured)"]) <= {"compute-bound", "memory-bound"}
+
     at.button(key="pd_prefill").click().run()
     assert not at.exception, at.exception
     assert list(at.dataframe[2].value["prompt tokens"]) == [16, 64, 256]

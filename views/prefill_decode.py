@@ -1,5 +1,7 @@
 """Prefill & decode: what the machine pays for a run. This machine's ceilings, the run's prefill and decode
 steps on the roofline, batching measured, temperature 0 under batching, and the room's four metrics."""
+import time
+
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -43,24 +45,36 @@ st.subheader("1. This machine's two ceilings")
 st.markdown("A pass can be slowed by two things: the arithmetic units (how many multiply-adds per second) or the "
             "memory (how many bytes per second reach them). Both are measured here: matrix multiplies at this "
             "model's own shapes, and a copy of a tensor far larger than any cache.")
-roof = ceiling_store.cached(m, m.device)
-asked = st.button("Measure the ceilings again" if roof else "Measure the ceilings (about 10 s)", key="pd_ceilings")
-if asked:
-    st.session_state["pd_ceilings_n"] = st.session_state.get("pd_ceilings_n", 0) + 1
-if asked or roof is None:
-    n = st.session_state.get("pd_ceilings_n", 0)
-    measure = lambda: ceiling_store.ceilings(get_model().dims, get_model().dims.device, refresh=n > 0)  # noqa: E731
-    roof = result_through_queue(("ceilings", n), measure, cost=3000)
-c1, c2, c3 = st.columns(3)
-c1.metric("Compute ceiling", gflops(roof.flops_per_s), help="the fastest of the matrix multiplies below (medians)")
-c2.metric("Memory ceiling", gbs(roof.bytes_per_s), help=f"{roof.copy.name}: bytes read plus bytes written per second")
-c3.metric("Balance point", f"{roof.balance:,.0f} FLOPs per byte",
-          help="a pass doing fewer FLOPs per byte than this is held back by memory, more: by arithmetic")
-st.dataframe(pd.DataFrame([{"measured": x.name, "median": (gflops if i < len(roof.matmuls) else gbs)(x.median),
-                            "range": f"{x.low / 1e9:,.2f} – {x.high / 1e9:,.2f}"}
-                           for i, x in enumerate(roof.matmuls + [roof.copy])]), hide_index=True, width="stretch")
-st.caption(f"Measured on {markdown_text(roof.device)}, median of {roof.repeats} repeats each; kept in the cache "
-           "folder and reused until measured again. The machine is shared, so the ranges are wide.")
+roof = ceiling_store.cached(m, m.device)  # measured before on this device (the cache folder), or None
+if st.button("Measure the ceilings again" if roof else "Measure the ceilings (about 10 s)", key="pd_ceilings"):
+    st.session_state["pd_ceilings_asked"] = time.time()  # a new measurement, not one another session made
+asked_at = st.session_state.get("pd_ceilings_asked")
+if asked_at:
+    measure = lambda: ceiling_store.ceilings(get_model().dims, get_model().dims.device, refresh=True)  # noqa: E731
+    roof = result_through_queue(("ceilings", asked_at), measure, cost=3000)
+if roof is None:
+    st.info("Not measured on this machine yet. Press the button: the room's requests wait about 10 s meanwhile. "
+            "Until then the passes below show their FLOPs, bytes and times, without the shares of each ceiling.")
+else:
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Compute ceiling", gflops(roof.flops_per_s), help="the fastest of the matrix multiplies below (medians)")
+    c2.metric("Memory ceiling", gbs(roof.bytes_per_s), help=f"{roof.copy.name}: bytes read and written per second")
+    c3.metric("Balance point", f"{roof.balance:,.0f} FLOPs per byte",
+              help="a pass doing fewer FLOPs per byte than this is held back by memory, more: by arithmetic")
+    st.dataframe(pd.DataFrame([{"measured": x.name, "median": (gflops if i < len(roof.matmuls) else gbs)(x.median),
+                                "range": f"{x.low / 1e9:,.2f} – {x.high / 1e9:,.2f}"}
+                               for i, x in enumerate(roof.matmuls + [roof.copy])]), hide_index=True, width="stretch")
+    st.caption(f"Measured on {markdown_text(roof.device)}, median of {roof.repeats} repeats each; kept in the cache "
+               "folder and reused until measured again. The machine is shared, so the ranges are wide.")
+
+
+def shares(p) -> dict:
+    """A placed pass's shares of the two ceilings and the verdict they give (blank until measured)."""
+    if roof is None:
+        return {}
+    return {"share of compute": f"{p.compute_share(roof):.0%}", "share of memory": f"{p.memory_share(roof):.0%}",
+            "verdict (measured)": p.verdict(roof)}
+
 
 # ---- 2. the run on the roofline ---------------------------------------------------------------------------------
 st.subheader("2. Your run on the roofline")
@@ -72,11 +86,13 @@ st.markdown(
     f"multiplies every query by every key it is given (the T² term at prefill). The time is the run's own: the "
     f"captured prefill pass ({trace.timings.prefill_s * 1e3:,.0f} ms, with its recording hooks) and each decode "
     f"step ({plural(len(steps), 'step')}, each one pass plus choosing the token).")
-x_lo = min(p.cost.intensity for p in points) / 3
-x_hi = max(prefill.cost.intensity * 3, roof.balance * 3)
-xs = [x_lo * (x_hi / x_lo) ** (i / 60) for i in range(61)]
-fig = go.Figure(go.Scatter(x=xs, y=[roof.roof(x) / 1e9 for x in xs], mode="lines", name="ceiling (roofline)",
-                           line=dict(color="black")))
+fig = go.Figure()
+if roof is not None:
+    x_lo = min(p.cost.intensity for p in points) / 3
+    x_hi = max(prefill.cost.intensity * 3, roof.balance * 3)
+    xs = [x_lo * (x_hi / x_lo) ** (i / 60) for i in range(61)]
+    fig.add_trace(go.Scatter(x=xs, y=[roof.roof(x) / 1e9 for x in xs], mode="lines", name="ceiling (roofline)",
+                             line=dict(color="black")))
 if steps:
     fig.add_trace(go.Scatter(x=[p.cost.intensity for p in steps], y=[p.flops_per_s / 1e9 for p in steps],
                              mode="markers", name="decode steps", text=[p.label for p in steps],
@@ -92,11 +108,10 @@ rows = [prefill] + ([steps[len(steps) // 2]] if steps else [])
 st.dataframe(pd.DataFrame([{
     "pass": p.label, "FLOPs": f"{p.cost.flops / 1e6:,.0f} M", "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
     "FLOPs per byte": f"{p.cost.intensity:,.1f}", "time": f"{p.seconds * 1e3:,.1f} ms",
-    "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}",
-    "share of compute": f"{p.compute_share(roof):.0%}", "share of memory": f"{p.memory_share(roof):.0%}",
-    "verdict (measured)": p.verdict(roof)} for p in rows]), hide_index=True, width="stretch")
-verdicts = {p.verdict(roof) for p in steps}
-if steps:
+    "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}", **shares(p)} for p in rows]),
+             hide_index=True, width="stretch")
+verdicts = {p.verdict(roof) for p in steps} if roof else set()
+if steps and roof:
     st.markdown(f"The decode steps do {steps[0].cost.intensity:.2f} FLOPs per byte, far left of the balance point "
                 f"({roof.balance:,.0f}): "
                 + ("measured, they use a larger share of the memory ceiling than of the compute ceiling: "
@@ -104,9 +119,10 @@ if steps:
                    "yet measured here, at least one used a larger share of compute than of memory: the machine's load "
                    "decided, not the work."))
 st.markdown(f"The prefill pass does {prefill.cost.intensity:,.0f} FLOPs per byte: each weight read serves all "
-            f"{plural(len(trace.ids), 'prompt token')}. Measured it is **{prefill.verdict(roof)}** here "
-            f"({prefill.compute_share(roof):.0%} of compute, {prefill.memory_share(roof):.0%} of memory). A short "
-            "prompt can stay memory-bound; the longer the prompt, the further right it sits.")
+            f"{plural(len(trace.ids), 'prompt token')}. "
+            + (f"Measured it is **{prefill.verdict(roof)}** here ({prefill.compute_share(roof):.0%} of compute, "
+               f"{prefill.memory_share(roof):.0%} of memory). " if roof else "")
+            + "A short prompt can stay memory-bound; the longer the prompt, the further right it sits.")
 
 st.markdown("**Prefill throughput against prompt length** (one pass without recording, lengths interleaved):")
 if st.button(f"Measure prefill at {', '.join(map(str, PREFILL_LENGTHS))} tokens", key="pd_prefill"):
@@ -116,12 +132,10 @@ if st.session_state.get("pd_prefill_asked"):
                                  lambda: prefill_curve(get_model(), PREFILL_LENGTHS), cost=3 * sum(PREFILL_LENGTHS))
     st.dataframe(pd.DataFrame([{"prompt tokens": T, "time (median)": f"{p.seconds * 1e3:,.0f} ms",
                                 "range": f"{r[0] * 1e3:,.0f} – {r[1] * 1e3:,.0f} ms",
-                                "tokens/s": f"{T / p.seconds:,.0f}", "achieved": gflops(p.flops_per_s),
-                                "share of compute": f"{p.compute_share(roof):.0%}",
-                                "share of memory": f"{p.memory_share(roof):.0%}", "verdict": p.verdict(roof)}
+                                "tokens/s": f"{T / p.seconds:,.0f}", "achieved": gflops(p.flops_per_s), **shares(p)}
                                for T, p, r in curve]), hide_index=True, width="stretch")
     st.caption("More tokens per pass share the same read of the weights, so tokens per second rises with the "
-               "prompt until the arithmetic units are full.")
+               "prompt until the arithmetic units are full. Measured once per server and kept.")
 
 # ---- 3. batching --------------------------------------------------------------------------------------------------
 st.subheader("3. Batching, live")
@@ -130,14 +144,18 @@ st.markdown("Since decode rereads every weight for one token, servers move many 
 sizes = tuple(st.multiselect("Batch sizes", BATCH_SIZES, default=list(BATCH_SIZES), key="pd_sizes")) or (1,)
 step_s = sorted(p.seconds for p in steps)[len(steps) // 2] if steps else trace.timings.prefill_s
 n_prompt = len(trace.ids)
-scale = step_s / max(decode_cost(m, n_prompt, 1).bytes / roof.bytes_per_s, 1e-9)  # measured / roofline bound
-estimate = SWEEP_REPEATS * sum(
-    scale * (SWEEP_STEPS * max(decode_cost(m, n_prompt, b).flops / roof.flops_per_s,
-                               decode_cost(m, n_prompt, b).bytes / roof.bytes_per_s)
-             + prefill_cost(m, b * n_prompt).flops / roof.flops_per_s) for b in sizes)
+if roof is not None:  # the roofline's bound per step, scaled to what this run's own steps took
+    bound = lambda b: max(decode_cost(m, n_prompt, b).flops / roof.flops_per_s,  # noqa: E731
+                          decode_cost(m, n_prompt, b).bytes / roof.bytes_per_s)
+    scale = step_s / max(bound(1), 1e-9)
+    estimate = SWEEP_REPEATS * sum(scale * (SWEEP_STEPS * bound(b) + prefill_cost(m, b * n_prompt).flops
+                                            / roof.flops_per_s) for b in sizes)
+    took = f"about {waiting_time(estimate)} here, from your run's own step time and the ceilings"
+else:  # no ceilings: each step takes at least as long as one of this run's own
+    took = f"at least {waiting_time(SWEEP_REPEATS * SWEEP_STEPS * len(sizes) * step_s)} here (more with the ceilings)"
 st.caption(f"{SWEEP_STEPS} greedy decode steps per batch size, {SWEEP_REPEATS} interleaved repeats; it runs through "
-           f"the queue like any request (the room waits for it, and it waits for the room): about "
-           f"{waiting_time(estimate)} here, from your run's own step time.")
+           f"the queue like any request (the room waits for it, and it waits for the room): {took}. Measured once "
+           "per server for each choice of sizes, and kept.")
 if st.button("Run the batching sweep", key="pd_sweep"):
     st.session_state["pd_sweep_sizes"] = sizes
 asked_sizes = st.session_state.get("pd_sweep_sizes")
@@ -167,9 +185,9 @@ if asked_sizes:
            "tokens per doubling. " if knee else "Over these sizes tokens per second kept growing. ")
         + f"Why: one step reads the {prefill.cost.bytes_weights / 1e6:,.0f} MB of weights once whatever B is, "
           "while its FLOPs grow with B. Once B rows of arithmetic take longer than the read, every extra user "
-          "adds time in proportion. The roofline puts that point near B = "
-          f"{max(1, round(roof.balance / max(steps[0].cost.intensity if steps else 1, 1e-9))):,}; on a CPU, rows also "
-          "spill out of the caches earlier.")
+          "adds time in proportion."
+        + (f" The roofline puts that point near B = {max(1, round(roof.balance / steps[0].cost.intensity)):,}; on a "
+           "CPU, the rows' activations also spill out of the caches earlier." if roof and steps else ""))
     st.caption("Each point: the median over repeats of each repeat's median step; error bars: the range. "
                "Sizes are measured in turn, then in reverse order, so the machine's load hits them alike.")
 
