@@ -18,7 +18,7 @@ from ui.escape import markdown_text
 from ui.words import plural
 from views.chrome import page_header, stage_link
 from views.runs import run_for_page
-from views.server_state import get_model, run_queue, run_store
+from views.server_state import get_model, run_store
 from views.waiting import result_through_queue, waiting_time
 
 page_header("Prefill & decode", "Two phases, two limits. Prefill pushes the whole prompt through the model in one "
@@ -173,7 +173,8 @@ if asked_sizes:
     fig.update_layout(height=360, margin=dict(l=10, r=10, t=10, b=10), font=dict(size=13),
                       xaxis=dict(type="log", title="B, requests decoded together", tickvals=list(asked_sizes)),
                       yaxis=dict(title="total tokens/s"),
-                      yaxis2=dict(title="ms per token, each user", overlaying="y", side="right"))
+                      yaxis2=dict(title="ms per token, each user", overlaying="y", side="right", tickformat=",.0f"),
+                      legend=dict(orientation="h", y=1.12))
     st.plotly_chart(fig, width="stretch")
     knee = bend(pts)
     first = pts[0]
@@ -181,8 +182,8 @@ if asked_sizes:
         f"At B = {first.batch_size}: {first.tokens_per_s:,.1f} tokens/s, {first.ms_per_token_per_user:,.0f} ms "
         f"per token. " + (f"At B = {pts[-1].batch_size}: {pts[-1].tokens_per_s:,.1f} tokens/s in all, "
                           f"{pts[-1].ms_per_token_per_user:,.0f} ms per token for each user. " if len(pts) > 1 else "")
-        + (f"The curve bends at **B = {knee.batch_size}**: from there a bigger batch no longer buys 1.5× the "
-           "tokens per doubling. " if knee else "Over these sizes tokens per second kept growing. ")
+        + (f"The curve bends at **B = {knee.batch_size}**: from there on, doubling the batch never again buys 1.5× "
+           "the tokens per second. " if knee else "Over these sizes tokens per second kept growing. ")
         + f"Why: one step reads the {prefill.cost.bytes_weights / 1e6:,.0f} MB of weights once whatever B is, "
           "while its FLOPs grow with B. Once B rows of arithmetic take longer than the read, every extra user "
           "adds time in proportion."
@@ -238,24 +239,24 @@ if asked_n:
 st.subheader("5. The room now: four numbers")
 traces = [t for t in run_store().values() if isinstance(t, Trace)]
 room = room_metrics(traces)
-st.markdown(f"From the {plural(room.runs, 'finished run')} this server holds in memory "
-            f"({run_queue().completed:,} jobs done by its queue since it started).")
+st.markdown(f"From the {plural(room.runs, 'finished run')} this server holds in memory (medians; the 95th "
+            "percentile below each).")
 
 
-def spread_text(s, unit_ms: bool = False) -> str:
-    if s is None:
-        return "—"
-    f = (lambda v: f"{v * 1e3:,.0f} ms") if unit_ms else (lambda v: f"{v:,.2f} s")
-    return f"{f(s.p50)} (p95 {f(s.p95)})"
+def seconds(v: float) -> str:
+    return f"{v * 1e3:,.0f} ms" if v < 1 else f"{v:,.2f} s"
 
 
-c1, c2, c3, c4 = st.columns(4)
-c1.metric("TTFT, median", spread_text(room.ttft_s), help="arrival to the first token: queue wait and prefill")
-c2.metric("TPOT, median", spread_text(room.tpot_s, unit_ms=True), help="between two tokens once streaming: decode")
-c3.metric("End to end, median", spread_text(room.e2e_s), help="arrival to the last token")
+cols = st.columns(4)
+for col, label, s, what in zip(cols, ("TTFT", "TPOT", "End to end"), (room.ttft_s, room.tpot_s, room.e2e_s),
+                               ("arrival to the first token: queue wait and prefill",
+                                "between two tokens once streaming: decode", "arrival to the last token")):
+    col.metric(label, "—" if s is None else seconds(s.p50), help=what)
+    if s is not None:
+        col.caption(f"p95 {seconds(s.p95)} over {plural(s.n, 'run')}")
 throughput = room.throughput_tokens_per_s
-c4.metric("Throughput", "—" if throughput is None else f"{throughput:,.1f} tokens/s",
-          help="output tokens per second of the model's time; a run decoded in a batch of B counts 1/B of its time")
+cols[3].metric("Throughput", "—" if throughput is None else f"{throughput:,.1f} tokens/s",
+               help="output tokens per second of the model's time (a run decoded in a batch of B: 1/B of its time)")
 st.caption("The first two are what a user feels; throughput is what the machine's owner pays for. A bigger batch "
            "raises throughput and TPOT together (section 3).")
 stage_link("views/kv_cache.py", "The KV cache that decode reads at every step", "🗄️")
