@@ -296,3 +296,25 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Steps where the choice flips"].endswith("of 12")
     assert metrics["TTFT"] != "—" and metrics["TPOT"] != "—"  # the page's own run is in the store
+
+
+def test_room_metrics_from_finished_runs():
+    """Medians and nearest-rank p95 of TTFT, TPOT and end-to-end; throughput divides a batched run's time by
+    the batch it was decoded in."""
+    from types import SimpleNamespace as NS
+
+    from pipeline.serving.metrics import percentile, room_metrics
+
+    def run(ttft, tpot, total, tokens, batch):
+        return NS(timings=NS(ttft_s=ttft, tpot_s=tpot, total_s=total), usage=NS(completion_tokens=tokens),
+                  steps=[NS(batch_size=batch)] * tokens)
+
+    runs = [run(1.0, 0.1, 2.0, 10, 1), run(3.0, 0.2, 4.0, 10, 2), run(2.0, None, 2.0, 1, 1)]
+    r = room_metrics(runs)
+    assert (r.ttft_s.p50, r.ttft_s.p95, r.ttft_s.n) == (2.0, 3.0, 3)
+    assert (r.tpot_s.p50, r.tpot_s.n) == (pytest.approx(0.15), 2)  # a one-token answer has no TPOT
+    assert r.e2e_s.p50 == 2.0 and r.e2e_s.p95 == 4.0
+    assert r.throughput_tokens_per_s == pytest.approx(21 / (2.0 + 4.0 / 2 + 2.0))
+    assert percentile([1, 2, 3, 4], 50) == 2 and percentile(list(range(1, 101)), 95) == 95
+    empty = room_metrics([])
+    assert empty.ttft_s is None and empty.throughput_tokens_per_s is None
