@@ -71,6 +71,11 @@ class RunStore:
         with self._lock:
             return len(self._items)
 
+    def values(self) -> list:
+        """What memory holds now, least recently used first (nothing is read from disk)."""
+        with self._lock:
+            return [item[0] for item in self._items.values()]
+
     def peek(self, key: Hashable, disk: bool = False):
         """The stored result for `key`, or None; never runs anything. disk=True also looks on disk
         (and keeps what it finds in memory)."""

@@ -13,8 +13,8 @@ from conftest import ROOT, make_tiny_lm, page_app
 
 GEMMA = "gemma-3-270m"
 PAGES = ["start", "journey", "request_template", "tokens", "tensors_batch", "embeddings", "position_rope", "layers",
-         "attention", "next_token", "branches", "constrained", "generation", "kv_cache", "prefix_cache",
-         "cache_audit", "presenter", "compare_models"]
+         "attention", "next_token", "branches", "constrained", "generation", "kv_cache", "prefill_decode",
+         "prefix_cache", "cache_audit", "presenter", "compare_models"]
 
 
 def clear_streamlit_caches():
