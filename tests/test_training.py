@@ -96,8 +96,9 @@ def test_one_step_lowers_the_loss_and_leaves_the_original_untouched(tiny_lm):
     assert weights_hash(tiny_lm.model) == before
 
 
-@pytest.mark.parametrize("optimizer, lr, field", [("rmsprop", 0.1, "optimizer"), ("sgd", 0.0, "learning_rate"),
-                                                   ("sgd", float("nan"), "learning_rate"), ("adam", 5, "learning_rate")])
+@pytest.mark.parametrize("optimizer, lr, field", [
+    ("rmsprop", 0.1, "optimizer"), ("sgd", 0.0, "learning_rate"), ("sgd", float("nan"), "learning_rate"),
+    ("adam", 5, "learning_rate")])
 def test_bad_step_options(optimizer, lr, field):
     with pytest.raises(InputError) as e:
         train_step.check_step_options(optimizer, lr)
@@ -155,3 +156,26 @@ def test_real_step_in_a_child_lowers_loss_and_leaves_the_shared_model_bit_identi
     assert score_ids(lm, ids).mean_loss == pytest.approx(result["loss"], abs=1e-4)  # the child started from ours
     assert weights_hash(lm.model) == before
     assert len([k for k in result["grad_norms"] if k.startswith("layer ")]) == lm.dims.L
+
+
+def test_page_scores_and_refuses_a_step_that_does_not_fit(tiny_app, monkeypatch):
+    """How it learned on the tiny model: the sentence's chips and table equal score_ids; the step runs only when
+    asked, and with too little memory it is refused with the message (no child process)."""
+    from conftest import page_app
+
+    from pipeline.training import train_step
+
+    started = []
+    monkeypatch.setattr(train_step.subprocess, "run", lambda *a, **k: started.append(a))
+    at = page_app("how_it_learned").run()
+    assert not at.exception, at.exception
+    expected = score_ids(tiny_app, text_ids(tiny_app, SENTENCE))
+    table = at.dataframe[0].value
+    assert list(table["rank"]) == expected.ranks[1:]
+    assert list(table["loss (nats)"]) == [round(-lp, 3) for lp in expected.logprobs[1:]]
+    assert f"{expected.mean_loss:.3f} nats" in [m.value for m in at.metric]
+    assert any("Take one step" in i.value for i in at.info) and not started
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2**20)
+    at.button(key="FormSubmitter:train_form-Take one step").click().run()
+    assert not at.exception, at.exception
+    assert any("memory:" in e.value and "available now" in e.value for e in at.error) and not started
