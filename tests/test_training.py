@@ -179,3 +179,36 @@ def test_page_scores_and_refuses_a_step_that_does_not_fit(tiny_app, monkeypatch)
     at.button(key="FormSubmitter:train_form-Take one step").click().run()
     assert not at.exception, at.exception
     assert any("memory:" in e.value and "available now" in e.value for e in at.error) and not started
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["score", ""], "text: give some text"), (["score", "a\x07b"], "text: holds the control character \\x07"),
+    (["score", "Yes", "--answer-to", " "], "question: give some text"),
+    (["score", "x", "--json", "/proc/nope.json"], "json:")])
+def test_cli_refuses_bad_input_before_loading_the_model(argv, says, capsys):
+    from pipeline.cli import main
+
+    assert main(argv) == 2  # the fast tier refuses to load weights: the check came first
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.model
+def test_cli_score_json(lm, tmp_path):
+    import json
+
+    from pipeline.cli import main
+
+    out = tmp_path / "score.json"
+    assert main(["score", SENTENCE, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    loss, logprobs = hf_token_logprobs(lm.model, doc["ids"])
+    assert doc["ids"] == lm.tokenizer(SENTENCE)["input_ids"] and doc["tokens"][0]["logprob"] is None
+    assert [t["id"] for t in doc["tokens"]] == doc["ids"]
+    assert [t["logprob"] for t in doc["tokens"][1:]] == pytest.approx(logprobs, abs=1e-4)
+    assert doc["mean_loss"] == pytest.approx(loss, abs=1e-5)
+    assert main(["score", "Yes, they are.", "--answer-to", "Are tomatoes fruit?", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    start = doc["scored_from"]
+    assert all(t["logprob"] is None for t in doc["tokens"][:start])
+    answer = [t["logprob"] for t in doc["tokens"][start:]]
+    assert doc["mean_loss"] == pytest.approx(-sum(answer) / len(answer))

@@ -185,7 +185,8 @@ def training_section() -> None:
     need = step_memory(params, lm.dims, max(len(t_ids), len(o_ids)), optimizer)
     available = memory.available_bytes()
     parts = ", ".join(f"{k} {gib(v)}" for k, v in need.parts().items())
-    st.caption(f"This step needs about {gib(need.total + memory.PROCESS_BYTES)} ({parts}, and the process itself); "
+    st.caption(f"This step needs about {gib(memory.child_bytes(need))} ({parts}, the process itself and the "
+               "weights file it loads); "
                f"available now: {gib(available) if available else 'unknown'}. Too little, and it is refused.")
     model_key = picked_model_key()
     job = (model_key, tuple(t_ids), tuple(o_ids), optimizer, float(lr))
@@ -219,7 +220,7 @@ def show_step(step: dict, ids: list[int]) -> None:
                f"before and after. The process peaked at {gib(step['peak_rss_bytes'])} of memory (estimated "
                f"{gib(step['estimate_bytes'])}). A step with the same inputs is computed once per server.")
     labels = labels_of(ids)
-    x = axis_labels([f"{labels[t]} ({t})" for t in range(1, len(ids))])
+    x = axis_labels(labels[1:])  # unique labels, each numbered
     fig = go.Figure([go.Bar(x=x, y=[-v for v in before], name="before"),
                      go.Bar(x=x, y=[-v for v in after], name="after")])
     fig.update_layout(barmode="group", height=300, margin=dict(t=30, b=10), title="Loss per token (nats)",
