@@ -4,8 +4,13 @@ rank, surprisal and loss, then the mean loss and perplexity; `--json` writes `id
 "logprob"}]` (the first, or every prompt token before an answer, has null) and `mean_loss`."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import argparse
 import math
+
+if TYPE_CHECKING:
+    from ..model.interface import LanguageModel
 
 
 def add_parser(sub) -> None:
@@ -55,7 +60,7 @@ def cmd_score(args) -> int:
     return 0
 
 
-def labels_of(lm, token_id: int) -> str:
+def labels_of(lm: LanguageModel, token_id: int) -> str:
     from ..text.pieces import token_pieces
 
     return token_pieces(lm.tokenizer, [token_id])[0].label

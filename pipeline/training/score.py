@@ -12,6 +12,8 @@ The first token has no logprob: nothing came before it.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 import unicodedata
 from dataclasses import dataclass
@@ -20,6 +22,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..stages.request import ChatRequest, check_text
+
+if TYPE_CHECKING:
+    from ..model.interface import LanguageModel
 
 MAX_SCORE_CHARS = 20_000  # what the page and the CLI accept; the token limit is the model's context window
 ALLOWED_CONTROLS = "\n\t\r"  # line breaks and tabs are text; other control characters are refused
@@ -75,7 +80,7 @@ def check_score_text(field: str, text) -> str:
     return text
 
 
-def check_length(lm, ids: list[int], field: str, limit: int | None = None) -> list[int]:
+def check_length(lm: LanguageModel, ids: list[int], field: str, limit: int | None = None) -> list[int]:
     """At least two tokens (one to read, one to guess) and at most the context window (or `limit`)."""
     most = min(lm.dims.context_window, limit or lm.dims.context_window)
     if len(ids) < 2:
@@ -86,13 +91,13 @@ def check_length(lm, ids: list[int], field: str, limit: int | None = None) -> li
     return ids
 
 
-def text_ids(lm, text: str, limit: int | None = None) -> list[int]:
+def text_ids(lm: LanguageModel, text: str, limit: int | None = None) -> list[int]:
     """The text's ids as the tokenizer writes them (Gemma's adds <bos> in front; SmolLM2's adds nothing)."""
     text = check_score_text("text", text)
     return check_length(lm, list(lm.tokenizer(text)["input_ids"]), "text", limit)
 
 
-def answer_ids(lm, question: str, answer: str, prompt_format: str = "chat",
+def answer_ids(lm: LanguageModel, question: str, answer: str, prompt_format: str = "chat",
                limit: int | None = None) -> tuple[list[int], int]:
     """(prompt + answer ids, len(prompt)): the answer's tokens placed after the templated question, where
     the model's own answer would start (the generation prompt's last marker)."""
@@ -106,7 +111,7 @@ def answer_ids(lm, question: str, answer: str, prompt_format: str = "chat",
     return check_length(lm, ids, "answer", limit), len(prompt)
 
 
-def score_ids(lm, ids: list[int], scored_from: int = 1) -> Score:
+def score_ids(lm: LanguageModel, ids: list[int], scored_from: int = 1) -> Score:
     """One pass over ids (1, T) through the model's door (its lock and pass count) -> each token's
     log-probability given the ones before it, its rank and what the model preferred."""
     check_length(lm, ids, "text")
