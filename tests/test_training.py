@@ -212,3 +212,13 @@ def test_cli_score_json(lm, tmp_path):
     assert all(t["logprob"] is None for t in doc["tokens"][:start])
     answer = [t["logprob"] for t in doc["tokens"][start:]]
     assert doc["mean_loss"] == pytest.approx(-sum(answer) / len(answer))
+
+
+def test_surprisal_chips_escape_token_text_and_colour_by_bits():
+    from ui.chips import surprisal_chips, surprisal_colour
+
+    html = surprisal_chips(["<img src=x onerror=alert(1)>", "ok"], [1, 2], [None, 0.5], ["#0 <b>", "#1"])
+    assert "<img" not in html and "&lt;img src=x" in html and "<b>" not in html
+    assert surprisal_colour(None) == "#e5e7eb"  # not scored: grey
+    assert surprisal_colour(0.0).startswith("hsl(120,") and surprisal_colour(12.0).startswith("hsl(0,")
+    assert surprisal_colour(99.0) == surprisal_colour(12.0)  # capped at the red end
