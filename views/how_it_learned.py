@@ -89,11 +89,11 @@ def score_section() -> None:
         st.form_submit_button("Score it")
     try:
         ids = text_ids(lm, text, APP_MAX_PROMPT_TOKENS)
+        score = scored(ids)  # a long text is refused while the queue is long
     except InputError as e:
         st.error(str(e))
         return
     labels = labels_of(ids)
-    score = scored(ids)
     show_score(score, labels)
     st.markdown("**Shift by one.** The same text read as the exercises it holds: each row is what the model read "
                 "and the token it had to guess.")
@@ -125,7 +125,11 @@ def article_section() -> None:
 
 def answer_section() -> None:
     st.subheader("3. Score my answer")
-    request = current_request()
+    try:
+        request = current_request()
+    except InputError as e:  # the sidebar's request is not valid: it says why there too
+        st.error(str(e))
+        return
     question = request.messages[-1][1]
     st.markdown(f"Paste the answer you expected to the sidebar's question (*{markdown_text(question)}*). It is "
                 "placed after the question in the model's chat format, where the model's own answer would start, "
@@ -135,10 +139,11 @@ def answer_section() -> None:
         st.form_submit_button("Score my answer")
     try:
         ids, start = answer_ids(lm, question, answer, request.prompt_format, APP_MAX_PROMPT_TOKENS)
+        score = scored(ids, start)
     except InputError as e:
         st.error(str(e))
         return
-    score, labels = scored(ids, start), labels_of(ids)
+    labels = labels_of(ids)
     show_score(score, labels)
     disagreed = [t for t in score.scored if score.ranks[t] > 1]
     if not disagreed:
