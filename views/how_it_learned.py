@@ -206,6 +206,9 @@ def training_section() -> None:
     except InputError as e:
         st.error(str(e))
         return
+    except RuntimeError as e:  # the child died (killed for memory, a broken weights cache): what it said
+        st.error(f"The training step failed: {e}")
+        return
     show_step(step, t_ids)
 
 
