@@ -57,6 +57,7 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("generation.py", "Generation", "⏩", "generation"),
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
     ("prefill_decode.py", "Prefill & decode", "🏎️", "prefill-decode"),
+    ("how_it_learned.py", "How it learned", "📉", "how-it-learned"),
     ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),
     ("cache_audit.py", "Cache audit", "🧾", "cache-audit"),
     ("compare_models.py", "Compare models", "⚖️", "compare-models"),

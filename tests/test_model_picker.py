@@ -14,7 +14,7 @@ from conftest import ROOT, make_tiny_lm, page_app
 GEMMA = "gemma-3-270m"
 PAGES = ["start", "journey", "request_template", "tokens", "tensors_batch", "embeddings", "position_rope", "layers",
          "attention", "next_token", "branches", "constrained", "generation", "kv_cache", "prefill_decode",
-         "prefix_cache", "cache_audit", "presenter", "compare_models"]
+         "prefix_cache", "cache_audit", "presenter", "compare_models", "how_it_learned"]
 
 
 def clear_streamlit_caches():

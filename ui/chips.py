@@ -13,8 +13,8 @@ SPECIAL_STYLE = "border:2px solid #dc2626;font-weight:600;"
 
 
 def chip(text: str, token_id: int | None = None, role: str = "user", special: bool = False,
-         title: str = "") -> str:
-    bg = ROLE_COLOURS.get(role, "#f3f4f6")
+         title: str = "", background: str | None = None) -> str:
+    bg = background or ROLE_COLOURS.get(role, "#f3f4f6")
     extra = SPECIAL_STYLE if special else "border:1px solid #cbd5e1;"
     sub = (f"<sub style='color:#64748b;font-size:0.7em;margin-left:3px'>{int(token_id)}</sub>"
            if token_id is not None else "")
@@ -22,6 +22,27 @@ def chip(text: str, token_id: int | None = None, role: str = "user", special: bo
     return (f"<span{tip} style='display:inline-block;background:{bg};{extra}border-radius:6px;"
             f"padding:1px 5px;margin:2px;font-family:monospace;font-size:0.9em;color:#111;"
             f"white-space:pre'>{html_text(text)}{sub}</span>")
+
+
+SURPRISAL_CAP_BITS = 12.0  # the colour scale's red end: a token the model gave about 1 in 4,000
+
+
+def surprisal_colour(bits: float | None) -> str:
+    """0 bits (certain) -> pale green, 6 bits -> yellow, 12 bits and more -> red; None (not scored) -> grey."""
+    if bits is None:
+        return "#e5e7eb"
+    x = min(max(bits / SURPRISAL_CAP_BITS, 0.0), 1.0)
+    hue = 120 * (1 - x)  # HSL hue: 120 green, 60 yellow, 0 red
+    return f"hsl({hue:.0f},75%,{85 - 10 * x:.0f}%)"
+
+
+def surprisal_chips(labels: list[str], ids: list[int], bits: list[float | None], titles: list[str],
+                    max_height: int | None = None) -> str:
+    """One chip per token coloured by its surprisal (labels: readable token text; titles: hover text)."""
+    body = "".join(chip(label, i, title=title, background=surprisal_colour(b))
+                   for label, i, b, title in zip(labels, ids, bits, titles))
+    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
+    return f"<div style='line-height:2.1;{scroll}'>{body}</div>"
 
 
 GROUP_STYLE = ("display:inline-flex;flex-direction:column;align-items:center;vertical-align:bottom;"
