@@ -3,6 +3,8 @@ instant: requests join the running batch at the next step, leave at their own en
 is full, keep arrival order, and a whole job at the head of the line runs between two steps."""
 import threading
 
+import numpy as np
+
 import pytest
 
 from pipeline.errors import InputError
@@ -144,3 +146,103 @@ def test_background_requests_wait_while_people_are_served():
     release.set()
     assert prep.result(10) == "prep:1" and person.result(10) == "person:3"
     assert engine.log == [("start", "person")] + [("step", ["person"])] * 3 + [("start", "prep"), ("step", ["prep"])]
+
+
+# ---- the batched decode step on tiny random-weight models ----------------------------------------
+def staggered(lm, requests, join_at):
+    """Each request started (prefilled) before step join_at[i] of one running TraceEngine batch; the Traces."""
+    from pipeline.trace_engine import TraceEngine
+
+    engine, handles, results, step = TraceEngine(lambda r: lm), {}, {}, 0
+    while len(results) < len(requests):
+        for i, request in enumerate(requests):
+            if join_at[i] == step:
+                handles[engine.start((i, request, None))] = i
+        results.update((handles[h], trace) for h, trace in engine.step())
+        step += 1
+    return [results[i] for i in range(len(requests))]
+
+
+def _requests():
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+
+    return [ChatRequest.from_question("Hi", options=GenerationOptions(max_new_tokens=6)),
+            ChatRequest.from_question("Are tomatoes fruit? Botanically, yes: a tomato is a fruit.",
+                                      options=GenerationOptions(max_new_tokens=8, temperature=0.8, seed=3)),
+            ChatRequest.from_question("Why?", options=GenerationOptions(max_new_tokens=3))]
+
+
+def _assert_alone_equal(lm, traces, requests):
+    from pipeline.trace import run_trace
+
+    for request, joined in zip(requests, traces):
+        alone = run_trace(request, lm)
+        assert joined.generated_token_ids == alone.generated_token_ids
+        assert np.abs(joined.step_logits - alone.step_logits).max() < 1e-4
+        assert [s.kv_cache_tokens for s in joined.steps] == [s.kv_cache_tokens for s in alone.steps]
+        assert [s.kv_bytes_per_layer for s in joined.steps] == [s.kv_bytes_per_layer for s in alone.steps]
+
+
+def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(tiny_lm):
+    requests = _requests()
+    traces = staggered(tiny_lm, requests, join_at=[0, 2, 3])  # the longer prompt joins later: the rows re-pad
+    _assert_alone_equal(tiny_lm, traces, requests)
+    assert [s.batch_size for s in traces[0].steps] == [1, 1, 2, 3, 3, 3]  # B joined at step 2, C at 3
+    assert [s.batch_size for s in traces[1].steps] == [2, 3, 3, 3, 1, 1, 1, 1]  # A and C left at their ends
+
+
+@pytest.fixture(scope="module")
+def gemma_tokenizer():
+    from test_architectures import gemma_tokenizer as fixture
+
+    return fixture.__wrapped__()
+
+
+def test_gemma_requests_joining_a_running_batch_get_the_tokens_they_get_alone(gemma_tokenizer):
+    """Sliding window 64, longer than prompt + answer: every cache pads into the batch (past the window each
+    steps on its own cache: tests/test_architectures.py, batched answers past the window)."""
+    from test_architectures import tiny_gemma3, wrap
+
+    model = tiny_gemma3(gemma_tokenizer)
+    model.config.sliding_window = 64
+    for block in model.model.layers:
+        block.self_attn.sliding_window = 64 if block.self_attn.sliding_window else None
+    lm = wrap(model, gemma_tokenizer, "tiny-gemma3")
+    requests = _requests()
+    traces = staggered(lm, requests, join_at=[0, 1, 1])
+    _assert_alone_equal(lm, traces, requests)
+
+
+# ---- the real model ----------------------------------------------------------------------------------
+def first_flip(joined, alone) -> dict | None:
+    """Where a joined run's greedy tokens first part from the run alone: the step, and the alone run's gap
+    between its top two logits there (a flip is only fair on a near tie)."""
+    for step, (a, b) in enumerate(zip(alone.generated_token_ids, joined.generated_token_ids)):
+        if a != b:
+            top2 = np.sort(alone.step_logits[step])[-2:]
+            return {"step": step, "gap": float(top2[1] - top2[0]),
+                    "diff": float(np.abs(alone.step_logits[step] - joined.step_logits[step]).max())}
+    return None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("model", ["lm", "gemma_lm"])
+def test_continuously_batched_greedy_answers_equal_each_request_alone(model, request):
+    """Real weights: three greedy requests of different lengths join one running batch at different steps;
+    each answer equals the request run alone, or the first flip is a near tie (its logit gap is reported)."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace
+
+    lm = request.getfixturevalue(model)
+    requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=n)) for q, n in [
+        ("Are tomatoes fruit?", 8), ("Explain in two sentences why the sky is blue during the day.", 6),
+        ("Hi", 3)]]
+    for joined, r in zip(staggered(lm, requests, join_at=[0, 2, 3]), requests):
+        alone = run_trace(r, lm)
+        flip = first_flip(joined, alone)
+        n = min(len(alone.steps), len(joined.steps))
+        print(f"{lm.name}: {r.messages[-1][1]!r}: largest logit difference "
+              f"{np.abs(joined.step_logits[:n] - alone.step_logits[:n]).max():.2e}, flip: {flip}")
+        assert flip is None or flip["gap"] <= 2 * flip["diff"], flip
+        if flip is None:
+            assert joined.generated_token_ids == alone.generated_token_ids
