@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.model.passes import PassCounter, counting_passes, note_pass
+from pipeline.room_schedule import room_rows
 from pipeline.run_queue import RunQueue
 
 
@@ -82,6 +83,10 @@ def test_a_request_arriving_mid_batch_joins_at_the_next_step_and_leaves_at_its_o
     assert (b["joined_step"], b["first_step"], b["left_step"], b["tokens"]) == (3, 3, 4, 2)
     assert [len(s["members"]) for s in sched["steps"]] == [1, 1, 1, 2, 2, 1, 1, 1]
     assert b["ttft_s"] >= 0 and b["tpot_s"] >= 0
+    room = room_rows(sched, own_key="B")
+    assert [(r["label"], r["own"], r["tokens"]) for r in room["rows"]] == [("learner 1", False, 8), ("you", True, 2)]
+    assert [s["size"] for s in room["steps"]] == [1, 1, 1, 2, 2, 1, 1, 1] and room["own"]["label"] == "you"
+    assert "B" not in str([r["label"] for r in room["rows"]]) and room_rows(sched)["own"] is None
 
 
 def test_the_kv_budget_holds_the_head_of_the_line_and_nobody_overtakes_it():
