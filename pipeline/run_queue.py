@@ -119,7 +119,8 @@ class Schedule:
         self.requests[rid] = {"id": rid, "key": ticket.key, "queued_s": round(ticket.submitted_at - self.t0, 4),
                               "prefill_s": round(prefill_s, 4), "prefill_at_s": round(prefill_started - self.t0, 4),
                               "joined_step": self.count, "first_step": None, "first_token_s": None, "left_step": None,
-                              "left_s": None, "tokens": 0, "ttft_s": None, "tpot_s": None}
+                              "left_s": None, "tokens": 0, "ttft_s": None, "tpot_s": None,
+                              "first_after_prefill_s": None, "first_step_s": None, "batch_at_join": None}
         while len(self.requests) > SCHEDULE_REQUESTS:
             self.requests.pop(next(iter(self.requests)))
         return rid
@@ -135,10 +136,18 @@ class Schedule:
             if r["first_step"] is None:
                 r["first_step"], r["first_token_s"] = self.count, t
                 r["ttft_s"] = round(t - r["queued_s"], 4)
+                # from the end of its own prefill to its first token: other prefills admitted with it + one step
+                r["first_after_prefill_s"] = round(t - r["prefill_at_s"] - r["prefill_s"], 4)
+                r["first_step_s"], r["batch_at_join"] = round(seconds, 4), len(members)
             if rid in left:
                 r["left_step"], r["left_s"] = self.count, t
                 if r["tokens"] > 1:
                     r["tpot_s"] = round((t - r["first_token_s"]) / (r["tokens"] - 1), 4)
+                log.info("request %d left: waited %.2f s, prefill %.2f s, first token %.2f s after its prefill "
+                         "(that step %.2f s, batch of %d), %d tokens, TTFT %.2f s, TPOT %s", rid,
+                         r["prefill_at_s"] - r["queued_s"], r["prefill_s"], r["first_after_prefill_s"],
+                         r["first_step_s"], r["batch_at_join"], r["tokens"], r["ttft_s"],
+                         "-" if r["tpot_s"] is None else f"{r['tpot_s'] * 1000:.0f} ms")
         self.count += 1
 
     def as_data(self) -> dict:
@@ -220,7 +229,8 @@ class RunQueue:
     def schedule(self) -> dict:
         """The running batch's recent record as plain data: {"steps": [{step, t_s, seconds, members}],
         "requests": [{id, key, queued_s, prefill_at_s, prefill_s, joined_step, first_step, first_token_s,
-        left_step, left_s, tokens, ttft_s, tpot_s}]} (ids are anonymous numbers; `key` is the request's)."""
+        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join}]}
+        (ids are anonymous numbers; `key` is the request's queue key)."""
         with self._lock:
             return self._schedule.as_data()
 

@@ -80,7 +80,7 @@ def test_a_request_arriving_mid_batch_joins_at_the_next_step_and_leaves_at_its_o
     assert seen["b done at 5"]  # B's answer was handed over when B ended, while A still ran
     sched = q.schedule()
     b = next(r for r in sched["requests"] if r["key"] == "B")
-    assert (b["joined_step"], b["first_step"], b["left_step"], b["tokens"]) == (3, 3, 4, 2)
+    assert (b["joined_step"], b["first_step"], b["left_step"], b["tokens"], b["batch_at_join"]) == (3, 3, 4, 2, 2)
     assert [len(s["members"]) for s in sched["steps"]] == [1, 1, 1, 2, 2, 1, 1, 1]
     assert b["ttft_s"] >= 0 and b["tpot_s"] >= 0
     room = room_rows(sched, own_key="B")
