@@ -40,7 +40,7 @@ DECODE_STEP_COST = 15  # one decode step costs about as much as 15 prompt tokens
 LONG_PROMPT_TOKENS = 1024  # prompts longer than this are refused while the queue is long
 LONG_QUEUE = 4  # "long": this many jobs already waiting
 MAX_BATCH = 32  # requests decoded together at most
-PREFILL_TOKENS_PER_STEP = 256  # prompt tokens prefilled between two decode steps (at least one request)
+PREFILL_TOKENS_PER_STEP = 64  # prompt tokens prefilled between two decode steps (at least one request)
 KV_BUDGET_BYTES = 512 * 2**20  # KV memory the running batch may reserve
 SCHEDULE_STEPS = 2000  # decode steps the schedule record keeps (the oldest go first)
 SCHEDULE_REQUESTS = 200  # requests it keeps
@@ -110,12 +110,14 @@ class Schedule:
         self.steps: deque[dict] = deque(maxlen=SCHEDULE_STEPS)  # {step, t_s, seconds, members: [rid]}
         self.requests: dict[int, dict] = {}  # rid -> record, in arrival order
         self.count = 0  # steps so far
+        self.admissions = 0  # requests so far: each one's anonymous number
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 4)
 
     def admitted(self, ticket: Ticket, prefill_started: float, prefill_s: float) -> int:
-        rid = id(ticket)
+        self.admissions += 1
+        rid = self.admissions
         self.requests[rid] = {"id": rid, "key": ticket.key, "queued_s": round(ticket.submitted_at - self.t0, 4),
                               "prefill_s": round(prefill_s, 4), "prefill_at_s": round(prefill_started - self.t0, 4),
                               "joined_step": self.count, "first_step": None, "first_token_s": None, "left_step": None,
