@@ -55,10 +55,15 @@ class _Engine:
 
     def step(self) -> list[tuple[Hashable, object]]:
         ended = set()
-        for key, batch in list(self.batches.items()):
-            ended.update(id(row) for row in batch.step())
-            if not len(batch):
-                del self.batches[key]
+        try:
+            for key, batch in list(self.batches.items()):
+                ended.update(id(row) for row in batch.step())
+                if not len(batch):
+                    del self.batches[key]
+        except BaseException:  # the queue hands the error to every request in the batch: none of them goes on
+            self.batches.clear()
+            self.started.clear()
+            raise
         out = []
         for handle, (lm, row, extra) in list(self.started.items()):
             if id(row) in ended:

@@ -251,3 +251,21 @@ def test_continuously_batched_greedy_answers_equal_each_request_alone(model, req
         assert flip is None or flip["gap"] <= 2 * flip["diff"], flip
         if flip is None:
             assert joined.generated_token_ids == alone.generated_token_ids
+
+
+def test_a_failed_step_reaches_every_request_in_the_batch_and_the_queue_goes_on():
+    def on_step(n):
+        if n == 1 and not engine.failed:
+            engine.failed = True
+            engine.live.clear()  # the engine drops what it held, as TraceEngine does
+            raise RuntimeError("out of memory")
+
+    engine = FakeEngine(on_step)
+    engine.failed = False
+    q, release = _blocked_queue(engine)
+    a, b = _submit(q, "A", 5), _submit(q, "B", 5)
+    release.set()
+    for t in (a, b):
+        with pytest.raises(RuntimeError, match="memory"):
+            t.result(10)
+    assert _submit(q, "C", 2).result(10) == "C:2"
