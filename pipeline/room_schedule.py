@@ -8,11 +8,14 @@ from __future__ import annotations
 import statistics
 
 
-def room_rows(schedule: dict, own_key=None) -> dict:
+LAST_REQUESTS = 40  # requests drawn at most: the most recent ones
+
+
+def room_rows(schedule: dict, own_key=None, last: int = LAST_REQUESTS) -> dict:
     """rows: {label, own, queued_s, prefill_at_s, prefill_s, decoding_from_s, left_s, ttft_s, tpot_s, tokens}
     in arrival order (times in seconds since the first request shown arrived); steps: {t_s, size};
     medians of TTFT and TPOT over the finished requests shown (None when there are none)."""
-    requests = schedule["requests"]
+    requests = schedule["requests"][-last:]
     t0 = min((r["queued_s"] for r in requests), default=0.0)
     rows, n = [], 0
     for r in requests:

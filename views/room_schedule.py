@@ -39,14 +39,19 @@ def room_schedule(request_key_of_this_learner) -> None:
                              hovertext=[f"{r['tokens']} tokens; TTFT {r['ttft_s']:.2f} s"
                                         + (f", TPOT {r['tpot_s'] * 1000:.0f} ms" if r["tpot_s"] else "")
                                         for r in picked], hoverinfo="text"))
-    fig.update_layout(barmode="overlay", height=120 + 18 * len(rows), margin=dict(l=10, r=10, t=10, b=10),
-                      xaxis_title="seconds", yaxis=dict(autorange="reversed", title=""), legend_orientation="h")
+    end = max([r["left_s"] or r["decoding_from_s"] for r in rows] + [s["t_s"] for s in data["steps"]])
+    fig.update_layout(barmode="overlay", height=150 + 18 * len(rows), margin=dict(l=10, r=10, t=40, b=10),
+                      xaxis=dict(title="seconds since the first request shown arrived", range=[0, end * 1.02]),
+                      yaxis=dict(autorange="reversed", title=""),
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     st.plotly_chart(fig, width="stretch")
     if data["steps"]:
         sizes = go.Figure(go.Scatter(x=[s["t_s"] for s in data["steps"]], y=[s["size"] for s in data["steps"]],
                                      mode="lines", line_shape="hv", line_color=OTHER))
-        sizes.update_layout(height=200, margin=dict(l=10, r=10, t=30, b=10), xaxis_title="seconds",
-                            title="Requests in the batch, step by step", yaxis_title="batch size")
+        sizes.update_layout(height=200, margin=dict(l=10, r=10, t=30, b=10),
+                            title="Requests in the batch, step by step",
+                            xaxis=dict(title="seconds (the same clock)", range=[0, end * 1.02]),
+                            yaxis=dict(title="batch size", rangemode="tozero", dtick=max(1, len(rows) // 8)))
         st.plotly_chart(sizes, width="stretch")
     own, med = data["own"], data["medians"]
     room = (f"Across the {len(rows)} requests shown: median TTFT "
