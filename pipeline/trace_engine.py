@@ -46,9 +46,11 @@ class _Engine:
     def _batch(self, lm: LanguageModel):
         from .stages.generation import BatchDecoder
 
-        return self.batches.setdefault(id(lm), BatchDecoder(lm))
+        if id(lm) not in self.batches:
+            self.batches[id(lm)] = BatchDecoder(lm)
+        return self.batches[id(lm)]
 
-    def _add(self, lm, row, extra) -> Hashable:
+    def _add(self, lm: LanguageModel, row, extra) -> Hashable:
         handle = next(self._ids)
         self.started[handle] = (lm, row, extra)
         return handle
@@ -96,7 +98,7 @@ class TraceEngine(_Engine):
         s.kv_cache = None  # the batch holds it now
         return self._add(lm, row, (key, s))
 
-    def _finished(self, lm, row, extra):
+    def _finished(self, lm: LanguageModel, row, extra):
         from .trace import _finish
 
         key, s = extra
@@ -121,6 +123,6 @@ class StreamEngine(_Engine):
         answer, decoder = open_answer(lm, request, self.max_prompt_tokens, on_event)
         return self._add(lm, self._batch(lm).join(answer, decoder=decoder), None)
 
-    def _finished(self, lm, row, extra):
+    def _finished(self, lm: LanguageModel, row, extra):
         return row.result
 
