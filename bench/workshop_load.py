@@ -254,7 +254,33 @@ async def main_async(args) -> int:
     print(f"  queue positions seen: {seen[:10]}{' ...' if len(seen) > 10 else ''} (highest {max(seen, default=0)})")
     each = "" if len(pids) < 2 else " (each: " + ", ".join(f"{m:,.0f}" for m in sampler.peak_each.values()) + " MB)"
     print(f"  server peak RSS: {sampler.peak_mb:,.0f} MB{each}" + ("" if pids else " (server pid not found)"))
+    if args.server_log:
+        mid_batch_report(args.server_log)
     return 0 if not errors else 1
+
+
+LEFT_LINE = re.compile(r"request \d+ left: waited ([\d.]+) s, prefill ([\d.]+) s, first token ([\d.]+) s after its "
+                       r"prefill \(that step ([\d.]+) s, batch of (\d+)\)")
+
+
+def mid_batch_report(path: str) -> None:
+    """From the server's log (pipeline.run_queue logs each request leaving the running batch): for the
+    requests that joined a batch already running, the time from the end of their own prefill to their first
+    token, against the step that made it (other prompts prefilled in the same gap between two steps add theirs)."""
+    with open(path, errors="replace") as f:
+        rows = [tuple(float(x) for x in m.groups()) for m in LEFT_LINE.finditer(f.read())]
+    joined = [r for r in rows if r[4] > 1]
+    if not joined:
+        print(f"  mid-batch arrivals: none in {path}")
+        return
+    after, step = [r[2] for r in joined], [r[3] for r in joined]
+    within = sum(a <= s + 0.05 for a, s in zip(after, step))
+    q = lambda xs, p: sorted(xs)[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]  # noqa: E731
+    print(f"  mid-batch arrivals ({len(joined)} of {len(rows)} requests joined a running batch): their own prefill "
+          f"p50 {q([r[1] for r in joined], .5):.2f} s; from its end to their first token p50 {q(after, .5):.2f} s, "
+          f"p95 {q(after, .95):.2f} s; the step that made it p50 {q(step, .5):.2f} s, p95 {q(step, .95):.2f} s; "
+          f"within their own prefill + one step: {within} of {len(joined)} (the others also waited for prompts "
+          f"prefilled in the same gap)")
 
 
 def main() -> int:
@@ -267,6 +293,8 @@ def main() -> int:
     ap.add_argument("--browsers", type=int, default=None,
                     help="how many of the sessions run in Chromium (default: all); the others speak Streamlit's "
                          "websocket protocol without drawing, so the browsers do not eat the server's CPU")
+    ap.add_argument("--server-log", default=None, help="the server's console log: reports how soon a request that "
+                    "joined a running batch got its first token (pipeline.run_queue logs each request leaving)")
     args = ap.parse_args()
     if not re.match(r"https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$", args.url):
         print("error: --url must be a loopback address (this benchmark never targets another machine)")

@@ -1,14 +1,24 @@
 """Requests wait in arrival order in front of the model; each caller can see its place and an estimate.
 
-One worker thread runs the jobs first come, first served (the model runs one pass at a time anyway,
-so a second worker would only interleave, not speed up). Identical requests share one ticket.
-A long prompt is refused while the queue is long, so one learner's 8,000-token prompt cannot make
-the whole room wait.
+One worker thread serves the line (the model runs one pass at a time anyway, so a second worker
+would only interleave, not speed up). Identical requests share one ticket. A long prompt is refused
+while the queue is long, so one learner's 8,000-token prompt cannot make the whole room wait.
+
+Jobs of a kind that has a step engine (chat requests: `engines={"trace": ...}`) are scheduled per
+decode step, as vLLM and Orca do (continuous batching): between two steps the worker runs the
+prefill of the requests at the head of the line (up to PREFILL_TOKENS_PER_STEP prompt tokens, at
+least one request), they join the running batch at the next step, and each request leaves the batch
+at its own end token: its ticket resolves then, not when the batch ends. A KV-memory budget in bytes
+decides admission: each request reserves the bytes its cache reaches at its longest (prompt +
+max_new_tokens), and the head of the line waits while the budget is full (later ones do not overtake).
+Any other job runs whole, in its turn, between two steps. Background jobs run only when nobody waits
+and no batch is running.
 
     queue = RunQueue()
     ticket = queue.submit("key", work, cost=500)   # cost: prompt tokens + a weight per new token
     ticket.position()  -> 2  (two jobs ahead; 0 = running now)
     ticket.wait(0.5); ticket.result()          # a concurrent.futures.Future: done(), exception(), ...
+    queue.schedule()                           # the recent steps: who was in the batch, TTFT, TPOT
 """
 from __future__ import annotations
 
@@ -19,7 +29,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, wait
-from typing import Callable, Hashable
+from typing import Callable, Hashable, Protocol
 
 from .checks import integer
 from .errors import InputError
@@ -29,6 +39,11 @@ log = logging.getLogger(__name__)
 DECODE_STEP_COST = 15  # one decode step costs about as much as 15 prompt tokens of prefill on a CPU
 LONG_PROMPT_TOKENS = 1024  # prompts longer than this are refused while the queue is long
 LONG_QUEUE = 4  # "long": this many jobs already waiting
+MAX_BATCH = 32  # requests decoded together at most
+PREFILL_TOKENS_PER_STEP = 64  # prompt tokens prefilled between two decode steps (at least one request)
+KV_BUDGET_BYTES = 512 * 2**20  # KV memory the running batch may reserve
+SCHEDULE_STEPS = 2000  # decode steps the schedule record keeps (the oldest go first)
+SCHEDULE_REQUESTS = 200  # requests it keeps
 
 
 def cost_of(prompt_tokens: int, new_tokens: int) -> int:
@@ -37,7 +52,17 @@ def cost_of(prompt_tokens: int, new_tokens: int) -> int:
     return prompt_tokens + DECODE_STEP_COST * integer("new_tokens", new_tokens, 0, 10**9)
 
 
-MAX_BATCH = 32  # jobs of one kind run together at most: a room of 30 arriving at once is one batch
+class StepEngine(Protocol):
+    """What the queue steps for a kind of job decoded together (pipeline.trace_engine has the real ones)."""
+
+    def reserve(self, payload) -> tuple[int, int]:
+        """(prompt tokens, KV bytes the request reaches at its longest): what admission counts."""
+
+    def start(self, payload) -> Hashable:
+        """Run the request's prefill; a handle for it (raises InputError etc. for a request refused)."""
+
+    def step(self) -> list[tuple[Hashable, object]]:
+        """One decode step of every started request; (handle, result) of those that ended in it."""
 
 
 class Ticket(Future):
@@ -51,9 +76,11 @@ class Ticket(Future):
                  batch: tuple[str, object] | None = None):
         super().__init__()
         self.queue, self.key, self.work, self.cost = queue, key, work, cost
-        self.batch = batch  # (kind, payload): waiting jobs of the same kind may run together
+        self.batch = batch  # (kind, payload): a kind with a step engine is decoded in the running batch
         self.context = contextvars.copy_context()  # the caller's pass counter follows its job
         self.submitted_at = time.monotonic()
+        self.reserved = (0, 0)  # (prompt tokens, KV bytes) while in the batch
+        self.rid: int | None = None  # its anonymous number in the schedule record, once admitted
 
     def cancel(self) -> bool:
         return False
@@ -74,31 +101,95 @@ class Ticket(Future):
         self.set_exception(error) if error is not None else self.set_result(result)
 
 
+class Schedule:
+    """What the running batch did, bounded: per step the requests in it; per request when it was
+    queued, prefilled, joined, got its first token and left (times in seconds since the queue started)."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.steps: deque[dict] = deque(maxlen=SCHEDULE_STEPS)  # {step, t_s, seconds, members: [rid]}
+        self.requests: dict[int, dict] = {}  # rid -> record, in arrival order
+        self.count = 0  # steps so far
+        self.admissions = 0  # requests so far: each one's anonymous number
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.t0, 4)
+
+    def admitted(self, ticket: Ticket, prefill_started: float, prefill_s: float) -> int:
+        self.admissions += 1
+        rid = self.admissions
+        self.requests[rid] = {"id": rid, "key": ticket.key, "queued_s": round(ticket.submitted_at - self.t0, 4),
+                              "prefill_s": round(prefill_s, 4), "prefill_at_s": round(prefill_started - self.t0, 4),
+                              "joined_step": self.count, "first_step": None, "first_token_s": None, "left_step": None,
+                              "left_s": None, "tokens": 0, "ttft_s": None, "tpot_s": None,
+                              "first_after_prefill_s": None, "first_step_s": None, "batch_at_join": None}
+        while len(self.requests) > SCHEDULE_REQUESTS:
+            self.requests.pop(next(iter(self.requests)))
+        return rid
+
+    def stepped(self, members: list[int], seconds: float, left: list[int]) -> None:
+        t = self.now()
+        self.steps.append({"step": self.count, "t_s": t, "seconds": round(seconds, 4), "members": list(members)})
+        for rid in members:
+            r = self.requests.get(rid)
+            if r is None:
+                continue
+            r["tokens"] += 1
+            if r["first_step"] is None:
+                r["first_step"], r["first_token_s"] = self.count, t
+                r["ttft_s"] = round(t - r["queued_s"], 4)
+                # from the end of its own prefill to its first token: other prefills admitted with it + one step
+                r["first_after_prefill_s"] = round(t - r["prefill_at_s"] - r["prefill_s"], 4)
+                r["first_step_s"], r["batch_at_join"] = round(seconds, 4), len(members)
+            if rid in left:
+                r["left_step"], r["left_s"] = self.count, t
+                if r["tokens"] > 1:
+                    r["tpot_s"] = round((t - r["first_token_s"]) / (r["tokens"] - 1), 4)
+                log.info("request %d left: waited %.2f s, prefill %.2f s, first token %.2f s after its prefill "
+                         "(that step %.2f s, batch of %d), %d tokens, TTFT %.2f s, TPOT %s", rid,
+                         r["prefill_at_s"] - r["queued_s"], r["prefill_s"], r["first_after_prefill_s"],
+                         r["first_step_s"], r["batch_at_join"], r["tokens"], r["ttft_s"],
+                         "-" if r["tpot_s"] is None else f"{r['tpot_s'] * 1000:.0f} ms")
+        self.count += 1
+
+    def as_data(self) -> dict:
+        return {"steps": [dict(s) for s in self.steps], "requests": [dict(r) for r in self.requests.values()]}
+
+
 class RunQueue:
-    def __init__(self, seconds_per_unit: float = 0.005, batch_runners: dict | None = None):
-        """batch_runners: {kind: run(payloads) -> [result or exception per payload]} for jobs that can
-        run together (several chat requests decoded in one batch)."""
-        self.batch_runners = batch_runners or {}
+    def __init__(self, seconds_per_unit: float = 0.005, engines: dict[str, StepEngine] | None = None,
+                 kv_budget_bytes: int = KV_BUDGET_BYTES, max_batch: int = MAX_BATCH,
+                 prefill_tokens_per_step: int = PREFILL_TOKENS_PER_STEP):
+        """engines: {kind: StepEngine} for jobs decoded together, step by step (chat requests)."""
+        self.engines = engines or {}
+        self.kv_budget_bytes, self.max_batch = kv_budget_bytes, max_batch
+        self.prefill_tokens_per_step = prefill_tokens_per_step
         self._waiting: deque[Ticket] = deque()
         self._background: deque[Ticket] = deque()  # served only when nobody is waiting
-        self._running: Ticket | None = None
+        self._running: Ticket | None = None  # a whole job running now
+        self._members: dict[tuple[str, Hashable], Ticket] = {}  # (kind, engine handle) -> ticket in the batch
         self._by_key: dict[Hashable, Ticket] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._speeds: deque[float] = deque([seconds_per_unit], maxlen=20)  # seconds per work unit
         self._running_since = 0.0
-        self._group: list[Ticket] = []  # the jobs running now (several when batched)
+        self._schedule = Schedule()
         self.completed = 0
         threading.Thread(target=self._serve, name="run-queue", daemon=True).start()
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._waiting) + (self._running is not None)
+            return len(self._waiting) + self._busy()
+
+    def _busy(self) -> int:
+        """1 while a job or a batch is running. Lock held."""
+        return int(self._running is not None or bool(self._members))
 
     def submit(self, key: Hashable, work: Callable[[], object], cost: int, prompt_tokens: int = 0,
                background: bool = False, batch: tuple[str, object] | None = None) -> Ticket:
         """Queue `work` (or join the identical queued job). background=True: preparation that runs only
-        while nobody is waiting; a person asking for the same key brings it forward."""
+        while nobody is waiting; a person asking for the same key brings it forward. batch=(kind, payload):
+        a kind with a step engine is decoded in the running batch (then `work` is not called)."""
         with self._lock:
             if key in self._by_key:
                 ticket = self._by_key[key]  # the same request is already queued or running
@@ -106,7 +197,7 @@ class RunQueue:
                     self._background.remove(ticket)
                     self._waiting.append(ticket)
                 return ticket
-            waiting = len(self._waiting) + (self._running is not None)
+            waiting = len(self._waiting) + self._busy()
             if prompt_tokens > LONG_PROMPT_TOKENS and waiting >= LONG_QUEUE:
                 raise InputError("messages", f"{waiting} requests are waiting for the model; while the queue is this "
                                              f"long, prompts over {LONG_PROMPT_TOKENS:,} tokens are refused so that "
@@ -120,68 +211,144 @@ class RunQueue:
 
     def position(self, ticket: Ticket) -> int:
         with self._lock:
-            if ticket is self._running or ticket in self._group or ticket.done():
+            if ticket is self._running or ticket in self._members.values() or ticket.done():
                 return 0
             line = list(self._waiting) + list(self._background)
-            return line.index(ticket) + (self._running is not None) if ticket in line else 0
+            return line.index(ticket) + self._busy() if ticket in line else 0
 
     def estimate_s(self, ticket: Ticket) -> float:
+        """The work of everything running and ahead of it, and its own, at the recent seconds per unit."""
         with self._lock:
             speed = statistics.median(self._speeds)
-            ahead = [] if ticket in self._group else list(self._waiting) + list(self._background)
-            ahead = ahead[:ahead.index(ticket) + 1] if ticket in ahead else []
-            running_left = 0.0
+            line = list(self._waiting) + list(self._background)
+            ahead = line[:line.index(ticket) + 1] if ticket in line else []
+            running = sum(t.cost for t in self._members.values())
             if self._running is not None:
-                group_cost = sum(t.cost for t in self._group) or self._running.cost
-                running_left = max(0.0, group_cost * speed - (time.monotonic() - self._running_since))
-            return running_left + sum(t.cost for t in ahead) * speed
+                running += self._running.cost
+            left = max(0.0, running * speed - (time.monotonic() - self._running_since))
+            return left + sum(t.cost for t in ahead) * speed
 
+    def schedule(self) -> dict:
+        """The running batch's recent record as plain data: {"steps": [{step, t_s, seconds, members}],
+        "requests": [{id, key, queued_s, prefill_at_s, prefill_s, joined_step, first_step, first_token_s,
+        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join}]}
+        (ids are anonymous numbers; `key` is the request's queue key)."""
+        with self._lock:
+            return self._schedule.as_data()
+
+    # ---- the worker -------------------------------------------------------------------------------
     def _serve(self) -> None:
         while True:
             with self._lock:
-                while not self._waiting and not self._background:
+                while not (self._waiting or self._background or self._members):
                     self._wake.wait()
-                ticket = self._running = (self._waiting or self._background).popleft()
-                group = [ticket] + self._take_batch_mates(ticket)
-                for t in group:
-                    t.set_running_or_notify_cancel()  # running() is True from here (never cancelled: see Ticket)
-                self._running_since = time.monotonic()
-            if len(group) == 1:
-                try:
-                    ticket._finish(result=ticket.context.run(ticket.work))
-                except BaseException as e:  # handed to the caller, who shows it
-                    ticket._finish(error=e)
-            else:
-                self._run_group(group)
-            took = time.monotonic() - self._running_since
-            log.info("ran %d job(s) of kind %s in %.1f s; %d waiting", len(group),
-                     ticket.batch[0] if ticket.batch else "-", took, len(self._waiting))
-            with self._lock:
-                cost = sum(t.cost for t in group)
-                if cost > 0 and ticket.exception() is None:
-                    self._speeds.append(took / cost)
-                self._running = None
-                self._group = []
-                for t in group:
-                    self._by_key.pop(t.key, None)
-                self.completed += len(group)
+                job, admitted = self._next()
+                if job is not None:
+                    self._running, self._running_since = job, time.monotonic()
+                    job.set_running_or_notify_cancel()  # running() is True from here (never cancelled)
+            if job is not None:
+                self._run_whole(job)
+                continue
+            for ticket in admitted:
+                self._start(ticket)
+            if self._members:
+                self._step()
 
-    def _take_batch_mates(self, head: Ticket) -> list[Ticket]:
-        """Waiting jobs of the head's kind (in arrival order) that join its run. Lock held."""
-        if head.batch is None or head.batch[0] not in self.batch_runners:
-            self._group = [head]
-            return []
-        mates = [t for t in self._waiting if t.batch and t.batch[0] == head.batch[0]][:MAX_BATCH - 1]
-        for t in mates:
-            self._waiting.remove(t)
-        self._group = [head] + mates
-        return mates
+    def _is_stepped(self, ticket: Ticket) -> bool:
+        return ticket.batch is not None and ticket.batch[0] in self.engines
 
-    def _run_group(self, group: list[Ticket]) -> None:
-        run = self.batch_runners[group[0].batch[0]]
+    def _next(self) -> tuple[Ticket | None, list[Ticket]]:
+        """Lock held: a whole job to run now, or the stepped requests to prefill before the next step.
+        Arrival order: a whole job at the head of the line runs before anyone behind it is admitted."""
+        line = self._waiting
+        if not line and not self._members:
+            line = self._background  # nobody waits and no batch runs: preparation may go
+        if line and not self._is_stepped(line[0]):
+            return line.popleft(), []
+        admitted, tokens = [], 0
+        reserved = sum(t.reserved[1] for t in self._members.values())
+        while line and self._is_stepped(line[0]) and len(self._members) + len(admitted) < self.max_batch:
+            head = line[0]
+            try:
+                prompt, kv = self.engines[head.batch[0]].reserve(head.batch[1])
+            except BaseException as e:  # a request that cannot be measured cannot run: its caller hears why
+                line.popleft()
+                self._by_key.pop(head.key, None)
+                head.set_running_or_notify_cancel()
+                head._finish(error=e)
+                continue
+            first = not self._members and not admitted
+            if not first and (reserved + kv > self.kv_budget_bytes or (admitted and tokens + prompt >
+                                                                         self.prefill_tokens_per_step)):
+                break  # the budget is full (or this step's prefill is): the head waits, nobody overtakes it
+            line.popleft()
+            head.reserved = (prompt, kv)
+            head.set_running_or_notify_cancel()
+            admitted.append(head)
+            reserved, tokens = reserved + kv, tokens + prompt
+        return None, admitted
+
+    def _run_whole(self, ticket: Ticket) -> None:
         try:
-            results = group[0].context.run(run, [t.batch[1] for t in group])
-        except BaseException as e:
-            results = [e] * len(group)
-        for t, r in zip(group, results):
-            t._finish(error=r) if isinstance(r, BaseException) else t._finish(result=r)
+            ticket._finish(result=ticket.context.run(ticket.work))
+        except BaseException as e:  # handed to the caller, who shows it
+            ticket._finish(error=e)
+        took = time.monotonic() - self._running_since
+        log.info("ran 1 job in %.1f s; %d waiting", took, len(self._waiting))
+        with self._lock:
+            if ticket.cost > 0 and ticket.exception() is None:
+                self._speeds.append(took / ticket.cost)
+            self._running = None
+            self._done(ticket)
+
+    def _done(self, ticket: Ticket) -> None:
+        """Lock held."""
+        self._by_key.pop(ticket.key, None)
+        self.completed += 1
+
+    def _start(self, ticket: Ticket) -> None:
+        """The request's prefill, in its caller's context; it joins the batch at the next step."""
+        kind, payload = ticket.batch
+        t = time.monotonic()
+        try:
+            handle = ticket.context.run(self.engines[kind].start, payload)
+        except BaseException as e:  # refused (too long, ...): its caller only hears it
+            ticket._finish(error=e)
+            with self._lock:
+                self._done(ticket)
+            return
+        took = time.monotonic() - t
+        with self._lock:
+            self._running_since = self._running_since if self._members else t
+            self._members[(kind, handle)] = ticket
+            ticket.rid = self._schedule.admitted(ticket, t, took)
+            if ticket.reserved[0]:
+                self._speeds.append(took / ticket.reserved[0])
+
+    def _step(self) -> None:
+        """One decode step of every engine with requests in the batch; the ended ones leave."""
+        t = time.monotonic()
+        with self._lock:
+            members = list(self._members.items())
+        ended: list[tuple[tuple[str, Hashable], object]] = []
+        for kind in dict.fromkeys(k for (k, _), _ in members):
+            first = next(ticket for (k, _), ticket in members if k == kind)
+            try:
+                ended += [((kind, handle), result) for handle, result in first.context.run(self.engines[kind].step)]
+            except BaseException as e:  # the step itself failed: every request of that engine hears it
+                log.exception("a decode step of kind %s failed", kind)
+                ended += [((k, h), e) for (k, h), _ in members if k == kind]
+        took = time.monotonic() - t
+        with self._lock:
+            left = []
+            for member, result in ended:
+                ticket = self._members.pop(member, None)
+                if ticket is None:
+                    continue
+                left.append(ticket.rid)
+                ticket._finish(error=result) if isinstance(result, BaseException) else ticket._finish(result=result)
+                self._done(ticket)
+            self._schedule.stepped([ticket.rid for _, ticket in members], took, left)
+            self._speeds.append(took / (DECODE_STEP_COST * len(members)))
+            if not self._members:
+                log.info("the batch emptied; %d waiting", len(self._waiting))

@@ -136,18 +136,6 @@ def test_background_preparation_yields_to_people_and_is_brought_forward():
     assert order == ["person", "prep2", "prep"]
 
 
-def test_waiting_jobs_of_one_kind_run_as_one_batch():
-    batches = []
-    q = RunQueue(batch_runners={"sq": lambda xs: batches.append(list(xs)) or [x * x for x in xs]})
-    release, block = _gate()
-    q.submit("busy", block, cost=1)
-    tickets = [q.submit(i, lambda: None, cost=1, batch=("sq", i)) for i in range(3)]
-    other = q.submit("plain", lambda: "plain", cost=1)
-    release.set()
-    assert [t.result() for t in tickets] == [0, 1, 4] and other.result() == "plain"
-    assert batches == [[0, 1, 2]]
-
-
 def test_cost_weights_decode_steps():
     assert cost_of(34, 64) == 34 + 64 * 15
 

@@ -4,6 +4,8 @@ from views.session_request import current_request
 from views.runs import run_for_page
 from views.chrome import page_header, stage_link
 from views.live_stream import compare_paths, stream_live
+from views.room_schedule import room_schedule
+from views.session_request import request_key
 
 import time
 
@@ -131,5 +133,8 @@ c2.caption(f"kv_tokens_released = {trace.cleanup.kv_tokens_released:,}: the {plu
            f"every chosen token but the last, which is never fed back"
            + (f" ({n_prompt:,} + {n_answer:,} − 1)." if trace.cleanup.kv_tokens_released == n_prompt + n_answer - 1
               else "."))
+
+st.subheader("5. The room's schedule")
+room_schedule(request_key(current_request()))
 
 stage_link("views/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")

@@ -126,9 +126,10 @@ def is_scenario_key(key) -> bool:
 
 @st.cache_resource
 def run_queue() -> RunQueue:
-    """The one line in front of the model, shared by every session. Chat requests waiting together
-    run as one batch: each prompt is prefilled on its own, the answers are decoded together.
-    Each run is logged on the server's console (size of the batch, seconds, jobs still waiting)."""
+    """The one line in front of the model, shared by every session. Chat requests (captured runs and live
+    streams) are scheduled per decode step: each prompt is prefilled on its own between two steps, then it
+    joins the running batch and leaves it at its own end (pipeline.run_queue, pipeline.trace_engine).
+    Each whole job is logged on the server's console (seconds, jobs still waiting)."""
     import logging
 
     queue_log = logging.getLogger("pipeline.run_queue")
@@ -137,23 +138,8 @@ def run_queue() -> RunQueue:
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
         queue_log.addHandler(handler)
         queue_log.setLevel(logging.INFO)
-    return RunQueue(batch_runners={"trace": run_trace_batch})
+    from pipeline.trace_engine import StreamEngine, TraceEngine
 
-
-def run_trace_batch(jobs: list[tuple]) -> list:
-    """jobs: [(key, request, arrived_at)] -> [Trace or InputError]; each trace is stored under its key.
-    Requests for different models run as one batch per model (request.model names it)."""
-    from pipeline.trace import run_traces
-
-    results: list = [None] * len(jobs)
-    by_model: dict[str, list[int]] = {}
-    for n, (_, request, _) in enumerate(jobs):
-        by_model.setdefault(resolve(request.model).key, []).append(n)
-    for model, picks in by_model.items():
-        batch = [jobs[n] for n in picks]
-        done = run_traces([r for _, r, _ in batch], get_model(model), APP_MAX_PROMPT_TOKENS, [t for _, _, t in batch])
-        for n, (key, _, _), result in zip(picks, batch, done):
-            results[n] = result
-            if not isinstance(result, InputError):
-                run_store().put(key, result)
-    return results
+    lm_for = lambda request: get_model(resolve(request.model).key)  # noqa: E731 - each request on its own model
+    return RunQueue(engines={"trace": TraceEngine(lm_for, APP_MAX_PROMPT_TOKENS, on_trace=run_store().put),
+                             "stream": StreamEngine(lm_for, APP_MAX_PROMPT_TOKENS)})

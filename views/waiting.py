@@ -53,8 +53,8 @@ def wait_for(ticket) -> object:
             ahead = ticket.position()
             where = "running now" if ahead == 0 else f"number {ahead + 1} in line ({ahead} ahead of you)"
             message = (f"⏳ Your request is {where}; done in about {waiting_time(ticket.estimate_s())}. Requests "
-                       "run in the order they arrived (waiting chat requests run together); identical requests "
-                       "share one run.")
+                       "run in the order they arrived (a chat request joins the running batch between two steps); "
+                       "identical requests share one run.")
             if message != shown:  # a room of browsers redrawing every second costs the model real CPU
                 box.info(message)
                 shown = message

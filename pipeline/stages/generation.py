@@ -332,72 +332,147 @@ def continue_answer(lm: LanguageModel, cache, answer: Answer, constraint: Constr
     return answer.result(sum(bytes_per_layer(cache)), cache_len(cache))
 
 
+class BatchRow:
+    """One answer in a BatchDecoder: its own cache's real positions, or a decoder of its own (`solo`)."""
+
+    def __init__(self, answer: Answer, length: int, per_position: list[int], decoder=None):
+        self.answer, self.length, self.per_position, self.decoder = answer, length, per_position, decoder
+        self.result: Decode | Answer | None = None  # once it has ended: the Decode (recorded) or the Answer
+
+    def usage(self) -> tuple[int, list[int]]:
+        """(positions it holds, its bytes per layer): its own, never the batch's padding."""
+        if isinstance(self.decoder, CacheDecoder):
+            return self.decoder.usage()
+        return self.length, [b * self.length for b in self.per_position]
+
+
+class BatchDecoder:
+    """Answers decoded together, one forward pass per step for all of them, as servers do; an answer may
+    join before any step and leaves at its own end (continuous batching: pipeline.run_queue steps it).
+
+    Each answer keeps its own options, random generator and stream. Their KV caches are joined into one
+    batch, left-padded to the longest (B, Hkv, T, Dh) with an attention mask that hides the padding; each
+    row continues at its own position. Joining a longer one pads the others; when one leaves, the padding
+    every row has in common is cut. A cache that cannot be padded into the batch is decoded on its own
+    (`solo`), in the same step: a plain-path decoder, or a cache whose sliding-window layer (Gemma 3) keeps
+    fewer positions than the request holds or would before the answer ends (padded rows past a window
+    would shift it), so every answer is the one it would be alone, up to the batch's rounding.
+    """
+
+    def __init__(self, lm: LanguageModel):
+        self.lm = lm
+        self.rows: list[BatchRow] = []  # in the joined cache's row order
+        self.solo: list[BatchRow] = []
+        self.cache, self.mask = None, None  # the joined DynamicCache and its (B, T) mask, 1 = real
+        windows = [w for w in (lm.dims.window(i) for i in range(lm.dims.L)) if w]
+        self.window = min(windows) if windows else None
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.solo)
+
+    def join(self, answer: Answer, cache=None, decoder: Decoder | None = None) -> BatchRow:
+        """Add an answer after its prefill: its HF cache (joined into the batch when it can be) or a decoder
+        of its own. It chooses its next token at the next step."""
+        if decoder is not None:
+            row = BatchRow(answer, 0, [], decoder)
+            self.solo.append(row)
+            return row
+        n = cache_len(cache)
+        per_position = [b // max(n, 1) for b in bytes_per_layer(cache)]  # bytes one position holds, per layer
+        T = max(n, self.mask.shape[1] if self.mask is not None else 0)
+        left = answer.options.max_new_tokens - len(answer.generated)
+        longest = max([left] + [r.answer.options.max_new_tokens - len(r.answer.generated) for r in self.rows])
+        cropped = any(k.shape[2] != n for k, _ in cache_layers(cache))
+        if cropped or (self.window is not None and T + longest >= self.window - 1):
+            row = BatchRow(answer, n, per_position, CacheDecoder(self.lm, cache))
+            self.solo.append(row)
+            return row
+        row = BatchRow(answer, n, per_position)
+        self.rows.append(row)
+        self._rebuild([cache_layers(self.cache) if self.cache is not None else None, cache_layers(cache)],
+                      [self.mask, None], n)
+        return row
+
+    def step(self) -> list[BatchRow]:
+        """Every answer chooses its next token; those that ended leave (their `result` set and returned);
+        the others' tokens go through the model: one pass for the joined rows, one each for the solo ones."""
+        size, ended, tokens = len(self), [], {}
+        for row in self.rows + self.solo:
+            answer = row.answer
+            token = answer.choose(*(row.usage() if answer.record else (0, None)), batch_size=size)
+            if token is None:
+                kv_tokens, kv_bytes = row.usage()
+                if answer.record:
+                    row.result = answer.result(sum(kv_bytes), kv_tokens)
+                else:
+                    answer.close()
+                    row.result = answer
+                ended.append(row)
+            else:
+                tokens[id(row)] = token
+        self.solo = [r for r in self.solo if r.result is None]
+        if any(r.result is not None for r in self.rows):
+            self._leave([i for i, r in enumerate(self.rows) if r.result is None])
+        t_fed = time.perf_counter()
+        if self.rows:
+            self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=self.mask.dtype,
+                                                         device=self.mask.device)], dim=1)
+            positions = torch.tensor([[r.length] for r in self.rows])  # (B, 1) each row's own next position
+            for r in self.rows:
+                r.answer.t_prev = t_fed
+                r.length += 1
+            out = self.lm.forward([[tokens[id(r)]] for r in self.rows], cache=self.cache, attention_mask=self.mask,
+                                  position_ids=positions)
+            logits = out.logits[:, -1].float().cpu().numpy()  # (B, V)
+            for i, r in enumerate(self.rows):
+                r.answer.fed(logits[i])
+        for r in self.solo:
+            r.answer.t_prev = time.perf_counter()
+            r.answer.fed(r.decoder.step(tokens[id(r)]))
+            r.length += 1
+        return ended
+
+    def _leave(self, keep: list[int]) -> None:
+        """Keep rows `keep` of the joined cache; cut the left padding they all have."""
+        self.rows = [self.rows[i] for i in keep]
+        if not self.rows:
+            self.cache, self.mask = None, None
+            return
+        index = torch.tensor(keep, device=self.mask.device)
+        mask = self.mask[index]
+        pad = int(mask.shape[1] - max(int(m.sum()) for m in mask))  # positions every row has as padding
+        self._rebuild([[(k[index, :, pad:], v[index, :, pad:]) for k, v in cache_layers(self.cache)]],
+                      [mask[:, pad:]], 0)
+
+    def _rebuild(self, parts: list, masks: list, n_new: int) -> None:
+        """One DynamicCache from parts (each: per layer (K, V) of (b, Hkv, t, Dh), or None), left-padded to the
+        longest; masks: each part's (b, t) mask, None for a new request's n_new real positions."""
+        from ..model.hf_imports import transformers_names
+
+        DynamicCache, = transformers_names("DynamicCache")
+        parts_masks = [(p, m) for p, m in zip(parts, masks) if p is not None]
+        masks = [m if m is not None else torch.ones((1, n_new), dtype=torch.long, device=self.lm.device)
+                 for _, m in parts_masks]
+        T = max(m.shape[1] for m in masks)
+        layers = []
+        for per_part in zip(*(p for p, _ in parts_masks)):  # one layer: [(K, V) per part]
+            pad = [(0, 0, T - m.shape[1], 0) for m in masks]  # left-pad the positions axis
+            layers.append((torch.cat([torch.nn.functional.pad(k, p) for (k, _), p in zip(per_part, pad)]),
+                           torch.cat([torch.nn.functional.pad(v, p) for (_, v), p in zip(per_part, pad)])))
+        self.mask = torch.cat([torch.nn.functional.pad(m, (T - m.shape[1], 0)) for m in masks])  # (B, T)
+        self.cache = DynamicCache(ddp_cache_data=layers, config=self.lm.config)
+
+
 def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
                  rids: list[str], started_at: list[float],
                  prompt_ids: list[Sequence[int]] | None = None) -> list[Decode]:
-    """Several requests decoded together, one forward pass per step for all of them, as servers do.
-
-    Each request keeps its own options, random generator and stream. Their KV caches are joined
-    into one batch, left-padded to the longest (B, Hkv, T, Dh) with an attention mask that hides the
-    padding; each row continues at its own position. A row whose answer has ended leaves the batch.
+    """Several requests decoded together from the start (a static batch): a BatchDecoder stepped to its end.
     The bytes recorded per request are its own rows' (real positions, not padding).
-    prompt_ids: each request's prompt ids (for its repetition penalty).
-    """
+    prompt_ids: each request's prompt ids (for its repetition penalty)."""
+    batch = BatchDecoder(lm)
     prompts = prompt_ids or [None] * len(rids)
-    answers = [Answer(lm, lg, o, r, t, prompt_ids=ids)
-               for lg, o, r, t, ids in zip(first_logits, options, rids, started_at, prompts)]
-    lengths = [cache_len(c) for c in caches]  # real positions per request
-    if any(k.shape[2] != n for c, n in zip(caches, lengths) for k, _ in cache_layers(c)):
-        # A sliding-window layer past its window keeps only its last positions (Gemma 3): such caches do not
-        # left-pad into one batch, so each answer is decoded on its own (the same tokens, one after another).
-        return [continue_answer(lm, c, a) for c, a in zip(caches, answers)]
-    cache, mask = _join_caches(lm, caches, lengths)  # mask (B, T) 1 = real, 0 = padding
-    per_position = [b // max(lengths[0], 1) for b in bytes_per_layer(caches[0])]  # bytes one position holds
-    results: dict[int, Decode] = {}
-    live = list(range(len(answers)))
-    while live:
-        tokens, keep = [], []
-        for row, i in enumerate(live):
-            token = answers[i].choose(lengths[i], [b * lengths[i] for b in per_position], batch_size=len(live))
-            if token is None:
-                results[i] = answers[i].result(sum(per_position) * lengths[i], lengths[i])
-            else:
-                tokens.append(token)
-                keep.append(row)
-        if not keep:
-            break
-        if len(keep) < len(live):  # finished answers leave the batch
-            index = torch.tensor(keep, device=mask.device)
-            cache.batch_select_indices(index)
-            mask = mask[index]
-            live = [live[r] for r in keep]
-        mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=mask.device)], dim=1)
-        positions = torch.tensor([[lengths[i]] for i in live])  # (B, 1) each row's own next position
-        t_fed = time.perf_counter()
-        for i in live:
-            answers[i].t_prev = t_fed
-            lengths[i] += 1
-        out = lm.forward([[t] for t in tokens], cache=cache, attention_mask=mask, position_ids=positions)
-        scores = out.logits[:, -1].float().cpu().numpy()  # (B, V)
-        for row, i in enumerate(live):
-            answers[i].fed(scores[row])
-    return [results[i] for i in range(len(answers))]
-
-
-def _join_caches(lm: LanguageModel, caches: list, lengths: list[int]):
-    """Per-request caches (1, Hkv, T_i, Dh) per layer -> one DynamicCache (B, Hkv, T_max, Dh), left-padded."""
-    from ..model.hf_imports import transformers_names
-
-    DynamicCache, = transformers_names("DynamicCache")
-
-    T = max(lengths)
-    layers = []
-    for per_request in zip(*(cache_layers(c) for c in caches)):  # one layer: [(K, V) per request]
-        ks, vs = [], []
-        for (k, v), n in zip(per_request, lengths):
-            pad = (0, 0, T - n, 0)  # left-pad the positions axis
-            ks.append(torch.nn.functional.pad(k, pad))
-            vs.append(torch.nn.functional.pad(v, pad))
-        layers.append((torch.cat(ks), torch.cat(vs)))  # (B, Hkv, T, Dh) each
-    mask = torch.tensor([[0] * (T - n) + [1] * n for n in lengths], device=lm.device)  # (B, T)
-    return DynamicCache(ddp_cache_data=layers, config=lm.config), mask
+    rows = [batch.join(Answer(lm, lg, o, r, t, prompt_ids=ids), c)
+            for c, lg, o, r, t, ids in zip(caches, first_logits, options, rids, started_at, prompts)]
+    while len(batch):
+        batch.step()
+    return [row.result for row in rows]

@@ -1,0 +1,271 @@
+"""The queue's per-step scheduler (continuous batching) on a fake engine whose steps are deterministic and
+instant: requests join the running batch at the next step, leave at their own end, wait while the KV budget
+is full, keep arrival order, and a whole job at the head of the line runs between two steps."""
+import threading
+
+import numpy as np
+
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.model.passes import PassCounter, counting_passes, note_pass
+from pipeline.room_schedule import room_rows
+from pipeline.run_queue import RunQueue
+
+
+class FakeEngine:
+    """payload: (name, tokens to make, prompt tokens, KV bytes). Each step every started request makes one
+    token; a request ends after its `tokens`. `on_step(n)` runs inside step n (the test acts mid-batch)."""
+
+    def __init__(self, on_step=None):
+        self.live: dict[str, list] = {}  # name -> [tokens left, made]
+        self.log: list = []  # ("start", name) / ("step", [names in it])
+        self.on_step = on_step or (lambda n: None)
+        self.steps = 0
+
+    def reserve(self, payload):
+        return payload[2], payload[3]
+
+    def start(self, payload):
+        name, tokens = payload[0], payload[1]
+        if tokens < 0:
+            raise InputError("messages", f"{name} is refused")
+        note_pass()  # the prefill's forward pass, counted for its caller
+        self.log.append(("start", name))
+        self.live[name] = [tokens, []]
+        return name
+
+    def step(self):
+        self.on_step(self.steps)
+        self.log.append(("step", sorted(self.live)))
+        ended = []
+        for name, state in list(self.live.items()):
+            state[1].append(self.steps)
+            state[0] -= 1
+            if state[0] == 0:
+                ended.append((name, f"{name}:{len(state[1])}"))
+                del self.live[name]
+        self.steps += 1
+        return ended
+
+
+def _blocked_queue(engine, **kw):
+    """A queue whose worker is held in a whole job until released, so a test can fill the line first."""
+    q = RunQueue(engines={"fake": engine}, **kw)
+    release = threading.Event()
+    q.submit("gate", lambda: release.wait(10), cost=1)
+    return q, release
+
+
+def _submit(q, name, tokens, prompt=10, kv=10, **kw):
+    return q.submit(name, lambda: pytest.fail("a stepped job's work is never called"), cost=prompt + tokens,
+                    batch=("fake", (name, tokens, prompt, kv)), **kw)
+
+
+def test_a_request_arriving_mid_batch_joins_at_the_next_step_and_leaves_at_its_own_end():
+    q = RunQueue(engines={"fake": None})
+    seen = {}
+
+    def on_step(n):
+        if n == 2:  # arrives during A's third step
+            seen["b"] = _submit(q, "B", 2)
+        if n == 5:
+            seen["b done at 5"] = seen["b"].done()
+
+    q.engines["fake"] = engine = FakeEngine(on_step)
+    a = _submit(q, "A", 8)
+    assert a.result(10) == "A:8" and seen["b"].result(10) == "B:2"
+    steps = [names for kind, names in engine.log if kind == "step"]
+    assert steps[:3] == [["A"]] * 3 and steps[3:5] == [["A", "B"]] * 2 and steps[5:] == [["A"]] * 3
+    assert seen["b done at 5"]  # B's answer was handed over when B ended, while A still ran
+    sched = q.schedule()
+    b = next(r for r in sched["requests"] if r["key"] == "B")
+    assert (b["joined_step"], b["first_step"], b["left_step"], b["tokens"], b["batch_at_join"]) == (3, 3, 4, 2, 2)
+    assert [len(s["members"]) for s in sched["steps"]] == [1, 1, 1, 2, 2, 1, 1, 1]
+    assert b["ttft_s"] >= 0 and b["tpot_s"] >= 0
+    room = room_rows(sched, own_key="B")
+    assert [(r["label"], r["own"], r["tokens"]) for r in room["rows"]] == [("learner 1", False, 8), ("you", True, 2)]
+    assert [s["size"] for s in room["steps"]] == [1, 1, 1, 2, 2, 1, 1, 1] and room["own"]["label"] == "you"
+    assert "B" not in str([r["label"] for r in room["rows"]]) and room_rows(sched)["own"] is None
+
+
+def test_the_kv_budget_holds_the_head_of_the_line_and_nobody_overtakes_it():
+    engine = FakeEngine()
+    q, release = _blocked_queue(engine, kv_budget_bytes=100)
+    a, b, c = _submit(q, "A", 3, kv=60), _submit(q, "B", 1, kv=60), _submit(q, "C", 1, kv=10)
+    release.set()
+    assert [t.result(10) for t in (a, b, c)] == ["A:3", "B:1", "C:1"]
+    # A alone fills 60 of 100 bytes; B (60 more) waits for A to leave; C (10) fits but must not overtake B
+    assert engine.log == [("start", "A"), ("step", ["A"]), ("step", ["A"]), ("step", ["A"]),
+                          ("start", "B"), ("start", "C"), ("step", ["B", "C"])]
+
+
+def test_prefill_between_steps_is_bounded_in_prompt_tokens_and_the_batch_in_size():
+    engine = FakeEngine()
+    q, release = _blocked_queue(engine, prefill_tokens_per_step=250, max_batch=2)
+    tickets = [_submit(q, n, 4, prompt=200) for n in "ABC"]
+    release.set()
+    assert [t.result(10) for t in tickets] == ["A:4", "B:4", "C:4"]
+    assert engine.log[:4] == [("start", "A"), ("step", ["A"]), ("start", "B"), ("step", ["A", "B"])]
+    # two at most: C waits for A to leave (A ends in the step after B's third)
+    assert engine.log[4:8] == [("step", ["A", "B"]), ("step", ["A", "B"]), ("start", "C"), ("step", ["B", "C"])]
+
+
+def test_a_whole_job_in_the_line_runs_between_two_steps_in_its_turn():
+    order = []
+    q = RunQueue(engines={"fake": None})
+
+    def on_step(n):
+        if n == 1:
+            q.submit("plain", lambda: order.append(("plain", engine.steps)), cost=1)
+            _submit(q, "B", 1)  # behind the plain job: admitted after it
+
+    q.engines["fake"] = engine = FakeEngine(on_step)
+    _submit(q, "A", 4).result(10)
+    assert order == [("plain", 2)]  # after step 1, before step 2
+    assert engine.log.index(("start", "B")) == 3 and engine.log[4] == ("step", ["A", "B"])
+
+
+def test_a_refused_request_tells_its_caller_only_and_callers_keep_their_pass_counters():
+    engine = FakeEngine()
+    q, release = _blocked_queue(engine)
+    counter = PassCounter()
+    with counting_passes(counter):
+        ok = _submit(q, "ok", 2)
+    bad = _submit(q, "bad", -1)
+    same = _submit(q, "ok", 2)
+    assert same is ok  # identical requests share one ticket
+    release.set()
+    assert ok.result(10) == "ok:2"
+    with pytest.raises(InputError, match="refused"):
+        bad.result(10)
+    assert counter.n == 1  # the prefill ran in its caller's context
+
+
+def test_background_requests_wait_while_people_are_served():
+    engine = FakeEngine()
+    q, release = _blocked_queue(engine)
+    prep = _submit(q, "prep", 1, background=True)
+    person = _submit(q, "person", 3)
+    assert person.position() < prep.position()
+    release.set()
+    assert prep.result(10) == "prep:1" and person.result(10) == "person:3"
+    assert engine.log == [("start", "person")] + [("step", ["person"])] * 3 + [("start", "prep"), ("step", ["prep"])]
+
+
+# ---- the batched decode step on tiny random-weight models ----------------------------------------
+def staggered(lm, requests, join_at):
+    """Each request started (prefilled) before step join_at[i] of one running TraceEngine batch; the Traces."""
+    from pipeline.trace_engine import TraceEngine
+
+    engine, handles, results, step = TraceEngine(lambda r: lm), {}, {}, 0
+    while len(results) < len(requests):
+        for i, request in enumerate(requests):
+            if join_at[i] == step:
+                handles[engine.start((i, request, None))] = i
+        results.update((handles[h], trace) for h, trace in engine.step())
+        step += 1
+    return [results[i] for i in range(len(requests))]
+
+
+def _requests():
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+
+    return [ChatRequest.from_question("Hi", options=GenerationOptions(max_new_tokens=6)),
+            ChatRequest.from_question("Are tomatoes fruit? Botanically, yes: a tomato is a fruit.",
+                                      options=GenerationOptions(max_new_tokens=8, temperature=0.8, seed=3)),
+            ChatRequest.from_question("Why?", options=GenerationOptions(max_new_tokens=3))]
+
+
+def _assert_alone_equal(lm, traces, requests):
+    from pipeline.trace import run_trace
+
+    for request, joined in zip(requests, traces):
+        alone = run_trace(request, lm)
+        assert joined.generated_token_ids == alone.generated_token_ids
+        assert np.abs(joined.step_logits - alone.step_logits).max() < 1e-4
+        assert [s.kv_cache_tokens for s in joined.steps] == [s.kv_cache_tokens for s in alone.steps]
+        assert [s.kv_bytes_per_layer for s in joined.steps] == [s.kv_bytes_per_layer for s in alone.steps]
+
+
+def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(tiny_lm):
+    requests = _requests()
+    traces = staggered(tiny_lm, requests, join_at=[0, 2, 3])  # the longer prompt joins later: the rows re-pad
+    _assert_alone_equal(tiny_lm, traces, requests)
+    assert [s.batch_size for s in traces[0].steps] == [1, 1, 2, 3, 3, 3]  # B joined at step 2, C at 3
+    assert [s.batch_size for s in traces[1].steps] == [2, 3, 3, 3, 1, 1, 1, 1]  # A and C left at their ends
+
+
+@pytest.fixture(scope="module")
+def gemma_tokenizer():
+    from test_architectures import gemma_tokenizer as fixture
+
+    return fixture.__wrapped__()
+
+
+def test_gemma_requests_joining_a_running_batch_get_the_tokens_they_get_alone(gemma_tokenizer):
+    """Sliding window 64, longer than prompt + answer: every cache pads into the batch (past the window each
+    steps on its own cache: tests/test_architectures.py, batched answers past the window)."""
+    from test_architectures import tiny_gemma3, wrap
+
+    model = tiny_gemma3(gemma_tokenizer)
+    model.config.sliding_window = 64
+    for block in model.model.layers:
+        block.self_attn.sliding_window = 64 if block.self_attn.sliding_window else None
+    lm = wrap(model, gemma_tokenizer, "tiny-gemma3")
+    requests = _requests()
+    traces = staggered(lm, requests, join_at=[0, 1, 1])
+    _assert_alone_equal(lm, traces, requests)
+
+
+# ---- the real model ----------------------------------------------------------------------------------
+def first_flip(joined, alone) -> dict | None:
+    """Where a joined run's greedy tokens first part from the run alone: the step, and the alone run's gap
+    between its top two logits there (a flip is only fair on a near tie)."""
+    for step, (a, b) in enumerate(zip(alone.generated_token_ids, joined.generated_token_ids)):
+        if a != b:
+            top2 = np.sort(alone.step_logits[step])[-2:]
+            return {"step": step, "gap": float(top2[1] - top2[0]),
+                    "diff": float(np.abs(alone.step_logits[step] - joined.step_logits[step]).max())}
+    return None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("model", ["lm", "gemma_lm"])
+def test_continuously_batched_greedy_answers_equal_each_request_alone(model, request):
+    """Real weights: three greedy requests of different lengths join one running batch at different steps;
+    each answer equals the request run alone, or the first flip is a near tie (its logit gap is reported)."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace
+
+    lm = request.getfixturevalue(model)
+    requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=n)) for q, n in [
+        ("Are tomatoes fruit?", 8), ("Explain in two sentences why the sky is blue during the day.", 6),
+        ("Hi", 3)]]
+    for joined, r in zip(staggered(lm, requests, join_at=[0, 2, 3]), requests):
+        alone = run_trace(r, lm)
+        flip = first_flip(joined, alone)
+        n = min(len(alone.steps), len(joined.steps))
+        print(f"{lm.name}: {r.messages[-1][1]!r}: largest logit difference "
+              f"{np.abs(joined.step_logits[:n] - alone.step_logits[:n]).max():.2e}, flip: {flip}")
+        assert flip is None or flip["gap"] <= 2 * flip["diff"], flip
+        if flip is None:
+            assert joined.generated_token_ids == alone.generated_token_ids
+
+
+def test_a_failed_step_reaches_every_request_in_the_batch_and_the_queue_goes_on():
+    def on_step(n):
+        if n == 1 and not engine.failed:
+            engine.failed = True
+            engine.live.clear()  # the engine drops what it held, as TraceEngine does
+            raise RuntimeError("out of memory")
+
+    engine = FakeEngine(on_step)
+    engine.failed = False
+    q, release = _blocked_queue(engine)
+    a, b = _submit(q, "A", 5), _submit(q, "B", 5)
+    release.set()
+    for t in (a, b):
+        with pytest.raises(RuntimeError, match="memory"):
+            t.result(10)
+    assert _submit(q, "C", 2).result(10) == "C:2"
