@@ -1,11 +1,15 @@
 """Prefill and decode on the roofline (pipeline/serving): FLOP and byte counts against a hand calculation
 and torch's own FlopCounterMode, the ceilings, the batching sweep and the determinism report on tiny models."""
+import json
+import re
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from pipeline.model.dims import FULL, SLIDING, ModelDims
 from pipeline.model.loader import LoadedModel
+from conftest import chart_data
 from pipeline.serving.costs import decode_cost, pass_cost, prefill_cost
 
 SMOLLM2 = ModelDims(name="smollm2", L=30, H=9, Hkv=3, Dh=64, D=576, D_mlp=1536, V=49152, context_window=8192,
@@ -268,6 +272,11 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     assert any("Not measured on this machine yet" in i.value for i in at.info) and not measured
     table = at.dataframe[0].value  # the run's prefill and a decode step, before any ceiling
     assert table["pass"][0].startswith("prefill (") and "share of compute" not in table.columns
+    assert any("room's schedule" in h.value for h in at.subheader)
+    schedule = [c for c in at.get("plotly_chart") if '"orientation": "h"' in json.dumps(json.loads(c.proto.spec))]
+    assert schedule  # this run went through the queue's batch: its bars are drawn
+    for chart in schedule:  # anonymous: "you" or "learner n", never a request's text
+        assert all(re.fullmatch(r"you|learner \d+", y) for t in chart_data(chart) for y in t.get("y", []))
     n_prompt = int(table["pass"][0].split("(")[1].split()[0])
     assert table["FLOPs"][0] == f"{prefill_cost(tiny_app.dims, n_prompt).flops / 1e6:,.0f} M"
     k = int(table["pass"][1].removeprefix("decode step "))  # its pass fed step k-1's token after n_prompt+k-1

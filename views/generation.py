@@ -4,8 +4,6 @@ from views.session_request import current_request
 from views.runs import run_for_page
 from views.chrome import page_header, stage_link
 from views.live_stream import compare_paths, stream_live
-from views.room_schedule import room_schedule
-from views.session_request import request_key
 
 import time
 
@@ -134,7 +132,6 @@ c2.caption(f"kv_tokens_released = {trace.cleanup.kv_tokens_released:,}: the {plu
            + (f" ({n_prompt:,} + {n_answer:,} − 1)." if trace.cleanup.kv_tokens_released == n_prompt + n_answer - 1
               else "."))
 
-st.subheader("5. The room's schedule")
-room_schedule(request_key(current_request()))
-
+st.caption("How this run shared the model with the rest of the room (the queue's batch, step by step) is on "
+           "Prefill & decode, section 6.")
 stage_link("views/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")

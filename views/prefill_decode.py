@@ -17,8 +17,10 @@ from pipeline.text.token_names import token_text
 from ui.escape import markdown_text
 from ui.words import plural
 from views.chrome import page_header, stage_link
+from views.room_schedule import room_schedule
 from views.runs import run_for_page
 from views.server_state import get_model, run_store
+from views.session_request import current_request, request_key
 from views.waiting import result_through_queue, waiting_time
 
 page_header("Prefill & decode", "Two phases, two limits. Prefill pushes the whole prompt through the model in one "
@@ -259,4 +261,8 @@ cols[3].metric("Throughput", "—" if throughput is None else f"{throughput:,.1f
                help="output tokens per second of the model's time (a run decoded in a batch of B: 1/B of its time)")
 st.caption("The first two are what a user feels; throughput is what the machine's owner pays for. A bigger batch "
            "raises throughput and TPOT together (section 3).")
+
+# ---- 6. the room's schedule ----------------------------------------------------------------------------------------
+st.subheader("6. The room's schedule: continuous batching")
+room_schedule(request_key(current_request()))
 stage_link("views/kv_cache.py", "The KV cache that decode reads at every step", "🗄️")
