@@ -90,8 +90,10 @@ def _log_prob_and_grad(lm: LanguageModel, embeds, target_id: int):
 
 
 def input_attribution(lm: LanguageModel, ids: list[int], target_id: int, steps: int = 30,
-                      baseline: str = "reference") -> InputAttribution:
-    """Gradient x input and integrated gradients per position (see the module docstring for the baseline)."""
+                      baseline: str = "reference", positions: list[int] | None = None) -> InputAttribution:
+    """Gradient x input and integrated gradients per position (see the module docstring for the baseline).
+    `positions`: the positions that travel from the baseline (default all); the others keep their own
+    embedding all along the path, so their integrated gradient is 0 and the rest still sums to f(E) - f(E0)."""
     import torch
 
     if baseline not in BASELINES:
@@ -107,6 +109,13 @@ def input_attribution(lm: LanguageModel, ids: list[int], target_id: int, steps: 
         e = emb_module(torch.tensor([ids], device=lm.device)).float()  # (1, T, D), Gemma: already times sqrt(D)
         e0 = torch.zeros_like(e) if baseline == "zero" else \
             emb_module(torch.tensor([[reference_id(lm)] * len(ids)], device=lm.device)).float()
+        if positions is not None:
+            if not all(0 <= p < len(ids) for p in positions):
+                raise InputError("positions", f"must be positions between 0 and {len(ids) - 1}.")
+            keep = torch.ones(len(ids), dtype=torch.bool)
+            keep[list(positions)] = False
+            e0 = e0.clone()
+            e0[0, keep] = e[0, keep]
     lp, grad = _log_prob_and_grad(lm, e.to(dtype), target_id)
     gxi = (e * grad.float()).sum(-1)[0].cpu().numpy()
     base_lp, _ = _log_prob_and_grad(lm, e0.to(dtype), target_id)

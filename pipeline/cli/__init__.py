@@ -19,6 +19,7 @@ from dataclasses import fields
 from ..errors import InputError
 from ..files import check_input_file, check_output_file, write_atomic
 from ..stages.request import ChatRequest, GenerationOptions, check_text
+from . import explain
 from .terminal import safe_output
 
 DEFAULTS = GenerationOptions()
@@ -218,10 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--output-tokens", type=int, default=200, help="output tokens per request the log omits")
     audit.add_argument("--breakpoints", choices=("auto", "as-sent"), default="auto",
                        help="Anthropic: add the recommended breakpoints to requests sent without cache_control")
+    explain.add_args(sub.add_parser("explain", help="why the model chose a token: logit attribution, routes, inputs"))
     return parser
 
 
-COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit}
+COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit,
+            "explain": explain.cmd_explain}
 
 
 def main(argv=None) -> int:
