@@ -188,23 +188,26 @@ if st.button("Ablate and run again", key="why_ablate"):
 
 
 @st.cache_data(max_entries=8, show_spinner="Integrated gradients: the model forward and backward, 30 times...")
-def inputs(model_name: str, ids: tuple, target: int):
+def inputs(model_name: str, ids: tuple, target: int, positions: tuple):
     from pipeline.attribution.gradients import input_attribution
 
-    return input_attribution(lm, list(ids), target)
+    return input_attribution(lm, list(ids), target, positions=list(positions) or None)
 
 
 st.subheader("4. Input attribution: which prompt tokens mattered")
-st.caption("Integrated gradients: slide every input vector from a neutral one (the end token's embedding at "
-           "every position) to the real one, and add up how the token's log-probability responds on the way. "
-           "The parts add up to the whole change in log-probability; a test checks it within 5 %.")
+moving = tuple([t.index for t in trace.tokens if t.role == "user"] + list(range(len(trace.ids), len(ids))))
+st.caption("Integrated gradients: slide each input vector of your message (and of the answer so far) from a "
+           "neutral one (the end token's embedding) to the real one, the rest of the prompt kept as it is, and add "
+           "up how the token's log-probability responds on the way. The parts add up to the whole change in "
+           "log-probability, up to the error of the 30-step integral (said under the chips).")
 ig_key = (m.name, tuple(ids), target)
 if st.button("Compute integrated gradients", key="why_ig") or st.session_state.get("why_ig_done") == ig_key:
     st.session_state["why_ig_done"] = ig_key
-    ia = inputs(m.name, tuple(ids), target)
+    ia = inputs(m.name, tuple(ids), target, moving)
     kind = st.radio("method", ["integrated gradients", "gradient × input"], horizontal=True, key="why_ig_kind")
     values = ia.integrated if kind == "integrated gradients" else ia.grad_x_input
-    st.html(heat_chips(plain_tokens, values))
+    shown = list(moving) or list(range(len(ids)))
+    st.html(heat_chips([plain_tokens[i] for i in shown], values[shown]))
     st.caption(f"Red raises the log-probability of “{name[target]}”, blue lowers it (hover a chip for its value). "
                f"Sum {ia.integrated.sum():+.3f} against the change {ia.log_prob - ia.baseline_log_prob:+.3f} "
                f"(off by {ia.completeness_gap:.1%}).")

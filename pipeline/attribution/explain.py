@@ -11,8 +11,11 @@ from .record import record_step, step_ids
 
 def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], step: int = 0,
             target: int | None = None, minus: int | None = None, threshold: float = 0.04,
-            max_nodes: int = 12, inputs: bool = False, ig_steps: int = 30) -> dict:
-    """Why the model scored `target` (default: the token the run chose at `step`) as it did at decode step `step`."""
+            max_nodes: int = 12, inputs: bool = False, ig_steps: int = 30,
+            moving: list[int] | None = None) -> dict:
+    """Why the model scored `target` (default: the token the run chose at `step`) as it did at decode step `step`.
+    `moving`: the prompt positions integrated gradients moves from its baseline (default: all); the answer's
+    tokens before the step always move."""
     ids = step_ids(prompt_ids, generated_ids, step)
     target = int(generated_ids[step]) if target is None else check_token("target", target, lm.dims.V)
     rec = record_step(lm, ids)
@@ -31,8 +34,9 @@ def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], 
     if inputs:
         from .gradients import input_attribution
 
-        ia = input_attribution(lm, ids, target, steps=ig_steps)
-        doc["inputs"] = {"baseline": ia.baseline, "steps": ia.steps, "log_prob": ia.log_prob,
+        positions = None if moving is None else list(moving) + list(range(len(prompt_ids), len(ids)))
+        ia = input_attribution(lm, ids, target, steps=ig_steps, positions=positions)
+        doc["inputs"] = {"baseline": ia.baseline, "positions": positions, "steps": ia.steps, "log_prob": ia.log_prob,
                          "baseline_log_prob": ia.baseline_log_prob, "completeness_gap": ia.completeness_gap,
                          "grad_x_input": ia.grad_x_input.tolist(), "integrated_gradients": ia.integrated.tolist()}
     return doc

@@ -45,7 +45,7 @@ def cmd_explain(args) -> int:
         raise InputError("step", f"the answer ended after {len(trace.generated_token_ids)} tokens; "
                                  "give a step below that.")
     doc = explain(lm, trace.ids, trace.generated_token_ids, args.step, args.target, args.minus, args.threshold,
-                  inputs=args.inputs)
+                  inputs=args.inputs, moving=[t.index for t in trace.tokens if t.role == "user"] or None)
     what = repr(doc["target_text"]) + (f" minus {doc['minus_text']!r}" if args.minus is not None else "")
     print(f"Step {args.step} ({doc['positions']} positions): logit of {what} (id {doc['target_id']}) "
           f"= {doc['logit']:.3f}")
