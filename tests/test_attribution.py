@@ -110,6 +110,9 @@ def test_integrated_gradients_completeness(case):
     assert ia.log_prob == pytest.approx(want, abs=1e-4)
     assert ia.completeness_gap < 0.05, ia.completeness_gap
     assert ia.grad_x_input.shape == ia.integrated.shape == (len(ids),)
+    some = input_attribution(lm, ids, target, steps=30, positions=[1, 3])  # the others keep their embedding
+    assert np.count_nonzero(some.integrated) == 2 and some.integrated[[1, 3]].all()
+    assert some.completeness_gap < 0.05, some.completeness_gap
 
 
 def test_ablating_the_strongest_head_hurts_more_than_the_median_one(case):
@@ -153,3 +156,32 @@ def test_bad_input_names_the_field(case, tokenizer):
     assert step_ids([1, 2], [3, 4], 1) == [1, 2, 3]
     up, down = promoted_tokens(rec, lm, 0, 0, k=3)
     assert len(up) == 3 and up[0][1] >= up[-1][1] > down[-1][1] >= down[0][1]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("which", ["lm", "gemma_lm"])
+def test_real_models_parts_sum_and_interventions(which, request):
+    """On the real weights: the parts add up to the model's own logit (Gemma: through its post-norms), ablating the
+    head with the largest part lowers the logit more than the median head, and patching the clean question's last
+    stream into "Are carrots fruit?" gives back the clean run's logits."""
+    from pipeline.stages.request import ChatRequest
+    from pipeline.stages.tokens import tokenize_request
+
+    lm = request.getfixturevalue(which)
+    fmt = "plain" if which == "gemma_lm" else "chat"
+    ids, bad = (tokenize_request(lm.tokenizer, ChatRequest.from_question(q, prompt_format=fmt)).ids
+                for q in ("Are tomatoes fruit?", "Are carrots fruit?"))
+    rec = record_step(lm, ids)
+    target = int(rec.logits.argmax())
+    a = direct_logit_attribution(rec, lm, target)
+    assert a.total == pytest.approx(a.logit, abs=2e-3 * max(1.0, abs(a.logit)))
+    np.testing.assert_allclose(a.heads.sum(1), a.attention, atol=1e-3)
+    order = np.argsort(a.heads, axis=None)
+    top, median = (np.unravel_index(order[k], a.heads.shape) for k in (-1, len(order) // 2))
+    strong = ablate(lm, ids, target, int(top[0]), int(top[1]), clean_logits=rec.logits)
+    mid = ablate(lm, ids, target, int(median[0]), int(median[1]), clean_logits=rec.logits)
+    assert strong.logit_before - strong.logit_after > mid.logit_before - mid.logit_after
+    assert len(bad) == len(ids)
+    p = patch_residual(lm, ids, bad, positions=[len(ids) - 1], layers=[lm.dims.L])
+    np.testing.assert_allclose(p.whole_last_logits, rec.logits, atol=1e-3)
+    assert p.restored[-1, -1] == pytest.approx(1.0, abs=1e-3)

@@ -127,8 +127,9 @@ def _forward_patched(lm: LanguageModel, ids: list[int], layer: int, values, rows
 
 
 def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
-                   positions: list[int] | None = None) -> Patching:
-    """Patch each (layer, position) of the stream from the clean run into the corrupted one."""
+                   positions: list[int] | None = None, layers: list[int] | None = None) -> Patching:
+    """Patch each (layer, position) of the stream from the clean run into the corrupted one (`layers`: the rows
+    computed, default all L + 1; the others stay NaN)."""
     import torch
 
     from ..model.capture import block_names, capture
@@ -152,8 +153,8 @@ def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[
     diff = lambda lg: lg[..., a] - lg[..., b]  # noqa: E731
     d_clean, d_bad = float(diff(clean)), float(diff(corrupted))
     span = d_clean - d_bad if abs(d_clean - d_bad) > 1e-9 else 1e-9
-    restored = np.zeros((L + 1, len(positions)))
-    for layer in range(L + 1):
+    restored = np.full((L + 1, len(positions)), np.nan)
+    for layer in (range(L + 1) if layers is None else layers):
         out = _forward_patched(lm, corrupted_ids, layer, streams[layer], [[p] for p in positions])
         restored[layer] = (diff(out) - d_bad) / span
     whole = _forward_patched(lm, corrupted_ids, L, streams[L], [list(range(T))])[0]
