@@ -159,7 +159,7 @@ def routes() -> None:
         pick = st.selectbox("a head of the graph", found, format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}",
                             key="why_node")
         promoted_table(*pick)
-        if st.button("Ablate this head (section 3)", key="why_node_ablate"):
+        if st.button("Ablate this head and run again (section 3)", key="why_node_ablate"):
             st.session_state["why_ablate_pick"] = pick
             st.rerun(scope="app")
 
@@ -178,7 +178,7 @@ ab_layer = a1.number_input("layer ", 0, L - 1, int(best[0]), key="why_ab_layer")
 ab_head = a2.selectbox("part", [*range(H), None], index=int(best[1]), key="why_ab_head",
                        format_func=lambda h: "MLP" if h is None else f"head {h}")
 mode = a3.radio("ablation", iv.MODES, horizontal=True, key="why_ab_mode")
-if st.button("Ablate and run again", key="why_ablate"):
+if st.button("Ablate and run again", key="why_ablate") or picked is not None:  # or one click on a graph head
     r = iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits)
     part = "MLP" if ab_head is None else f"head {ab_head}"
     st.markdown(f"Layer {int(ab_layer)} {part} ({mode}): probability of “{markdown_text(name[target])}” "
