@@ -185,3 +185,19 @@ def test_real_models_parts_sum_and_interventions(which, request):
     p = patch_residual(lm, ids, bad, positions=[len(ids) - 1], layers=[lm.dims.L])
     np.testing.assert_allclose(p.whole_last_logits, rec.logits, atol=1e-3)
     assert p.restored[-1, -1] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_explain_document_has_the_cli_keys(tiny_models, tokenizer):
+    """The `explain --json` document: the keys the issue names, the parts adding up, IG moving only the user's
+    positions and the answer's tokens before the step."""
+    from pipeline.attribution.explain import explain
+
+    lm = tiny_models["llama"]
+    prompt = tokenizer(CLEAN)["input_ids"]
+    doc = explain(lm, prompt, [5, 6, 7], step=2, inputs=True, moving=[1, 2], ig_steps=20)
+    assert {"target_id", "logit", "layers", "embedding", "heads", "edges"} <= set(doc)
+    assert doc["target_id"] == 7 and doc["positions"] == len(prompt) + 2
+    assert doc["sum_of_parts"] == pytest.approx(doc["logit"], abs=1e-4)
+    assert doc["inputs"]["positions"] == [1, 2, len(prompt), len(prompt) + 1]
+    ig = np.array(doc["inputs"]["integrated_gradients"])
+    assert set(np.flatnonzero(ig)) == set(doc["inputs"]["positions"])
