@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..model.interface import LanguageModel
 from .record import StepRecord, weights
 
 
@@ -50,7 +51,7 @@ def check_token(name: str, token_id: int, V: int) -> int:
     return int(token_id)
 
 
-def frozen_norm(rec: StepRecord, lm) -> np.ndarray:
+def frozen_norm(rec: StepRecord, lm: LanguageModel) -> np.ndarray:
     """(D,) r * g: the final norm at the last position, its scale frozen at the run's value."""
     _, g, eps, _, _ = weights(lm)
     x = rec.resid[-1, -1].astype(np.float64)
@@ -58,7 +59,7 @@ def frozen_norm(rec: StepRecord, lm) -> np.ndarray:
     return (r * g.numpy().astype(np.float64))
 
 
-def head_outputs(rec: StepRecord, lm, layer: int, position: int = -1) -> np.ndarray:
+def head_outputs(rec: StepRecord, lm: LanguageModel, layer: int, position: int = -1) -> np.ndarray:
     """(H, D) each head's write to the residual stream at `position`: its slice of z through its slice of o_proj
     (Gemma: times the post-attention norm's frozen scale). They sum to attn[layer, position]."""
     _, _, _, w_o, post = weights(lm)
@@ -71,7 +72,8 @@ def head_outputs(rec: StepRecord, lm, layer: int, position: int = -1) -> np.ndar
     return out
 
 
-def direct_logit_attribution(rec: StepRecord, lm, target_id: int, minus_id: int | None = None) -> LogitAttribution:
+def direct_logit_attribution(rec: StepRecord, lm: LanguageModel, target_id: int,
+                             minus_id: int | None = None) -> LogitAttribution:
     """The logit of `target_id` (minus that of `minus_id`) at the record's last position, split into parts."""
     V = lm.dims.V
     target_id = check_token("target", target_id, V)
@@ -88,7 +90,7 @@ def direct_logit_attribution(rec: StepRecord, lm, target_id: int, minus_id: int 
                             rec.attn[:, -1].astype(np.float64) @ u, rec.mlp[:, -1].astype(np.float64) @ u, heads)
 
 
-def promoted_tokens(rec: StepRecord, lm, layer: int, head: int | None, k: int = 8) -> tuple[list, list]:
+def promoted_tokens(rec: StepRecord, lm: LanguageModel, layer: int, head: int | None, k: int = 8) -> tuple[list, list]:
     """What one head's write (head None: the layer's MLP) does to every token's logit through the frozen final
     norm and the unembedding: ([(id, logit change)] most raised, [(id, change)] most lowered), k each."""
     w_u = weights(lm)[0]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..model.interface import LanguageModel
 from .record import StepRecord, weights
 
 EPS = 1e-5  # as llm-transparency-tool
@@ -29,7 +30,7 @@ def shares(parts: np.ndarray, whole: np.ndarray) -> np.ndarray:
     return proximity / proximity.sum()
 
 
-def source_parts(rec: StepRecord, lm, layer: int, t: int) -> np.ndarray:
+def source_parts(rec: StepRecord, lm: LanguageModel, layer: int, t: int) -> np.ndarray:
     """(T, H, D) what head h carries from source s into position t's stream at `layer` (zero past t).
     Their sum over s and h is attn[layer, t] (exact up to float rounding)."""
     _, _, _, w_o, post = weights(lm)
@@ -54,7 +55,7 @@ class LayerShares:
     mlp_residual: float
 
 
-def layer_shares(rec: StepRecord, lm, layer: int, t: int) -> LayerShares:
+def layer_shares(rec: StepRecord, lm: LanguageModel, layer: int, t: int) -> LayerShares:
     parts = source_parts(rec, lm, layer, t)
     T, H, D = parts.shape
     pre, mid = rec.resid[layer, t], rec.resid[layer, t] + rec.attn[layer, t]
@@ -74,7 +75,7 @@ class Graph:
         return self.edges
 
 
-def contribution_graph(rec: StepRecord, lm, threshold: float = 0.04, max_nodes: int = 12) -> Graph:
+def contribution_graph(rec: StepRecord, lm: LanguageModel, threshold: float = 0.04, max_nodes: int = 12) -> Graph:
     """The routes into the last position's final stream whose share exceeds `threshold`, layer by layer from
     the top; at most `max_nodes` positions per layer (by their strongest incoming share)."""
     L = lm.dims.L
