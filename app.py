@@ -52,6 +52,7 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("layers.py", "Layers", "🥞", "layers"),
     ("attention.py", "Attention", "👀", "attention"),
     ("next_token.py", "Next token", "🎲", "next-token"),
+    ("why_token.py", "Why this token", "🔬", "why-token"),
     ("branches.py", "What if", "🌿", "what-if"),
     ("constrained.py", "Constrained output", "🧩", "constrained"),
     ("generation.py", "Generation", "⏩", "generation"),

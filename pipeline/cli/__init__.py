@@ -1,4 +1,4 @@
-"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|serving|score ...` (`COMMANDS`).
+"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|serving|score|explain ...` (`COMMANDS`).
 
 What a user typed is checked before torch is imported or the model is loaded, so bad input is
 refused at once with exit code 2 and a message naming the field; only a `--force` token id waits
@@ -19,7 +19,7 @@ from dataclasses import fields
 from ..errors import InputError
 from ..files import check_input_file, check_output_file, write_atomic
 from ..stages.request import ChatRequest, GenerationOptions, check_text, parse_logit_bias
-from . import score as score_cli
+from . import explain, score as score_cli
 from .serving import add_serving_args, cmd_serving
 from .terminal import safe_output
 
@@ -229,11 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Anthropic: add the recommended breakpoints to requests sent without cache_control")
     add_serving_args(sub)
     score_cli.add_parser(sub)
+    explain.add_args(sub.add_parser("explain", help="why the model chose a token: logit attribution, routes, inputs"))
     return parser
 
 
 COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit,
-            "serving": cmd_serving, "score": score_cli.cmd_score}
+            "serving": cmd_serving, "score": score_cli.cmd_score, "explain": explain.cmd_explain}
 
 
 def main(argv=None) -> int:

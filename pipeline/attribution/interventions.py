@@ -1,0 +1,161 @@
+"""Proof by intervention: change one part of the network and run the same ids again.
+
+  ablate   a head (its slice of o_proj's input) or a layer's MLP output, at every position, set to zero
+           or to its mean over the sequence; one pass over the step's ids -> the target's new probability
+           and whether the top token changes.
+  patch    activation patching (TransformerLens's `get_act_patch_resid_pre`): run a corrupted prompt of the
+           same length and copy one layer x position of the clean run's residual stream into it; how much of
+           the clean answer comes back, (patched - corrupted) / (clean - corrupted) of the logit difference
+           clean answer - corrupted answer (1 = all of it). One batched pass per layer (one row per position).
+Passes go through `lm.forward` (the lock, the pass counter); the hooks are registered under the lock.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..maths import softmax
+from ..model.interface import LanguageModel
+
+MODES = ("zero", "mean")
+
+
+@contextmanager
+def _hooked(lm: LanguageModel, module, hook, pre: bool = False):
+    with lm.lock:
+        handle = module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+
+@dataclass
+class Ablation:
+    layer: int
+    head: int | None  # None: the MLP
+    mode: str
+    target_id: int
+    prob_before: float
+    prob_after: float
+    logit_before: float
+    logit_after: float
+    top_before: int
+    top_after: int
+
+    @property
+    def answer_changes(self) -> bool:
+        return self.top_before != self.top_after
+
+
+def _last_logits(lm: LanguageModel, ids: list[int]) -> np.ndarray:
+    import torch
+
+    return lm.forward(torch.tensor([ids], device=lm.device), use_cache=False).logits[0, -1].float().cpu().numpy()
+
+
+def ablate(lm: LanguageModel, ids: list[int], target_id: int, layer: int, head: int | None = None,
+           mode: str = "zero", clean_logits: np.ndarray | None = None) -> Ablation:
+    """Ablate head `head` of `layer` (None: the layer's MLP) and read the next-token scores after `ids`."""
+    L, H, Dh = lm.dims.L, lm.dims.H, lm.dims.Dh
+    if mode not in MODES:
+        raise InputError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}.")
+    if not 0 <= layer < L:
+        raise InputError("layer", f"must be between 0 and {L - 1}, got {layer}.")
+    if head is not None and not 0 <= head < H:
+        raise InputError("head", f"must be between 0 and {H - 1}, got {head}.")
+    if not 0 <= target_id < lm.dims.V:
+        raise InputError("target", f"must be a token id between 0 and {lm.dims.V - 1:,}, got {target_id}.")
+    before = clean_logits if clean_logits is not None else _last_logits(lm, ids)
+    block = lm.model.model.layers[layer]
+
+    def fill(x):
+        return x.zero_() if mode == "zero" else x.copy_(x.mean(dim=-2, keepdim=True).expand_as(x))
+
+    if head is None:
+        def hook(_m, _args, out):
+            out = out[0] if isinstance(out, tuple) else out
+            return fill(out.clone())
+        ctx = _hooked(lm, block.mlp, hook)
+    else:
+        def hook(_m, args):
+            z = args[0].clone()
+            fill(z[..., head * Dh:(head + 1) * Dh])
+            return (z,) + tuple(args[1:])
+        ctx = _hooked(lm, block.self_attn.o_proj, hook, pre=True)
+    with ctx:
+        after = _last_logits(lm, ids)
+    pb, pa = softmax(before.astype(np.float64)), softmax(after.astype(np.float64))
+    return Ablation(layer, head, mode, int(target_id), float(pb[target_id]), float(pa[target_id]),
+                    float(before[target_id]), float(after[target_id]), int(before.argmax()), int(after.argmax()))
+
+
+@dataclass
+class Patching:
+    clean_id: int  # the clean run's top token
+    corrupted_id: int  # the corrupted run's top token (or the clean one's runner-up there, when they agree)
+    clean_diff: float
+    corrupted_diff: float
+    restored: np.ndarray  # (L+1, P): layer 0 = the embeddings, layer i = the stream before block i, L = after the last
+    positions: list[int]
+    whole_last_logits: np.ndarray  # (V,) the corrupted run with the whole stream after the last block patched
+
+
+def _stream_module(lm: LanguageModel, layer: int):
+    """The module whose output is the residual stream before block `layer` (layer L: after the last block)."""
+    body = lm.model.model
+    return body.embed_tokens if layer == 0 else body.layers[layer - 1]
+
+
+def _forward_patched(lm: LanguageModel, ids: list[int], layer: int, values, rows: list[list[int]]):
+    """One pass, batch row b with the stream at positions rows[b] replaced by values[positions] (T, D)."""
+    import torch
+
+    def hook(_m, _args, out):
+        h = out[0] if isinstance(out, tuple) else out
+        h = h.clone()
+        for b, positions in enumerate(rows):
+            h[b, positions] = values[positions].to(h.dtype)
+        return (h,) + tuple(out[1:]) if isinstance(out, tuple) else h
+
+    batch = torch.tensor([ids] * len(rows), device=lm.device)
+    with _hooked(lm, _stream_module(lm, layer), hook):
+        return lm.forward(batch, use_cache=False).logits[:, -1].float().cpu().numpy()
+
+
+def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
+                   positions: list[int] | None = None, layers: list[int] | None = None) -> Patching:
+    """Patch each (layer, position) of the stream from the clean run into the corrupted one (`layers`: the rows
+    computed, default all L + 1; the others stay NaN)."""
+    import torch
+
+    from ..model.capture import block_names, capture
+
+    if len(clean_ids) != len(corrupted_ids):
+        raise InputError("corrupted", f"must have as many tokens as the clean prompt ({len(clean_ids)}), "
+                                      f"has {len(corrupted_ids)}: change a word for a word of the same length.")
+    T, L = len(clean_ids), lm.dims.L
+    positions = list(range(T)) if positions is None else sorted(set(positions))
+    if not positions or not all(0 <= p < T for p in positions):
+        raise InputError("positions", f"must be positions between 0 and {T - 1}.")
+    with capture(lm, ["embeddings"] + block_names(L, "hidden_states")) as rec:
+        clean = lm.forward(torch.tensor([clean_ids], device=lm.device), use_cache=False).logits[0, -1].float().cpu()
+    streams = [rec["embeddings"][0][0]] + [rec[f"blocks.{i}.hidden_states"][0][0] for i in range(L)]
+    corrupted = _last_logits(lm, corrupted_ids)
+    clean = clean.numpy()
+    a = int(clean.argmax())
+    b = int(corrupted.argmax())
+    if b == a:
+        b = int(np.argsort(clean)[-2])
+    diff = lambda lg: lg[..., a] - lg[..., b]  # noqa: E731
+    d_clean, d_bad = float(diff(clean)), float(diff(corrupted))
+    span = d_clean - d_bad if abs(d_clean - d_bad) > 1e-9 else 1e-9
+    restored = np.full((L + 1, len(positions)), np.nan)
+    for layer in (range(L + 1) if layers is None else layers):
+        out = _forward_patched(lm, corrupted_ids, layer, streams[layer], [[p] for p in positions])
+        restored[layer] = (diff(out) - d_bad) / span
+    whole = _forward_patched(lm, corrupted_ids, L, streams[L], [list(range(T))])[0]
+    return Patching(a, b, d_clean, d_bad, restored, positions, whole)

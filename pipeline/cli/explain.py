@@ -1,0 +1,68 @@
+"""`python -m pipeline explain "QUESTION" [--step S] [--target TOKEN_ID] [--minus TOKEN_ID] [--json OUT]`:
+why the model scored a token as it did (pipeline/attribution/)."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import InputError
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("question")
+    p.add_argument("--step", type=int, default=0, help="decode step to explain (0: the first answer token)")
+    p.add_argument("--target", type=int, default=None, help="token id to explain (default: the one chosen)")
+    p.add_argument("--minus", type=int, default=None, help="explain the logit difference target - this token")
+    p.add_argument("--threshold", type=float, default=0.04, help="contribution graph: smallest share drawn")
+    p.add_argument("--inputs", action="store_true", help="also gradient x input and integrated gradients")
+    p.add_argument("--system", default=None)
+    p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local folder")
+    p.add_argument("--plain", action="store_true", help="the question as plain text, no chat format")
+    p.add_argument("--json", dest="json_file", default=None, help="write the explanation to this file")
+
+
+def cmd_explain(args) -> int:
+    from ..files import check_output_file
+    from ..stages.request import ChatRequest, GenerationOptions
+    from . import check_model_arg, write_json
+
+    if args.step < 0:
+        raise InputError("step", f"must be 0 or more, got {args.step}.")
+    if not 0 < args.threshold < 1:
+        raise InputError("threshold", f"must be between 0 and 1, got {args.threshold}.")
+    request = ChatRequest.from_question(args.question, system=args.system,
+                                        options=GenerationOptions(max_new_tokens=args.step + 1),
+                                        prompt_format="plain" if args.plain else "chat")
+    check_output_file(args.json_file, "json")
+    check_model_arg(args.model)
+    from ..attribution.explain import explain
+    from ..model.loader import load_model, shared_model
+    from ..model.registry import resolve
+    from ..trace import run_trace
+
+    lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
+    trace = run_trace(request, lm)
+    if args.step >= len(trace.generated_token_ids):
+        raise InputError("step", f"the answer ended after {len(trace.generated_token_ids)} tokens; "
+                                 "give a step below that.")
+    doc = explain(lm, trace.ids, trace.generated_token_ids, args.step, args.target, args.minus, args.threshold,
+                  inputs=args.inputs, moving=[t.index for t in trace.tokens if t.role == "user"] or None)
+    what = repr(doc["target_text"]) + (f" minus {doc['minus_text']!r}" if args.minus is not None else "")
+    print(f"Step {args.step} ({doc['positions']} positions): logit of {what} (id {doc['target_id']}) "
+          f"= {doc['logit']:.3f}")
+    print(f"  embedding {doc['embedding']:+.3f}; parts sum to {doc['sum_of_parts']:.3f} ({doc['note']})")
+    print(f"  {'layer':>5s} {'attention':>10s} {'mlp':>10s}")
+    for row in doc["layers"]:
+        print(f"  {row['layer']:5d} {row['attention']:+10.3f} {row['mlp']:+10.3f}")
+    for h in doc["top_heads"]:
+        promotes = ", ".join(map(repr, h["promotes"]))
+        print(f"  head {h['layer']}.{h['head']}: {h['contribution']:+.3f}, promotes {promotes}")
+    print(f"  contribution graph: {len(doc['edges'])} edges above {args.threshold}"
+          + (" (some layers capped to their strongest positions)" if doc["graph"]["capped"] else ""))
+    if args.inputs:
+        ig = doc["inputs"]
+        print(f"  integrated gradients: sum {sum(ig['integrated_gradients']):+.3f} vs log-prob difference "
+              f"{ig['log_prob'] - ig['baseline_log_prob']:+.3f} (gap {ig['completeness_gap']:.1%})")
+    if args.json_file:
+        write_json(args.json_file, doc, "the explanation")
+        print(f"\nWrote the explanation to {args.json_file}")
+    return 0

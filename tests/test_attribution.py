@@ -1,0 +1,203 @@
+"""Why this token (pipeline/attribution/): direct logit attribution, the contribution graph, input attribution
+and interventions, on tiny random-weight Llama and Gemma 3 models (fast tier) and the real SmolLM2 (`model`).
+
+References from outside the code under test: the model's own logits (the parts must add up to them), each head's
+output by a second route (attention weights times the captured values, vs the o_proj input hook), the
+attention module's own output, llm-transparency-tool's `get_contributions` formula written again in torch, and
+the plain forward pass (patching the whole last stream must give the clean run's logits).
+"""
+import numpy as np
+import pytest
+import torch
+
+from pipeline.attribution.dla import direct_logit_attribution, head_outputs, promoted_tokens
+from pipeline.attribution.graph import contribution_graph, layer_shares, shares, source_parts
+from pipeline.attribution.gradients import input_attribution
+from pipeline.attribution.interventions import ablate, patch_residual
+from pipeline.attribution.record import record_step, step_ids
+from pipeline.errors import InputError
+from pipeline.model.loader import LoadedModel
+
+CLEAN, CORRUPTED = "Are tomatoes fruit? Yes, they", "Are carrots fruit? Yes, they"
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tokenizer):
+    from conftest import make_tiny_lm
+    from test_architectures import tiny_gemma3
+
+    llama = make_tiny_lm(tokenizer, seed=1, num_hidden_layers=3, hidden_size=32, intermediate_size=64)
+    gemma = LoadedModel(model=tiny_gemma3(tokenizer).eval(), tokenizer=tokenizer, name="tiny-gemma",
+                        device=torch.device("cpu"))
+    return {"llama": llama, "gemma": gemma}
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma"])
+def case(request, tiny_models, tokenizer):
+    lm = tiny_models[request.param]
+    ids = tokenizer(CLEAN)["input_ids"]
+    rec = record_step(lm, ids)
+    return lm, ids, rec
+
+
+def test_parts_add_up_to_the_models_own_logit(case):
+    lm, ids, rec = case
+    target = int(rec.logits.argmax())
+    a = direct_logit_attribution(rec, lm, target)
+    assert a.logit == pytest.approx(float(rec.logits[target]))
+    assert a.total == pytest.approx(a.logit, abs=1e-4)  # embedding + every layer's attention and MLP
+    np.testing.assert_allclose(a.heads.sum(1), a.attention, atol=1e-5)  # the heads add up to their layer
+    other = int(np.argsort(rec.logits)[-2])
+    d = direct_logit_attribution(rec, lm, target, other)
+    assert d.total == pytest.approx(float(rec.logits[target] - rec.logits[other]), abs=1e-4)
+    js = d.to_json()
+    assert [r["layer"] for r in js["layers"]] == list(range(lm.dims.L))
+    assert np.array(js["heads"]).shape == (lm.dims.L, lm.dims.H)
+
+
+def test_head_outputs_by_two_routes(case):
+    """o_proj's input slice through its weight slice == attention weights x captured values through the same
+    slice, summed over sources; and the heads sum to the attention module's own output (Gemma: post-norm)."""
+    lm, ids, rec = case
+    for layer in range(lm.dims.L):
+        by_z = head_outputs(rec, lm, layer)  # (H, D)
+        by_pattern = source_parts(rec, lm, layer, len(ids) - 1).sum(0)  # (H, D)
+        np.testing.assert_allclose(by_pattern, by_z, atol=2e-3 * np.abs(by_z).max())
+        np.testing.assert_allclose(by_z.sum(0), rec.attn[layer, -1], atol=1e-4 * np.abs(by_z).max() + 1e-6)
+
+
+def ltt_contributions(parts: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:
+    """llm-transparency-tool's routes/contributions.py get_contributions (distance_norm=1), written again
+    (torch's pairwise_distance adds eps=1e-6 to every difference by default: 0 here, so float rounding is all
+    that may differ)."""
+    distance = torch.nn.functional.pairwise_distance(parts, whole.expand(parts.shape), p=1, eps=0.0)
+    distance = (torch.norm(whole, p=1, dim=-1) - distance).clip(min=1e-5)
+    return distance / distance.sum(0, keepdim=True)
+
+
+def test_shares_match_llm_transparency_tool_and_sum_to_one(case):
+    lm, ids, rec = case
+    for layer in range(lm.dims.L):
+        t = len(ids) - 1
+        sh = layer_shares(rec, lm, layer, t)
+        assert sh.heads.sum() + sh.residual == pytest.approx(1.0, abs=1e-6)
+        assert sh.mlp + sh.mlp_residual == pytest.approx(1.0, abs=1e-6)
+        parts = source_parts(rec, lm, layer, t)
+        flat = np.concatenate([parts.reshape(-1, parts.shape[-1]), rec.resid[layer, t][None]])
+        whole = rec.resid[layer, t] + rec.attn[layer, t]
+        ref = ltt_contributions(torch.from_numpy(flat).double(), torch.from_numpy(whole).double()).numpy()
+        np.testing.assert_allclose(shares(flat, whole), ref, atol=1e-9)
+
+
+def test_graph_is_traced_from_the_prediction_and_bounded(case):
+    lm, ids, rec = case
+    g = contribution_graph(rec, lm, threshold=0.01, max_nodes=3)
+    T, L = len(ids), lm.dims.L
+    assert ("x", L, T - 1) in g.nodes and g.edges
+    for e in g.edges:
+        assert e["share"] > 0.01 and 0 <= e["source"] <= e["target"] < T
+    for layer in range(L):  # at most max_nodes positions enter each layer from below
+        assert len({n[2] for n in g.nodes if n[0] == "x" and n[1] == layer}) <= 3
+    high = contribution_graph(rec, lm, threshold=0.5)
+    assert len(high.edges) < len(g.edges)
+
+
+def test_integrated_gradients_completeness(case):
+    lm, ids, rec = case
+    target = int(rec.logits.argmax())
+    ia = input_attribution(lm, ids, target, steps=30)
+    want = float(torch.log_softmax(torch.from_numpy(rec.logits).double(), -1)[target])
+    assert ia.log_prob == pytest.approx(want, abs=1e-4)
+    assert ia.completeness_gap < 0.05, ia.completeness_gap
+    assert ia.grad_x_input.shape == ia.integrated.shape == (len(ids),)
+    some = input_attribution(lm, ids, target, steps=30, positions=[1, 3])  # the others keep their embedding
+    assert np.count_nonzero(some.integrated) == 2 and some.integrated[[1, 3]].all()
+    assert some.completeness_gap < 0.05, some.completeness_gap
+
+
+def test_ablating_the_strongest_head_hurts_more_than_the_median_one(case):
+    lm, ids, rec = case
+    target = int(rec.logits.argmax())
+    heads = direct_logit_attribution(rec, lm, target).heads
+    order = np.argsort(heads, axis=None)
+    top = np.unravel_index(order[-1], heads.shape)
+    median = np.unravel_index(order[len(order) // 2], heads.shape)
+    strong = ablate(lm, ids, target, int(top[0]), int(top[1]), clean_logits=rec.logits)
+    mid = ablate(lm, ids, target, int(median[0]), int(median[1]), clean_logits=rec.logits)
+    assert strong.logit_before == pytest.approx(float(rec.logits[target]))
+    assert strong.logit_before - strong.logit_after > mid.logit_before - mid.logit_after
+    mlp = ablate(lm, ids, target, 0, None, "mean")
+    assert mlp.logit_after != pytest.approx(mlp.logit_before)
+
+
+def test_patching_the_whole_last_stream_restores_the_clean_run(case, tokenizer):
+    lm, ids, rec = case
+    bad = tokenizer(CORRUPTED)["input_ids"]
+    assert len(bad) == len(ids)
+    p = patch_residual(lm, ids, bad)
+    np.testing.assert_allclose(p.whole_last_logits, rec.logits, atol=1e-4)
+    assert p.restored.shape == (lm.dims.L + 1, len(ids))
+    assert p.restored[-1, -1] == pytest.approx(1.0, abs=1e-4)  # the last stream at the last position is all of it
+    differs = [i for i, (a, b) in enumerate(zip(ids, bad)) if a != b]
+    assert p.restored[0, differs].max() > 0.5  # at the embeddings only the changed word carries the difference
+    assert np.abs(p.restored[0, [i for i in range(len(ids) - 1) if i not in differs]]).max() < 1e-4
+
+
+def test_bad_input_names_the_field(case, tokenizer):
+    lm, ids, rec = case
+    with pytest.raises(InputError, match="corrupted"):
+        patch_residual(lm, ids, ids[:-1])
+    with pytest.raises(InputError, match="target"):
+        direct_logit_attribution(rec, lm, lm.dims.V)
+    with pytest.raises(InputError, match="head"):
+        ablate(lm, ids, 0, 0, lm.dims.H)
+    with pytest.raises(InputError, match="step"):
+        step_ids([1, 2], [3], 1)
+    assert step_ids([1, 2], [3, 4], 1) == [1, 2, 3]
+    up, down = promoted_tokens(rec, lm, 0, 0, k=3)
+    assert len(up) == 3 and up[0][1] >= up[-1][1] > down[-1][1] >= down[0][1]
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("which", ["lm", "gemma_lm"])
+def test_real_models_parts_sum_and_interventions(which, request):
+    """On the real weights: the parts add up to the model's own logit (Gemma: through its post-norms), ablating the
+    head with the largest part lowers the logit more than the median head, and patching the clean question's last
+    stream into "Are carrots fruit?" gives back the clean run's logits."""
+    from pipeline.stages.request import ChatRequest
+    from pipeline.stages.tokens import tokenize_request
+
+    lm = request.getfixturevalue(which)
+    fmt = "plain" if which == "gemma_lm" else "chat"
+    ids, bad = (tokenize_request(lm.tokenizer, ChatRequest.from_question(q, prompt_format=fmt)).ids
+                for q in ("Are tomatoes fruit?", "Are carrots fruit?"))
+    rec = record_step(lm, ids)
+    target = int(rec.logits.argmax())
+    a = direct_logit_attribution(rec, lm, target)
+    assert a.total == pytest.approx(a.logit, abs=2e-3 * max(1.0, abs(a.logit)))
+    np.testing.assert_allclose(a.heads.sum(1), a.attention, atol=1e-3)
+    order = np.argsort(a.heads, axis=None)
+    top, median = (np.unravel_index(order[k], a.heads.shape) for k in (-1, len(order) // 2))
+    strong = ablate(lm, ids, target, int(top[0]), int(top[1]), clean_logits=rec.logits)
+    mid = ablate(lm, ids, target, int(median[0]), int(median[1]), clean_logits=rec.logits)
+    assert strong.logit_before - strong.logit_after > mid.logit_before - mid.logit_after
+    assert len(bad) == len(ids)
+    p = patch_residual(lm, ids, bad, positions=[len(ids) - 1], layers=[lm.dims.L])
+    np.testing.assert_allclose(p.whole_last_logits, rec.logits, atol=1e-3)
+    assert p.restored[-1, -1] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_explain_document_has_the_cli_keys(tiny_models, tokenizer):
+    """The `explain --json` document: the keys the issue names, the parts adding up, IG moving only the user's
+    positions and the answer's tokens before the step."""
+    from pipeline.attribution.explain import explain
+
+    lm = tiny_models["llama"]
+    prompt = tokenizer(CLEAN)["input_ids"]
+    doc = explain(lm, prompt, [5, 6, 7], step=2, inputs=True, moving=[1, 2], ig_steps=20)
+    assert {"target_id", "logit", "layers", "embedding", "heads", "edges"} <= set(doc)
+    assert doc["target_id"] == 7 and doc["positions"] == len(prompt) + 2
+    assert doc["sum_of_parts"] == pytest.approx(doc["logit"], abs=1e-4)
+    assert doc["inputs"]["positions"] == [1, 2, len(prompt), len(prompt) + 1]
+    ig = np.array(doc["inputs"]["integrated_gradients"])
+    assert set(np.flatnonzero(ig)) == set(doc["inputs"]["positions"])
