@@ -1,4 +1,4 @@
-"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit ...` (`COMMANDS`).
+"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|speculate ...` (`COMMANDS`).
 
 What a user typed is checked before torch is imported or the model is loaded, so bad input is
 refused at once with exit code 2 and a message naming the field; only a `--force` token id waits
@@ -19,6 +19,7 @@ from dataclasses import fields
 from ..errors import InputError
 from ..files import check_input_file, check_output_file, write_atomic
 from ..stages.request import ChatRequest, GenerationOptions, check_text
+from .speculate import add_speculate_args, cmd_speculate
 from .terminal import safe_output
 
 DEFAULTS = GenerationOptions()
@@ -218,10 +219,12 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--output-tokens", type=int, default=200, help="output tokens per request the log omits")
     audit.add_argument("--breakpoints", choices=("auto", "as-sent"), default="auto",
                        help="Anthropic: add the recommended breakpoints to requests sent without cache_control")
+    add_speculate_args(sub)
     return parser
 
 
-COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit}
+COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit,
+            "speculate": cmd_speculate}
 
 
 def main(argv=None) -> int:
