@@ -11,7 +11,7 @@ import streamlit as st
 from pipeline.errors import InputError
 from pipeline.run_queue import cost_of
 from pipeline.speculative.measure import DEFAULT_DRAFTS, REPEATS, SpeculativeRun, measure
-from pipeline.speculative.verify import MAX_DRAFTS
+from pipeline.speculative.rounds import MAX_DRAFTS
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 from ui.chips import chip, draft_rounds

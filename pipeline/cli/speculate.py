@@ -24,7 +24,7 @@ def add_speculate_args(sub) -> None:
 
 def cmd_speculate(args) -> int:
     from . import check_model_arg
-    from ..speculative.verify import check_drafts
+    from ..speculative.rounds import check_drafts
 
     check_drafts(args.drafts)
     integer("repeats", args.repeats, lo=1, hi=10)

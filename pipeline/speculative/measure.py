@@ -5,7 +5,7 @@ TPOT both ways, interleaved and repeated (pipeline.timing: medians and ranges, n
     run = measure(lm, ChatRequest.from_question("Repeat this text: ..."), k=8)
     run.acceptance, run.tokens_per_pass, run.timing.verdict("speculative", "plain")
 
-A plain record (ints, strings, floats): a page or the CLI shows it without torch.
+A plain record (ints, strings, floats): a page or the CLI shows it without torch (imported only to measure).
 """
 from __future__ import annotations
 
@@ -13,11 +13,10 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from ..model.interface import LanguageModel
-from ..stages import fast_path
 from ..stages.request import ChatRequest
 from ..text.token_names import tokens_text
 from ..timing import Comparison, interleave
-from .verify import Round
+from .rounds import Round
 
 DEFAULT_DRAFTS = 8  # drafts checked per pass: a pass over 9 tokens costs about one over 1 on a CPU (weights read once)
 REPEATS = 3  # timed runs each way, interleaved
@@ -62,6 +61,8 @@ class SpeculativeRun:
 def measure(lm: LanguageModel, request: ChatRequest, k: int = DEFAULT_DRAFTS, repeats: int = REPEATS,
             max_prompt_tokens: int | None = None) -> SpeculativeRun:
     """The request decoded plainly and speculatively (k drafts per pass), interleaved `repeats` times each."""
+    from ..stages import fast_path  # torch: only once something is measured
+
     if request.options.max_new_tokens < 2:
         raise InputError("max_new_tokens", "TPOT needs at least 2 answer tokens: ask for 2 or more.")
     plain_tokens, spec = [], []

@@ -14,7 +14,6 @@ Greedy only: a sampled answer would need the drafts accepted by probability (rej
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
@@ -22,28 +21,7 @@ import torch
 from ..errors import InputError
 from ..model.plain_decoder import rollback
 from .drafts import prompt_lookup
-
-MAX_DRAFTS = 16  # the most drafts a pass checks (the option's upper bound)
-
-
-@dataclass(frozen=True)
-class Round:
-    """One verify pass: the token fed, the drafts checked with it, and how many of them the model agreed with."""
-
-    step: int  # the answer's step (index into its tokens) of the token fed
-    token: int
-    drafts: tuple[int, ...]
-    accepted: int  # drafts[:accepted] are the model's own greedy choices; drafts[accepted:] were rolled back
-
-    @property
-    def rejected(self) -> tuple[int, ...]:
-        return self.drafts[self.accepted:]
-
-
-def check_drafts(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFTS:
-        raise InputError("speculative", f"draft tokens per pass must be an integer from 1 to {MAX_DRAFTS}, got {k!r}.")
-    return k
+from .rounds import Round, check_drafts
 
 
 class SpeculativeDecoder:

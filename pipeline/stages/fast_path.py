@@ -18,7 +18,8 @@ from typing import Callable, Iterator
 
 from ..errors import InputError
 from ..model.plain_decoder import open_decoder
-from ..speculative.verify import SpeculativeDecoder, check_drafts
+from ..speculative.rounds import check_drafts
+from ..speculative.verify import SpeculativeDecoder
 from .decode_record import StreamEvent
 from .generation import Answer, Decoder, stream_answer
 from .request import ChatRequest, check_fits, request_id
