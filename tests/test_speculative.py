@@ -77,9 +77,8 @@ def tiny(request, tiny_lm):
     return tiny_lm if request.param == "llama" else request.getfixturevalue("tiny_gemma")
 
 
-@pytest.mark.parametrize("question", ["Are tomatoes fruit?", TEXT + " Say it again: " + TEXT])
-def test_speculative_greedy_equals_plain_and_hf_generate_whatever_the_drafts(tiny, question):
-    req = ask(question)
+def test_speculative_greedy_equals_plain_and_hf_generate_whatever_the_drafts(tiny):
+    req = ask(TEXT + " Say it again: " + TEXT)
     ids = tokenize_request(tiny.tokenizer, req).ids
     want, _, _ = plain(tiny, req)
     assert want.generated == hf_greedy(tiny, ids, STEPS)[:len(want.generated)]
