@@ -23,6 +23,7 @@ def test_prompt_lookup_proposes_what_followed_the_latest_copy_of_the_tail():
     assert prompt_lookup([7, 1, 2, 8, 3, 1, 2, 9, 3, 1, 2], k=1) == [9]  # "3 1 2" (3 tokens) before "1 2"
     assert prompt_lookup([4, 5, 6], k=2) == [] and prompt_lookup([5, 6, 5], k=0) == []
     assert prompt_lookup([5, 6, 5], k=4) == [6, 5]  # no more than the context holds
+    assert prompt_lookup([8, 1, 1, 1, 1, 1, 1], k=3) == [1, 1, 1]  # in a loop: a copy with 3 tokens after it
 
 
 def ask(question: str, **options) -> ChatRequest:
