@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -64,8 +65,7 @@ def ours(lm, request, k: int = 0):
 
 
 def ms(values: list[float]) -> str:
-    s = sorted(values)
-    return f"{s[len(s) // 2] * 1e3:7.1f} ms ({s[0] * 1e3:.1f}-{s[-1] * 1e3:.1f})"
+    return f"{statistics.median(values) * 1e3:7.1f} ms ({min(values) * 1e3:.1f}-{max(values) * 1e3:.1f})"
 
 
 def main() -> None:
@@ -109,7 +109,7 @@ def main() -> None:
         print(f"  acceptance {rate}; {len(decoder.rounds)} passes for {len(reference) - 1} tokens fed "
               f"({(len(reference) - 1) / max(len(decoder.rounds), 1):.2f} per pass)")
         exact = [w for w in ways if tokens[w] == reference and not w.startswith("HF generate")]
-        best = min(exact, key=lambda w: sorted(times[w])[len(times[w]) // 2])
+        best = min(exact, key=lambda w: statistics.median(times[w]))
         c = compare_runs(times[best], times["HF generate (fp32, greedy)"])
         goal = "meets" if c.separated and c.ratio <= 0.5 else "does not meet"
         print(f"  fastest exact path: {best}, {c.verdict(best, 'HF fp32')}; ratio of medians {c.ratio:.2f} "
