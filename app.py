@@ -59,6 +59,7 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
     ("prefill_decode.py", "Prefill & decode", "🏎️", "prefill-decode"),
     ("how_it_learned.py", "How it learned", "📉", "how-it-learned"),
+    ("faster_decode.py", "Faster decode", "🚀", "faster-decode"),
     ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),
     ("cache_audit.py", "Cache audit", "🧾", "cache-audit"),
     ("compare_models.py", "Compare models", "⚖️", "compare-models"),

@@ -8,6 +8,8 @@ ROLE_COLOURS = {  # background per role; template-added text is grey so the user
     "user": "#dcfce7",
     "assistant": "#fef3c7",
     "template": "#e5e7eb",
+    "accepted": "#86efac",  # a speculative draft the model agreed with (views/faster_decode_drafts.py)
+    "rejected": "#fca5a5",  # one it did not: rolled back
 }
 SPECIAL_STYLE = "border:2px solid #dc2626;font-weight:600;"
 
@@ -149,3 +151,17 @@ def highlighted_template(segments, special_pieces: list[str]) -> str:
         out.append(f"<span style='background:{bg}' title='{html_text(seg.role)}'>{body}</span>")
     return ("<div style='font-family:monospace;white-space:pre-wrap;font-size:0.9em;line-height:1.8;padding:10px;"
             "border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111'>" + "".join(out) + "</div>")
+
+
+def draft_rounds(rounds, max_height: int | None = None) -> str:
+    """Speculative decoding's verify passes, one line each: (step, (text, id) fed, [(text, id) accepted],
+    [(text, id) rejected]) -> HTML: the token fed in grey, then its drafts in green (accepted) and red (rejected)."""
+    lines = []
+    for step, (text, tid), accepted, rejected in rounds:
+        body = chip(text, tid, role="template", title=f"step {step}: the token fed")
+        body += "".join(chip(t, i, role="accepted", title="accepted: the model's own choice here") for t, i in accepted)
+        body += "".join(chip(t, i, role="rejected", title="rejected: rolled back") for t, i in rejected)
+        lines.append(f"<div><span style='color:#64748b;font-size:0.8em;display:inline-block;width:4.5em'>"
+                     f"step {int(step)}</span>{body}</div>")
+    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
+    return f"<div style='line-height:2.1;{scroll}'>{''.join(lines)}</div>"

@@ -1,4 +1,5 @@
-"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|serving|score|explain ...` (`COMMANDS`).
+"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|serving|score|explain|speculate ...`
+(`COMMANDS`).
 
 What a user typed is checked before torch is imported or the model is loaded, so bad input is
 refused at once with exit code 2 and a message naming the field; only a `--force` token id waits
@@ -21,6 +22,7 @@ from ..files import check_input_file, check_output_file, write_atomic
 from ..stages.request import ChatRequest, GenerationOptions, check_text, parse_logit_bias
 from . import explain, score as score_cli
 from .serving import add_serving_args, cmd_serving
+from .speculate import add_speculate_args, cmd_speculate
 from .terminal import safe_output
 
 DEFAULTS = GenerationOptions()
@@ -230,11 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_serving_args(sub)
     score_cli.add_parser(sub)
     explain.add_args(sub.add_parser("explain", help="why the model chose a token: logit attribution, routes, inputs"))
+    add_speculate_args(sub)
     return parser
 
 
 COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit,
-            "serving": cmd_serving, "score": score_cli.cmd_score, "explain": explain.cmd_explain}
+            "serving": cmd_serving, "score": score_cli.cmd_score, "explain": explain.cmd_explain,
+            "speculate": cmd_speculate}
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from .dims import SLIDING
 from .interface import LanguageModel
-from .plain_decoder import blocks_for, fill_from_prefill, next_position, project, row_blocks
+from .plain_decoder import blocks_for, causal_mask, fill_from_prefill, next_position, project, row_blocks
 from .rope import model_tables, rotate
 
 
@@ -116,32 +116,40 @@ class GemmaPlainDecoder:
 
     def step(self, token: int) -> torch.Tensor:
         """One more token through every block at position T. Returns logits (V,) for the next one."""
-        t = next_position(self.keys, self.T)
+        return self.run([token])[0]
+
+    def run(self, tokens: list[int]) -> torch.Tensor:
+        """n tokens through every block at positions T ... T+n-1 in one pass (as PlainDecoder.run). Returns
+        logits (n, V)."""
+        n = len(tokens)
+        t = next_position(self.keys, self.T, n)
         with self.lm.lock, torch.inference_mode():
-            h = self.embed[token][None] * self.embed_scale  # (1, D)
+            h = self.embed[tokens] * self.embed_scale  # (n, D)
             for i, w in enumerate(self.layers):
                 x = gemma_rms_norm(h, w.norm_in, self.eps)
                 h = h + gemma_rms_norm(self._attention(i, w, x, t), w.norm_post_attn, self.eps)
                 x = gemma_rms_norm(h, w.norm_pre_mlp, self.eps)
-                mlp = project(self.act(project(x, w.gate)) * project(x, w.up), w.down)  # (1, D)
+                mlp = project(self.act(project(x, w.gate)) * project(x, w.up), w.down)  # (n, D)
                 h = h + gemma_rms_norm(mlp, w.norm_post_mlp, self.eps)
-            logits = project(gemma_rms_norm(h, self.final_norm, self.eps), self.head)  # (1, V)
+            logits = project(gemma_rms_norm(h, self.final_norm, self.eps), self.head)  # (n, V)
             self.lm.count_pass()
-        self.T = t + 1
-        return logits[0]
+        self.T = t + n
+        return logits
 
     def _attention(self, i: int, w: _GemmaLayer, x: torch.Tensor, t: int) -> torch.Tensor:
-        """x (1, D) normed -> o_proj of the attention over the layer's positions (1, D)."""
-        cos, sin = (table[t] for table in self.tables[w.rope])  # (Dh,)
-        q = gemma_rms_norm(project(x, w.q).view(self.H, self.Dh), w.q_norm, self.eps)
-        k = gemma_rms_norm(project(x, w.k).view(self.Hkv, self.Dh), w.k_norm, self.eps)
-        self.keys[i, 0, :, t] = rotate(k, cos, sin)
-        self.values[i, 0, :, t] = project(x, w.v).view(self.Hkv, self.Dh)
-        start = 0 if w.window is None else max(0, t + 1 - w.window)
-        out = F.scaled_dot_product_attention(rotate(q, cos, sin).view(1, self.H, 1, self.Dh),
-                                             self.keys[i, :, :, start:t + 1], self.values[i, :, :, start:t + 1],
-                                             scale=self.scale, enable_gqa=True)  # (1, H, 1, Dh)
-        return project(out.reshape(1, self.H * self.Dh), w.o)  # (1, D)
+        """x (n, D) normed, at positions t ... t+n-1 -> o_proj of the attention over the layer's positions (n, D)."""
+        n = x.shape[0]
+        cos, sin = (table[t:t + n] for table in self.tables[w.rope])  # (n, Dh)
+        q = gemma_rms_norm(project(x, w.q).view(n, self.H, self.Dh).transpose(0, 1), w.q_norm, self.eps)
+        k = gemma_rms_norm(project(x, w.k).view(n, self.Hkv, self.Dh).transpose(0, 1), w.k_norm, self.eps)
+        self.keys[i, 0, :, t:t + n] = rotate(k, cos, sin)  # (Hkv, n, Dh)
+        self.values[i, 0, :, t:t + n] = project(x, w.v).view(n, self.Hkv, self.Dh).transpose(0, 1)
+        start = 0 if w.window is None else max(0, t + 1 - w.window)  # the first position the first token sees
+        out = F.scaled_dot_product_attention(rotate(q, cos, sin)[None], self.keys[i, :, :, start:t + n],
+                                             self.values[i, :, :, start:t + n],
+                                             attn_mask=causal_mask(t, n, start, w.window, x.device),
+                                             scale=self.scale, enable_gqa=True)  # (1, H, n, Dh)
+        return project(out[0].transpose(0, 1).reshape(n, self.H * self.Dh), w.o)  # (n, D)
 
 
 class _TypedRotary:

@@ -61,13 +61,14 @@ def row_blocks(weight: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def project(x: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """F.linear(x, weight) for one token: x (1, D), blocks (k, D, N/k) from row_blocks -> (1, N).
+    """F.linear(x, weight) for n tokens: x (n, D), blocks (k, D, N/k) from row_blocks -> (n, N).
 
         project(x, row_blocks(w, 2))  # == F.linear(x, w): rows [0, N/2) then [N/2, N)
     """
     if blocks.shape[0] == 1:
         return F.linear(x, blocks[0].t())  # one block: the Linear itself (always so on a GPU)
-    return torch.bmm(x.expand(blocks.shape[0], 1, x.shape[-1]), blocks).view(1, -1)
+    out = torch.bmm(x.expand(blocks.shape[0], *x.shape), blocks)  # (k, n, N/k)
+    return out.transpose(0, 1).reshape(x.shape[0], -1)
 
 
 @dataclass
@@ -136,11 +137,31 @@ def fill_from_prefill(keys: torch.Tensor, values: torch.Tensor, kv_cache, T: int
     return T
 
 
-def next_position(keys: torch.Tensor, t: int) -> int:
-    """Position t, the next token's, checked to fit a decoder's preallocated cache (L, 1, Hkv, T_max, Dh)."""
-    if t >= keys.shape[3]:
-        raise ValueError(f"the decoder holds {keys.shape[3]} positions; position {t} does not fit")
+def next_position(keys: torch.Tensor, t: int, n: int = 1) -> int:
+    """Position t, the next token's, checked to fit n tokens into a preallocated cache (L, 1, Hkv, T_max, Dh)."""
+    if t + n > keys.shape[3]:
+        raise ValueError(f"the decoder holds {keys.shape[3]} positions; position {t + n - 1} does not fit")
     return t
+
+
+def causal_mask(t: int, n: int, start: int, window: int | None, device) -> torch.Tensor | None:
+    """(n, t + n - start) bool: which cached positions start ... t+n-1 each of n new tokens (at t ... t+n-1) sees:
+    itself and those before it, and for a sliding layer only its last `window`. None for one token (it sees
+    every position it is given)."""
+    if n == 1:
+        return None
+    query = torch.arange(t, t + n, device=device)[:, None]  # (n, 1)
+    key = torch.arange(start, t + n, device=device)[None, :]  # (1, T')
+    seen = key <= query
+    return seen if window is None else seen & (key > query - window)
+
+
+def rollback(decoder, T: int) -> None:
+    """Forget a plain decoder's positions T and later (drafts it verified and rejected): the next token goes to
+    position T. Nothing is erased: attention reads only the positions before T, and later writes overwrite."""
+    if not 0 < T <= decoder.T:
+        raise ValueError(f"can roll back to a position from 1 to {decoder.T}, not {T}")
+    decoder.T = T
 
 
 class PlainDecoder:
@@ -179,26 +200,33 @@ class PlainDecoder:
 
     def step(self, token: int) -> torch.Tensor:
         """One more token through every block at position T. Returns logits (V,) for the next one."""
-        t = next_position(self.keys, self.T)
+        return self.run([token])[0]
+
+    def run(self, tokens: list[int]) -> torch.Tensor:
+        """n tokens through every block at positions T ... T+n-1, in one pass (each sees those before it): one
+        decode step for n = 1, a speculative verify pass for more. Returns logits (n, V): row j scores the
+        token after tokens[j]."""
+        n = len(tokens)
+        t = next_position(self.keys, self.T, n)
         with self.lm.lock, torch.inference_mode():
-            h = self.embed[token][None]  # (1, D)
-            cos, sin = self.cos[t], self.sin_signed[t]  # (Dh,)
+            h = self.embed[tokens]  # (n, D)
+            cos, sin = self.cos[t:t + n], self.sin_signed[t:t + n]  # (n, Dh)
             for i, w in enumerate(self.layers):
                 h = h + self._attention(i, w, rms_norm(h, w.norm1, self.eps), cos, sin, t)
                 x = rms_norm(h, w.norm2, self.eps)
-                h = h + project(F.silu(project(x, w.gate)) * project(x, w.up), w.down)  # (1, D)
-            logits = project(rms_norm(h, self.final_norm, self.eps), self.head)  # (1, V)
+                h = h + project(F.silu(project(x, w.gate)) * project(x, w.up), w.down)  # (n, D)
+            logits = project(rms_norm(h, self.final_norm, self.eps), self.head)  # (n, V)
             self.lm.count_pass()
-        self.T = t + 1
-        return logits[0]
+        self.T = t + n
+        return logits
 
     def _attention(self, i: int, w: _Layer, x: torch.Tensor, cos, sin, t: int) -> torch.Tensor:
-        """x (1, D) normed -> the attention block's write to the residual stream (1, D)."""
-        q = rotate(project(x, w.q).view(self.H, self.Dh), cos, sin)  # (H, Dh)
-        self.keys[i, 0, :, t] = rotate(project(x, w.k).view(self.Hkv, self.Dh), cos, sin)  # (Hkv, Dh)
-        self.values[i, 0, :, t] = project(x, w.v).view(self.Hkv, self.Dh)
-        out = F.scaled_dot_product_attention(q.view(1, self.H, 1, self.Dh), self.keys[i, :, :, :t + 1],
-                                             self.values[i, :, :, :t + 1], scale=self.scale,
-                                             enable_gqa=True)  # (1, H, 1, Dh); keys/values (1, Hkv, t+1, Dh)
-        return project(out.reshape(1, self.H * self.Dh), w.o)  # (1, D)
-
+        """x (n, D) normed, at positions t ... t+n-1 -> the attention block's write to the residual stream (n, D)."""
+        n = x.shape[0]
+        q = rotate(project(x, w.q).view(n, self.H, self.Dh).transpose(0, 1), cos, sin)  # (H, n, Dh)
+        self.keys[i, 0, :, t:t + n] = rotate(project(x, w.k).view(n, self.Hkv, self.Dh).transpose(0, 1), cos, sin)
+        self.values[i, 0, :, t:t + n] = project(x, w.v).view(n, self.Hkv, self.Dh).transpose(0, 1)  # (Hkv, n, Dh)
+        out = F.scaled_dot_product_attention(q[None], self.keys[i, :, :, :t + n], self.values[i, :, :, :t + n],
+                                             attn_mask=causal_mask(t, n, 0, None, x.device), scale=self.scale,
+                                             enable_gqa=True)  # (1, H, n, Dh); keys/values (1, Hkv, t+n, Dh)
+        return project(out[0].transpose(0, 1).reshape(n, self.H * self.Dh), w.o)  # (n, D)

@@ -1,0 +1,2 @@
+"""Speculative decoding with no second model: drafts from the text so far (drafts.py), checked by the full model in
+one pass and rolled back past the first miss (verify.py), measured against plain greedy decoding (measure.py)."""

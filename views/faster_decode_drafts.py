@@ -1,0 +1,112 @@
+"""Faster decode: speculative decoding with drafts from the prompt (pipeline/speculative), the section
+`speculative_section()`: per verify pass the drafts accepted and rejected, the acceptance rate and TPOT against
+plain greedy decoding, interleaved (medians and ranges)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import streamlit as st
+
+from pipeline.errors import InputError
+from pipeline.run_queue import cost_of
+from pipeline.speculative.measure import DEFAULT_DRAFTS, REPEATS, SpeculativeRun, measure
+from pipeline.speculative.rounds import MAX_DRAFTS
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from pipeline.stages.tokens import tokenize_request
+from ui.chips import chip, draft_rounds
+from ui.escape import markdown_text
+from ui.words import plural
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
+from views.session_request import current_request, model_label, request_key
+from views.waiting import result_through_queue
+
+EXAMPLE_TOKENS = 48  # answer tokens of the two examples
+PASSAGE = ("The tomato is the edible berry of the plant Solanum lycopersicum, commonly known as the tomato plant. "
+           "The species originated in western South America, Mexico, and Central America. Botanically it is a "
+           "fruit, but it is eaten and cooked as a vegetable.")
+EXAMPLES = {  # label -> question
+    "Repeat a passage (drafting helps)": "Repeat this text exactly, word for word:\n\n" + PASSAGE,
+    "A new answer (drafting barely helps)": "Write a short poem about the sea.",
+}
+YOURS = "Your request (the sidebar's)"
+ROUNDS_HEIGHT = 360  # px: many passes scroll in their own box
+
+
+def example_request(question: str) -> ChatRequest:
+    request = ChatRequest.from_question(question, options=GenerationOptions(max_new_tokens=EXAMPLE_TOKENS))
+    return replace(request, model=model_label(get_model().spec))
+
+
+def measured(request: ChatRequest, k: int) -> SpeculativeRun:
+    """The request measured both ways on the picked model, once per server, through the queue."""
+    n_prompt = len(tokenize_request(get_model().tokenizer, request).ids)
+    work = cost_of(n_prompt, request.options.max_new_tokens * (2 * REPEATS + 1))
+    return result_through_queue(("speculative", request_key(request), k),
+                                lambda: measure(get_model(), request, k, REPEATS, APP_MAX_PROMPT_TOKENS),
+                                work, n_prompt)
+
+
+def summary_row(label: str, run: SpeculativeRun) -> dict:
+    t = run.timing
+    ms = lambda r: f"{r[0] * 1e3:.1f}–{r[1] * 1e3:.1f}"  # noqa: E731
+    return {"request": label, "answer tokens": len(run.generated), "passes": run.passes,
+            "drafts accepted": f"{run.accepted} of {run.drafted}",
+            "acceptance": "—" if run.acceptance is None else f"{run.acceptance:.0%}",
+            "tokens per pass": round(run.tokens_per_pass, 2),
+            "TPOT speculative (ms)": f"{t.a_median * 1e3:.1f} ({ms(t.a_range)})",
+            "TPOT plain (ms)": f"{t.b_median * 1e3:.1f} ({ms(t.b_range)})",
+            "same tokens": "yes" if run.same_tokens else "NO"}
+
+
+def rounds_html(run: SpeculativeRun) -> str:
+    text = run.token_texts
+    rows = [(r.step, (text[r.token], r.token), [(text[d], d) for d in r.drafts[:r.accepted]],
+             [(text[d], d) for d in r.rejected]) for r in run.rounds if r.drafts]
+    return draft_rounds(rows, max_height=ROUNDS_HEIGHT)
+
+
+def speculative_section() -> None:
+    st.subheader("More tokens per read: speculative decoding")
+    st.markdown(
+        "A decode step reads every weight of the model to produce one token, and on this machine that read is "
+        "most of the step's time. Reading the weights once for several tokens costs little more than for one: "
+        "that is what a prefill does. Speculative decoding uses this. It guesses the next few tokens (the "
+        "*drafts*), then runs the token it has plus all the drafts through the full model in **one pass**. That "
+        "pass gives the model's own choice after each of them. The drafts are kept up to the first one the model "
+        "would not have chosen; the rest are thrown away, and the KV cache forgets their positions. The model's "
+        "own choice at that point comes for free, so every pass yields at least one token.\n\n"
+        "The guesses here need no second model: they are looked up in the text so far (*prompt lookup*). Take the "
+        "last few tokens, find where they appeared before, and propose what followed there. When the answer "
+        "repeats or quotes the prompt, these guesses are often right. When it says something new, they are "
+        "mostly wrong, and the pass is a normal decode step with a few extra positions. Either way, the answer is "
+        "greedy decoding's, token for token: only the number of passes changes.")
+    k = st.slider("Drafts checked per pass", 1, MAX_DRAFTS, DEFAULT_DRAFTS, key="fd_drafts")
+    choice = st.radio("Request", [*EXAMPLES, YOURS], horizontal=True, key="fd_request")
+    try:
+        runs = {label: measured(example_request(q), k) for label, q in EXAMPLES.items()}
+        if choice == YOURS:
+            runs[YOURS] = measured(current_request(), k)
+    except InputError as e:
+        st.error(f"Please fix the request — {markdown_text(e)}")
+        return
+    st.dataframe(pd.DataFrame([summary_row(label, run) for label, run in runs.items()]), hide_index=True)
+    st.caption(f"TPOT: time per output token after the first, median of {plural(REPEATS, 'run')} each way, interleaved "
+               "(speculative, plain, speculative, ...), range in brackets. Plain: the same plain serving path, one "
+               "token per pass. Greedy decoding; the answers are compared token for token on every run.")
+    run = runs[choice]
+    st.markdown(f"**{markdown_text(choice)}**: {markdown_text(run.timing.verdict('speculative decoding', 'plain'))}.")
+    if run.acceptance is not None and run.acceptance < 0.2:
+        st.markdown("Few drafts were right, so a pass brings about one token, as in plain decoding; the extra "
+                    "positions in each pass are what speculation costs here.")
+    st.markdown("Each line is one pass: the token fed (grey), then its drafts, accepted (green) or rejected (red). "
+                "Passes with nothing to look up (plain decode steps) are left out.")
+    st.markdown(chip("fed", None, "template") + chip("accepted", None, "accepted") + chip("rejected", None, "rejected"),
+                unsafe_allow_html=True)
+    if any(r.drafts for r in run.rounds):
+        st.markdown(rounds_html(run), unsafe_allow_html=True)
+    else:
+        st.info("Nothing in this request could be looked up: every pass was a plain decode step.")
+    st.markdown(f"The answer ({plural(len(run.generated), 'token')}, finish reason "
+                f"{markdown_text(run.finish_reason)}):")
+    st.code(run.text or "(empty)", language=None, wrap_lines=True)
