@@ -128,7 +128,7 @@ class GemmaPlainDecoder:
             logits = project(gemma_rms_norm(h, self.final_norm, self.eps), self.head)  # (1, V)
             self.lm.count_pass()
         self.T = t + 1
-        return logits[0]
+        return logits[0].float()  # float32 already, but for bf16 weights
 
     def _attention(self, i: int, w: _GemmaLayer, x: torch.Tensor, t: int) -> torch.Tensor:
         """x (1, D) normed -> o_proj of the attention over the layer's positions (1, D)."""

@@ -1,0 +1,100 @@
+"""Weight formats (pipeline.model.weight_formats): every format keeps the captures' hook names and shapes, the
+int8 copy holds fewer bytes, the `weights` option is validated and carried by the link and the run key.
+Fast tier (tiny models); the real-weight checks are in tests/test_weight_formats_model.py."""
+import pytest
+
+from conftest import DEFAULT_QUESTION, make_tiny_lm
+from pipeline.errors import InputError
+from pipeline.model.weight_formats import WEIGHT_FORMATS, check_weights
+
+
+@pytest.fixture(scope="module")
+def tiny_formats(tokenizer):
+    """{format: LoadedModel}: one tiny random Llama (tied head, as SmolLM2) converted to each format."""
+    from pipeline.model.loader import converted_copy
+
+    base = make_tiny_lm(tokenizer, seed=3, tie_word_embeddings=True)
+    return {w: base if w == "fp32" else converted_copy(base, w) for w in WEIGHT_FORMATS}
+
+
+def test_every_format_keeps_the_captures_names_and_shapes(tiny_formats):
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace
+
+    request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=3))
+    traces = {w: run_trace(request, lm) for w, lm in tiny_formats.items()}
+    reference = {k: (v.shape, v.dtype) for k, v in traces["fp32"].tensors().items()}
+    for weights, trace in traces.items():  # bf16 captures are stored as float32 arrays, as fp32's are
+        assert {k: (v.shape, v.dtype) for k, v in trace.tensors().items()} == reference, weights
+        assert trace.dims.weights == weights and trace.to_json()["model"]["weights"] == weights
+
+
+def test_the_int8_copy_holds_fewer_bytes_and_keeps_the_head(tiny_formats):
+    from pipeline.model.weight_formats import bytes_per_token, is_int8, parameter_bytes, weights_of
+
+    fp32, bf16, int8 = (tiny_formats[w].model for w in ("fp32", "bf16", "int8"))
+    stored = {w: storage_bytes(m) for w, m in (("fp32", fp32), ("bf16", bf16), ("int8", int8))}
+    assert {w: parameter_bytes(m) for w, m in (("fp32", fp32), ("bf16", bf16), ("int8", int8))} == stored
+    assert stored["int8"] < stored["fp32"] and stored["bf16"] * 2 == stored["fp32"]
+    # the tiny model is mostly its float32 embeddings; only the blocks shrink 4x
+    blocks = {w: storage_bytes(m.model.layers) for w, m in (("fp32", fp32), ("int8", int8))}
+    assert 3.5 < blocks["fp32"] / blocks["int8"] < 4
+    q = int8.model.layers[0].self_attn.q_proj.weight
+    assert is_int8(q) and q.qdata.shape == fp32.model.layers[0].self_attn.q_proj.weight.shape
+    assert not is_int8(int8.lm_head.weight) and int8.lm_head.weight is int8.model.embed_tokens.weight  # still tied
+    assert bytes_per_token(fp32) == stored["fp32"]  # tied: the head is the embeddings, read whole each step
+    assert bytes_per_token(int8) == stored["int8"] < bytes_per_token(fp32)
+    assert [weights_of(m) for m in (fp32, bf16, int8)] == ["fp32", "bf16", "int8"]
+
+
+def test_the_plain_decoder_runs_each_format_close_to_its_hf_forward(tiny_formats):
+    """The plain path's int8 projection (torch's int8 GEMV, bf16 activations) against the same model's HF
+    forward (torchao, float32 activations): the same weights, so only rounding apart."""
+    import torch
+
+    from pipeline.model.plain_decoder import open_decoder
+
+    ids = tiny_formats["fp32"].tokenizer(DEFAULT_QUESTION)["input_ids"]
+    for weights, lm in tiny_formats.items():
+        dec = open_decoder(lm, len(ids) + 2)
+        dec.prefill(ids[:-1])
+        step = dec.step(ids[-1])
+        hf = lm.forward([ids], logits_to_keep=1).logits[0, -1].float()
+        assert step.dtype == torch.float32
+        tolerance = {"fp32": 1e-4, "bf16": 0.05, "int8": 0.05}[weights] * hf.abs().max()
+        assert (step - hf).abs().max() <= tolerance, weights
+
+
+def storage_bytes(module) -> int:
+    """Bytes of the distinct storages under a module's parameters (an int8 weight: its data and scales)."""
+    storages = {}
+    for p in module.parameters():
+        for t in (p.qdata, p.scale) if hasattr(p, "qdata") else (p,):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("bad", ["int4", "FP32", "", None, 8])
+def test_a_weights_value_not_offered_is_refused_naming_the_field(bad):
+    from pipeline.stages.request import ChatRequest
+
+    with pytest.raises(InputError) as e:
+        ChatRequest.from_question(DEFAULT_QUESTION, weights=bad)
+    assert e.value.field == "weights"
+    with pytest.raises(InputError):
+        check_weights(bad)
+
+
+def test_the_run_key_holds_the_weights():
+    from pipeline.stages.request import ChatRequest
+    from views.session_request import request_key
+
+    keys = {request_key(ChatRequest.from_question(DEFAULT_QUESTION, weights=w)) for w in WEIGHT_FORMATS}
+    assert len(keys) == len(WEIGHT_FORMATS)
+
+
+def test_the_cli_refuses_a_weights_value_before_loading(capsys):
+    from pipeline.cli import main
+
+    assert main(["trace", DEFAULT_QUESTION, "--weights", "int4"]) == 2
+    assert "weights" in capsys.readouterr().err
