@@ -98,3 +98,49 @@ def test_the_cli_refuses_a_weights_value_before_loading(capsys):
 
     assert main(["trace", DEFAULT_QUESTION, "--weights", "int4"]) == 2
     assert "weights" in capsys.readouterr().err
+
+
+def test_int8_kv_vectors_round_within_half_a_step_and_take_their_bytes():
+    import numpy as np
+
+    from pipeline.model.kv_int8 import bytes_per_vector, dequantize, quantize
+
+    x = np.random.default_rng(0).normal(size=(3, 40, 64)).astype(np.float32)
+    x[1, 5] = 0  # an all-zero vector stays zero
+    q, scale = quantize(x)
+    assert q.dtype == np.int8 and scale.shape == (3, 40, 1) and np.abs(q).max() == 127
+    assert np.all(np.abs(dequantize(q, scale) - x) <= scale / 2 + 1e-7)
+    assert not dequantize(q, scale)[1, 5].any()
+    assert (bytes_per_vector(64, 32), bytes_per_vector(64, 16), bytes_per_vector(64, 8)) == (256, 128, 68)
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_the_kv_error_attention_is_torchs_attention(window):
+    """attention() (numpy, used to measure the int8 cache's error) against torch's SDPA with grouped heads."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from pipeline.model.kv_int8 import attention
+
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=s).astype(np.float32) for s in ((6, 12, 8), (2, 12, 8), (2, 12, 8)))
+    i, j = torch.arange(12)[:, None], torch.arange(12)[None, :]
+    allowed = (j <= i) & ((i - j < window) if window else True)
+    expected = F.scaled_dot_product_attention(*(torch.from_numpy(a)[None] for a in (q, k, v)), attn_mask=allowed,
+                                              scale=0.3, enable_gqa=True)[0]
+    assert np.allclose(attention(q, k, v, window, 0.3), expected.numpy(), atol=1e-5)
+
+
+def test_the_int8_kv_cache_costs_little_attention_error_on_a_captured_run(tiny_app):
+    from pipeline.model.kv_int8 import attention_error
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace
+
+    trace = run_trace(ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=1)),
+                      tiny_app)
+    p = trace.prefill
+    error = attention_error(p.q_rot, p.k_rot, p.v, trace.dims)
+    assert len(error.relative) == trace.dims.L and 0 < max(error.relative) < 0.02 and 0 < error.kv_rel < 0.01
+    assert error.bytes_fp32 == trace.dims.kv_bytes(len(trace.ids), 4) and error.bytes_bf16 * 2 == error.bytes_fp32
+    assert error.bytes_int8 == error.bytes_fp32 // 4 + 2 * trace.dims.L * trace.dims.Hkv * len(trace.ids) * 4
