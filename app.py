@@ -56,6 +56,7 @@ PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icon
     ("constrained.py", "Constrained output", "🧩", "constrained"),
     ("generation.py", "Generation", "⏩", "generation"),
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
+    ("faster_decode.py", "Faster decode", "🏎️", "faster-decode"),
     ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),
     ("cache_audit.py", "Cache audit", "🧾", "cache-audit"),
     ("compare_models.py", "Compare models", "⚖️", "compare-models"),

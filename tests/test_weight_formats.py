@@ -144,3 +144,55 @@ def test_the_int8_kv_cache_costs_little_attention_error_on_a_captured_run(tiny_a
     assert len(error.relative) == trace.dims.L and 0 < max(error.relative) < 0.02 and 0 < error.kv_rel < 0.01
     assert error.bytes_fp32 == trace.dims.kv_bytes(len(trace.ids), 4) and error.bytes_bf16 * 2 == error.bytes_fp32
     assert error.bytes_int8 == error.bytes_fp32 // 4 + 2 * trace.dims.L * trace.dims.Hkv * len(trace.ids) * 4
+
+
+def app_at(**query):
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import ROOT
+
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = dict(query)
+    return at
+
+
+def test_the_link_carries_the_weights_both_ways_and_the_pages_say_them(tiny_app):
+    at = app_at(weights="int8", max_new_tokens="2")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_weights").value == "int8"
+    assert any("Computed with **int8** weights" in c.value for c in at.caption)
+    at.selectbox(key="req_weights").set_value("bf16").run()
+    assert not at.exception, at.exception
+    assert at.query_params["weights"] == "bf16"
+    at.selectbox(key="req_weights").set_value("fp32").run()
+    assert "weights" not in at.query_params  # the default stays out of the link
+    assert not any("Computed with" in c.value for c in at.caption)
+
+
+def test_a_weights_value_in_the_link_that_is_not_offered_is_a_note_and_fp32(tiny_app):
+    at = app_at(weights="int4", max_new_tokens="2")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="req_weights").value == "fp32"
+    assert any("weights" in w.value and "not usable" in w.value for w in at.warning)
+
+
+def test_the_faster_decode_page_measures_every_format(tiny_app, monkeypatch):
+    from conftest import page_app
+    from views import faster_decode_weights
+
+    monkeypatch.setattr(faster_decode_weights, "STEPS", 3)  # a tiny measurement: what the table holds is tested
+    monkeypatch.setattr(faster_decode_weights, "REPEATS", 1)
+    monkeypatch.setattr(faster_decode_weights, "PROMPTS", (DEFAULT_QUESTION,))
+    at = page_app("faster_decode", req_max_new_tokens=2)
+    at.run()
+    assert not at.exception, at.exception
+    assert any("int8 + scales" in m.label for m in at.metric)
+    at.button(key="fd_measure").click().run()
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert list(table["weights"]) == ["fp32", "bf16", "int8"]
+    assert table["KL vs fp32 (nats, mean)"][0] == "0.00e+00" and table["greedy answer"][0] == "the same"

@@ -159,7 +159,7 @@ _shared: dict[str, LoadedModel] = {}
 _shared_lock = threading.Lock()
 
 
-_converted: dict[tuple[str, str], LoadedModel] = {}  # (model key, weights) -> a converted copy
+_converted: dict[tuple[str, str], tuple[LoadedModel, LoadedModel]] = {}  # (model key, weights) -> (fp32, its copy)
 
 
 def shared_model(source: str | None = None, tokenizer=None, weights: str = "fp32") -> LoadedModel:
@@ -170,14 +170,12 @@ def shared_model(source: str | None = None, tokenizer=None, weights: str = "fp32
 
     key = resolve(source).key  # None, 'smollm2-135m' and 'SmolLM2-135M-Instruct' are one model
     if check_weights(weights) != "fp32":
-        with _shared_lock:
-            if (key, weights) in _converted:
-                return _converted[(key, weights)]
         base = shared_model(source, tokenizer)
-        with _shared_lock, base.lock:
-            if (key, weights) not in _converted:
-                _converted[(key, weights)] = converted_copy(base, weights)
-            return _converted[(key, weights)]
+        with base.lock:  # copied while no capture has hooks on it
+            made = _converted.get((key, weights))
+            if made is None or made[0] is not base:  # a copy of another fp32 model (a test's tiny one) is not it
+                made = _converted[(key, weights)] = (base, converted_copy(base, weights))
+            return made[1]
     with _shared_lock:
         if key not in _shared:
             _shared[key] = load_model(source, tokenizer=tokenizer)

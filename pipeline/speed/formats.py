@@ -98,13 +98,15 @@ def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def quality_rows(models: dict[str, LanguageModel], question: str, prompts: tuple[str, ...] = QUALITY_PROMPTS,
+def quality_rows(models: dict[str, LanguageModel], question: str, prompts: tuple[str, ...] | None = None,
                  max_new_tokens: int = 32) -> dict[str, FormatRow]:
-    """Each format of `models` (fp32 among them) against fp32: KL, top-1 agreement, greedy answer."""
+    """Each format of `models` (fp32 among them) against fp32: KL over `prompts` (QUALITY_PROMPTS), top-1
+    agreement, the greedy answer to `question`."""
     import torch
 
     from ..model.weight_formats import bytes_per_token, parameter_bytes
 
+    prompts = prompts or QUALITY_PROMPTS
     reference = {p: position_log_probs(models["fp32"], prompt_ids(models["fp32"], p)) for p in prompts}
     fp32_greedy = greedy_answer(models["fp32"], question, max_new_tokens)
     rows = {}
@@ -133,10 +135,10 @@ def tpot_interleaved(models: dict[str, LanguageModel], question: str, steps: int
 
 
 def measure_formats(models: dict[str, LanguageModel], request: ChatRequest, steps: int = 16,
-                    repeats: int = 3) -> FormatsReport:
+                    repeats: int = 3, prompts: tuple[str, ...] | None = None) -> FormatsReport:
     """Quality rows and interleaved TPOT for every format of one model (`models` holds fp32)."""
     question = request.messages[-1][1]
-    rows = quality_rows(models, question)
+    rows = quality_rows(models, question, prompts, max_new_tokens=2 * steps)
     tpot = tpot_interleaved(models, question, steps, repeats)
     vs = {w: compare_runs(list(t.runs), list(tpot["fp32"].runs)) for w, t in tpot.items() if w != "fp32"}
     return FormatsReport(rows, tpot, steps, vs)
