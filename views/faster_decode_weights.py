@@ -57,7 +57,8 @@ def weight_formats_section() -> None:
         "(pick one in the sidebar under **Weights**; every page then computes in it):")
     st.markdown("\n".join(f"- **{w}**: {FORMAT_NOTES[w]}" for w in WEIGHT_FORMATS))
     st.caption(f"Not built: int4 — {NOT_BUILT['int4']}. The vocabulary projection stays in float32 under int8: "
-               "quantizing it too cut the bytes read per token further but changed the greedy answer on SmolLM2.")
+               "quantizing it too cut the bytes read per token further but changed the greedy answer of the default "
+               "model (measured; see the README).")
     st.markdown(f"**Measure now** runs {markdown_text(lm.name)} in each format on the plain serving path: "
                 f"{STEPS} tokens, {REPEATS} rounds with the formats taking turns, medians and ranges. Quality is "
                 "the next-token distribution at every position of five prompts against fp32's.")

@@ -1,8 +1,8 @@
 """The sidebar's model picker: which model every page runs and draws, what kind of model it is, and (for
 a base model) whether the request is sent as chat turns or as plain text.
 
-The pick lives in session state (`req_model`, `req_prompt_format`) and in the link (`?model=`, `?format=`);
-`views.server_state.get_model()` reads it.
+The pick lives in session state (`req_model`, `req_prompt_format`, `req_weights`) and in the link (`?model=`,
+`?format=`, `?weights=`); `views.server_state.get_model()` reads it (the weights: `picked_weights()`).
 """
 from __future__ import annotations
 
