@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.cli import add_trace_args, check_model_arg, options_from_args, run_command, write_json, write_output
+from pipeline.cli import (add_trace_args, check_model_arg, model_from_args, options_from_args, run_command, write_json,
+                          write_output)
 from pipeline.files import check_output_file
 from pipeline.stages.request import ChatRequest
 
@@ -17,16 +18,15 @@ from pipeline.stages.request import ChatRequest
 def cmd_report(args) -> int:
     """The run as one HTML page that opens from disk with no server and no network."""
     options = options_from_args(args)
-    request = ChatRequest.from_question(args.question, system=args.system, options=options)
+    request = ChatRequest.from_question(args.question, system=args.system, options=options, weights=args.weights)
     check_output_file(args.html_file, "html")
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    from pipeline.model.loader import load_model, shared_model
     from pipeline.trace import run_trace
 
     from .report import trace_report
 
-    trace = run_trace(request, shared_model() if args.model is None else load_model(args.model))
+    trace = run_trace(request, model_from_args(args))
     html = trace_report(trace)
     write_output(args.html_file, "html", lambda f: f.write(html), "the report")
     print(f"Wrote the report to {args.html_file} ({len(trace.tokens)} prompt tokens, {len(trace.steps)} generated)")

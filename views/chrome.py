@@ -7,6 +7,13 @@ import streamlit as st
 def page_header(title: str, intro: str) -> None:
     st.title(title)
     st.caption(intro)
+    from views.server_state import picked_weights
+
+    weights = picked_weights()
+    if weights != "fp32":  # what every number below was computed in
+        from pipeline.model.weight_formats import FORMAT_NOTES
+
+        st.caption(f"⚖️ Computed with **{weights}** weights ({FORMAT_NOTES[weights]}), not float32 as loaded.")
 
 
 def stage_link(page: str, label: str, icon: str | None = None) -> None:

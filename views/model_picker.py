@@ -1,8 +1,8 @@
 """The sidebar's model picker: which model every page runs and draws, what kind of model it is, and (for
 a base model) whether the request is sent as chat turns or as plain text.
 
-The pick lives in session state (`req_model`, `req_prompt_format`) and in the link (`?model=`, `?format=`);
-`views.server_state.get_model()` reads it.
+The pick lives in session state (`req_model`, `req_prompt_format`, `req_weights`) and in the link (`?model=`,
+`?format=`, `?weights=`); `views.server_state.get_model()` reads it (the weights: `picked_weights()`).
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import streamlit as st
 from pipeline.errors import InputError
 from pipeline.model.handle import ModelHandle
 from pipeline.model.registry import resolve
+from pipeline.model.weight_formats import FORMAT_NOTES, WEIGHT_FORMATS
 from ui.escape import markdown_text
 from views.server_state import default_model_key, get_model, offered_models
 from views.session_request import offers_plain_text
@@ -60,5 +61,8 @@ def model_picker() -> None:
         st.radio("Send the request as", list(FORMAT_LABELS), format_func=FORMAT_LABELS.get,
                  key="req_prompt_format", horizontal=False,
                  help="A base model was trained on plain text: chat turns are a format it was never tuned on.")
+    st.selectbox("Weights", WEIGHT_FORMATS, key="req_weights", format_func=lambda w: f"{w}: {FORMAT_NOTES[w]}",
+                 help="What every page computes in: fp32 as loaded, or a copy of the weights converted to fewer "
+                      "bytes (made on first use). The link carries it (`?weights=`); Faster decode compares them.")
     for problem in problems:
         st.warning(markdown_text(problem), icon="📁")

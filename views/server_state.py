@@ -19,6 +19,7 @@ import streamlit as st
 from pipeline.errors import InputError
 from pipeline.model.handle import ModelHandle
 from pipeline.model.registry import DEFAULT_MODEL, resolve
+from pipeline.model.weight_formats import DEFAULT_WEIGHTS, WEIGHT_FORMATS
 from pipeline.model.weights_cache import cache_root
 from pipeline.run_queue import RunQueue
 from pipeline.run_store import RunStore, deep_size
@@ -31,6 +32,7 @@ APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB
 MODELS_ENV = "TPE_MODELS"  # more models for the picker: Hugging Face model folders, os.pathsep-separated
 MODEL_PICK_ENV = "TPE_MODEL"  # the model a new session starts on (./run.sh app --model DIR sets it)
 _in_work: contextvars.ContextVar[str | None] = contextvars.ContextVar("model_in_work", default=None)
+_weights_in_work: contextvars.ContextVar[str | None] = contextvars.ContextVar("weights_in_work", default=None)
 
 
 def default_model_key() -> str:
@@ -51,15 +53,26 @@ def picked_model_key() -> str:
     key = _in_work.get()
     if key is not None:
         return key
+    return _session_pick("req_model") or default_model_key()
+
+
+def picked_weights() -> str:
+    """The weight format this session picked (fp32, bf16, int8: pipeline.model.weight_formats); the queue's
+    work: the one it runs for. Anything else (a hand-edited state): fp32."""
+    weights = _weights_in_work.get() or _session_pick("req_weights")
+    return weights if weights in WEIGHT_FORMATS else DEFAULT_WEIGHTS
+
+
+def _session_pick(name: str):
     from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-    picked = st.session_state.get("req_model") if get_script_run_ctx(suppress_warning=True) else None
-    return picked or default_model_key()
+    return st.session_state.get(name) if get_script_run_ctx(suppress_warning=True) else None
 
 
-def get_model(name: str | None = None) -> ModelHandle:
-    """The handle of model `name` (a registry key, a display name or a folder), or of the picked model."""
-    return model_handle(resolve(name if name is not None else picked_model_key()).key)
+def get_model(name: str | None = None, weights: str | None = None) -> ModelHandle:
+    """The handle of model `name` (a registry key, a display name or a folder), or of the picked model, in
+    `weights` (default: the picked weight format)."""
+    return model_handle(resolve(name if name is not None else picked_model_key()).key, weights or picked_weights())
 
 
 def offered_models() -> tuple[dict[str, str], list[str]]:
@@ -85,19 +98,22 @@ def offered_models() -> tuple[dict[str, str], list[str]]:
 
 
 @contextlib.contextmanager
-def using_model(key: str):
-    """Inside: `get_model()` is model `key` (in the queue's thread, where there is no session)."""
-    token = _in_work.set(key)
+def using_model(key: str, weights: str = DEFAULT_WEIGHTS):
+    """Inside: `get_model()` is model `key` in `weights` (in the queue's thread, where there is no session)."""
+    token, weights_token = _in_work.set(key), _weights_in_work.set(weights)
     try:
         yield
     finally:
         _in_work.reset(token)
+        _weights_in_work.reset(weights_token)
 
 
 @st.cache_resource(show_spinner="Reading the model's files (first time: converting the weights, ~15-60 s)...")
-def model_handle(key: str) -> ModelHandle:
-    """One handle per model and server (key: the registry key or the folder, resolve(...).key)."""
-    handle = ModelHandle(key)
+def model_handle(key: str, weights: str = DEFAULT_WEIGHTS) -> ModelHandle:
+    """One handle per model, weight format and server (key: the registry key or the folder, resolve(...).key).
+    A format other than fp32 is a converted copy of the fp32 network, made on its first use
+    (pipeline.model.loader.shared_model): SmolLM2 538 MB fp32, 269 MB bf16, 220 MB int8 of parameters."""
+    handle = ModelHandle(key, weights)
     handle.folder  # noqa: B018 - converts the weights on the very first start, under this spinner
     return handle
 
@@ -140,6 +156,8 @@ def run_queue() -> RunQueue:
         queue_log.setLevel(logging.INFO)
     from pipeline.trace_engine import StreamEngine, TraceEngine
 
-    lm_for = lambda request: get_model(resolve(request.model).key)  # noqa: E731 - each request on its own model
+    def lm_for(request):  # each request on its own model, in its own weight format
+        return get_model(resolve(request.model).key, request.weights)
+
     return RunQueue(engines={"trace": TraceEngine(lm_for, APP_MAX_PROMPT_TOKENS, on_trace=run_store().put),
                              "stream": StreamEngine(lm_for, APP_MAX_PROMPT_TOKENS)})

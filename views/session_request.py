@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 import streamlit as st
 
 from pipeline.model.passes import PassCounter
+from pipeline.model.weight_formats import DEFAULT_WEIGHTS
 from pipeline.stages.request import (MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, check_vocabulary,
                                      parse_logit_bias, parse_turns)
 from pipeline.trace import Trace
@@ -16,8 +17,8 @@ DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
 DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
             **{k: v for k, v in _OPTIONS.items() if k not in ("stop", "logit_bias")}, "stop": "", "logit_bias": "",
-            "model": default_model_key(), "prompt_format": "chat"}
-MODEL_FIELDS = ("model", "prompt_format")  # the model picker's fields (kept by "Reset to the default request")
+            "model": default_model_key(), "prompt_format": "chat", "weights": DEFAULT_WEIGHTS}
+MODEL_FIELDS = ("model", "prompt_format", "weights")  # the model picker's fields (kept by "Reset ...")
 TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
 
 
@@ -42,7 +43,7 @@ def current_request() -> ChatRequest:
     spec = get_model().spec
     prompt_format = s.req_prompt_format if offers_plain_text(spec) else "chat"
     request = ChatRequest.from_question(s.req_question, system=s.req_system.strip() or None, history=list(history),
-                                        options=options, prompt_format=prompt_format)
+                                        options=options, prompt_format=prompt_format, weights=s.req_weights)
     return replace(request, model=model_label(spec))
 
 
@@ -61,17 +62,20 @@ def session_passes() -> PassCounter:
     return st.session_state.setdefault("forward_passes", PassCounter())
 
 
-def run_key(model_name: str, messages: tuple, options: GenerationOptions, prompt_format: str = "chat") -> tuple:
-    """Plain values that identify a run: the model, the messages, every option by name, the prompt format."""
-    return model_name, messages, repr(sorted(options.to_dict().items())), prompt_format
+def run_key(model_name: str, messages: tuple, options: GenerationOptions, prompt_format: str = "chat",
+            weights: str = DEFAULT_WEIGHTS) -> tuple:
+    """Plain values that identify a run: the model, the messages, every option by name, the prompt format, the
+    weight format."""
+    return model_name, messages, repr(sorted(options.to_dict().items())), prompt_format, weights
 
 
 def request_key(request: ChatRequest) -> tuple:
     """The store key of `request`'s run on the model it names (request.model)."""
-    return run_key(request.model, request.messages, request.options, request.prompt_format)
+    return run_key(request.model, request.messages, request.options, request.prompt_format, request.weights)
 
 
 def request_key_of(trace: Trace) -> tuple:
     """A key for what grows from a trace (its branches): its model, messages, options and prompt ids (a trace
     does not record its prompt format; its prompt's ids differ between the formats)."""
-    return run_key(trace.dims.name, trace.request.messages, trace.request.options) + (tuple(trace.ids),)
+    return run_key(trace.dims.name, trace.request.messages, trace.request.options,
+                   weights=trace.dims.weights) + (tuple(trace.ids),)

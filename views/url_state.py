@@ -17,6 +17,7 @@ import streamlit as st
 
 from pipeline.errors import InputError
 from pipeline.model.registry import CHAT_FORMATS
+from pipeline.model.weight_formats import WEIGHT_FORMATS
 from pipeline.stages.request import (MAX_MESSAGE_CHARS, OPTION_RANGES, GenerationOptions, check_text,
                                      check_vocabulary, logit_bias_text, option_ranges, parse_logit_bias)
 from ui.escape import markdown_text
@@ -111,6 +112,7 @@ def _num(v) -> str:
 REQUEST = {  # the sidebar's request: the same on every page
     "model": Param("req_model", model_name),  # restored before the others (restore_model): ranges follow the model
     "format": Param("req_prompt_format", choice(CHAT_FORMATS)),
+    "weights": Param("req_weights", choice(WEIGHT_FORMATS)),
     "q": Param("req_question", text()),
     "system": Param("req_system", text()),
     "history": Param("req_history", text(MAX_MESSAGE_CHARS * 4)),

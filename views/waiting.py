@@ -8,27 +8,27 @@ import streamlit as st
 from pipeline.run_queue import cost_of
 from pipeline.stages.request import ChatRequest
 from pipeline.trace import Trace, run_trace
-from views.server_state import (APP_MAX_PROMPT_TOKENS, get_model, picked_model_key, result_store, run_queue,
-                                run_store, using_model)
+from views.server_state import (APP_MAX_PROMPT_TOKENS, get_model, picked_model_key, picked_weights, result_store,
+                                run_queue, run_store, using_model)
 from views.session_request import request_key
 
 
 def model_result_key(key: tuple) -> tuple:
-    """Where a result of the picked model is stored: each model's results apart."""
-    return (picked_model_key(), *key)
+    """Where a result of the picked model is stored: each model's (and weight format's) results apart."""
+    return (picked_model_key(), picked_weights(), *key)
 
 
 def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0):
     """`compute()`'s result on the picked model, stored under model_result_key(key): computed once per server
     through the model's queue (its place shown meanwhile); `get_model()` inside `compute` is the picked model.
     prompt_tokens: the longest prompt it runs (a long one is refused while the queue is long)."""
-    model, key = picked_model_key(), model_result_key(key)
+    model, weights, key = picked_model_key(), picked_weights(), model_result_key(key)
     stored = result_store().peek(key)
     if stored is not None:
         return stored
 
     def work():
-        with using_model(model):
+        with using_model(model, weights):
             return result_store().get_or_run(key, compute)
     return wait_for(run_queue().submit(key, work, cost, prompt_tokens))
 
@@ -38,7 +38,7 @@ def run_through_queue(request: ChatRequest) -> Trace:
     request already there) and stored; its place is shown meanwhile."""
     from pipeline.stages.tokens import tokenize_request
 
-    lm, key = get_model(request.model), request_key(request)
+    lm, key = get_model(request.model, request.weights), request_key(request)
     n_prompt = len(tokenize_request(lm.tokenizer, request).ids)
     work = lambda: run_store().get_or_run(key, lambda: run_trace(request, lm, APP_MAX_PROMPT_TOKENS))  # noqa: E731
     cost = cost_of(n_prompt, request.options.max_new_tokens)

@@ -21,7 +21,7 @@ def warm_up() -> dict:
     from pipeline.prompt_cache.scenarios import scenarios
 
     model = default_model_key()
-    lm = get_model(model)
+    lm = get_model(model, "fp32")  # the default request's weights, whatever the first session picked
     default = replace(ChatRequest.from_question(DEFAULT_QUESTION), model=model_label(lm.spec))
     key = request_key(default)
     jobs = {"the default request": run_queue().submit(

@@ -49,6 +49,8 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local Hugging Face "
                                                   "causal-LM folder")
     p.add_argument("--plain", action="store_true", help="plain-text completion: the question as it is, no chat format")
+    p.add_argument("--weights", default="fp32", help="the weight format: fp32 (as loaded), bf16 or int8 (int8 weights "
+                                                     "in every block, converted on load)")
     p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN_ID",
                    help="put this token at this decode step instead of the sampler's choice (repeatable)")
 
@@ -100,20 +102,30 @@ def check_model_arg(name: str | None) -> None:
         raise InputError("model", f"{name} is not a folder (give a local Hugging Face model folder).")
 
 
+def model_from_args(args):
+    """The model --model names, in the format --weights names (a folder is loaded afresh, then converted)."""
+    from ..model.loader import converted_copy, load_model, shared_model
+    from ..model.registry import resolve
+
+    if args.model and resolve(args.model).is_local:
+        lm = load_model(args.model)
+        return lm if args.weights == "fp32" else converted_copy(lm, args.weights)
+    return shared_model(args.model, weights=args.weights)
+
+
 def cmd_trace(args) -> int:
     options = options_from_args(args)
     request = ChatRequest.from_question(args.question, system=args.system, options=options,
-                                        prompt_format="plain" if args.plain else "chat")
+                                        prompt_format="plain" if args.plain else "chat", weights=args.weights)
     force = parse_force(args.force, options.max_new_tokens)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
     from ..model.capture import layout_for
-    from ..model.loader import load_model, shared_model
     from ..model.registry import resolve
     from ..trace import run_trace
     from .report import print_trace
 
-    lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
+    lm = model_from_args(args)
     layout_for(lm.model)  # an architecture the capture does not know is refused here, naming what it lacks
     bad = [t for t in force.values() if t >= lm.dims.V]
     if bad:

@@ -37,6 +37,7 @@ class ModelDims:
     rope_bases: tuple[tuple[str, float], ...] = ()  # (layer type, RoPE theta) where the bases differ by type
     embedding_scale: float = 1.0  # what the embedding rows are multiplied by (Gemma: sqrt(D))
     qk_norm: bool = False  # an RMSNorm on every query and key head before RoPE (Gemma 3, Qwen3)
+    weights: str = "fp32"  # the weight format the numbers were computed in (pipeline.model.weight_formats)
 
     def layer_type(self, i: int) -> str:
         """FULL or SLIDING: the kind of layer i."""
@@ -64,7 +65,7 @@ class ModelDims:
         return kv_bytes_formula(self.L, self.Hkv, self.Dh, tokens, bytes_per_value or self.bytes_per_value)
 
     @classmethod
-    def from_config(cls, config, name: str, dtype, device) -> "ModelDims":
+    def from_config(cls, config, name: str, dtype, device, weights: str = "fp32") -> "ModelDims":
         """config: an HF config (or any object with its attribute names); dtype: torch.float32 or 'float32'."""
         dtype = str(dtype).replace("torch.", "")
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -85,7 +86,7 @@ class ModelDims:
             architecture=model_type, layer_types=types if SLIDING in types else (),
             sliding_window=getattr(config, "sliding_window", None) if SLIDING in types else None,
             rope_bases=bases, embedding_scale=config.hidden_size ** 0.5 if model_type.startswith("gemma") else 1.0,
-            qk_norm=model_type.startswith(("gemma3", "qwen3")),
+            qk_norm=model_type.startswith(("gemma3", "qwen3")), weights=weights,
         )
 
     def to_json(self) -> dict:
@@ -96,7 +97,7 @@ class ModelDims:
                 "bytes_per_value": self.bytes_per_value, "architecture": self.architecture,
                 "layer_types": [self.layer_type(i) for i in range(self.L)], "sliding_window": self.sliding_window,
                 "rope_thetas": [self.rope_base_of(i) for i in range(self.L)], "embedding_scale": self.embedding_scale,
-                "qk_norm": self.qk_norm}
+                "qk_norm": self.qk_norm, "weights": self.weights}
 
 
 def held_positions(window: int | None, n: int) -> int:

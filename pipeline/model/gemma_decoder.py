@@ -134,7 +134,7 @@ class GemmaPlainDecoder:
             logits = project(gemma_rms_norm(h, self.final_norm, self.eps), self.head)  # (n, V)
             self.lm.count_pass()
         self.T = t + n
-        return logits
+        return logits.float()  # (n, V) float32 already, but for bf16 weights
 
     def _attention(self, i: int, w: _GemmaLayer, x: torch.Tensor, t: int) -> torch.Tensor:
         """x (n, D) normed, at positions t ... t+n-1 -> o_proj of the attention over the layer's positions (n, D)."""

@@ -35,8 +35,11 @@ LOADED_DTYPE = "float32"  # what loader.load_model builds (the captures are exac
 
 
 class ModelHandle:
-    def __init__(self, source: str | None = None):
+    def __init__(self, source: str | None = None, weights: str = "fp32"):
+        from .weight_formats import check_weights
+
         self.source = source  # None: the default model; a registry key ('gemma-3-270m'); or a local HF folder
+        self.weights = check_weights(weights)  # the weight format (weight_formats): fp32 as loaded, bf16, int8
         self._spec = resolve(source)
         self._folder_lock = threading.Lock()  # one lock per thing read, so a page reading the config
         self._tokenizer_lock = threading.Lock()  # never waits for the tokenizer's ~1 s load
@@ -99,7 +102,8 @@ class ModelHandle:
         if self._config_dims is None:
             config = SimpleNamespace(**json.loads((self.folder / "config.json").read_text(encoding="utf-8")))
             try:
-                self._config_dims = ModelDims.from_config(config, self.name, LOADED_DTYPE, "")
+                dtype = "bfloat16" if self.weights == "bf16" else LOADED_DTYPE
+                self._config_dims = ModelDims.from_config(config, self.name, dtype, "", weights=self.weights)
             except AttributeError as e:  # a key missing from config.json
                 raise AttributeError(f"reading the model's files for `config_dims` failed ({e})") from None
         return self._config_dims
@@ -122,7 +126,7 @@ class ModelHandle:
         if self._loaded is None:
             from .loader import shared_model
 
-            self._loaded = shared_model(self.source, tokenizer=self.tokenizer)
+            self._loaded = shared_model(self.source, tokenizer=self.tokenizer, weights=self.weights)
         return self._loaded
 
     def start_loading(self) -> None:
@@ -177,6 +181,6 @@ class ModelHandle:
 
     def __setattr__(self, name: str, value) -> None:
         """Only the handle's own fields: `lm.lock = ...` here would silently miss the loaded model."""
-        if not name.startswith("_") and name not in ("source", "load_error"):
+        if not name.startswith("_") and name not in ("source", "weights", "load_error"):
             raise AttributeError(f"set `{name}` on the loaded model (handle.loaded()), not on the handle")
         object.__setattr__(self, name, value)

@@ -47,6 +47,7 @@ class LoadedModel:
     lock: threading.RLock = field(default_factory=threading.RLock)
     calls: int = 0  # forward passes run through `forward` by everyone (pages prove reuse with it)
     spec: ModelSpec | None = None  # the registry's record (instruct or base, chat format); None: a test's model
+    weights: str = "fp32"  # the weight format (pipeline.model.weight_formats): fp32 as loaded, bf16, int8
 
     @property
     def config(self) -> PretrainedConfig:
@@ -56,7 +57,8 @@ class LoadedModel:
     def dims(self) -> ModelDims:
         if not hasattr(self, "_dims"):
             try:
-                self._dims = ModelDims.from_config(self.config, self.name, self.model.dtype, self.device)
+                self._dims = ModelDims.from_config(self.config, self.name, self.model.dtype, self.device,
+                                                   weights=self.weights)
             except AttributeError as e:  # an architecture whose config names things otherwise (GPT-2's n_head)
                 raise InputError("model", f"{self.name}'s config lacks what the pipeline reads ({e}).") from None
         return self._dims
@@ -83,7 +85,7 @@ class LoadedModel:
         for start in range(0, len(ids), PREFILL_CHUNK):
             out = self.forward([ids[start:start + PREFILL_CHUNK]], cache=kv_cache)  # (1, chunk)
             kv_cache = out.cache
-        return out.logits[0, -1], kv_cache
+        return out.logits[0, -1].float(), kv_cache  # float32 already, but for bf16 weights
 
     def count_pass(self) -> None:
         """One forward pass ran (call it holding `lock`): everyone's count and the caller's own."""
@@ -157,10 +159,35 @@ _shared: dict[str, LoadedModel] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_model(source: str | None = None, tokenizer=None) -> LoadedModel:
-    """One loaded model per model and process (tests, CLI and the app all reuse it); `source` as load_model's."""
+_converted: dict[tuple[str, str], tuple[LoadedModel, LoadedModel]] = {}  # (model key, weights) -> (fp32, its copy)
+
+
+def shared_model(source: str | None = None, tokenizer=None, weights: str = "fp32") -> LoadedModel:
+    """One loaded model per model, weight format and process (tests, CLI and the app all reuse it); `source` as
+    load_model's. Another format than fp32 is a copy of the fp32 model converted on first use
+    (pipeline.model.weight_formats): at most len(WEIGHT_FORMATS) - 1 more copies per model."""
+    from .weight_formats import check_weights
+
     key = resolve(source).key  # None, 'smollm2-135m' and 'SmolLM2-135M-Instruct' are one model
+    if check_weights(weights) != "fp32":
+        base = shared_model(source, tokenizer)
+        with base.lock:  # copied while no capture has hooks on it
+            made = _converted.get((key, weights))
+            if made is None or made[0] is not base:  # a copy of another fp32 model (a test's tiny one) is not it
+                made = _converted[(key, weights)] = (base, converted_copy(base, weights))
+            return made[1]
     with _shared_lock:
         if key not in _shared:
             _shared[key] = load_model(source, tokenizer=tokenizer)
         return _shared[key]
+
+
+def converted_copy(base: LoadedModel, weights: str) -> LoadedModel:
+    """A copy of a loaded model in another weight format: its own network and lock, the same tokenizer."""
+    import copy
+
+    from .weight_formats import convert
+
+    model = convert(copy.deepcopy(base.model), weights)
+    return LoadedModel(model=model, tokenizer=base.tokenizer, name=base.name, device=base.device, spec=base.spec,
+                       weights=weights)

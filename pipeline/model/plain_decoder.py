@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from .kv_tensors import cache_layers
 from .rope import model_tables, rotate
 from .interface import LanguageModel
+from .weight_formats import Int8Rows, is_int8
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the position alone, not on T
 
@@ -53,8 +54,11 @@ def row_blocks(weight: torch.Tensor, k: int) -> torch.Tensor:
     weights at one core's memory bandwidth. `project` hands the k blocks to bmm, which runs them on
     k threads; each output is still the same dot product as in F.linear: the same bits at SmolLM2's
     shapes (tested). Tiny blocks (under ~400 multiply-adds) take bmm's own loop and may differ in
-    the last bit.
+    the last bit. An int8 weight (weight_formats) comes back as its Int8Rows: one fused kernel already
+    runs it on every core.
     """
+    if is_int8(weight):
+        return Int8Rows.of(weight)
     N, D = weight.shape
     k = k if N % k == 0 else 1
     return weight.view(k, N // k, D).transpose(1, 2)
@@ -65,6 +69,8 @@ def project(x: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
 
         project(x, row_blocks(w, 2))  # == F.linear(x, w): rows [0, N/2) then [N/2, N)
     """
+    if isinstance(blocks, Int8Rows):
+        return blocks.project(x)
     if blocks.shape[0] == 1:
         return F.linear(x, blocks[0].t())  # one block: the Linear itself (always so on a GPU)
     out = torch.bmm(x.expand(blocks.shape[0], *x.shape), blocks)  # (k, n, N/k)
@@ -218,7 +224,7 @@ class PlainDecoder:
             logits = project(rms_norm(h, self.final_norm, self.eps), self.head)  # (n, V)
             self.lm.count_pass()
         self.T = t + n
-        return logits
+        return logits.float()  # (n, V) float32 already, but for bf16 weights
 
     def _attention(self, i: int, w: _Layer, x: torch.Tensor, cos, sin, t: int) -> torch.Tensor:
         """x (n, D) normed, at positions t ... t+n-1 -> the attention block's write to the residual stream (n, D)."""

@@ -14,6 +14,7 @@ from ..checks import integer
 from ..errors import InputError
 from ..model.dims import ModelDims
 from ..model.registry import CHAT_FORMATS
+from ..model.weight_formats import check_weights
 from ..model.weights_cache import DEFAULT_MODEL_NAME
 
 ROLES = ("system", "user", "assistant")
@@ -210,9 +211,11 @@ class ChatRequest:
     options: GenerationOptions = field(default_factory=GenerationOptions)
     model: str = DEFAULT_MODEL_NAME
     prompt_format: str = "chat"  # "chat": the model's chat format; "plain": the text as it is (completion)
+    weights: str = "fp32"  # the weight format it runs on (pipeline.model.weight_formats): fp32, bf16, int8
 
     def __post_init__(self):
         object.__setattr__(self, "messages", _messages_tuple(self.messages))
+        check_weights(self.weights)
         if self.prompt_format not in CHAT_FORMATS:
             raise InputError("prompt_format", f"must be one of {CHAT_FORMATS}, got {self.prompt_format!r}.")
         if not isinstance(self.options, GenerationOptions):
@@ -226,13 +229,14 @@ class ChatRequest:
     @classmethod
     def from_question(cls, question: str, system: str | None = None,
                       history: list[tuple[str, str]] | None = None,
-                      options: GenerationOptions | None = None, prompt_format: str = "chat") -> "ChatRequest":
+                      options: GenerationOptions | None = None, prompt_format: str = "chat",
+                      weights: str = "fp32") -> "ChatRequest":
         messages = []
         if system:
             messages.append(("system", system))
         messages.extend(history or [])
         messages.append(("user", question))
-        return cls(tuple(messages), options or GenerationOptions(), prompt_format=prompt_format)
+        return cls(tuple(messages), options or GenerationOptions(), prompt_format=prompt_format, weights=weights)
 
     @property
     def system(self) -> str | None:

@@ -1,0 +1,1 @@
+"""Measuring decode speed and what each way of speeding it up costs."""
