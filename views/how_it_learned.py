@@ -207,7 +207,7 @@ def training_section() -> None:
         st.error(str(e))
         return
     except RuntimeError as e:  # the child died (killed for memory, a broken weights cache): what it said
-        st.error(f"The training step failed: {e}")
+        st.error(f"The training step failed: {markdown_text(str(e))}")  # the child's words: untrusted text
         return
     show_step(step, t_ids)
 
