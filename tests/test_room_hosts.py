@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.multihost,
 SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 Q1, Q2 = "Why is the sky green?", "What is a prime number?"
 REPLICA_PORT, STORE_PORT = 8601, 6390
-RUN_LINE = re.compile(r"ran \d+ job\(s\) of kind trace")  # the queue's log line for each model run of a page
+RUN_LINE = re.compile(r"request \d+ left: waited")  # the queue's log line as each model run of a page ends
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
