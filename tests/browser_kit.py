@@ -57,6 +57,29 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
             proc.wait(timeout=30)
 
 
+SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
+
+
+def open_page(page, title: str, timeout_s: float = 300, shot: Path | None = None) -> None:
+    """Click the sidebar's link to page `title` until its h1 shows. A click made while the frontend is still
+    reconnecting (its server was killed; the next one has not answered yet) is dropped by Streamlit, as a
+    learner would see: nothing happens, and they click again. shot: a screenshot saved there on failure."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.locator(SIDEBAR_LINK, has_text=title).first.click()
+        try:
+            page.wait_for_function("t => document.querySelector('h1') && "
+                                   "document.querySelector('h1').innerText.includes(t)", arg=title, timeout=15_000)
+            return
+        except PlaywrightTimeout:  # not there yet
+            if time.monotonic() > deadline:
+                if shot is not None:
+                    page.screenshot(path=str(shot))
+                raise
+
+
 SCRIPT_STATE = "document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')"
 
 

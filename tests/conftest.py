@@ -99,6 +99,18 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(weights_cache_dir())
 
 
+def app_pages() -> list[str]:
+    """The views/ file names (without .py) of every page in app.py's PAGES, in the app's order (read from the
+    source: importing app.py would run the app)."""
+    import ast
+
+    with open(os.path.join(ROOT, "app.py")) as f:
+        tree = ast.parse(f.read())
+    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "PAGES" for t in node.targets))
+    return [file.removesuffix(".py") for file, *_ in ast.literal_eval(table)]
+
+
 def page_app(view: str, **session_state):
     """One page of views/ in Streamlit's AppTest (it runs the file alone, without app.py's sidebar), the
     sidebar's values preset: page_app("generation", req_max_new_tokens=8).run()."""

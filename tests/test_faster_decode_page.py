@@ -17,12 +17,16 @@ def test_faster_decode_page_shows_both_examples_and_each_pass(tiny_app, monkeypa
     monkeypatch.setattr(section, "REPEATS", 1)
     at = page_app("faster_decode", req_max_new_tokens=12).run()
     assert not at.exception, at.exception
+    assert any("Measure now" in i.value for i in at.info) and len(at.dataframe) == 0  # nothing measured on open
+    at.button(key="fd_spec_measure").click().run()
     table = at.dataframe[0].value
     assert list(table["request"]) == ["Repeat a passage (drafting helps)", "A new answer (drafting barely helps)"]
     assert set(table["same tokens"]) == {"yes"} and (table["passes"] <= table["answer tokens"]).all()
     markdown = "\n".join(m.value for m in at.markdown)
     assert "median of 1 run each way" in "\n".join(c.value for c in at.caption)
     assert "step " in markdown or "Nothing in this request could be looked up" in "\n".join(i.value for i in at.info)
+    later = page_app("faster_decode", req_max_new_tokens=12).run()  # another learner: what is measured shows at once
+    assert list(later.dataframe[0].value["request"]) == list(table["request"])
     at.radio(key="fd_request").set_value("Your request (the sidebar's)").run()
     assert not at.exception and len(at.dataframe[0].value) == 3
     at.session_state["req_temperature"] = 0.8

@@ -9,12 +9,10 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, make_tiny_lm, page_app
+from conftest import ROOT, app_pages, make_tiny_lm, page_app
 
 GEMMA = "gemma-3-270m"
-PAGES = ["start", "journey", "request_template", "tokens", "tensors_batch", "embeddings", "position_rope", "layers",
-         "attention", "next_token", "branches", "constrained", "generation", "kv_cache", "prefill_decode",
-         "prefix_cache", "cache_audit", "presenter", "compare_models", "how_it_learned"]
+PAGES = app_pages()  # every page of app.py's PAGES, by file name
 
 
 def clear_streamlit_caches():

@@ -17,13 +17,12 @@ from urllib.parse import quote
 
 import pytest
 
-from browser_kit import CHROMIUM, ROOT, wait_healthy
+from browser_kit import CHROMIUM, ROOT, open_page, wait_healthy
 
 pytestmark = [pytest.mark.browser, pytest.mark.multihost,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
               pytest.mark.skipif(not (shutil.which("haproxy") and shutil.which("redis-server")),
                                  reason="haproxy or redis-server is not installed (./run.sh test installs them)")]
-SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 Q1, Q2 = "Why is the sky green?", "What is a prime number?"
 REPLICA_PORT, STORE_PORT = 8601, 6390
 RUN_LINE = re.compile(r"request \d+ left: waited")  # the queue's log line as each model run of a page ends
@@ -190,22 +189,6 @@ def _done(page, question: str, timeout_s: float = 300) -> None:
                            "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000)
 
 
-def _open(page, name: str, timeout_s: float = 300) -> None:
-    """Click the sidebar's link to page `name` until its title shows: a click while the page is still
-    reconnecting (its server just died) is lost, so it is clicked again."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        page.locator(SIDEBAR_LINK, has_text=name).first.click()
-        try:
-            page.wait_for_function("n => document.querySelector('h1') && "
-                                   "document.querySelector('h1').innerText.includes(n)", arg=name, timeout=20_000)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                page.screenshot(path=str(ROOT / "artifacts" / f"room-hosts-{name}.png"))
-                raise
-
-
 def _replica(context) -> str | None:
     return next((c["value"] for c in context.cookies() if c["name"] == "TPE_REPLICA"), None)
 
@@ -237,11 +220,12 @@ def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_rest
         assert (room.runs_on("a"), room.runs_on("b")) == (1, 0), "host B ran the question again"
 
         # 2. every replica of host A killed: its learner is sent to B and sees the question, no new run
-        _open(page_a, "Tokens")  # away from Journey, so Journey's last line below is drawn afresh, by B
+        # away from Journey, so Journey's last line below is drawn afresh, by B
+        open_page(page_a, "Tokens", shot=ROOT / "artifacts" / "room-hosts-Tokens.png")
         room.kill("a")
         _wait_for(lambda: page_a.wait_for_timeout(500) or _replica(ctx_a) == "r2", 180,
                   "the learner of host A to reconnect to host B")
-        _open(page_a, "Journey")
+        open_page(page_a, "Journey", shot=ROOT / "artifacts" / "room-hosts-Journey.png")
         _done(page_a, Q1)
         assert page_a.locator("textarea").first.input_value() == Q1
         assert room.runs_on("b") == 0, "host B ran host A's question again"

@@ -12,11 +12,10 @@ from urllib.parse import quote
 
 import pytest
 
-from browser_kit import CHROMIUM, ROOT, wait_healthy
+from browser_kit import CHROMIUM, ROOT, SIDEBAR_LINK, open_page, wait_healthy
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
-SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 QUESTIONS = ["Why is the sky blue?", "What is a prime number?", "How do bees make honey?", "What is gravity?"]
 
 
@@ -92,21 +91,6 @@ def _done(page, question: str, timeout_s: float = 600) -> None:
                            "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000)
 
 
-def _open_page(page, title: str, deadline: float) -> None:
-    """Click the sidebar link until the page's title shows. A click made while the frontend is still
-    reconnecting (its replica was killed; the new one has not answered yet) is dropped by Streamlit,
-    as a learner would see: nothing happens, and they click again."""
-    while True:
-        page.locator(SIDEBAR_LINK, has_text=title).first.click()
-        try:
-            page.wait_for_function("t => document.querySelector('h1') && "
-                                   "document.querySelector('h1').innerText.includes(t)", arg=title, timeout=15_000)
-            return
-        except Exception:  # playwright's TimeoutError: not there yet
-            if time.time() > deadline:
-                raise
-
-
 def _replica(context) -> str:
     return next(c["value"] for c in context.cookies() if c["name"] == "TPE_REPLICA")
 
@@ -146,7 +130,7 @@ def test_sessions_stick_and_survive_a_killed_replica(room, room_env):
             while time.time() < deadline and _replica(contexts[i]) == victim:
                 page.wait_for_timeout(1000)
             assert _replica(contexts[i]) != victim
-            _open_page(page, "Journey", deadline=time.time() + 300)
+            open_page(page, "Journey", timeout_s=300)
             _done(page, QUESTIONS[i], 300)
             assert page.locator("textarea").first.input_value() == QUESTIONS[i]
         for i in kept:  # the rest of the room saw nothing

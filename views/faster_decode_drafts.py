@@ -19,7 +19,7 @@ from ui.escape import markdown_text
 from ui.words import plural
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
 from views.session_request import current_request, model_label, request_key
-from views.waiting import result_through_queue
+from views.waiting import result_through_queue, stored_result
 
 EXAMPLE_TOKENS = 48  # answer tokens of the two examples
 PASSAGE = ("The tomato is the edible berry of the plant Solanum lycopersicum, commonly known as the tomato plant. "
@@ -38,11 +38,15 @@ def example_request(question: str) -> ChatRequest:
     return replace(request, model=model_label(get_model().spec))
 
 
+def measured_key(request: ChatRequest, k: int) -> tuple:
+    return "speculative", request_key(request), k, REPEATS
+
+
 def measured(request: ChatRequest, k: int) -> SpeculativeRun:
     """The request measured both ways on the picked model, once per server, through the queue."""
     n_prompt = len(tokenize_request(get_model().tokenizer, request).ids)
     work = cost_of(n_prompt, request.options.max_new_tokens * (2 * REPEATS + 1))
-    return result_through_queue(("speculative", request_key(request), k),
+    return result_through_queue(measured_key(request, k),
                                 lambda: measure(get_model(), request, k, REPEATS, APP_MAX_PROMPT_TOKENS),
                                 work, n_prompt)
 
@@ -83,8 +87,19 @@ def speculative_section() -> None:
         "greedy decoding's, token for token: only the number of passes changes.")
     k = st.slider("Drafts checked per pass", 1, MAX_DRAFTS, DEFAULT_DRAFTS, key="fd_drafts")
     choice = st.radio("Request", [*EXAMPLES, YOURS], horizontal=True, key="fd_request")
+    examples = {label: example_request(q) for label, q in EXAMPLES.items()}
+    if st.button("⏱ Measure speculative decoding now", key="fd_spec_measure"):
+        st.session_state["fd_spec_measured"] = True
+    if not (st.session_state.get("fd_spec_measured")
+            or all(stored_result(measured_key(r, k)) is not None for r in examples.values())):
+        runs_each = 2 * REPEATS + 1
+        st.info(f"**Measure now** decodes each example {runs_each} times ({EXAMPLE_TOKENS} tokens each: "
+                f"speculative and plain taking turns, then once to compare the tokens) on "
+                f"{markdown_text(get_model().name)}. It takes a while on a CPU and the room's other requests "
+                "wait behind it, so it runs when asked; once measured, it shows here for everyone.")
+        return
     try:
-        runs = {label: measured(example_request(q), k) for label, q in EXAMPLES.items()}
+        runs = {label: measured(request, k) for label, request in examples.items()}
         if choice == YOURS:
             runs[YOURS] = measured(current_request(), k)
     except InputError as e:

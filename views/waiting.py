@@ -18,14 +18,19 @@ def model_result_key(key: tuple) -> tuple:
     return (picked_model_key(), picked_weights(), *key)
 
 
+def stored_result(key: tuple):
+    """The picked model's result stored under model_result_key(key) by result_through_queue, or None: nothing runs."""
+    return result_store().peek(model_result_key(key))
+
+
 def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0):
     """`compute()`'s result on the picked model, stored under model_result_key(key): computed once per server
     through the model's queue (its place shown meanwhile); `get_model()` inside `compute` is the picked model.
     prompt_tokens: the longest prompt it runs (a long one is refused while the queue is long)."""
-    model, weights, key = picked_model_key(), picked_weights(), model_result_key(key)
-    stored = result_store().peek(key)
+    stored = stored_result(key)
     if stored is not None:
         return stored
+    model, weights, key = picked_model_key(), picked_weights(), model_result_key(key)
 
     def work():
         with using_model(model, weights):
