@@ -89,7 +89,8 @@ def settle(page, timeout: float = 400) -> None:
     Streamlit marks its root element with the script's state (data-test-script-state: running, notRunning).
     The run an action asks for shows as running within a round trip; a run that is already over by then (or
     an action that reruns nothing) costs the one-second wait for it. Done: not running, no status widget and
-    no queue notice ("in line") two polls in a row, and every plotly chart has drawn its SVG."""
+    no queue notice ("number 2 in line (1 ahead of you)"; the words "in line" alone also
+    appear in page text) two polls in a row, and every plotly chart has drawn its SVG."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
@@ -99,7 +100,8 @@ def settle(page, timeout: float = 400) -> None:
     deadline, quiet = time.time() + timeout, 0
     while time.time() < deadline and quiet < 2:
         busy = (page.evaluate(f"() => {SCRIPT_STATE}") != "notRunning"
-                or page.locator('[data-testid="stStatusWidget"]').count() > 0 or "in line" in page.inner_text("body"))
+                or page.locator('[data-testid="stStatusWidget"]').count() > 0
+                or "ahead of you)" in page.inner_text("body"))
         quiet = 0 if busy else quiet + 1
         page.wait_for_timeout(250)  # the poll interval (each poll checks the state again)
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
