@@ -20,3 +20,25 @@ def token_axis(fig, axis: str, labels: list[str], max_ticks: int = MAX_TICKS, an
     if angle is not None:
         update["tickangle"] = angle
     (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**update)
+
+
+def log_axis(values, title: str, **kw) -> dict:
+    """A log axis ticked at 1, 2 and 5 times the powers of ten that span `values` (every label a plain number:
+    plotly's own minor labels read "10, 2, 3" for 10, 20, 30 over a short range).
+
+    >>> log_axis([3, 60], "t")["tickvals"]
+    [2, 5, 10, 20, 50, 100]
+    """
+    import math
+
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return dict(type="log", title=title, **kw)
+    lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+    ticks = [m * 10 ** e for e in range(lo, hi + 1) for m in (1, 2, 5)]
+    first = max([t for t in ticks if t <= min(positive)], default=ticks[0])
+    last = min([t for t in ticks if t >= max(positive)], default=ticks[-1])
+    ticks = [round(t, 12) for t in ticks if first <= t <= last]
+    ticks = [int(t) if t >= 1 else t for t in ticks]
+    return dict(type="log", title=title, tickvals=ticks, ticktext=[f"{t:,}" if t >= 1 else f"{t:g}" for t in ticks],
+                tickfont=TICK_FONT, **kw)
