@@ -15,6 +15,7 @@ from pipeline.training.train_step import DEFAULT_LR, LR_RANGE, run_step, step_me
 from ui.chips import surprisal_chips
 from ui.escape import axis_labels, markdown_text
 from ui.plots import token_axis
+from ui.words import shortened
 from views.chrome import page_header
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, picked_model_key
 from views.session_request import current_request
@@ -131,8 +132,8 @@ def answer_section() -> None:
         st.error(str(e))
         return
     question = request.messages[-1][1]
-    st.markdown(f"Paste the answer you expected to the sidebar's question (*{markdown_text(question)}*). It is "
-                "placed after the question in the model's chat format, where the model's own answer would start, "
+    st.markdown(f"Paste the answer you expected to the sidebar's question (*{markdown_text(shortened(question))}*). "
+                "It is placed after the question in the model's chat format, where the model's own answer would start, "
                 "and each of its tokens is scored given everything before it.")
     with st.form("answer_form"):
         answer = st.text_area("Your answer", ANSWER, max_chars=MAX_SCORE_CHARS, key="learn_answer")
