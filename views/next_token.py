@@ -128,7 +128,7 @@ by_name = {s.name: s.probs for s in run_stages}
 st.dataframe(pd.DataFrame({"token": [name(i) + (" ← chosen" if i == chosen.token_id else "") for i in shown_ids],
                            "id": shown_ids,
                            **{title: [f"{by_name[n][i]:.2%}" for i in shown_ids] for n, title in columns.items()}}),
-             hide_index=True, width="stretch")
+             hide_index=True, width="stretch", column_config={"token": st.column_config.TextColumn(width="medium")})
 penalties = [f"repetition penalty {run.repetition_penalty:g}" if run.repetition_penalty != 1 else "",
              f"presence penalty {run.presence_penalty:g}" if run.presence_penalty else "",
              f"frequency penalty {run.frequency_penalty:g}" if run.frequency_penalty else "",
