@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from .dims import SLIDING
 from .interface import LanguageModel
-from .plain_decoder import blocks_for, causal_mask, fill_from_prefill, next_position, project, row_blocks
+from .plain_decoder import PrefilledDecoder, blocks_for, causal_mask, next_position, project, row_blocks
 from .rope import model_tables, rotate
 
 
@@ -78,7 +78,7 @@ def supports_gemma(model) -> bool:
             and len({p.device for p in model.parameters()}) == 1)
 
 
-class GemmaPlainDecoder:
+class GemmaPlainDecoder(PrefilledDecoder):
     """One request's decode on Gemma 3: a preallocated K/V cache (L, 1, Hkv, T_max, Dh), written in place;
     a sliding layer reads only its last `window` positions of it."""
 
@@ -106,17 +106,6 @@ class GemmaPlainDecoder:
             rotary = _TypedRotary(inner.rotary_emb, layer_type)
             self.tables[layer_type] = model_tables(rotary, max_positions, device, dtype)
         self.T = 0
-
-    def prefill(self, ids: list[int]) -> torch.Tensor:
-        """The prompt through HF (chunked), its K/V copied in: a sliding layer's HF cache holds only its
-        last positions, which are all this decoder's attention reads of it. Returns logits (V,)."""
-        logits, kv_cache = self.lm.forward_chunked(ids)
-        self.T = fill_from_prefill(self.keys, self.values, kv_cache, len(ids))
-        return logits
-
-    def step(self, token: int) -> torch.Tensor:
-        """One more token through every block at position T. Returns logits (V,) for the next one."""
-        return self.run([token])[0]
 
     def run(self, tokens: list[int]) -> torch.Tensor:
         """n tokens through every block at positions T ... T+n-1 in one pass (as PlainDecoder.run). Returns

@@ -170,7 +170,31 @@ def rollback(decoder, T: int) -> None:
     decoder.T = T
 
 
-class PlainDecoder:
+class PrefilledDecoder:
+    """What the plain decoders share: the prompt runs through HF and its K/V are copied into the decoder's own
+    cache (`keys`, `values`: (L, 1, Hkv, T_max, Dh), `T` positions filled); a step is `run` of one token."""
+    lm: LanguageModel
+    keys: torch.Tensor
+    values: torch.Tensor
+    T: int
+
+    def prefill(self, ids: list[int]) -> torch.Tensor:
+        """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache (a
+        sliding layer's HF cache holds only its last positions, all that attention reads of it). Returns
+        logits (V,) for the token after the prompt."""
+        logits, kv_cache = self.lm.forward_chunked(ids)
+        self.T = fill_from_prefill(self.keys, self.values, kv_cache, len(ids))
+        return logits
+
+    def step(self, token: int) -> torch.Tensor:
+        """One more token through every block at position T. Returns logits (V,) for the next one."""
+        return self.run([token])[0]
+
+    def run(self, tokens: list[int]) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class PlainDecoder(PrefilledDecoder):
     """One request's decode: a preallocated K/V cache and the model's weights, stepped one token at a time.
 
     The cache holds max_positions positions, (L, B=1, Hkv, T_max, Dh) for keys and for values, written
@@ -196,17 +220,6 @@ class PlainDecoder:
         self.values = torch.empty(shape, device=device, dtype=dtype)  # (L, 1, Hkv, T_max, Dh)
         self.cos, self.sin_signed = model_tables(inner.rotary_emb, max_positions, device, dtype)  # (T_max, Dh)
         self.T = 0  # positions filled
-
-    def prefill(self, ids: list[int]) -> torch.Tensor:
-        """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache.
-        Returns logits (V,) for the token after the prompt."""
-        logits, kv_cache = self.lm.forward_chunked(ids)
-        self.T = fill_from_prefill(self.keys, self.values, kv_cache, len(ids))
-        return logits
-
-    def step(self, token: int) -> torch.Tensor:
-        """One more token through every block at position T. Returns logits (V,) for the next one."""
-        return self.run([token])[0]
 
     def run(self, tokens: list[int]) -> torch.Tensor:
         """n tokens through every block at positions T ... T+n-1, in one pass (each sees those before it): one
