@@ -79,8 +79,9 @@ def instrument(parts: Parts) -> None:
     parts.wrap(RunQueue, "_step", "queue: step (the rest)")
     parts.wrap(trace_module, "_prefill", "captured prefill")
     parts.wrap(generation.BatchDecoder, "step", lambda self: f"decode step, rest (B={len(self.rows):>2})")
-    parts.wrap(generation.BatchDecoder, "_rebuild", "cache rebuild (join/leave)")
-    parts.wrap(generation.BatchDecoder, "_leave", "leave (index rows)")
+    for attr in ("_merge", "_rebuild", "_leave"):  # the joined cache made anew (this code's, or a06ce48's two)
+        if hasattr(generation.BatchDecoder, attr):
+            parts.wrap(generation.BatchDecoder, attr, f"joined cache: {attr.strip('_')} (join/leave)")
     parts.wrap(generation.Answer, "choose", "choose + record a token")
     parts.wrap(generation.Answer, "result", "Decode assembly")
     parts.wrap(trace_module, "_finish", "Trace assembly")

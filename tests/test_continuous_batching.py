@@ -4,6 +4,7 @@ is full, keep arrival order, and a whole job at the head of the line runs betwee
 import threading
 
 import numpy as np
+import torch
 
 import pytest
 
@@ -194,6 +195,37 @@ def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(tiny_lm)
     _assert_alone_equal(tiny_lm, traces, requests)
     assert [s.batch_size for s in traces[0].steps] == [1, 1, 2, 3, 3, 3]  # B joined at step 2, C at 3
     assert [s.batch_size for s in traces[1].steps] == [2, 3, 3, 3, 1, 1, 1, 1]  # A and C left at their ends
+
+
+def test_answers_joining_and_leaving_between_two_steps_cost_one_merge_of_the_cache(tiny_lm):
+    """A join leaves the running cache as it is; the next step merges every joiner and every row that left
+    into one new cache (each row's own positions at its right end, zeros and a 0 mask in the padding)."""
+    from pipeline.model.kv_tensors import cache_layers
+    from pipeline.trace_engine import TraceEngine
+
+    short, long_, mid = _requests()
+    engine = TraceEngine(lambda r: tiny_lm)
+    engine.start((0, short, None))  # 6 tokens
+    engine.step()
+    batch = next(iter(engine.batches.values()))
+    running = batch.cache
+    for n in range(4):
+        engine.step()  # "Hi" makes its 5th token; it leaves at the next step, as the two others join
+    engine.start((1, long_, None))
+    engine.start((2, mid, None))
+    joiners = [row for row, _ in batch.joining]
+    own = [[k.clone() for k, _ in layers] for _, layers in batch.joining]
+    assert batch.cache is running and len(batch.rows) == 1  # nothing copied at the joins
+    ended = engine.step()  # "Hi" ends here: one merge keeps the two joiners only
+    assert len(ended) == 1 and batch.rows == joiners and not batch.joining
+    T = max(r.length for r in joiners)
+    assert batch.mask.shape == (2, T)
+    for i, row in enumerate(joiners):
+        n = row.length - 1  # the merged cache, before this step's token went in, plus that token
+        assert batch.mask[i].tolist() == [0] * (T - row.length) + [1] * row.length
+        for layer, (k, _) in enumerate(cache_layers(batch.cache)):
+            assert torch.equal(k[i, :, T - row.length:T - row.length + n], own[i][layer][0])
+            assert not k[i, :, :T - row.length].any()
 
 
 @pytest.fixture(scope="module")

@@ -353,51 +353,53 @@ class BatchDecoder:
     Each answer keeps its own options, random generator and stream. Their KV caches are joined into one
     batch, left-padded to the longest (B, Hkv, T, Dh) with an attention mask that hides the padding; each
     row continues at its own position. Joining a longer one pads the others; when one leaves, the padding
-    every row has in common is cut. A cache that cannot be padded into the batch is decoded on its own
-    (`solo`), in the same step: a plain-path decoder, or a cache whose sliding-window layer (Gemma 3) keeps
-    fewer positions than the request holds or would before the answer ends (padded rows past a window
-    would shift it), so every answer is the one it would be alone, up to the batch's rounding.
+    every row has in common is cut. The joined cache is rebuilt at most once a step, in one copy: the
+    answers that joined since the last step and the rows that left in it are merged together at the step.
+    A cache that cannot be padded into the batch is decoded on its own (`solo`), in the same step: a
+    plain-path decoder, or a cache whose sliding-window layer (Gemma 3) keeps fewer positions than the
+    request holds or would before the answer ends (padded rows past a window would shift it), so every
+    answer is the one it would be alone, up to the batch's rounding.
     """
 
     def __init__(self, lm: LanguageModel):
         self.lm = lm
         self.rows: list[BatchRow] = []  # in the joined cache's row order
+        self.joining: list[tuple[BatchRow, list]] = []  # joined since the last step: (row, its cache's layers)
         self.solo: list[BatchRow] = []
         self.cache, self.mask = None, None  # the joined DynamicCache and its (B, T) mask, 1 = real
         windows = [w for w in (lm.dims.window(i) for i in range(lm.dims.L)) if w]
         self.window = min(windows) if windows else None
 
     def __len__(self) -> int:
-        return len(self.rows) + len(self.solo)
+        return len(self.rows) + len(self.joining) + len(self.solo)
 
     def join(self, answer: Answer, cache=None, decoder: Decoder | None = None) -> BatchRow:
         """Add an answer after its prefill: its HF cache (joined into the batch when it can be) or a decoder
-        of its own. It chooses its next token at the next step."""
+        of its own. It chooses its next token at the next step (where its cache is merged into the batch)."""
         if decoder is not None:
             row = BatchRow(answer, 0, [], decoder)
             self.solo.append(row)
             return row
         n = cache_len(cache)
         per_position = [b // max(n, 1) for b in bytes_per_layer(cache)]  # bytes one position holds, per layer
-        T = max(n, self.mask.shape[1] if self.mask is not None else 0)
+        batched = self.rows + [r for r, _ in self.joining]
+        T = max([n] + [r.length for r in batched])  # the joined cache's length once it is in
         left = answer.options.max_new_tokens - len(answer.generated)
-        longest = max([left] + [r.answer.options.max_new_tokens - len(r.answer.generated) for r in self.rows])
+        longest = max([left] + [r.answer.options.max_new_tokens - len(r.answer.generated) for r in batched])
         cropped = any(k.shape[2] != n for k, _ in cache_layers(cache))
         if cropped or (self.window is not None and T + longest >= self.window - 1):
             row = BatchRow(answer, n, per_position, CacheDecoder(self.lm, cache))
             self.solo.append(row)
             return row
         row = BatchRow(answer, n, per_position)
-        self.rows.append(row)
-        self._rebuild([cache_layers(self.cache) if self.cache is not None else None, cache_layers(cache)],
-                      [self.mask, None], n)
+        self.joining.append((row, cache_layers(cache)))
         return row
 
     def step(self) -> list[BatchRow]:
         """Every answer chooses its next token; those that ended leave (their `result` set and returned);
         the others' tokens go through the model: one pass for the joined rows, one each for the solo ones."""
         size, ended, tokens = len(self), [], {}
-        for row in self.rows + self.solo:
+        for row in self.rows + [r for r, _ in self.joining] + self.solo:
             answer = row.answer
             token = answer.choose(*(row.usage() if answer.record else (0, None)), batch_size=size)
             if token is None:
@@ -411,8 +413,9 @@ class BatchDecoder:
             else:
                 tokens[id(row)] = token
         self.solo = [r for r in self.solo if r.result is None]
-        if any(r.result is not None for r in self.rows):
-            self._leave([i for i, r in enumerate(self.rows) if r.result is None])
+        if self.joining or any(r.result is not None for r in self.rows):
+            self._merge([i for i, r in enumerate(self.rows) if r.result is None],
+                        [(r, layers) for r, layers in self.joining if r.result is None])
         t_fed = time.perf_counter()
         if self.rows:
             self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=self.mask.dtype,
@@ -432,34 +435,41 @@ class BatchDecoder:
             r.length += 1
         return ended
 
-    def _leave(self, keep: list[int]) -> None:
-        """Keep rows `keep` of the joined cache; cut the left padding they all have."""
-        self.rows = [self.rows[i] for i in keep]
+    def _merge(self, keep: list[int], joining: list[tuple[BatchRow, list]]) -> None:
+        """The joined cache of rows `keep` (in order) then the `joining` ones, left-padded to the longest of
+        them (the padding every row had in common is cut): one new tensor per layer, each position copied once."""
+        from ..model.hf_imports import transformers_names
+
+        self.joining = []
+        every = keep == list(range(len(self.rows)))  # no row left: the old rows are copied as they are
+        kept = [self.rows[i] for i in keep]
+        self.rows = kept + [r for r, _ in joining]
         if not self.rows:
             self.cache, self.mask = None, None
             return
-        index = torch.tensor(keep, device=self.mask.device)
-        mask = self.mask[index]
-        pad = int(mask.shape[1] - max(int(m.sum()) for m in mask))  # positions every row has as padding
-        self._rebuild([[(k[index, :, pad:], v[index, :, pad:]) for k, v in cache_layers(self.cache)]],
-                      [mask[:, pad:]], 0)
-
-    def _rebuild(self, parts: list, masks: list, n_new: int) -> None:
-        """One DynamicCache from parts (each: per layer (K, V) of (b, Hkv, t, Dh), or None), left-padded to the
-        longest; masks: each part's (b, t) mask, None for a new request's n_new real positions."""
-        from ..model.hf_imports import transformers_names
-
+        T = max(r.length for r in self.rows)  # every row's own positions are its last `length` ones
+        old = cache_layers(self.cache) if kept else []
+        index = slice(None) if every else torch.tensor(keep, device=self.mask.device)
+        if not kept and len(joining) == 1:  # a batch of one: its own cache, as it is
+            layers = joining[0][1]
+        else:
+            layers = []
+            for li in range(len(old) if kept else len(joining[0][1])):
+                k0 = (old[li] if kept else joining[0][1][li])[0]
+                shape = (len(self.rows), k0.shape[1], T, k0.shape[3])
+                k_new, v_new = k0.new_zeros(shape), k0.new_zeros(shape)
+                if kept:
+                    (k, v), w = old[li], min(old[li][0].shape[2], T)  # w: the old positions still needed
+                    k_new[:len(kept), :, T - w:] = k[index, :, k.shape[2] - w:]
+                    v_new[:len(kept), :, T - w:] = v[index, :, v.shape[2] - w:]
+                for j, (row, own) in enumerate(joining, start=len(kept)):
+                    k_new[j, :, T - row.length:], v_new[j, :, T - row.length:] = own[li][0][0], own[li][1][0]
+                layers.append((k_new, v_new))
+        mask = torch.zeros((len(self.rows), T), dtype=torch.long, device=self.lm.device)
+        for i, r in enumerate(self.rows):
+            mask[i, T - r.length:] = 1
+        self.mask = mask
         DynamicCache, = transformers_names("DynamicCache")
-        parts_masks = [(p, m) for p, m in zip(parts, masks) if p is not None]
-        masks = [m if m is not None else torch.ones((1, n_new), dtype=torch.long, device=self.lm.device)
-                 for _, m in parts_masks]
-        T = max(m.shape[1] for m in masks)
-        layers = []
-        for per_part in zip(*(p for p, _ in parts_masks)):  # one layer: [(K, V) per part]
-            pad = [(0, 0, T - m.shape[1], 0) for m in masks]  # left-pad the positions axis
-            layers.append((torch.cat([torch.nn.functional.pad(k, p) for (k, _), p in zip(per_part, pad)]),
-                           torch.cat([torch.nn.functional.pad(v, p) for (_, v), p in zip(per_part, pad)])))
-        self.mask = torch.cat([torch.nn.functional.pad(m, (T - m.shape[1], 0)) for m in masks])  # (B, T)
         self.cache = DynamicCache(ddp_cache_data=layers, config=self.lm.config)
 
 
