@@ -228,6 +228,34 @@ def test_answers_joining_and_leaving_between_two_steps_cost_one_merge_of_the_cac
             assert not k[i, :, :T - row.length].any()
 
 
+def test_the_joined_cache_takes_each_step_in_place_and_goes_on_as_hf_once_its_room_is_used(tiny_lm):
+    """HF's DynamicCache copies the whole cache at every step (torch.cat); the batch's cache writes the new
+    position into room it made at the merge. Past that room a layer concatenates as HF's does, same values."""
+    from pipeline.model.kv_tensors import cache_layers, cache_with_room
+    from pipeline.trace_engine import TraceEngine
+
+    engine = TraceEngine(lambda r: tiny_lm)
+    engine.start((0, _requests()[0], None))
+    engine.step()
+    batch = next(iter(engine.batches.values()))
+    keys = cache_layers(batch.cache)[0][0]
+    engine.step()
+    after = cache_layers(batch.cache)[0][0]
+    assert after.shape[2] == keys.shape[2] + 1 and after.data_ptr() == keys.data_ptr()  # the same buffer
+
+    L = tiny_lm.dims.L
+    like = torch.zeros(1)
+    cache = cache_with_room([(1, 1, 2, 2)] * L, like, tiny_lm.config, room=1)
+    for k, v in cache_layers(cache):
+        k[:], v[:] = 1.0, 2.0
+    new = [torch.full((1, 1, 1, 2), float(n)) for n in (3, 4)]
+    for x in new:
+        k, v = cache.update(x, x + 10, layer_idx=0)
+    assert torch.equal(k, torch.cat([torch.ones(1, 1, 2, 2), *new], dim=2))
+    assert torch.equal(v, torch.cat([torch.full((1, 1, 2, 2), 2.0), *(x + 10 for x in new)], dim=2))
+    assert cache.get_seq_length(0) == 4
+
+
 @pytest.fixture(scope="module")
 def gemma_tokenizer():
     from test_architectures import gemma_tokenizer as fixture

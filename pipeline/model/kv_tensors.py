@@ -29,3 +29,36 @@ def cache_len(cache) -> int:
 def crop(cache, length: int) -> None:
     """Keep the first `length` positions of every layer (the cache is changed in place)."""
     cache.crop(length)
+
+
+
+def cache_with_room(shapes: list[tuple[int, int, int, int]], like: torch.Tensor, config, room: int):
+    """An empty DynamicCache for `config` whose layer i holds keys and values of shapes[i] (B, Hkv, T, Dh), dtype
+    and device of `like`, not yet written (the caller fills cache_layers(cache) in place), in buffers with `room`
+    more positions: each pass then writes its new positions in place, where HF's DynamicCache concatenates the
+    whole cache anew at every step. A layer whose buffer is full, or a sliding-window layer about to reach its
+    window, goes on as HF's own layer does (torch.cat; the window then cut)."""
+    from .hf_imports import transformers_names
+
+    DynamicCache, = transformers_names("DynamicCache")
+    cache = DynamicCache(config=config)
+    for layer, (B, H, T, D) in zip(cache.layers, shapes, strict=True):
+        layer.lazy_initialization(like, like)
+        layer.room_keys, layer.room_values = (like.new_empty((B, H, T + room, D)) for _ in range(2))
+        layer.keys, layer.values = layer.room_keys[:, :, :T], layer.room_values[:, :, :T]
+        if layer.is_sliding:
+            layer.cumulative_length = T
+        layer.update = _write_in_place.__get__(layer)  # this layer's own update from here on
+    return cache
+
+
+def _write_in_place(layer, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    T, n = layer.keys.shape[-2], key_states.shape[-2]
+    if T + n > layer.room_keys.shape[-2] or (layer.is_sliding and T + n >= layer.sliding_window):
+        del layer.update, layer.room_keys, layer.room_values  # HF's own update from here on
+        return layer.update(key_states, value_states, *args, **kwargs)
+    layer.room_keys[:, :, T:T + n], layer.room_values[:, :, T:T + n] = key_states, value_states
+    layer.keys, layer.values = layer.room_keys[:, :, :T + n], layer.room_values[:, :, :T + n]
+    if layer.is_sliding:
+        layer.cumulative_length += n
+    return layer.keys, layer.values

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..maths import top_indices
-from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len
+from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len, cache_with_room
 from ..text.token_names import token_text, tokens_text
 from ..text.unfinished import unfinished_end
 from .next_token import draw, final_probs, softmax
@@ -437,9 +437,8 @@ class BatchDecoder:
 
     def _merge(self, keep: list[int], joining: list[tuple[BatchRow, list]]) -> None:
         """The joined cache of rows `keep` (in order) then the `joining` ones, left-padded to the longest of
-        them (the padding every row had in common is cut): one new tensor per layer, each position copied once."""
-        from ..model.hf_imports import transformers_names
-
+        them (the padding every row had in common is cut): each position copied once, into a cache with room
+        for every position the rows may still add (kv_tensors.cache_with_room: no copy at each step)."""
         self.joining = []
         every = keep == list(range(len(self.rows)))  # no row left: the old rows are copied as they are
         kept = [self.rows[i] for i in keep]
@@ -450,27 +449,24 @@ class BatchDecoder:
         T = max(r.length for r in self.rows)  # every row's own positions are its last `length` ones
         old = cache_layers(self.cache) if kept else []
         index = slice(None) if every else torch.tensor(keep, device=self.mask.device)
-        if not kept and len(joining) == 1:  # a batch of one: its own cache, as it is
-            layers = joining[0][1]
-        else:
-            layers = []
-            for li in range(len(old) if kept else len(joining[0][1])):
-                k0 = (old[li] if kept else joining[0][1][li])[0]
-                shape = (len(self.rows), k0.shape[1], T, k0.shape[3])
-                k_new, v_new = k0.new_zeros(shape), k0.new_zeros(shape)
-                if kept:
-                    (k, v), w = old[li], min(old[li][0].shape[2], T)  # w: the old positions still needed
-                    k_new[:len(kept), :, T - w:] = k[index, :, k.shape[2] - w:]
-                    v_new[:len(kept), :, T - w:] = v[index, :, v.shape[2] - w:]
-                for j, (row, own) in enumerate(joining, start=len(kept)):
-                    k_new[j, :, T - row.length:], v_new[j, :, T - row.length:] = own[li][0][0], own[li][1][0]
-                layers.append((k_new, v_new))
+        parts = old if kept else joining[0][1]  # any part, for the shapes: (B', Hkv, t, Dh) per layer
+        room = 1 + max(r.answer.options.max_new_tokens - len(r.answer.generated) for r in self.rows)
+        cache = cache_with_room([(len(self.rows), k.shape[1], T, k.shape[3]) for k, _ in parts], parts[0][0],
+                                self.lm.config, room)
+        for li, (k_new, v_new) in enumerate(cache_layers(cache)):
+            if kept:
+                (k, v), w = old[li], min(old[li][0].shape[2], T)  # w: the old positions still needed
+                k_new[:len(kept), :, :T - w], v_new[:len(kept), :, :T - w] = 0, 0
+                k_new[:len(kept), :, T - w:] = k[index, :, k.shape[2] - w:]
+                v_new[:len(kept), :, T - w:] = v[index, :, v.shape[2] - w:]
+            for j, (row, own) in enumerate(joining, start=len(kept)):
+                pad = T - row.length
+                k_new[j, :, :pad], v_new[j, :, :pad] = 0, 0  # the padding: zeros, and hidden by the mask
+                k_new[j, :, pad:], v_new[j, :, pad:] = own[li][0][0], own[li][1][0]
         mask = torch.zeros((len(self.rows), T), dtype=torch.long, device=self.lm.device)
         for i, r in enumerate(self.rows):
             mask[i, T - r.length:] = 1
-        self.mask = mask
-        DynamicCache, = transformers_names("DynamicCache")
-        self.cache = DynamicCache(ddp_cache_data=layers, config=self.lm.config)
+        self.cache, self.mask = cache, mask
 
 
 def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
