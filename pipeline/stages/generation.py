@@ -16,7 +16,7 @@ from ..maths import top_indices
 from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len, cache_with_room
 from ..text.token_names import token_text, tokens_text
 from ..text.unfinished import unfinished_end
-from .next_token import draw, final_probs, softmax
+from .next_token import draw, filter_stages, softmax
 from .decode_record import Candidate, Decode, EventKind, FinishReason, Step, StreamEvent
 from .request import GenerationOptions
 from ..model.interface import LanguageModel
@@ -111,8 +111,10 @@ def end_token_ids(lm: LanguageModel) -> set[int]:
     return set(tok.all_special_ids) & {tok.eos_token_id, *eos}
 
 
-def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> list[Candidate]:
-    raw = softmax(logits)
+def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int,
+                raw: np.ndarray | None = None) -> list[Candidate]:
+    """The k best candidates; raw: softmax(logits) when the caller has it already."""
+    raw = softmax(logits) if raw is None else raw
     top = top_indices(logits, k)
     return [Candidate(int(i), text, round(float(logits[i]), 4), float(raw[i]), float(probs[i]))
             for i, text in zip(top, tokens_text(tokenizer, top))]
@@ -170,19 +172,22 @@ class Answer:
     def text(self) -> str:
         return self.detokenizer.emitted
 
-    def _pick(self, step: int, allowed: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    def _pick(self, step: int, allowed: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None,
+                                                                   np.ndarray | None]:
+        """(token, the raw scores, the final probabilities, softmax of the raw scores when it was computed)."""
         options = self.options
         if (not self.record and options.greedy and allowed is None and not options.penalized
                 and isinstance(self.logits, torch.Tensor)):
             # on the device: no copy of V scores
-            return self.force.get(step, int(torch.argmax(self.logits))), None, None
+            return self.force.get(step, int(torch.argmax(self.logits))), None, None, None
         logits = scores(self.logits)
         # penalties and bias on the raw scores first, then temperature and the filters (next_token.filter_stages)
-        probs = final_probs(logits if allowed is None else np.where(allowed, logits, -np.inf), options,
-                            self.prompt_ids, self.generated)  # (V,)
+        stages = filter_stages(logits if allowed is None else np.where(allowed, logits, -np.inf), options,
+                               self.prompt_ids, self.generated)
+        probs = stages[-1].probs  # (V,)
         token = int(np.argmax(probs)) if options.greedy else int(draw(probs, 1, self.rng)[0])
         # the sampler still draws: later steps see the same randomness
-        return self.force.get(step, token), logits, probs
+        return self.force.get(step, token), logits, probs, stages[0].probs if allowed is None else None
 
     def choose(self, kv_tokens: int = 0, kv_per_layer: list[int] | None = None, batch_size: int = 1,
                allowed: np.ndarray | None = None) -> int | None:
@@ -190,7 +195,7 @@ class Answer:
 
         allowed: (V,) bool from a grammar; the others get probability 0, the raw scores are still kept."""
         step = len(self.generated)
-        token, logits, probs = self._pick(step, allowed)
+        token, logits, probs, raw = self._pick(step, allowed)
         now = time.perf_counter()
         self.first_at = self.first_at or now
         self.step_seconds.append(now - self.t_prev)
@@ -199,8 +204,8 @@ class Answer:
             kv_per_layer = list(kv_per_layer or [])
             self.logits_rows.append(logits.astype(np.float32))
             self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token),
-                                   position=kv_tokens,
-                                   top=_candidates(self.tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=kv_tokens,
+                                   position=kv_tokens, top=_candidates(self.tok, logits, probs, TOP_CANDIDATES, raw),
+                                   kv_cache_tokens=kv_tokens,
                                    kv_cache_bytes=sum(kv_per_layer), kv_bytes_per_layer=kv_per_layer,
                                    seconds=now - self.t_prev, batch_size=batch_size, forced=step in self.force))
         if token in self.eos:
