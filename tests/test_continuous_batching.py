@@ -256,6 +256,33 @@ def test_the_joined_cache_takes_each_step_in_place_and_goes_on_as_hf_once_its_ro
     assert cache.get_seq_length(0) == 4
 
 
+def test_a_join_that_fits_and_a_leave_are_made_in_place_in_the_joined_cache(tiny_lm):
+    """Once the batch's cache has spare rows and room, a shorter joiner is written into a spare row and a row
+    that leaves is filled by the last row: the buffers stay the same (the answers equal alone:
+    test_requests_joining_a_running_batch_get_the_tokens_they_get_alone joins and leaves in place too)."""
+    from pipeline.model.kv_tensors import cache_layers
+    from pipeline.trace_engine import TraceEngine
+
+    a, b, c = _requests()
+    engine = TraceEngine(lambda r: tiny_lm)
+    engine.start((0, b, None))  # the longest prompt first: the later ones fit in its width
+    engine.step()
+    batch = next(iter(engine.batches.values()))
+    buffer = cache_layers(batch.cache)[0][0].data_ptr()
+    engine.start((2, c, None))  # 3 tokens
+    engine.start((1, a, None))  # 6 tokens
+    engine.step()  # both join in place
+    assert cache_layers(batch.cache)[0][0].data_ptr() == buffer and len(batch.rows) == 3
+    row_b, row_c, row_a = batch.rows
+    while row_c.result is None:
+        engine.step()
+    assert row_a.result is None and row_b.result is None
+    assert batch.rows == [row_b, row_a]  # the last row moved into the hole "Why?" left
+    assert cache_layers(batch.cache)[0][0].data_ptr() == buffer and batch.mask.shape[0] == 2
+    T = batch.mask.shape[1]
+    assert batch.mask[1].tolist() == [0] * (T - row_a.length) + [1] * row_a.length
+
+
 @pytest.fixture(scope="module")
 def gemma_tokenizer():
     from test_architectures import gemma_tokenizer as fixture

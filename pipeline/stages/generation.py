@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..maths import top_indices
-from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len, cache_with_room
+from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len, cache_with_room, place_rows, room_left
 from ..text.token_names import token_text, tokens_text
 from ..text.unfinished import unfinished_end
 from .next_token import draw, filter_stages, softmax
@@ -22,6 +22,8 @@ from .request import GenerationOptions
 from ..model.interface import LanguageModel
 
 TOP_CANDIDATES = 10  # candidates recorded per step
+SPARE_POSITIONS = 64  # a batch's new cache has room for this many positions more than its rows may add ...
+SPARE_ROWS = 4  # ... and for this many rows more (at least; half its rows), so most joins and leaves are in place
 DETOKENIZE_CONTEXT = 6  # earlier tokens re-decoded with each new one, so merges across tokens come out right
 
 
@@ -388,7 +390,8 @@ class BatchDecoder:
         n = cache_len(cache)
         per_position = [b // max(n, 1) for b in bytes_per_layer(cache)]  # bytes one position holds, per layer
         batched = self.rows + [r for r, _ in self.joining]
-        T = max([n] + [r.length for r in batched])  # the joined cache's length once it is in
+        width = [self.mask.shape[1]] if self.mask is not None else []  # with the padding a merge in place keeps
+        T = max([n] + [r.length for r in batched] + width)  # the joined cache's length once it is in
         left = answer.options.max_new_tokens - len(answer.generated)
         longest = max([left] + [r.answer.options.max_new_tokens - len(r.answer.generated) for r in batched])
         cropped = any(k.shape[2] != n for k, _ in cache_layers(cache))
@@ -441,37 +444,55 @@ class BatchDecoder:
         return ended
 
     def _merge(self, keep: list[int], joining: list[tuple[BatchRow, list]]) -> None:
-        """The joined cache of rows `keep` (in order) then the `joining` ones, left-padded to the longest of
-        them (the padding every row had in common is cut): each position copied once, into a cache with room
-        for every position the rows may still add (kv_tensors.cache_with_room: no copy at each step)."""
+        """The joined cache of rows `keep` then the `joining` ones. In place when the cache has room for them
+        (the rows that left are filled by the last rows, the joiners written into spare rows: only those rows
+        copied); else one new cache left-padded to the longest row (the padding every row had in common cut),
+        each position copied once, with room for every position the rows may still add and for more rows."""
         self.joining = []
-        every = keep == list(range(len(self.rows)))  # no row left: the old rows are copied as they are
         kept = [self.rows[i] for i in keep]
-        self.rows = kept + [r for r, _ in joining]
-        if not self.rows:
-            self.cache, self.mask = None, None
+        rows = kept + [r for r, _ in joining]
+        if not rows:
+            self.rows, self.cache, self.mask = [], None, None
             return
-        T = max(r.length for r in self.rows)  # every row's own positions are its last `length` ones
-        old = cache_layers(self.cache) if kept else []
-        index = slice(None) if every else torch.tensor(keep, device=self.mask.device)
-        parts = old if kept else joining[0][1]  # any part, for the shapes: (B', Hkv, t, Dh) per layer
-        room = 1 + max(r.answer.options.max_new_tokens - len(r.answer.generated) for r in self.rows)
-        cache = cache_with_room([(len(self.rows), k.shape[1], T, k.shape[3]) for k, _ in parts], parts[0][0],
-                                self.lm.config, room)
-        for li, (k_new, v_new) in enumerate(cache_layers(cache)):
-            if kept:
-                (k, v), w = old[li], min(old[li][0].shape[2], T)  # w: the old positions still needed
+        room = 1 + max(r.answer.options.max_new_tokens - len(r.answer.generated) for r in rows)
+        spare_rows, spare_positions = room_left(self.cache) if kept else (0, 0)
+        T = self.mask.shape[1] if kept else 0
+        if (kept and len(rows) - len(self.rows) <= spare_rows and spare_positions >= room
+                and all(r.length <= T for r, _ in joining)):
+            holes = [i for i in range(len(kept)) if i not in set(keep)]
+            moves = list(zip([i for i in keep if i >= len(kept)], holes))  # the last rows fill the holes
+            order = list(range(len(kept)))
+            for src, dst in moves:
+                order[dst] = src
+            self.rows = [self.rows[i] for i in order] + [r for r, _ in joining]
+            place_rows(self.cache, moves, len(self.rows))
+            self._write_joiners(len(kept), joining, T)
+        else:
+            self.rows, T = rows, max(r.length for r in rows)  # every row's own positions are its last `length`
+            old = cache_layers(self.cache) if kept else []
+            every = keep == list(range(len(old[0][0]))) if kept else True  # no row left: copied as they are
+            index = slice(None) if every else torch.tensor(keep, device=self.mask.device)
+            parts = old if kept else joining[0][1]  # any part, for the shapes: (B', Hkv, t, Dh) per layer
+            self.cache = cache_with_room([(len(rows), k.shape[1], T, k.shape[3]) for k, _ in parts], parts[0][0],
+                                         self.lm.config, room + SPARE_POSITIONS, max(SPARE_ROWS, len(rows) // 2))
+            for (k_new, v_new), (k, v) in zip(cache_layers(self.cache), old):
+                w = min(k.shape[2], T)  # the old positions still needed
                 k_new[:len(kept), :, :T - w], v_new[:len(kept), :, :T - w] = 0, 0
                 k_new[:len(kept), :, T - w:] = k[index, :, k.shape[2] - w:]
                 v_new[:len(kept), :, T - w:] = v[index, :, v.shape[2] - w:]
-            for j, (row, own) in enumerate(joining, start=len(kept)):
-                pad = T - row.length
-                k_new[j, :, :pad], v_new[j, :, :pad] = 0, 0  # the padding: zeros, and hidden by the mask
-                k_new[j, :, pad:], v_new[j, :, pad:] = own[li][0][0], own[li][1][0]
+            self._write_joiners(len(kept), joining, T)
         mask = torch.zeros((len(self.rows), T), dtype=torch.long, device=self.lm.device)
         for i, r in enumerate(self.rows):
             mask[i, T - r.length:] = 1
-        self.cache, self.mask = cache, mask
+        self.mask = mask
+
+    def _write_joiners(self, first: int, joining: list[tuple[BatchRow, list]], T: int) -> None:
+        """The joiners' own caches into rows first, first + 1, ... of the joined cache (T positions wide)."""
+        for li, (k_new, v_new) in enumerate(cache_layers(self.cache)):
+            for j, (row, own) in enumerate(joining, start=first):
+                pad = T - row.length
+                k_new[j, :, :pad], v_new[j, :, :pad] = 0, 0  # the padding: zeros, and hidden by the mask
+                k_new[j, :, pad:], v_new[j, :, pad:] = own[li][0][0], own[li][1][0]
 
 
 def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
