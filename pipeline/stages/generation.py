@@ -359,9 +359,10 @@ class BatchDecoder:
 
     Each answer keeps its own options, random generator and stream. Their KV caches are joined into one
     batch, left-padded to the longest (B, Hkv, T, Dh) with an attention mask that hides the padding; each
-    row continues at its own position. Joining a longer one pads the others; when one leaves, the padding
-    every row has in common is cut. The joined cache is rebuilt at most once a step, in one copy: the
-    answers that joined since the last step and the rows that left in it are merged together at the step.
+    row continues at its own position. The answers that joined since the last step and the rows that left
+    in it are merged together at the step (`_merge`): in place when the cache has room (only those rows
+    copied), else into a new cache, each position copied once, where the padding every row has in common is
+    cut. Each step writes its new position into the cache's room (kv_tensors.cache_with_room).
     A cache that cannot be padded into the batch is decoded on its own (`solo`), in the same step: a
     plain-path decoder, or a cache whose sliding-window layer (Gemma 3) keeps fewer positions than the
     request holds or would before the answer ends (padded rows past a window would shift it), so every
