@@ -4,6 +4,7 @@ is full, keep arrival order, and a whole job at the head of the line runs betwee
 import threading
 
 import numpy as np
+import torch
 
 import pytest
 
@@ -194,6 +195,92 @@ def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(tiny_lm)
     _assert_alone_equal(tiny_lm, traces, requests)
     assert [s.batch_size for s in traces[0].steps] == [1, 1, 2, 3, 3, 3]  # B joined at step 2, C at 3
     assert [s.batch_size for s in traces[1].steps] == [2, 3, 3, 3, 1, 1, 1, 1]  # A and C left at their ends
+
+
+def test_answers_joining_and_leaving_between_two_steps_cost_one_merge_of_the_cache(tiny_lm):
+    """A join leaves the running cache as it is; the next step merges every joiner and every row that left
+    into one new cache (each row's own positions at its right end, zeros and a 0 mask in the padding)."""
+    from pipeline.model.kv_tensors import cache_layers
+    from pipeline.trace_engine import TraceEngine
+
+    short, long_, mid = _requests()
+    engine = TraceEngine(lambda r: tiny_lm)
+    engine.start((0, short, None))  # 6 tokens
+    engine.step()
+    batch = next(iter(engine.batches.values()))
+    running = batch.cache
+    for n in range(4):
+        engine.step()  # "Hi" makes its 5th token; it leaves at the next step, as the two others join
+    engine.start((1, long_, None))
+    engine.start((2, mid, None))
+    joiners = [row for row, _ in batch.joining]
+    own = [[k.clone() for k, _ in layers] for _, layers in batch.joining]
+    assert batch.cache is running and len(batch.rows) == 1  # nothing copied at the joins
+    ended = engine.step()  # "Hi" ends here: one merge keeps the two joiners only
+    assert len(ended) == 1 and batch.rows == joiners and not batch.joining
+    T = max(r.length for r in joiners)
+    assert batch.mask.shape == (2, T)
+    for i, row in enumerate(joiners):
+        n = row.length - 1  # the merged cache, before this step's token went in, plus that token
+        assert batch.mask[i].tolist() == [0] * (T - row.length) + [1] * row.length
+        for layer, (k, _) in enumerate(cache_layers(batch.cache)):
+            assert torch.equal(k[i, :, T - row.length:T - row.length + n], own[i][layer][0])
+            assert not k[i, :, :T - row.length].any()
+
+
+def test_the_joined_cache_takes_each_step_in_place_and_goes_on_as_hf_once_its_room_is_used(tiny_lm):
+    """HF's DynamicCache copies the whole cache at every step (torch.cat); the batch's cache writes the new
+    position into room it made at the merge. Past that room a layer concatenates as HF's does, same values."""
+    from pipeline.model.kv_tensors import cache_layers, cache_with_room
+    from pipeline.trace_engine import TraceEngine
+
+    engine = TraceEngine(lambda r: tiny_lm)
+    engine.start((0, _requests()[0], None))
+    engine.step()
+    batch = next(iter(engine.batches.values()))
+    keys = cache_layers(batch.cache)[0][0]
+    engine.step()
+    after = cache_layers(batch.cache)[0][0]
+    assert after.shape[2] == keys.shape[2] + 1 and after.data_ptr() == keys.data_ptr()  # the same buffer
+
+    L = tiny_lm.dims.L
+    like = torch.zeros(1)
+    cache = cache_with_room([(1, 1, 2, 2)] * L, like, tiny_lm.config, room=1)
+    for k, v in cache_layers(cache):
+        k[:], v[:] = 1.0, 2.0
+    new = [torch.full((1, 1, 1, 2), float(n)) for n in (3, 4)]
+    for x in new:
+        k, v = cache.update(x, x + 10, layer_idx=0)
+    assert torch.equal(k, torch.cat([torch.ones(1, 1, 2, 2), *new], dim=2))
+    assert torch.equal(v, torch.cat([torch.full((1, 1, 2, 2), 2.0), *(x + 10 for x in new)], dim=2))
+    assert cache.get_seq_length(0) == 4
+
+
+def test_a_join_that_fits_and_a_leave_are_made_in_place_in_the_joined_cache(tiny_lm):
+    """Once the batch's cache has spare rows and room, a shorter joiner is written into a spare row and a row
+    that leaves is filled by the last row: the buffers stay the same (the answers equal alone:
+    test_requests_joining_a_running_batch_get_the_tokens_they_get_alone joins and leaves in place too)."""
+    from pipeline.model.kv_tensors import cache_layers
+    from pipeline.trace_engine import TraceEngine
+
+    a, b, c = _requests()
+    engine = TraceEngine(lambda r: tiny_lm)
+    engine.start((0, b, None))  # the longest prompt first: the later ones fit in its width
+    engine.step()
+    batch = next(iter(engine.batches.values()))
+    buffer = cache_layers(batch.cache)[0][0].data_ptr()
+    engine.start((2, c, None))  # 3 tokens
+    engine.start((1, a, None))  # 6 tokens
+    engine.step()  # both join in place
+    assert cache_layers(batch.cache)[0][0].data_ptr() == buffer and len(batch.rows) == 3
+    row_b, row_c, row_a = batch.rows
+    while row_c.result is None:
+        engine.step()
+    assert row_a.result is None and row_b.result is None
+    assert batch.rows == [row_b, row_a]  # the last row moved into the hole "Why?" left
+    assert cache_layers(batch.cache)[0][0].data_ptr() == buffer and batch.mask.shape[0] == 2
+    T = batch.mask.shape[1]
+    assert batch.mask[1].tolist() == [0] * (T - row_a.length) + [1] * row_a.length
 
 
 @pytest.fixture(scope="module")

@@ -128,3 +128,23 @@ def test_a_forced_token_is_chosen_on_both_paths(tokenizer):
         list(stream_answer(answer, decoder))
         assert answer.generated == [script[0], other]
         assert np.array_equal(decoder.fed, [script[0]])  # the forced token ends the answer (max 2): not fed
+
+
+def test_a_recorded_step_computes_the_softmax_over_the_vocabulary_once(tokenizer, monkeypatch):
+    """The sampler's first stage is softmax(logits), the candidates' `prob`: one pass over V per step, not two
+    (each is ~1 ms at V = 49,152, on every token of every answer); the recorded shares are still softmax's."""
+    from pipeline.maths import softmax
+    from pipeline.stages import generation, next_token
+
+    calls = []
+
+    def counted(x, *a, **k):
+        calls.append(1)
+        return softmax(x, *a, **k)
+    monkeypatch.setattr(next_token, "softmax", counted)
+    monkeypatch.setattr(generation, "softmax", counted)
+    answer, _, script = _run(tokenizer, "Hello there my good friend", record=True, max_new_tokens=3)
+    assert len(calls) == len(answer.steps) == 3
+    for step, logits in zip(answer.steps, answer.logits_rows):
+        probs = softmax(logits)
+        assert [c.prob for c in step.top] == [float(probs[c.id]) for c in step.top]

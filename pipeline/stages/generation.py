@@ -13,15 +13,17 @@ import numpy as np
 import torch
 
 from ..maths import top_indices
-from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len
+from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len, cache_with_room, place_rows, room_left
 from ..text.token_names import token_text, tokens_text
 from ..text.unfinished import unfinished_end
-from .next_token import draw, final_probs, softmax
+from .next_token import draw, filter_stages, softmax
 from .decode_record import Candidate, Decode, EventKind, FinishReason, Step, StreamEvent
 from .request import GenerationOptions
 from ..model.interface import LanguageModel
 
 TOP_CANDIDATES = 10  # candidates recorded per step
+SPARE_POSITIONS = 64  # a batch's new cache has room for this many positions more than its rows may add ...
+SPARE_ROWS = 4  # ... and for this many rows more (at least; half its rows), so most joins and leaves are in place
 DETOKENIZE_CONTEXT = 6  # earlier tokens re-decoded with each new one, so merges across tokens come out right
 
 
@@ -111,8 +113,10 @@ def end_token_ids(lm: LanguageModel) -> set[int]:
     return set(tok.all_special_ids) & {tok.eos_token_id, *eos}
 
 
-def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int) -> list[Candidate]:
-    raw = softmax(logits)
+def _candidates(tokenizer, logits: np.ndarray, probs: np.ndarray, k: int,
+                raw: np.ndarray | None = None) -> list[Candidate]:
+    """The k best candidates; raw: softmax(logits) when the caller has it already."""
+    raw = softmax(logits) if raw is None else raw
     top = top_indices(logits, k)
     return [Candidate(int(i), text, round(float(logits[i]), 4), float(raw[i]), float(probs[i]))
             for i, text in zip(top, tokens_text(tokenizer, top))]
@@ -170,19 +174,22 @@ class Answer:
     def text(self) -> str:
         return self.detokenizer.emitted
 
-    def _pick(self, step: int, allowed: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    def _pick(self, step: int, allowed: np.ndarray | None) -> tuple[int, np.ndarray | None, np.ndarray | None,
+                                                                   np.ndarray | None]:
+        """(token, the raw scores, the final probabilities, softmax of the raw scores when it was computed)."""
         options = self.options
         if (not self.record and options.greedy and allowed is None and not options.penalized
                 and isinstance(self.logits, torch.Tensor)):
             # on the device: no copy of V scores
-            return self.force.get(step, int(torch.argmax(self.logits))), None, None
+            return self.force.get(step, int(torch.argmax(self.logits))), None, None, None
         logits = scores(self.logits)
         # penalties and bias on the raw scores first, then temperature and the filters (next_token.filter_stages)
-        probs = final_probs(logits if allowed is None else np.where(allowed, logits, -np.inf), options,
-                            self.prompt_ids, self.generated)  # (V,)
+        stages = filter_stages(logits if allowed is None else np.where(allowed, logits, -np.inf), options,
+                               self.prompt_ids, self.generated)
+        probs = stages[-1].probs  # (V,)
         token = int(np.argmax(probs)) if options.greedy else int(draw(probs, 1, self.rng)[0])
         # the sampler still draws: later steps see the same randomness
-        return self.force.get(step, token), logits, probs
+        return self.force.get(step, token), logits, probs, stages[0].probs if allowed is None else None
 
     def choose(self, kv_tokens: int = 0, kv_per_layer: list[int] | None = None, batch_size: int = 1,
                allowed: np.ndarray | None = None) -> int | None:
@@ -190,7 +197,7 @@ class Answer:
 
         allowed: (V,) bool from a grammar; the others get probability 0, the raw scores are still kept."""
         step = len(self.generated)
-        token, logits, probs = self._pick(step, allowed)
+        token, logits, probs, raw = self._pick(step, allowed)
         now = time.perf_counter()
         self.first_at = self.first_at or now
         self.step_seconds.append(now - self.t_prev)
@@ -199,8 +206,8 @@ class Answer:
             kv_per_layer = list(kv_per_layer or [])
             self.logits_rows.append(logits.astype(np.float32))
             self.steps.append(Step(step=step, token_id=token, token_text=token_text(self.tok, token),
-                                   position=kv_tokens,
-                                   top=_candidates(self.tok, logits, probs, TOP_CANDIDATES), kv_cache_tokens=kv_tokens,
+                                   position=kv_tokens, top=_candidates(self.tok, logits, probs, TOP_CANDIDATES, raw),
+                                   kv_cache_tokens=kv_tokens,
                                    kv_cache_bytes=sum(kv_per_layer), kv_bytes_per_layer=kv_per_layer,
                                    seconds=now - self.t_prev, batch_size=batch_size, forced=step in self.force))
         if token in self.eos:
@@ -352,52 +359,56 @@ class BatchDecoder:
 
     Each answer keeps its own options, random generator and stream. Their KV caches are joined into one
     batch, left-padded to the longest (B, Hkv, T, Dh) with an attention mask that hides the padding; each
-    row continues at its own position. Joining a longer one pads the others; when one leaves, the padding
-    every row has in common is cut. A cache that cannot be padded into the batch is decoded on its own
-    (`solo`), in the same step: a plain-path decoder, or a cache whose sliding-window layer (Gemma 3) keeps
-    fewer positions than the request holds or would before the answer ends (padded rows past a window
-    would shift it), so every answer is the one it would be alone, up to the batch's rounding.
+    row continues at its own position. The answers that joined since the last step and the rows that left
+    in it are merged together at the step (`_merge`): in place when the cache has room (only those rows
+    copied), else into a new cache, each position copied once, where the padding every row has in common is
+    cut. Each step writes its new position into the cache's room (kv_tensors.cache_with_room).
+    A cache that cannot be padded into the batch is decoded on its own (`solo`), in the same step: a
+    plain-path decoder, or a cache whose sliding-window layer (Gemma 3) keeps fewer positions than the
+    request holds or would before the answer ends (padded rows past a window would shift it), so every
+    answer is the one it would be alone, up to the batch's rounding.
     """
 
     def __init__(self, lm: LanguageModel):
         self.lm = lm
         self.rows: list[BatchRow] = []  # in the joined cache's row order
+        self.joining: list[tuple[BatchRow, list]] = []  # joined since the last step: (row, its cache's layers)
         self.solo: list[BatchRow] = []
         self.cache, self.mask = None, None  # the joined DynamicCache and its (B, T) mask, 1 = real
         windows = [w for w in (lm.dims.window(i) for i in range(lm.dims.L)) if w]
         self.window = min(windows) if windows else None
 
     def __len__(self) -> int:
-        return len(self.rows) + len(self.solo)
+        return len(self.rows) + len(self.joining) + len(self.solo)
 
     def join(self, answer: Answer, cache=None, decoder: Decoder | None = None) -> BatchRow:
         """Add an answer after its prefill: its HF cache (joined into the batch when it can be) or a decoder
-        of its own. It chooses its next token at the next step."""
+        of its own. It chooses its next token at the next step (where its cache is merged into the batch)."""
         if decoder is not None:
             row = BatchRow(answer, 0, [], decoder)
             self.solo.append(row)
             return row
         n = cache_len(cache)
         per_position = [b // max(n, 1) for b in bytes_per_layer(cache)]  # bytes one position holds, per layer
-        T = max(n, self.mask.shape[1] if self.mask is not None else 0)
+        batched = self.rows + [r for r, _ in self.joining]
+        width = [self.mask.shape[1]] if self.mask is not None else []  # with the padding a merge in place keeps
+        T = max([n] + [r.length for r in batched] + width)  # the joined cache's length once it is in
         left = answer.options.max_new_tokens - len(answer.generated)
-        longest = max([left] + [r.answer.options.max_new_tokens - len(r.answer.generated) for r in self.rows])
+        longest = max([left] + [r.answer.options.max_new_tokens - len(r.answer.generated) for r in batched])
         cropped = any(k.shape[2] != n for k, _ in cache_layers(cache))
         if cropped or (self.window is not None and T + longest >= self.window - 1):
             row = BatchRow(answer, n, per_position, CacheDecoder(self.lm, cache))
             self.solo.append(row)
             return row
         row = BatchRow(answer, n, per_position)
-        self.rows.append(row)
-        self._rebuild([cache_layers(self.cache) if self.cache is not None else None, cache_layers(cache)],
-                      [self.mask, None], n)
+        self.joining.append((row, cache_layers(cache)))
         return row
 
     def step(self) -> list[BatchRow]:
         """Every answer chooses its next token; those that ended leave (their `result` set and returned);
         the others' tokens go through the model: one pass for the joined rows, one each for the solo ones."""
         size, ended, tokens = len(self), [], {}
-        for row in self.rows + self.solo:
+        for row in self.rows + [r for r, _ in self.joining] + self.solo:
             answer = row.answer
             token = answer.choose(*(row.usage() if answer.record else (0, None)), batch_size=size)
             if token is None:
@@ -411,8 +422,9 @@ class BatchDecoder:
             else:
                 tokens[id(row)] = token
         self.solo = [r for r in self.solo if r.result is None]
-        if any(r.result is not None for r in self.rows):
-            self._leave([i for i, r in enumerate(self.rows) if r.result is None])
+        if self.joining or any(r.result is not None for r in self.rows):
+            self._merge([i for i, r in enumerate(self.rows) if r.result is None],
+                        [(r, layers) for r, layers in self.joining if r.result is None])
         t_fed = time.perf_counter()
         if self.rows:
             self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=self.mask.dtype,
@@ -432,35 +444,56 @@ class BatchDecoder:
             r.length += 1
         return ended
 
-    def _leave(self, keep: list[int]) -> None:
-        """Keep rows `keep` of the joined cache; cut the left padding they all have."""
-        self.rows = [self.rows[i] for i in keep]
-        if not self.rows:
-            self.cache, self.mask = None, None
+    def _merge(self, keep: list[int], joining: list[tuple[BatchRow, list]]) -> None:
+        """The joined cache of rows `keep` then the `joining` ones. In place when the cache has room for them
+        (the rows that left are filled by the last rows, the joiners written into spare rows: only those rows
+        copied); else one new cache left-padded to the longest row (the padding every row had in common cut),
+        each position copied once, with room for every position the rows may still add and for more rows."""
+        self.joining = []
+        kept = [self.rows[i] for i in keep]
+        rows = kept + [r for r, _ in joining]
+        if not rows:
+            self.rows, self.cache, self.mask = [], None, None
             return
-        index = torch.tensor(keep, device=self.mask.device)
-        mask = self.mask[index]
-        pad = int(mask.shape[1] - max(int(m.sum()) for m in mask))  # positions every row has as padding
-        self._rebuild([[(k[index, :, pad:], v[index, :, pad:]) for k, v in cache_layers(self.cache)]],
-                      [mask[:, pad:]], 0)
+        room = 1 + max(r.answer.options.max_new_tokens - len(r.answer.generated) for r in rows)
+        spare_rows, spare_positions = room_left(self.cache) if kept else (0, 0)
+        T = self.mask.shape[1] if kept else 0
+        if (kept and len(rows) - len(self.rows) <= spare_rows and spare_positions >= room
+                and all(r.length <= T for r, _ in joining)):
+            holes = [i for i in range(len(kept)) if i not in set(keep)]
+            moves = list(zip([i for i in keep if i >= len(kept)], holes))  # the last rows fill the holes
+            order = list(range(len(kept)))
+            for src, dst in moves:
+                order[dst] = src
+            self.rows = [self.rows[i] for i in order] + [r for r, _ in joining]
+            place_rows(self.cache, moves, len(self.rows))
+            self._write_joiners(len(kept), joining, T)
+        else:
+            self.rows, T = rows, max(r.length for r in rows)  # every row's own positions are its last `length`
+            old = cache_layers(self.cache) if kept else []
+            every = keep == list(range(len(old[0][0]))) if kept else True  # no row left: copied as they are
+            index = slice(None) if every else torch.tensor(keep, device=self.mask.device)
+            parts = old if kept else joining[0][1]  # any part, for the shapes: (B', Hkv, t, Dh) per layer
+            self.cache = cache_with_room([(len(rows), k.shape[1], T, k.shape[3]) for k, _ in parts], parts[0][0],
+                                         self.lm.config, room + SPARE_POSITIONS, max(SPARE_ROWS, len(rows) // 2))
+            for (k_new, v_new), (k, v) in zip(cache_layers(self.cache), old):
+                w = min(k.shape[2], T)  # the old positions still needed
+                k_new[:len(kept), :, :T - w], v_new[:len(kept), :, :T - w] = 0, 0
+                k_new[:len(kept), :, T - w:] = k[index, :, k.shape[2] - w:]
+                v_new[:len(kept), :, T - w:] = v[index, :, v.shape[2] - w:]
+            self._write_joiners(len(kept), joining, T)
+        mask = torch.zeros((len(self.rows), T), dtype=torch.long, device=self.lm.device)
+        for i, r in enumerate(self.rows):
+            mask[i, T - r.length:] = 1
+        self.mask = mask
 
-    def _rebuild(self, parts: list, masks: list, n_new: int) -> None:
-        """One DynamicCache from parts (each: per layer (K, V) of (b, Hkv, t, Dh), or None), left-padded to the
-        longest; masks: each part's (b, t) mask, None for a new request's n_new real positions."""
-        from ..model.hf_imports import transformers_names
-
-        DynamicCache, = transformers_names("DynamicCache")
-        parts_masks = [(p, m) for p, m in zip(parts, masks) if p is not None]
-        masks = [m if m is not None else torch.ones((1, n_new), dtype=torch.long, device=self.lm.device)
-                 for _, m in parts_masks]
-        T = max(m.shape[1] for m in masks)
-        layers = []
-        for per_part in zip(*(p for p, _ in parts_masks)):  # one layer: [(K, V) per part]
-            pad = [(0, 0, T - m.shape[1], 0) for m in masks]  # left-pad the positions axis
-            layers.append((torch.cat([torch.nn.functional.pad(k, p) for (k, _), p in zip(per_part, pad)]),
-                           torch.cat([torch.nn.functional.pad(v, p) for (_, v), p in zip(per_part, pad)])))
-        self.mask = torch.cat([torch.nn.functional.pad(m, (T - m.shape[1], 0)) for m in masks])  # (B, T)
-        self.cache = DynamicCache(ddp_cache_data=layers, config=self.lm.config)
+    def _write_joiners(self, first: int, joining: list[tuple[BatchRow, list]], T: int) -> None:
+        """The joiners' own caches into rows first, first + 1, ... of the joined cache (T positions wide)."""
+        for li, (k_new, v_new) in enumerate(cache_layers(self.cache)):
+            for j, (row, own) in enumerate(joining, start=first):
+                pad = T - row.length
+                k_new[j, :, :pad], v_new[j, :, :pad] = 0, 0  # the padding: zeros, and hidden by the mask
+                k_new[j, :, pad:], v_new[j, :, pad:] = own[li][0][0], own[li][1][0]
 
 
 def decode_batch(lm: LanguageModel, caches: list, first_logits: list[torch.Tensor], options: list[GenerationOptions],
