@@ -24,6 +24,83 @@ if ROOT not in sys.path:
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 
+
+def _load_each_tokenizer_once() -> None:
+    """One load per tokenizer in a test run: pipeline.model.weights_cache.load_tokenizer, wrapped so that the same
+    files (by content) and model give the tokenizer already loaded. Every page test clears Streamlit's caches or
+    makes new handles, and each handle read its files again: Gemma's 262k-token tokenizer ~5-7 s a load here, ~10
+    loads a fast-tier run. The result depends only on the files and the model's registry record, and no code
+    changes a tokenizer after load_tokenizer returns it (the app too shares one per handle across sessions).
+    Installed before any test imports pipeline.model.handle or .loader, which import the name."""
+    import hashlib
+
+    from pipeline.model import weights_cache
+
+    original = weights_cache.load_tokenizer
+    loaded: dict = {}
+
+    def files_key(folder) -> tuple | None:
+        from pathlib import Path
+
+        try:
+            files = sorted(p for p in Path(folder).iterdir() if p.is_file() and not p.name.endswith(".safetensors")
+                           and p.name != "config.json")
+            return tuple((p.name, hashlib.sha1(p.read_bytes()).hexdigest()) for p in files)
+        except OSError:
+            return None  # not a readable folder: the real load says why
+
+    def load_tokenizer(folder, model=None):
+        key = files_key(folder)
+        if key is None or not any(name.startswith("tokenizer") for name, _ in key):
+            return original(folder, model)
+        key = (key, repr(weights_cache.resolve(model)) if model is not None else None)
+        if key not in loaded:
+            loaded[key] = original(folder, model)
+        return loaded[key]
+
+    load_tokenizer.__doc__ = original.__doc__
+    weights_cache.load_tokenizer = load_tokenizer
+
+
+_load_each_tokenizer_once()
+
+
+def _lighter_apptest() -> None:
+    """Two costs of Streamlit's AppTest that have nothing to do with the page under test, cut once streamlit.testing
+    is imported (the behaviour of a run is the same):
+      - every AppTest scans the metadata of every installed package for Streamlit components (~0.2-0.5 s each, ~280
+        runs a fast-tier run): the installed packages do not change during a test run, so the scan runs once;
+      - the test thread waits for the script thread in a 1 ms sleep loop (~80,000 wake-ups, each taking the GIL
+        from the page's own work): it joins the script thread instead (the runner's SHUTDOWN event comes just
+        before that thread ends), keeping AppTest's own timeout and its message."""
+    import time
+
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import local_script_runner
+
+    if getattr(manifest_scanner.scan_component_manifests, "_once", False):
+        return
+    scan, scanned = manifest_scanner.scan_component_manifests, []
+
+    def scan_once(*args, **kwargs):
+        if not scanned:
+            scanned.append(scan(*args, **kwargs))
+        return list(scanned[0])
+
+    scan_once._once = True
+    manifest_scanner.scan_component_manifests = scan_once
+    poll = local_script_runner.require_widgets_deltas
+
+    def require_widgets_deltas(runner, timeout: float = 3) -> None:
+        start = time.time()
+        thread = runner._script_thread
+        if thread is not None:
+            thread.join(timeout)
+        if not runner.script_stopped():
+            poll(runner, max(0.0, timeout - (time.time() - start)))  # stopped now, or AppTest's own timeout error
+
+    local_script_runner.require_widgets_deltas = require_widgets_deltas
+
 # Property tests: modest example counts (each test sets its own), no deadline on 2 shared CPU cores. Two
 # profiles, chosen by CI=true:
 #   local  new examples every run; each failure found is kept in the example database, .hypothesis/ under the
@@ -104,6 +181,7 @@ def page_app(view: str, **session_state):
     sidebar's values preset: page_app("generation", req_max_new_tokens=8).run()."""
     from streamlit.testing.v1 import AppTest
 
+    _lighter_apptest()
     at = AppTest.from_file(os.path.join(ROOT, "views", f"{view}.py"), default_timeout=600)
     for key, value in session_state.items():
         at.session_state[key] = value
@@ -274,6 +352,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("model"):
             item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def _apptest_costs():
+    """_lighter_apptest, once a test module has imported Streamlit's AppTest (a test that imports it in its body
+    gets it from the next test on)."""
+    if "streamlit.testing.v1" in sys.modules:
+        _lighter_apptest()
 
 
 @pytest.fixture(autouse=True)
