@@ -261,6 +261,16 @@ def tiny_app_model(tokenizer, tmp_path_factory):
     return root, lm
 
 
+def copy_tokenizer_files(source, folder) -> None:
+    """The tokenizer's files of a converted weights cache, copied as they are beside a tiny model's weights: the
+    app reads them as it reads the real cache's (and the test run loads them once, _load_each_tokenizer_once)."""
+    import shutil
+
+    for path in source.iterdir():
+        if path.is_file() and path.name.startswith(("tokenizer", "special_tokens", "added_tokens", "chat_template")):
+            shutil.copyfile(path, folder / path.name)
+
+
 @pytest.fixture(scope="session")
 def tiny_app_gemma(tiny_app_model):
     """A tiny random-weight Gemma 3 with Gemma's real tokenizer, saved beside the tiny SmolLM2 as Gemma's
@@ -281,7 +291,7 @@ def tiny_app_gemma(tiny_app_model):
     folder = tiny_app_model[0] / GEMMA3.cache_folder
     model = tiny_gemma3(tokenizer).eval()
     model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    copy_tokenizer_files(real, folder)
     assert cache_ready(folder)
     return LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
 
