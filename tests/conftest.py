@@ -116,6 +116,15 @@ _COMMON = dict(deadline=None, print_blob=True,
 settings.register_profile("local", **_COMMON)  # Hypothesis's default database: .hypothesis/examples
 settings.register_profile("ci", derandomize=True, **_COMMON)
 settings.load_profile("ci" if CI else "local")
+LOCAL_EXAMPLES_SHARE = 4  # the local profile draws a quarter of each test's examples: `examples(n)`
+
+
+def examples(n: int) -> int:
+    """A property test's example count, @settings(max_examples=examples(100)): all n in the ci profile (the run
+    that decides a landing), a quarter of them (10 at least) in the local one, where every run draws new examples
+    and first replays the failures its database kept, so the examples add up over a newcomer's runs. Read when
+    the test module is imported, after `--hypothesis-profile` is applied."""
+    return n if settings.get_current_profile_name() == "ci" else max(10, n // LOCAL_EXAMPLES_SHARE)
 
 
 def pytest_report_header(config):
