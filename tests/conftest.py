@@ -73,8 +73,6 @@ def _lighter_apptest() -> None:
       - the test thread waits for the script thread in a 1 ms sleep loop (~80,000 wake-ups, each taking the GIL
         from the page's own work): it joins the script thread instead (the runner's SHUTDOWN event comes just
         before that thread ends), keeping AppTest's own timeout and its message."""
-    import time
-
     from streamlit.components.v2 import manifest_scanner
     from streamlit.testing.v1 import local_script_runner
 
@@ -92,12 +90,14 @@ def _lighter_apptest() -> None:
     poll = local_script_runner.require_widgets_deltas
 
     def require_widgets_deltas(runner, timeout: float = 3) -> None:
-        start = time.time()
         thread = runner._script_thread
-        if thread is not None:
-            thread.join(timeout)
-        if not runner.script_stopped():
-            poll(runner, max(0.0, timeout - (time.time() - start)))  # stopped now, or AppTest's own timeout error
+        if thread is None:
+            return poll(runner, timeout)
+        thread.join(timeout)
+        if not runner.script_stopped():  # what AppTest's own loop does on a timeout
+            runner.request_stop()
+            runner.join()
+            raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
 
     local_script_runner.require_widgets_deltas = require_widgets_deltas
 
