@@ -24,6 +24,83 @@ if ROOT not in sys.path:
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 
+
+def _load_each_tokenizer_once() -> None:
+    """One load per tokenizer in a test run: pipeline.model.weights_cache.load_tokenizer, wrapped so that the same
+    files (by content) and model give the tokenizer already loaded. Every page test clears Streamlit's caches or
+    makes new handles, and each handle read its files again: Gemma's 262k-token tokenizer ~5-7 s a load here, ~10
+    loads a fast-tier run. The result depends only on the files and the model's registry record, and no code
+    changes a tokenizer after load_tokenizer returns it (the app too shares one per handle across sessions).
+    Installed before any test imports pipeline.model.handle or .loader, which import the name."""
+    import hashlib
+
+    from pipeline.model import weights_cache
+
+    original = weights_cache.load_tokenizer
+    loaded: dict = {}
+
+    def files_key(folder) -> tuple | None:
+        from pathlib import Path
+
+        try:
+            files = sorted(p for p in Path(folder).iterdir() if p.is_file() and not p.name.endswith(".safetensors")
+                           and p.name != "config.json")
+            return tuple((p.name, hashlib.sha1(p.read_bytes()).hexdigest()) for p in files)
+        except OSError:
+            return None  # not a readable folder: the real load says why
+
+    def load_tokenizer(folder, model=None):
+        key = files_key(folder)
+        if key is None or not any(name.startswith("tokenizer") for name, _ in key):
+            return original(folder, model)
+        key = (key, repr(weights_cache.resolve(model)) if model is not None else None)
+        if key not in loaded:
+            loaded[key] = original(folder, model)
+        return loaded[key]
+
+    load_tokenizer.__doc__ = original.__doc__
+    weights_cache.load_tokenizer = load_tokenizer
+
+
+_load_each_tokenizer_once()
+
+
+def _lighter_apptest() -> None:
+    """Two costs of Streamlit's AppTest that have nothing to do with the page under test, cut once streamlit.testing
+    is imported (the behaviour of a run is the same):
+      - every AppTest scans the metadata of every installed package for Streamlit components (~0.2-0.5 s each, ~280
+        runs a fast-tier run): the installed packages do not change during a test run, so the scan runs once;
+      - the test thread waits for the script thread in a 1 ms sleep loop (~80,000 wake-ups, each taking the GIL
+        from the page's own work): it joins the script thread instead (the runner's SHUTDOWN event comes just
+        before that thread ends), keeping AppTest's own timeout and its message."""
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import local_script_runner
+
+    if getattr(manifest_scanner.scan_component_manifests, "_once", False):
+        return
+    scan, scanned = manifest_scanner.scan_component_manifests, []
+
+    def scan_once(*args, **kwargs):
+        if not scanned:
+            scanned.append(scan(*args, **kwargs))
+        return list(scanned[0])
+
+    scan_once._once = True
+    manifest_scanner.scan_component_manifests = scan_once
+    poll = local_script_runner.require_widgets_deltas
+
+    def require_widgets_deltas(runner, timeout: float = 3) -> None:
+        thread = runner._script_thread
+        if thread is None:
+            return poll(runner, timeout)
+        thread.join(timeout)
+        if not runner.script_stopped():  # what AppTest's own loop does on a timeout
+            runner.request_stop()
+            runner.join()
+            raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
+
+    local_script_runner.require_widgets_deltas = require_widgets_deltas
+
 # Property tests: modest example counts (each test sets its own), no deadline on 2 shared CPU cores. Two
 # profiles, chosen by CI=true:
 #   local  new examples every run; each failure found is kept in the example database, .hypothesis/ under the
@@ -39,6 +116,15 @@ _COMMON = dict(deadline=None, print_blob=True,
 settings.register_profile("local", **_COMMON)  # Hypothesis's default database: .hypothesis/examples
 settings.register_profile("ci", derandomize=True, **_COMMON)
 settings.load_profile("ci" if CI else "local")
+LOCAL_EXAMPLES_SHARE = 4  # the local profile draws a quarter of each test's examples: `examples(n)`
+
+
+def examples(n: int) -> int:
+    """A property test's example count, @settings(max_examples=examples(100)): all n in the ci profile (the run
+    that decides a landing), a quarter of them (10 at least) in the local one, where every run draws new examples
+    and first replays the failures its database kept, so the examples add up over a newcomer's runs. Read when
+    the test module is imported, after `--hypothesis-profile` is applied."""
+    return n if settings.get_current_profile_name() == "ci" else max(10, n // LOCAL_EXAMPLES_SHARE)
 
 
 def pytest_report_header(config):
@@ -116,6 +202,7 @@ def page_app(view: str, **session_state):
     sidebar's values preset: page_app("generation", req_max_new_tokens=8).run()."""
     from streamlit.testing.v1 import AppTest
 
+    _lighter_apptest()
     at = AppTest.from_file(os.path.join(ROOT, "views", f"{view}.py"), default_timeout=600)
     for key, value in session_state.items():
         at.session_state[key] = value
@@ -195,6 +282,16 @@ def tiny_app_model(tokenizer, tmp_path_factory):
     return root, lm
 
 
+def copy_tokenizer_files(source, folder) -> None:
+    """The tokenizer's files of a converted weights cache, copied as they are beside a tiny model's weights: the
+    app reads them as it reads the real cache's (and the test run loads them once, _load_each_tokenizer_once)."""
+    import shutil
+
+    for path in source.iterdir():
+        if path.is_file() and path.name.startswith(("tokenizer", "special_tokens", "added_tokens", "chat_template")):
+            shutil.copyfile(path, folder / path.name)
+
+
 @pytest.fixture(scope="session")
 def tiny_app_gemma(tiny_app_model):
     """A tiny random-weight Gemma 3 with Gemma's real tokenizer, saved beside the tiny SmolLM2 as Gemma's
@@ -215,7 +312,7 @@ def tiny_app_gemma(tiny_app_model):
     folder = tiny_app_model[0] / GEMMA3.cache_folder
     model = tiny_gemma3(tokenizer).eval()
     model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    copy_tokenizer_files(real, folder)
     assert cache_ready(folder)
     return LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
 
@@ -286,6 +383,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("model"):
             item.add_marker(pytest.mark.model)
+
+
+@pytest.fixture(autouse=True)
+def _apptest_costs():
+    """_lighter_apptest, once a test module has imported Streamlit's AppTest (a test that imports it in its body
+    gets it from the next test on)."""
+    if "streamlit.testing.v1" in sys.modules:
+        _lighter_apptest()
 
 
 @pytest.fixture(autouse=True)

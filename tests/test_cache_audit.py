@@ -15,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
+
 from pipeline.cli import main
 from pipeline.errors import InputError
 from pipeline.prompt_cache import audit as ca
@@ -364,7 +366,7 @@ BODY = st.fixed_dictionaries({}, optional={
     "instructions": JSON, "model": JSON, "ts": JSON, "cache_control": JSON, "body": JSON})
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(BODY, JSON), min_size=1, max_size=4), st.booleans())
 def test_any_json_log_is_audited_or_refused_with_input_error(entries, as_array):
     text = json.dumps(entries) if as_array else "\n".join(json.dumps(e) for e in entries)
@@ -376,7 +378,7 @@ def test_any_json_log_is_audited_or_refused_with_input_error(entries, as_array):
     assert len(report.requests) == len(entries)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.text(max_size=200))
 def test_any_text_is_audited_or_refused_with_input_error(text):
     try:
@@ -386,7 +388,7 @@ def test_any_text_is_audited_or_refused_with_input_error(text):
 
 
 # ---- the prefix search: radix tree against the naive all-pairs loop ---------------------------------
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.lists(st.integers(0, 3), min_size=1, max_size=12), st.integers(0, 50)),
                 min_size=1, max_size=12), st.integers(1, 60))
 def test_radix_tree_finds_the_longest_live_shared_prefix(requests, ttl):

@@ -10,6 +10,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from conftest import examples
+
 from pipeline import maths
 from pipeline.errors import InputError
 from pipeline.model.dims import kv_bytes_formula
@@ -51,7 +53,7 @@ def accepts_or_names(fields, fn, *args, **kwargs):
 
 
 # ---- logits and draws ---------------------------------------------------------------------------
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(x=ARRAYS, axis=st.integers(-4, 4))
 @example(x=np.zeros((0, 0, 0)), axis=-1)  # ValueError: zero-size array to reduction operation maximum
 @example(x=np.zeros((1, 0)), axis=-1)
@@ -64,7 +66,7 @@ def test_softmax_accepts_or_names_the_logits(x, axis):
         assert np.all((p >= 0) & (p <= 1))
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(x=ARRAYS, k=COUNTS)
 @example(x=np.float64(0.0), k=2**63)  # AxisError
 @example(x=np.zeros((2, 1)), k=2)  # ValueError: all keys need to be the same shape
@@ -76,7 +78,7 @@ def test_top_indices_accepts_or_names_its_input(x, k):
         assert len(idx) == min(k, np.size(x)) and len(set(idx.tolist())) == len(idx)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(logits=ARRAYS, options=OPTIONS, temperature=NUMBERS)
 @example(logits=np.array([]), options=GenerationOptions(top_k=5, top_p=0.5, min_p=1.0), temperature=1.0)  # ValueError
 @example(logits=np.float64(0.0), options=GenerationOptions(top_p=0.5), temperature=0.0)  # IndexError
@@ -89,7 +91,7 @@ def test_filters_accept_or_name_the_logits(logits, options, temperature):
             assert math.isclose(float(out.sum()), 1.0, rel_tol=1e-9)
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(probs=ARRAYS, n=COUNTS, size=COUNTS)
 @example(probs=np.array([]), n=10, size=3)  # IndexError: index -1 is out of bounds
 @example(probs=np.zeros((0, 3)), n=6810, size=3)
@@ -105,7 +107,7 @@ def test_draw_and_empirical_accept_or_name_their_input(probs, n, size):
     accepts_or_names({"draws", "size"}, nt.empirical, probs, size)  # floats are not token ids
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(step_logits=ARRAYS, ids=st.lists(COUNTS, max_size=4))
 @example(step_logits=np.zeros((0, 0, 5)), ids=[0, 3421])  # IndexError
 @example(step_logits=np.zeros((5, 0)), ids=[-1, -2])  # ValueError
@@ -115,7 +117,7 @@ def test_answer_confidence_accepts_or_names_its_input(step_logits, ids):
 
 
 # ---- token ids and text -------------------------------------------------------------------------
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(ids=st.lists(st.one_of(st.integers(-5, V + 5), st.sampled_from([2**63, -(2**63) - 1, 10**30, 1.5, None])),
                     min_size=1, max_size=5))
 @example(ids=[V])  # convert_ids_to_tokens gives None: AttributeError/TypeError further on
@@ -129,7 +131,7 @@ def test_token_names_accept_or_name_the_ids(tokenizer, ids):
     accepts_or_names({"token_ids"}, continuation_label, tokenizer, [], ids[0])
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(text=TEXTS)
 @example(text="\ud800")  # TypeError inside the tokenizer
 @example(text="tomato \udfff")
@@ -144,7 +146,7 @@ def test_encode_and_the_embedding_helpers_accept_or_name_the_text(tokenizer, tex
     accepts_or_names({"words"}, es.parse_words, text)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(table=ARRAYS, vectors=ARRAYS)
 @example(table=np.zeros((0, 3)), vectors=np.zeros(3))  # word_vector: IndexError; pca_2d: LinAlgError
 @example(table=np.array([np.nan, 1.0]), vectors=np.zeros((3, 1, 1)))  # pca_2d: ValueError (broadcast)
@@ -166,7 +168,7 @@ def _the_most_that_fit(f):
     assert f.free_bytes <= f.gpu_bytes - f.weights_bytes
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(gpu_gib=NUMBERS, tokens=COUNTS, kv=NUMBERS, weight=NUMBERS, reserve=NUMBERS)
 @example(gpu_gib=float("nan"), tokens=4096, kv=2, weight=2, reserve=0.0)  # ValueError: NaN to integer
 @example(gpu_gib=5.4e16, tokens=0, kv=2, weight=1e308, reserve=0.0)  # OverflowError
@@ -180,7 +182,7 @@ def test_fit_accepts_or_names_its_input(gpu_gib, tokens, kv, weight, reserve):
         assert f.gpu_bytes == round(gpu_gib * 2**30)  # GiB: 2^30 bytes
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(fields=st.fixed_dictionaries({k: COUNTS for k in ("layers", "heads", "kv_heads", "head_dim", "context",
                                                          "sliding_layers", "sliding_window")}), params_b=NUMBERS)
 @example(fields=dict(layers=49_152, heads=1, kv_heads=3669, head_dim=2**63, context=-1, sliding_layers=10,
@@ -191,7 +193,7 @@ def test_model_shape_accepts_or_names_its_field(fields, params_b):
         _the_most_that_fit(fit(m, 80, 4096, 2, 2))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(n=NUMBERS, binary=st.booleans())
 @example(n=float("nan"), binary=False)
 @example(n=float("inf"), binary=True)
@@ -201,7 +203,7 @@ def test_human_bytes_accepts_or_names_the_number(n, binary):
     assert text is None or text.split()[-1].endswith("B")
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(values=st.tuples(COUNTS, COUNTS, COUNTS, COUNTS), bpv=NUMBERS)
 @example(values=(2266358, 3449, -10**30, 10**30), bpv=2.7e282)  # OverflowError: float infinity to integer
 @example(values=(1, 1, 1, 1), bpv=float("nan"))  # ValueError: NaN to integer
@@ -212,7 +214,7 @@ def test_kv_bytes_formula_accepts_or_names_its_input(values, bpv):
         assert out == pytest.approx(float(2 * math.prod(values)) * bpv, rel=1e-9, abs=1)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(prompt=st.one_of(COUNTS, NUMBERS), new=st.one_of(COUNTS, NUMBERS))
 @example(prompt=float("nan"), new=64)  # a NaN cost poisons the queue's ordering
 @example(prompt=34, new=10**30)
@@ -222,7 +224,7 @@ def test_cost_of_accepts_or_names_its_input(prompt, new):
         assert isinstance(cost, int) and cost == prompt + DECODE_STEP_COST * new
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(head_dim=COUNTS, base=NUMBERS)
 @example(head_dim=64, base=float("nan"))
 @example(head_dim=10**12, base=100_000.0)  # MemoryError
@@ -232,7 +234,7 @@ def test_inv_freq_accepts_or_names_its_input(head_dim, base):
     assert f is None or (len(f) == head_dim // 2 and np.isfinite(f).all())
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(a=st.lists(NUMBERS, max_size=4), b=st.lists(NUMBERS, max_size=4))
 @example(a=[], b=[])  # ValueError: min() arg is an empty sequence
 @example(a=[0.0, 0.0], b=[0.1, 0.2])  # ZeroDivisionError in the verdict
@@ -259,7 +261,7 @@ def test_check_prices_names_the_prices(prices):
     assert check_prices(default_prices())
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(seqs=st.lists(st.lists(st.one_of(st.integers(0, 100), st.integers()), max_size=4), max_size=3), block=COUNTS)
 @example(seqs=[], block=0)  # batch_tensors/padding_share: ValueError (max of nothing); chain_hashes: range step 0
 @example(seqs=[[8254, 0], [10**30, 0]], block=1)  # batch_tensors: ValueError (overflow when unpacking long long)
@@ -273,7 +275,7 @@ def test_batches_and_blocks_accept_or_name_their_input(seqs, block):
     accepts_or_names({"block_size"}, chain_hashes, [1, 2, 3], block)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(name=st.one_of(st.sampled_from(["o200k_base", "cl100k_base", "llama3"]), TEXTS), text=TEXTS,
        ids=st.lists(st.integers(-3, 300_000), max_size=4))
 @example(name="o200k_base", text="a\udfffb", ids=[])  # TypeError: encode_ordinary(): incompatible arguments
@@ -289,7 +291,7 @@ def test_other_tokenizers_accept_or_name_their_input(name, text, ids):
         assert quicktok.get_encoding(r.name).decode(r.ids) == text and len(r.pieces) == len(r.ids), r.name
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(x=ARRAYS, positions=st.lists(st.one_of(st.integers(-3, 3), st.integers()), max_size=4), base=NUMBERS)
 @example(x=np.float64(-1.7e308), positions=[351], base=10_000.0)  # IndexError: tuple index out of range
 @example(x=np.zeros((2, 4)), positions=[0, -3742, 5], base=10_000.0)  # ValueError: broadcast
@@ -305,7 +307,7 @@ def test_rope_accepts_or_names_its_input(x, positions, base):
     accepts_or_names(fields, score_by_distance, x, np.ones(4), positions, base)
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(a=ARRAYS, b=ARRAYS, head=COUNTS, positions=st.lists(COUNTS, max_size=4))
 @example(a=np.zeros(1), b=np.float64(0.0), head=0, positions=[0])  # IndexError: tuple index out of range
 @example(a=np.zeros((0, 2, 3)), b=np.zeros((0, 3)), head=252, positions=[134])  # ZeroDivisionError

@@ -6,6 +6,7 @@ not the other way). And every page's module-level imports load without torch, so
 draw a stored run before the network (and torch) has loaded.
 """
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -56,14 +57,15 @@ def reaches(imported: str, target: str) -> bool:
     return imported == target or imported.startswith(target + ".")
 
 
-def violations() -> set[tuple[str, str]]:
+@functools.cache  # the source tree does not change during a test run: one scan for every test of this file
+def violations() -> frozenset[tuple[str, str]]:
     found = set()
     for under, target, _ in RULES:
         for path in sorted((ROOT / under).rglob("*.py")):
             for imported in imported_modules(path):
                 if reaches(imported, target):
                     found.add((str(path.relative_to(ROOT)), target))
-    return found
+    return frozenset(found)
 
 
 def test_the_scan_sees_relative_and_function_level_imports(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ import html
 from hypothesis import example, given, settings, strategies as st
 from markdown_it import MarkdownIt
 
+from conftest import examples
 from tests.markdown_links import foreign_links, links, shown
 from ui.escape import code_span, markdown_text
 
@@ -39,7 +40,7 @@ def test_code_span_line_breaks_do_not_end_it():
     assert code_span("a`b") == "`` a`b ``"
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.text(alphabet=st.sampled_from(list("[]()<>!:/.@`*_\\#-=|~$&; \n\tahtpswwexmio")), max_size=60))
 @example(PHISH)
 @example("x\n\n[click](http://evil.example)")
@@ -48,7 +49,7 @@ def test_no_text_becomes_a_link(text):
     assert not links(code_span(text))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.text(alphabet=st.sampled_from(list("[]()<>!:/.@`*_\\#-+=|~$&;1 ahtpswwexmio🍅토")), max_size=60))
 @example("1. [x](http://e.com)")
 @example("# &amp; $x$ ~~y~~")

@@ -9,7 +9,7 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, app_pages, make_tiny_lm, page_app
+from conftest import ROOT, app_pages, copy_tokenizer_files, make_tiny_lm, page_app
 
 GEMMA = "gemma-3-270m"
 PAGES = app_pages()  # every page of app.py's PAGES, by file name
@@ -40,7 +40,7 @@ def tiny_gemma_cache(tmp_path_factory):
     folder = root / GEMMA3.cache_folder
     model = tiny_gemma3(tokenizer).eval()
     model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    copy_tokenizer_files(real, folder)
     assert cache_ready(folder)
     gemma = LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
     smol_files = weights_cache_dir(SMOLLM2)

@@ -11,6 +11,8 @@ import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
+
 from pipeline.errors import InputError
 from pipeline.prompt_cache.engine import (HIT, MISS, NOT_CACHEABLE, RECOMPUTED, ROOT_KEY, PrefixCache,
                                           PrefixCacheConfig, chain_hashes)
@@ -54,7 +56,7 @@ def field_of(err: InputError, fields) -> bool:
 
 
 # ---- requests and options ---------------------------------------------------------------------
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.fixed_dictionaries({}, optional={f: ANYTHING for f in OPTION_FIELDS}))
 @example({"temperature": 10**400})
 @example({"top_p": 10**400})
@@ -75,7 +77,7 @@ MESSAGE = st.one_of(st.tuples(st.sampled_from(ROLES + ("robot", "")), st.one_of(
                     st.lists(VALID_TEXT, max_size=3), SCALARS)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(messages=st.one_of(ANYTHING, st.lists(MESSAGE, max_size=5), st.tuples(MESSAGE, MESSAGE)),
        options=st.one_of(st.just(GenerationOptions()), ANYTHING))
 def test_chat_request_accepts_or_raises_input_error(messages, options):
@@ -90,7 +92,7 @@ def test_chat_request_accepts_or_raises_input_error(messages, options):
         content.encode("utf-8")  # no lone surrogates got through
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(question=ANY_TEXT, system=st.one_of(st.none(), ANY_TEXT))
 def test_from_question_accepts_or_raises_input_error(question, system):
     try:
@@ -105,7 +107,7 @@ ROLE_LINE = st.tuples(st.sampled_from(ROLES + ("User", " ASSISTANT ", "bob", "")
                       ANY_TEXT).map("".join)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(lines=st.lists(st.one_of(ROLE_LINE, ANY_TEXT), max_size=6), first_role=st.sampled_from([None, "user"]),
        roles=st.sampled_from([ROLES, ("user", "assistant")]))
 def test_parse_turns_accepts_or_raises_input_error(lines, first_role, roles):
@@ -121,7 +123,7 @@ def test_parse_turns_accepts_or_raises_input_error(lines, first_role, roles):
         content.encode("utf-8")
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.one_of(ANY_TEXT, st.binary(max_size=20), SCALARS), st.integers(0, 30))
 def test_check_text_accepts_or_raises_input_error(value, limit):
     try:
@@ -144,7 +146,7 @@ CONTENT = st.text(st.characters(exclude_categories=("Cs",), exclude_characters=U
 TURNS = st.lists(st.tuples(st.sampled_from(ROLES), CONTENT), max_size=4)
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(turns=TURNS, question=CONTENT.filter(lambda q: q.strip()))
 def test_segments_rebuild_the_prompt_and_contents_never_become_control_tokens(tokenizer, turns, question):
     request = ChatRequest(tuple(turns) + (("user", question),))
@@ -161,7 +163,7 @@ def test_segments_rebuild_the_prompt_and_contents_never_become_control_tokens(to
 
 
 # ---- sampling --------------------------------------------------------------------------------
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(logits=LOGITS, options=VALID_OPTIONS)
 @example(logits=[0.0, 4.2e-118], options=GenerationOptions(temperature=1.0, top_p=0.5))  # a tie in float64
 def test_filter_stages_give_finite_distributions_led_by_the_best_logit(logits, options):
@@ -180,7 +182,7 @@ def test_filter_stages_give_finite_distributions_led_by_the_best_logit(logits, o
         assert (p[np.isneginf(x)] == 0).all()  # masked tokens never come back
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(logits=LOGITS, temperature=st.one_of(st.just(0.0), st.floats(MIN_TEMPERATURE, 1e300)))
 def test_tempered_is_a_distribution_for_any_temperature(logits, temperature):
     x = np.array(logits)
@@ -191,7 +193,7 @@ def test_tempered_is_a_distribution_for_any_temperature(logits, temperature):
         assert p[int(np.argmax(x))] == 1.0
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(size=st.integers(1, 40), ids=st.lists(st.one_of(st.integers(-5, 45), st.integers(), EXTREMES), max_size=8))
 @example(size=3, ids=[()])  # numpy read [()] as no id at all
 @example(size=3, ids=[1.5])
@@ -219,7 +221,7 @@ def readable(s: str) -> bool:
     return not any(unicodedata.category(ch) in FORBIDDEN_CATEGORIES for ch in s)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(ANY_TEXT)
 def test_piece_bytes_and_render_never_fail(piece):
     raw = piece_bytes(piece)
@@ -227,7 +229,7 @@ def test_piece_bytes_and_render_never_fail(piece):
     assert readable(render_bytes(raw)) and readable(piece_text(piece)) and readable(render_text(piece))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.binary(max_size=24))
 def test_render_bytes_of_any_bytes_is_readable(raw):
     shown = render_bytes(raw)
@@ -240,7 +242,7 @@ def test_render_bytes_of_any_bytes_is_readable(raw):
         assert shown == render_text(text)
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(st.lists(st.integers(0, 49_151), min_size=1, max_size=20))
 def test_token_text_of_any_id_is_readable(tokenizer, ids):
     special = set(tokenizer.all_special_ids)
@@ -250,7 +252,7 @@ def test_token_text_of_any_id_is_readable(tokenizer, ids):
         assert isinstance(text, str) and (i in special or readable(text))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(ANY_TEXT)
 def test_escaping_never_leaves_markup(text):
     for escaped in (html_text(text), plotly_label(text)):
@@ -265,7 +267,7 @@ def test_escaping_never_leaves_markup(text):
 
 
 # ---- prefix cache ---------------------------------------------------------------------------------
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(ids=st.lists(st.integers(0, 5), max_size=40), bs=st.integers(1, 8), data=st.data())
 def test_chain_hashes_cover_every_token_before(ids, bs, data):
     keys = chain_hashes(ids, bs)
@@ -302,7 +304,7 @@ REQUEST_IDS = st.tuples(st.integers(1, 48), st.lists(st.integers(2000, 2003), ma
     lambda t: BASE[:t[0]] + t[1])
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(requests=st.lists(REQUEST_IDS, min_size=1, max_size=4), bs=st.sampled_from([1, 2, 4, 8]))
 def test_prefix_cache_reuses_exactly_the_shared_full_blocks(tiny_lm, requests, bs):
     cache = PrefixCache(PrefixCacheConfig(block_size=bs), clock=FixedClock())
@@ -324,7 +326,7 @@ def test_prefix_cache_reuses_exactly_the_shared_full_blocks(tiny_lm, requests, b
         assert len(cache.blocks) == len({tuple(h[:k * bs]) for h in history for k in range(1, len(h) // bs + 1)})
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(requests=st.lists(REQUEST_IDS, min_size=1, max_size=6), budget_blocks=st.integers(1, 6))
 def test_prefix_cache_stays_within_budget_and_never_orphans_a_block(tiny_lm, requests, budget_blocks):
     one_block = tiny_lm.dims.kv_bytes(4)
@@ -341,7 +343,7 @@ def test_prompt_longer_than_the_window_is_an_input_error(tokenizer):
 
     small = make_tiny_lm(tokenizer, max_position_embeddings=16)
 
-    @settings(max_examples=20)
+    @settings(max_examples=examples(20))
     @given(n=st.integers(0, 40))
     def check(n):
         ids = list(range(100, 100 + n))
@@ -356,7 +358,7 @@ def test_prompt_longer_than_the_window_is_an_input_error(tokenizer):
 
 
 # ---- streaming --------------------------------------------------------------------------------
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(ids=st.lists(st.integers(0, 49_151), max_size=24))
 @example(ids=[])
 @example(ids=[111])  # ended inside a character: that character is held back, never sent as U+FFFD
@@ -375,7 +377,7 @@ def test_streamed_deltas_concatenate_to_the_tokenizers_decode(tokenizer, ids):
 STOP_ALPHABET = st.text(st.sampled_from("ab ,.토🍅"), max_size=30)
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(text=STOP_ALPHABET, stop=st.lists(st.text(st.sampled_from("ab ,.토🍅"), min_size=1, max_size=6), max_size=3))
 @example(text="a🍅a", stop=["🍅", "a🍅a"])
 def test_stop_strings_cut_at_the_first_occurrence_and_nothing_is_taken_back(tokenizer, text, stop):

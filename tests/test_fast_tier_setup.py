@@ -1,0 +1,41 @@
+"""What tests/conftest.py does to keep the fast tier fast, checked not to change what a test sees: a tokenizer is
+loaded once per content of its files (and again once they change), and AppTest still times out a page."""
+import pytest
+
+
+def save_word_tokenizer(folder, vocab: dict[str, int]) -> None:
+    """A three-word tokenizer.json (the tokenizers library's own format) with a plain fast-tokenizer config."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    folder.mkdir(exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    config = '{"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]"}'
+    (folder / "tokenizer_config.json").write_text(config)
+
+
+def test_a_tokenizer_is_loaded_once_per_content_of_its_files_and_again_when_they_change(tmp_path):
+    from pipeline.model import weights_cache
+
+    save_word_tokenizer(tmp_path / "a", {"[UNK]": 0, "hi": 1, "there": 2})
+    save_word_tokenizer(tmp_path / "b", {"[UNK]": 0, "hi": 1, "there": 2})
+    a = weights_cache.load_tokenizer(tmp_path / "a")
+    assert weights_cache.load_tokenizer(tmp_path / "b") is a  # the same files elsewhere: the tokenizer loaded
+    save_word_tokenizer(tmp_path / "b", {"[UNK]": 0, "hi": 2, "there": 1})  # the files changed: loaded again
+    b = weights_cache.load_tokenizer(tmp_path / "b")
+    assert b is not a and b.encode("hi there") == [2, 1] and a.encode("hi there") == [1, 2]
+
+
+def test_apptest_still_stops_a_page_that_runs_past_its_timeout(tmp_path):
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import _lighter_apptest
+
+    _lighter_apptest()
+    page = tmp_path / "slow.py"
+    page.write_text("import time\nimport streamlit as st\nst.write('started')\ntime.sleep(0.5)\nst.write('done')\n")
+    with pytest.raises(RuntimeError, match=r"timed out after 0\.1"):
+        AppTest.from_file(str(page), default_timeout=0.1).run()
+    at = AppTest.from_file(str(page), default_timeout=30).run()  # in time: the page as it ran
+    assert [m.value for m in at.markdown] == ["started", "done"]
