@@ -11,6 +11,12 @@ from urllib.parse import urlparse
 
 from markdown_it import MarkdownIt
 
+# texts that are links when shown raw (the Markdown tests and the real renderer's test in test_browser_links.py)
+PHISH = "[Session expired: log in again](http://evil.example/login)"
+HOSTILE = [PHISH, "![x](http://evil.example/p.png)", "<http://evil.example>", "http://evil.example/login",
+           "see www.evil.example now", "mail admin@evil.example", "[a][r]\n\n[r]: http://evil.example",
+           "x\n\n[click](http://evil.example)", "<a href='http://evil.example'>hi</a>", "HTTPS://EVIL.EXAMPLE"]
+
 _MD = MarkdownIt("commonmark").enable(["table", "strikethrough"])
 # mdast-util-gfm-autolink-literal's two expressions (lib/index.js)
 _BARE_URL = re.compile(r"(https?://|www(?=\.))([-.\w]+)([^ \t\r\n]*)", re.IGNORECASE)

@@ -34,7 +34,7 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
 import streamlit as st
-from tests.test_markdown_safety import HOSTILE
+from tests.markdown_links import HOSTILE
 from ui.escape import code_span, markdown_text
 for i, text in enumerate(HOSTILE):
     st.warning(f"raw {{i}}: " + text)
@@ -52,7 +52,7 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
     from browser_kit import ROOT, free_port, wait_healthy
     from playwright.sync_api import sync_playwright
 
-    from tests.test_markdown_safety import HOSTILE
+    from tests.markdown_links import HOSTILE
 
     script = tmp_path / "hostile.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))
@@ -77,6 +77,7 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    assert found, "the script drew no box: it failed (its error is on the screenshot hostile_markdown.png)"
     for i in range(len(HOSTILE)):
         assert found.get(f"escaped {i}") == 0 and found.get(f"code {i}") == 0, (i, HOSTILE[i], found)
     linked_raw = [HOSTILE[i] for i in range(len(HOSTILE)) if found.get(f"raw {i}")]

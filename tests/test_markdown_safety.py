@@ -6,13 +6,9 @@ from hypothesis import example, given, settings, strategies as st
 from markdown_it import MarkdownIt
 
 from conftest import examples
-from tests.markdown_links import foreign_links, links, shown
+from tests.markdown_links import HOSTILE, PHISH, foreign_links, links, shown
 from ui.escape import code_span, markdown_text
 
-PHISH = "[Session expired: log in again](http://evil.example/login)"
-HOSTILE = [PHISH, "![x](http://evil.example/p.png)", "<http://evil.example>", "http://evil.example/login",
-           "see www.evil.example now", "mail admin@evil.example", "[a][r]\n\n[r]: http://evil.example",
-           "x\n\n[click](http://evil.example)", "<a href='http://evil.example'>hi</a>", "HTTPS://EVIL.EXAMPLE"]
 
 
 def test_the_renderer_model_finds_every_kind_of_link():
