@@ -1,6 +1,9 @@
 """A plain batched decode: B prompts left-padded into one prefill pass, then one pass per step for all
 of them, greedy (the measured sweep and the determinism check share it; nothing is recorded but what
 they need). Row b's positions continue from its own length; padding is masked out of attention.
+Not the queue's BatchDecoder on purpose: a measurement needs every row to run the same fixed number of steps
+(no end token, no stop strings, no stream), one padded prefill for all rows, and row 0 teacher-forced for the
+determinism check; BatchDecoder serves answers, each to its own end.
 
     rows = decode_rows(lm, [ids_a, ids_b], steps=8)   # rows.tokens (B, S), rows.step_seconds (S,)
 """
