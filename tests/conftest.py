@@ -259,9 +259,12 @@ def tiny_lm(tokenizer):
     return make_tiny_lm(tokenizer)
 
 
-# SmolLM2-135M-Instruct's layout (30 layers, 9 heads, 3 KV heads, its vocabulary) at a tiny width (head_dim 8):
-# the pages draw the same layers, heads and token ids as with the real model, from random weights.
-TINY_APP_LAYOUT = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=72,
+# SmolLM2-135M-Instruct's heads (9 heads, 3 KV heads) and vocabulary at a tiny width (head_dim 8) and depth: the pages
+# draw the same heads and token ids as with the real model, from random weights, over 4 layers instead of 30 (every
+# layer is a dozen module calls per pass whatever its width: 30 of them were a fifth of the fast tier's time). Seed 3:
+# greedy decoding of the default question never meets a near-tie (top-2 logit gap >= 0.02; seed 1's was 4e-4, so an
+# answer decoded by another path than Hugging Face's could part from it on float rounding alone).
+TINY_APP_LAYOUT = dict(num_hidden_layers=4, num_attention_heads=9, num_key_value_heads=3, hidden_size=72,
                        intermediate_size=144, tie_word_embeddings=True)
 
 
@@ -272,7 +275,7 @@ def tiny_app_model(tokenizer, tmp_path_factory):
     pointed at that root reads its config and tokenizer files unchanged."""
     from pipeline.model.weights_cache import DEFAULT_MODEL_NAME, cache_ready, weights_cache_dir
 
-    lm = make_tiny_lm(tokenizer, seed=1, **TINY_APP_LAYOUT)
+    lm = make_tiny_lm(tokenizer, seed=3, **TINY_APP_LAYOUT)
     lm.name = DEFAULT_MODEL_NAME  # what the app calls the model of its weights cache
     root = tmp_path_factory.mktemp("tiny-cache")
     folder = root / weights_cache_dir().name

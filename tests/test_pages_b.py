@@ -120,14 +120,15 @@ def test_attention_page(tiny_app):
     for key in ("at_overview", "at_heatmap", "at_row_chart"):
         chart(at, key)
     assert "grouped-query" in text_of(at)
-    at.slider(key="at_layer").set_value(7).run()
+    last = tiny_app.dims.L - 1
+    at.slider(key="at_layer").set_value(last).run()
     at.selectbox(key="at_head").set_value(4).run()
     assert not at.exception
-    assert "layer 7, head 4" in str(chart(at, "at_heatmap").proto)
+    assert f"layer {last}, head 4" in str(chart(at, "at_heatmap").proto)
     ids = prompt_ids(tiny_app)
     weights = chart_data(chart(at, "at_heatmap"))[0]["customdata"]  # the short prompt: the whole T x T grid
     np.testing.assert_allclose(np.asarray(weights, dtype=float),
-                               hf_forward(tiny_app, ids).attentions[7][0, 4].numpy(), atol=1e-5)
+                               hf_forward(tiny_app, ids).attentions[last][0, 4].numpy(), atol=1e-5)
     assert "KV head 1" in text_of(at)
     at.selectbox(key="at_row").set_value(3).run()
     assert not at.exception
@@ -268,10 +269,11 @@ def test_attention_page_long_prompt_shows_a_window(long_trace):
     row = chart_arrays(at, "at_row_chart")["0.y"]  # the last token's row: first tokens, summed column, window
     assert row.size == C and np.isfinite(row).all()
     np.testing.assert_allclose(row.sum(), 1, atol=1e-3)
-    at.slider(key="at_layer").set_value(12).run()
+    other = (layer + 1) % long_trace.dims.L
+    at.slider(key="at_layer").set_value(other).run()
     at.selectbox(key="at_row").set_value(T - 100).run()
     assert not at.exception
-    assert f"layer 12, head {head}" in str(chart(at, "at_heatmap").proto)  # the head stays when the layer moves
+    assert f"layer {other}, head {head}" in str(chart(at, "at_heatmap").proto)  # the head stays when the layer moves
     row = chart_arrays(at, "at_row_chart")["0.y"]  # row T - 100: keys up to and including itself
     assert row.size == sinks + 1 + (T - 100 - start + 1)
     np.testing.assert_allclose(row.sum(), 1, atol=1e-3)
