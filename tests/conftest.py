@@ -66,15 +66,18 @@ _load_each_tokenizer_once()
 
 
 def _lighter_apptest() -> None:
-    """Two costs of Streamlit's AppTest that have nothing to do with the page under test, cut once streamlit.testing
-    is imported (the behaviour of a run is the same):
+    """Three costs of Streamlit's AppTest that have nothing to do with the page under test, cut once
+    streamlit.testing is imported (the behaviour of a run is the same):
       - every AppTest scans the metadata of every installed package for Streamlit components (~0.2-0.5 s each, ~280
         runs a fast-tier run): the installed packages do not change during a test run, so the scan runs once;
       - the test thread waits for the script thread in a 1 ms sleep loop (~80,000 wake-ups, each taking the GIL
         from the page's own work): it joins the script thread instead (the runner's SHUTDOWN event comes just
-        before that thread ends), keeping AppTest's own timeout and its message."""
+        before that thread ends), keeping AppTest's own timeout and its message;
+      - every run of every AppTest starts a new script cache, so each page file was read, rewritten for
+        Streamlit's "magic" and compiled again at every click (~6 % of the fast tier's CPU): the compiled code is
+        kept for the run, per file and per version of it (path, modification time, size)."""
     from streamlit.components.v2 import manifest_scanner
-    from streamlit.testing.v1 import local_script_runner
+    from streamlit.testing.v1 import app_test, local_script_runner
 
     if getattr(manifest_scanner.scan_component_manifests, "_once", False):
         return
@@ -100,6 +103,26 @@ def _lighter_apptest() -> None:
             raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
 
     local_script_runner.require_widgets_deltas = require_widgets_deltas
+    app_test.ScriptCache = local_script_runner.ScriptCache = _script_cache_for_the_run()
+
+
+def _script_cache_for_the_run():
+    """A ScriptCache class whose instances share the code they compiled, keyed by the file's version."""
+    from streamlit import config
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+
+    compiled: dict[tuple, object] = {}
+
+    class RunScriptCache(ScriptCache):
+        def get_bytecode(self, script_path: str):
+            path = os.path.abspath(script_path)
+            stat = os.stat(path)
+            key = (path, stat.st_mtime_ns, stat.st_size, config.get_option("runner.magicEnabled"))
+            if key not in compiled:
+                compiled[key] = super().get_bytecode(path)
+            return compiled[key]
+
+    return RunScriptCache
 
 # Property tests: modest example counts (each test sets its own), no deadline on 2 shared CPU cores. Two
 # profiles, chosen by CI=true:

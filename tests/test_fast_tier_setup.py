@@ -1,5 +1,8 @@
 """What tests/conftest.py does to keep the fast tier fast, checked not to change what a test sees: a tokenizer is
-loaded once per content of its files (and again once they change), and AppTest still times out a page."""
+loaded once per content of its files (and again once they change), AppTest still times out a page, and a page is
+compiled again when its file changes."""
+import builtins
+
 import pytest
 
 
@@ -39,3 +42,24 @@ def test_apptest_still_stops_a_page_that_runs_past_its_timeout(tmp_path):
         AppTest.from_file(str(page), default_timeout=0.1).run()
     at = AppTest.from_file(str(page), default_timeout=30).run()  # in time: the page as it ran
     assert [m.value for m in at.markdown] == ["started", "done"]
+
+
+def test_apptest_compiles_a_page_once_per_version_of_its_file(tmp_path, monkeypatch):
+    from streamlit.runtime.scriptrunner import script_cache
+    from streamlit.testing.v1 import AppTest
+
+    from conftest import _lighter_apptest
+
+    _lighter_apptest()
+    compiles = []
+    monkeypatch.setattr(script_cache, "compile", raising=False,  # the module calls the builtin by name
+                        value=lambda *a, **k: compiles.append(a[1]) or builtins.compile(*a, **k))
+    page = tmp_path / "counter.py"
+    page.write_text("import streamlit as st\nst.write('one')\nst.button('again', key='again')\n")
+    at = AppTest.from_file(str(page)).run()
+    at.button(key="again").click().run()
+    AppTest.from_file(str(page)).run()  # a second AppTest of the same file
+    assert compiles == [str(page)]  # three runs, one compile
+    page.write_text("import streamlit as st\nst.write('two, a longer page')\n")  # the file changed: compiled again
+    assert [m.value for m in AppTest.from_file(str(page)).run().markdown] == ["two, a longer page"]
+    assert compiles == [str(page)] * 2
