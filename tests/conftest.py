@@ -25,6 +25,22 @@ if ROOT not in sys.path:
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 
 
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist (`./run.sh fast`, `./run.sh test`), each worker's torch and the processes its tests start get
+    their share of the cores, not all of them: two workers each running two math threads on two cores spin against
+    each other. Set before torch is imported (the workers import this file first)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, threads)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+_share_the_cores_between_workers()
+
+
 def _load_each_tokenizer_once() -> None:
     """One load per tokenizer in a test run: pipeline.model.weights_cache.load_tokenizer, wrapped so that the same
     files (by content) and model give the tokenizer already loaded. Every page test clears Streamlit's caches or
