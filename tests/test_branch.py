@@ -8,6 +8,8 @@ from pipeline.stages.branch import branch_decode
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.trace import branch_trace, log_probability, run_trace
 
+from cli_kit import run_cli
+
 pytestmark = pytest.mark.model
 
 
@@ -83,17 +85,13 @@ def test_bad_branch_points_are_refused(lm, run):
 
 def test_cli_force_marks_the_step(lm, tmp_path):
     import json
-    import subprocess
-    import sys
 
     out = tmp_path / "t.json"
     (tomatoes,) = lm.tokenizer.encode(" tomatoes", add_special_tokens=False)  # one token in this vocabulary
-    r = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Are tomatoes fruit?", "--max-new-tokens", "6",
-                        "--force", f"2:{tomatoes}", "--json", str(out)], capture_output=True, text=True, cwd=str(
-                            __import__("pathlib").Path(__file__).resolve().parents[1]))
-    assert r.returncode == 0, r.stderr[-500:]
+    code, _out, err = run_cli(tmp_path, "trace", "Are tomatoes fruit?", "--max-new-tokens", "6", "--force",
+                              f"2:{tomatoes}", "--json", str(out), real_weights=True)
+    assert code == 0, err[-500:]
     steps = json.loads(out.read_text())["steps"]
     assert steps[2]["token_id"] == tomatoes and steps[2]["forced"] and not steps[1]["forced"]
-    bad = subprocess.run([sys.executable, "-m", "pipeline", "trace", "x", "--force", "two:3"], capture_output=True,
-                         text=True, cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-    assert bad.returncode == 2 and "force" in bad.stderr
+    code, _out, err = run_cli(tmp_path, "trace", "x", "--force", "two:3")
+    assert code == 2 and "force" in err, err

@@ -487,6 +487,7 @@ def test_cli_bad_input_exits_2_with_the_message(tmp_path, capsys):
 
 
 def test_cli_does_not_import_torch():
+    """A subprocess: the test process has torch imported already; a fresh one shows what the CLI imports."""
     code = ("import sys; from pipeline.cli import main; "
             f"assert main(['cache-audit', {str(ca.EXAMPLES_DIR / 'support_chatbot_trap.jsonl')!r}]) == 0; "
             "assert not {'torch', 'transformers', 'streamlit'} & set(sys.modules)")

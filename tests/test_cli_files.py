@@ -19,20 +19,19 @@ from pipeline.files import STALE_AFTER_S, check_output_file, remove_stale_tempor
 from pipeline.model import weights_cache
 from pipeline.prompt_cache import audit as ca
 
+from cli_kit import run_cli
 from conftest import ROOT
 
 EXAMPLE_LOG = str(ca.EXAMPLES_DIR / "support_chatbot_trap.jsonl")
 
 
-def run_cli(tmp_path, *argv):
-    """`python -m pipeline ...` (`python -m ui report ...` for the HTML report) with a weights cache that
-    cannot be used: a run that got as far as loading the model would fail naming TPE_CACHE_DIR, so exit 2
-    naming the field proves the check came first."""
+def run_process(tmp_path, *argv):
+    """`python -m pipeline ...` in a new interpreter, with the weights cache run_cli makes unusable: for the tests
+    whose point is the process."""
     unusable = tmp_path / "not-a-folder"
     unusable.write_text("")
     env = {**os.environ, weights_cache.CACHE_ENV: str(unusable / "cache")}
-    module = "ui" if argv[:1] == ("report",) else "pipeline"
-    return subprocess.run([sys.executable, "-m", module, *argv], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "pipeline", *argv], cwd=ROOT, env=env, capture_output=True,
                           timeout=120)
 
 
@@ -51,22 +50,57 @@ BAD = [
     (["trace", "hi", "--json", ""], "json"),
     (["report", "hi", "--html", "/dev/full"], "html"),
     (["cache-audit", "/dev/zero"], "file"),  # size 0 passed the size check, then MemoryError
-    (["cache-audit", "{fifo}"], "file"),  # opening it blocked forever
     (["cache-audit", EXAMPLE_LOG, "--json", "/dev/full"], "json"),
+]
+# Reads that blocked for ever: run as processes, which the test can time out
+BLOCKING = [
+    (["cache-audit", "{fifo}"], "file"),  # opening it blocked forever
     (["trace", "hi", "--model", "{fifo_model}"], "model"),  # its config.json a FIFO: the read blocked
 ]
 
 
 @pytest.mark.parametrize("args,field", BAD, ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else v)
-def test_cli_refuses_unusable_files_and_odd_digits_before_any_work(tmp_path, fifo, args, field):
+def test_cli_refuses_unusable_files_and_odd_digits_before_any_work(tmp_path, args, field):
+    code, out, err = run_cli(tmp_path, *args)
+    assert code == 2, (code, err)
+    assert f"error: {field}: " in err and "Traceback" not in err, err
+    assert out == ""
+
+
+@pytest.mark.parametrize("args,field", BLOCKING, ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else v)
+def test_cli_refuses_fifos_before_reading_them(tmp_path, fifo, args, field):
+    """A subprocess: were the check gone, the read would block, and only a process can be timed out (and this keeps
+    `python -m pipeline` itself exiting 2 on bad input covered)."""
     fifo_model = tmp_path / "fifo-model"
     fifo_model.mkdir()
     os.mkfifo(fifo_model / "config.json")
-    proc = run_cli(tmp_path, *(a.format(fifo=fifo, fifo_model=fifo_model) for a in args))
+    proc = run_process(tmp_path, *(a.format(fifo=fifo, fifo_model=fifo_model) for a in args))
     stderr = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 2, (proc.returncode, stderr)
     assert f"error: {field}: " in stderr and "Traceback" not in stderr, stderr
     assert proc.stdout == b""
+
+
+def test_run_cli_gives_the_exit_status_and_puts_everything_back(tmp_path, monkeypatch):
+    """The in-process run (tests/cli_kit.py) as the process: argparse's own error exits 2 with its usage on stderr,
+    an uncaught exception exits 1 with a traceback; the environment (which the CLI sets a default in), cwd, streams
+    and the loader's models are as they were."""
+    from pipeline import cli
+    from pipeline.model import loader
+
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    state = lambda: (dict(os.environ), os.getcwd(), sys.stdout, sys.stderr, loader._shared, loader.load_model)  # noqa: E731
+    before = state()
+    code, out, err = run_cli(tmp_path, "trace")
+    assert (code, out) == (2, "") and "the following arguments are required: question" in err, err
+
+    def boom(_args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setitem(cli.COMMANDS, "tokens", boom)
+    code, out, err = run_cli(tmp_path, "tokens", "hi")
+    assert code == 1 and "Traceback" in err and "RuntimeError: a bug" in err, err
+    assert state() == before
 
 
 # ---- a failed write keeps the old file ------------------------------------------------------------------
@@ -120,10 +154,9 @@ def test_cli_on_a_full_disk_keeps_the_old_file_and_exits_2(tmp_path):
         precious = disk / "precious.json"
         precious.write_text('{"valid": true}')
         fill(disk)
-        proc = run_cli(tmp_path, "cache-audit", EXAMPLE_LOG, "--json", str(precious))
-        stderr = proc.stderr.decode()
-        assert proc.returncode == 2, stderr
-        assert "error: json: could not write the audit" in stderr and "Traceback" not in stderr, stderr
+        code, _out, err = run_cli(tmp_path, "cache-audit", EXAMPLE_LOG, "--json", str(precious))
+        assert code == 2, err
+        assert "error: json: could not write the audit" in err and "Traceback" not in err, err
         assert precious.read_text() == '{"valid": true}'
         assert sorted(os.listdir(disk)) == ["filler", "precious.json"]
 
@@ -154,10 +187,10 @@ def test_everything_printed_goes_through_the_escape():
 
 
 def test_cli_error_messages_show_control_characters_escaped(tmp_path):
-    proc = run_cli(tmp_path, "cache-audit", str(tmp_path / "\x1b[2J\x1b]0;pwned\x07.jsonl"))
-    assert proc.returncode == 2
-    assert b"\x1b" not in proc.stderr and b"\x07" not in proc.stderr
-    assert "\\x1b[2J\\x1b]0;pwned\\x07.jsonl does not exist" in proc.stderr.decode()
+    code, _out, err = run_cli(tmp_path, "cache-audit", str(tmp_path / "\x1b[2J\x1b]0;pwned\x07.jsonl"))
+    assert code == 2
+    assert "\x1b" not in err and "\x07" not in err
+    assert "\\x1b[2J\\x1b]0;pwned\\x07.jsonl does not exist" in err
 
 
 # ---- the disk store: what a crash left, a read-only folder -----------------------------------------------
@@ -344,10 +377,9 @@ def test_cli_with_a_model_folder_whose_weights_are_cut_short_exits_2(tmp_path):
     (folder / "config.json").write_text(json.dumps({
         "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 1000, "hidden_size": 8,
         "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1}))
-    proc = run_cli(tmp_path, "trace", "hi", "--model", str(folder))
-    stderr = proc.stderr.decode()
-    assert proc.returncode == 2, stderr
-    assert "error: model: " in stderr and "SafetensorError" in stderr and "Traceback" not in stderr, stderr
+    code, _out, err = run_cli(tmp_path, "trace", "hi", "--model", str(folder))
+    assert code == 2, err
+    assert "error: model: " in err and "SafetensorError" in err and "Traceback" not in err, err
 
 
 def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_path, monkeypatch, tiny_app):
@@ -388,7 +420,8 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
 
 @pytest.mark.model
 def test_trace_prints_control_characters_from_the_question_escaped(tmp_path):
-    """The question reaches the terminal in the request, the template and the tokens: never raw."""
+    """The question reaches the terminal in the request, the template and the tokens: never raw. A subprocess: the
+    real streams, which a handler holding the original stderr (transformers' logging) would write to unfiltered."""
     out = tmp_path / "trace.json"
     proc = subprocess.run([sys.executable, "-m", "pipeline", "trace", "\x1b[2J\x1b]0;pwned\x07 hi", "--max-new-tokens",
                            "2", "--json", str(out)], cwd=ROOT, capture_output=True, timeout=600)
@@ -406,7 +439,8 @@ def test_write_atomic_text_writes_a_lone_surrogate_as_a_json_escape(tmp_path):
 
 
 def test_a_reader_that_goes_away_ends_the_cli_quietly(tmp_path):
-    """`python -m pipeline cache-audit LOG | head -1`: the pipe closes; no BrokenPipeError traceback."""
+    """`python -m pipeline cache-audit LOG | head -1`: the pipe closes; no BrokenPipeError traceback. A subprocess:
+    the point is its own stdout, a pipe whose reader has gone."""
     read, write = os.pipe()
     os.close(read)  # the reader is gone before anything is written
     try:

@@ -1,7 +1,5 @@
 """Invariants of the pipeline core, checked on the real model against references outside our code."""
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -21,7 +19,7 @@ from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 from pipeline.trace import run_trace
 
-from conftest import ROOT
+from cli_kit import run_cli
 
 pytestmark = pytest.mark.model
 
@@ -247,17 +245,16 @@ def test_odd_unicode_and_control_characters_run(lm):
     assert all("\x00" not in t.text and "\x07" not in t.text for t in trace.tokens)
 
 
-def test_cli_trace_writes_json(tmp_path):
+def test_cli_trace_writes_json(tmp_path, lm):
     out = tmp_path / "trace.json"
-    proc = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Are tomatoes fruit?", "--max-new-tokens", "3",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
-    assert "== 6. Decode" in proc.stdout
+    code, printed, err = run_cli(tmp_path, "trace", "Are tomatoes fruit?", "--max-new-tokens", "3", "--json", str(out),
+                                 real_weights=True)  # the model this run loaded (lm), as the process would load it
+    assert code == 0, err
+    assert "== 6. Decode" in printed
     j = json.loads(out.read_text())
     assert len(j["generated_token_ids"]) == 3 and j["finish_reason"] == "length"
-    bad = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Hi", "--top-p", "0"], capture_output=True,
-                         text=True, timeout=300, cwd=ROOT)
-    assert bad.returncode == 2 and "top_p" in bad.stderr
+    code, _out, err = run_cli(tmp_path, "trace", "Hi", "--top-p", "0")
+    assert code == 2 and "top_p" in err, err
 
 
 def test_loader_accepts_a_local_hf_folder(lm, default_trace):

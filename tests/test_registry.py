@@ -9,6 +9,8 @@ from pipeline.errors import InputError
 from pipeline.model import weights_cache
 from pipeline.model.registry import DEFAULT_MODEL, GEMMA3, MODELS, SMOLLM2, resolve
 
+from cli_kit import run_cli
+
 
 def test_names_resolve_to_their_records(tmp_path, monkeypatch):
     monkeypatch.setenv(weights_cache.CACHE_ENV, str(tmp_path))
@@ -56,12 +58,6 @@ def test_the_conversion_lock_is_the_filelock_package(tmp_path):
         pass  # released
 
 
-def test_the_cli_refuses_an_unknown_model_name_before_any_work():
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    run = subprocess.run([sys.executable, "-m", "pipeline", "trace", "Hi", "--model", "llama-70b"], cwd=root,
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "model:" in run.stderr and "gemma-3-270m" in run.stderr
+def test_the_cli_refuses_an_unknown_model_name_before_any_work(tmp_path):
+    code, _out, err = run_cli(tmp_path, "trace", "Hi", "--model", "llama-70b")
+    assert code == 2 and "model:" in err and "gemma-3-270m" in err, err

@@ -44,5 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def main(argv=None) -> int:
+    return run_command(build_parser(), {"report": cmd_report}, argv)
+
+
 if __name__ == "__main__":
-    sys.exit(run_command(build_parser(), {"report": cmd_report}))
+    sys.exit(main())
