@@ -8,6 +8,7 @@ controls and escaping, not what the real weights answer.
 import os
 import re
 import sys
+from urllib.parse import urlparse
 
 import pytest
 
@@ -34,6 +35,8 @@ def browser_page(server):
         page = browser.new_page(viewport={"width": 1400, "height": 3000})
         page.dialogs = []
         page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+        page.hosts = set()  # every host the page asked for anything (scripts, fonts, images, the app's socket)
+        page.on("request", lambda r: page.hosts.add(urlparse(r.url).netloc) if r.url.startswith("http") else None)
         page.goto(server)
         settle(page, timeout=300)  # first run: model load and the default request's trace
         yield page
@@ -67,7 +70,9 @@ def slug(title: str) -> str:
     return re.sub(r"\W+", "_", title.lower()).strip("_")
 
 
-def test_every_page_renders(browser_page):
+def test_every_page_renders_and_asks_no_other_host(browser_page, server):
+    """Every page through the sidebar, then presenter mode by its link (it hides the sidebar): no exception, no
+    empty chart, and no request leaves the machine (the room works offline; a font or script from a CDN would not)."""
     titles = page_titles()
     assert len(titles) >= 12
     for title in titles:
@@ -77,6 +82,12 @@ def test_every_page_renders(browser_page):
         for i in range(plots.count()):  # an empty chart has no drawn traces
             assert plots.nth(i).locator("g.trace, g.heatmaplayer image, g.hm, path.point").count() > 0 or \
                 plots.nth(i).locator("g.cartesianlayer g.plot > *").count() > 0, f"{title}: chart {i} is empty"
+    browser_page.goto(f"{server}/presenter")
+    settle(browser_page)
+    assert browser_page.locator('[data-testid="stException"]').count() == 0, "presenter mode raised an exception"
+    assert browser_page.hosts == {urlparse(server).netloc}, f"requests left the machine: {browser_page.hosts}"
+    browser_page.goto(server)  # back to the sidebar for the tests that follow
+    settle(browser_page)
 
 
 def test_temperature_slider_and_1000_draws_do_not_run_the_model(browser_page):
