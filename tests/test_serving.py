@@ -390,6 +390,7 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     from views.session_request import DEFAULT_QUESTION, request_key
     from views.waiting import model_result_key
     from views.warm_up import warm_up
+    from pipeline.model.passes import PassCounter, counting_passes
 
     for entry in cache_root().iterdir():  # the weights, but an empty store of runs
         if entry.name != "runs":
@@ -397,9 +398,16 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     for resource in (run_store, result_store, run_queue, warm_up):  # all once-per-server resources
         resource.clear()
-    jobs = warm_up()
+    from views.server_state import default_model_key, get_model
+
+    network = get_model(default_model_key(), "fp32")
+    before, first_visitor = network.calls, PassCounter()
+    with counting_passes(first_visitor):  # app.py starts the warm-up inside the first session's count
+        jobs = warm_up()
     for ticket in jobs.values():
         ticket.result()
+    assert network.calls > before  # the warm-up ran the model...
+    assert first_visitor.n == 0  # ...as the server's work: not "forward passes run for your session"
     visitor = ChatRequest.from_question(DEFAULT_QUESTION)
     trace = run_store().get_or_run(request_key(visitor), lambda: pytest.fail("the default request ran again"))
     assert trace.request.messages == visitor.messages

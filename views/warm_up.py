@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from pipeline.model.passes import PassCounter, counting_passes
 from pipeline.stages.request import ChatRequest
 from pipeline.trace import run_trace
 from views.scenarios import play_scenario_now
@@ -18,6 +19,11 @@ def warm_up() -> dict:
     """At server start: queue the default request and the prompt-caching scenarios in the background,
     so the first visitors do not wait. Returns {what: ticket} for the Start page to report on.
     On the server's default model (the one a new session starts on), whichever session came first."""
+    with counting_passes(PassCounter()):  # the server's own work, not the passes of the session that came first
+        return _queue_warm_up()
+
+
+def _queue_warm_up() -> dict:
     from pipeline.prompt_cache.scenarios import scenarios
 
     model = default_model_key()
