@@ -30,6 +30,13 @@ browser() {
   fi
 }
 
+workers() {  # test processes: TPE_TEST_WORKERS, else one per core, two at most (0 = pytest alone, no workers)
+  local n; n="${TPE_TEST_WORKERS:-$(nproc)}"
+  [ "$n" -gt 2 ] && [ -z "${TPE_TEST_WORKERS:-}" ] && n=2
+  [ "$n" -le 1 ] && n=0
+  echo "$n"
+}
+
 need() {  # need COMMAND DEBIAN_PACKAGE: install the package when the command is missing
   if ! command -v "$1" >/dev/null 2>&1; then
     echo "Installing Debian's $2..."
@@ -67,7 +74,9 @@ case "${1:-app}" in
   test)
     setup
     browser
-    exec "$VENV/bin/python" -m pytest -q "${@:2}"
+    # One pytest process per core, two at most (each loads both real models and may start app servers and
+    # Chromium); a test file stays on one worker, so its module's servers start once. TPE_TEST_WORKERS=0: serial.
+    exec "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile "${@:2}"
     ;;
   room)
     # ./run.sh room N [PORT]: N app processes behind HAProxy on one port (default 8500), sharing the
@@ -169,7 +178,8 @@ case "${1:-app}" in
     ;;
   fast)
     setup
-    exec "$VENV/bin/python" -m pytest -q -m "not model and not app and not browser" "${@:2}"
+    exec "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist worksteal -m "not model and not app and not browser" \
+      "${@:2}"
     ;;
   *)
     echo "usage: ./run.sh [app|test|fast|room N [PORT]|room-store ADDRESS [PORT]|room-host N [FIRST_PORT] --store URL|@FILE|room-balancer HOSTS_FILE [PORT]]" >&2
