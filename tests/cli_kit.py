@@ -80,8 +80,9 @@ def run_cli(tmp_path, *argv: str, real_weights: bool = False) -> CliRun:
                     traceback.print_exc()
                     code = 1
         finally:
-            os.environ.clear()
-            os.environ.update(environ)  # also what the run set itself (HF_HUB_DISABLE_PROGRESS_BARS)
+            for name in set(os.environ) - set(environ):  # also what the run set itself (HF_HUB_DISABLE_PROGRESS_BARS),
+                del os.environ[name]  # name by name: other threads of the test process read the environment too
+            os.environ.update({k: v for k, v in environ.items() if os.environ.get(k) != v})
             os.chdir(cwd)
     return CliRun(code, *(s.buffer.getvalue().decode("utf-8", "replace") for s in (out, err)))
 
