@@ -39,7 +39,14 @@ def browser(server):
 
 
 def chart_titles(page) -> str:
-    """The titles drawn inside the plotly charts (SVG text, not part of the page's innerText)."""
+    """The titles drawn inside the plotly charts (SVG text, not part of the page's innerText), once a chart has
+    drawn one: a finished script run's charts can still be mounting in a busy browser (settle() saw none yet)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_selector(".js-plotly-plot .gtitle", timeout=30_000)
+    except PlaywrightTimeout:  # a page without charts: the assertion that follows says what was missing
+        pass
     return " | ".join(page.locator(".js-plotly-plot .gtitle").all_text_contents())
 
 
