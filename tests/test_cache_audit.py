@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli_kit import run_cli
 from conftest import examples
 
 from pipeline.cli import main
@@ -478,12 +479,13 @@ def test_records_are_built_once_and_are_what_the_json_holds(tmp_path):
     assert row["divergence"]["other_token"] == rec.divergence.other_token
     assert row["anthropic"]["cache_read_input_tokens"] == rec.anthropic.cache_read_input_tokens
 
-def test_cli_bad_input_exits_2_with_the_message(tmp_path, capsys):
+def test_cli_bad_input_exits_2_with_the_message(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"oops": 1}\n')
-    assert main(["cache-audit", str(path)]) == 2
-    assert "request 2 (line 2)" in capsys.readouterr().err
-    assert main(["cache-audit", str(tmp_path / "missing.jsonl")]) == 2
+    code, _out, err = run_cli(tmp_path, "cache-audit", str(path))
+    assert code == 2
+    assert "request 2 (line 2)" in err
+    assert run_cli(tmp_path, "cache-audit", str(tmp_path / "missing.jsonl")).code == 2
 
 
 def test_cli_does_not_import_torch():
@@ -536,11 +538,11 @@ USER_HI = '[{"role": "user", "content": "hi"}]'
     ('{"output_tokens": ' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', [], "`output_tokens`"),
     ('{"messages": ' + USER_HI + '}', ["--output-tokens", HUGE], "output_tokens"),
 ])
-def test_cli_unhashable_or_huge_values_exit_2_naming_the_field(tmp_path, capsys, line, args, field):
+def test_cli_unhashable_or_huge_values_exit_2_naming_the_field(tmp_path, line, args, field):
     path = tmp_path / "log.jsonl"
     path.write_text(line + "\n")
-    assert main(["cache-audit", str(path), *args]) == 2
-    err = capsys.readouterr().err
+    code, _out, err = run_cli(tmp_path, "cache-audit", str(path), *args)
+    assert code == 2
     assert err.startswith("error: ") and field in err and "Traceback" not in err
 
 

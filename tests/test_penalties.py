@@ -198,8 +198,9 @@ def test_the_command_line_takes_the_penalties_and_the_bias():
                                           (["--presence-penalty", "3"], "presence_penalty"),
                                           (["--logit-bias", "13"], "logit_bias"),
                                           (["--logit-bias", "13:500"], "logit_bias")])
-def test_the_command_line_refuses_bad_values_before_loading_the_model(flags, field, capsys):
-    from pipeline.cli import main
+def test_the_command_line_refuses_bad_values_before_loading_the_model(flags, field, tmp_path):
+    from cli_kit import run_cli
 
-    assert main(["trace", "hi", *flags]) == 2
-    assert f"{field}:" in capsys.readouterr().err
+    code, _out, err = run_cli(tmp_path, "trace", "hi", *flags)  # a weights cache that cannot be used (cli_kit)
+    assert code == 2
+    assert f"{field}:" in err

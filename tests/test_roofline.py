@@ -243,13 +243,14 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv, field", [(["--batch-sizes", "0"], "batch_sizes"),
                                          (["--determinism", "0"], "determinism"), (["--steps", "1"], "steps")])
-def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypatch, capsys):
-    from pipeline.cli import main
+def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypatch, tmp_path):
+    from cli_kit import run_cli
     from pipeline.model import loader
 
     monkeypatch.setattr(loader, "shared_model", lambda name=None: pytest.fail("loaded the model"))
-    assert main(["serving", *argv]) == 2
-    assert f"error: {field}:" in capsys.readouterr().err
+    code, _out, err = run_cli(tmp_path, "serving", *argv)
+    assert code == 2
+    assert f"error: {field}:" in err
 
 
 # ---- the page -----------------------------------------------------------------------------------------------------

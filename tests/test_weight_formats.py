@@ -99,11 +99,12 @@ def test_the_run_key_holds_the_weights():
     assert len(keys) == len(WEIGHT_FORMATS)
 
 
-def test_the_cli_refuses_a_weights_value_before_loading(capsys):
-    from pipeline.cli import main
+def test_the_cli_refuses_a_weights_value_before_loading(tmp_path):
+    from cli_kit import run_cli
 
-    assert main(["trace", DEFAULT_QUESTION, "--weights", "int4"]) == 2
-    assert "weights" in capsys.readouterr().err
+    code, _out, err = run_cli(tmp_path, "trace", DEFAULT_QUESTION, "--weights", "int4")  # no usable weights cache
+    assert code == 2
+    assert "weights" in err
 
 
 def test_int8_kv_vectors_round_within_half_a_step_and_take_their_bytes():

@@ -1,6 +1,8 @@
 """Plotly settings every page shares: tick labels a room can read from the back."""
 from __future__ import annotations
 
+import math
+
 TICK_FONT = dict(size=13)  # projector-readable; plotly's default is 12 and the old rotated 9 px was not
 MAX_TICKS = 40  # token labels drawn on one axis; the rest are thinned out (all stay in the hover text)
 
@@ -29,8 +31,6 @@ def log_axis(values, title: str, **kw) -> dict:
     >>> log_axis([3, 60], "t")["tickvals"]
     [2, 5, 10, 20, 50, 100]
     """
-    import math
-
     positive = [v for v in values if v > 0]
     if not positive:
         return dict(type="log", title=title, **kw)
