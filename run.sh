@@ -30,6 +30,11 @@ browser() {
   fi
 }
 
+bytecode() {  # test runs keep Python's bytecode (and pytest's rewritten test modules) in __pycache__/ (git-ignored):
+  # with PYTHONDONTWRITEBYTECODE set, every run compiles the project and re-rewrites every test file again (~4 s a worker)
+  unset PYTHONDONTWRITEBYTECODE
+}
+
 workers() {  # test processes: TPE_TEST_WORKERS, else one per core, two at most (0 = pytest alone, no workers)
   local n; n="${TPE_TEST_WORKERS:-$(nproc)}"
   [ "$n" -gt 2 ] && [ -z "${TPE_TEST_WORKERS:-}" ] && n=2
@@ -74,6 +79,7 @@ case "${1:-app}" in
   test)
     setup
     browser
+    bytecode
     # One pytest process per core, two at most (each loads both real models and may start app servers and
     # Chromium); a test file stays on one worker, so its module's servers start once. TPE_TEST_WORKERS=0: serial.
     exec "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile "${@:2}"
@@ -178,6 +184,7 @@ case "${1:-app}" in
     ;;
   fast)
     setup
+    bytecode
     exec "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist worksteal -m "not model and not app and not browser" \
       "${@:2}"
     ;;
