@@ -64,6 +64,7 @@ case "${1:-app}" in
     # for a room on the local network: ./run.sh app --server.address 0.0.0.0
     # ./run.sh app --model DIR (or a registry name, e.g. gemma-3-270m): the picker offers it and new sessions
     # start on it (TPE_MODEL); more folders for the picker: TPE_MODELS=DIR1:DIR2
+    # ./run.sh app --weights bf16: new sessions start on that weight format (TPE_WEIGHTS; a room's server: half the CPU)
     args=()
     set -- "${@:2}"
     while [ $# -gt 0 ]; do
@@ -71,6 +72,9 @@ case "${1:-app}" in
         --model) [ $# -ge 2 ] || { echo "--model needs a model name or folder" >&2; exit 2; }
                  export TPE_MODEL="$2"; shift 2 ;;
         --model=*) export TPE_MODEL="${1#--model=}"; shift ;;
+        --weights) [ $# -ge 2 ] || { echo "--weights needs a weight format (fp32, bf16, int8)" >&2; exit 2; }
+                   export TPE_WEIGHTS="$2"; shift 2 ;;
+        --weights=*) export TPE_WEIGHTS="${1#--weights=}"; shift ;;
         *) args+=("$1"); shift ;;
       esac
     done

@@ -96,7 +96,8 @@ def instrument(parts: Parts) -> None:
     ModelHandle.forward = timed_forward
 
 
-def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: cProfile.Profile | None):
+def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: cProfile.Profile | None,
+             weights: str = "fp32"):
     from pipeline.model.handle import ModelHandle
     from pipeline.run_queue import RunQueue, cost_of
     from pipeline.run_store import RunStore
@@ -105,7 +106,7 @@ def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: 
     from pipeline.stores import runs_store
     from pipeline.trace_engine import TraceEngine
 
-    lm = ModelHandle()
+    lm = ModelHandle(weights=weights)
     lm.model  # noqa: B018 - loaded before the room arrives, as the server's warm-up does
     store = RunStore(disk=runs_store(store_dir))
 
@@ -122,14 +123,15 @@ def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: 
                 return profile.runcall(_original, self, *a, **k)
             setattr(RunQueue, attr, profiled)
     # one request first, as the server's warm-up does (first passes allocate)
-    warm = ChatRequest.from_question("Hello!")
+    warm = ChatRequest.from_question("Hello!", weights=weights)
     queue.submit("warm", lambda: None, 1, batch=("trace", ("warm", warm, time.perf_counter()))).result()
     parts.total.clear()
     parts.samples.clear()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     tickets = []
     for n in range(sessions):
-        request = ChatRequest.from_question(QUESTIONS[n % len(QUESTIONS)] + ("" if n < len(QUESTIONS) else f" ({n})"))
+        request = ChatRequest.from_question(QUESTIONS[n % len(QUESTIONS)] + ("" if n < len(QUESTIONS) else f" ({n})"),
+                                             weights=weights)
         prompt = len(tokenize_request(lm.tokenizer, request).ids)
         tickets.append(queue.submit(n, lambda: None, cost_of(prompt, request.options.max_new_tokens), prompt,
                                     batch=("trace", (n, request, time.perf_counter()))))
@@ -164,19 +166,21 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=0.3)
     ap.add_argument("--page", type=int, default=0, help="also draw the Journey page of this many runs")
     ap.add_argument("--cprofile", type=int, default=0, help="print the top N functions (cumulative) of the worker")
+    ap.add_argument("--weights", default="fp32", help="the weight format every request runs on: fp32, bf16, int8")
     args = ap.parse_args()
 
     parts = Parts()
     instrument(parts)
     profile = cProfile.Profile() if args.cprofile else None
     with tempfile.TemporaryDirectory(dir=os.environ.get("TPE_CACHE_DIR")) as store_dir:
-        lm, queue, traces, cpu, wall = run_room(args.sessions, args.gap, Path(store_dir), parts, profile)
+        lm, queue, traces, cpu, wall = run_room(args.sessions, args.gap, Path(store_dir), parts, profile,
+                                                 args.weights)
     requests = queue.schedule()["requests"][-args.sessions:]
     ttft = sorted(r["ttft_s"] for r in requests)
     done = sorted(r["left_s"] - r["queued_s"] for r in requests)
     steps = parts.samples["queue: step (the rest)"]  # the room's steps (the warm-up's are cleared)
-    print(f"{args.sessions} requests {args.gap} s apart on {lm.name}: {cpu:.1f} CPU-s in {wall:.1f} s wall "
-          f"(load average {os.getloadavg()[0]:.1f}); {len(steps)} decode steps; "
+    print(f"{args.sessions} requests {args.gap} s apart on {lm.name} ({args.weights}): {cpu:.1f} CPU-s in "
+          f"{wall:.1f} s wall (load average {os.getloadavg()[0]:.1f}); {len(steps)} decode steps; "
           f"{sum(len(t.decode.generated_ids) for t in traces)} tokens")
     print(f"  TTFT p50 {statistics.median(ttft):.1f} s, p95 {ttft[int(0.95 * (len(ttft) - 1))]:.1f} s; "
           f"answer done p50 {statistics.median(done):.1f} s, p95 {done[int(0.95 * (len(done) - 1))]:.1f} s")

@@ -200,16 +200,38 @@ def test_the_start_model_is_tpe_models_pick_if_usable(tiny_gemma_cache, tmp_path
         assert any(bad in note for note in offered_models()[1])
 
 
-def test_run_sh_passes_model_to_the_app_and_the_rest_to_streamlit(tmp_path):
+def test_the_start_weights_are_tpe_weights_pick_if_a_format(monkeypatch):
+    """./run.sh app --weights bf16 sets TPE_WEIGHTS: the weight format a new session (and the warm-up) starts on;
+    anything else is fp32, and the sidebar says why."""
+    from views.server_state import default_weights, picked_weights, weights_note
+
+    for named, expected in (("bf16", "bf16"), ("int8", "int8"), (" fp32 ", "fp32")):
+        monkeypatch.setenv("TPE_WEIGHTS", named)
+        assert (default_weights(), picked_weights(), weights_note()) == (expected, expected, None)
+    for bad in ("fp16", "BF16", "bf16; rm -rf /"):
+        monkeypatch.setenv("TPE_WEIGHTS", bad)
+        assert default_weights() == "fp32" and repr(bad) in weights_note()
+    monkeypatch.delenv("TPE_WEIGHTS")
+    assert (default_weights(), weights_note()) == ("fp32", None)
+
+
+def test_run_sh_passes_model_and_weights_to_the_app_and_the_rest_to_streamlit(tmp_path):
     """run.sh's argument loop, run on its own (the real script, cut at the exec)."""
     import subprocess
 
     src = open(os.path.join(ROOT, "run.sh")).read()
     loop = src[src.index("    args=()"):src.index('    exec "$VENV/bin/streamlit" run app.py "${args[@]}"')]
-    script = "set -euo pipefail\nf() {\n" + loop + '  echo "TPE_MODEL=${TPE_MODEL:-} ARGS=${args[*]}"\n}\nf app "$@"\n'
-    out = subprocess.run(["bash", "-c", script, "bash", "--server.port", "8600", "--model", "/m/x", "--x"],
-                         capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "TPE_MODEL=/m/x ARGS=--server.port 8600 --x"
+    script = ("set -euo pipefail\nf() {\n" + loop
+              + '  echo "TPE_MODEL=${TPE_MODEL:-} TPE_WEIGHTS=${TPE_WEIGHTS:-} ARGS=${args[*]}"\n}\nf app "$@"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("TPE_MODEL", "TPE_WEIGHTS")}
+    out = subprocess.run(["bash", "-c", script, "bash", "--server.port", "8600", "--model", "/m/x", "--x",
+                          "--weights", "bf16"], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "TPE_MODEL=/m/x TPE_WEIGHTS=bf16 ARGS=--server.port 8600 --x"
+    out = subprocess.run(["bash", "-c", script, "bash", "--weights=int8"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    assert out.strip() == "TPE_MODEL= TPE_WEIGHTS=int8 ARGS="
+    refused = subprocess.run(["bash", "-c", script, "bash", "--weights"], capture_output=True, text=True, env=env)
+    assert refused.returncode == 2 and "--weights needs a weight format" in refused.stderr
 
 
 @pytest.mark.app

@@ -381,9 +381,11 @@ def test_generation_page_streams_live(tiny_app):
     assert any("plain serving" in m.value and "captured run" in m.value for m in at.markdown)
 
 
-def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monkeypatch, tiny_app):
+@pytest.mark.parametrize("weights", ["fp32", "bf16"])
+def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monkeypatch, tiny_app, weights):
     """The server's warm-up must store the default request where a visitor's default request looks for
-    it (a late-bound key once filed it under the scenario's key, so the first visitor ran it again)."""
+    it (a late-bound key once filed it under the scenario's key, so the first visitor ran it again), in the
+    weight format a new session starts on (./run.sh app --weights bf16 sets TPE_WEIGHTS)."""
     from pipeline.model.weights_cache import CACHE_ENV, cache_root
     from pipeline.stages.request import ChatRequest
     from views.server_state import result_store, run_queue, run_store
@@ -396,11 +398,12 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
         if entry.name != "runs":
             (tmp_path / entry.name).symlink_to(entry)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("TPE_WEIGHTS", weights)
     for resource in (run_store, result_store, run_queue, warm_up):  # all once-per-server resources
         resource.clear()
     from views.server_state import default_model_key, get_model
 
-    network = get_model(default_model_key(), "fp32")
+    network = get_model(default_model_key(), weights)
     before, first_visitor = network.calls, PassCounter()
     with counting_passes(first_visitor):  # app.py starts the warm-up inside the first session's count
         jobs = warm_up()
@@ -408,9 +411,9 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
         ticket.result()
     assert network.calls > before  # the warm-up ran the model...
     assert first_visitor.n == 0  # ...as the server's work: not "forward passes run for your session"
-    visitor = ChatRequest.from_question(DEFAULT_QUESTION)
+    visitor = ChatRequest.from_question(DEFAULT_QUESTION, weights=weights)
     trace = run_store().get_or_run(request_key(visitor), lambda: pytest.fail("the default request ran again"))
-    assert trace.request.messages == visitor.messages
+    assert trace.request.messages == visitor.messages and trace.dims.weights == weights
     from pipeline.prompt_cache.scenarios import scenarios
 
     for name in scenarios():  # Start says every scenario is prepared: no trap or fix button may run the model

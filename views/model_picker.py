@@ -13,7 +13,7 @@ from pipeline.model.handle import ModelHandle
 from pipeline.model.registry import resolve
 from pipeline.model.weight_formats import FORMAT_NOTES, WEIGHT_FORMATS
 from ui.escape import markdown_text
-from views.server_state import default_model_key, get_model, offered_models
+from views.server_state import default_model_key, get_model, offered_models, weights_note
 from views.session_request import offers_plain_text
 
 # Page controls whose ranges come from the model (layers, heads, positions, vocabulary ids): dropped when
@@ -66,3 +66,5 @@ def model_picker() -> None:
                       "bytes (made on first use). The link carries it (`?weights=`); Faster decode compares them.")
     for problem in problems:
         st.warning(markdown_text(problem), icon="📁")
+    if weights_note():
+        st.warning(markdown_text(weights_note()), icon="⚙️")

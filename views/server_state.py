@@ -31,6 +31,7 @@ APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB
 
 MODELS_ENV = "TPE_MODELS"  # more models for the picker: Hugging Face model folders, os.pathsep-separated
 MODEL_PICK_ENV = "TPE_MODEL"  # the model a new session starts on (./run.sh app --model DIR sets it)
+WEIGHTS_PICK_ENV = "TPE_WEIGHTS"  # the weight format a new session starts on (./run.sh app --weights bf16 sets it)
 _in_work: contextvars.ContextVar[str | None] = contextvars.ContextVar("model_in_work", default=None)
 _weights_in_work: contextvars.ContextVar[str | None] = contextvars.ContextVar("weights_in_work", default=None)
 
@@ -48,6 +49,23 @@ def default_model_key() -> str:
     return key if key in offered_models()[0] else DEFAULT_MODEL
 
 
+def default_weights() -> str:
+    """The weight format a new session starts on: TPE_WEIGHTS if it names one (fp32, bf16, int8; else the sidebar
+    says why, see weights_note), else fp32. A room's server may start on bf16: half the bytes read per token, so
+    about half the CPU time per answer on this machine (README, "A room of 30, measured")."""
+    named = os.environ.get(WEIGHTS_PICK_ENV, "").strip()
+    return named if named in WEIGHT_FORMATS else DEFAULT_WEIGHTS
+
+
+def weights_note() -> str | None:
+    """Why TPE_WEIGHTS is not used, when it is set to something that is not a weight format."""
+    named = os.environ.get(WEIGHTS_PICK_ENV, "").strip()
+    if named and named not in WEIGHT_FORMATS:
+        return (f"{WEIGHTS_PICK_ENV}={named!r} is not a weight format ({', '.join(WEIGHT_FORMATS)}): "
+                f"new sessions start on {DEFAULT_WEIGHTS}.")
+    return None
+
+
 def picked_model_key() -> str:
     """The key of the model this session picked (the queue's work: the model it runs for)."""
     key = _in_work.get()
@@ -58,9 +76,9 @@ def picked_model_key() -> str:
 
 def picked_weights() -> str:
     """The weight format this session picked (fp32, bf16, int8: pipeline.model.weight_formats); the queue's
-    work: the one it runs for. Anything else (a hand-edited state): fp32."""
+    work: the one it runs for. Anything else (a hand-edited state): the server's default (default_weights)."""
     weights = _weights_in_work.get() or _session_pick("req_weights")
-    return weights if weights in WEIGHT_FORMATS else DEFAULT_WEIGHTS
+    return weights if weights in WEIGHT_FORMATS else default_weights()
 
 
 def _session_pick(name: str):

@@ -11,13 +11,13 @@ from pipeline.model.weight_formats import DEFAULT_WEIGHTS
 from pipeline.stages.request import (MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, check_vocabulary,
                                      parse_logit_bias, parse_turns)
 from pipeline.trace import Trace
-from views.server_state import default_model_key, get_model
+from views.server_state import default_model_key, default_weights, get_model
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
 DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
             **{k: v for k, v in _OPTIONS.items() if k not in ("stop", "logit_bias")}, "stop": "", "logit_bias": "",
-            "model": default_model_key(), "prompt_format": "chat", "weights": DEFAULT_WEIGHTS}
+            "model": default_model_key(), "prompt_format": "chat", "weights": default_weights()}
 MODEL_FIELDS = ("model", "prompt_format", "weights")  # the model picker's fields (kept by "Reset ...")
 TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
 

@@ -9,7 +9,8 @@ from pipeline.trace import run_trace
 from views.scenarios import play_scenario_now
 from dataclasses import replace
 
-from views.server_state import default_model_key, get_model, result_store, run_queue, run_store, using_model
+from views.server_state import (default_model_key, default_weights, get_model, result_store, run_queue, run_store,
+                                using_model)
 from views.session_request import DEFAULT_QUESTION, model_label, request_key
 from views.waiting import model_result_key
 
@@ -27,13 +28,14 @@ def _queue_warm_up() -> dict:
     from pipeline.prompt_cache.scenarios import scenarios
 
     model = default_model_key()
-    lm = get_model(model, "fp32")  # the default request's weights, whatever the first session picked
-    default = replace(ChatRequest.from_question(DEFAULT_QUESTION), model=model_label(lm.spec))
+    weights = default_weights()  # a new session's weights (TPE_WEIGHTS), whatever the first session picked
+    lm = get_model(model, weights)
+    default = replace(ChatRequest.from_question(DEFAULT_QUESTION, weights=weights), model=model_label(lm.spec))
     key = request_key(default)
     jobs = {"the default request": run_queue().submit(
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
     for name in scenarios():  # every scenario the page's buttons open, at the page's default block size
-        with using_model(model):
+        with using_model(model, weights):
             scenario_key = model_result_key(("scenario", name, 16))  # a new name: the lambda above reads `key`
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
             scenario_key, lambda k=scenario_key, name=name: result_store().get_or_run(
