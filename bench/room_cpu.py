@@ -9,6 +9,7 @@ the join/leave cache rebuilds, the Trace assembly, storing the run, the rest of 
 --page K, what drawing the Journey page of K of those runs costs (AppTest, in this process).
 
     TPE_CACHE_DIR=... .venv/bin/python bench/room_cpu.py [--sessions 30] [--gap 0.3] [--page 3] [--cprofile 25]
+        [--weights bf16]
 
 CPU-seconds (time.process_time: every thread of this process, torch's included) rather than wall
 seconds, since the machine is shared; the script itself only sleeps while the queue works.
