@@ -18,7 +18,7 @@ def softmax(x, axis: int = -1) -> np.ndarray:
         raise InputError("logits", f"has no values along axis {axis} (shape {x.shape}).")
     _finite_or_masked(x)
     top = np.max(x, axis=axis, keepdims=True)
-    if np.isfinite(top).all():  # the usual case, the same numbers in a third of the time (a decode step's V scores):
+    if np.isfinite(top).all():  # the usual case: the same numbers, a fifth faster (0.23 -> 0.18 ms for V = 49,152)
         e = np.exp(x - top)  # exp(-inf - top) is exactly 0 already, and each row's sum is at least exp(0) = 1
         e /= e.sum(axis=axis, keepdims=True)
         return e

@@ -51,8 +51,8 @@ def default_model_key() -> str:
 
 def default_weights() -> str:
     """The weight format a new session starts on: TPE_WEIGHTS if it names one (fp32, bf16, int8; else the sidebar
-    says why, see weights_note), else fp32. A room's server may start on bf16: half the bytes read per token, so
-    about half the CPU time per answer on this machine (README, "A room of 30, measured")."""
+    says why, see weights_note), else fp32. A room's server may start on bf16: half the bytes read per token; a room
+    of 30 new questions took a quarter less server CPU and time here (README, "A room on bf16 weights")."""
     named = os.environ.get(WEIGHTS_PICK_ENV, "").strip()
     return named if named in WEIGHT_FORMATS else DEFAULT_WEIGHTS
 
