@@ -66,5 +66,6 @@ def model_picker() -> None:
                       "bytes (made on first use). The link carries it (`?weights=`); Faster decode compares them.")
     for problem in problems:
         st.warning(markdown_text(problem), icon="📁")
-    if weights_note():
-        st.warning(markdown_text(weights_note()), icon="⚙️")
+    note = weights_note()
+    if note:
+        st.warning(markdown_text(note), icon="⚙️")
