@@ -12,6 +12,8 @@ from pathlib import Path
 # page scripts (and here with the browsers of a load test); with spinning waits a batch of 8 chat runs
 # took 233 s beside two busy processes instead of 17 s alone, with passive waits 34 s (2 cores).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if os.environ.get("TPE_SWITCH_MS"):  # EXPERIMENT (issue 22): the GIL's switch interval
+    sys.setswitchinterval(float(os.environ["TPE_SWITCH_MS"]) / 1000)
 # Before the model and a run's captures: glibc gives arrays over 128 KiB back to the system when they are
 # freed. By default it raises that threshold as big arrays come and go, and a long prompt's freed
 # temporaries then stayed in the heap: one 4,000-token run left the server at 2.1 GB instead of 1.8 GB and

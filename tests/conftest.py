@@ -73,8 +73,9 @@ def _load_each_tokenizer_once() -> None:
     files (by content) and model give the tokenizer already loaded. Every page test clears Streamlit's caches or
     makes new handles, and each handle read its files again: Gemma's 262k-token tokenizer ~5-7 s a load here, ~10
     loads a fast-tier run. The result depends only on the files and the model's registry record, and no code
-    changes a tokenizer after load_tokenizer returns it (the app too shares one per handle across sessions).
-    Installed before any test imports pipeline.model.handle or .loader, which import the name."""
+    changes a tokenizer after load_tokenizer returns it (the app too shares one per handle across sessions). The same
+    for pipeline.model.vocabulary's Vocabulary.from_folder. Installed before any test imports pipeline.model.handle
+    or .loader, which import the name."""
     import hashlib
 
     from pipeline.model import weights_cache
@@ -103,6 +104,24 @@ def _load_each_tokenizer_once() -> None:
 
     load_tokenizer.__doc__ = original.__doc__
     weights_cache.load_tokenizer = load_tokenizer
+
+    # The same for the token names a stored run is drawn with (a handle's `vocabulary`): Gemma's tokenizer.json is
+    # parsed again by every new handle, ~0.5 s each, and every cleared Streamlit cache makes new handles.
+    from pipeline.model.vocabulary import Vocabulary
+
+    from_folder, vocabularies = Vocabulary.from_folder.__func__, {}
+
+    def vocabulary_from_folder(cls, folder, extra=()):
+        key = files_key(folder)
+        if key is None:
+            return from_folder(cls, folder, extra)
+        key = (key, tuple(extra))
+        if key not in vocabularies:
+            vocabularies[key] = from_folder(cls, folder, extra)
+        return vocabularies[key]
+
+    vocabulary_from_folder.__doc__ = from_folder.__doc__
+    Vocabulary.from_folder = classmethod(vocabulary_from_folder)
 
 
 _load_each_tokenizer_once()
@@ -351,6 +370,24 @@ def tiny_app_model(tokenizer, tmp_path_factory):
     return root, lm
 
 
+_source_trees: dict = {}
+
+
+def source_tree(path):
+    """The parsed source (ast.Module) of a file, parsed once per version of it (path, modification time, size) in a
+    test run: several tests scan the same ~200 project files, and ast.parse was ~3 % of the fast tier's CPU.
+    Shared: callers walk the tree and never change it."""
+    import ast
+
+    path = os.path.abspath(path)
+    stat = os.stat(path)
+    key = (path, stat.st_mtime_ns, stat.st_size)
+    if key not in _source_trees:
+        with open(path, encoding="utf-8") as f:
+            _source_trees[key] = ast.parse(f.read(), filename=path)
+    return _source_trees[key]
+
+
 def copy_tokenizer_files(source, folder) -> None:
     """The tokenizer's files of a converted weights cache, copied as they are beside a tiny model's weights: the
     app reads them as it reads the real cache's (and the test run loads them once, _load_each_tokenizer_once)."""
@@ -424,6 +461,9 @@ def tiny_app(tiny_app_model, tiny_app_gemma, monkeypatch):
         clear_streamlit_caches()
         _streamlit_caches["tiny"] = True
     monkeypatch.setenv("TPE_CACHE_DIR", str(root))
+    # The warm-up prepares the default request only: timing every prompt-caching scenario in the background (as a
+    # room's server does) was ~10 % of the fast tier's CPU, beside the tests; test_serving.py tests both settings.
+    monkeypatch.setenv("TPE_WARM_UP", "request")
     from pipeline.model.registry import resolve
 
     monkeypatch.setitem(loader._shared, resolve(None).key, lm)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, source_tree
 
 ROOT = Path(ROOT)
 
@@ -42,7 +42,7 @@ def imported_modules(path: Path) -> set[str]:
     if path.name != "__init__.py":
         package = package[:-1]
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(source_tree(path)):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -101,7 +101,7 @@ def html_literals(folder: str) -> list[str]:
     """'file:line' of every string literal (f-string parts too; docstrings left out) holding an HTML tag."""
     found = []
     for path in sorted((ROOT / folder).rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = source_tree(path)
         docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                       if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                       and node.body and isinstance(node.body[0], ast.Expr)

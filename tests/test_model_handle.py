@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import source_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -171,7 +172,7 @@ def test_the_model_name_is_written_once_in_the_code():
 
     places = []
     for path in sorted(Path(ROOT, "pipeline").rglob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = source_tree(path)
         docs = {id(n.body[0].value) for n in ast.walk(tree)
                 if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef))
                 and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.model.handle import ModelHandle
 from pipeline.model.interface import LanguageModel
+from conftest import source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERS = {"name", "tokenizer", "dims", "config", "model", "device", "lock", "calls",
@@ -109,7 +110,7 @@ def test_the_stages_use_only_protocol_members():
     for path in sorted((ROOT / "pipeline").rglob("*.py")):
         if path.name in ("handle.py", "interface.py"):
             continue
-        for name, line in attributes_read(ast.parse(path.read_text()), {"lm"}):
+        for name, line in attributes_read(source_tree(path), {"lm"}):
             if name not in MEMBERS:
                 stray.append(f"{path.relative_to(ROOT)}:{line} lm.{name}")
     assert stray == []
@@ -120,7 +121,7 @@ def test_the_pages_use_only_what_the_handle_declares():
     so dropping the forwarding broke no page."""
     stray, reads = [], 0
     for path in [ROOT / "app.py", *sorted((ROOT / "views").glob("*.py"))]:
-        tree = ast.parse(path.read_text())
+        tree = source_tree(path)
         found = attributes_read(tree, {"lm", "handle"})
         found |= {(n.attr, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                   and isinstance(n.value, ast.Call) and getattr(n.value.func, "id", "") == "get_model"}
@@ -133,7 +134,7 @@ def test_every_lm_parameter_is_annotated_language_model():
     """`lm: LanguageModel` (or `LanguageModel | None`) on every function under pipeline/ and views/."""
     bare, seen = [], 0
     for path in [*sorted((ROOT / "pipeline").rglob("*.py")), *sorted((ROOT / "views").glob("*.py"))]:
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(source_tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 args = node.args
                 for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]:

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = [ROOT / "app.py", *sorted((ROOT / "views").glob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
@@ -17,7 +18,7 @@ ALLOWED: set[tuple[str, str]] = set()
 
 def page_strings(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every string constant in the file, f-string parts included, docstrings left out."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = source_tree(path)
     docstrings = {id(node.body[0].value) for node in ast.walk(tree)
                   if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                   and node.body and isinstance(node.body[0], ast.Expr)

@@ -1,15 +1,15 @@
 """The model picker: every page opens with Gemma 3 picked, the pick is in the run key and in the link.
 
-Fast tier: the pages run on a tiny random-weight Gemma 3 (tests/test_architectures.py's `tiny_gemma3`) saved
-where the app looks for Gemma's converted weights, with Gemma's real tokenizer; SmolLM2's tokenizer files
-beside it for the default model (the warm-up's), its network a tiny Llama. App tier: the real Gemma.
+Fast tier: the pages run on conftest's tiny models (`tiny_app`, `tiny_app_gemma`): a tiny random-weight Gemma 3
+(tests/test_architectures.py's `tiny_gemma3`) saved where the app looks for Gemma's converted weights, with Gemma's
+real tokenizer, beside the tiny SmolLM2 for the default model (the warm-up's). App tier: the real Gemma.
 """
 import os
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, app_pages, copy_tokenizer_files, make_tiny_lm, page_app
+from conftest import ROOT, app_pages, page_app
 
 GEMMA = "gemma-3-270m"
 PAGES = app_pages()  # every page of app.py's PAGES, by file name
@@ -22,53 +22,20 @@ def clear_streamlit_caches():
     st.cache_data.clear()
 
 
-@pytest.fixture(scope="module")
-def tiny_gemma_cache(tmp_path_factory):
-    """(cache root, tiny Gemma LoadedModel, tiny Llama LoadedModel) laid out as pipeline.model.weights_cache does."""
-    import torch
-    from test_architectures import tiny_gemma3
-
-    from pipeline.model.loader import LoadedModel
-    from pipeline.model.registry import GEMMA3, SMOLLM2
-    from pipeline.model.weights_cache import cache_ready, load_tokenizer, weights_cache_dir
-
-    real = weights_cache_dir(GEMMA3)
-    if not (real / "tokenizer.json").exists():
-        pytest.skip(f"Gemma's tokenizer is not converted yet ({real}): ./run.sh converts it")
-    tokenizer = load_tokenizer(real, GEMMA3)
-    root = tmp_path_factory.mktemp("tiny-gemma-cache")
-    folder = root / GEMMA3.cache_folder
-    model = tiny_gemma3(tokenizer).eval()
-    model.save_pretrained(folder)
-    copy_tokenizer_files(real, folder)
-    assert cache_ready(folder)
-    gemma = LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
-    smol_files = weights_cache_dir(SMOLLM2)
-    (root / SMOLLM2.cache_folder).symlink_to(smol_files, target_is_directory=True)
-    smol = make_tiny_lm(load_tokenizer(smol_files, SMOLLM2))
-    smol.name = SMOLLM2.display_name
-    return root, gemma, smol
-
-
-@pytest.fixture(scope="module")
-def tiny_streamlit_caches():
-    """Streamlit's caches (per process, like a server's: handles, stores, queue) hold the tiny models for this
-    module's tests, so each run is made once; emptied before and after, for the tests of other modules."""
-    clear_streamlit_caches()
-    yield
-    clear_streamlit_caches()
+@pytest.fixture
+def tiny_gemma_cache(tiny_app_model, tiny_app_gemma):
+    """(cache root, tiny Gemma LoadedModel): conftest's tiny SmolLM2 and tiny Gemma 3 (tests/test_architectures.py's
+    `tiny_gemma3`, Gemma's real tokenizer), saved side by side as pipeline.model.weights_cache lays them out."""
+    if tiny_app_gemma is None:
+        pytest.skip("Gemma's tokenizer is not converted yet: ./run.sh converts it")
+    return tiny_app_model[0], tiny_app_gemma
 
 
 @pytest.fixture
-def gemma_app(tiny_gemma_cache, tiny_streamlit_caches, monkeypatch):
-    """AppTest on the tiny models through the app's own path (TPE_CACHE_DIR, loader.shared_model)."""
-    from pipeline.model import loader
-
-    root, gemma, smol = tiny_gemma_cache
-    monkeypatch.setenv("TPE_CACHE_DIR", str(root))
-    monkeypatch.setitem(loader._shared, GEMMA, gemma)
-    monkeypatch.setitem(loader._shared, "smollm2-135m", smol)
-    yield gemma
+def gemma_app(tiny_gemma_cache, tiny_app):
+    """AppTest on the tiny models through the app's own path (TPE_CACHE_DIR, loader.shared_model), sharing
+    Streamlit's caches with the other tiny-model page tests as a server's sessions share them."""
+    yield tiny_gemma_cache[1]
 
 
 def texts(at: AppTest) -> str:

@@ -399,6 +399,7 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
             (tmp_path / entry.name).symlink_to(entry)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setenv("TPE_WEIGHTS", weights)
+    monkeypatch.setenv("TPE_WARM_UP", "all")  # a server's default (the tiny-model page tests prepare the request only)
     for resource in (run_store, result_store, run_queue, warm_up):  # all once-per-server resources
         resource.clear()
     from views.server_state import default_model_key, get_model
@@ -420,6 +421,34 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
         records = result_store().get_or_run(model_result_key(("scenario", name, 16)),  # the default model's
                                             lambda: pytest.fail(f"{name} ran on first click"))
         assert isinstance(records, list) and records and isinstance(records[0], dict)
+
+
+def test_warm_up_of_the_request_only_leaves_the_scenarios_to_their_page(tmp_path, monkeypatch, tiny_app):
+    """TPE_WARM_UP=request: the warm-up queues the default request and no scenario, and Start says so instead of
+    "all N scenarios are prepared"; the Prompt caching page still plays a scenario when it is opened."""
+    from streamlit.testing.v1 import AppTest
+
+    from pipeline.model.weights_cache import CACHE_ENV, cache_root
+    from views.server_state import result_store, run_queue, run_store
+    from views.warm_up import warm_up
+
+    for entry in cache_root().iterdir():  # the weights, but an empty store of runs
+        if entry.name != "runs":
+            (tmp_path / entry.name).symlink_to(entry)
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("TPE_WARM_UP", "request")
+    for resource in (run_store, result_store, run_queue, warm_up):
+        resource.clear()
+    jobs = warm_up()
+    assert list(jobs) == ["the default request"]
+    for ticket in jobs.values():
+        ticket.result()
+    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "start.py")).run()
+    assert not at.exception, at.exception
+    assert any("the default request is prepared" in s.value and "TPE_WARM_UP=request" in s.value
+               for s in at.success), [s.value for s in at.success]
+    for resource in (run_store, result_store, run_queue, warm_up):  # the other tests' server, not this one's
+        resource.clear()
 
 
 def test_waiting_time_reads_in_steps_that_do_not_flicker():

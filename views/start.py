@@ -4,7 +4,7 @@ import streamlit as st
 from ui.escape import markdown_text
 from ui.words import plural
 from views.server_state import get_model, run_queue
-from views.warm_up import warm_up
+from views.warm_up import warm_up, warms_scenarios
 from views.chrome import page_header, stage_link
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
@@ -52,6 +52,9 @@ if pending:
         [f"{plural(len(titles), 'prompt-caching scenario')} ({', '.join(titles)})"] if titles else [])
     st.info(f"Preparing in the background so that nobody waits for them later: {', '.join(pending)}. "
             f"Requests typed by people always go first ({len(run_queue())} in the model's queue now).", icon="⏳")
+elif not failed and not warms_scenarios():
+    st.success("Ready: the default request is prepared. This server prepares the prompt-caching scenarios when "
+               "their page first opens one (TPE_WARM_UP=request).", icon="✅")
 elif not failed:
     scenarios = sum(name.startswith("prompt caching: ") for name in jobs)
     st.success(f"Ready: the default request and all {scenarios} prompt-caching scenarios (the conversation, "

@@ -1,6 +1,8 @@
 """At server start, the work the first visitors would otherwise wait for, queued in the background."""
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 from pipeline.model.passes import PassCounter, counting_passes
@@ -13,6 +15,15 @@ from views.server_state import (default_model_key, default_weights, get_model, r
                                 using_model)
 from views.session_request import DEFAULT_QUESTION, model_label, request_key
 from views.waiting import model_result_key
+
+
+WARM_UP_ENV = "TPE_WARM_UP"  # "all" (default): the default request and every prompt-caching scenario; "request":
+# the default request only (the scenarios are played when their page first asks: ~1 s of CPU each on SmolLM2)
+
+
+def warms_scenarios() -> bool:
+    """Whether the warm-up prepares the prompt-caching scenarios too (TPE_WARM_UP is not "request")."""
+    return os.environ.get(WARM_UP_ENV, "all").strip() != "request"
 
 
 @st.cache_resource
@@ -34,7 +45,7 @@ def _queue_warm_up() -> dict:
     key = request_key(default)
     jobs = {"the default request": run_queue().submit(
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
-    for name in scenarios():  # every scenario the page's buttons open, at the page's default block size
+    for name in scenarios() if warms_scenarios() else ():  # each scenario the page opens, at its default block size
         with using_model(model, weights):
             scenario_key = model_result_key(("scenario", name, 16))  # a new name: the lambda above reads `key`
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(

@@ -95,11 +95,17 @@ def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
 
 
 def check_model_arg(name: str | None) -> None:
-    """A registry key or a folder (pipeline.model.registry.resolve refuses anything else, naming both)."""
-    from ..model.registry import resolve
+    """A registry key or a folder (pipeline.model.registry.resolve refuses anything else, naming both) whose
+    config.json reads as a model's: checked before torch is imported (~4 s), so bad input is refused at once."""
+    from pathlib import Path
 
-    if name is not None and resolve(name).is_local and not os.path.isdir(name):
-        raise InputError("model", f"{name} is not a folder (give a local Hugging Face model folder).")
+    from ..model.registry import resolve
+    from ..model.weights_cache import check_model_folder
+
+    if name is not None and resolve(name).is_local:
+        if not os.path.isdir(name):
+            raise InputError("model", f"{name} is not a folder (give a local Hugging Face model folder).")
+        check_model_folder(Path(name))
 
 
 def model_from_args(args):
