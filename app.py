@@ -2,27 +2,17 @@
 
 Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/config.toml.
 """
-import ctypes
 import json
 import os
 import sys
 from pathlib import Path
 
-# Before torch loads: OpenMP threads that wait by sleeping, not spinning. A server shares its cores with
-# page scripts (and here with the browsers of a load test); with spinning waits a batch of 8 chat runs
-# took 233 s beside two busy processes instead of 17 s alone, with passive waits 34 s (2 cores).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from pipeline.server_process import give_freed_arrays_back, wait_passively
+
+wait_passively()  # before torch loads
+give_freed_arrays_back()  # before the model and a run's captures
 if os.environ.get("TPE_SWITCH_MS"):  # EXPERIMENT (issue 22): the GIL's switch interval
     sys.setswitchinterval(float(os.environ["TPE_SWITCH_MS"]) / 1000)
-# Before the model and a run's captures: glibc gives arrays over 128 KiB back to the system when they are
-# freed. By default it raises that threshold as big arrays come and go, and a long prompt's freed
-# temporaries then stayed in the heap: one 4,000-token run left the server at 2.1 GB instead of 1.8 GB and
-# a session's next long prompts peaked at 3.3 GB (bench/long_prompt_memory.py, README "Memory for one user").
-if sys.platform.startswith("linux"):
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD, fixed (no dynamic raise)
-    except (OSError, AttributeError):
-        pass
 
 import streamlit as st
 
