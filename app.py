@@ -11,8 +11,6 @@ from pipeline.server_process import give_freed_arrays_back, wait_passively
 
 wait_passively()  # before torch loads
 give_freed_arrays_back()  # before the model and a run's captures
-if os.environ.get("TPE_SWITCH_MS"):  # EXPERIMENT (issue 22): the GIL's switch interval
-    sys.setswitchinterval(float(os.environ["TPE_SWITCH_MS"]) / 1000)
 
 import streamlit as st
 
