@@ -3,8 +3,6 @@
 Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/config.toml.
 """
 import json
-import os
-import sys
 from pathlib import Path
 
 from pipeline.server_process import give_freed_arrays_back, wait_passively

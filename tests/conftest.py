@@ -470,24 +470,43 @@ def clear_streamlit_caches() -> None:
     st.cache_data.clear()
 
 
+def _handles_are_tiny(root, tiny: dict) -> bool:
+    """Whether the model handles in Streamlit's caches are the tiny models' (their files under `root`, their network
+    the tiny one): a test that opened a page without `tiny_app` made a handle on the real weights cache, whose
+    background load (app.py's start_loading) could finish after that test, with the real network; the tiny-model
+    page tests that followed then drew the real model's runs (30 layers) and ran it."""
+    from views.server_state import model_handle
+
+    for key, lm in tiny.items():  # {registry key: the tiny LoadedModel}
+        for weights in ("fp32", "bf16", "int8"):
+            handle = model_handle(key, weights)  # cached: made now (reading nothing) if no page asked for it yet
+            if handle.is_loaded and handle.loaded().model.config.hidden_size != lm.model.config.hidden_size:
+                return False
+            folder = handle._folder  # None until a page reads the files
+            if folder is not None and root not in folder.parents:
+                return False
+    return True
+
+
 @pytest.fixture
 def tiny_app(tiny_app_model, tiny_app_gemma, monkeypatch):
     """AppTest on the tiny model through the app's own path: TPE_CACHE_DIR names the tiny cache (views/server_state.py's
     get_model reads its files, its run store lives beside them) and pipeline.model.loader.shared_model gives the
     tiny LoadedModel for the default model. Streamlit's caches (per process, like a server's) are shared by the
-    tiny-model tests and cleared when a real-model AppTest follows one. Yields the LoadedModel."""
+    tiny-model tests, and cleared when a real-model AppTest follows one or a handle in them is not a tiny model's
+    (_handles_are_tiny). Yields the LoadedModel."""
     from pipeline.model import loader
+    from pipeline.model.registry import resolve
 
     root, lm = tiny_app_model
-    if not _streamlit_caches["tiny"]:
+    tiny = {resolve(None).key: lm, **({resolve("gemma-3-270m").key: tiny_app_gemma} if tiny_app_gemma else {})}
+    monkeypatch.setenv("TPE_CACHE_DIR", str(root))
+    if not _streamlit_caches["tiny"] or not _handles_are_tiny(root, tiny):
         clear_streamlit_caches()
         _streamlit_caches["tiny"] = True
-    monkeypatch.setenv("TPE_CACHE_DIR", str(root))
     # The warm-up prepares the default request only: timing every prompt-caching scenario in the background (as a
     # room's server does) was ~10 % of the fast tier's CPU, beside the tests; test_serving.py tests both settings.
     monkeypatch.setenv("TPE_WARM_UP", "request")
-    from pipeline.model.registry import resolve
-
     monkeypatch.setitem(loader._shared, resolve(None).key, lm)
     if tiny_app_gemma is not None:
         monkeypatch.setitem(loader._shared, resolve("gemma-3-270m").key, tiny_app_gemma)
