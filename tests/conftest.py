@@ -472,14 +472,14 @@ def clear_streamlit_caches() -> None:
 
 def _handles_are_tiny(root, tiny: dict) -> bool:
     """Whether the model handles in Streamlit's caches are the tiny models' (their files under `root`, their network
-    the tiny one): a test that opened a page without `tiny_app` made a handle on the real weights cache, whose
-    background load (app.py's start_loading) could finish after that test, with the real network; the tiny-model
-    page tests that followed then drew the real model's runs (30 layers) and ran it."""
+    the tiny one). In two of ~10 fast-tier runs today two tiny-model page tests drew a real 30-layer run (and ran the
+    real network, 300 s of CPU); where the real network got into a cached handle is not pinned down (a handle made
+    on the real weights cache by a test without `tiny_app` is the likely way in). Checked at every tiny_app test."""
     from views.server_state import model_handle
 
     for key, lm in tiny.items():  # {registry key: the tiny LoadedModel}
         for weights in ("fp32", "bf16", "int8"):
-            handle = model_handle(key, weights)  # cached: made now (reading nothing) if no page asked for it yet
+            handle = model_handle(key, weights)  # cached; made now on the tiny files if no page asked for it
             if handle.is_loaded and handle.loaded().model.config.hidden_size != lm.model.config.hidden_size:
                 return False
             folder = handle._folder  # None until a page reads the files
