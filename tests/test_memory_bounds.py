@@ -111,3 +111,15 @@ def test_a_long_prompts_stored_record_is_what_its_dimensions_say(tiny_lm):
     assert prefill.nbytes == long_record_bytes(m.L, m.H, m.Hkv, m.Dh, m.D, m.V, T, TOP_K_PER_POSITION)
     # SmolLM2-135M at the app's 4,096-token cap: 675 MB (657 MB at the bench's 3,990 tokens)
     assert long_record_bytes(30, 9, 3, 64, 576, 49_152, 4096) < 700 * 10**6
+
+
+def test_a_words_vector_reads_the_embedding_table_without_copying_it(tokenizer):
+    """The Embeddings page looks up four words in the (V, D) float32 table (neighbours, and a, b, c of the analogy):
+    each lookup allocates its own rows only. It once converted the whole table to float64 per word: Gemma's
+    262,144 x 640 table, 1.3 GB a word. Here SmolLM2's vocabulary at width 64 (12.6 MB float32)."""
+    from pipeline.stages.embeddings import word_vector
+
+    table = np.random.default_rng(0).standard_normal((len(tokenizer), 64)).astype(np.float32)  # (V, D)
+    wv = word_vector(tokenizer, table, "tomatoes")
+    np.testing.assert_array_equal(wv.vector, table[wv.ids].mean(axis=0))
+    assert peak_bytes(word_vector, tokenizer, table, "tomatoes") < table.nbytes / 10
