@@ -17,8 +17,8 @@ from views.session_request import DEFAULT_QUESTION, model_label, request_key
 from views.waiting import model_result_key
 
 
-WARM_UP_ENV = "TPE_WARM_UP"  # "all" (default): the default request and every prompt-caching scenario; "request":
-# the default request only (the scenarios are played when their page first asks: ~1 s of CPU each on SmolLM2)
+WARM_UP_ENV = "TPE_WARM_UP"  # "request": the default request only (a scenario is played when its page first asks
+# for it); anything else, or unset: the default request and every prompt-caching scenario
 
 
 def warms_scenarios() -> bool:
