@@ -84,6 +84,23 @@ def test_the_byte_map_agrees_with_the_tokenizers_library_over_all_256_bytes():
     assert never_utf8 == [0xC0, 0xC1, *range(0xF5, 0x100)]
 
 
+def test_piece_bytes_spells_every_piece_of_both_vocabularies_as_its_table_says(tokenizer):
+    """piece_bytes (one str.translate) against the byte map read character by character: every byte-level piece of
+    SmolLM2's vocabulary is the bytes its characters stand for; a piece with a character outside the map (a plain
+    space, '▁', a lone surrogate, Gemma's SentencePiece text) is its UTF-8, '▁' read as a space."""
+    from pipeline.text.byte_level import SENTENCEPIECE_SPACE, _byte_decoder
+
+    table = _byte_decoder()
+    pieces = [p for p in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if p is not None]
+    pieces += ["a b", "▁tomatoes", "Ġ\ud83c", "\x00", "ĠtoÿĀ", "<0xG1>", "<0x41"]  # outside the map, and near misses
+    for piece in pieces:
+        if all(ch in table for ch in piece):
+            assert piece_bytes(piece) == bytes(table[ch] for ch in piece), piece
+        else:
+            assert piece_bytes(piece) == piece.replace(SENTENCEPIECE_SPACE, " ").encode("utf-8", "surrogatepass"), piece
+    assert piece_bytes("<0xEB>") == b"\xeb"
+
+
 def test_what_is_known_per_tokenizer_is_kept_beside_it_not_written_onto_it(tokenizer):
     """Vocabulary size, special ids and the word table are computed once per tokenizer and kept in a
     weak dictionary: nothing is set on the Hugging Face object (it once got `_tpe_special_ids`), and a
