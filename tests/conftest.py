@@ -41,6 +41,9 @@ def _share_the_cores_between_workers() -> None:
 _share_the_cores_between_workers()
 
 
+M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter: free memory at the heap's top kept up to this many bytes
+
+
 def _keep_freed_arrays() -> None:
     """A test process keeps the arrays it frees for reuse (glibc's mmap and trim thresholds 1 GiB), and
     app.py's give_freed_arrays_back (a server's memory bound) is a no-op here: with it, each AppTest of app.py made
@@ -54,7 +57,7 @@ def _keep_freed_arrays() -> None:
         try:
             libc = ctypes.CDLL("libc.so.6")
             libc.mallopt(server_process.M_MMAP_THRESHOLD, 1 << 30)
-            libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+            libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
         except (OSError, AttributeError):
             pass
     server_process.give_freed_arrays_back = lambda: None

@@ -9,17 +9,10 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, app_pages, page_app
+from conftest import ROOT, app_pages, clear_streamlit_caches, page_app
 
 GEMMA = "gemma-3-270m"
 PAGES = app_pages()  # every page of app.py's PAGES, by file name
-
-
-def clear_streamlit_caches():
-    import streamlit as st
-
-    st.cache_resource.clear()
-    st.cache_data.clear()
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def test_the_byte_map_agrees_with_the_tokenizers_library_over_all_256_bytes():
     assert never_utf8 == [0xC0, 0xC1, *range(0xF5, 0x100)]
 
 
-def test_piece_bytes_spells_every_piece_of_both_vocabularies_as_its_table_says(tokenizer):
+def test_piece_bytes_spells_every_piece_of_smollm2s_vocabulary_as_its_table_says(tokenizer):
     """piece_bytes (one str.translate) against the byte map read character by character: every byte-level piece of
     SmolLM2's vocabulary is the bytes its characters stand for; a piece with a character outside the map (a plain
     space, '▁', a lone surrogate, Gemma's SentencePiece text) is its UTF-8, '▁' read as a space."""
