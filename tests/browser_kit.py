@@ -83,18 +83,20 @@ def open_page(page, title: str, timeout_s: float = 300, shot: Path | None = None
 SCRIPT_STATE = "document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')"
 
 
-def settle(page, timeout: float = 400) -> None:
+def settle(page, timeout: float = 400, start_s: float = 1) -> None:
     """Wait until the script run that the last action started has finished and its charts are drawn.
 
     Streamlit marks its root element with the script's state (data-test-script-state: running, notRunning).
     The run an action asks for shows as running within a round trip; a run that is already over by then (or
-    an action that reruns nothing) costs the one-second wait for it. Done: not running, no status widget and
+    an action that reruns nothing) costs the `start_s` wait for it. On a busy machine the round trip itself
+    can pass a second: after an action that always reruns (a button, a page link), pass a longer `start_s`,
+    or the old page's finished state reads as the new run's. Done: not running, no status widget and
     no queue notice ("number 2 in line (1 ahead of you)"; the words "in line" alone also
     appear in page text) two polls in a row, and every plotly chart has drawn its SVG."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
-        page.wait_for_function(f"() => {SCRIPT_STATE} !== 'notRunning'", timeout=1000)
+        page.wait_for_function(f"() => {SCRIPT_STATE} !== 'notRunning'", timeout=start_s * 1000, polling="raf")
     except PlaywrightTimeout:
         pass
     deadline, quiet = time.time() + timeout, 0

@@ -115,7 +115,7 @@ def test_every_page_renders_html_in_the_question_as_text_and_asks_no_other_host(
     sidebar = browser_page.locator('[data-testid="stSidebar"]')
     sidebar.locator("textarea").first.fill(EVIL)
     sidebar.get_by_role("button", name="Run the model").click()
-    settle(browser_page, timeout=300)
+    settle(browser_page, timeout=300, start_s=30)  # a button always reruns: wait for that run to start
     titles = page_titles()
     assert len(titles) >= 12
     for title in titles:

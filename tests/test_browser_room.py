@@ -132,7 +132,7 @@ def test_links_keep_and_follow_every_control(server, browser):
     sidebar = page.locator('[data-testid="stSidebar"]')
     sidebar.locator("textarea").first.fill("Why is the sky blue?")
     sidebar.get_by_role("button", name="Run the model").click()
-    settle(page)
+    settle(page, start_s=30)  # a button always reruns: wait for that run to start
     slider(page, "layer").focus()
     page.keyboard.press("Home")  # layer 0, inside the one-head fragment
     settle(page)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, open_page, settle
 from test_any_script import KOREAN, LONG_QUESTION
 
 pytestmark = [pytest.mark.browser,
@@ -17,11 +17,13 @@ def ask(page, question: str) -> None:
     sidebar = page.locator('[data-testid="stSidebar"]')
     sidebar.locator("textarea").first.fill(question)
     sidebar.get_by_role("button", name="Run the model").click()
-    settle(page, timeout=400)
+    settle(page, timeout=400, start_s=30)  # the button always reruns: wait for that run, however late it starts
 
 
 def open_what_if(page) -> None:
-    page.locator('[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]', has_text="What if").first.click()
+    """Go to What if (nothing to do when it is showing: `ask` has waited for its run of the new question)."""
+    if page.locator("h1", has_text="What if").count() == 0:
+        open_page(page, "What if")  # its title shows when its run has begun: settle then waits for the run's end
     settle(page)
 
 
@@ -34,10 +36,10 @@ def branch_at(page, step: int) -> str:
     page.keyboard.press("Home")  # the slider keeps its place across requests: start from step 0
     for _ in range(step):
         page.keyboard.press("ArrowRight")
-    settle(page)
+    settle(page, start_s=10)  # the slider moved (from 0, or from the last question's step), so the page reruns
     so_far = main.locator('[data-testid="stCode"]').first.inner_text()
     main.get_by_role("button", name="Continue from here with this token").click()
-    settle(page, timeout=400)
+    settle(page, timeout=400, start_s=30)
     return so_far
 
 
@@ -51,9 +53,13 @@ def test_what_if_with_a_korean_and_a_long_question():
         page.goto(url)
         settle(page, timeout=300)
         for name, question, step in (("korean", KOREAN, 5), ("long", LONG_QUESTION, 2)):
-            ask(page, question)
-            open_what_if(page)
-            so_far = branch_at(page, step)
+            try:
+                ask(page, question)
+                open_what_if(page)
+                so_far = branch_at(page, step)
+            except Exception:
+                page.screenshot(path=str(SHOTS / f"what_if_{name}_failed.png"), full_page=True)
+                raise
             main = page.locator('[data-testid="stMain"]')
             assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: the page raised"
             assert not re.search(r"(<0x[0-9A-F]{2}>){2}", so_far), f"{name}: bare bytes in {so_far!r}"
