@@ -30,16 +30,18 @@ def softmax(x, axis: int = -1) -> np.ndarray:
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
-def top_indices(x: np.ndarray, k: int) -> np.ndarray:
+def top_indices(x: np.ndarray, k: int, kth: float | None = None) -> np.ndarray:
     """The indices of the k largest values, largest first, ties by lower index: exactly
     np.argsort(-x, kind="stable")[:k], without sorting all of x (V = 49,152: 6.6 ms -> 0.13 ms here).
-    top_indices(np.array([1., 3., 3., 2.]), 2) -> [1, 2]."""
+    top_indices(np.array([1., 3., 3., 2.]), 2) -> [1, 2].
+    kth: x's k-th largest value when the caller has it already (a batch's rows in one torch.topk: the
+    partition is most of this function's time); the order and the ties are decided here either way."""
     x = array("logits", x, ndim=1, dtype=None, min_len=0)
     k = min(integer("k", k, lo=0), x.size)
     _finite_or_masked(x)
     if k == 0:
         return np.zeros(0, dtype=np.intp)
-    threshold = np.partition(x, x.size - k)[x.size - k]  # the k-th largest value
+    threshold = np.partition(x, x.size - k)[x.size - k] if kth is None else kth  # the k-th largest value
     picked = np.flatnonzero(x >= threshold)  # every value at least that large, ties included
     order = np.lexsort((picked, -x[picked]))  # by value descending, then by index
     return picked[order[:k]]

@@ -148,3 +148,29 @@ def test_a_recorded_step_computes_the_softmax_over_the_vocabulary_once(tokenizer
     for step, logits in zip(answer.steps, answer.logits_rows):
         probs = softmax(logits)
         assert [c.prob for c in step.top] == [float(probs[c.id]) for c in step.top]
+
+
+@pytest.mark.parametrize("options", [dict(temperature=0.0, top_k=5, top_p=0.9, min_p=0.05),
+                                     dict(temperature=0.7, top_k=5)], ids=["greedy", "sampled"])
+def test_a_recorded_step_is_what_the_filter_stages_give(tokenizer, options):
+    """A greedy step skips building the filter stages, and a batch hands each row its 10th-best score from one
+    torch.topk: the recorded token and candidates must still be the stages' own and a stable sort's, on scores
+    with ties (one decimal, as bf16 logits tie), the best two tied (the lower id is chosen)."""
+    from pipeline.stages.next_token import filter_stages
+
+    V = len(tokenizer)
+    logits = np.round(np.random.default_rng(3).standard_normal(V) * 2, 1).astype(np.float32)
+    logits[[1001, 1000]] = logits.max() + 1
+    opts = GenerationOptions(max_new_tokens=4, **options)
+    stages = filter_stages(logits, opts)
+    top = np.argsort(-logits, kind="stable")[:10]
+    expected = [(int(i), round(float(logits[i]), 4), float(stages[0].probs[i]), float(stages[-1].probs[i]))
+                for i in top]
+    answer = Answer(_lm(tokenizer), logits, opts, "req_1", time.perf_counter())
+    answer.choose()  # k-th best found by the answer itself
+    answer.fed(logits, float(torch.topk(torch.from_numpy(logits), 10).values[-1]))
+    answer.choose()  # ... and handed to it, as BatchDecoder.step does
+    for step in answer.steps:
+        assert [(c.id, c.logit, c.prob, c.prob_after_filters) for c in step.top] == expected
+    if opts.greedy:
+        assert answer.generated == [1000, 1000]

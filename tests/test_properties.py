@@ -413,3 +413,8 @@ def test_top_indices_equal_a_stable_full_sort(values, k):
 
     x = np.array(values, dtype=np.float32)
     assert top_indices(x, k).tolist() == np.argsort(-x, kind="stable")[:k].tolist()
+    if 0 < k:  # the k-th largest value handed in (BatchDecoder.step: one torch.topk for the batch's rows)
+        import torch
+
+        kth = float(torch.topk(torch.from_numpy(x), min(k, x.size)).values[-1])
+        assert top_indices(x, k, kth).tolist() == np.argsort(-x, kind="stable")[:k].tolist()
