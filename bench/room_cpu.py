@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,23 +43,27 @@ class Parts:
     def __init__(self):
         self.total = defaultdict(float)
         self.samples = defaultdict(list)
-        self.stack: list[list] = []  # [name, start, children's time]
+        self.local = threading.local()  # each thread's stack of open parts: [name, start, children's time]
         self.lock = threading.Lock()
 
     @contextlib.contextmanager
     def part(self, name: str):
+        """A part's CPU is the whole process's while it runs: parts on the queue's worker and the finisher
+        thread that overlap both count the time they share."""
+        stack = self.local.__dict__.setdefault("stack", [])
         entry = [name, time.process_time(), 0.0]
-        self.stack.append(entry)
+        stack.append(entry)
         try:
             yield
         finally:
             took = time.process_time() - entry[1]
-            self.stack.pop()
-            if self.stack:
-                self.stack[-1][2] += took
+            stack.pop()
+            if stack:
+                stack[-1][2] += took
             own = took - entry[2]
-            self.total[name] += own
-            self.samples[name].append(own)
+            with self.lock:
+                self.total[name] += own
+                self.samples[name].append(own)
 
     def wrap(self, owner, attr: str, name):
         """Time owner.attr (name: a string, or a function of the call's arguments giving one)."""
@@ -98,7 +103,7 @@ def instrument(parts: Parts) -> None:
 
 
 def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: cProfile.Profile | None,
-             weights: str = "fp32"):
+             weights: str = "fp32", inline: bool = False):
     from pipeline.model.handle import ModelHandle
     from pipeline.run_queue import RunQueue, cost_of
     from pipeline.run_store import RunStore
@@ -114,7 +119,8 @@ def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: 
     def on_trace(key, trace):
         with parts.part("store the run (memory + disk)"):
             store.put(key, trace)
-    engine = TraceEngine(lambda request: lm, 4096, on_trace=on_trace)
+    finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")  # as views/server_state.py
+    engine = TraceEngine(lambda request: lm, 4096, on_trace=on_trace, finisher=None if inline else finisher)
     queue = RunQueue(engines={"trace": engine})
     if profile is not None:  # cProfile sees the worker thread only through its two entry points
         for attr in ("_start", "_step"):
@@ -129,17 +135,19 @@ def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: 
     parts.total.clear()
     parts.samples.clear()
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    tickets = []
+    tickets, told = [], {}  # told: seconds from each request's arrival to its caller holding the Trace
     for n in range(sessions):
         request = ChatRequest.from_question(QUESTIONS[n % len(QUESTIONS)] + ("" if n < len(QUESTIONS) else f" ({n})"),
                                              weights=weights)
         prompt = len(tokenize_request(lm.tokenizer, request).ids)
+        arrived = time.perf_counter()
         tickets.append(queue.submit(n, lambda: None, cost_of(prompt, request.options.max_new_tokens), prompt,
-                                    batch=("trace", (n, request, time.perf_counter()))))
+                                    batch=("trace", (n, request, arrived))))
+        tickets[-1].add_done_callback(lambda _, n=n, t=arrived: told.__setitem__(n, time.perf_counter() - t))
         time.sleep(gap)
     traces = [t.result() for t in tickets]
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    return lm, queue, traces, cpu, wall
+    return lm, queue, traces, cpu, wall, sorted(told.values())
 
 
 def page_cost(traces, k: int) -> list[float]:
@@ -168,14 +176,16 @@ def main() -> None:
     ap.add_argument("--page", type=int, default=0, help="also draw the Journey page of this many runs")
     ap.add_argument("--cprofile", type=int, default=0, help="print the top N functions (cumulative) of the worker")
     ap.add_argument("--weights", default="fp32", help="the weight format every request runs on: fp32, bf16, int8")
+    ap.add_argument("--finish-inline", action="store_true",
+                    help="assemble and store each run in the decode step instead of on the finisher thread")
     args = ap.parse_args()
 
     parts = Parts()
     instrument(parts)
     profile = cProfile.Profile() if args.cprofile else None
     with tempfile.TemporaryDirectory(dir=os.environ.get("TPE_CACHE_DIR")) as store_dir:
-        lm, queue, traces, cpu, wall = run_room(args.sessions, args.gap, Path(store_dir), parts, profile,
-                                                 args.weights)
+        lm, queue, traces, cpu, wall, told = run_room(args.sessions, args.gap, Path(store_dir), parts, profile,
+                                                 args.weights, args.finish_inline)
     requests = queue.schedule()["requests"][-args.sessions:]
     ttft = sorted(r["ttft_s"] for r in requests)
     done = sorted(r["left_s"] - r["queued_s"] for r in requests)
@@ -184,7 +194,8 @@ def main() -> None:
           f"{wall:.1f} s wall (load average {os.getloadavg()[0]:.1f}); {len(steps)} decode steps; "
           f"{sum(len(t.decode.generated_ids) for t in traces)} tokens")
     print(f"  TTFT p50 {statistics.median(ttft):.1f} s, p95 {ttft[int(0.95 * (len(ttft) - 1))]:.1f} s; "
-          f"answer done p50 {statistics.median(done):.1f} s, p95 {done[int(0.95 * (len(done) - 1))]:.1f} s")
+          f"answer done p50 {statistics.median(done):.1f} s, p95 {done[int(0.95 * (len(done) - 1))]:.1f} s; "
+          f"caller holds its run p50 {statistics.median(told):.1f} s, p95 {told[int(0.95 * (len(told) - 1))]:.1f} s")
     counted = sum(parts.total.values())
     print(f"\n{'part':44} {'CPU-s':>7} {'share':>6} {'calls':>6} {'median ms':>10}")
     for name, total in sorted(parts.total.items(), key=lambda kv: -kv[1]):

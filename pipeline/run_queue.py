@@ -339,16 +339,29 @@ class RunQueue:
                 log.exception("a decode step of kind %s failed", kind)
                 ended += [((k, h), e) for (k, h), _ in members if k == kind]
         took = time.monotonic() - t
+        finishing: list[tuple[Ticket, Future]] = []
         with self._lock:
             left = []
             for member, result in ended:
                 ticket = self._members.pop(member, None)
                 if ticket is None:
                     continue
-                left.append(ticket.rid)
+                left.append(ticket.rid)  # it leaves the batch (and the KV budget) now ...
+                if isinstance(result, Future):  # ... and its caller hears once the engine has finished its record
+                    finishing.append((ticket, result))
+                    continue
                 ticket._finish(error=result) if isinstance(result, BaseException) else ticket._finish(result=result)
                 self._done(ticket)
             self._schedule.stepped([ticket.rid for _, ticket in members], took, left)
             self._speeds.append(took / (DECODE_STEP_COST * len(members)))
             if not self._members:
                 log.info("the batch emptied; %d waiting", len(self._waiting))
+        for ticket, record in finishing:  # outside the lock: a Future already done calls back at once
+            record.add_done_callback(lambda f, ticket=ticket: self._finished_record(ticket, f))
+
+    def _finished_record(self, ticket: Ticket, record: Future) -> None:
+        """An engine's record of a request that left the batch is ready (or failed): its caller hears now."""
+        error = record.exception()
+        with self._lock:
+            self._done(ticket)
+        ticket._finish(error=error) if error is not None else ticket._finish(result=record.result())

@@ -15,6 +15,7 @@ shared batch), so they take turns with the batch step by step instead of waiting
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import Executor
 from typing import Callable, Hashable
 
 from .model.interface import LanguageModel
@@ -76,11 +77,17 @@ class _Engine:
 
 class TraceEngine(_Engine):
     """payload (key, request, arrived_at) -> a Trace; on_trace(key, trace) is called as each one ends
-    (e.g. to store it before its callers are told)."""
+    (e.g. to store it before its callers are told).
 
-    def __init__(self, lm_for, max_prompt_tokens=None, on_trace: Callable[[Hashable, object], None] | None = None):
+    finisher: an executor (one thread) that assembles each ended request's Trace and calls on_trace, so the
+    running batch's next step does not wait for it (~70 ms a request on two CPU cores: stacking 64 steps'
+    scores, pickling the run to the disk store); its step then hands the queue a Future of the Trace.
+    Without one, the Trace is made in the step."""
+
+    def __init__(self, lm_for, max_prompt_tokens=None, on_trace: Callable[[Hashable, object], None] | None = None,
+                 finisher: Executor | None = None):
         super().__init__(lm_for, max_prompt_tokens)
-        self.on_trace = on_trace
+        self.on_trace, self.finisher = on_trace, finisher
 
     @staticmethod
     def _request(payload) -> ChatRequest:
@@ -99,6 +106,11 @@ class TraceEngine(_Engine):
         return self._add(lm, row, (key, s))
 
     def _finished(self, lm: LanguageModel, row, extra):
+        if self.finisher is not None:
+            return self.finisher.submit(self._trace, lm, row, extra)
+        return self._trace(lm, row, extra)
+
+    def _trace(self, lm: LanguageModel, row, extra):
         from .trace import _finish
 
         key, s = extra

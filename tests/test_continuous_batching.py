@@ -154,6 +154,59 @@ def test_background_requests_wait_while_people_are_served():
     assert engine.log == [("start", "person")] + [("step", ["person"])] * 3 + [("start", "prep"), ("step", ["prep"])]
 
 
+def test_a_request_whose_record_is_finished_elsewhere_leaves_the_batch_at_once_and_its_caller_hears_later():
+    """An engine may hand back a Future of an ended request's record (TraceEngine with a finisher): the request
+    leaves the batch and the KV budget at its end, the batch steps on, and the ticket resolves when the record
+    does: with the record, or with the error that made it."""
+    from concurrent.futures import Future
+
+    records = {"A": Future(), "B": Future()}
+
+    class Finishing(FakeEngine):
+        def step(self):
+            return [(name, records.get(name, result)) for name, result in super().step()]  # C's at once
+
+    engine = Finishing()
+    q, release = _blocked_queue(engine, kv_budget_bytes=100)
+    a, b, c = _submit(q, "A", 1, kv=60), _submit(q, "B", 3, kv=40), _submit(q, "C", 2, kv=60)
+    release.set()
+    for _ in range(500):  # C needs A's 60 bytes of budget: it is admitted only once A has left
+        if ("start", "C") in engine.log:
+            break
+        threading.Event().wait(0.01)
+    assert ("start", "C") in engine.log and not a.done()  # A left the batch; its record is not ready yet
+    assert c.result(10) == "C:2"  # the batch stepped on without A's record
+    records["A"].set_result("A's trace")
+    records["B"].set_exception(InputError("messages", "B's record failed"))
+    assert a.result(10) == "A's trace"
+    with pytest.raises(InputError, match="B's record failed"):
+        b.result(10)
+    again = _submit(q, "A", 1)
+    assert again is not a and again.result(10) == "A's trace"  # a done ticket is not joined: it ran anew
+
+
+def test_a_trace_engine_with_a_finisher_makes_the_same_traces_as_without(tiny_lm):
+    """The finisher only moves where a Trace is assembled and stored: the same tokens, steps and storage."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    from pipeline.trace_engine import TraceEngine
+
+    requests = _requests()
+    inline = staggered(tiny_lm, requests, [0, 0, 0])  # all three in the batch from the start, as below
+    stored = {}
+    with ThreadPoolExecutor(max_workers=1) as finisher:
+        engine = TraceEngine(lambda r: tiny_lm, on_trace=stored.__setitem__, finisher=finisher)
+        handles = {engine.start((i, r, None)): i for i, r in enumerate(requests)}
+        futures = {}
+        while len(futures) < len(requests):
+            futures.update((handles[h], f) for h, f in engine.step())
+        assert all(isinstance(f, Future) for f in futures.values())
+        traces = [futures[i].result(30) for i in range(len(requests))]
+    assert [t.decode.generated_ids for t in traces] == [t.decode.generated_ids for t in inline]
+    assert all(np.array_equal(t.decode.step_logits, u.decode.step_logits) for t, u in zip(traces, inline))
+    assert [stored[i] for i in range(len(requests))] == traces  # stored before each caller was told
+
+
 # ---- the batched decode step on tiny random-weight models ----------------------------------------
 def staggered(lm, requests, join_at):
     """Each request started (prefilled) before step join_at[i] of one running TraceEngine batch; the Traces."""

@@ -177,5 +177,10 @@ def run_queue() -> RunQueue:
     def lm_for(request):  # each request on its own model, in its own weight format
         return get_model(resolve(request.model).key, request.weights)
 
-    return RunQueue(engines={"trace": TraceEngine(lm_for, APP_MAX_PROMPT_TOKENS, on_trace=run_store().put),
+    from concurrent.futures import ThreadPoolExecutor
+
+    # each ended run's record is assembled and stored on a thread of its own: the batch steps on meanwhile
+    finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")
+    return RunQueue(engines={"trace": TraceEngine(lm_for, APP_MAX_PROMPT_TOKENS, on_trace=run_store().put,
+                                                  finisher=finisher),
                              "stream": StreamEngine(lm_for, APP_MAX_PROMPT_TOKENS)})

@@ -355,7 +355,28 @@ class BatchRow:
 
     def __init__(self, answer: Answer, length: int, per_position: list[int], decoder=None):
         self.answer, self.length, self.per_position, self.decoder = answer, length, per_position, decoder
-        self.result: Decode | Answer | None = None  # once it has ended: the Decode (recorded) or the Answer
+        self.ended = False
+        self._kv_at_end: tuple[int, int] | None = None  # (bytes, positions) it held when it ended
+        self._decode: Decode | None = None
+
+    def end(self) -> None:
+        """The answer has ended: its completed event is sent now (the stream's order) and what it held noted."""
+        kv_tokens, kv_bytes = self.usage()
+        self._kv_at_end = (sum(kv_bytes), kv_tokens)
+        self.answer.close()
+        self.ended = True
+
+    @property
+    def result(self) -> Decode | Answer | None:
+        """Once ended: the Decode (recorded; assembled when first asked for, which may be on a thread that
+        finishes runs away from the decode loop: stacking its step scores is ~30 ms) or the Answer."""
+        if not self.ended:
+            return None
+        if not self.answer.record:
+            return self.answer
+        if self._decode is None:
+            self._decode = self.answer.result(*self._kv_at_end)
+        return self._decode
 
     def usage(self) -> tuple[int, list[int]]:
         """(positions it holds, its bytes per layer): its own, never the batch's padding."""
@@ -416,26 +437,21 @@ class BatchDecoder:
         return row
 
     def step(self) -> list[BatchRow]:
-        """Every answer chooses its next token; those that ended leave (their `result` set and returned);
+        """Every answer chooses its next token; those that ended leave (`ended`, their `result` ready, returned);
         the others' tokens go through the model: one pass for the joined rows, one each for the solo ones."""
         size, ended, tokens = len(self), [], {}
         for row in self.rows + [r for r, _ in self.joining] + self.solo:
             answer = row.answer
             token = answer.choose(*(row.usage() if answer.record else (0, None)), batch_size=size)
             if token is None:
-                kv_tokens, kv_bytes = row.usage()
-                if answer.record:
-                    row.result = answer.result(sum(kv_bytes), kv_tokens)
-                else:
-                    answer.close()
-                    row.result = answer
+                row.end()
                 ended.append(row)
             else:
                 tokens[id(row)] = token
-        self.solo = [r for r in self.solo if r.result is None]
-        if self.joining or any(r.result is not None for r in self.rows):
-            self._merge([i for i, r in enumerate(self.rows) if r.result is None],
-                        [(r, layers) for r, layers in self.joining if r.result is None])
+        self.solo = [r for r in self.solo if not r.ended]
+        if self.joining or any(r.ended for r in self.rows):
+            self._merge([i for i, r in enumerate(self.rows) if not r.ended],
+                        [(r, layers) for r, layers in self.joining if not r.ended])
         t_fed = time.perf_counter()
         if self.rows:
             self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=self.mask.dtype,
