@@ -8,7 +8,8 @@ Jobs of a kind that has a step engine (chat requests: `engines={"trace": ...}`) 
 decode step, as vLLM and Orca do (continuous batching): between two steps the worker runs the
 prefill of the requests at the head of the line (up to PREFILL_TOKENS_PER_STEP prompt tokens, at
 least one request), they join the running batch at the next step, and each request leaves the batch
-at its own end token: its ticket resolves then, not when the batch ends. A KV-memory budget in bytes
+at its own end token: its ticket resolves then, not when the batch ends (an engine that finishes the
+record on a thread of its own hands back a Future: the ticket resolves when that does). A KV-memory budget in bytes
 decides admission: each request reserves the bytes its cache reaches at its longest (prompt +
 max_new_tokens), and the head of the line waits while the budget is full (later ones do not overtake).
 Any other job runs whole, in its turn, between two steps. Background jobs run only when nobody waits
@@ -62,7 +63,8 @@ class StepEngine(Protocol):
         """Run the request's prefill; a handle for it (raises InputError etc. for a request refused)."""
 
     def step(self) -> list[tuple[Hashable, object]]:
-        """One decode step of every started request; (handle, result) of those that ended in it."""
+        """One decode step of every started request; (handle, result) of those that ended in it (a result
+        may be a concurrent.futures.Future of it, made elsewhere)."""
 
 
 class Ticket(Future):
