@@ -21,7 +21,7 @@ from views import url_state
 from views.model_picker import model_picker, picked_model
 from views.server_state import get_model
 from views.session_request import (DEFAULTS, MODEL_FIELDS, TEXT_LIMIT, current_request, init_state, request_key,
-                                   session_passes)
+                                   session_passes, show_values_in_form)
 from views.runs import stored_download, stored_sidebar_run
 from views.warm_up import warm_up
 
@@ -69,6 +69,7 @@ def sidebar(pages: list):
         if st.button("Reset to the default request", use_container_width=True):  # on the model picked
             st.session_state.update({k: v for k, v in SESSION_DEFAULTS.items() if k[4:] not in MODEL_FIELDS})
             st.rerun()
+        show_values_in_form()
         with st.form("request_form"):
             st.text_area("Question (the new user message)", key="req_question", height=80, max_chars=TEXT_LIMIT)
             st.text_area("System prompt (empty: the template's own default, if it has one)", key="req_system",

@@ -108,3 +108,18 @@ def settle(page, timeout: float = 400, start_s: float = 1) -> None:
         page.wait_for_timeout(250)  # the poll interval (each poll checks the state again)
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".every(p => p.querySelector('.main-svg'))", timeout=30_000)
+
+
+def question_shown(page, timeout_s: float = 30) -> str:
+    """What the sidebar's question box shows, once it shows anything: a box the browser has just drawn may
+    be empty until its value arrives in the same frame's next step, so read it when it is not empty
+    (a box left empty, the bug views.session_request.show_values_in_form fixes, returns '' after timeout_s)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    box = page.locator('[data-testid="stSidebar"] textarea').first
+    try:
+        page.wait_for_function("() => { const t = document.querySelector('[data-testid=\"stSidebar\"] textarea');"
+                               " return t && t.value !== ''; }", timeout=timeout_s * 1000)
+    except PlaywrightTimeout:
+        pass
+    return box.input_value()

@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
 
-from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, question_shown, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -78,7 +78,7 @@ def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
     second = browser.new_context(viewport={"width": 1300, "height": 1200})  # a fresh browser: no shared state
     again = visit(second, link)
     assert "layer 3, head 2" in chart_titles(again)
-    assert again.locator("textarea").first.input_value() == question
+    assert question_shown(again) == question
     again.screenshot(path=str(SHOTS / "room_link_reopened.png"))
     first.close()
     second.close()
@@ -198,7 +198,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     opened = context.new_page()  # the Journey link (short for the long question) opens the same request
     opened.goto(journey)
     settle(opened)
-    assert opened.locator("textarea").first.input_value() == WALKS[walk]["q"]
+    assert question_shown(opened) == WALKS[walk]["q"]
     learner.context.close()
     context.close()
 

@@ -59,9 +59,8 @@ def test_what_if_with_a_korean_and_a_long_question():
                 so_far = branch_at(page, step)
             except Exception:
                 page.screenshot(path=str(SHOTS / f"what_if_{name}_failed.png"), full_page=True)
-                sliders = page.locator('[data-testid="stSidebar"] [role="slider"]')  # once seen all at their minimum
-                print(f"{name}: the sidebar's sliders held", [sliders.nth(i).get_attribute("aria-valuenow")
-                                                             for i in range(sliders.count())])
+                sliders = page.locator('[data-testid="stSidebar"] [data-testid="stSliderThumbValue"]')  # once seen
+                print(f"{name}: the sidebar's sliders showed", sliders.all_inner_texts())  # all at their minimum
                 raise
             main = page.locator('[data-testid="stMain"]')
             assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: the page raised"

@@ -27,6 +27,24 @@ def init_state() -> None:
         st.session_state.setdefault(f"req_{key}", value)
 
 
+FORM_KEYS = tuple(f"req_{k}" for k in DEFAULTS if k not in MODEL_FIELDS)  # the request form's widgets
+
+
+def show_values_in_form() -> None:
+    """Give each of the request form's widgets its value again, just before the form is drawn.
+
+    Streamlit tells the browser a keyed widget's value only in a run that set it through session state;
+    in other runs the browser keeps what it shows. A widget that first appears from such a later run (its
+    first run's message replaced by the next one's before the browser drew it: a busy server, a run
+    started again) shows its own default (a slider's minimum, an empty question) while the server holds
+    the request, and the next submit sends those defaults back. Seen in CI: the question box empty on a
+    page opened from a short link, and once every slider at its minimum (an answer of one token).
+    Setting each key again makes every run carry the value. The cost: an edit not yet submitted is
+    replaced by the request the pages show when another control reruns the page."""
+    for key in FORM_KEYS:
+        st.session_state[key] = st.session_state[key]
+
+
 def current_request() -> ChatRequest:
     """The request the sidebar describes (raises InputError for bad input)."""
     init_state()
