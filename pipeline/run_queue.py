@@ -7,7 +7,8 @@ while the queue is long, so one learner's 8,000-token prompt cannot make the who
 Jobs of a kind that has a step engine (chat requests: `engines={"trace": ...}`) are scheduled per
 decode step, as vLLM and Orca do (continuous batching): between two steps the worker runs the
 prefill of the requests at the head of the line (up to PREFILL_TOKENS_PER_STEP prompt tokens, at
-least one request), they join the running batch at the next step, and each request leaves the batch
+least one request; an engine with start_together prefills them in one batched pass), they join the
+running batch at the next step, and each request leaves the batch
 at its own end token: its ticket resolves then, not when the batch ends (an engine that finishes the
 record on a thread of its own hands back a Future: the ticket resolves when that does). A KV-memory budget in bytes
 decides admission: each request reserves the bytes its cache reaches at its longest (prompt +
@@ -41,7 +42,10 @@ DECODE_STEP_COST = 15  # one decode step costs about as much as 15 prompt tokens
 LONG_PROMPT_TOKENS = 1024  # prompts longer than this are refused while the queue is long
 LONG_QUEUE = 4  # "long": this many jobs already waiting
 MAX_BATCH = 32  # requests decoded together at most
-PREFILL_TOKENS_PER_STEP = 64  # prompt tokens prefilled between two decode steps (at least one request)
+# Prompt tokens prefilled between two decode steps (at least one request). The requests admitted in one gap are
+# prefilled in one batched pass (TraceEngine.start_together), cheaper than one by one (SmolLM2 bf16 on two CPU
+# cores: 4 room questions of ~36 tokens in 0.21 s against 0.10 s for one): 256 lets ~7 of them share a pass.
+PREFILL_TOKENS_PER_STEP = 256
 KV_BUDGET_BYTES = 512 * 2**20  # KV memory the running batch may reserve
 SCHEDULE_STEPS = 2000  # decode steps the schedule record keeps (the oldest go first)
 SCHEDULE_REQUESTS = 200  # requests it keeps
@@ -54,7 +58,10 @@ def cost_of(prompt_tokens: int, new_tokens: int) -> int:
 
 
 class StepEngine(Protocol):
-    """What the queue steps for a kind of job decoded together (pipeline.trace_engine has the real ones)."""
+    """What the queue steps for a kind of job decoded together (pipeline.trace_engine has the real ones).
+    An engine may also offer start_together(payloads) -> [handle or the error that refused it]: the requests
+    admitted in one gap between steps, prefilled together (TraceEngine: one batched pass); the queue uses it
+    for two or more."""
 
     def reserve(self, payload) -> tuple[int, int]:
         """(prompt tokens, KV bytes the request reaches at its longest): what admission counts."""
@@ -251,8 +258,12 @@ class RunQueue:
             if job is not None:
                 self._run_whole(job)
                 continue
-            for ticket in admitted:
-                self._start(ticket)
+            for kind, tickets in self._by_kind(admitted).items():
+                if len(tickets) > 1 and hasattr(self.engines[kind], "start_together"):
+                    self._start_together(kind, tickets)
+                else:
+                    for ticket in tickets:
+                        self._start(ticket)
             if self._members:
                 self._step()
 
@@ -326,6 +337,39 @@ class RunQueue:
             ticket.rid = self._schedule.admitted(ticket, t, took)
             if ticket.reserved[0]:
                 self._speeds.append(took / ticket.reserved[0])
+
+    @staticmethod
+    def _by_kind(tickets: list[Ticket]) -> dict[str, list[Ticket]]:
+        """Admitted tickets by engine kind, in arrival order within each."""
+        kinds: dict[str, list[Ticket]] = {}
+        for ticket in tickets:
+            kinds.setdefault(ticket.batch[0], []).append(ticket)
+        return kinds
+
+    def _start_together(self, kind: str, tickets: list[Ticket]) -> None:
+        """Requests of one kind admitted in the same gap: their prefills in one call of the engine's
+        start_together (one batched pass where it can), in the first one's caller's context; each joins the
+        batch at the next step, a refused one's caller hears why."""
+        t = time.monotonic()
+        try:
+            results = tickets[0].context.run(self.engines[kind].start_together, [tk.batch[1] for tk in tickets])
+        except BaseException as e:  # the pass itself failed: every one of them hears it
+            results = [e] * len(tickets)
+        took = time.monotonic() - t
+        refused = [(tk, r) for tk, r in zip(tickets, results) if isinstance(r, BaseException)]
+        for ticket, error in refused:
+            ticket._finish(error=error)
+        with self._lock:
+            for ticket, _ in refused:
+                self._done(ticket)
+            joined = [(tk, r) for tk, r in zip(tickets, results) if not isinstance(r, BaseException)]
+            for ticket, handle in joined:
+                self._running_since = self._running_since if self._members else t
+                self._members[(kind, handle)] = ticket
+                ticket.rid = self._schedule.admitted(ticket, t, took)
+            prompt_tokens = sum(ticket.reserved[0] for ticket, _ in joined)
+            if prompt_tokens:
+                self._speeds.append(took / prompt_tokens)
 
     def _step(self) -> None:
         """One decode step of every engine with requests in the batch; the ended ones leave."""

@@ -192,6 +192,48 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
              t0: float | None = None) -> _Started:
     from .model.prefill import run_prefill
 
+    checked = _checked(request, lm, max_prompt_tokens, t0)
+    return checked.started(run_prefill(lm, checked.tokenized.ids))
+
+
+def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None,
+                      arrived_at: list[float]) -> list[_Started | InputError]:
+    """Requests admitted together: each checked on its own (a refused one is its InputError, the others go on),
+    the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one."""
+    from .model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
+
+    checked: list[_Checked | InputError] = []
+    for request, t0 in zip(requests, arrived_at):
+        try:
+            checked.append(_checked(request, lm, max_prompt_tokens, t0))
+        except InputError as e:
+            checked.append(e)
+    going = [c for c in checked if isinstance(c, _Checked)]
+    prompts = [c.tokenized.ids for c in going]
+    runs = iter(run_prefill_batch(lm, prompts) if can_batch_prefill(lm, prompts)
+                else [run_prefill(lm, ids) for ids in prompts])
+    return [c.started(next(runs)) if isinstance(c, _Checked) else c for c in checked]
+
+
+@dataclass
+class _Checked:
+    """A request tokenized and checked, its prefill about to run."""
+
+    request: ChatRequest
+    t0: float
+    rid: str
+    state: RequestState
+    tokenized: TokenizedRequest
+    prefill_started_at: float = 0.0
+
+    def started(self, run) -> _Started:
+        """After its prefill (a PrefillResult)."""
+        self.state.advance(RequestStatus.DECODING)
+        return _Started(self.request, self.t0, self.rid, self.state, self.tokenized, run.prefill, run.kv_cache,
+                        run.last_logits, self.prefill_started_at)
+
+
+def _checked(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None, t0: float | None) -> _Checked:
     t0 = time.perf_counter() if t0 is None else t0
     rid = request_id(request, time.time())
     state = RequestState(rid)
@@ -199,10 +241,7 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
     check_fits(lm.dims, len(tokenized.ids), request.options.max_new_tokens, max_prompt_tokens)
     check_vocabulary(request.options, lm.dims.V)
     state.advance(RequestStatus.PREFILL)
-    prefill_started_at = time.perf_counter()
-    run = run_prefill(lm, tokenized.ids)
-    state.advance(RequestStatus.DECODING)
-    return _Started(request, t0, rid, state, tokenized, run.prefill, run.kv_cache, run.last_logits, prefill_started_at)
+    return _Checked(request, t0, rid, state, tokenized, time.perf_counter())
 
 
 def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0) -> Trace:

@@ -105,6 +105,32 @@ class TraceEngine(_Engine):
         s.kv_cache = None  # the batch holds it now
         return self._add(lm, row, (key, s))
 
+    def start_together(self, payloads: list) -> list[Hashable | BaseException]:
+        """Requests admitted in the same gap between steps: those of one model prefilled in one batched pass
+        (pipeline.trace._prefill_together), each joining the batch as `start` joins it. One handle per payload,
+        or the error that refused it."""
+        from .stages.generation import Answer
+        from .trace import _prefill_together
+
+        out: list[Hashable | BaseException] = [None] * len(payloads)
+        by_model: dict[int, list[int]] = {}
+        for n, (_, request, _) in enumerate(payloads):
+            by_model.setdefault(id(self.lm_for(request)), []).append(n)
+        for numbers in by_model.values():
+            lm = self.lm_for(payloads[numbers[0]][1])
+            started = _prefill_together([payloads[n][1] for n in numbers], lm, self.max_prompt_tokens,
+                                        [payloads[n][2] for n in numbers])
+            for n, s in zip(numbers, started):
+                if isinstance(s, BaseException):
+                    out[n] = s
+                    continue
+                answer = Answer(lm, s.last_logits, s.request.options, s.rid, s.prefill_started_at,
+                                prompt_ids=s.tokenized.ids)
+                row = self._batch(lm).join(answer, s.kv_cache)
+                s.kv_cache = None  # the batch holds it now
+                out[n] = self._add(lm, row, (payloads[n][0], s))
+        return out
+
     def _finished(self, lm: LanguageModel, row, extra):
         if self.finisher is not None:
             return self.finisher.submit(self._trace, lm, row, extra)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .capture import block_names, capture, layout_for
-from .kv_tensors import bytes_per_layer
+from .kv_tensors import bytes_per_layer, cache_layers
 from .prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
 from .rope import rotate, signed_sin
 from .interface import LanguageModel
@@ -82,13 +82,12 @@ def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None =
     so other requests are not held up for the whole prompt, and activations stay chunk-sized.
     """
     layout = layout_for(lm.model)  # refuses an architecture the capture does not know, before any pass
-    dims = lm.dims
     T = len(ids)
     long_prompt = T > FULL_ATTENTION_MAX_TOKENS
     keep_attention = not long_prompt if keep_attention is None else keep_attention
     store = COMPACT_DTYPE if long_prompt else torch.float32
     chunk = T if keep_attention else PREFILL_CHUNK
-    names = _hook_names(layout, lm.model, dims.L, keep_attention)
+    names = _hook_names(layout, lm.model, lm.dims.L, keep_attention)
     fill, kv_cache, seconds = _Filler(T), None, 0.0
     for start in range(0, T, chunk):
         with capture(lm, names, store_dtype=store) as rec:
@@ -98,29 +97,90 @@ def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None =
             last_logits = out.logits[0, -1].float().cpu()  # (V,)
             seconds += time.perf_counter() - t0
             kv_cache = out.cache  # DynamicCache: per layer (1, Hkv, T so far, Dh) keys and values
-        take = lambda field, f=None: [f(rec.pop(n)[0][0]) if f else rec.pop(n)[0][0]  # noqa: E731
-                                      for n in block_names(dims.L, field)]
-        tables = {n.rsplit(".", 1)[0]: None for n in layout.rope_names(lm.model)}  # 'rope' or 'rope.{type}'
-        for prefix in tables:  # (chunk, Dh) each: the RoPE tables HF used for these positions
-            cos, sin = rec.pop(f"{prefix}.cos")[0][0].float(), rec.pop(f"{prefix}.sin")[0][0].float()
-            tables[prefix] = (cos, signed_sin(sin))
-        rope_of = [tables[layout.layer_rope(lm.model, i)] for i in range(dims.L)]
+        calls = {name: tensors[0] for name, tensors in rec.items()}  # (1, chunk, ...) each
+        _record_chunk(fill, calls, lm, layout, start, 0, len(ids[start:start + chunk]), keep_attention)
+    return _result(lm, ids, fill, kv_cache, last_logits, seconds)
 
-        def rotated(field: str, n_heads: int) -> list[torch.Tensor]:
-            """Block i's q or k (chunk, n*Dh) turned by layer i's RoPE table -> (n, chunk, Dh)."""
-            return [rotate(_heads(x[None].float(), n_heads), *rope_of[i]).to(x.dtype)
-                    for i, x in enumerate(take(field))]
 
-        fill.put("embeddings", start, [rec.pop("embeddings")[0][0]], axis=0)  # (1, T, D)
-        fill.put("hidden_states", start, take("hidden_states"), axis=0)  # (L, T, D)
-        fill.put("attn_out", start, take("attn_out"), axis=0)  # (L, T, D)
-        fill.put("mlp_out", start, take("mlp_out"), axis=0)  # (L, T, D)
-        fill.put("q_rot", start, rotated("q", dims.H), axis=1)  # (L, H, T, Dh)
-        fill.put("k_rot", start, rotated("k", dims.Hkv), axis=1)  # (L, Hkv, T, Dh): what a full cache holds
-        fill.put("v", start, [_heads(x[None], dims.Hkv) for x in take("v")], axis=1)  # (L, Hkv, T, Dh)
-        fill.put("final_norm", start, [rec.pop("final_norm")[0][0]], axis=0)  # (1, T, D)
-        if keep_attention:
-            fill.put("attention", start, take("attention"), axis=1)  # (L, H, T, T)
+def can_batch_prefill(lm: LanguageModel, prompts: list[list[int]]) -> bool:
+    """Whether `run_prefill_batch` may run these prompts together: each is short enough for one eager pass, and
+    every layer attends to all positions (a sliding-window layer's cache keeps only its window, per request)."""
+    return (len(prompts) > 1 and all(0 < len(p) <= FULL_ATTENTION_MAX_TOKENS for p in prompts)
+            and lm.dims.sliding_window is None)
+
+
+def run_prefill_batch(lm: LanguageModel, prompts: list[list[int]]) -> list[PrefillResult]:
+    """Several short prompts in one eager pass, each captured as `run_prefill` captures it alone: one read of the
+    weights for all of them, as their decode steps share one.
+
+    The prompts are padded on the right to the longest (B, T): a causal model's position t sees only positions
+    up to t, so a prompt's own positions never see the padding after them, and its positions count from 0 as
+    when it runs alone. Each row is cut back to its own n positions (captures, KV cache, attention (H, n, n));
+    its next-token scores are the logits at its own last position. The numbers equal a lone run's up to float
+    rounding (a matrix product over B*T rows may sum in another order; tests/test_prefill_batch.py).
+    `seconds` of each record is the shared pass's time: what each request waited for its prefill."""
+    from transformers import DynamicCache
+
+    assert can_batch_prefill(lm, prompts), "run_prefill_batch takes two or more prompts that can_batch_prefill allows"
+    layout = layout_for(lm.model)
+    lengths = [len(p) for p in prompts]
+    T = max(lengths)
+    pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
+    ids = [p + [pad] * (T - len(p)) for p in prompts]  # (B, T)
+    names = _hook_names(layout, lm.model, lm.dims.L, keep_attention=True)
+    last = sorted(set(n - 1 for n in lengths))  # the positions whose logits some row needs
+    with capture(lm, names, store_dtype=torch.float32) as rec:
+        t0 = time.perf_counter()
+        out = lm.forward(ids, attention="eager", logits_to_keep=torch.tensor(last))  # logits (B, len(last), V)
+        seconds = time.perf_counter() - t0
+    calls = {name: tensors[0] for name, tensors in rec.items()}  # (B, T, ...) each
+    batched = cache_layers(out.cache)  # per layer (B, Hkv, T, Dh)
+    results = []
+    for b, n in enumerate(lengths):
+        fill = _Filler(n)
+        _record_chunk(fill, calls, lm, layout, 0, b, n, keep_attention=True)
+        cache = DynamicCache()
+        for i, (k, v) in enumerate(batched):
+            cache.update(k[b:b + 1, :, :n].clone(), v[b:b + 1, :, :n].clone(), i)
+        last_logits = out.logits[b, last.index(n - 1)].float().cpu()  # (V,)
+        results.append(_result(lm, prompts[b], fill, cache, last_logits, seconds))
+    return results
+
+
+def _record_chunk(fill: _Filler, calls: dict[str, torch.Tensor], lm: LanguageModel, layout, start: int, row: int,
+                  n: int, keep_attention: bool) -> None:
+    """One forward call's captures (calls: hook name -> (B, chunk, ...)) of batch row `row`, its first n
+    positions, into `fill` from position `start`."""
+    dims = lm.dims
+    own = lambda t: t[row, :n]  # noqa: E731 - (chunk, ...) of this row
+    take = lambda field: [own(calls[name]) for name in block_names(dims.L, field)]  # noqa: E731
+    tables = {name.rsplit(".", 1)[0]: None for name in layout.rope_names(lm.model)}  # 'rope' or 'rope.{type}'
+    table = lambda t: t[min(row, t.shape[0] - 1), :n].float()  # noqa: E731 - one table serves every row alike
+    for prefix in tables:  # (n, Dh) each: the RoPE tables HF used for these positions
+        cos, sin = table(calls[f"{prefix}.cos"]), table(calls[f"{prefix}.sin"])
+        tables[prefix] = (cos, signed_sin(sin))
+    rope_of = [tables[layout.layer_rope(lm.model, i)] for i in range(dims.L)]
+
+    def rotated(field: str, n_heads: int) -> list[torch.Tensor]:
+        """Block i's q or k (n, heads*Dh) turned by layer i's RoPE table -> (heads, n, Dh)."""
+        return [rotate(_heads(x[None].float(), n_heads), *rope_of[i]).to(x.dtype)
+                for i, x in enumerate(take(field))]
+
+    fill.put("embeddings", start, [own(calls["embeddings"])], axis=0)  # (1, T, D)
+    fill.put("hidden_states", start, take("hidden_states"), axis=0)  # (L, T, D)
+    fill.put("attn_out", start, take("attn_out"), axis=0)  # (L, T, D)
+    fill.put("mlp_out", start, take("mlp_out"), axis=0)  # (L, T, D)
+    fill.put("q_rot", start, rotated("q", dims.H), axis=1)  # (L, H, T, Dh)
+    fill.put("k_rot", start, rotated("k", dims.Hkv), axis=1)  # (L, Hkv, T, Dh): what a full cache holds
+    fill.put("v", start, [_heads(x[None], dims.Hkv) for x in take("v")], axis=1)  # (L, Hkv, T, Dh)
+    fill.put("final_norm", start, [own(calls["final_norm"])], axis=0)  # (1, T, D)
+    if keep_attention:  # (L, H, T, T): this row's queries over its own keys
+        fill.put("attention", start, [a[row, :, :n, :n] for a in
+                                      (calls[name] for name in block_names(dims.L, "attention"))], axis=1)
+
+
+def _result(lm: LanguageModel, ids: list[int], fill: _Filler, kv_cache, last_logits: torch.Tensor,
+            seconds: float) -> PrefillResult:
     a = fill.arrays
     top_ids, top_logits, top_probs = _top_per_position(lm, torch.from_numpy(a["final_norm"][0]))
     embeddings = a.pop("embeddings")[0]  # (T, D)

@@ -1,0 +1,83 @@
+"""Prefills of requests admitted together, in one batched pass (pipeline.model.prefill.run_prefill_batch), on
+tiny random-weight models (fast tier): every capture, the KV cache and the next-token scores of each prompt as
+run_prefill gives them for that prompt alone; the queue starts requests admitted in one gap that way, and their
+answers are the ones each gets alone."""
+import threading
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.errors import InputError
+from pipeline.model.kv_tensors import cache_layers
+from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
+from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS
+from tests.test_continuous_batching import _assert_alone_equal, _requests
+
+FIELDS = ("embeddings", "hidden_states", "attn_out", "mlp_out", "q_rot", "k_rot", "v", "attention", "final_norm",
+          "top_probs", "top_logits")
+
+
+def _prompts(lm):
+    from pipeline.stages.tokens import tokenize_request
+
+    return [tokenize_request(lm.tokenizer, r).ids for r in _requests()]  # 3 lengths: the longest pads the others
+
+
+def test_each_prompt_of_a_batched_prefill_is_captured_as_it_is_alone(tiny_lm):
+    prompts = _prompts(tiny_lm)
+    assert len({len(p) for p in prompts}) == 3
+    together = run_prefill_batch(tiny_lm, prompts)
+    for ids, batched in zip(prompts, together):
+        alone = run_prefill(tiny_lm, ids)
+        assert batched.prefill.ids == ids
+        for field in FIELDS:
+            a, b = getattr(alone.prefill, field), getattr(batched.prefill, field)
+            assert a.shape == b.shape, field  # cut back to the prompt's own positions
+            np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-5, err_msg=field)
+        assert np.array_equal(batched.prefill.top_ids, alone.prefill.top_ids)
+        for (k, v), (k1, v1) in zip(cache_layers(batched.kv_cache), cache_layers(alone.kv_cache)):
+            assert k.shape == k1.shape == (1, tiny_lm.dims.Hkv, len(ids), tiny_lm.dims.Dh)
+            torch.testing.assert_close(k, k1, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(v, v1, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batched.last_logits, alone.last_logits, atol=1e-4, rtol=1e-4)
+        assert batched.prefill.kv_bytes_per_layer == alone.prefill.kv_bytes_per_layer
+        assert batched.prefill.seconds == together[0].prefill.seconds  # the one shared pass
+
+
+def test_only_short_prompts_of_a_full_attention_model_are_batched(tiny_lm):
+    prompts = _prompts(tiny_lm)
+    assert can_batch_prefill(tiny_lm, prompts)
+    assert not can_batch_prefill(tiny_lm, prompts[:1])  # one prompt: run_prefill
+    assert not can_batch_prefill(tiny_lm, [prompts[0], [5] * (FULL_ATTENTION_MAX_TOKENS + 1)])  # runs in chunks
+    assert not can_batch_prefill(tiny_lm, [prompts[0], []])
+    windowed = SimpleNamespace(dims=replace(tiny_lm.dims, sliding_window=8))  # Gemma 3's dimensions say so
+    assert not can_batch_prefill(windowed, prompts)  # a sliding layer's cache keeps its window, per request
+    with pytest.raises(AssertionError):
+        run_prefill_batch(tiny_lm, prompts[:1])
+
+
+def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone(tiny_lm):
+    from pipeline.run_queue import RunQueue
+    from pipeline.trace_engine import TraceEngine
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+
+    requests = _requests()
+    engine = TraceEngine(lambda r: tiny_lm, max_prompt_tokens=200)
+    batched_calls = []
+    start_together = engine.start_together
+    engine.start_together = lambda payloads: batched_calls.append(len(payloads)) or start_together(payloads)
+    q = RunQueue(engines={"trace": engine}, prefill_tokens_per_step=10_000)
+    release = threading.Event()
+    q.submit("gate", lambda: release.wait(10), cost=1)  # the line fills while the worker is held
+    refused = ChatRequest.from_question("tomato " * 300, options=GenerationOptions(max_new_tokens=2))  # too long
+    tickets = [q.submit(i, lambda: pytest.fail("stepped"), cost=1, batch=("trace", (i, r, None)))
+               for i, r in enumerate(requests + [refused])]
+    release.set()
+    traces = [t.result(60) for t in tickets[:3]]
+    with pytest.raises(InputError):
+        tickets[3].result(60)  # refused on its own; the others went on
+    assert batched_calls == [4]  # all four in one call: one batched pass for the three that fit
+    _assert_alone_equal(tiny_lm, traces, requests)
