@@ -81,3 +81,27 @@ def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone
         tickets[3].result(60)  # refused on its own; the others went on
     assert batched_calls == [4]  # all four in one call: one batched pass for the three that fit
     _assert_alone_equal(tiny_lm, traces, requests)
+
+
+@pytest.mark.model
+def test_on_the_real_model_answers_prefilled_together_are_the_answers_alone(lm):
+    """SmolLM2: three room questions admitted in one gap, greedy; each answer is the one it gets alone, with the
+    scores of every step within float rounding (the captures and the cache are equal: the LM head's rows differ)."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace
+    from pipeline.trace_engine import TraceEngine
+
+    options = GenerationOptions(max_new_tokens=12)
+    requests = [ChatRequest.from_question(q, options=options)
+                for q in ("Why do leaves change colour?", "What is a noun?", "토마토는 과일이야?")]
+    engine = TraceEngine(lambda r: lm)
+    handles = {h: i for i, h in enumerate(engine.start_together([(i, r, None) for i, r in enumerate(requests)]))}
+    assert len(handles) == 3  # none refused
+    done = {}
+    while len(done) < len(requests):
+        done.update((handles[h], trace) for h, trace in engine.step())
+    for i, request in enumerate(requests):
+        alone, together = run_trace(request, lm), done[i]
+        np.testing.assert_array_equal(together.prefill.k_rot, alone.prefill.k_rot)
+        assert together.generated_token_ids == alone.generated_token_ids, request.messages
+        assert np.abs(together.step_logits - alone.step_logits).max() < 1e-3
