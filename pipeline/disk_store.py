@@ -32,7 +32,7 @@ from typing import Hashable
 
 from .files import remove_stale_temporaries, temporary_path, write_atomic
 
-FORMAT = 7  # bump when the stored classes change shape; older files are then simply not found
+FORMAT = 8  # bump when the stored classes change shape; older files are then simply not found
 SUFFIX = ".run.pkl"
 
 

@@ -17,7 +17,7 @@ from pipeline.errors import InputError
 from pipeline.model.capture import Gemma3Layout, LlamaLayout, capture, hook_points, layout_for
 from pipeline.model.dims import FULL, SLIDING
 from pipeline.model.loader import LoadedModel
-from pipeline.model.prefill import run_prefill
+from pipeline.model.prefill import run_prefill, top_per_position
 from pipeline.model.registry import GEMMA3
 from pipeline.model.weights_cache import weights_cache_dir
 from pipeline.stages.layers import logit_lens
@@ -113,7 +113,7 @@ def check_capture(lm, layout, scale):
     np.testing.assert_allclose(p.last_logits, full.numpy(), atol=1e-4)
     np.testing.assert_allclose(p.embeddings, rows.numpy(), atol=1e-6)
     lens_ids, _ = logit_lens(lm, p.hidden_states, k=1)  # the final norm applied by hand: the model's own top ids
-    np.testing.assert_array_equal(lens_ids[-1, :, 0], p.top_ids[:, 0])
+    np.testing.assert_array_equal(lens_ids[-1, :, 0], top_per_position(lm, p.final_norm)[0][:, 0])
     for i in range(d.L):
         want = windowed_attention(p.q_rot[i].astype(np.float64), p.k_rot[i].astype(np.float64), scale, d.window(i))
         np.testing.assert_allclose(p.attention[i], want, atol=1e-5, err_msg=f"layer {i}")

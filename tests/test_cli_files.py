@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from pipeline.cli.terminal import safe_output, terminal_text
@@ -449,3 +450,27 @@ def test_a_reader_that_goes_away_ends_the_cli_quietly(tmp_path):
     finally:
         os.close(write)
     assert proc.returncode == 1 and proc.stderr == b"", proc.stderr.decode()
+
+
+def test_trace_tensors_json_has_the_best_next_tokens_after_every_prompt_position(tmp_path, tiny_app_model):
+    """`trace --json F --tensors` adds top_ids / top_probs (T, 10): the LM head over the captured final norm (the
+    prefill no longer computes it; no page reads it). Checked against the logit lens, which applies the final norm
+    to the last residual stream by hand, and against the greedy answer's first token."""
+    from pipeline.model.prefill_record import TOP_K_PER_POSITION
+    from pipeline.model.weights_cache import weights_cache_dir
+    from pipeline.stages.layers import logit_lens
+
+    root, lm = tiny_app_model
+    out = tmp_path / "trace.json"
+    code, _printed, err = run_cli(tmp_path, "trace", "Are tomatoes fruit?", "--max-new-tokens", "2", "--json",
+                                  str(out), "--tensors", "--model", str(root / weights_cache_dir().name))
+    assert code == 0, err
+    j = json.loads(out.read_text())
+    T = len(j["tokens"])
+    top_ids, top_probs = np.array(j["tensors"]["top_ids"]), np.array(j["tensors"]["top_probs"])
+    assert top_ids.shape == top_probs.shape == (T, TOP_K_PER_POSITION)
+    assert top_ids[-1, 0] == j["generated_token_ids"][0]  # greedy: the first answer token is the best one
+    assert np.all(np.diff(top_probs, axis=1) <= 0) and np.all((top_probs > 0) & (top_probs <= 1))
+    lens_ids, lens_probs = logit_lens(lm, np.array(j["tensors"]["hidden_states"], dtype=np.float32), k=1)
+    np.testing.assert_array_equal(lens_ids[-1, :, 0], top_ids[:, 0])
+    np.testing.assert_allclose(lens_probs[-1, :, 0], top_probs[:, 0], rtol=1e-3)

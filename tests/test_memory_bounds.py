@@ -92,23 +92,23 @@ def test_the_logit_lens_holds_at_most_two_chunks_of_vocabulary_scores(tiny_lm):
     np.testing.assert_allclose(probs, ref.values.numpy(), rtol=1e-4)
 
 
-def long_record_bytes(L: int, H: int, Hkv: int, Dh: int, D: int, V: int, T: int, K: int = 10) -> int:
+def long_record_bytes(L: int, H: int, Hkv: int, Dh: int, D: int, V: int, T: int) -> int:
     """What a prompt past FULL_ATTENTION_MAX_TOKENS stores, from the dimensions: float16 captures (no
-    attention pattern), float32 last logits, the top K per position (int64 ids, float32 logits and probs)."""
+    attention pattern) and float32 last logits."""
     values = (L + 1) * T * D + 2 * L * T * D + L * H * T * Dh + 2 * L * Hkv * T * Dh + 2 * T * D
-    return values * 2 + V * 4 + T * K * (8 + 4 + 4)
+    return values * 2 + V * 4
 
 
 def test_a_long_prompts_stored_record_is_what_its_dimensions_say(tiny_lm):
     from pipeline.model.prefill import run_prefill
-    from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, TOP_K_PER_POSITION
+    from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS
 
     T = FULL_ATTENTION_MAX_TOKENS + 40
     ids = tiny_lm.tokenizer(" tomato" * T)["input_ids"][:T]
     prefill = run_prefill(tiny_lm, ids).prefill
     m = tiny_lm.dims
     assert prefill.attention is None
-    assert prefill.nbytes == long_record_bytes(m.L, m.H, m.Hkv, m.Dh, m.D, m.V, T, TOP_K_PER_POSITION)
+    assert prefill.nbytes == long_record_bytes(m.L, m.H, m.Hkv, m.Dh, m.D, m.V, T)
     # SmolLM2-135M at the app's 4,096-token cap: 675 MB (657 MB at the bench's 3,990 tokens)
     assert long_record_bytes(30, 9, 3, 64, 576, 49_152, 4096) < 700 * 10**6
 

@@ -113,7 +113,9 @@ def test_final_norm_times_lm_head_gives_logits(lm, default_trace):
         normed = lm.model.model.norm(torch.from_numpy(p.hidden_states[-1]).to(lm.device))  # (T, D)
         logits = lm.model.get_output_embeddings()(normed)[-1]  # (V,)
     np.testing.assert_allclose(logits.float().cpu().numpy(), p.last_logits, atol=1e-4)
-    assert int(np.argmax(p.last_logits)) == p.top_ids[-1, 0]
+    from pipeline.model.prefill import top_per_position
+
+    assert int(np.argmax(p.last_logits)) == top_per_position(lm, p.final_norm)[0][-1, 0]
 
 
 def test_kv_bytes_follow_formula_and_grow_one_position_per_step(default_trace):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from pipeline.model.capture import block_names, capture, hook_points
-from pipeline.model.prefill import run_prefill
+from pipeline.model.prefill import run_prefill, top_per_position
 from pipeline.stages import embeddings as es
 from pipeline.stages import layers as la
 from pipeline.stages import position as rope
@@ -150,7 +150,7 @@ def test_prefill_on_the_tiny_model(tiny_lm):
     np.testing.assert_allclose(p.attention[1], brute_attention(p.q_rot[1].astype(np.float64),
                                                                p.k_rot[1].astype(np.float64)), atol=1e-5)
     lens_ids, _ = la.logit_lens(tiny_lm, p.hidden_states, k=1, chunk_rows=5)
-    np.testing.assert_array_equal(lens_ids[-1, :, 0], p.top_ids[:, 0])
+    np.testing.assert_array_equal(lens_ids[-1, :, 0], top_per_position(tiny_lm, p.final_norm)[0][:, 0])
     assert tiny_lm.model.config._attn_implementation == "sdpa"  # the eager capture put the kernel back
     assert sum(p.kv_bytes_per_layer) == d.kv_bytes(T)
     assert run.kv_cache.get_seq_length() == T  # the decode continues after the whole prompt

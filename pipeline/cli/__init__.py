@@ -128,6 +128,7 @@ def cmd_trace(args) -> int:
     check_model_arg(args.model)
     from ..model.capture import layout_for
     from ..model.registry import resolve
+    from ..model.prefill import top_per_position
     from ..trace import run_trace
     from .report import print_trace
 
@@ -142,7 +143,11 @@ def cmd_trace(args) -> int:
         print(f"Note on {spec.display_name}: {spec.note}")
     print_trace(trace)
     if args.json_file:
-        write_json(args.json_file, trace.to_json(include_tensors=args.tensors), "the trace")
+        out = trace.to_json(include_tensors=args.tensors)
+        if args.tensors:  # the model's best next tokens after every prompt position, from the captured final norm
+            top_ids, _, top_probs = top_per_position(lm, trace.prefill.final_norm)
+            out["tensors"].update(top_ids=top_ids.tolist(), top_probs=top_probs.tolist())
+        write_json(args.json_file, out, "the trace")
         print(f"\nWrote the trace to {args.json_file}")
     return 0
 

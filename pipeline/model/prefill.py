@@ -5,7 +5,7 @@ longer prompt runs in passes of PREFILL_CHUNK tokens, each continuing from the K
 before, as LoadedModel.forward_chunked runs an uncaptured prompt.
 
 Shape letters: L layers, H query heads, Hkv key/value heads, T positions, D model width,
-Dh head width, V vocabulary, K top candidates kept per position.
+Dh head width, V vocabulary, K top candidates per position (top_per_position).
 """
 from __future__ import annotations
 
@@ -182,7 +182,6 @@ def _record_chunk(fill: _Filler, calls: dict[str, torch.Tensor], lm: LanguageMod
 def _result(lm: LanguageModel, ids: list[int], fill: _Filler, kv_cache, last_logits: torch.Tensor,
             seconds: float) -> PrefillResult:
     a = fill.arrays
-    top_ids, top_logits, top_probs = _top_per_position(lm, torch.from_numpy(a["final_norm"][0]))
     embeddings = a.pop("embeddings")[0]  # (T, D)
     prefill = Prefill(
         ids=list(ids),
@@ -196,16 +195,23 @@ def _result(lm: LanguageModel, ids: list[int], fill: _Filler, kv_cache, last_log
         attention=a.pop("attention", None),
         final_norm=a.pop("final_norm")[0],  # (T, D)
         last_logits=last_logits.numpy(),
-        top_ids=top_ids, top_logits=top_logits, top_probs=top_probs,
         kv_bytes_per_layer=bytes_per_layer(kv_cache),
         seconds=seconds,
     )
     return PrefillResult(prefill, kv_cache, last_logits)
 
 
-def _top_per_position(lm: LanguageModel, normed: torch.Tensor, k: int = TOP_K_PER_POSITION, chunk: int = 256):
-    """LM head over every position in chunks, keeping only the top k: never (T, V) at once."""
+def top_per_position(lm: LanguageModel, final_norm: np.ndarray, k: int = TOP_K_PER_POSITION, chunk: int = 256):
+    """The model's k best next tokens after every prompt position: the LM head over the captured final norm
+    (T, D), in chunks, never (T, V) at once -> ids (T, k) int64, logits (T, k), probs (T, k) (softmax at
+    temperature 1). Not part of the prefill: no page reads it (the logit lens computes its own last row), and
+    over every position it was a fifth of a captured prefill's arithmetic; the command line's `--tensors`
+    JSON asks for it.
+
+        ids, logits, probs = top_per_position(lm, trace.prefill.final_norm)  # ids[-1, 0]: a greedy first token
+    """
     head = lm.model.get_output_embeddings()
+    normed = torch.from_numpy(np.ascontiguousarray(final_norm))
     ids, logits, probs = [], [], []
     with torch.inference_mode():
         for start in range(0, normed.shape[0], chunk):

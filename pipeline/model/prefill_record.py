@@ -2,7 +2,7 @@
 run unpickles and draws before the model (and torch) has loaded. Computed by pipeline.model.prefill.
 
 Shape letters: L layers, H query heads, Hkv key/value heads, T positions, D model width,
-Dh head width, V vocabulary, K top candidates kept per position.
+Dh head width, V vocabulary.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np
 # built at all) and a page recomputes one layer at a time from the captured q and k.
 FULL_ATTENTION_MAX_TOKENS = 512
 PREFILL_CHUNK = 512  # tokens per forward pass for long prompts: the lock is released between chunks
-TOP_K_PER_POSITION = 10  # candidates kept for every position (logit-lens-style views need only a few)
+TOP_K_PER_POSITION = 10  # candidates per position in the command line's --tensors JSON (prefill.top_per_position)
 
 
 def prefill_passes(T: int) -> int:
@@ -41,9 +41,6 @@ class Prefill:
     attention: np.ndarray | None  # (L, H, T, T), or None past FULL_ATTENTION_MAX_TOKENS
     final_norm: np.ndarray  # (T, D) last hidden state after the final RMSNorm
     last_logits: np.ndarray  # (V,) scores for the token after the prompt
-    top_ids: np.ndarray  # (T, K) best next-token ids at every position
-    top_logits: np.ndarray  # (T, K)
-    top_probs: np.ndarray  # (T, K) softmax probabilities (temperature 1)
     kv_bytes_per_layer: list[int]  # (L,) real bytes of the cache after prefill
     seconds: float
 
@@ -54,12 +51,11 @@ class Prefill:
     def tensors(self) -> dict[str, np.ndarray]:
         """The captured arrays by their JSON name."""
         named = {name: getattr(self, name) for name in ("embeddings", "hidden_states", "attn_out", "mlp_out",
-                                                        "q_rot", "k_rot", "v", "final_norm", "last_logits",
-                                                        "top_ids", "top_probs")}
+                                                        "q_rot", "k_rot", "v", "final_norm", "last_logits")}
         if self.attention is not None:
             named["attention"] = self.attention
         return named
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.tensors().values()) + self.top_logits.nbytes
+        return sum(a.nbytes for a in self.tensors().values())
