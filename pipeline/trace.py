@@ -197,7 +197,7 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
 
 
 def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None,
-                      arrived_at: list[float]) -> list[_Started | InputError]:
+                      arrived_at: list[float | None]) -> list[_Started | InputError]:
     """Requests admitted together: each checked on its own (a refused one is its InputError, the others go on),
     the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one."""
     from .model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
@@ -284,20 +284,16 @@ def run_trace(request: ChatRequest, lm: LanguageModel | None = None, max_prompt_
 
 def run_traces(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None = None,
                arrived_at: list[float] | None = None) -> list[Trace | InputError]:
-    """Several requests at once, as a serving engine batches them: each prompt is prefilled (and
-    captured) on its own, then all answers are decoded together, one forward pass per step.
+    """Several requests at once, as a serving engine batches them: the prompts prefilled (and captured)
+    together (_prefill_together: one batched pass where it can take them, as the queue admits a gap's
+    arrivals), then all answers decoded together, one forward pass per step.
 
     Returns one Trace per request, or the InputError that refused it (the others still run).
     arrived_at: perf_counter time each request arrived, so its TTFT includes the wait for the batch.
     """
     from .stages.generation import decode_batch
 
-    started: list[_Started | InputError] = []
-    for n, request in enumerate(requests):
-        try:
-            started.append(_prefill(request, lm, max_prompt_tokens, arrived_at[n] if arrived_at else None))
-        except InputError as e:
-            started.append(e)
+    started = _prefill_together(requests, lm, max_prompt_tokens, arrived_at or [None] * len(requests))
     ok = [s for s in started if isinstance(s, _Started)]
     decodes = decode_batch(lm, [s.kv_cache for s in ok], [s.last_logits for s in ok], [s.request.options for s in ok],
                            [s.rid for s in ok], [s.prefill_started_at for s in ok],

@@ -81,6 +81,24 @@ def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone
     _assert_alone_equal(tiny_lm, traces, requests)
 
 
+def test_run_traces_prefills_its_requests_in_the_one_batched_pass_and_answers_as_alone(tiny_lm, monkeypatch):
+    """pipeline.trace.run_traces (a batch of traces outside the queue) prefills the way the queue does: one
+    batched pass for the prompts that fit (run_prefill, one prompt's pass, is not called), a refused request its
+    InputError, and every answer the one it gets alone."""
+    from pipeline.model import prefill
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.trace import run_trace, run_traces
+
+    requests = _requests()
+    alone = [run_trace(r, tiny_lm) for r in requests]
+    refused = ChatRequest.from_question("tomato " * 300, options=GenerationOptions(max_new_tokens=2))
+    monkeypatch.setattr(prefill, "run_prefill", lambda *a, **k: pytest.fail("prefilled one by one"))
+    out = run_traces(requests + [refused], tiny_lm, max_prompt_tokens=200)
+    assert isinstance(out[3], InputError)
+    assert [t.generated_token_ids for t in out[:3]] == [t.generated_token_ids for t in alone]
+    assert len({t.prefill.seconds for t in out[:3]}) == 1  # the one shared pass
+
+
 @pytest.mark.model
 def test_on_the_real_model_answers_prefilled_together_are_the_answers_alone(lm):
     """SmolLM2: three room questions admitted in one gap, greedy; each answer is the one it gets alone, with the
