@@ -4,6 +4,7 @@ tiny random-weight model (conftest's `tiny_server_cache`), except for the Korean
 real model's first answer token (part of a Korean character)."""
 import os
 import re
+import warnings
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
@@ -204,13 +205,26 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
 
 
 def test_the_html_report_opens_from_disk_with_the_network_blocked(server, browser, tmp_path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     context = browser.new_context(accept_downloads=True)
     page = visit(context, f"{server}/journey")
+    said = []  # what the page's console said, for a download that never came
+    page.on("console", lambda m: said.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
     page.locator("summary", has_text="Share or export this view").first.click()
-    with page.expect_download(timeout=120_000) as download:
-        page.get_by_role("button", name=re.compile("Download a report")).click()
     path = tmp_path / "report.html"
-    download.value.save_as(path)
+    for attempt in (1, 2):  # the report is made when clicked (0.2-0.4 s of the server's CPU)
+        try:
+            with page.expect_download(timeout=60_000) as download:
+                page.get_by_role("button", name=re.compile("Download a report")).click()
+            download.value.save_as(path)
+            break
+        except PlaywrightTimeout:  # seen once in a whole-suite run beside a model test: no download in 120 s
+            page.screenshot(path=str(SHOTS / f"room_report_no_download_{attempt}.png"), full_page=True)
+            assert attempt == 1, f"no report downloaded after two clicks; the console said {said}"
+            warnings.warn(f"the report's download did not start in 60 s (console: {said}); clicking again",
+                          stacklevel=1)
+            settle(page)
     context.close()
     offline = browser.new_context(offline=True)
     asked = []
