@@ -17,6 +17,11 @@ server's two cores: 30 Chromium pages took 763 CPU-s of a 898 CPU-s run and left
 so the figures measured the browsers. --browsers K keeps K real browsers (the pages are drawn
 and checked) and runs the other sessions over the protocol: the same messages from the server,
 not drawn. Traffic goes to the given URL only (loopback), and the run is bounded by --timeout.
+
+--server-log LOG --quiet-before 8: the room arrives once the server's queue has logged nothing for 8 s, i.e.
+after its warm-up (the default request, then the prompt-caching scenarios as background jobs, ~25 s of work
+after the first visit), as on a server started before the class; without it a room that arrives early
+shares the queue with the last of those jobs.
 """
 from __future__ import annotations
 
@@ -283,6 +288,22 @@ def mid_batch_report(path: str) -> None:
           f"prefilled in the same gap)")
 
 
+def wait_for_quiet_queue(server_log: str, quiet_s: float, limit_s: float = 300.0) -> float:
+    """Wait until the server log has had no pipeline.run_queue line for quiet_s seconds (or limit_s passed);
+    returns the seconds waited."""
+    start = time.monotonic()
+    seen, since = -1, start
+    while time.monotonic() - start < limit_s:
+        with open(server_log, encoding="utf-8", errors="replace") as f:
+            lines = sum("pipeline.run_queue" in line for line in f)
+        if lines != seen:
+            seen, since = lines, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            break
+        time.sleep(0.5)
+    return time.monotonic() - start
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default="http://localhost:8501")
@@ -295,7 +316,13 @@ def main() -> int:
                          "websocket protocol without drawing, so the browsers do not eat the server's CPU")
     ap.add_argument("--server-log", default=None, help="the server's console log: reports how soon a request that "
                     "joined a running batch got its first token (pipeline.run_queue logs each request leaving)")
+    ap.add_argument("--quiet-before", type=float, default=0.0, metavar="S",
+                    help="with --server-log: the room arrives once the server's queue has logged nothing for S "
+                         "seconds (its warm-up's background jobs done, as on a server started before the class)")
     args = ap.parse_args()
+    if args.quiet_before and args.server_log:
+        waited = wait_for_quiet_queue(args.server_log, args.quiet_before)
+        print(f"the server's queue was quiet for {args.quiet_before:g} s after {waited:.0f} s of waiting")
     if not re.match(r"https?://(localhost|127\.\d+\.\d+\.\d+|\[::1\])(:\d+)?$", args.url):
         print("error: --url must be a loopback address (this benchmark never targets another machine)")
         return 2
