@@ -40,10 +40,19 @@ def wait_healthy(url: str, seconds: float = 120) -> bool:
 @contextlib.contextmanager
 def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = None):
     """`streamlit run app.py` on a free port with the project's .streamlit/config.toml; yields its URL.
-    cache_dir: the server's TPE_CACHE_DIR (conftest's `tiny_server_cache`: the tiny model), else the caller's."""
+    cache_dir: the server's TPE_CACHE_DIR (conftest's `tiny_server_cache`: the tiny model), else the caller's.
+
+    The server warms up the default request only (TPE_WARM_UP=request, unless the caller's environment says
+    otherwise): a page's prompt-caching scenario is played when that page first asks for it. With the
+    server's default ("all") a real-model server played every scenario in the background after the first
+    visit: 58-128 s of jobs in a whole-suite run, taking the cores from the other test process, and in the
+    What if test a question waited 24 s behind one of them. The warm-up of every scenario is tested on its own
+    (tests/test_serving.py), and the room's servers (tests/test_room_*.py) keep the default."""
     port = free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    env = {**os.environ, "TPE_CACHE_DIR": str(cache_dir)} if cache_dir is not None else None
+    env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request")}
+    if cache_dir is not None:
+        env["TPE_CACHE_DIR"] = str(cache_dir)
     with open(ROOT / "artifacts" / log_name, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
