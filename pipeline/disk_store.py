@@ -28,7 +28,7 @@ import pickle
 import stat
 import threading
 from pathlib import Path
-from typing import Hashable
+from typing import Callable, Hashable
 
 from .files import remove_stale_temporaries, temporary_path, write_atomic
 
@@ -37,9 +37,12 @@ SUFFIX = ".run.pkl"
 
 
 class DiskStore:
-    def __init__(self, folder: Path, max_bytes: int = 4 * 2**30):
+    def __init__(self, folder: Path, max_bytes: int = 4 * 2**30,
+                 shares: Callable[[Hashable], bool] = lambda key: True):
+        """shares(key): whether `key`'s value is kept here at all (others: get finds nothing, put writes nothing)."""
         self.folder = Path(folder)
         self.max_bytes = max_bytes
+        self.shares = shares
         self._lock = threading.Lock()
         self.problem: str | None = None  # why runs are not being saved, in words (None: they are)
         try:
@@ -57,6 +60,8 @@ class DiskStore:
 
     def get(self, key: Hashable):
         """The stored object, or None (missing, or unreadable: then the file is removed)."""
+        if not self.shares(key):
+            return None
         path = self.path(key)
         try:
             with open(path, "rb") as f:
@@ -76,6 +81,8 @@ class DiskStore:
         return obj
 
     def put(self, key: Hashable, obj) -> None:
+        if not self.shares(key):
+            return
         try:
             self.folder.mkdir(parents=True, exist_ok=True)  # not there at start (read-only then): try again
             write_atomic(self.path(key), lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))

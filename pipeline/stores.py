@@ -54,12 +54,18 @@ def runs_store(folder: Path) -> SharedStore:
     return RedisStore(url, prefix="runs", max_value_bytes=max_bytes)
 
 
-def results_store(shared: Callable[[Hashable], bool]) -> SharedStore | None:
-    """Behind the store of other results: Redis for the keys `shared(key)` accepts (the prompt-caching
-    scenarios) when TPE_STORE names it; else none (they are computed once per server, as before)."""
+RESULTS_MAX_BYTES = 64 * 2**20  # the other results kept on disk (prompt-caching scenarios: ~0.1 MB each)
+
+
+def results_store(shared: Callable[[Hashable], bool], folder: Path) -> SharedStore:
+    """Behind the store of other results, for the keys `shared(key)` accepts (the prompt-caching scenarios):
+    Redis when TPE_STORE names it, else `folder` on disk; either way replicas and a restarted server find what
+    one of them played. The other results stay in their server's memory."""
+    from .disk_store import DiskStore
+
     url = store_url()
     if url is None:
-        return None
+        return DiskStore(folder, max_bytes=RESULTS_MAX_BYTES, shares=shared)
     from .redis_store import RedisStore
 
     return RedisStore(url, prefix="results", shares=shared)

@@ -1,7 +1,8 @@
 """A workshop room in a real browser: links that reproduce a view, presenter mode, the offline
 report, and no request to any host but the app's own (Debian's chromium through Playwright). The server runs the
 tiny random-weight model (conftest's `tiny_server_cache`), except for the Korean presenter walk, which checks the
-real model's first answer token (part of a Korean character)."""
+real model's first answer token (part of a Korean character) and then that every page naming tokens shows the Korean
+question's tokens as characters."""
 import os
 import re
 import warnings
@@ -200,8 +201,32 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     opened.goto(journey)
     settle(opened)
     assert question_shown(opened) == WALKS[walk]["q"]
+    if walk == "korean":
+        reads_as_korean(context, opened, server, "journey")
+        for path in KOREAN_PAGES:
+            reads_as_korean(context, visit(context, f"{server}/{path}?{urlencode(WALKS[walk])}"), server, path)
     learner.context.close()
     context.close()
+
+
+# The pages that name prompt tokens (chips, axes, tables, titles) besides Journey; every other page is opened with a
+# Korean question by the AppTests in test_any_script.py. Next token names the answer's tokens, which the real model
+# gives in Korean. They open on the Korean walk's request, whose runs the walk has made.
+KOREAN_PAGES = ("request", "tokens", "attention", "next-token")
+
+
+def reads_as_korean(context, page, server: str, path: str) -> None:
+    """The page names a Korean token by its character (토), not only by its bytes (<0xED>)."""
+    assert page.locator('[data-testid="stException"]').count() == 0, path
+    try:  # a page drawn before the run is ready (a server still loading the network) fills in later
+        page.wait_for_function("() => document.body.innerText.includes('토') || [...document.querySelectorAll("
+                               "'.js-plotly-plot')].some(p => p.textContent.includes('토'))", timeout=120_000)
+    except Exception:  # the assert below names the page; its screenshot shows what it held
+        page.screenshot(path=str(SHOTS / f"room_korean_{path}_failed.png"), full_page=True)
+    text = page.inner_text("body") + " ".join(page.locator(".js-plotly-plot").all_text_contents())
+    assert "토" in text, f"{path}: no Korean character on the page"
+    page.screenshot(path=str(SHOTS / f"room_korean_{path}.png"))
+    page.close()
 
 
 def test_the_html_report_opens_from_disk_with_the_network_blocked(server, browser, tmp_path):
@@ -257,27 +282,4 @@ def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server
     png.value.save_as(tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert hosts == {urlparse(server).netloc}
-    context.close()
-
-
-def test_a_korean_question_reads_as_korean_on_every_page(server, real_server, browser):
-    """Every page names a Korean token by its character (토), not only by its bytes (<0xED>)."""
-    question = "토마토는 과일이야?"
-    context = browser.new_context(viewport={"width": 1300, "height": 1000})
-    # the pages that name prompt tokens (chips, axes, tables, titles); every other page is opened with a
-    # Korean question by the AppTests in test_any_script.py. Next token names the answer's tokens: the real
-    # model answers in Korean, the tiny one in random tokens.
-    paths = {"journey": server, "request": server, "tokens": server, "attention": server, "next-token": real_server}
-    for path, host in paths.items():
-        page = visit(context, f"{host}/{path}?q={quote(question)}&max_new_tokens=8")
-        assert page.locator('[data-testid="stException"]').count() == 0, path
-        try:  # a page drawn before the run is ready (a server still loading the network) fills in later
-            page.wait_for_function("() => document.body.innerText.includes('토') || [...document.querySelectorAll("
-                                   "'.js-plotly-plot')].some(p => p.textContent.includes('토'))", timeout=120_000)
-        except Exception:  # the assert below names the page; its screenshot shows what it held
-            page.screenshot(path=str(SHOTS / f"room_korean_{path}_failed.png"), full_page=True)
-        text = page.inner_text("body") + " ".join(page.locator(".js-plotly-plot").all_text_contents())
-        assert "토" in text, f"{path}: no Korean character on the page"
-        page.screenshot(path=str(SHOTS / f"room_korean_{path}.png"))
-        page.close()
     context.close()

@@ -89,3 +89,35 @@ def test_timing_a_scenario_again_replaces_the_shared_measurement(tiny_app):
     again = result_store().peek(model_result_key(("scenario", "conversation", 16)))
     assert again is not stored and again[1]["measured_at"] > stored[1]["measured_at"]
     assert len([c.value for c in at.caption if "measured at" in c.value]) == len(before) == 3 + 1
+
+
+def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tiny_app, monkeypatch):
+    """The scenario's rows are kept on disk beside the runs: a restarted server (or a second replica on the same
+    folder) shows them without playing the scenario again, and says when and on which machine they were timed."""
+    import time
+
+    import views.scenarios
+    from conftest import clear_streamlit_caches
+    from views.server_state import result_store
+    from views.waiting import model_result_key
+
+    run_page()
+    key = model_result_key(("scenario", "conversation", 16))
+    rows = result_store().disk.get(key)
+    assert rows is not None and len(rows) == 4  # written through to the folder
+    yesterday = time.time() - 86_400
+    for row in rows:
+        if row["measured_at"]:
+            row.update(measured_at=yesterday, measured_on="room-b")
+    result_store().disk.put(key, rows)
+    clear_streamlit_caches()  # the server restarts: its memory is gone, the folder is not
+
+    def replay(*_args):
+        raise AssertionError("the stored scenario was played again")
+
+    monkeypatch.setattr(views.scenarios, "play_scenario_now", replay)
+    at = run_page()
+    timed = [c.value for c in at.caption if c.value.startswith("Time to first token, with the cache")]
+    day = time.strftime("%Y-%m-%d", time.localtime(yesterday))
+    assert sum(f"measured at {day} " in v and "on host room-b" in v for v in timed) == 3  # turns 2-4
+    assert "on this machine" in timed[-1]  # request B of the free comparison, measured now

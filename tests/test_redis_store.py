@@ -191,21 +191,31 @@ def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tin
 
 
 def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_shared(server, tmp_path, monkeypatch):
+    """The keys are the ones the pages make (views.waiting.model_result_key: model, weights, then the result's own
+    key): a hand-written key without the weights once hid that no scenario reached the shared store."""
     from pipeline.disk_store import DiskStore
     from pipeline.errors import InputError
     from pipeline.stores import results_store, runs_store
     from views.server_state import is_scenario_key
+    from views.waiting import model_result_key
 
+    scenario, branch = model_result_key(("scenario", "conversation", 16)), model_result_key(("branch", "k", (1,)))
     monkeypatch.delenv("TPE_STORE", raising=False)
-    assert isinstance(runs_store(tmp_path), DiskStore) and results_store(is_scenario_key) is None
+    assert isinstance(runs_store(tmp_path), DiskStore)
+    on_disk = RunStore(size_of=len, disk=results_store(is_scenario_key, tmp_path / "results"))
+    assert isinstance(on_disk.disk, DiskStore)
+    on_disk.put(scenario, [{"hit": 3}])
+    on_disk.put(branch, [{"trace": 1}])
+    restarted = results_store(is_scenario_key, tmp_path / "results")  # a restarted server, or a replica on the folder
+    assert restarted.get(scenario) == [{"hit": 3}] and restarted.get(branch) is None
+    assert len(list((tmp_path / "results").iterdir())) == 1
     monkeypatch.setenv("TPE_STORE", "http://10.0.0.1:6390")
     with pytest.raises(InputError, match="TPE_STORE"):
         runs_store(tmp_path)
     monkeypatch.setenv("TPE_STORE", server.url)
     assert isinstance(runs_store(tmp_path), RedisStore)
-    results = RunStore(size_of=len, disk=results_store(is_scenario_key))
-    scenario, branch = ("smollm2-135m", "scenario", "conversation", 16), ("smollm2-135m", "branch", "k", (1,))
+    results = RunStore(size_of=len, disk=results_store(is_scenario_key, tmp_path / "unused"))
     results.put(scenario, [{"hit": 3}])
     results.put(branch, [{"trace": 1}])
-    assert results_store(is_scenario_key).get(scenario) == [{"hit": 3}]  # another replica's store finds it
+    assert results_store(is_scenario_key, tmp_path / "unused").get(scenario) == [{"hit": 3}]  # another host finds it
     assert server.client().keys("tpe:results:*") == [results.disk.redis_key(scenario).encode()]

@@ -394,8 +394,8 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     from views.warm_up import warm_up
     from pipeline.model.passes import PassCounter, counting_passes
 
-    for entry in cache_root().iterdir():  # the weights, but an empty store of runs
-        if entry.name != "runs":
+    for entry in cache_root().iterdir():  # the weights, but empty stores of runs and of scenarios' rows
+        if entry.name not in ("runs", "results"):
             (tmp_path / entry.name).symlink_to(entry)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setenv("TPE_WEIGHTS", weights)
@@ -432,8 +432,8 @@ def test_warm_up_of_the_request_only_leaves_the_scenarios_to_their_page(tmp_path
     from views.server_state import result_store, run_queue, run_store
     from views.warm_up import warm_up
 
-    for entry in cache_root().iterdir():  # the weights, but an empty store of runs
-        if entry.name != "runs":
+    for entry in cache_root().iterdir():  # the weights, but empty stores of runs and of scenarios' rows
+        if entry.name not in ("runs", "results"):
             (tmp_path / entry.name).symlink_to(entry)
     monkeypatch.setenv(CACHE_ENV, str(tmp_path))
     monkeypatch.setenv("TPE_WARM_UP", "request")

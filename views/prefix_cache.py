@@ -1,4 +1,5 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
+import platform
 import time
 
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
@@ -29,6 +30,17 @@ def compared(text_a: str, text_b: str, block_size: int) -> list[dict]:
     return wait_for(run_queue().submit(("compare", text_a, text_b, block_size), work, cost=4000))
 
 
+def measured_when(row: dict) -> str:
+    """When and where a scenario row was timed: the rows are kept on disk (or in the room's Redis), so a restarted
+    server or another replica shows what was measured before. '14:05 on this machine', '2026-12-02 09:14 on host
+    room-b'."""
+    at = time.localtime(row["measured_at"])
+    day = "" if time.strftime("%Y-%m-%d", at) == time.strftime("%Y-%m-%d") else time.strftime("%Y-%m-%d ", at)
+    host = row.get("measured_on")
+    where = "this machine" if host in (None, platform.node()) else f"host {markdown_text(str(host)[:60])}"
+    return f"at {day}{time.strftime('%H:%M', at)} on {where}"
+
+
 def show_request(row: dict) -> None:
     s, timing = row["stats"], row["timing"]
     work = (f"{row['flops_computed'] / 1e9:,.1f} GFLOP instead of {row['flops_cold'] / 1e9:,.1f} cold"
@@ -39,8 +51,7 @@ def show_request(row: dict) -> None:
                 f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_computed']} computed, "
                 f"{s['tokens_reused']} reused** ({row['kv_bytes_read'] / 2**20:,.1f} MiB of K/V read back) · {work}")
     if timing is not None:
-        when = f" (measured at {time.strftime('%H:%M', time.localtime(row['measured_at']))} on this server)" \
-            if row.get("measured_at") else ""
+        when = f" (measured {measured_when(row)})" if row.get("measured_at") else ""
         st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
                    f"{timing.b_median * 1e3:,.0f} ms{when}: {timing.verdict('with the cache', 'cold')}.")
     elif not s["tokens_reused"]:
@@ -95,9 +106,9 @@ scenario = SCENARIOS[st.session_state.pc_scenario]
 rows = scenario_rows(scenario.key, block_size)
 timed = [r["measured_at"] for r in rows if r.get("measured_at")]
 if timed and st.button("⟳ Time these requests again now", key="pc_time_again",
-                       help="The times below were measured once, when this server first played the scenario, and "
-                            "everyone here sees them. Timing again replaces them for everyone (at most once a "
-                            "minute)."):
+                       help="The times below were measured once, when the scenario was first played here (they are "
+                            "kept with the stored runs), and everyone here sees them. Timing again replaces them "
+                            "for everyone (at most once a minute)."):
     rows = scenario_rows_timed_again(scenario.key, block_size)
 st.subheader(f"2. {scenario.title}")
 st.markdown({"trap": "**Trap.** ", "fixed": "**Fixed.** "}.get(scenario.kind, "") + scenario.lesson)

@@ -1,4 +1,4 @@
-"""Prompt-caching scenarios played on the model, once per server, through the queue.
+"""Prompt-caching scenarios played on the model through the queue, once per cache folder (or room's Redis).
 
 Each returns the scenario's rows: one plain record per request (blocks hit and missed, timings), as
 `pipeline.prompt_cache.playback.play_scenario` makes them.
@@ -13,7 +13,8 @@ from views.waiting import model_result_key, result_through_queue
 
 
 def scenario_rows(name: str, block_size: int = 16) -> list[dict]:
-    """The rows of scenario `name` played on the model: played once per server, in the queue, then stored."""
+    """The rows of scenario `name` played on the model: played once, in the queue, then stored
+    (in this server's memory, and on disk or in the room's Redis: views.server_state.result_store)."""
     return result_through_queue(("scenario", name, block_size),
                                 lambda: play_scenario_now(get_model(), name, block_size), 4000)
 

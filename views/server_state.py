@@ -148,14 +148,17 @@ def run_store() -> RunStore:
 @st.cache_resource
 def result_store() -> RunStore:
     """Results of other model runs (prompt-caching scenarios, cache on/off measurements, branch and
-    constrained traces), computed once per server; 256 MB at most, by their real size. With TPE_STORE=redis://...
-    the prompt-caching scenarios are shared through Redis too (played once per room)."""
-    return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size, disk=results_store(is_scenario_key))
+    constrained traces), computed once per server; 256 MB at most, by their real size. The prompt-caching
+    scenarios are kept behind it too, on disk (or in the room's Redis with TPE_STORE=redis://...): played once
+    per cache folder or room, not once per server."""
+    return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size,
+                    disk=results_store(is_scenario_key, cache_root() / "results"))
 
 
 def is_scenario_key(key) -> bool:
-    """(model, "scenario", name, block size): a prepared prompt-caching scenario's rows (views/scenarios.py)."""
-    return isinstance(key, tuple) and len(key) > 1 and key[1] == "scenario"
+    """(model, weights, "scenario", name, block size), as views.waiting.model_result_key makes it: a prepared
+    prompt-caching scenario's rows (views/scenarios.py)."""
+    return isinstance(key, tuple) and len(key) > 2 and key[2] == "scenario"
 
 
 @st.cache_resource

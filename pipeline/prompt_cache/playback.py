@@ -2,6 +2,7 @@
 request's blocks explained in words. Plain records out (no tensors), for the page and the CLI."""
 from __future__ import annotations
 
+import platform
 import time
 import weakref
 from typing import TYPE_CHECKING
@@ -90,7 +91,7 @@ def serve_prompt(lm: LanguageModel, cache: PrefixCache, prompt: Prompt, measure_
         "label": prompt.label, "note": prompt.note, "ids": ids, "tokens": texts, "roles": roles,
         "stats": stats, "reason": explain(stats, cached_text, new_text),
         "cached_token": cached_text, "new_token": new_text,
-        "ttft_cold_s": None, "timing": None, "measured_at": None,
+        "ttft_cold_s": None, "timing": None, "measured_at": None, "measured_on": None,
         "flops_computed": 2 * n_params(lm) * stats["tokens_computed"],  # ~2 operations per weight per token
         "flops_cold": 2 * n_params(lm) * len(ids),
         "kv_bytes_read": lm.dims.kv_bytes(stats["tokens_reused"]),
@@ -101,7 +102,7 @@ def serve_prompt(lm: LanguageModel, cache: PrefixCache, prompt: Prompt, measure_
         bs = cache.config.block_size
         timing = interleave_less_work(lambda: before.snapshot().serve(lm, ids, store=False).stats.ttft_s,
                                       lambda: cold_ttft(lm, ids, bs), TIMING_REPEATS)
-        row.update(ttft_cold_s=timing.b_median, timing=timing, measured_at=time.time())
+        row.update(ttft_cold_s=timing.b_median, timing=timing, measured_at=time.time(), measured_on=platform.node())
     return row
 
 
