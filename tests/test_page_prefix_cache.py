@@ -80,13 +80,14 @@ def test_timing_a_scenario_again_replaces_the_shared_measurement(tiny_app):
     """One stored measurement was shown to every session; a visitor can time it again, for everyone."""
     at = run_page()
     before = [c.value for c in at.caption if "measured at" in c.value]
+    from views.scenarios import scenario_key
     from views.server_state import result_store
     from views.waiting import model_result_key
 
-    stored = result_store().peek(model_result_key(("scenario", "conversation", 16)))  # the default model's
+    stored = result_store().peek(model_result_key(scenario_key("conversation")))  # the default model's
     at.button(key="pc_time_again").click().run()
     assert not at.exception, [e.message for e in at.exception]
-    again = result_store().peek(model_result_key(("scenario", "conversation", 16)))
+    again = result_store().peek(model_result_key(scenario_key("conversation")))
     assert again is not stored and again[1]["measured_at"] > stored[1]["measured_at"]
     assert len([c.value for c in at.caption if "measured at" in c.value]) == len(before) == 3 + 1
 
@@ -98,11 +99,12 @@ def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tin
 
     import views.scenarios
     from conftest import clear_streamlit_caches
+    from views.scenarios import scenario_key
     from views.server_state import result_store
     from views.waiting import model_result_key
 
     run_page()
-    key = model_result_key(("scenario", "conversation", 16))
+    key = model_result_key(scenario_key("conversation"))
     rows = result_store().disk.get(key)
     assert rows is not None and len(rows) == 4  # written through to the folder
     yesterday = time.time() - 86_400
@@ -121,3 +123,26 @@ def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tin
     day = time.strftime("%Y-%m-%d", time.localtime(yesterday))
     assert sum(f"measured at {day} " in v and "on host room-b" in v for v in timed) == 3  # turns 2-4
     assert "on this machine" in timed[-1]  # request B of the free comparison, measured now
+
+
+def test_a_scenarios_stored_rows_are_keyed_by_its_text(monkeypatch):
+    """Rows kept on disk or in Redis outlive the code that made them: a scenario whose requests change gets a new
+    key, so a page never shows the rows of the old text."""
+    from dataclasses import replace
+
+    import pipeline.prompt_cache.scenarios as defined
+    from views.scenarios import scenario_key
+
+    before = scenario_key("conversation")
+    original = defined.scenarios
+
+    def edited():
+        out = original()
+        first = out["conversation"].prompts[0]
+        out["conversation"] = replace(out["conversation"], prompts=(replace(first, note="edited"),
+                                                                    *out["conversation"].prompts[1:]))
+        return out
+
+    monkeypatch.setattr(defined, "scenarios", edited)
+    assert scenario_key("conversation") != before and scenario_key("conversation")[:3] == before[:3]
+    assert scenario_key("conversation", 32) != scenario_key("conversation")

@@ -196,10 +196,11 @@ def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_s
     from pipeline.disk_store import DiskStore
     from pipeline.errors import InputError
     from pipeline.stores import results_store, runs_store
+    from views.scenarios import scenario_key
     from views.server_state import is_scenario_key
     from views.waiting import model_result_key
 
-    scenario, branch = model_result_key(("scenario", "conversation", 16)), model_result_key(("branch", "k", (1,)))
+    scenario, branch = model_result_key(scenario_key("conversation")), model_result_key(("branch", "k", (1,)))
     monkeypatch.delenv("TPE_STORE", raising=False)
     assert isinstance(runs_store(tmp_path), DiskStore)
     on_disk = RunStore(size_of=len, disk=results_store(is_scenario_key, tmp_path / "results"))

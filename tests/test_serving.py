@@ -416,9 +416,10 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     trace = run_store().get_or_run(request_key(visitor), lambda: pytest.fail("the default request ran again"))
     assert trace.request.messages == visitor.messages and trace.dims.weights == weights
     from pipeline.prompt_cache.scenarios import scenarios
+    from views.scenarios import scenario_key
 
     for name in scenarios():  # Start says every scenario is prepared: no trap or fix button may run the model
-        records = result_store().get_or_run(model_result_key(("scenario", name, 16)),  # the default model's
+        records = result_store().get_or_run(model_result_key(scenario_key(name)),  # the default model's
                                             lambda: pytest.fail(f"{name} ran on first click"))
         assert isinstance(records, list) and records and isinstance(records[0], dict)
 

@@ -5,6 +5,7 @@ Each returns the scenario's rows: one plain record per request (blocks hit and m
 """
 from __future__ import annotations
 
+import hashlib
 import time
 
 from pipeline.model.interface import LanguageModel
@@ -12,10 +13,20 @@ from views.server_state import get_model, result_store
 from views.waiting import model_result_key, result_through_queue
 
 
+def scenario_key(name: str, block_size: int = 16) -> tuple:
+    """Where scenario `name`'s rows are stored (before views.waiting.model_result_key adds the model): its name,
+    the block size and a digest of its requests, so rows kept on disk or in Redis from an earlier version of the
+    scenario's text are not shown for the new one."""
+    from pipeline.prompt_cache.scenarios import scenarios
+
+    digest = hashlib.sha256(repr(scenarios()[name].prompts).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return ("scenario", name, block_size, digest)
+
+
 def scenario_rows(name: str, block_size: int = 16) -> list[dict]:
     """The rows of scenario `name` played on the model: played once, in the queue, then stored
     (in this server's memory, and on disk or in the room's Redis: views.server_state.result_store)."""
-    return result_through_queue(("scenario", name, block_size),
+    return result_through_queue(scenario_key(name, block_size),
                                 lambda: play_scenario_now(get_model(), name, block_size), 4000)
 
 
@@ -26,7 +37,7 @@ def scenario_rows_timed_again(name: str, block_size: int = 16) -> list[dict]:
 
     def work() -> list[dict]:
         rows = play_scenario_now(get_model(), name, block_size)
-        result_store().put(model_result_key(("scenario", name, block_size)), rows)
+        result_store().put(model_result_key(scenario_key(name, block_size)), rows)
         return rows
 
     # kept under the minute's key: a later click in that minute reads it

@@ -8,7 +8,7 @@ import streamlit as st
 from pipeline.model.passes import PassCounter, counting_passes
 from pipeline.stages.request import ChatRequest
 from pipeline.trace import run_trace
-from views.scenarios import play_scenario_now
+from views.scenarios import play_scenario_now, scenario_key
 from dataclasses import replace
 
 from views.server_state import (default_model_key, default_weights, get_model, result_store, run_queue, run_store,
@@ -47,8 +47,8 @@ def _queue_warm_up() -> dict:
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}
     for name in scenarios() if warms_scenarios() else ():  # each scenario the page opens, at its default block size
         with using_model(model, weights):
-            scenario_key = model_result_key(("scenario", name, 16))  # a new name: the lambda above reads `key`
+            stored_as = model_result_key(scenario_key(name))  # a new name: the lambda above reads `key`
         jobs[f"prompt caching: {scenarios()[name].title}"] = run_queue().submit(
-            scenario_key, lambda k=scenario_key, name=name: result_store().get_or_run(
+            stored_as, lambda k=stored_as, name=name: result_store().get_or_run(
                 k, lambda: play_scenario_now(lm, name)), cost=4000, background=True)
     return jobs
