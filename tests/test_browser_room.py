@@ -202,9 +202,9 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     settle(opened)
     assert question_shown(opened) == WALKS[walk]["q"]
     if walk == "korean":
-        reads_as_korean(context, opened, server, "journey")
+        reads_as_korean(opened, "journey")
         for path in KOREAN_PAGES:
-            reads_as_korean(context, visit(context, f"{server}/{path}?{urlencode(WALKS[walk])}"), server, path)
+            reads_as_korean(visit(context, f"{server}/{path}?{urlencode(WALKS[walk])}"), path)
     learner.context.close()
     context.close()
 
@@ -215,7 +215,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
 KOREAN_PAGES = ("request", "tokens", "attention", "next-token")
 
 
-def reads_as_korean(context, page, server: str, path: str) -> None:
+def reads_as_korean(page, path: str) -> None:
     """The page names a Korean token by its character (토), not only by its bytes (<0xED>)."""
     assert page.locator('[data-testid="stException"]').count() == 0, path
     try:  # a page drawn before the run is ready (a server still loading the network) fills in later
