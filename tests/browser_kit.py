@@ -101,7 +101,9 @@ def settle(page, timeout: float = 400, start_s: float = 1) -> None:
     can pass a second: after an action that always reruns (a button, a page link), pass a longer `start_s`,
     or the old page's finished state reads as the new run's. Done: not running, no status widget and
     no queue notice ("number 2 in line (1 ahead of you)"; the words "in line" alone also
-    appear in page text) two polls in a row, and every plotly chart has drawn its SVG."""
+    appear in page text) two polls in a row, and every plotly chart has drawn its SVG. A run that ends in
+    st.rerun() reads as not running until the next one starts (Streamlit sends script_is_running=False in
+    between), which on a busy machine can outlast the two polls: after such a run, wait for what it draws."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
