@@ -75,7 +75,7 @@ def chart_drawn(main) -> bool:
 
 
 def test_what_if_with_a_korean_and_a_long_question():
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with app_server("browser-what-if.log") as url, sync_playwright() as p:
@@ -100,13 +100,16 @@ def test_what_if_with_a_korean_and_a_long_question():
                 print(f"{name}: the server's log ended", SERVER_LOG.read_text(errors="replace")[-3000:])
                 raise
             main = page.locator('[data-testid="stMain"]')
+            # the comparison is drawn by the run after the branch's (the button's run ends in st.rerun(), and
+            # between the two Streamlit reports not running: settle() may return in that gap), so wait for it
+            sides = main.get_by_text(re.compile(rf"from step {step} on: .* per token"))
+            expect(sides, f"{name}: the two paths are not compared per token from the branch point"
+                   ).to_have_count(2, timeout=120_000)
+            expect(main.get_by_text("A total is not compared")).to_have_count(1, timeout=30_000)
             assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: the page raised"
             assert not re.search(r"(<0x[0-9A-F]{2}>){2}", so_far), f"{name}: bare bytes in {so_far!r}"
             if name == "korean":
                 assert "토 (1–2/3)" in so_far, so_far
-            sides = main.get_by_text(re.compile(rf"from step {step} on: .* per token"))
-            assert sides.count() == 2, f"{name}: the two paths are not compared per token from the branch point"
-            assert main.get_by_text("A total is not compared").count() == 1
             if not chart_drawn(main):  # seen under two test workers: the browser could not import the chart's
                 # code ("Failed to fetch dynamically imported module", no request failed); it stays so until a reload
                 page.screenshot(path=str(SHOTS / f"what_if_{name}_unloaded.png"), full_page=True)
