@@ -153,6 +153,13 @@ WALKS = {  # a question whose first answer token is part of a Korean character, 
 }
 
 
+def wait_for_stage(page, n: int, timeout_s: float) -> None:
+    """Wait until the presenter page's title is stage `n`'s ('3. Tokens ...')."""
+    page.wait_for_function("n => document.querySelector('h1') && "
+                           "document.querySelector('h1').innerText.startsWith(n + '.')",
+                           arg=n, timeout=timeout_s * 1000)
+
+
 @pytest.mark.parametrize("walk", list(WALKS))
 def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(request, browser, walk):
     server = request.getfixturevalue("real_server" if walk == "korean" else "server")
@@ -173,14 +180,12 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     # The follow page's first run takes the presenter's request and reruns (url_state.switch_request); between
     # the two runs Streamlit says the script is not running, which settle() can take for the end on a busy
     # machine (2026-12-04, two busy loops beside two workers: no h1 30 s later). So wait for the stage itself.
-    learner.wait_for_function("() => document.querySelector('h1') && "
-                              "document.querySelector('h1').innerText.startsWith('1.')", timeout=300_000)
+    wait_for_stage(learner, 1, timeout_s=300)
     settle(learner)
     assert learner.get_by_role("button", name=re.compile("Next")).count() == 0
     for n in range(2, 14):
         page.keyboard.press("ArrowRight")
-        page.wait_for_function(f"() => document.querySelector('h1') && "
-                               f"document.querySelector('h1').innerText.startsWith('{n}.')", timeout=120_000)
+        wait_for_stage(page, n, timeout_s=120)
         settle(page)
         assert page.locator('[data-testid="stException"]').count() == 0, f"stage {n}"
         if n == 8:
@@ -193,12 +198,11 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
             assert event["height"] < 600, event  # the token ids on one line, not one per line
     page.screenshot(path=str(SHOTS / f"room_presenter_{walk}_13.png"))
     # the learner's page checks the presenter's stage every few seconds
-    learner.wait_for_function("() => document.querySelector('h1') && "
-                              "document.querySelector('h1').innerText.startsWith('13.')", timeout=60_000)
+    wait_for_stage(learner, 13, timeout_s=60)
     assert learner.locator('[data-testid="stException"]').count() == 0
     learner.screenshot(path=str(SHOTS / f"room_learner_{walk}_13.png"))
     page.keyboard.press("ArrowLeft")
-    page.wait_for_function("() => document.querySelector('h1').innerText.startsWith('12.')", timeout=60_000)
+    wait_for_stage(page, 12, timeout_s=60)
     settle(page)  # the link is rewritten once the screen has run
     assert "stage=12" in page.url
     opened = context.new_page()  # the Journey link (short for the long question) opens the same request

@@ -166,11 +166,11 @@ def test_sessions_stick_and_survive_a_killed_replica(room, room_env):
     # HAProxy logs a DOWN for the killed replica, after the kill: its start-up DOWN (checked before it listened)
     # does not count, and a replica up at its first check logs no UP at all (seen 2026-12-04). Two failed checks
     # 2 s apart: on a fast machine the lost learners were back on the other replica before the second one.
-    deadline = time.time() + 60
-    while time.time() < deadline and f"replica{victim[1:]} is DOWN" not in ROOM_LOG.read_text()[log_at_kill:]:
+    down, deadline = f"replica{victim[1:]} is DOWN", time.time() + 60
+    while time.time() < deadline and down not in ROOM_LOG.read_text()[log_at_kill:]:
         time.sleep(1)
     log = ROOM_LOG.read_text()
-    assert f"replica{victim[1:]} is DOWN" in log[log_at_kill:], "the health check did not take the dead replica out"
+    assert down in log[log_at_kill:], "the health check did not take the dead replica out"
     restarted = subprocess.Popen([str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app.py", "--server.port",
                                   str(victim_port), "--server.address", "127.0.0.1"], cwd=ROOT,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=room_env)
