@@ -291,3 +291,74 @@ def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server
     assert (tmp_path / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert hosts == {urlparse(server).netloc}
     context.close()
+
+
+def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser, tiny_server_cache):
+    """A second browser holding only the follow link tries every way in: keys on the follow page, the code as the
+    presenter's room with a stage and a question, made-up and derived keys, stop following and present. The room's
+    file stays as the presenter left it; the presenter key is in neither the presenter's address bar nor the
+    projected text; its private link (opened elsewhere) does move the room, and the presenter's screen says so."""
+    import hashlib
+    import json
+    import secrets
+
+    presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = visit(presenter, f"{server}/presenter?q=Why+is+the+sky+blue%3F&max_new_tokens=4")
+    follow = next(x for x in page.locator('[data-testid="stMain"] code').all_inner_texts() if "follow=" in x)
+    code = parse_qs(urlparse(follow).query)["follow"][0]
+    page.keyboard.press("ArrowRight")
+    wait_for_stage(page, 2, timeout_s=120)
+    settle(page)
+    room_file = tiny_server_cache / "room" / f"room-{code}.json"
+    left = json.loads(room_file.read_text())
+    assert left["stage"] == 2 and left["query"]["q"] == "Why is the sky blue?"
+    assert "key=" not in page.url and f"room={code}" in page.url
+
+    learner = browser.new_context(viewport={"width": 1300, "height": 1000})
+    tries = [f"{follow}&stage=9&q=hijacked", f"{server}/presenter?room={code}&stage=9&q=hijacked",
+             f"{server}/presenter?room={code}&key={secrets.token_hex(16)}&stage=9&q=hijacked",
+             f"{server}/presenter?room={code}&key={hashlib.sha256(f'room:{code}'.encode()).hexdigest()[:32]}",
+             f"{server}/presenter?follow={code}&room={code}&key={code * 6}&stage=9"]
+    for n, url in enumerate(tries):
+        learn = learner.new_page()
+        learn.goto(url)
+        learn.wait_for_selector("h1", timeout=300_000)
+        settle(learn)
+        for key in ("ArrowRight", "ArrowRight", "ArrowLeft"):
+            learn.keyboard.press(key)
+            settle(learn)
+        stop = learn.get_by_role("button", name="Stop following")
+        if stop.count():
+            stop.click()
+            settle(learn, start_s=3)
+            learn.keyboard.press("ArrowRight")
+            settle(learn)
+        assert learn.locator('[data-testid="stException"]').count() == 0, url
+        now = json.loads(room_file.read_text())
+        assert (now["stage"], now["query"], now["driver"]) == (left["stage"], left["query"], left["driver"]), url
+        learn.screenshot(path=str(SHOTS / f"room_takeover_try_{n}.png"))
+        learn.close()
+    learner.close()
+    assert "someone else" not in page.inner_text("body")
+
+    page.keyboard.press("ArrowLeft")  # back to stage 1, where the links are
+    wait_for_stage(page, 1, timeout_s=120)
+    settle(page)
+    body = page.inner_text("body")
+    page.locator("summary", has_text="Your presenter link").first.click()
+    private = page.locator('[data-testid="stMain"] code').filter(has_text="key=").first.inner_text().strip()
+    key = parse_qs(urlparse(private).query)["key"][0]
+    assert key not in body and key not in page.url  # not on the projected screen until the presenter opens it
+    page.locator("summary", has_text="Your presenter link").first.click()  # closed again
+    other = browser.new_context()  # the presenter's private link, opened in another browser
+    tab = other.new_page()
+    tab.goto(private.replace("stage=1", "stage=5"))  # the same request, another stage
+    wait_for_stage(tab, 5, timeout_s=300)
+    settle(tab)
+    assert "key=" not in tab.url  # the key leaves the address bar once the page has run
+    assert json.loads(room_file.read_text())["stage"] == 5
+    page.wait_for_function("() => document.body.innerText.includes('someone else')", timeout=60_000)
+    assert "moved your learners to stage 5." in page.inner_text("body")  # the same request: only the stage moved
+    page.screenshot(path=str(SHOTS / "room_presenter_told_of_another_driver.png"))
+    other.close()
+    presenter.close()

@@ -260,11 +260,9 @@ def test_request_page_names_gemmas_markers_and_says_when_plain_text_has_none(gem
 
 
 def test_a_learner_following_a_gemma_presenter_gets_gemma(gemma_app):
-    from pipeline.room import room_of
-
     at = page_app("presenter", pr_stage=3, req_model=GEMMA, req_max_new_tokens=4).run()
     assert not at.exception, at.exception
-    room = room_of(at.session_state["pr_room"])
+    room = at.session_state["pr_room"]
     learner = page_app("presenter", pr_stage=1, pr_follow=room, req_max_new_tokens=4).run()  # a fresh session
     assert not learner.exception, learner.exception
     assert learner.title[0].value == "3. Tokens"

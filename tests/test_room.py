@@ -1,12 +1,15 @@
 """A room of learners: the address their laptops reach, short links, the presenter's stage
 (pipeline/room.py, plain Python), and presenter mode itself in AppTest: on the tiny model (fixture `tiny_app`),
 and on the real one (marker `app`) where the real answer's first token is checked."""
+import hashlib
 import json
+import re
+import secrets
 
 import pytest
 import segno
 
-from pipeline.room import RoomStore, is_loopback, public_base
+from pipeline.room import RoomStore, is_loopback, public_base, room_store
 
 KOREAN_SYSTEM = "항상 한국어로만 대답하세요."  # SmolLM2 then starts its answer with <0xED>, the first byte of 토
 KOREAN = "토마토는 과일이야?"
@@ -55,14 +58,61 @@ def test_a_short_link_gives_back_its_query_in_another_process(tmp_path):
 
 def test_a_room_keeps_the_presenters_stage_and_request(tmp_path):
     rooms = RoomStore(tmp_path)
-    assert rooms.room("abc123") is None
-    rooms.set_stage("abc123", 4, {"q": KOREAN})
-    rooms.set_stage("abc123", 5, {"q": KOREAN})
-    assert RoomStore(tmp_path).room("abc123") == {"stage": 5, "query": {"q": KOREAN}}
+    code, key, saved = rooms.create_room(4, {"q": KOREAN}, driver="me")
+    assert saved and re.fullmatch(r"[a-z0-9]{6}", code) and re.fullmatch(r"[0-9a-f]{32}", key)
+    assert rooms.set_stage(code, key, 5, {"q": KOREAN}, driver="me")
+    again = RoomStore(tmp_path).room(code)  # a fresh store: what a second replica reads
+    assert again["stage"] == 5 and again["query"] == {"q": KOREAN} and again["driver"] == "me" and again["saved"]
     (tmp_path / "room-bad000.json").write_text("{not json")
     assert rooms.room("bad000") is None
     with pytest.raises(ValueError):
-        rooms.set_stage("../x", 1, {})
+        rooms.set_stage("../x", key, 1, {}, driver="me")
+
+
+def test_only_the_presenter_key_moves_a_room_and_no_file_holds_it(tmp_path):
+    rooms = RoomStore(tmp_path)
+    code, key, _ = rooms.create_room(2, {"q": "Are tomatoes fruit?"}, driver="presenter")
+    guesses = ["", code, key.upper(), key[:-1] + ("0" if key[-1] != "0" else "1"), secrets.token_hex(16),
+               hashlib.sha256(f"room:{code}".encode()).hexdigest()[:32],  # what a learner could derive from the code
+               hashlib.sha256(code.encode()).hexdigest(), "\udcff" * 32]
+    for guess in guesses:
+        assert not rooms.may_drive(code, guess)
+        with pytest.raises(PermissionError):
+            rooms.set_stage(code, guess, 9, {"q": "hijacked"}, driver="learner")
+    with pytest.raises(PermissionError):  # a room nobody made cannot be driven into existence
+        rooms.set_stage("abcdef", key, 9, {"q": "hijacked"}, driver="learner")
+    assert rooms.room("abcdef") is None
+    assert RoomStore(tmp_path).room(code)["stage"] == 2
+    assert all(key not in p.read_text() for p in tmp_path.iterdir())  # the file keeps the key's digest only
+    other, other_key, _ = rooms.create_room(1, {}, driver="b")
+    assert other != code and other_key != key and not rooms.may_drive(other, key)
+
+
+def test_links_and_rooms_on_disk_are_bounded_in_count_and_bytes(tmp_path):
+    rooms = RoomStore(tmp_path, max_files=20, max_bytes=10**9)
+    codes = [rooms.put_link({"q": f"question {i}"}) for i in range(50)]
+    made = [rooms.create_room(1, {"q": f"room {i}"}, driver="d")[0] for i in range(10)]
+    assert len(list(tmp_path.glob("*.json"))) == 20
+    assert rooms.room(made[-1]) is not None and rooms.link(codes[0]) is None  # the least recently written went first
+    big = RoomStore(tmp_path / "big", max_files=10**6, max_bytes=200_000)
+    for i in range(40):
+        big.put_link({"q": f"{i} " + "토" * 10_000})  # ~30 KB each
+    assert sum(p.stat().st_size for p in (tmp_path / "big").glob("*.json")) <= 200_000
+    assert rooms.put_link({"q": "x" * (3 * 2**20)}) is None  # one link past the longest request: refused
+
+
+def test_a_folder_that_takes_no_file_keeps_links_and_rooms_in_memory_and_says_so(tmp_path):
+    """A read-only or full cache folder: this process still keeps and reads the room (saved: False)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = RoomStore(blocker / "room")  # mkdir fails here even as root (NotADirectoryError)
+    code = store.put_link({"q": "Are tomatoes fruit?"})
+    assert store.link(code) == {"q": "Are tomatoes fruit?"}
+    room, key, saved = store.create_room(3, {"q": "hi"}, driver="me")
+    assert not saved and store.room(room)["saved"] is False
+    assert store.set_stage(room, key, 4, {"q": "hi"}, driver="me") is False
+    assert store.room(room)["stage"] == 4
+    assert RoomStore(blocker / "room").room(room) is None  # another replica: not there
 
 
 # ---- presenter mode in AppTest -------------------------------------------------------------------
@@ -104,10 +154,8 @@ def test_stage_12_keeps_the_token_ids_on_one_line(tiny_app):
 
 
 def test_a_learner_follows_the_presenters_stage_and_request(tiny_app):
-    from pipeline.room import room_of
-
     at = presenter(3, req_question=KOREAN)
-    room = room_of(at.session_state["pr_room"])  # the code learners get; the presenter's key stays theirs
+    room = at.session_state["pr_room"]  # the code learners get; the presenter's key stays in their session
     learner = presenter(1, pr_follow=room)  # a fresh session: default request, stage 1
     assert learner.title[0].value == "3. Tokens"
     assert learner.session_state["req_question"] == KOREAN
@@ -118,16 +166,57 @@ def test_a_learner_follows_the_presenters_stage_and_request(tiny_app):
     assert learner.title[0].value == "7. Attention"
     learner.button(key="pr_unfollow").click().run()  # and back to presenting on their own
     assert "pr_follow" not in learner.session_state and learner.button(key="pr_next").label == "Next"
-    presenter(2, pr_room=room)  # a learner who puts the room's code in /presenter?room= opens a room of their own
-    learner2 = presenter(1, pr_follow=room)
-    assert learner2.title[0].value == "7. Attention"  # the presenter's room did not move
+    assert learner.session_state["pr_room"] != room  # in a room of their own
+    learner.button(key="pr_next").click().run()
+    assert room_store().room(room)["stage"] == 7
 
 
-def test_a_folder_that_takes_no_file_keeps_no_links_or_rooms_and_raises_nothing(tmp_path):
-    """A read-only or full cache folder: no short link (the presenter shows the long one), no room kept."""
+def test_a_learner_with_the_room_code_cannot_drive_the_room(tiny_app):
+    """Every way a learner holding only the code could try: the code as the room, with made-up or derived keys,
+    with a stage and question, and then Next; the presenter's room stays where the presenter left it."""
+    at = presenter(4, req_question=KOREAN)
+    room, key = at.session_state["pr_room"], at.session_state["pr_key"]
+    left = room_store().room(room)
+    assert left["stage"] == 4 and left["query"]["q"] == KOREAN
+    tries = [dict(pr_room=room), dict(pr_room=room, pr_key=secrets.token_hex(16)),
+             dict(pr_room=room, pr_key=hashlib.sha256(f"room:{room}".encode()).hexdigest()[:32]),
+             dict(pr_room=room, pr_follow=room), dict(pr_follow=room, pr_key=key[::-1])]
+    for state in tries:
+        learner = presenter(9, req_question="hijacked", **state)
+        if learner.session_state["pr_follow"] if "pr_follow" in learner.session_state else False:
+            assert [b.key for b in learner.button] == ["pr_unfollow"], state  # following: nothing to press
+        else:
+            assert learner.session_state["pr_room"] != room, state  # a room of their own
+            learner.button(key="pr_next").click().run()
+        assert room_store().room(room) == left, state
+    assert not [w for w in at.run().warning if "someone else" in w.value]  # nobody drove the presenter's room
+
+
+def test_the_presenter_sees_when_someone_else_drives_their_room(tiny_app):
+    at = presenter(1)
+    room, key = at.session_state["pr_room"], at.session_state["pr_key"]
+    shown = [c.value for c in at.code if key in c.value]
+    assert len(shown) == 1 and f"key={key}" in shown[0]  # only in the private link's box
+    presenter(9, pr_room=room, pr_key=key)  # the private link opened elsewhere (another tab, or a leak)
+    assert room_store().room(room)["stage"] == 9
+    at.run()  # what the presenter's 3-second fragment does when the room moved
+    said = [w.value for w in at.warning if "someone else" in w.value]
+    assert said and "stage 9" in said[0], [w.value for w in at.warning]
+    assert room_store().room(room)["stage"] == 9  # told, not silently undone
+    at.button(key="pr_take").click().run()
+    assert room_store().room(room)["stage"] == 1 and not [w for w in at.warning if "someone else" in w.value]
+
+
+def test_a_read_only_room_folder_is_said_on_both_screens_and_the_room_works_from_memory(tiny_app, tmp_path,
+                                                                                         monkeypatch):
+    import pipeline.room
+
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    store = RoomStore(blocker / "room")  # mkdir fails here even as root (NotADirectoryError)
-    assert store.put_link({"q": "Are tomatoes fruit?"}) is None
-    store.set_stage("abc123", 3, {"q": "hi"})
-    assert store.room("abc123") is None
+    store = RoomStore(blocker / "room")
+    monkeypatch.setattr(pipeline.room, "room_store", lambda: store)
+    at = presenter(3)
+    assert [w for w in at.warning if "cannot write its room folder" in w.value], [w.value for w in at.warning]
+    learner = presenter(1, pr_follow=at.session_state["pr_room"])
+    assert learner.title[0].value == "3. Tokens"  # on this server the room works from memory
+    assert [c for c in learner.caption if "memory only" in c.value]

@@ -6,6 +6,7 @@ presenter's stage and request within a few seconds (the stage is kept server-sid
 """
 import io
 import os
+import time
 from urllib.parse import urlencode
 
 import numpy as np
@@ -13,7 +14,7 @@ import plotly.graph_objects as go
 import segno
 import streamlit as st
 
-from pipeline.room import PUBLIC_URL_ENV, new_presenter_key, public_base, room_of, room_store
+from pipeline.room import PUBLIC_URL_ENV, new_driver_id, public_base, room_store
 from pipeline.stages.next_token import filter_stages
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
@@ -59,12 +60,40 @@ def go_to(n: int) -> None:
 
 
 @st.fragment(run_every=FOLLOW_EVERY_S)
-def follow_presenter(code: str, shown) -> None:
-    """A learner's page: when the presenter moves (stage or request), draw the page again."""
+def watch_room(code: str, shown) -> None:
+    """Both screens: when the room moves (stage, request, or who moved it), draw the page again. A learner's page
+    turns with the presenter's; a presenter's page notices a move made elsewhere with its key."""
     now = room_store().room(code)
-    if now is not None and (now["stage"], now["query"]) != shown:
+    if (None if now is None else (now["stage"], now["query"], now["driver"])) != shown:
         st.rerun()
 
+
+def room_state(room: dict | None):
+    return None if room is None else (room["stage"], room["query"], room["driver"])
+
+
+def present(stage: int, query: dict[str, str]) -> str:
+    """This session's room code, made by the server on the first visit. A link's `room=` opens a room only with
+    its presenter key (`key=`, from the presenter's private link); without it the page follows that room."""
+    ss = st.session_state
+    ss.setdefault("pr_driver", new_driver_id())
+    code, key = ss.get("pr_room"), ss.get("pr_key")
+    if code and key and room_store().may_drive(code, key):
+        return code
+    if code and key:
+        st.warning(f"This presenter link does not open room {code} (its key is not that room's, or this server "
+                   "no longer keeps the room): you present in a new room of your own.", icon="🔑")
+    code, key, _ = room_store().create_room(stage, query, ss.pr_driver)
+    ss.pr_room, ss.pr_key = code, key
+    ss.pr_sent = (stage, query)
+    return code
+
+
+if st.session_state.get("pr_room") and not st.session_state.get("pr_key") and not st.session_state.get("pr_follow"):
+    # /presenter?room=CODE without the presenter key: the room is followed, never driven
+    st.session_state.pr_follow = st.session_state.pop("pr_room")
+    st.info(f"This link names room {st.session_state.pr_follow} without its presenter key, so this page follows "
+            "that room. Its presenter drives it from their private presenter link.", icon="🔑")
 
 following = st.session_state.get("pr_follow")
 if following:  # a learner following a presenter's room
@@ -72,16 +101,15 @@ if following:  # a learner following a presenter's room
     if room is None:
         st.title("Presenter mode")
         st.info(f"Waiting for the presenter of room {following}: this page opens their stage as soon as they "
-                "start.")
-        follow_presenter(following, None)
+                "start. (If this lasts, the room may not be kept where this server can read it: the presenter's "
+                "screen says so.)")
+        watch_room(following, None)
         st.stop()
     if room["query"] != url_state.request_params() and room["query"] != st.session_state.get("pr_switched"):
         st.session_state.pr_switched = room["query"]  # once per request: no loop if one would not apply
         url_state.switch_request(room["query"])
     st.session_state.pr_stage = room["stage"]
-    follow_presenter(following, (room["stage"], room["query"]))
-else:
-    st.session_state.setdefault("pr_room", new_presenter_key())  # kept in the presenter's own link only
+    watch_room(following, room_state(room))
 
 st.session_state.setdefault("pr_stage", 1)
 stage = min(max(int(st.session_state.pr_stage), 1), N)
@@ -93,16 +121,44 @@ if following:
     nav = st.columns([6, 1])
     nav[0].progress(stage / N, text=f"Stage {stage} of {N} — following the presenter (room {following}); this "
                                     "page turns with theirs.")
-    nav[1].button("Stop following", key="pr_unfollow", use_container_width=True,
+    nav[1].button("Stop following", key="pr_unfollow", width="stretch",
                   on_click=lambda: st.session_state.pop("pr_follow", None))
+    if not room["saved"]:
+        st.caption("This room is kept in this server's memory only (its folder takes no file): a restart of the "
+                   "server loses it.")
 else:
-    room_store().set_stage(room_of(st.session_state.pr_room), stage, url_state.request_params())
+    params = url_state.request_params()
+    code = present(stage, params)
+    room = room_store().room(code)
+    ss = st.session_state
+    if (room is not None and room["driver"] != ss.pr_driver and ss.get("pr_sent") == (stage, params)
+            and not ss.pop("pr_take_back", False)):
+        # someone else holding this room's key moved it; this screen has not moved since: say so, do not undo it
+        st.warning(f"At {time.strftime('%H:%M:%S', time.localtime(room['moved_at']))} someone else holding this "
+                   f"room's presenter link moved your learners to stage {room['stage']}"
+                   + (" with another request" if room["query"] != params else "") + ". Your screen did not move; "
+                   "your next move (or the button) takes the room back.", icon="⚠️")
+        st.button("Take the room back", key="pr_take", on_click=lambda: ss.update(pr_take_back=True))
+    else:
+        try:
+            saved = room_store().set_stage(code, ss.pr_key, stage, params, ss.pr_driver)
+        except PermissionError:  # the room was removed meanwhile (bounded store): a new one
+            ss.pop("pr_room", None)
+            code = present(stage, params)
+            saved = room_store().room(code)["saved"]
+        ss.pr_sent = (stage, params)
+        room = room_store().room(code)
+        if not saved:
+            st.warning("This server cannot write its room folder, so this room lives in its memory only: learners "
+                       "on this server follow, learners on another replica of the room do not, and a restart of "
+                       "the server forgets it.", icon="💾")
+    watch_room(code, room_state(room))
     nav = st.columns([1, 6, 1])
     nav[0].button("Previous", on_click=go_to, args=(stage - 1,), disabled=stage == 1, shortcut="ArrowLeft",
-                  key="pr_prev", use_container_width=True)
+                  key="pr_prev", width="stretch")
     nav[1].progress(stage / N, text=f"Stage {stage} of {N}")
     nav[2].button("Next", on_click=go_to, args=(stage + 1,), disabled=stage == N, shortcut="ArrowRight",
-                  key="pr_next", use_container_width=True)
+                  key="pr_next", width="stretch")
 st.title(f"{stage}. {title}")
 
 
@@ -132,7 +188,7 @@ def show_link() -> None:
     explore the same request alone (a short link when the request would make it too long)."""
     base, note = public_base(st.context.url or "", st.get_option("server.address") or "",
                              os.environ.get(PUBLIC_URL_ENV))
-    room = following or room_of(st.session_state.pr_room)
+    room = following or st.session_state.pr_room
     follow = f"{base}/presenter?follow={room}"
     params = url_state.request_params()
     journey = f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
@@ -151,6 +207,13 @@ def show_link() -> None:
         c2.image(png, caption="the follow-along link as a QR code", width=220)
     if note:
         st.warning(note, icon="📡")
+    if not following:
+        with st.expander("Your presenter link: keep it private, do not project it", icon="🔑"):
+            st.caption("Only this link moves room " + room + ": open it to present from another tab or after a "
+                       "reload. Anyone holding it can turn your learners' pages (this screen tells you if someone "
+                       "does).")
+            private = {**params, "room": room, "key": st.session_state.pr_key, "stage": stage}
+            st.code(f"{base}/presenter?{urlencode(private)}", language=None, wrap_lines=True)
 
 
 if stage == 1:

@@ -28,6 +28,7 @@ class Param:
     key: str  # the widget's session-state key
     parse: Callable[[str], Any]  # query text -> value; raises ValueError/InputError when invalid
     show: Callable[[Any], str] = str  # value -> query text
+    private: bool = False  # read from a link on arrival, never written into the address bar or a shared link
 
 
 def text(limit: int = MAX_MESSAGE_CHARS) -> Callable[[str], str]:
@@ -105,6 +106,12 @@ def room_code(s: str) -> str:
     return s
 
 
+def presenter_key(s: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{32}", s):
+        raise ValueError("must be the 32 characters of a presenter link")
+    return s
+
+
 def _num(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
@@ -151,7 +158,7 @@ _FIXED_PAGES: dict[str, dict[str, Param]] = {
         "min_p": Param("nt_min_p", option("min_p"), _num), "seed": Param("nt_seed", option("seed"))},
     "kv-cache": {"steps": Param("kv_n_steps", integer(2, 32))},
     "presenter": {"stage": Param("pr_stage", integer(1, 13)), "room": Param("pr_room", room_code),
-                  "follow": Param("pr_follow", room_code)},
+                  "key": Param("pr_key", presenter_key, private=True), "follow": Param("pr_follow", room_code)},
 }
 
 
@@ -266,7 +273,7 @@ def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
     """The current request and this page's controls into the query string (request defaults left out)."""
     params = {}
     for name, param in {**REQUEST, **controls}.items():
-        if param.key in st.session_state:
+        if param.key in st.session_state and not param.private:
             value = st.session_state[param.key]
             if param.key not in defaults or value != defaults[param.key]:
                 params[name] = param.show(value)
