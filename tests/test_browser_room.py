@@ -277,9 +277,15 @@ def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server
     hosts = set()
     context.on("request", lambda r: hosts.add(urlparse(r.url).netloc) if r.url.startswith("http") else None)
     page = visit(context, f"{server}/kv-cache")
+    # Every chart gets its button once the page's last run has drawn it (ui/chart_export.py adds it beside the
+    # camera); the modebar shows only while the mouse is over a chart drawn before the hover (a hover on a chart
+    # that is drawn again afterwards shows nothing: the cause of a flaky 'no .tpe-svg in 30 s').
+    page.wait_for_function("() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
+                           " return plots.length > 0 && plots.every(p => p.querySelector('.tpe-svg')); }",
+                           timeout=30_000)
     plot = page.locator(".js-plotly-plot").first
     plot.hover()
-    page.wait_for_selector(".tpe-svg", timeout=30_000)
+    plot.locator(".tpe-svg").wait_for(state="visible", timeout=30_000)
     with page.expect_download() as svg:
         plot.locator(".tpe-svg").click()
     svg.value.save_as(tmp_path / "chart.svg")

@@ -7,8 +7,13 @@ The script runs in an invisible component frame and reaches the page it belongs 
 SCRIPT = """<script>
 (function () {
   const page = window.parent;
-  if (page.__tpeSvgExport) return;
-  page.__tpeSvgExport = true;
+  // One installer at a time: the frame that installed it, while that frame is still on the page. A rerun that
+  // draws more or fewer elements above this frame replaces it with a new one, and callbacks of a removed
+  // frame never run again, so the new frame takes over (charts drawn later would otherwise get no button).
+  const installer = page.__tpeSvgExport;
+  if (installer && installer !== window && !installer.closed && installer.frameElement
+      && installer.frameElement.isConnected) return;
+  page.__tpeSvgExport = window;
   const doc = page.document;
   function addButtons() {
     doc.querySelectorAll('.js-plotly-plot').forEach(function (plot) {
