@@ -11,6 +11,7 @@ wait_passively()  # before torch loads
 give_freed_arrays_back()  # before the model and a run's captures
 
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
 
 from pipeline.model.passes import counting_passes
 from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
@@ -18,6 +19,7 @@ from ui.chart_export import add_svg_buttons
 from ui.escape import markdown_text
 from ui.report import trace_report
 from views import url_state
+from views.chrome import run_marker
 from views.model_picker import model_picker, picked_model
 from views.server_state import get_model
 from views.session_request import (DEFAULTS, MODEL_FIELDS, TEXT_LIMIT, current_request, init_state, request_key,
@@ -142,12 +144,21 @@ url_state.bind(page_path, SESSION_DEFAULTS, controls)
 after = sidebar(pages)
 for note in notes:
     st.warning(note, icon="🔗")
+
+completed = True  # a page that raised shows its error box: that run is complete too
+st.session_state["_whole_run"] = True  # fragments drawn in it leave the run's end to run_marker() below
 with counting_passes(session_passes()) as passes:
     try:
         page.run()
+    except RerunException:  # st.rerun(): the next run draws the page
+        completed = False
+        raise
     finally:  # also after st.stop(): the link follows every control, the count is this session's own
         share_and_export(after, passes.n)
         # Once per server, after the first page is drawn (so it does not wait for them): the network
         # loads, and the default request and the prompt-caching scenarios are prepared in the background.
         lm.start_loading()
         warm_up()
+        st.session_state["_whole_run"] = False
+        if completed:
+            run_marker()

@@ -89,34 +89,41 @@ def open_page(page, title: str, timeout_s: float = 300, shot: Path | None = None
                 raise
 
 
-SCRIPT_STATE = "document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')"
+# The app's end-of-run marks (views.chrome.run_marker): "SESSION:COUNT" of the newest on the page, '' before any.
+RUN_MARK = ("() => { let best = ''; let most = -1; for (const m of document.querySelectorAll('.tpe-run-done')) {"
+            " const n = Number(m.dataset.run); if (n > most) { most = n; best = m.dataset.session + ':' + n; } }"
+            " return best; }")
+_seen: dict[int, tuple[object, str]] = {}  # id(page) -> (the page, the mark settle() last saw on it)
 
 
-def settle(page, timeout: float = 400, start_s: float = 1) -> None:
-    """Wait until the script run that the last action started has finished and its charts are drawn.
+def run_mark(page) -> str:
+    """The newest end-of-run mark on the page ('SESSION:COUNT'), '' before the first run has completed."""
+    return page.evaluate(RUN_MARK)
 
-    Streamlit marks its root element with the script's state (data-test-script-state: running, notRunning).
-    The run an action asks for shows as running within a round trip; a run that is already over by then (or
-    an action that reruns nothing) costs the `start_s` wait for it. On a busy machine the round trip itself
-    can pass a second: after an action that always reruns (a button, a page link), pass a longer `start_s`,
-    or the old page's finished state reads as the new run's. Done: not running, no status widget and
-    no queue notice ("number 2 in line (1 ahead of you)"; the words "in line" alone also
-    appear in page text) two polls in a row, and every plotly chart has drawn its SVG. A run that ends in
-    st.rerun() reads as not running until the next one starts (Streamlit sends script_is_running=False in
-    between), which on a busy machine can outlast the two polls: after such a run, wait for what it draws."""
+
+def settle(page, timeout: float = 400) -> None:
+    """Wait for the end of the run that the last action started, then for its charts' SVG.
+
+    The end is the app's own signal: every completed run (a whole run, or a fragment's own rerun) draws, as its
+    last element, a mark carrying the session's count of completed runs (views.chrome.run_marker); a run that
+    ends in st.rerun() draws none, so the run after it is the one waited for. Done: a mark newer than the one
+    settle() last saw on this page (another session, after a reload or a page.goto, counts afresh). Call it only
+    after an action that runs the script (a visit, a click, a widget change); an action that runs nothing (a key
+    with no shortcut on the page) never brings a newer mark."""
+    seen = _seen.get(id(page))
+    before = seen[1] if seen and seen[0] is page else ""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
-        page.wait_for_function(f"() => {SCRIPT_STATE} !== 'notRunning'", timeout=start_s * 1000, polling="raf")
+        page.wait_for_function(f"""before => {{ const now = ({RUN_MARK})(); if (!now) return false;
+            if (!before) return true; const [s, n] = now.split(':'); const [bs, bn] = before.split(':');
+            return s !== bs || Number(n) > Number(bn); }}""", arg=before, timeout=timeout * 1000)
     except PlaywrightTimeout:
-        pass
-    deadline, quiet = time.time() + timeout, 0
-    while time.time() < deadline and quiet < 2:
-        busy = (page.evaluate(f"() => {SCRIPT_STATE}") != "notRunning"
-                or page.locator('[data-testid="stStatusWidget"]').count() > 0
-                or "ahead of you)" in page.inner_text("body"))
-        quiet = 0 if busy else quiet + 1
-        page.wait_for_timeout(250)  # the poll interval (each poll checks the state again)
+        marks = page.evaluate("() => [...document.querySelectorAll('.tpe-run-done')].map(m => m.dataset.session "
+                              "+ ':' + m.dataset.run)")
+        raise AssertionError(f"no run completed in {timeout:.0f} s after the mark {before!r} ({page.url}); the page "
+                             f"holds the marks {marks}") from None
+    _seen[id(page)] = (page, run_mark(page))
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".every(p => p.querySelector('.main-svg'))", timeout=30_000)
 

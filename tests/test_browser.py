@@ -72,8 +72,7 @@ def slug(title: str) -> str:
 
 
 def test_temperature_slider_and_1000_draws_do_not_run_the_model(browser_page):
-    open_page(browser_page, "Next token")
-    settle(browser_page)  # the sidebar shows the session's count once the page's run is over, not at its title
+    open_page(browser_page, "Next token")  # settled: the sidebar shows the session's count once the run is over
     before = forward_passes(browser_page)
     main = browser_page.locator('[data-testid="stMain"]')
     slider = main.locator('[data-testid="stSlider"]', has_text="temperature").locator('input[type="range"]').first
@@ -91,7 +90,6 @@ def test_temperature_slider_and_1000_draws_do_not_run_the_model(browser_page):
     # the sampler is a fragment: its reruns leave the sidebar alone. Opening the page again reruns the whole
     # script, and the sidebar then shows this session's total, which must not have grown.
     open_page(browser_page, "Next token")
-    settle(browser_page)
     assert forward_passes(browser_page) == before, "moving a sampling slider ran the model again"
     check_page(browser_page, "next_token_after_draws")
 
@@ -115,7 +113,7 @@ def test_every_page_renders_html_in_the_question_as_text_and_asks_no_other_host(
     sidebar = browser_page.locator('[data-testid="stSidebar"]')
     sidebar.locator("textarea").first.fill(EVIL)
     sidebar.get_by_role("button", name="Run the model").click()
-    settle(browser_page, timeout=300, start_s=30)  # a button always reruns: wait for that run to start
+    settle(browser_page, timeout=300)
     titles = page_titles()
     assert len(titles) >= 12
     for title in titles:

@@ -3,7 +3,6 @@ character ('토 (1–2/3)', never bare '<0xED><0x86>'), a branch made and compar
 Screenshots under artifacts/browser/what_if_*.png."""
 import os
 import re
-import warnings
 
 import pytest
 
@@ -19,53 +18,49 @@ def ask(page, question: str) -> None:
     sidebar = page.locator('[data-testid="stSidebar"]')
     sidebar.locator("textarea").first.fill(question)
     sidebar.get_by_role("button", name="Run the model").click()
-    settle(page, timeout=400, start_s=30)  # the button always reruns: wait for that run, however late it starts
+    settle(page)
 
 
 def open_what_if(page) -> None:
     """Go to What if (nothing to do when it is showing: `ask` has waited for its run of the new question)."""
     if page.locator("h1", has_text="What if").count() == 0:
-        open_page(page, "What if")  # its title shows when its run has begun: settle then waits for the run's end
-    settle(page)
+        open_page(page, "What if")
+        settle(page)
 
 
 def step_slider(page, name: str):
-    """The What-if page's step slider, once it shows. Twice in whole-suite runs (2026-12-03) it had not shown 30 s
-    after the page's run ended (the sidebar held the request's values; what the page showed instead was not
-    kept). Now it is (artifacts/browser/what_if_<name>_no_slider.png and .txt, and a warning), and the learner
-    does what a person would, one reload (the address keeps the request), after which the slider must show."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
+    """The What-if page's step slider: drawn by every completed run of the page (settle() has waited for one);
+    when it is missing, what the page showed and the server's log are kept (artifacts/browser/what_if_<name>_*)."""
     slider = page.locator('[data-testid="stMain"] [data-testid="stSlider"]', has_text="step of the answer")
     slider = slider.locator('input[type="range"]').first
-    try:
-        slider.wait_for(state="attached", timeout=60_000)
-        return slider
-    except PlaywrightTimeout:
+    if slider.count() == 0:
         stem = SHOTS / f"what_if_{name}_no_slider"
         page.screenshot(path=str(stem.with_suffix(".png")), full_page=True)
         shown = page.locator('[data-testid="stMain"]').inner_text()
         log = SERVER_LOG.read_text(errors="replace")[-3000:]
         stem.with_suffix(".txt").write_text(f"{page.url}\n\n{shown}\n\n--- the server's log ended ---\n{log}")
-        warnings.warn(f"{name}: no step slider 60 s after the What-if page's run; it showed {shown[:500]!r} "
-                      f"(saved in {stem}.*); reloading once", stacklevel=2)
-    page.reload()
-    settle(page)
-    slider.wait_for(state="attached", timeout=60_000)
+        pytest.fail(f"{name}: no step slider after the What-if page's run; it showed {shown[:500]!r} "
+                    f"(kept in {stem}.*)")
     return slider
 
 
 def branch_at(page, step: int, name: str) -> str:
-    """Move the step slider to `step`, continue with the first other candidate; returns the 'answer so far' box."""
+    """Move the step slider to `step`, continue with the first other candidate; returns the 'answer so far' box.
+    One key at a time: each move reruns the page once, and settle() waits for that run."""
     main = page.locator('[data-testid="stMain"]')
-    step_slider(page, name).focus()
-    page.keyboard.press("Home")  # the slider keeps its place across requests: start from step 0
-    for _ in range(step):
+    slider = step_slider(page, name)
+    if slider.get_attribute("aria-valuetext") != "0":  # the slider keeps its place across requests
+        slider.focus()
+        page.keyboard.press("Home")
+        settle(page)
+    for n in range(1, step + 1):
+        step_slider(page, name).focus()
         page.keyboard.press("ArrowRight")
-    settle(page, start_s=10)  # the slider moved (from 0, or from the last question's step), so the page reruns
+        settle(page)
+        assert step_slider(page, name).get_attribute("aria-valuetext") == str(n)
     so_far = main.locator('[data-testid="stCode"]').first.inner_text()
     main.get_by_role("button", name="Continue from here with this token").click()
-    settle(page, timeout=400, start_s=30)
+    settle(page)  # its run ends in st.rerun(): the run after it, which draws the comparison, is waited for
     return so_far
 
 
@@ -75,7 +70,7 @@ def chart_drawn(main) -> bool:
 
 
 def test_what_if_with_a_korean_and_a_long_question():
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with app_server("browser-what-if.log") as url, sync_playwright() as p:
@@ -86,7 +81,7 @@ def test_what_if_with_a_korean_and_a_long_question():
         page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url} (HTTP {r.status})"))
         page.on("console", lambda m: m.type == "error" and failed.append(f"console: {m.text[:300]}"))
         page.goto(url)
-        settle(page, timeout=300)
+        settle(page)
         for name, question, step in (("korean", KOREAN, 5), ("long", LONG_QUESTION, 2)):
             try:
                 ask(page, question)
@@ -100,23 +95,13 @@ def test_what_if_with_a_korean_and_a_long_question():
                 print(f"{name}: the server's log ended", SERVER_LOG.read_text(errors="replace")[-3000:])
                 raise
             main = page.locator('[data-testid="stMain"]')
-            # the comparison is drawn by the run after the branch's (the button's run ends in st.rerun(), and
-            # between the two Streamlit reports not running: settle() may return in that gap), so wait for it
-            sides = main.get_by_text(re.compile(rf"from step {step} on: .* per token"))
-            expect(sides, f"{name}: the two paths are not compared per token from the branch point"
-                   ).to_have_count(2, timeout=120_000)
-            expect(main.get_by_text("A total is not compared")).to_have_count(1, timeout=30_000)
+            assert len(main.get_by_text(re.compile(rf"from step {step} on: .* per token")).all()) == 2, \
+                f"{name}: the two paths are not compared per token from the branch point"
+            assert main.get_by_text("A total is not compared").count() == 1
             assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: the page raised"
             assert not re.search(r"(<0x[0-9A-F]{2}>){2}", so_far), f"{name}: bare bytes in {so_far!r}"
             if name == "korean":
                 assert "토 (1–2/3)" in so_far, so_far
-            if not chart_drawn(main):  # seen under two test workers: the browser could not import the chart's
-                # code ("Failed to fetch dynamically imported module", no request failed); it stays so until a reload
-                page.screenshot(path=str(SHOTS / f"what_if_{name}_unloaded.png"), full_page=True)
-                warnings.warn(f"{name}: the branch's chart did not load ({failed}); reloading once", stacklevel=1)
-                page.reload()
-                settle(page)
-                branch_at(page, step, name)  # the branch shown is this browser session's: make it again
-                assert chart_drawn(main), f"{name}: the branch's chart did not load after a reload either: {failed}"
+            assert chart_drawn(main), f"{name}: the branch's chart did not load: {failed}"
             page.screenshot(path=str(SHOTS / f"what_if_{name}.png"), full_page=True)
         browser.close()

@@ -91,28 +91,21 @@ def _done(page, question: str, timeout_s: float = 600) -> None:
                            "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000)
 
 
-def _first_run_done(page, question: str, timeout_s: float = 180) -> None:
-    """The learner's first page, to its end. Under two test workers one of the four first pages once never sent its
-    request (its replica logged the other three, then stayed idle) and the test waited out 600 s; what that page
-    showed was not kept. Now it is (artifacts/room-stuck-page-*.png and .txt, and a warning), and the learner does
-    what a person would, one reload, after which the page must finish; the room's stickiness and its surviving a
-    killed replica, this test's subject, are checked on every page as before."""
-    import warnings
-
+def _first_run_done(page, question: str, timeout_s: float = 300) -> None:
+    """The learner's first page, to its end. Once (under two test workers) one of four first pages never sent its
+    request and the test waited out 600 s: what such a page shows is kept (artifacts/room-stuck-page-*.png and
+    .txt) and the test fails, naming it."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
         _done(page, question, timeout_s)
-        return
     except PlaywrightTimeout:
         stem = ROOT / "artifacts" / f"room-stuck-page-{abs(hash(question)) % 10_000}"
         page.screenshot(path=str(stem.with_suffix(".png")))
         shown = page.evaluate("() => document.body.innerText")
         stem.with_suffix(".txt").write_text(f"{page.url}\n\n{shown}")
-        warnings.warn(f"the first page for {question!r} had not finished after {timeout_s:.0f} s; it showed: "
-                      f"{shown[-300:]!r} (saved in {stem}.*); reloading it once", stacklevel=2)
-    page.reload()
-    _done(page, question, 300)
+        pytest.fail(f"the first page for {question!r} had not finished after {timeout_s:.0f} s; it showed: "
+                    f"{shown[-300:]!r} (kept in {stem}.*)")
 
 
 def _replica(context) -> str:

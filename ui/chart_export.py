@@ -2,18 +2,14 @@
 
 Plotly's own camera button saves a PNG. This adds an "SVG" button beside it on every chart of the
 page: it asks the same camera for an SVG (plotly reads the format when clicked) and puts PNG back.
-The script runs in an invisible component frame and reaches the page it belongs to (same origin).
+The script runs in the page itself (st.html with JavaScript allowed: a fixed script, no user text in it), once per
+browser page: a MutationObserver adds the button to every chart drawn later.
 """
 SCRIPT = """<script>
 (function () {
-  const page = window.parent;
-  // One installer at a time: the frame that installed it, while that frame is still on the page. A rerun that
-  // draws more or fewer elements above this frame replaces it with a new one, and callbacks of a removed
-  // frame never run again, so the new frame takes over (charts drawn later would otherwise get no button).
-  const installer = page.__tpeSvgExport;
-  if (installer && installer !== window && !installer.closed && installer.frameElement
-      && installer.frameElement.isConnected) return;
-  page.__tpeSvgExport = window;
+  const page = window;
+  if (page.__tpeSvgExport) return;  // one observer for the page's life (Streamlit keeps the document)
+  page.__tpeSvgExport = true;
   const doc = page.document;
   function addButtons() {
     doc.querySelectorAll('.js-plotly-plot').forEach(function (plot) {
@@ -50,6 +46,6 @@ cursor: pointer; background: none; border: 0;';
 
 def add_svg_buttons() -> None:
     """Call once per page run (app.py does): every chart on the page gets its SVG button."""
-    import streamlit.components.v1 as components
+    import streamlit as st
 
-    components.html(SCRIPT, height=0)
+    st.html(SCRIPT, unsafe_allow_javascript=True)

@@ -8,7 +8,7 @@ import streamlit as st
 from views import url_state
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import page_header
+from views.chrome import fragment, page_header
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
 from pipeline.text.pieces import token_pieces
@@ -166,7 +166,7 @@ def key_columns(sinks: int) -> tuple[list[int | None], list[str]]:
     return cols, text
 
 
-@st.fragment
+@fragment
 def one_head() -> None:
     st.subheader("One head")
     c1, c2 = st.columns(2)
@@ -268,7 +268,7 @@ def shrunk(layer: int, head: int, window: int | None) -> None:
                       if outside.any() else " A full layer can reach back to the very first token."))
 
 
-@st.fragment
+@fragment
 def one_row(A: np.ndarray, cols: list, xlabels: list[str], sinks: int) -> None:
     """A: (W, C) this head's rows for queries start..T-1 over the drawn key columns."""
     st.subheader("One token's row")
@@ -313,7 +313,7 @@ def shared_kv(layer: int, head: int, rows: np.ndarray, cols: list) -> None:
                                                else "the summed middle tokens") for h in same))
 
 
-@st.fragment
+@fragment
 def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     """A: (W, C) this head's rows for queries start..T-1 over the drawn key columns."""
     st.subheader("Attention by hand, on four tokens")

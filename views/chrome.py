@@ -25,3 +25,38 @@ def stage_link(page: str, label: str, icon: str | None = None) -> None:
         st.page_link(page, label=label, icon=icon)
     except (StreamlitPageNotFoundError, StreamlitAPIException, KeyError):
         st.caption(f"→ {label}")
+
+
+def run_marker() -> None:
+    """An invisible mark carrying this session's count of completed runs, drawn as the last thing of every run that
+    completed: a whole run (app.py; st.stop() and a page's error included, a run that ends in st.rerun() draws none)
+    and a fragment's own rerun (`fragment`). Browser tests wait for a newer one (tests/browser_kit.py's settle)."""
+    import secrets
+
+    ss = st.session_state
+    ss["_runs_done"] = ss.get("_runs_done", 0) + 1
+    ss.setdefault("_run_session", secrets.token_hex(4))
+    st.html(f'<span class="tpe-run-done" data-run="{ss["_runs_done"]}" data-session="{ss["_run_session"]}" '
+            'hidden></span>')
+
+
+def fragment(draw):
+    """st.fragment for a page's controls that redraw one part: its own rerun ends with a run marker (inside the
+    fragment, so it is replaced by the next one); within a whole run, app.py's marker is the one."""
+    import functools
+
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+
+    @st.fragment
+    @functools.wraps(draw)
+    def part(*args, **kwargs):
+        completed = True  # an error shown in the fragment completes its run too
+        try:
+            return draw(*args, **kwargs)
+        except RerunException:
+            completed = False
+            raise
+        finally:
+            if completed and st.session_state.get("_whole_run") is False:  # its own rerun, in the app (not AppTest)
+                run_marker()
+    return part

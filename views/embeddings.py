@@ -6,7 +6,7 @@ import streamlit as st
 
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import page_header
+from views.chrome import fragment, page_header
 from pipeline.stages import embeddings as es
 from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, markdown_text, plotly_label
@@ -56,7 +56,7 @@ st.caption(f"T × D = {E.shape[0]} × {E.shape[1]} numbers, copied from a table 
            "(see Position). Blue = positive, red = negative.")
 
 
-@st.fragment
+@fragment
 def pca_map() -> None:
     st.subheader("A map of words")
     st.caption(f"Each word's row has D = {D} numbers; PCA finds the two directions along which these words differ "
@@ -89,7 +89,7 @@ def pca_map() -> None:
 pca_map()
 
 
-@st.fragment
+@fragment
 def neighbours() -> None:
     st.subheader("Nearest neighbours")
     st.caption(f"Cosine similarity compares directions: 1 = same direction, 0 = unrelated. Searched over all "
@@ -105,7 +105,7 @@ def neighbours() -> None:
                  hide_index=True, width="stretch")
 
 
-@st.fragment
+@fragment
 def analogy() -> None:
     st.subheader("Analogy: a − b + c")
     st.caption("Take a's direction, remove b's, add c's, and look for the closest rows. The three input words "

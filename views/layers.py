@@ -5,7 +5,7 @@ import streamlit as st
 
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import page_header
+from views.chrome import fragment, page_header
 from pipeline.stages import layers as la
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
@@ -56,7 +56,7 @@ st.caption(f"1 = the block left the direction unchanged. Mean over tokens: first
            f"middle {cos[L // 2].mean():.2f}, last {cos[-1].mean():.2f}. Low values = a block that rewrites a lot.")
 
 
-@st.fragment
+@fragment
 def contributions() -> None:
     st.subheader("Attention vs MLP: who writes more")
     c = la.contributions(p.attn_out, p.mlp_out)  # {"attention": (L, T), "mlp": (L, T)}
@@ -90,7 +90,7 @@ def lens(ids: tuple, start: int, end: int, _hidden: np.ndarray) -> tuple[np.ndar
     return la.logit_lens(lm, _hidden, k=1, start=start, end=end)
 
 
-@st.fragment
+@fragment
 def logit_lens() -> None:
     st.subheader("Logit lens: what would the model say at each layer?")
     st.caption("Take the vector after layer i, apply the final norm and the output head as if it were the last "

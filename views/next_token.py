@@ -9,7 +9,7 @@ import streamlit as st
 from views import url_state
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import page_header
+from views.chrome import fragment, page_header
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
 from pipeline.stages.request import option_ranges
@@ -150,7 +150,7 @@ if st.session_state.get("nt_run_id") != trace.request.id:  # a new run: start ag
     st.session_state.update({k: v for k, v in RUN_SETTINGS.items() if k not in linked}, nt_run_id=trace.request.id)
 
 
-@st.fragment
+@fragment
 def sampler() -> None:
     st.subheader("Temperature and the filters")
     st.caption("Temperature divides every score before softmax: below 1 the favourite gets sharper, above 1 the "
@@ -218,7 +218,7 @@ sampler()
 
 
 # --- constrained output ------------------------------------------------------------------------------
-@st.fragment
+@fragment
 def constrained() -> None:
     st.subheader("Constrained output: only some tokens allowed")
     st.caption("A service that must answer in a fixed format sets the score of every other token to −∞ "

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.chrome import page_header
+from views.chrome import fragment, page_header
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.session_request import current_request
@@ -111,7 +111,7 @@ st.caption("What this part writes, read through the final norm and the output ma
 promoted_table(int(layer_pick), head_pick)
 
 
-@st.fragment
+@fragment
 def routes() -> None:
     st.subheader("2. The contribution graph: the routes to the prediction")
     st.caption("After Ferrando & Voita (2024), as llm-transparency-tool draws it. At each layer a position's vector "
