@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def doc_files() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "RESULTS.md"]
 
 
+@functools.cache
 def repo_paths() -> set[str]:
     """Every file and folder of the working tree, relative ('pipeline/room.py', 'views'), less what runs make."""
     found: set[str] = set()
@@ -126,6 +128,7 @@ def path_problems(spans: list[str], paths: set[str]) -> list[str]:
     return problems
 
 
+@functools.cache
 def run_sh_commands() -> set[str]:
     """The subcommands of run.sh's top-level `case "${1:-app}" in` (its entries sit two spaces in)."""
     text = (ROOT / "run.sh").read_text(encoding="utf-8")
@@ -133,6 +136,7 @@ def run_sh_commands() -> set[str]:
     return set(re.findall(r"^  ([a-z][\w-]*)\)", body, flags=re.MULTILINE))
 
 
+@functools.cache
 def cli_commands() -> dict[str, set[str]]:
     """{'pipeline': {'trace', ...}, 'ui': {'report'}}: each command line's subcommands, from its own parser."""
     import argparse
@@ -146,6 +150,7 @@ def cli_commands() -> dict[str, set[str]]:
     return {"pipeline": subcommands(pipeline_parser()), "ui": subcommands(ui_parser())}
 
 
+@functools.cache
 def page_urls() -> set[str]:
     """app.py's PAGES' URL paths ('journey', ...), read from its source (importing it would run the app)."""
     tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
