@@ -161,7 +161,7 @@ def accepted_values(command: str, tmp_path: Path) -> dict[argparse.Action, str]:
 def test_hostile_values_the_checks_accept_run_on_the_real_model(tmp_path, command):
     accepted = accepted_values(command, tmp_path)
     if not accepted:
-        pytest.skip(f"{command}: every short hostile value is refused before the model loads")
+        pytest.skip(f"{command}: no short hostile value got as far as the model (refused, or no model needed)")
     argv = argv_for(command, accepted, tmp_path, base=CHEAP.get(command, ()))
     code, _out, err = run_cli(tmp_path, *argv, real_weights=True)
     problems = [refusal_problems(a, code, err) for a in accepted] if code else [None]
@@ -251,6 +251,29 @@ def test_the_slowest_prefill_speed_accepted_writes_strict_json(tmp_path):
     assert all(t["latency_saved_s"] == t["cached_tokens"] for t in totals.values())  # tokens / (1 token/s)
 
 
+def test_a_repetition_penalty_that_would_make_scores_infinite_is_refused(tmp_path):
+    """Found by the model tier's run: 1e-320 divided every seen token's score past float range (+inf), and the
+    run stopped on `logits: holds NaN or +inf`, a field no one typed."""
+    from pipeline.stages.penalties import penalized
+    from pipeline.stages.request import MIN_REPETITION_PENALTY, GenerationOptions
+
+    code, _out, err = run_cli(tmp_path, "trace", "--repetition-penalty=1e-320", "Hi")
+    assert code == 2 and err.startswith("error: repetition_penalty: must be from 0.01 to 10"), err
+    scores = penalized([30.0, -30.0, 1e-3], GenerationOptions(repetition_penalty=MIN_REPETITION_PENALTY), [0, 1, 2])
+    assert scores.tolist() == pytest.approx([3000.0, -0.3, 0.1])
+
+
+@pytest.mark.model
+def test_a_sampled_trace_with_its_tensors_is_strict_json(tmp_path):
+    """Masked tokens (top-k) score -inf inside the run: none of it reaches the file, which a strict reader takes."""
+    out = tmp_path / "trace.json"
+    code, _out, err = run_cli(tmp_path, "trace", "Hi", "--max-new-tokens", "2", "--temperature", "0.7", "--top-k", "5",
+                              "--tensors", "--json", str(out), real_weights=True)
+    assert code == 0, err
+    trace = strict_json(out.read_text())
+    assert len(trace["generated_token_ids"]) == 2 and trace["tensors"]["step_logits"]
+
+
 def test_json_that_would_hold_nan_or_infinity_is_refused_and_the_old_file_kept(tmp_path):
     path = tmp_path / "out.json"
     path.write_text('{"old": true}')
@@ -332,7 +355,8 @@ def test_each_message_names_the_option_typed(tmp_path, argv, field, not_named):
 
 def test_argparse_refusals_are_one_line_without_the_usage(tmp_path):
     code, out, err = run_cli(tmp_path, "trace", "--top-k", "many", "Hi")
-    assert (code, out, err) == (2, "", "error: argument --top-k: invalid int value: 'many'\n")
+    assert (code, out) == (2, "")
+    assert err == "error: argument --top-k: invalid int value: 'many' (see python -m pipeline trace --help)\n"
     code, _out, err = run_cli(tmp_path, "cache-audit", EXAMPLE_LOG, "--provider", "x" * 5000)
     assert code == 2 and err.startswith("error: argument --provider: invalid choice: 'xxx") and len(err) < 400, err
     assert err.count("\n") == 1 and "openai" in err  # the choices are still said

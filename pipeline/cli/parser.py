@@ -34,8 +34,8 @@ def field_as_typed(field: str, args) -> str:
 
 
 class CliParser(argparse.ArgumentParser):
-    """argparse, whose refusals print `error: <one line>` and exit 2 (`--help` still shows the usage). The
-    subcommands' parsers are of this class too (add_subparsers makes them of the parser's own class)."""
+    """argparse, whose refusals print `error: <one line> (see python -m pipeline trace --help)` and exit 2, without
+    the usage block. The subcommands' parsers are of this class too (add_subparsers makes them of its own class)."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {error_line(message)}\n")
+        self.exit(2, f"error: {error_line(f'{message} (see {self.prog} --help)')}\n")

@@ -75,9 +75,10 @@ class GenerationOptions:
             raise InputError("min_p", f"must be in [0, 1], got {self.min_p!r}.")
         if self.seed is not None and (not _int(self.seed) or self.seed < 0):
             raise InputError("seed", f"must be a non-negative integer, got {self.seed!r}.")
-        if not _finite(self.repetition_penalty) or not 0 < self.repetition_penalty <= MAX_REPETITION_PENALTY:
-            raise InputError("repetition_penalty", f"must be above 0 and at most {MAX_REPETITION_PENALTY:g} "
-                                                   f"(1 = off), got {self.repetition_penalty!r}.")
+        lo, hi = MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY
+        if not _finite(self.repetition_penalty) or not lo <= self.repetition_penalty <= hi:
+            raise InputError("repetition_penalty", f"must be from {lo:g} to {hi:g} (1 = off), "
+                                                   f"got {self.repetition_penalty!r}.")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if not _finite(value) or not -2 <= value <= 2:
@@ -101,6 +102,7 @@ class GenerationOptions:
 
 
 MAX_REPETITION_PENALTY = 10.0  # far past any use (1.2 is the CTRL paper's advice): a bound for a link's value
+MIN_REPETITION_PENALTY = 0.01  # a seen token's score times 100; 1e-320 divided scores past float range (+inf)
 MAX_LOGIT_BIAS_ENTRIES = 300  # our bound, so one request cannot carry a huge table
 LOGIT_BIAS_LIMIT = 100  # OpenAI: "a bias value from -100 to 100"
 LOGIT_BIAS_CHARS = 20 * MAX_LOGIT_BIAS_ENTRIES  # the typed form's length ('262143:-99.5, ' is 14)
