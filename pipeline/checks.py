@@ -3,6 +3,7 @@ field, so NaN, 10**30, an empty array or a lone surrogate never reaches numpy, t
 
     number("gpu_gib", float("nan"))  -> InputError("gpu_gib: must be a finite number, got nan.")
     array("logits", [])              -> InputError("logits: is empty: give at least one value.")
+    typed_count("force", "9" * 5000, "the step", 63) -> InputError("force: the step must be at most 63, got ...")
 """
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ def integer(field: str, x, lo: int | None = None, hi: int | None = None) -> int:
     if not is_int(x) or (lo is not None and x < lo) or (hi is not None and x > hi):
         raise InputError(field, f"must be a whole number{_range(lo, hi)}, got {x!r}.")
     return int(x)
+
+
+def typed_count(field: str, text: str, what: str, hi: int) -> int:
+    """A whole number typed as text, from 0 to `hi`: ' 42' -> 42. ASCII digits only: '²' and '١٢' pass str.isdigit but
+    int() refuses or rereads them; '-1', '+1' and '1e3' are refused. The digits are counted before int() reads them,
+    since int() raises ValueError past 4,300 digits: '9' * 5000 is refused like any number past `hi`."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()):
+        raise InputError(field, f"{what} must be a whole number from 0 to {hi:,}, got {shown(text)}.")
+    digits = text.lstrip("0") or "0"
+    if len(digits) > len(str(hi)) or int(digits) > hi:
+        raise InputError(field, f"{what} must be at most {hi:,}, got {shown(text)}.")
+    return int(digits)
+
+
+def shown(text: str, limit: int = 24) -> str:
+    """What a user typed, quoted in a message: 'abc' -> "'abc'"; a longer text is cut, its length said:
+    '9' * 5000 -> "'999999999999999999999999…' (5,000 characters)"."""
+    text = str(text)
+    return repr(text) if len(text) <= limit else f"{text[:limit] + '…'!r} ({len(text):,} characters)"
 
 
 def array(field: str, x, ndim: int | None = None, dtype=np.float64, min_len: int = 1) -> np.ndarray:

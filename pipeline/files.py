@@ -8,6 +8,8 @@ the temporary is removed, or, after a kill -9, left with a name `remove_stale_te
 """
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import re
 import stat
@@ -19,12 +21,18 @@ from typing import Callable, IO
 from .errors import InputError
 
 TEMPORARY = re.compile(r"^\..+\.(\d+)\.(\d+)\.tmp$")  # '.abc.run.pkl.4242.1397.tmp' -> pid 4242
+NAME_MAX, PATH_MAX = 255, 4096  # bytes in one name, in a whole path (Linux's limits; the system's error decides)
 STALE_AFTER_S = 15 * 60  # no write here takes minutes; a temporary this old belongs to nobody (pid reused)
 
 
 def temporary_path(path: Path) -> Path:
-    """'/d/out.json' -> '/d/.out.json.<pid>.<thread>.tmp': private to this thread, beside the target."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    """'/d/out.json' -> '/d/.out.json.<pid>.<thread>.tmp': private to this thread, beside the target. A name too
+    long to take the additions (a target's name may have up to 255 bytes) is replaced by its SHA-1."""
+    suffix = f".{os.getpid()}.{threading.get_ident()}.tmp"
+    name = path.name
+    if len(f".{name}{suffix}".encode("utf-8", "surrogatepass")) > NAME_MAX:  # a lone surrogate counts 3, not 1
+        name = hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()
+    return path.with_name(f".{name}{suffix}")
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO], None], text: bool = False) -> None:
@@ -87,11 +95,21 @@ def process_alive(pid: int) -> bool:
 
 def check_output_file(path: str | None, field: str) -> None:
     """Refuse, before any work, a path a file cannot be written to: a folder, a device (/dev/full), a
-    pipe, a folder that does not exist or takes no new files (/proc). Nothing is left behind."""
+    pipe, a folder that does not exist or takes no new files (/proc), a name the system refuses (over 255
+    bytes, a NUL). Nothing is left behind."""
     if path is None:
         return
     if not path.strip():
         raise InputError(field, "give a file name.")
+    try:
+        _check_writable(path, field)
+    except InputError:
+        raise
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte; UnicodeEncodeError: a lone surrogate
+        raise InputError(field, f"{path} cannot be written: {unusable_name(e)}.") from None
+
+
+def _check_writable(path: str, field: str) -> None:
     real = Path(os.path.realpath(path))
     if real.is_dir():
         raise InputError(field, f"{path} is a folder; give a file name.")
@@ -110,15 +128,29 @@ def check_output_file(path: str | None, field: str) -> None:
                                 f"({e.strerror}).") from None
 
 
+def unusable_name(e: OSError | ValueError) -> str:
+    """Why the system refused a path, in words: 'the name is too long (...)' for ENAMETOOLONG."""
+    if isinstance(e, UnicodeError):
+        return "the name is not valid Unicode"
+    if isinstance(e, ValueError):
+        return "the name holds a NUL character"
+    if e.errno == errno.ENAMETOOLONG:
+        return (f"the name is too long (a file system takes names of at most {NAME_MAX} bytes and paths of at most "
+                f"{PATH_MAX:,})")
+    return e.strerror or str(e)
+
+
 def check_input_file(path: str, field: str) -> Path:
     """A regular file that exists (not a device like /dev/zero, not a FIFO that would block forever)."""
+    if not path.strip():
+        raise InputError(field, "give a file name.")
     p = Path(path)
     try:
         st = p.stat()
     except FileNotFoundError:
         raise InputError(field, f"{path} does not exist.") from None
-    except OSError as e:
-        raise InputError(field, f"{path} cannot be read ({e.strerror}).") from None
+    except (OSError, ValueError) as e:  # too long a name, a NUL byte, a lone surrogate
+        raise InputError(field, f"{path} cannot be read: {unusable_name(e)}.") from None
     if stat.S_ISDIR(st.st_mode):
         raise InputError(field, f"{path} is a folder; give a file.")
     if not stat.S_ISREG(st.st_mode):

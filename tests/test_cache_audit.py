@@ -21,7 +21,7 @@ from conftest import examples
 from pipeline.cli import main
 from pipeline.errors import InputError
 from pipeline.prompt_cache import audit as ca
-from pipeline.prompt_cache.audit import render, volatile
+from pipeline.prompt_cache.audit import volatile
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ca.load_rules()
@@ -556,9 +556,9 @@ def test_prices_past_float_range_are_refused():
         ca.bill(report, prefill_tps=10 ** 400)
 
 
-@pytest.mark.parametrize("message", [{"role": "us\ud800er", "content": "hi"},
-                                     {"role": "tool", "tool_call_id": "call\udc00", "content": "3 passed"}])
-def test_lone_surrogate_in_role_or_tool_call_id_is_audited(tmp_path, message):
+def test_lone_surrogate_in_tool_call_id_model_or_tool_name_is_audited(tmp_path):
+    """A lone surrogate in a role is refused (tests/test_cli_inputs.py): no provider has such a role."""
+    message = {"role": "tool", "tool_call_id": "call\udc00", "content": "3 passed"}
     body = {"model": "gpt-4.1\ud800", "tools": [{"name": "se\ud800arch", "parameters": {}}],
             "messages": [{"role": "user", "content": "hi"}, message]}
     path, out = tmp_path / "log.jsonl", tmp_path / "audit.json"
@@ -566,8 +566,6 @@ def test_lone_surrogate_in_role_or_tool_call_id_is_audited(tmp_path, message):
     assert main(["cache-audit", str(path), "--json", str(out)]) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["requests"][1]["cause"] == "identical"
-    assert data["requests"][0]["blocks"][-1][0] == render.clean(message["role"]) + " 2" != message["role"] + " 2" \
-        or message["role"] == "tool"
     assert data["requests"][0]["model"] == "gpt-4.1\ufffd"
 
 
@@ -734,7 +732,7 @@ EVIL = "[text](http://evil.example)"
      '"cache_control": {"ttl": [1]}}]}]}', "cache_control ttl"),
     ('{"ts": ' + HUGE + ', "messages": ' + USER_HI + '}', "`ts`"),
     ('{"output_tokens": ' + HUGE + ', "body": {"messages": ' + USER_HI + '}}', "`output_tokens`"),
-    ('{"messages": [{"role": "us\\ud800er", "content": "hi"}]}', None),
+    ('{"messages": [{"role": "us\\ud800er", "content": "hi"}]}', "refused by every provider"),
     ('{"tools": [{"name": "t\\n\\n' + EVIL + '", "parameters": {}}], "messages": ' + USER_HI + '}\n'
      '{"tools": [{"name": "u\\n\\n' + EVIL + '", "parameters": {}}], "messages": ' + USER_HI + '}', None),
 ])

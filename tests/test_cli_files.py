@@ -83,7 +83,7 @@ def test_cli_refuses_fifos_before_reading_them(tmp_path, fifo, args, field):
 
 
 def test_run_cli_gives_the_exit_status_and_puts_everything_back(tmp_path, monkeypatch):
-    """The in-process run (tests/cli_kit.py) as the process: argparse's own error exits 2 with its usage on stderr,
+    """The in-process run (tests/cli_kit.py) as the process: argparse's own error exits 2 with its line on stderr,
     an uncaught exception exits 1 with a traceback; the environment (which the CLI sets a default in), cwd, streams
     and the loader's models are as they were."""
     from pipeline import cli

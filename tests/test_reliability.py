@@ -85,11 +85,11 @@ def test_tokenizer_race_never_turns_typed_markers_into_control_tokens(tokenizer)
 
 # ---- the command line faced with bad input --------------------------------------------------------
 BAD_CLI_INPUT = [
-    (["trace", ""], "messages[-1].content"),
-    (["trace", "   "], "messages[-1].content"),
-    (["trace", b"\xff"], "messages[0].content"),  # not UTF-8: Python hands it over as a lone surrogate
-    (["trace", b"ok \xed\xa0\x80"], "messages[0].content"),  # a UTF-16 surrogate encoded as if it were UTF-8
-    (["trace", "Hi", "--system", b"be \xfe"], "messages[0].content"),
+    (["trace", ""], "question"),  # named as typed, not as the message it becomes (messages[-1].content)
+    (["trace", "   "], "question"),
+    (["trace", b"\xff"], "question"),  # not UTF-8: Python hands it over as a lone surrogate
+    (["trace", b"ok \xed\xa0\x80"], "question"),  # a UTF-16 surrogate encoded as if it were UTF-8
+    (["trace", "Hi", "--system", b"be \xfe"], "system"),
     (["trace", "Hi", "--temperature", "1e-310"], "temperature"),
     (["trace", "Hi", "--temperature", "nan"], "temperature"),
     (["trace", "Hi", "--max-new-tokens", "0"], "max_new_tokens"),

@@ -183,7 +183,7 @@ def test_page_scores_and_refuses_a_step_that_does_not_fit(tiny_app, monkeypatch)
 
 @pytest.mark.parametrize("argv, says", [
     (["score", ""], "text: give some text"), (["score", "a\x07b"], "text: holds the control character \\x07"),
-    (["score", "Yes", "--answer-to", " "], "question: give some text"),
+    (["score", "Yes", "--answer-to", " "], "answer_to: give some text"),  # the option typed (was `question`)
     (["score", "x", "--json", "/proc/nope.json"], "json:")])
 def test_cli_refuses_bad_input_before_loading_the_model(argv, says, capsys):
     from pipeline.cli import main

@@ -9,24 +9,21 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.cli import (add_trace_args, check_model_arg, model_from_args, options_from_args, run_command, write_json,
+from pipeline.cli import (add_trace_args, check_model_arg, run_command, trace_from_args, trace_inputs, write_json,
                           write_output)
+from pipeline.cli.parser import CliParser
 from pipeline.files import check_output_file
-from pipeline.stages.request import ChatRequest
 
 
 def cmd_report(args) -> int:
     """The run as one HTML page that opens from disk with no server and no network."""
-    options = options_from_args(args)
-    request = ChatRequest.from_question(args.question, system=args.system, options=options, weights=args.weights)
+    request, force = trace_inputs(args)
     check_output_file(args.html_file, "html")
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    from pipeline.trace import run_trace
-
     from .report import trace_report
 
-    trace = run_trace(request, model_from_args(args))
+    _lm, trace = trace_from_args(args, request, force)
     html = trace_report(trace)
     write_output(args.html_file, "html", lambda f: f.write(html), "the report")
     print(f"Wrote the report to {args.html_file} ({len(trace.tokens)} prompt tokens, {len(trace.steps)} generated)")
@@ -36,7 +33,7 @@ def cmd_report(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ui", description=__doc__)
+    parser = CliParser(prog="python -m ui", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     report = sub.add_parser("report", help="one self-contained HTML file with every stage of a run")
     add_trace_args(report)

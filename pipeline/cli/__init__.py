@@ -2,12 +2,12 @@
 (`COMMANDS`).
 
 What a user typed is checked before torch is imported or the model is loaded, so bad input is
-refused at once with exit code 2 and a message naming the field; only a `--force` token id waits
-for the model, whose vocabulary size V it is checked against. Output files are checked first too,
-and written atomically (a failed write keeps the old file and exits 2). The HTML report is a
-command of the layer above, `python -m ui report` (ui/__main__.py), which reuses these helpers:
-pipeline/ imports nothing from ui/ or views/. `cache-audit` never imports torch. All that is
-printed shows control characters escaped (pipeline.cli.terminal).
+refused at once with exit code 2 and one short line naming the option (pipeline.cli.parser); only a
+`--force` token id waits for the model, whose vocabulary size V it is checked against. Output files
+are checked first too, and written atomically as strict JSON (a failed write keeps the old file and
+exits 2). The HTML report is a command of the layer above, `python -m ui report` (ui/__main__.py),
+which reuses these helpers: pipeline/ imports nothing from ui/ or views/. `cache-audit` never imports
+torch. All that is printed shows control characters escaped (pipeline.cli.terminal).
 """
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ import os
 import sys
 from dataclasses import fields
 
+from ..checks import integer, shown, typed_count
 from ..errors import InputError
 from ..files import check_input_file, check_output_file, write_atomic
-from ..stages.request import ChatRequest, GenerationOptions, check_text, parse_logit_bias
+from ..stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions, check_text, parse_logit_bias
 from . import explain, score as score_cli
+from .parser import REQUEST_FIELDS, CliParser, error_line, field_as_typed
 from .serving import add_serving_args, cmd_serving
 from .speculate import add_speculate_args, cmd_speculate
 from .terminal import safe_output
@@ -53,6 +55,7 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
                                                      "in every block, converted on load)")
     p.add_argument("--force", action="append", default=[], metavar="STEP:TOKEN_ID",
                    help="put this token at this decode step instead of the sampler's choice (repeatable)")
+    p.set_defaults(typed_fields=REQUEST_FIELDS)
 
 
 def options_from_args(args) -> GenerationOptions:
@@ -73,12 +76,15 @@ def write_output(path: str, field: str, write, what: str) -> None:
 
 
 def write_json(path: str, obj, what: str) -> None:
-    write_output(path, "json", lambda f: json.dump(obj, f, ensure_ascii=False, indent=1), what)
-
-
-def is_count(text: str) -> bool:
-    """'12' -> True; '²', '١٢' (digits str.isdigit accepts, int() does not or reads differently), '-1' -> False."""
-    return text.isascii() and text.isdigit()
+    """Strict JSON (allow_nan=False): NaN or infinity, which json.dump would write as bare NaN and Infinity that no
+    JSON reader takes, is refused and nothing is written."""
+    try:
+        write_output(path, "json", lambda f: json.dump(obj, f, ensure_ascii=False, indent=1, allow_nan=False), what)
+    except ValueError as e:
+        if "Out of range float" not in str(e):  # json's words for NaN and infinity; anything else is a bug
+            raise
+        raise InputError("json", f"{what} holds a number JSON cannot write (NaN or infinity); nothing was "
+                                 f"written to {path}.") from None
 
 
 def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
@@ -86,12 +92,23 @@ def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
     out = {}
     for item in items:
         step, sep, token = item.partition(":")
-        if not sep or not is_count(step.strip()) or not is_count(token.strip()):
-            raise InputError("force", f"{item!r} must be STEP:TOKEN_ID, two non-negative integers.")
-        if int(step) >= max_new_tokens:
-            raise InputError("force", f"step {step} is past --max-new-tokens {max_new_tokens}.")
-        out[int(step)] = int(token)
+        if not sep:
+            raise InputError("force", f"{shown(item)} must be STEP:TOKEN_ID, two non-negative integers.")
+        step = typed_count("force", step, f"the step (below --max-new-tokens {max_new_tokens})", max_new_tokens - 1)
+        out[step] = typed_count("force", token, "the token id", MAX_TOKEN_ID)
     return out
+
+
+def request_from_args(args, options: GenerationOptions) -> ChatRequest:
+    """The chat request QUESTION and --system make (`--plain`: the question as it is, no chat format). Each is
+    checked first, so that its error names the option typed rather than the message it became (messages[0])."""
+    if args.system is not None:
+        check_text("system", args.system)
+    if not check_text("question", args.question).strip():
+        raise InputError("question", "is empty; give a question.")
+    return ChatRequest.from_question(args.question, system=args.system, options=options,
+                                     prompt_format="plain" if args.plain else "chat",
+                                     weights=getattr(args, "weights", "fp32"))
 
 
 def check_model_arg(name: str | None) -> None:
@@ -119,25 +136,34 @@ def model_from_args(args):
     return shared_model(args.model, weights=args.weights)
 
 
-def cmd_trace(args) -> int:
+def trace_inputs(args) -> tuple[ChatRequest, dict[int, int]]:
+    """The request and the --force steps of `trace` and `python -m ui report` (add_trace_args), checked."""
     options = options_from_args(args)
-    request = ChatRequest.from_question(args.question, system=args.system, options=options,
-                                        prompt_format="plain" if args.plain else "chat", weights=args.weights)
-    force = parse_force(args.force, options.max_new_tokens)
-    check_output_file(args.json_file, "json")
-    check_model_arg(args.model)
+    return request_from_args(args, options), parse_force(args.force, options.max_new_tokens)
+
+
+def trace_from_args(args, request: ChatRequest, force: dict[int, int]):
+    """(model, trace): the model --model names runs the request, --force's tokens put at their steps."""
     from ..model.capture import layout_for
-    from ..model.registry import resolve
-    from ..model.prefill import top_per_position
     from ..trace import run_trace
-    from .report import print_trace
 
     lm = model_from_args(args)
     layout_for(lm.model)  # an architecture the capture does not know is refused here, naming what it lacks
     bad = [t for t in force.values() if t >= lm.dims.V]
     if bad:
         raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
-    trace = run_trace(request, lm, force=force)
+    return lm, run_trace(request, lm, force=force)
+
+
+def cmd_trace(args) -> int:
+    request, force = trace_inputs(args)
+    check_output_file(args.json_file, "json")
+    check_model_arg(args.model)
+    from ..model.registry import resolve
+    from ..model.prefill import top_per_position
+    from .report import print_trace
+
+    lm, trace = trace_from_args(args, request, force)
     spec = resolve(args.model)
     if spec.instruct is False:
         print(f"Note on {spec.display_name}: {spec.note}")
@@ -167,6 +193,9 @@ def cmd_tokens(args) -> int:
     return 0
 
 
+MAX_BLOCK_SIZE = 4_096  # tokens; the scenarios' prompts are a few hundred tokens, so a block this big caches nothing
+
+
 def cmd_cache_demo(args) -> int:
     from ..prompt_cache.scenarios import scenarios
 
@@ -174,9 +203,8 @@ def cmd_cache_demo(args) -> int:
     keys = args.scenario or list(known)
     unknown = [k for k in keys if k not in known]
     if unknown:
-        raise InputError("scenario", f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(known)}.")
-    if args.block_size < 1:
-        raise InputError("block_size", f"must be at least 1, got {args.block_size}.")
+        raise InputError("scenario", f"unknown scenario {shown(unknown[0])}; choose from {', '.join(known)}.")
+    integer("block_size", args.block_size, lo=1, hi=MAX_BLOCK_SIZE)
     from ..model.loader import shared_model
     from ..prompt_cache.playback import play_scenario
 
@@ -233,7 +261,7 @@ def cmd_cache_audit(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    parser = CliParser(prog="python -m pipeline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_trace_args(sub.add_parser("trace", help="follow one chat request through every stage"))
     sub.add_parser("tokens", help="compare tokenizers on some text").add_argument("text")
@@ -277,7 +305,7 @@ def run_command(parser: argparse.ArgumentParser, commands: dict, argv=None) -> i
         try:
             return commands[args.command](args)
         except InputError as e:  # bad input, a --model folder that is not a model, a cache folder that fails
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {error_line(f'{field_as_typed(e.field, args)}: {e.message}')}", file=sys.stderr)
             return 2
         except BrokenPipeError:  # `... | head`: the reader has gone; say nothing more (Python's docs' recipe)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

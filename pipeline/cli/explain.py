@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..checks import integer, number
 from ..errors import InputError
+from .parser import REQUEST_FIELDS
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -18,20 +20,21 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local folder")
     p.add_argument("--plain", action="store_true", help="the question as plain text, no chat format")
     p.add_argument("--json", dest="json_file", default=None, help="write the explanation to this file")
+    p.set_defaults(typed_fields=REQUEST_FIELDS)
 
 
 def cmd_explain(args) -> int:
     from ..files import check_output_file
-    from ..stages.request import ChatRequest, GenerationOptions
-    from . import check_model_arg, write_json
+    from ..stages.request import MAX_NEW_TOKENS, MAX_TOKEN_ID, GenerationOptions
+    from . import check_model_arg, request_from_args, write_json
 
-    if args.step < 0:
-        raise InputError("step", f"must be 0 or more, got {args.step}.")
-    if not 0 < args.threshold < 1:
+    integer("step", args.step, lo=0, hi=MAX_NEW_TOKENS - 1)  # the run decodes step + 1 tokens
+    for name in ("target", "minus"):  # checked against the vocabulary once the model is loaded
+        if getattr(args, name) is not None:
+            integer(name, getattr(args, name), lo=0, hi=MAX_TOKEN_ID)
+    if not 0 < number("threshold", args.threshold) < 1:
         raise InputError("threshold", f"must be between 0 and 1, got {args.threshold}.")
-    request = ChatRequest.from_question(args.question, system=args.system,
-                                        options=GenerationOptions(max_new_tokens=args.step + 1),
-                                        prompt_format="plain" if args.plain else "chat")
+    request = request_from_args(args, GenerationOptions(max_new_tokens=args.step + 1))
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
     from ..attribution.explain import explain

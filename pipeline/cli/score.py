@@ -22,6 +22,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", dest="json_file", default=None, help="write ids, tokens and mean_loss to this file")
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local folder")
     p.add_argument("--plain", action="store_true", help="with --answer-to: the question as plain text, no chat format")
+    p.set_defaults(typed_fields={"answer": "text", "question": "answer_to"})  # answer_ids(lm, question, answer)
 
 
 def cmd_score(args) -> int:
@@ -29,9 +30,9 @@ def cmd_score(args) -> int:
     from ..training.score import check_score_text
     from . import check_model_arg, write_json
 
-    check_score_text("answer" if args.answer_to is not None else "text", args.text)
+    check_score_text("text", args.text)
     if args.answer_to is not None:
-        check_score_text("question", args.answer_to)
+        check_score_text("answer_to", args.answer_to)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
     from ..model.loader import load_model, shared_model

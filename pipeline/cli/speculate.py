@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from ..checks import integer
-from ..stages.request import ChatRequest, GenerationOptions
+from ..stages.request import GenerationOptions
+from .parser import REQUEST_FIELDS
 
 
 def add_speculate_args(sub) -> None:
@@ -20,17 +21,16 @@ def add_speculate_args(sub) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a model folder")
     p.add_argument("--plain", action="store_true", help="plain-text completion: no chat format")
+    p.set_defaults(typed_fields=REQUEST_FIELDS)
 
 
 def cmd_speculate(args) -> int:
-    from . import check_model_arg
+    from . import check_model_arg, request_from_args
     from ..speculative.rounds import check_drafts
 
-    check_drafts(args.drafts)
+    check_drafts(args.drafts, field="drafts")
     integer("repeats", args.repeats, lo=1, hi=10)
-    options = GenerationOptions(max_new_tokens=args.max_new_tokens, stop=tuple(args.stop))
-    request = ChatRequest.from_question(args.question, system=args.system, options=options,
-                                        prompt_format="plain" if args.plain else "chat")
+    request = request_from_args(args, GenerationOptions(max_new_tokens=args.max_new_tokens, stop=tuple(args.stop)))
     check_model_arg(args.model)
     from ..model.loader import load_model, shared_model
     from ..model.registry import resolve

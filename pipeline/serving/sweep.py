@@ -13,7 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..checks import integer
+from ..checks import integer, shown, typed_count
 from ..errors import InputError
 from ..model.interface import LanguageModel
 from .batched import decode_rows, request_ids
@@ -53,11 +53,10 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
     """'1,2,4' -> (1, 2, 4); each a whole number from 1 to 256, no repeats."""
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts or not all(p.isascii() and p.isdigit() for p in parts):
-        raise InputError("batch_sizes", f"{text!r} must be whole numbers separated by commas, e.g. 1,2,4,8.")
-    sizes = [int(p) for p in parts]
-    bad = [s for s in sizes if not 1 <= s <= MAX_BATCH]
-    if bad:
-        raise InputError("batch_sizes", f"{bad[0]} is outside 1..{MAX_BATCH}.")
+        raise InputError("batch_sizes", f"{shown(text)} must be whole numbers separated by commas, e.g. 1,2,4,8.")
+    sizes = [typed_count("batch_sizes", p, "a batch size", MAX_BATCH) for p in parts]
+    if 0 in sizes:
+        raise InputError("batch_sizes", f"a batch size must be from 1 to {MAX_BATCH}, got 0.")
     if len(set(sizes)) != len(sizes):
         raise InputError("batch_sizes", "name each batch size once.")
     return tuple(sorted(sizes))

@@ -23,7 +23,8 @@ class Round:
         return self.drafts[self.accepted:]
 
 
-def check_drafts(k) -> int:
+def check_drafts(k, field: str = "speculative") -> int:
+    """Draft tokens per pass, 1 to MAX_DRAFTS; `field` names where they came from (the CLI's --drafts)."""
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_DRAFTS:
-        raise InputError("speculative", f"draft tokens per pass must be an integer from 1 to {MAX_DRAFTS}, got {k!r}.")
+        raise InputError(field, f"draft tokens per pass must be an integer from 1 to {MAX_DRAFTS}, got {k!r}.")
     return k

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
-from ..checks import integer
+from ..checks import integer, shown, typed_count
 from ..errors import InputError
 from ..model.dims import ModelDims
 from ..model.registry import CHAT_FORMATS
@@ -75,9 +75,10 @@ class GenerationOptions:
             raise InputError("min_p", f"must be in [0, 1], got {self.min_p!r}.")
         if self.seed is not None and (not _int(self.seed) or self.seed < 0):
             raise InputError("seed", f"must be a non-negative integer, got {self.seed!r}.")
-        if not _finite(self.repetition_penalty) or not 0 < self.repetition_penalty <= MAX_REPETITION_PENALTY:
-            raise InputError("repetition_penalty", f"must be above 0 and at most {MAX_REPETITION_PENALTY:g} "
-                                                   f"(1 = off), got {self.repetition_penalty!r}.")
+        lo, hi = MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY
+        if not _finite(self.repetition_penalty) or not lo <= self.repetition_penalty <= hi:
+            raise InputError("repetition_penalty", f"must be from {lo:g} to {hi:g} (1 = off), "
+                                                   f"got {self.repetition_penalty!r}.")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if not _finite(value) or not -2 <= value <= 2:
@@ -101,9 +102,11 @@ class GenerationOptions:
 
 
 MAX_REPETITION_PENALTY = 10.0  # far past any use (1.2 is the CTRL paper's advice): a bound for a link's value
+MIN_REPETITION_PENALTY = 0.01  # a seen token's score times 100; 1e-320 divided scores past float range (+inf)
 MAX_LOGIT_BIAS_ENTRIES = 300  # our bound, so one request cannot carry a huge table
 LOGIT_BIAS_LIMIT = 100  # OpenAI: "a bias value from -100 to 100"
 LOGIT_BIAS_CHARS = 20 * MAX_LOGIT_BIAS_ENTRIES  # the typed form's length ('262143:-99.5, ' is 14)
+MAX_TOKEN_ID = 10**9  # far past any vocabulary (Gemma 3's is 262,144): a typed id is read; the model's V checks it
 
 
 def logit_bias_body(options: GenerationOptions) -> dict[str, float]:
@@ -123,12 +126,12 @@ def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
     for item in text.replace(",", " ").split():
         token, sep, bias = item.partition(":")
         if not sep or not token.isascii() or not token.isdigit():
-            raise InputError("logit_bias", f"{item[:40]!r} must be TOKEN_ID:BIAS, e.g. 13:-100.")
+            raise InputError("logit_bias", f"{shown(item)} must be TOKEN_ID:BIAS, e.g. 13:-100.")
         try:
             value = float(bias)
         except ValueError:
-            raise InputError("logit_bias", f"{item[:40]!r}: the bias must be a number from -100 to 100.") from None
-        pairs.append((int(token), value))
+            raise InputError("logit_bias", f"{shown(item)}: the bias must be a number from -100 to 100.") from None
+        pairs.append((typed_count("logit_bias", token, "a token id", MAX_TOKEN_ID), value))
     return _bias_tuple(pairs)
 
 
@@ -154,7 +157,7 @@ def _bias_tuple(bias) -> tuple[tuple[int, float], ...]:
             raise InputError("logit_bias", "each entry must be a (token id, bias) pair.")
         token, value = pair
         if isinstance(token, str) and token.isascii() and token.isdigit():
-            token = int(token)
+            token = typed_count("logit_bias", token, "a token id", MAX_TOKEN_ID)
         if not _int(token) or token < 0:
             raise InputError("logit_bias", f"token ids must be whole numbers of at least 0, got {token!r}.")
         if not _finite(value) or not -LOGIT_BIAS_LIMIT <= value <= LOGIT_BIAS_LIMIT:

@@ -10,6 +10,7 @@ from .records import AuditReport, RequestRecord
 from .rules import PROVIDERS, default_prefill_tps, default_prices
 
 
+MIN_PREFILL_TPS = 1.0  # tokens/s; time saved is cached tokens / speed, which 1e-320 made infinite (not JSON)
 PRICE_FIELDS = ("input_per_mtok", "cached_read_multiplier", "cache_write_5m_multiplier",
                 "cache_write_1h_multiplier", "output_per_mtok")
 
@@ -42,9 +43,10 @@ def prefill_speeds(prefill_tps: float | dict | None) -> dict[str, float]:
     for p, v in given.items():
         if p not in speeds:
             raise InputError("prefill_tps", f"unknown provider {str(p)[:20]!r}; use {', '.join(PROVIDERS)}.")
-        if not _finite(v) or not v > 0:
-            raise InputError("prefill_tps", f"{p}: must be a positive number of tokens per second, got "
-                                            f"{str(v)[:20]}.")
+        if not _finite(v) or not v >= MIN_PREFILL_TPS:
+            whose = f"{p}: " if isinstance(prefill_tps, dict) else ""  # one number (the CLI's) is everyone's
+            raise InputError("prefill_tps", f"{whose}must be a number of tokens per second of at least "
+                                            f"{MIN_PREFILL_TPS:g}, got {str(v)[:20]}.")
         speeds[p] = float(v)
     return speeds
 

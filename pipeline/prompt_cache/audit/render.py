@@ -17,6 +17,9 @@ from ...errors import InputError
 LONG_BLOB_CHARS = 2_000  # a longer base64 string (image or file data) is rendered as its digest
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
 SYSTEM_ROLES = ("system", "developer")
+# Every role a message may have in OpenAI's Chat Completions (function: its older tool results) or Responses, or in
+# Anthropic's Messages (user, assistant): a log line with another was refused by the provider, so never cached.
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 TTLS = {"5m", "1h"}
 
 
@@ -39,7 +42,12 @@ def render_blocks(body: dict, shape: str, where: str) -> tuple[list[Block], list
         if not isinstance(body["instructions"], str):
             raise InputError("log", f"{where}: `instructions` must be a string.")
         blocks.append(Block("system", "system", -1, "<system>\n", clean(body["instructions"])))
-    messages = body["messages"] if shape != "openai-responses" else _responses_items(body["input"], where)
+    if shape == "openai-responses":
+        messages = _responses_items(body["input"], where)  # the roles of items that have one are checked there
+    else:
+        messages = body["messages"]
+        for i, message in enumerate(messages):
+            check_role(message, f"{where}, message {i + 1}")
     leading = True  # OpenAI's system / developer messages at the start are the system prompt
     for i, message in enumerate(messages):
         part = _message_blocks(message, i, f"{where}, message {i + 1}")
@@ -97,10 +105,20 @@ def _responses_items(items, where: str) -> list[dict]:
         if not isinstance(item, dict):
             raise InputError("log", f"{where}: input item {i + 1} must be an object, got {kind_of(item)}.")
         if "role" in item:
+            check_role(item, f"{where}, input item {i + 1}")
             out.append(item)
         else:  # function_call, function_call_output, reasoning ...: sent as their JSON
             out.append({"role": str(item.get("type", "item")), "content": [{"type": "json", "json": item}]})
     return out
+
+
+def check_role(message, where: str) -> None:
+    """A message's `role` must be one that a provider accepts (ROLES); a message that is no object is refused
+    later, by _message_blocks."""
+    role = message.get("role") if isinstance(message, dict) else None
+    if isinstance(role, str) and role not in ROLES:
+        raise InputError("log", f"{where}: role {json.dumps(role[:24])} is refused by every provider; use "
+                                f"{', '.join(ROLES[:-1])} or {ROLES[-1]}.")
 
 
 def _message_blocks(message, i: int, where: str) -> list[Block]:
