@@ -209,6 +209,9 @@ class DiskStore:
                 return
             wait = self.retry_s[0] if woken else min(wait * 2, self.retry_s[1])
 
+    def attach_memory(self, held) -> None:
+        """Nothing to do: a folder does not forget the files it holds (see RedisStore.attach_memory)."""
+
     def kept_local(self, key: Hashable) -> str | None:
         """Never: every run this process can write is written (see `problem` for a folder that cannot be)."""
         return None
