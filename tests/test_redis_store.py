@@ -230,9 +230,9 @@ def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_s
 # ---- Redis killed: the replicas send again what it lost; the room's Redis keeps what it acknowledged -------
 def test_a_replica_sends_its_runs_again_to_a_redis_that_restarted_without_them(server):
     """kill -9 of the room's Redis lost runs that every replica had been told were shared. The replicas still
-    hold them in memory: each notices the restart (Redis's run_id, read on the new connection its watcher
-    makes) and sends again what Redis no longer has; what Redis still has is not sent twice."""
-    store = RedisStore(server.url, watch_s=0.05)
+    hold them in memory: each notices the restart (Redis's run_id, read on its next new connection) and sends
+    again what Redis no longer has; what Redis has (another replica's) is not sent over it."""
+    store = RedisStore(server.url, watch_s=3600)  # no watcher ping during the test: its own call notices
     runs = RunStore(size_of=len, disk=store)
     for n in range(4):
         runs.put(("q", n), f"run {n} ".encode() * 5000)
@@ -240,11 +240,23 @@ def test_a_replica_sends_its_runs_again_to_a_redis_that_restarted_without_them(s
     server.kill()
     server.start()  # same port, empty: as a Redis killed between two snapshots, without an append-only file
     server.client().set(store.redis_key(("q", 0)), encode(b"written by another replica"))
+    assert store.get(("q", "never asked")) is None  # any call: a new connection, a new run_id
     assert store.wait_resent(1, timeout=60)  # a signal from the replica's resend, not a guess of time
     other = RedisStore(server.url)  # another replica finds every run again
     assert [other.get(("q", n)) for n in range(1, 4)] == [f"run {n} ".encode() * 5000 for n in range(1, 4)]
-    assert other.get(("q", 0)) == b"written by another replica"  # present: not overwritten
+    assert other.get(("q", 0)) == b"written by another replica"  # it had it: not sent again
     assert store.problem is None and store.waiting == 0
+
+
+def test_an_idle_replica_notices_the_restart_by_its_watcher(server):
+    """A replica whose learners are all served from memory makes no call: its watcher's ping does."""
+    store = RedisStore(server.url, watch_s=0.05)
+    runs = RunStore(size_of=len, disk=store)
+    runs.put("kept", b"a run")
+    server.kill()
+    server.start()
+    assert store.wait_resent(1, timeout=60)
+    assert RedisStore(server.url).get("kept") == b"a run"
 
 
 def room_store(tmp_path, port: int) -> subprocess.Popen:
