@@ -13,17 +13,18 @@ give_freed_arrays_back()  # before the model and a run's captures
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
 
-from pipeline.model.passes import counting_passes
+from pipeline.model.passes import PassCounter, counting_passes
 from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
 from ui.chart_export import add_svg_buttons
+from ui.connection_notice import explain_connection_errors
 from ui.escape import markdown_text
 from ui.report import trace_report
 from views import url_state
 from views.chrome import run_marker
 from views.model_picker import model_picker, picked_model
 from views.server_state import get_model
-from views.session_request import (DEFAULTS, MODEL_FIELDS, TEXT_LIMIT, current_request, init_state, request_key,
-                                   session_passes, show_values_in_form)
+from views.session_request import (DEFAULTS, MODEL_FIELDS, TEXT_LIMIT, current_request, init_state, passes_caption,
+                                   request_key, session_passes, show_values_in_form)
 from views.runs import stored_download, stored_sidebar_run
 from views.warm_up import warm_up
 
@@ -104,7 +105,7 @@ def sidebar(pages: list):
         return exports, st.container()
 
 
-def share_and_export(boxes, passes: int) -> None:
+def share_and_export(boxes, passes: PassCounter) -> None:
     """After the page has run: the link to this view, the trace download, the session's pass count."""
     lm = get_model()
     exports, after = boxes
@@ -126,8 +127,8 @@ def share_and_export(boxes, passes: int) -> None:
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")
     with after:
-        st.caption(f"Model: {markdown_text(lm.name)} on {lm.device_label}. "
-                   f"Forward passes run for your session: {passes}.")
+        st.caption(f"Model: {markdown_text(lm.name)} on {lm.device_label}. {passes_caption(passes)}")
+        explain_connection_errors()  # while the server is down: "restarting", not "are you connected?"
     add_svg_buttons()
 
 
@@ -154,7 +155,7 @@ with counting_passes(session_passes()) as passes:
         completed = False
         raise
     finally:  # also after st.stop(): the link follows every control, the count is this session's own
-        share_and_export(after, passes.n)
+        share_and_export(after, passes)
         # Once per server, after the first page is drawn (so it does not wait for them): the network
         # loads, and the default request and the prompt-caching scenarios are prepared in the background.
         lm.start_loading()

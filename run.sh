@@ -116,8 +116,15 @@ case "${1:-app}" in
     # ./run.sh room-store ADDRESS [PORT]: the room's Redis (default port 6390), listening on ADDRESS (this
     # machine's address on the room's private network) and 127.0.0.1 only, protected mode on, with a password
     # generated once per room ($ROOM_STORE_DIR, default .cache/room-store: password, redis.conf, store.url,
-    # the snapshot runs.rdb). Bounded by ROOM_STORE_MB (default 2048) of memory; past it the least recently
-    # used runs are evicted. Prints what each host passes to room-host.
+    # the append-only file appendonlydir/ and the snapshot runs.rdb). Bounded by ROOM_STORE_MB (default 2048)
+    # of memory; past it the least recently used runs are evicted. Prints what each host passes to room-host.
+    # Every acknowledged write is kept: appendonly yes, appendfsync everysec. Redis writes each command to the
+    # append-only file before it answers, so a kill -9 (or a crash of Redis alone) loses nothing it
+    # acknowledged; only a crash of the machine itself can lose the last second, not yet fsync'ed (or 2 s on a
+    # disk so slow that Redis postpones the write while an fsync is still running).
+    # Not `always`: an fsync per write stalls every replica behind multi-MB runs on a slow disk, and a run lost
+    # that way is still held by the replica that made it, which sends it again (pipeline/redis_store.py).
+    # The snapshot every 5 minutes (save 300 1) was all there was before: a kill -9 lost up to 5 minutes.
     need redis-server redis-server
     ADDRESS="${2:?usage: ./run.sh room-store ADDRESS [PORT]}"; PORT="${3:-6390}"
     case "$ADDRESS" in
@@ -131,8 +138,34 @@ case "${1:-app}" in
     (umask 077
      printf '%s\n' "bind $BIND" "port $PORT" "protected-mode yes" "requirepass $PASS" \
        "maxmemory ${ROOM_STORE_MB:-2048}mb" "maxmemory-policy allkeys-lru" "save 300 1" "dbfilename runs.rdb" \
-       "dir $DIR" "daemonize no" > "$DIR/redis.conf"
+       "appendonly yes" "appendfsync everysec" "dir $DIR" "daemonize no" > "$DIR/redis.conf"
      echo "redis://:$PASS@$ADDRESS:$PORT/0" > "$DIR/store.url")
+    if [ -s "$DIR/runs.rdb" ] && [ ! -d "$DIR/appendonlydir" ]; then
+      # A room store from before the append-only file: started with appendonly yes, Redis would begin from an
+      # empty append-only file and leave the snapshot unread. Once: load the snapshot with it off, on a private
+      # socket, switch it on (Redis writes the whole data set into it), and stop once that is written (Redis
+      # refuses to stop before).
+      echo "Room store: writing the snapshot runs.rdb into an append-only file (once)..."
+      SOCK="$DIR/convert.sock"
+      redis-server "$DIR/redis.conf" --port 0 --unixsocket "$SOCK" --unixsocketperm 700 --appendonly no \
+        > "$DIR/convert.log" 2>&1 &
+      conv=$!
+      cli() { REDISCLI_AUTH="$PASS" redis-cli -s "$SOCK" "$@" 2>/dev/null; }
+      until [ "$(cli ping)" = PONG ]; do
+        kill -0 "$conv" 2>/dev/null || { echo "room-store: runs.rdb could not be loaded ($DIR/convert.log)" >&2; exit 1; }
+        sleep 0.2
+      done
+      cli config set appendonly yes >/dev/null
+      for _ in $(seq 600); do  # two minutes at most
+        kill -0 "$conv" 2>/dev/null || break
+        cli shutdown >/dev/null || true
+        sleep 0.2
+      done
+      kill -0 "$conv" 2>/dev/null && { echo "room-store: the append-only file was not written in 2 minutes" >&2;
+                                      kill "$conv"; exit 1; }
+      wait "$conv" || true
+      [ -d "$DIR/appendonlydir" ] || { echo "room-store: no append-only file written ($DIR/convert.log)" >&2; exit 1; }
+    fi
     echo "Room store on $ADDRESS:$PORT; copy $DIR/store.url to each host (it holds the password), then there:"
     echo "  ./run.sh room-host N --store @store.url"
     exec redis-server "$DIR/redis.conf"

@@ -14,6 +14,15 @@ open one after 5 s (a 25 MB run written to a Redis starved of CPU took over 0.5 
 doubling to 30 s) so a page never hangs on it; `problem` says so. What is put meanwhile is kept
 (compressed, 256 MB at most, oldest first out) and written by a background thread as soon as Redis
 answers again (or by the next call that finds it back).
+
+A Redis that restarted may have lost what it had acknowledged (killed between two snapshots, or a room
+store older than its append-only file). Each new connection reads Redis's run_id; when it differs from
+the one this replica knew, Redis has restarted, and a background thread sends again every value this
+replica's memory holds (`attach_memory`: the RunStore in front of it) that Redis no longer has (EXISTS,
+a few hundred keys a round trip). A replica whose pages are all served from memory may not call Redis for
+minutes: once memory is attached, a watcher pings it every WATCH_S, so a restart is noticed within that.
+Only a restart triggers this, not every failure: keys Redis evicted under its maxmemory are meant to be
+gone, and a network failure loses nothing.
 Values are unpickled, so Redis must be the room's own: a private address and a password per room.
 """
 from __future__ import annotations
@@ -23,6 +32,7 @@ import logging
 import pickle
 import threading
 import time
+import weakref
 import zlib
 from collections import OrderedDict
 from typing import Callable, Hashable
@@ -35,6 +45,7 @@ HEADER = MAGIC + FORMAT.to_bytes(2, "big")
 MAX_VALUE_BYTES = 64 * 2**20  # a run's pickle compresses ~3-5x; a 4k-token prompt's captures stay local
 PENDING_MAX_BYTES = 256 * 2**20  # what waits in memory for Redis to return
 BACKOFF_S = (0.5, 30.0)  # first wait after a failure, longest wait
+WATCH_S = 5.0  # how often a store with memory attached asks Redis whether it is there (and the same one)
 log = logging.getLogger("pipeline.redis_store")
 
 
@@ -66,7 +77,7 @@ class RedisStore:
     def __init__(self, url: str, prefix: str = "runs", max_value_bytes: int | None = None,
                  timeout_s: float = 5.0, connect_timeout_s: float = 0.5,
                  shares: Callable[[Hashable], bool] = lambda key: True,
-                 pending_max_bytes: int = PENDING_MAX_BYTES):
+                 pending_max_bytes: int = PENDING_MAX_BYTES, watch_s: float = WATCH_S):
         import redis
         from redis.backoff import NoBackoff
         from redis.retry import Retry
@@ -74,13 +85,13 @@ class RedisStore:
         self.client = redis.Redis.from_url(url, socket_timeout=timeout_s,
                                            socket_connect_timeout=min(connect_timeout_s, timeout_s),
                                            retry=Retry(NoBackoff(), 0), retry_on_timeout=False,
-                                           health_check_interval=0)
+                                           health_check_interval=0, redis_connect_func=self._connected)
         self._errors = (redis.ConnectionError, redis.TimeoutError, OSError)
         self._response_error = redis.ResponseError
         self.where = address_of(url)
         self.prefix, self.shares = prefix, shares
         self.max_value_bytes = MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes
-        self.pending_max_bytes = pending_max_bytes
+        self.pending_max_bytes, self.watch_s = pending_max_bytes, watch_s
         self.problem: str | None = None  # why the shared store is not being used now, in words (None: it is)
         self._lock = threading.Lock()
         self._skip_until, self._backoff = 0.0, BACKOFF_S[0]
@@ -88,12 +99,30 @@ class RedisStore:
         self._pending_bytes = 0
         self._local: OrderedDict[str, str] = OrderedDict()  # keys kept here only -> why (the newest 10,000)
         self._retrying: threading.Thread | None = None
+        self._held: Callable[[], list[tuple[Hashable, object]]] = list  # what this replica's memory holds
+        self._new_connection = False  # a connection was (re)made: read run_id at the next call
+        self._run_id: str | None = None  # the Redis this replica last talked to
+        self._resend_owed = False  # a resend was cut short by a failure: do it when Redis is back
+        self._resending: threading.Thread | None = None
+        self._resent = threading.Condition(self._lock)
+        self.resends = 0  # passes that sent this replica's values again (after restarts of Redis) finished so far
 
     def redis_key(self, key: Hashable) -> str:
         digest = hashlib.sha256(f"{FORMAT}|{key!r}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
         return f"tpe:{self.prefix}:{FORMAT}:{digest}"
 
+    def attach_memory(self, held: Callable[[], list[tuple[Hashable, object]]]) -> None:
+        """held(): the (key, value) pairs this replica holds in memory (RunStore.items), sent again to a Redis
+        that restarted without them. Starts the watcher that notices a restart when nobody calls."""
+        self._held = held
+        threading.Thread(target=_watch, args=(weakref.ref(self),), daemon=True, name="redis-store-watch").start()
+
     # -- talking to Redis, or not ------------------------------------------------------------------------
+    def _connected(self, connection) -> None:
+        """redis-py's hook for every new connection (the first, and each one after a failure or a restart)."""
+        connection.on_connect()  # what redis-py does without a hook: AUTH, SELECT
+        self._new_connection = True
+
     def _call(self, fn):
         """fn()'s answer; _Down when Redis is skipped (backoff) or does not answer (then the backoff starts)."""
         if time.monotonic() < self._skip_until:
@@ -106,10 +135,77 @@ class RedisStore:
         if self.problem is not None:
             with self._lock:
                 self.problem, self._backoff = None, BACKOFF_S[0]
+                self._new_connection = True  # back: the same Redis? (and a resend cut short goes on)
             log.warning("shared store at %s is back; writing %d waiting value(s)", self.where, len(self._pending))
+        if self._new_connection:
+            self._check_restart()
         if self._pending:
             self._flush()
         return answer
+
+    def _check_restart(self) -> None:
+        """After a new connection: Redis's run_id; a different one than before means it restarted (and may have
+        lost values): send again what this replica holds."""
+        self._new_connection = False
+        try:
+            run_id = self.client.info("server")["run_id"]
+        except self._errors:
+            return  # the next call finds it down
+        with self._lock:
+            before, self._run_id = self._run_id, run_id
+            restarted = before is not None and before != run_id
+            owed, self._resend_owed = self._resend_owed, False
+        if restarted or owed:
+            if restarted:
+                log.warning("shared store at %s restarted; sending again what it lost", self.where)
+            self._start_resend()
+
+    def _start_resend(self) -> None:
+        with self._lock:
+            if self._resending is not None:
+                self._resend_owed = True  # one is running: another after it sees what it missed
+                return
+            self._resending = threading.Thread(target=self._resend_lost, daemon=True, name="redis-store-resend")
+            self._resending.start()
+
+    def _resend_lost(self) -> None:
+        """Background: every value this replica holds that Redis does not have is put again."""
+        held = [(name, key, value) for key, value in self._held() if self.shares(key)
+                for name in [self.redis_key(key)] if name not in self._local]
+        sent, complete = 0, True
+        for start in range(0, len(held), 256):
+            chunk = held[start:start + 256]
+            try:
+                there = self._call(lambda: self._exist([name for name, _, _ in chunk]))
+            except _Down:
+                complete = False
+                break
+            for (_, key, value), found in zip(chunk, there):
+                if not found:
+                    self.put(key, value)  # Redis down meanwhile: it waits with the others (pending)
+                    sent += 1
+        log.warning("shared store at %s: %d of %d value(s) held here sent again%s", self.where, sent, len(held),
+                    "" if complete else "; Redis went away, the rest when it is back")
+        with self._lock:
+            self._resending = None
+            self.resends += 1
+            self._resent.notify_all()
+            again = complete and self._resend_owed  # Redis restarted again meanwhile
+            self._resend_owed = not complete  # cut short: the rest once Redis is back (_check_restart)
+        if again:
+            self._start_resend()
+
+    def _exist(self, names: list[str]) -> list[bool]:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.exists(name)
+        return [bool(n) for n in pipe.execute()]
+
+    def wait_resent(self, count: int, timeout: float | None = None) -> bool:
+        """Block until `count` passes sending this replica's values again (after restarts of Redis) have finished
+        (True), or `timeout` seconds have passed (False)."""
+        with self._resent:
+            return self._resent.wait_for(lambda: self.resends >= count, timeout)
 
     def _mark_down(self, e: Exception) -> None:
         with self._lock:
@@ -218,3 +314,19 @@ class RedisStore:
             return int(self._call(lambda: self.client.info("memory"))["used_memory"])
         except _Down:
             return 0
+
+
+def _watch(store_ref: "weakref.ref[RedisStore]") -> None:
+    """Background, for as long as the store exists: ping Redis every watch_s (a new connection after a restart
+    reads its run_id: RedisStore._check_restart). During a backoff the ping is skipped."""
+    while True:
+        store = store_ref()
+        if store is None:
+            return
+        wait = store.watch_s
+        try:
+            store._call(store.client.ping)
+        except _Down:
+            pass
+        del store  # not kept alive by its own watcher while it sleeps
+        time.sleep(wait)

@@ -59,9 +59,11 @@ def cost_of(prompt_tokens: int, new_tokens: int) -> int:
 
 class StepEngine(Protocol):
     """What the queue steps for a kind of job decoded together (pipeline.trace_engine has the real ones).
-    An engine may also offer start_together(payloads) -> [handle or the error that refused it]: the requests
-    admitted in one gap between steps, prefilled together (TraceEngine: one batched pass); the queue uses it
-    for two or more."""
+    An engine may also offer start_together(payloads, contexts) -> [handle or the error that refused it]: the
+    requests admitted in one gap between steps, prefilled together (TraceEngine: one batched pass); the queue
+    uses it for two or more, with each payload's caller's context (whose pass counter its passes count for).
+    `start` runs in its caller's context, `step` in the first member's: an engine that runs several callers'
+    requests in one pass names them (pipeline.model.passes.passes_for)."""
 
     def reserve(self, payload) -> tuple[int, int]:
         """(prompt tokens, KV bytes the request reaches at its longest): what admission counts."""
@@ -348,11 +350,13 @@ class RunQueue:
 
     def _start_together(self, kind: str, tickets: list[Ticket]) -> None:
         """Requests of one kind admitted in the same gap: their prefills in one call of the engine's
-        start_together (one batched pass where it can), in the first one's caller's context; each joins the
-        batch at the next step, a refused one's caller hears why."""
+        start_together (one batched pass where it can), in the first one's caller's context, with every one's
+        context (their passes count for their own callers); each joins the batch at the next step, a refused
+        one's caller hears why."""
         t = time.monotonic()
         try:
-            results = tickets[0].context.run(self.engines[kind].start_together, [tk.batch[1] for tk in tickets])
+            results = tickets[0].context.run(self.engines[kind].start_together, [tk.batch[1] for tk in tickets],
+                                             [tk.context for tk in tickets])
         except BaseException as e:  # the pass itself failed: every one of them hears it
             results = [e] * len(tickets)
         took = time.monotonic() - t

@@ -56,11 +56,14 @@ class RunStore:
                  disk=None):
         self.max_bytes = max_bytes
         self.size_of = size_of
-        self.disk = disk  # an optional DiskStore behind the memory: runs survive restarts, replicas share them
+        self.disk = disk  # an optional store behind the memory (stores.SharedStore): runs survive restarts,
+        # replicas share them; it may send what memory holds again (a Redis that restarted without it)
         self._items: OrderedDict[Hashable, tuple[object, int]] = OrderedDict()  # least recently used first
         self._running: dict[Hashable, threading.Event] = {}
         self._bytes = 0  # the sizes of what _items holds, added up
         self._lock = threading.Lock()
+        if disk is not None:
+            disk.attach_memory(self.items)
 
     @property
     def bytes_held(self) -> int:
@@ -75,6 +78,11 @@ class RunStore:
         """What memory holds now, least recently used first (nothing is read from disk)."""
         with self._lock:
             return [item[0] for item in self._items.values()]
+
+    def items(self) -> list[tuple[Hashable, object]]:
+        """(key, result) of what memory holds now, least recently used first."""
+        with self._lock:
+            return [(key, item[0]) for key, item in self._items.items()]
 
     def peek(self, key: Hashable, disk: bool = False):
         """The stored result for `key`, or None; never runs anything. disk=True also looks on disk

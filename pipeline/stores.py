@@ -2,8 +2,10 @@
 
 Both implement `SharedStore`: `get` (None for a miss, never an error), `put` (never raises), `problem`
 (why it is not being used now, in words, or None), `kept_local(key)` (why a value stays in this
-process only, or None). `TPE_STORE=redis://:PASSWORD@HOST:PORT/0` picks Redis (`./run.sh room-store`
-prints the URL); unset or `disk`, the folder. TPE_STORE_MAX_RUN_MB bounds one run in Redis (default 64 MB).
+process only, or None), `attach_memory(held)` (what the memory in front of it holds, for a store that can
+lose values to send them again: Redis after a restart). `TPE_STORE=redis://:PASSWORD@HOST:PORT/0` picks
+Redis (`./run.sh room-store` prints the URL); unset or `disk`, the folder. TPE_STORE_MAX_RUN_MB bounds one run
+in Redis (default 64 MB).
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ class SharedStore(Protocol):
     def put(self, key: Hashable, obj) -> None: ...
 
     def kept_local(self, key: Hashable) -> str | None: ...
+
+    def attach_memory(self, held: Callable[[], list[tuple[Hashable, object]]]) -> None: ...
 
 
 def store_url() -> str | None:

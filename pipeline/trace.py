@@ -23,6 +23,7 @@ from .stages.template import Segment
 from .stages.tokens import Token, TokenizedRequest, tokenize_request
 from .errors import InputError
 from .model.interface import LanguageModel
+from .model.passes import PassCounter, current_counter, passes_for
 
 
 @dataclass(frozen=True)
@@ -197,22 +198,32 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
 
 
 def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None,
-                      arrived_at: list[float | None]) -> list[_Started | InputError]:
+                      arrived_at: list[float | None], counters: list[PassCounter | None] | None = None
+                      ) -> list[_Started | InputError]:
     """Requests admitted together: each checked on its own (a refused one is its InputError, the others go on),
-    the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one."""
+    the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one.
+    counters: each request's caller's pass counter (None: the current caller's for all)."""
     from .model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
 
-    checked: list[_Checked | InputError] = []
-    for request, t0 in zip(requests, arrived_at):
+    counters = counters or [current_counter()] * len(requests)
+    checked: list[tuple[_Checked | InputError, PassCounter | None]] = []
+    for request, t0, counter in zip(requests, arrived_at, counters):
         try:
-            checked.append(_checked(request, lm, max_prompt_tokens, t0))
+            checked.append((_checked(request, lm, max_prompt_tokens, t0), counter))
         except InputError as e:
-            checked.append(e)
-    going = [c for c in checked if isinstance(c, _Checked)]
-    prompts = [c.tokenized.ids for c in going]
-    runs = iter(run_prefill_batch(lm, prompts) if can_batch_prefill(lm, prompts)
-                else [run_prefill(lm, ids) for ids in prompts])
-    return [c.started(next(runs)) if isinstance(c, _Checked) else c for c in checked]
+            checked.append((e, counter))
+    going = [(c, counter) for c, counter in checked if isinstance(c, _Checked)]
+    prompts = [c.tokenized.ids for c, _ in going]
+    if can_batch_prefill(lm, prompts):
+        with passes_for([counter for _, counter in going]):  # one pass for all of them
+            runs = iter(run_prefill_batch(lm, prompts))
+    else:
+        runs = []
+        for ids, (_, counter) in zip(prompts, going):
+            with passes_for([counter]):
+                runs.append(run_prefill(lm, ids))
+        runs = iter(runs)
+    return [c.started(next(runs)) if isinstance(c, _Checked) else c for c, _ in checked]
 
 
 @dataclass

@@ -14,11 +14,13 @@ shared batch), so they take turns with the batch step by step instead of waiting
 """
 from __future__ import annotations
 
+import contextvars
 import itertools
 from concurrent.futures import Executor
 from typing import Callable, Hashable
 
 from .model.interface import LanguageModel
+from .model.passes import counter_in, current_counter
 from .stages.request import ChatRequest
 from .stages.tokens import tokenize_request
 
@@ -105,13 +107,16 @@ class TraceEngine(_Engine):
         s.kv_cache = None  # the batch holds it now
         return self._add(lm, row, (key, s))
 
-    def start_together(self, payloads: list) -> list[Hashable | BaseException]:
+    def start_together(self, payloads: list, contexts: list[contextvars.Context] | None = None
+                       ) -> list[Hashable | BaseException]:
         """Requests admitted in the same gap between steps: those of one model prefilled in one batched pass
         (pipeline.trace._prefill_together), each joining the batch as `start` joins it. One handle per payload,
-        or the error that refused it."""
+        or the error that refused it. contexts: each payload's caller's context (the queue's tickets'), whose
+        pass counter its passes count for; None: the current one for all."""
         from .stages.generation import Answer
         from .trace import _prefill_together
 
+        callers = [counter_in(c) for c in contexts] if contexts else [current_counter()] * len(payloads)
         out: list[Hashable | BaseException] = [None] * len(payloads)
         by_model: dict[int, list[int]] = {}
         for n, (_, request, _) in enumerate(payloads):
@@ -119,7 +124,7 @@ class TraceEngine(_Engine):
         for numbers in by_model.values():
             lm = self.lm_for(payloads[numbers[0]][1])
             started = _prefill_together([payloads[n][1] for n in numbers], lm, self.max_prompt_tokens,
-                                        [payloads[n][2] for n in numbers])
+                                        [payloads[n][2] for n in numbers], counters=[callers[n] for n in numbers])
             for n, s in zip(numbers, started):
                 if isinstance(s, BaseException):
                     out[n] = s
@@ -127,6 +132,7 @@ class TraceEngine(_Engine):
                 answer = Answer(lm, s.last_logits, s.request.options, s.rid, s.prefill_started_at,
                                 prompt_ids=s.tokenized.ids)
                 row = self._batch(lm).join(answer, s.kv_cache)
+                row.counter = callers[n]  # its steps count for its own caller (joined here in the first's context)
                 s.kv_cache = None  # the batch holds it now
                 out[n] = self._add(lm, row, (payloads[n][0], s))
         return out

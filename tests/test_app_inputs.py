@@ -32,6 +32,7 @@ def test_default_request_runs_with_sidebar_and_journey(page_lm):
     assert at.sidebar.text_area[0].value == "Are tomatoes fruit?"
     assert any("Journey" in t.value for t in at.title)
     assert not at.error
+    assert any("Forward passes run for your session: " in c.value for c in at.sidebar.caption)
 
 
 @pytest.mark.parametrize("state,field", [

@@ -409,3 +409,34 @@ def test_a_failed_step_reaches_every_request_in_the_batch_and_the_queue_goes_on(
         with pytest.raises(RuntimeError, match="memory"):
             t.result(10)
     assert _submit(q, "C", 2).result(10) == "C:2"
+
+
+def test_each_session_counts_the_batched_passes_its_own_request_took_part_in(tiny_lm):
+    """Two sessions' requests through the real queue: prefilled in one batched pass, decoded in one batch until
+    the shorter one ends. Each session counts the passes its request was in (the shared ones as shared), not
+    whichever session's context the queue's worker happened to run the batch in (before: one got them all)."""
+    from pipeline.trace_engine import TraceEngine
+    from views.session_request import passes_caption
+
+    short, long_ = _requests()[:2]  # 6 and 8 new tokens
+    q = RunQueue(engines={"trace": TraceEngine(lambda r: tiny_lm)})
+    release = threading.Event()
+    q.submit("gate", lambda: release.wait(10), cost=1)  # both wait, so they are admitted in the same gap
+    mine, theirs = PassCounter(), PassCounter()
+    with counting_passes(mine):
+        a = q.submit("a", lambda: pytest.fail("stepped"), cost=1, batch=("trace", ("a", short, None)))
+    with counting_passes(theirs):
+        b = q.submit("b", lambda: pytest.fail("stepped"), cost=1, batch=("trace", ("b", long_, None)))
+    before = tiny_lm.calls
+    release.set()
+    traces = a.result(60), b.result(60)
+    everyone = tiny_lm.calls - before
+    assert [t.steps[0].batch_size for t in traces] == [2, 2]  # decoded together from the first step
+    decode_passes = [len(t.steps) - 1 for t in traces]  # a pass per token fed: the first comes from the prefill
+    assert decode_passes == [5, 7] and everyone == 1 + 7  # one batched prefill, then 7 decode steps
+    assert (mine.n, mine.shared) == (1 + 5, 1 + 5)  # every pass of its request ran the other one too
+    assert (theirs.n, theirs.shared) == (1 + 7, 1 + 5)  # its last 2 steps ran alone
+    assert mine.n + theirs.n - mine.shared == everyone  # each pass counted once per session in it
+    assert passes_caption(theirs) == ("Forward passes run for your session: 8 (6 of them batched passes shared "
+                                      "with other requests).")
+    assert passes_caption(PassCounter(n=3)) == "Forward passes run for your session: 3."

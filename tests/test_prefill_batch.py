@@ -66,7 +66,8 @@ def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone
     engine = TraceEngine(lambda r: tiny_lm, max_prompt_tokens=200)
     batched_calls = []
     start_together = engine.start_together
-    engine.start_together = lambda payloads: batched_calls.append(len(payloads)) or start_together(payloads)
+    engine.start_together = (lambda payloads, contexts: batched_calls.append(len(payloads))
+                             or start_together(payloads, contexts))
     q = RunQueue(engines={"trace": engine}, prefill_tokens_per_step=10_000)
     release = threading.Event()
     q.submit("gate", lambda: release.wait(10), cost=1)  # the line fills while the worker is held

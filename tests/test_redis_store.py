@@ -57,6 +57,11 @@ class Server:
             self.proc.terminate()
             self.proc.wait(timeout=20)
 
+    def kill(self) -> None:
+        """kill -9: no snapshot, no goodbye (this server keeps nothing on disk: it restarts empty)."""
+        self.proc.kill()
+        self.proc.wait(timeout=20)
+
     def client(self):
         import redis
 
@@ -220,3 +225,104 @@ def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_s
     results.put(branch, [{"trace": 1}])
     assert results_store(is_scenario_key, tmp_path / "unused").get(scenario) == [{"hit": 3}]  # another host finds it
     assert server.client().keys("tpe:results:*") == [results.disk.redis_key(scenario).encode()]
+
+
+# ---- Redis killed: the replicas send again what it lost; the room's Redis keeps what it acknowledged -------
+def test_a_replica_sends_its_runs_again_to_a_redis_that_restarted_without_them(server):
+    """kill -9 of the room's Redis lost runs that every replica had been told were shared. The replicas still
+    hold them in memory: each notices the restart (Redis's run_id, read on its next new connection) and sends
+    again what Redis no longer has; what Redis has (another replica's) is not sent over it."""
+    store = RedisStore(server.url, watch_s=3600)  # no watcher ping during the test: its own call notices
+    runs = RunStore(size_of=len, disk=store)
+    for n in range(4):
+        runs.put(("q", n), f"run {n} ".encode() * 5000)
+    assert all(server.client().exists(store.redis_key(("q", n))) for n in range(4))
+    server.kill()
+    server.start()  # same port, empty: as a Redis killed between two snapshots, without an append-only file
+    server.client().set(store.redis_key(("q", 0)), encode(b"written by another replica"))
+    assert store.get(("q", "never asked")) is None  # any call: a new connection, a new run_id
+    assert store.wait_resent(1, timeout=60)  # a signal from the replica's resend, not a guess of time
+    other = RedisStore(server.url)  # another replica finds every run again
+    assert [other.get(("q", n)) for n in range(1, 4)] == [f"run {n} ".encode() * 5000 for n in range(1, 4)]
+    assert other.get(("q", 0)) == b"written by another replica"  # it had it: not sent again
+    assert store.problem is None and store.waiting == 0
+
+
+def test_an_idle_replica_notices_the_restart_by_its_watcher(server):
+    """A replica whose learners are all served from memory makes no call: its watcher's ping does."""
+    store = RedisStore(server.url, watch_s=0.05)
+    runs = RunStore(size_of=len, disk=store)
+    runs.put("kept", b"a run")
+    server.kill()
+    server.start()
+    assert store.wait_resent(1, timeout=60)
+    assert RedisStore(server.url).get("kept") == b"a run"
+
+
+def room_store(tmp_path, port: int) -> subprocess.Popen:
+    """`./run.sh room-store 127.0.0.1 PORT` with its folder in tmp_path (redis.conf, password, store.url, data);
+    the process is redis-server itself (run.sh execs it)."""
+    env = {**os.environ, "ROOM_STORE_DIR": str(tmp_path / "room-store")}
+    proc = subprocess.Popen(["bash", "run.sh", "room-store", "127.0.0.1", str(port)], cwd=Path(__file__).parent.parent,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not _answers(port):
+        assert proc.poll() is None and time.monotonic() < deadline, "room-store did not start"
+        time.sleep(0.05)  # waiting for the server's port, bounded
+    return proc
+
+
+def test_the_room_store_keeps_every_acknowledged_write_through_a_kill_9(tmp_path):
+    port = _free_port()
+    proc = room_store(tmp_path, port)
+    try:
+        conf = (tmp_path / "room-store" / "redis.conf").read_text().splitlines()
+        assert "appendonly yes" in conf and "appendfsync everysec" in conf
+        url = (tmp_path / "room-store" / "store.url").read_text().strip()
+        store = RedisStore(url)
+        runs = {n: os.urandom(50_000) for n in range(20)}
+        for n, run in runs.items():
+            store.put(n, run)  # each one acknowledged by Redis before the next
+        assert store.problem is None and store.waiting == 0
+        proc.kill()  # kill -9 right after the last acknowledgement
+        proc.wait(timeout=20)
+        proc = room_store(tmp_path, port)
+        again = RedisStore(url)
+        assert all(again.get(n) == run for n, run in runs.items())
+    finally:
+        proc.kill()
+        proc.wait(timeout=20)
+
+
+def test_a_room_store_from_before_the_append_only_file_keeps_its_snapshot(tmp_path):
+    """Redis started with appendonly yes on a folder that has only a snapshot begins empty (it reads the
+    append-only file, not there yet): room-store writes the snapshot into one first."""
+    folder, port = tmp_path / "room-store", _free_port()
+    folder.mkdir()
+    key = RedisStore(f"redis://127.0.0.1:{port}/0").redis_key(("q", "old"))
+    old = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder), "--dbfilename",
+                            "runs.rdb", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not _answers(port):
+            assert old.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)  # waiting for the server's port, bounded
+        import redis
+
+        raw = redis.Redis(port=port)
+        raw.set(key, encode(b"an old run"))
+        raw.save()  # the snapshot runs.rdb, as `save 300 1` wrote it
+    finally:
+        old.kill()
+        old.wait(timeout=20)
+    proc = room_store(tmp_path, port)
+    try:
+        url = (folder / "store.url").read_text().strip()
+        assert RedisStore(url).get(("q", "old")) == b"an old run" and (folder / "appendonlydir").is_dir()
+        proc.kill()
+        proc.wait(timeout=20)
+        proc = room_store(tmp_path, port)  # from the append-only file now
+        assert RedisStore(url).get(("q", "old")) == b"an old run"
+    finally:
+        proc.kill()
+        proc.wait(timeout=20)

@@ -80,6 +80,13 @@ def session_passes() -> PassCounter:
     return st.session_state.setdefault("forward_passes", PassCounter())
 
 
+def passes_caption(passes: PassCounter) -> str:
+    """The sidebar's count: the passes this session's requests took part in, and how many of them were batched
+    passes that also ran other requests (each such pass is counted by every session in it)."""
+    shared = f" ({passes.shared} of them batched passes shared with other requests)" if passes.shared else ""
+    return f"Forward passes run for your session: {passes.n}{shared}."
+
+
 def run_key(model_name: str, messages: tuple, options: GenerationOptions, prompt_format: str = "chat",
             weights: str = DEFAULT_WEIGHTS) -> tuple:
     """Plain values that identify a run: the model, the messages, every option by name, the prompt format, the

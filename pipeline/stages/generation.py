@@ -14,6 +14,7 @@ import torch
 
 from ..maths import top_indices
 from ..model.kv_tensors import bytes_per_layer, cache_layers, cache_len, cache_with_room, place_rows, room_left
+from ..model.passes import current_counter, passes_for
 from ..text.token_names import token_text, tokens_text
 from ..text.unfinished import unfinished_end
 from .next_token import draw, filter_stages, softmax
@@ -355,6 +356,7 @@ class BatchRow:
 
     def __init__(self, answer: Answer, length: int, per_position: list[int], decoder=None):
         self.answer, self.length, self.per_position, self.decoder = answer, length, per_position, decoder
+        self.counter = current_counter()  # whose passes its steps are (the caller that joined it)
         self.ended = False
         self._kv_at_end: tuple[int, int] | None = None  # (bytes, positions) it held when it ended
         self._decode: Decode | None = None
@@ -460,8 +462,9 @@ class BatchDecoder:
             for r in self.rows:
                 r.answer.t_prev = t_fed
                 r.length += 1
-            out = self.lm.forward([[tokens[id(r)]] for r in self.rows], cache=self.cache, attention_mask=self.mask,
-                                  position_ids=positions)
+            with passes_for([r.counter for r in self.rows]):  # one pass for every row's caller
+                out = self.lm.forward([[tokens[id(r)]] for r in self.rows], cache=self.cache,
+                                      attention_mask=self.mask, position_ids=positions)
             last = out.logits[:, -1].float()  # (B, V)
             logits = last.cpu().numpy()
             kth = [None] * len(self.rows)
@@ -472,7 +475,8 @@ class BatchDecoder:
                 r.answer.fed(logits[i], kth[i])
         for r in self.solo:
             r.answer.t_prev = time.perf_counter()
-            r.answer.fed(r.decoder.step(tokens[id(r)]))
+            with passes_for([r.counter]):  # its own pass
+                r.answer.fed(r.decoder.step(tokens[id(r)]))
             r.length += 1
         return ended
 

@@ -1,0 +1,46 @@
+"""A real browser on the app whose server is killed: Streamlit's "Connection error" dialog says the server is
+restarting, not "Are you connected to the internet?" (ui/connection_notice.py). The page is opened at
+127.0.0.1, an address that is not "localhost": Streamlit's text for it is the internet one, the one a
+room's learners saw. The server runs the tiny model (conftest's `tiny_server_cache`)."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from ui.connection_notice import NOTE
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
+
+DIALOG = '[data-testid="stDialog"]'
+
+
+def listening_pid(port: int) -> int:
+    out = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout
+    return int(out.split("pid=", 1)[1].split(",", 1)[0])
+
+
+def test_a_killed_server_is_said_to_be_restarting_not_the_internet(tiny_server_cache):
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with app_server("browser-connection.log", host="127.0.0.1", cache_dir=tiny_server_cache) as url:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(url)
+                settle(page, timeout=300)
+                assert page.evaluate("window.__tpeConnectionNotice") is True  # the watcher runs in the page
+                os.kill(listening_pid(int(url.rsplit(":", 1)[1])), signal.SIGKILL)
+                page.wait_for_selector(DIALOG, timeout=120_000)  # Streamlit shows it from its sixth failed ping
+                page.wait_for_function("note => document.querySelector('[data-testid=\"stDialog\"]')"
+                                       ".innerText.includes(note)", arg=NOTE, timeout=10_000)
+                page.screenshot(path=str(SHOTS / "connection-error.png"))
+                said = page.locator(DIALOG).inner_text()
+                assert "Connection error" in said and NOTE in said
+                assert "internet" not in said and "Streamlit" not in said, said
+            finally:
+                browser.close()
