@@ -15,6 +15,7 @@ import streamlit as st
 from pipeline.model.passes import counting_passes
 from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
 from ui.chart_export import add_svg_buttons
+from ui.text_guard import guard_text_boxes
 from ui.escape import markdown_text
 from ui.report import trace_report
 from views import url_state
@@ -127,6 +128,7 @@ def share_and_export(boxes, passes: int) -> None:
         st.caption(f"Model: {markdown_text(lm.name)} on {lm.device_label}. "
                    f"Forward passes run for your session: {passes}.")
     add_svg_buttons()
+    guard_text_boxes()
 
 
 init_state()

@@ -12,12 +12,18 @@ from pipeline.errors import InputError
 from pipeline.stages.template import turn_markers
 from ui.escape import code_span, markdown_text
 from views.model_pair import compared_keys, model_handle
+from views.typed_text import typed_text
 from ui.words import plural
 from pipeline.text.pieces import token_pieces
 from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
                                     other_pieces, role_counts, text_tokens)
 
 CHIPS_HEIGHT = 380  # px: a long prompt's chips scroll in their own box instead of stretching the page
+TEXT_LABEL = "Text to tokenize"
+# The box's limit. The chips of 8 tokenizers are drawn: ~1,000 tokens take the browser 2-4 s to show (measured
+# with Chromium on a busy 2-core machine: 3,700 characters of the sample below, 2,000 tokens, 8 s). The server's
+# own work is much less: 4,000 characters took 0.4 s of CPU here.
+TEXT_CHARS = 4_000
 
 page_header("Tokens", "The model never sees letters. A tokenizer cuts the text into pieces from a fixed list "
                       "(its vocabulary) and hands over each piece's number, its token id.")
@@ -97,10 +103,9 @@ else:
                    if markers.end else ""))
 
 st.subheader("3. Try your own text")
-text = st.text_area("Text to tokenize",
-                    " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"]
-                             + [markers.end] * bool(markers.end)),
-                    key="tok_text", height=80)
+sample = " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"] + [markers.end] * bool(markers.end))
+text = typed_text(TEXT_LABEL, st.text_area(TEXT_LABEL, sample, key="tok_text", height=80, max_chars=TEXT_CHARS),
+                  TEXT_CHARS)
 if not text:
     st.info("Type some text above.")
     st.stop()

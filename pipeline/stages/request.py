@@ -104,6 +104,8 @@ MAX_REPETITION_PENALTY = 10.0  # far past any use (1.2 is the CTRL paper's advic
 MAX_LOGIT_BIAS_ENTRIES = 300  # our bound, so one request cannot carry a huge table
 LOGIT_BIAS_LIMIT = 100  # OpenAI: "a bias value from -100 to 100"
 LOGIT_BIAS_CHARS = 20 * MAX_LOGIT_BIAS_ENTRIES  # the typed form's length ('262143:-99.5, ' is 14)
+MAX_TOKEN_ID_DIGITS = 9  # ids below 10**9, past every vocabulary (option_ranges takes V up to 10**9); longer digit
+# strings are refused before int() reads them (Python's int() refuses more than 4,300 digits with its own words)
 
 
 def logit_bias_body(options: GenerationOptions) -> dict[str, float]:
@@ -128,8 +130,17 @@ def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
             value = float(bias)
         except ValueError:
             raise InputError("logit_bias", f"{item[:40]!r}: the bias must be a number from -100 to 100.") from None
-        pairs.append((int(token), value))
+        pairs.append((_token_id(token), value))
     return _bias_tuple(pairs)
+
+
+def _token_id(digits: str) -> int:
+    """'13' -> 13; a digit string of more than MAX_TOKEN_ID_DIGITS digits (leading zeros aside) is refused."""
+    significant = digits.lstrip("0")
+    if len(significant) > MAX_TOKEN_ID_DIGITS:
+        raise InputError("logit_bias", f"token id {significant[:12]}… has {len(significant):,} digits; a token id "
+                                       f"has at most {MAX_TOKEN_ID_DIGITS} (it is one of the model's vocabulary).")
+    return int(digits)
 
 
 def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
@@ -154,7 +165,7 @@ def _bias_tuple(bias) -> tuple[tuple[int, float], ...]:
             raise InputError("logit_bias", "each entry must be a (token id, bias) pair.")
         token, value = pair
         if isinstance(token, str) and token.isascii() and token.isdigit():
-            token = int(token)
+            token = _token_id(token)
         if not _int(token) or token < 0:
             raise InputError("logit_bias", f"token ids must be whole numbers of at least 0, got {token!r}.")
         if not _finite(value) or not -LOGIT_BIAS_LIMIT <= value <= LOGIT_BIAS_LIMIT:

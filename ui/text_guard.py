@@ -1,0 +1,58 @@
+"""Text boxes never send a lone surrogate: the browser removes it, and says so under the box's name.
+
+A lone surrogate (half of a UTF-16 pair, not a character) can sit in a browser's text box, from a paste or a
+script. Streamlit's frontend writes it into its protobuf message as bytes that are not UTF-8, the server
+refuses the whole message ("Error deserializing back message") and closes the connection: the edit, and any
+other in that message, was lost without a word. This script sees each edit first (a listener on the page's
+document, capture phase: before React's own), removes lone surrogates from the box's value and shows a note
+naming the box. It runs in an invisible component frame and reaches the page it belongs to (same origin), as
+ui/chart_export.py does. Text that reaches the server another way is checked there (views/typed_text.py).
+"""
+SCRIPT = """<script>
+(function () {
+  const page = window.parent;
+  if (page.__tpeTextGuard) return;
+  page.__tpeTextGuard = true;
+  const doc = page.document;
+  const LONE = /[\\uD800-\\uDBFF](?![\\uDC00-\\uDFFF])|(?<![\\uD800-\\uDBFF])[\\uDC00-\\uDFFF]/g;
+  // the value's own setter: React tracks values set through the element, and would not see this edit
+  const setters = {TEXTAREA: Object.getOwnPropertyDescriptor(page.HTMLTextAreaElement.prototype, 'value').set,
+                   INPUT: Object.getOwnPropertyDescriptor(page.HTMLInputElement.prototype, 'value').set};
+  function note(box, n) {
+    let toast = doc.getElementById('tpe-text-guard');
+    if (!toast) {
+      toast = doc.createElement('div');
+      toast.id = 'tpe-text-guard';
+      toast.setAttribute('role', 'alert');
+      toast.style.cssText = 'position: fixed; bottom: 16px; right: 16px; z-index: 100000; max-width: 420px; \
+padding: 10px 14px; border-radius: 8px; background: #fff4e5; color: #663c00; border: 1px solid #f0b35f; \
+font: 14px sans-serif; box-shadow: 0 2px 8px rgba(0,0,0,.15);';
+      doc.body.appendChild(toast);
+    }
+    const name = box.getAttribute('aria-label') || 'a text box';
+    toast.textContent = 'Removed ' + n + (n === 1 ? ' character' : ' characters') + ' from \u201c' + name +
+      '\u201d: a lone surrogate (U+D800 to U+DFFF) is half of a UTF-16 pair, not a character, and cannot be sent.';
+    page.clearTimeout(toast.timer);
+    toast.timer = page.setTimeout(function () { toast.remove(); }, 12000);
+  }
+  doc.addEventListener('input', function (event) {
+    const box = event.target;
+    const setter = setters[box.tagName];
+    if (!setter || typeof box.value !== 'string') return;
+    const found = box.value.match(LONE);
+    if (!found) return;
+    const caret = box.selectionEnd;
+    const kept = caret === null ? null : box.value.slice(0, caret).replace(LONE, '').length;
+    setter.call(box, box.value.replace(LONE, ''));
+    if (kept !== null) box.setSelectionRange(kept, kept);
+    note(box, found.length);
+  }, true);
+})();
+</script>"""
+
+
+def guard_text_boxes() -> None:
+    """Call once per page run (app.py does): every text box of the page drops lone surrogates, with a note."""
+    import streamlit.components.v1 as components
+
+    components.html(SCRIPT, height=0)
