@@ -5,37 +5,34 @@ script. Streamlit's frontend writes it into its protobuf message as bytes that a
 refuses the whole message ("Error deserializing back message") and closes the connection: the edit, and any
 other in that message, was lost without a word. This script sees each edit first (a listener on the page's
 document, capture phase: before React's own), removes lone surrogates from the box's value and shows a note
-naming the box. It runs in an invisible component frame and reaches the page it belongs to (same origin), as
-ui/chart_export.py does. Text that reaches the server another way is checked there (views/typed_text.py).
+naming the box. An invisible component frame puts it into the page it belongs to (same origin) as a script of the
+page's own: Streamlit replaces the frame when another page opens, and a listener made in the frame stopped with it.
 """
-SCRIPT = """<script>
-(function () {
-  const page = window.parent;
-  if (page.__tpeTextGuard) return;
-  page.__tpeTextGuard = true;
-  const doc = page.document;
-  const LONE = /[\\uD800-\\uDBFF](?![\\uDC00-\\uDFFF])|(?<![\\uD800-\\uDBFF])[\\uDC00-\\uDFFF]/g;
+import json
+
+GUARD = r"""(function () {
+  const LONE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
   // the value's own setter: React tracks values set through the element, and would not see this edit
-  const setters = {TEXTAREA: Object.getOwnPropertyDescriptor(page.HTMLTextAreaElement.prototype, 'value').set,
-                   INPUT: Object.getOwnPropertyDescriptor(page.HTMLInputElement.prototype, 'value').set};
+  const setters = {TEXTAREA: Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set,
+                   INPUT: Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set};
   function note(box, n) {
-    let toast = doc.getElementById('tpe-text-guard');
+    let toast = document.getElementById('tpe-text-guard');
     if (!toast) {
-      toast = doc.createElement('div');
+      toast = document.createElement('div');
       toast.id = 'tpe-text-guard';
       toast.setAttribute('role', 'alert');
-      toast.style.cssText = 'position: fixed; bottom: 16px; right: 16px; z-index: 100000; max-width: 420px; \
-padding: 10px 14px; border-radius: 8px; background: #fff4e5; color: #663c00; border: 1px solid #f0b35f; \
-font: 14px sans-serif; box-shadow: 0 2px 8px rgba(0,0,0,.15);';
-      doc.body.appendChild(toast);
+      toast.style.cssText = 'position: fixed; bottom: 16px; right: 16px; z-index: 100000; max-width: 420px; ' +
+        'padding: 10px 14px; border-radius: 8px; background: #fff4e5; color: #663c00; border: 1px solid #f0b35f; ' +
+        'font: 14px sans-serif; box-shadow: 0 2px 8px rgba(0,0,0,.15);';
+      document.body.appendChild(toast);
     }
     const name = box.getAttribute('aria-label') || 'a text box';
     toast.textContent = 'Removed ' + n + (n === 1 ? ' character' : ' characters') + ' from \u201c' + name +
       '\u201d: a lone surrogate (U+D800 to U+DFFF) is half of a UTF-16 pair, not a character, and cannot be sent.';
-    page.clearTimeout(toast.timer);
-    toast.timer = page.setTimeout(function () { toast.remove(); }, 12000);
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(function () { toast.remove(); }, 12000);
   }
-  doc.addEventListener('input', function (event) {
+  document.addEventListener('input', function (event) {
     const box = event.target;
     const setter = setters[box.tagName];
     if (!setter || typeof box.value !== 'string') return;
@@ -47,8 +44,17 @@ font: 14px sans-serif; box-shadow: 0 2px 8px rgba(0,0,0,.15);';
     if (kept !== null) box.setSelectionRange(kept, kept);
     note(box, found.length);
   }, true);
+})();"""
+SCRIPT = """<script>
+(function () {
+  const page = window.parent;
+  if (page.__tpeTextGuard) return;
+  page.__tpeTextGuard = true;
+  const script = page.document.createElement('script');
+  script.textContent = %s;
+  page.document.head.appendChild(script);
 })();
-</script>"""
+</script>""" % json.dumps(GUARD)
 
 
 def guard_text_boxes() -> None:
