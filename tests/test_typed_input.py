@@ -117,3 +117,19 @@ def test_every_page_carries_the_script_that_removes_lone_surrogates_in_the_brows
     assert not at.exception and SCRIPT in frames(at)
     at.switch_page("views/tokens.py").run()
     assert not at.exception and SCRIPT in frames(at)
+
+
+def test_the_tensors_page_cuts_another_users_question_and_draws_a_window_of_a_long_batch():
+    """A 5,000-digit question made a batch 5,000 tokens wide: its tables' cells, each styled on the server, kept a
+    core busy for a minute (a long prompt of the sidebar's, 3,500 tokens, two)."""
+    at = page_app("tensors_batch").run()
+    at.text_input(key="batch_q2").set_value("9" * 5_000).run()
+    assert not at.exception, at.exception
+    assert "Second user's question takes at most 1,000 characters" in shown(at.info)
+    assert [df.value.shape for df in at.dataframe][-3:] == [(3, 64)] * 3  # the batch's three tensors
+    at.slider(key="batch_from").set_value(900).run()  # the window's start, near the end of the batch
+    assert not at.exception, at.exception
+    assert at.dataframe[-1].value.columns[0] == "900"
+    at.text_input(key="batch_q2").set_value("9" * 100).run()  # a narrower batch: the window starts again
+    assert not at.exception, at.exception
+    assert at.dataframe[-1].value.columns[0] == "0"
