@@ -37,6 +37,11 @@ def text(limit: int = MAX_MESSAGE_CHARS) -> Callable[[str], str]:
 MAX_NUMBER_CHARS = 40  # a link's number is read only up to this length: int() refuses 4,301 digits in its own words
 
 
+def quoted(s: str, limit: int = 80) -> str:
+    """A link's value as a note quotes it: its first `limit` characters. '9' * 5000 -> "'999…999'…"."""
+    return repr(s[:limit]) + ("…" if len(s) > limit else "")
+
+
 def integer(lo: int, hi: int) -> Callable[[str], int]:
     def parse(s: str) -> int:
         try:
@@ -44,7 +49,7 @@ def integer(lo: int, hi: int) -> Callable[[str], int]:
         except ValueError:
             v = None
         if v is None or not lo <= v <= hi:
-            raise ValueError(f"must be from {lo} to {hi} (a whole number)")
+            raise ValueError(f"{quoted(s)} must be a whole number from {lo} to {hi}")
         return v
     return parse
 
@@ -56,7 +61,7 @@ def number(lo: float, hi: float) -> Callable[[str], float]:
         except ValueError:
             v = math.nan
         if not math.isfinite(v) or not lo <= v <= hi:
-            raise ValueError(f"must be from {lo} to {hi}")
+            raise ValueError(f"{quoted(s)} must be from {lo} to {hi}")
         return v
     return parse
 
@@ -104,7 +109,7 @@ def model_name(s: str) -> str:
     except InputError:
         key = None
     if key not in offered:
-        raise ValueError(f"{s[:80]!r} is not a model this server offers ({', '.join(offered)})")
+        raise ValueError(f"{quoted(s)} is not a model this server offers ({', '.join(offered)})")
     return key
 
 
