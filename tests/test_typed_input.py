@@ -133,3 +133,11 @@ def test_the_tensors_page_cuts_another_users_question_and_draws_a_window_of_a_lo
     at.text_input(key="batch_q2").set_value("9" * 100).run()  # a narrower batch: the window starts again
     assert not at.exception, at.exception
     assert at.dataframe[-1].value.columns[0] == "0"
+
+
+def test_the_tokens_page_refuses_a_text_of_too_many_tokens_with_a_message():
+    at = page_app("tokens").run()
+    at.text_area(key="tok_text").set_value("🍅👩‍🔬토" * 800).run()  # 4,000 characters, 11,200 tokens: 25 MB of chips
+    assert not at.exception, at.exception
+    assert "Text to tokenize is 11,200 tokens" in shown(at.error) and "at most 3,000" in shown(at.error)
+    assert not any("chars per token" in df.value.columns for df in at.dataframe)

@@ -20,10 +20,11 @@ from pipeline.stages.tokens import (Token, character_counts, compare, cost_table
 
 CHIPS_HEIGHT = 380  # px: a long prompt's chips scroll in their own box instead of stretching the page
 TEXT_LABEL = "Text to tokenize"
-# The box's limit. The chips of 8 tokenizers are drawn: ~1,000 tokens take the browser 2-4 s to show (measured
-# with Chromium on a busy 2-core machine: 3,700 characters of the sample below, 2,000 tokens, 8 s). The server's
-# own work is much less: 4,000 characters took 0.4 s of CPU here.
+# The box's limits, in characters and in this model's tokens: the chips of 8 tokenizers are drawn, and the browser
+# takes the time (Chromium on a busy 2-core machine: 4,000 characters of English, 744 tokens, 2.5 s; 4,000 of the
+# sample below, 2,115 tokens, 4.5 s; the server's part 0.5 s of CPU). 70,000 characters had kept a core busy 244 s.
 TEXT_CHARS = 4_000
+TEXT_TOKENS = 3_000  # 4,000 characters of emoji are 11,200 tokens: 25 MB of chips, 20 s in the browser
 
 page_header("Tokens", "The model never sees letters. A tokenizer cuts the text into pieces from a fixed list "
                       "(its vocabulary) and hands over each piece's number, its token id.")
@@ -110,6 +111,10 @@ if not text:
     st.info("Type some text above.")
     st.stop()
 safe = model_pieces(text, True)
+if len(safe) > TEXT_TOKENS:
+    st.error(f"**{TEXT_LABEL}** is {len(safe):,} tokens for {markdown_text(trace.dims.name)}; this page draws at most "
+             f"{TEXT_TOKENS:,} (emoji and rare scripts take several tokens a character). Please shorten it.")
+    st.stop()
 safe_pieces = token_pieces(lm.tokenizer, [t.id for t in safe])
 st.markdown(f"**{markdown_text(trace.dims.name)}: {plural(len(safe), 'token')}** (special-token look-alikes kept as "
             "text)")
