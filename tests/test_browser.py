@@ -136,11 +136,12 @@ def test_every_page_renders_html_in_the_question_as_text_and_asks_no_other_host(
     assert browser_page.hosts == {urlparse(server).netloc}, f"requests left the machine: {browser_page.hosts}"
 
 
-def test_a_lone_surrogate_typed_in_a_box_is_removed_with_a_note_naming_the_box(browser_page):
+def test_a_lone_surrogate_typed_in_a_box_is_removed_with_a_note_naming_the_box(browser_page, server):
     """ui/text_guard.py. Before it, Streamlit's frontend wrote the lone surrogate as bytes that are not UTF-8, the
     server refused the message and closed the connection ("Error deserializing back message"): the edit was lost
     without a word. Typed through the browser's own editing (execCommand insertText), as a paste arrives."""
-    open_page(browser_page, "Tokens")
+    browser_page.goto(f"{server}/tokens")  # by its address: the test before may leave presenter mode (no sidebar)
+    settle(browser_page)
     box = browser_page.get_by_label("Text to tokenize")
     box.click()
     box.press("Control+a")
