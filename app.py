@@ -17,6 +17,7 @@ from pipeline.model.passes import PassCounter, counting_passes
 from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.connection_notice import explain_connection_errors
+from ui.text_guard import guard_text_boxes
 from ui.escape import markdown_text
 from ui.report import trace_report
 from views import url_state
@@ -130,6 +131,7 @@ def share_and_export(boxes, passes: PassCounter) -> None:
         st.caption(f"Model: {markdown_text(lm.name)} on {lm.device_label}. {passes_caption(passes)}")
         explain_connection_errors()  # while the server is down: "restarting", not "are you connected?"
     add_svg_buttons()
+    guard_text_boxes()
 
 
 init_state()

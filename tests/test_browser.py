@@ -132,3 +132,23 @@ def test_every_page_renders_html_in_the_question_as_text_and_asks_no_other_host(
     settle(browser_page)
     assert browser_page.locator('[data-testid="stException"]').count() == 0, "presenter mode raised an exception"
     assert browser_page.hosts == {urlparse(server).netloc}, f"requests left the machine: {browser_page.hosts}"
+
+
+def test_a_lone_surrogate_typed_in_a_box_is_removed_with_a_note_naming_the_box(browser_page, server):
+    """ui/text_guard.py. Before it, Streamlit's frontend wrote the lone surrogate as bytes that are not UTF-8, the
+    server refused the message and closed the connection ("Error deserializing back message"): the edit was lost
+    without a word. Typed through the browser's own editing (execCommand insertText), as a paste arrives."""
+    browser_page.goto(f"{server}/tokens")  # by its address: the test before may leave presenter mode (no sidebar)
+    settle(browser_page)
+    box = browser_page.get_by_label("Text to tokenize")
+    box.click()
+    box.press("Control+a")
+    browser_page.evaluate("() => document.execCommand('insertText', false, 'tomato' + String.fromCharCode(0xD800) + "
+                          "'plum')")
+    box.press("Control+Enter")  # the box sends its value
+    settle(browser_page, start_s=5)
+    assert box.input_value() == "tomatoplum"
+    note = browser_page.locator("#tpe-text-guard").inner_text()
+    assert note.startswith("Removed 1 character from “Text to tokenize”: a lone surrogate"), note
+    assert browser_page.get_by_text("tomatoplum", exact=True).count() > 0, "the server did not get the edit"
+    check_page(browser_page, "tokens_lone_surrogate")

@@ -62,18 +62,19 @@ def token_chips(tokens, show_ids: bool = True, pieces=None, max_height: int | No
     if pieces is None:
         body = "".join(_token_chip(t, show_ids) for t in tokens)
     else:
-        body, k = "", 0
+        chips, k = [], 0  # joined once: `body += chip` copied the whole block at each of 10,000 chips
         while k < len(tokens):
             p = pieces[k]
             n = p.parts if p.partial and p.part == 1 else 1
             if n == 1:
-                body += _token_chip(tokens[k], show_ids, p)
+                chips.append(_token_chip(tokens[k], show_ids, p))
             else:
                 inner = "".join(_token_chip(t, show_ids, q) for t, q in zip(tokens[k:k + n], pieces[k:k + n]))
-                body += (f"<span style='{GROUP_STYLE}' title='{html_text(_group_title(p, tokens[k].index, n))}'>"
-                         f"<span style='font-size:1.15em;font-weight:600;color:#111;line-height:1.3'>"
-                         f"{html_text(p.group_text)}</span><span style='white-space:nowrap'>{inner}</span></span>")
+                chips.append(f"<span style='{GROUP_STYLE}' title='{html_text(_group_title(p, tokens[k].index, n))}'>"
+                             f"<span style='font-size:1.15em;font-weight:600;color:#111;line-height:1.3'>"
+                             f"{html_text(p.group_text)}</span><span style='white-space:nowrap'>{inner}</span></span>")
             k += n
+        body = "".join(chips)
     scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
     return f"<div style='line-height:2.1;{scroll}'>{body}</div>"
 

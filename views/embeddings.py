@@ -4,7 +4,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from pipeline.errors import InputError
 from views.server_state import get_model
+from views.typed_text import box_error, typed_text
 from views.runs import run_for_page
 from views.chrome import fragment, page_header
 from pipeline.stages import embeddings as es
@@ -13,6 +15,9 @@ from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
 
 ROWS = 64  # token rows drawn at once: a 641-token prompt would otherwise make a 9,000 px tall heatmap
+MAP_WORDS = 60  # words placed on the map at most
+MAP_SAMPLE = ("tomato, apple, banana, cherry, carrot, potato, onion, king, queen, man, woman, Paris, London, France, "
+              "red, green, blue, fruit, vegetable")
 
 page_header("Embeddings", "The model cannot read text, only numbers. Its first step is a lookup: the table has one "
             "row per token in the vocabulary, and each token id picks its row, a list of D numbers. Training placed "
@@ -61,14 +66,20 @@ def pca_map() -> None:
     st.subheader("A map of words")
     st.caption(f"Each word's row has D = {D} numbers; PCA finds the two directions along which these words differ "
                "most and draws them flat. Edit the list and watch the groups.")
-    text = st.text_area("words (comma or line separated)", key="em_words", height=90,
-                        value="tomato, apple, banana, cherry, carrot, potato, onion, king, queen, man, woman, "
-                              "Paris, London, France, red, green, blue, fruit, vegetable")
-    words = es.parse_words(text)[:60]
+    label = "words (comma or line separated)"
+    text = typed_text(label, st.text_area(label, MAP_SAMPLE, key="em_words", height=90,
+                                          max_chars=es.MAX_WORD_LIST_CHARS), es.MAX_WORD_LIST_CHARS)
+    try:
+        words = es.parse_words(text)
+        vecs = [es.word_vector(lm.tokenizer, table, w) for w in words[:MAP_WORDS]]
+    except InputError as e:
+        box_error(label, e)
+        return
     if len(words) < 3:
         st.info("Give at least three words.")
         return
-    vecs = [es.word_vector(lm.tokenizer, table, w) for w in words]
+    if len(words) > MAP_WORDS:
+        st.caption(f"The map shows the first {MAP_WORDS} of your {len(words):,} words.")
     coords, share = es.pca_2d(np.stack([w.vector for w in vecs]))  # (N, 2), (2,)
     split = [w for w in vecs if w.split]
     fig = go.Figure(go.Scatter(
@@ -94,10 +105,15 @@ def neighbours() -> None:
     st.subheader("Nearest neighbours")
     st.caption(f"Cosine similarity compares directions: 1 = same direction, 0 = unrelated. Searched over all "
                f"V = {V:,} rows.")
-    word = st.text_input("word", "tomato", key="em_word")
+    word = typed_text("word", st.text_input("word", "tomato", key="em_word", max_chars=es.MAX_WORD_CHARS),
+                      es.MAX_WORD_CHARS)
     if not word.strip():
         return
-    wv, top = es.neighbours(unit, lm.tokenizer, table, word, k=12)
+    try:
+        wv, top = es.neighbours(unit, lm.tokenizer, table, word, k=12)
+    except InputError as e:
+        box_error("word", e)
+        return
     note = (f"“{word.strip()}” is {len(wv.ids)} tokens ({' + '.join(wv.pieces)}): using the mean of their rows."
             if wv.split else f"“{word.strip()}” is one token: {wv.pieces[0]} (id {wv.ids[0]}).")
     st.markdown(markdown_text(note))
@@ -112,13 +128,16 @@ def analogy() -> None:
                "are left out of the results in every spelling the vocabulary has (with or without a leading space, "
                "any capitals: “Paris”, “ paris”, …), since they would otherwise win. Whatever comes out is shown "
                "as is: this small model's table is not always as tidy as the textbook example.")
-    c = st.columns(3)
-    a = c[0].text_input("a", "king", key="em_a")
-    b = c[1].text_input("− b", "man", key="em_b")
-    cc = c[2].text_input("+ c", "woman", key="em_c")
+    a, b, cc = (typed_text(label, col.text_input(label, value, key=key, max_chars=es.MAX_WORD_CHARS), es.MAX_WORD_CHARS)
+                for col, (label, value, key) in zip(st.columns(3), [("a", "king", "em_a"), ("− b", "man", "em_b"),
+                                                                    ("+ c", "woman", "em_c")]))
     if not (a.strip() and b.strip() and cc.strip()):
         return
-    inputs, top = es.analogy(unit, lm.tokenizer, table, a, b, cc, k=12)
+    try:
+        inputs, top = es.analogy(unit, lm.tokenizer, table, a, b, cc, k=12)
+    except InputError as e:
+        box_error("a, b or c", e)
+        return
     split = [w for w in inputs if w.split]
     if split:
         st.caption("Split into several tokens (mean used): " + markdown_text("; ".join(

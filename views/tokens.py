@@ -12,12 +12,19 @@ from pipeline.errors import InputError
 from pipeline.stages.template import turn_markers
 from ui.escape import code_span, markdown_text
 from views.model_pair import compared_keys, model_handle
+from views.typed_text import typed_text
 from ui.words import plural
 from pipeline.text.pieces import token_pieces
 from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
                                     other_pieces, role_counts, text_tokens)
 
 CHIPS_HEIGHT = 380  # px: a long prompt's chips scroll in their own box instead of stretching the page
+TEXT_LABEL = "Text to tokenize"
+# The box's limits, in characters and in this model's tokens: the chips of 8 tokenizers are drawn, and the browser
+# takes the time (Chromium on a busy 2-core machine: 4,000 characters of English, 744 tokens, 2.5 s; 4,000 of the
+# sample below, 2,115 tokens, 4.5 s; the server's part 0.5 s of CPU). 70,000 characters had kept a core busy 244 s.
+TEXT_CHARS = 4_000
+TEXT_TOKENS = 3_000  # 4,000 characters of emoji are 11,200 tokens: 25 MB of chips, 20 s in the browser
 
 page_header("Tokens", "The model never sees letters. A tokenizer cuts the text into pieces from a fixed list "
                       "(its vocabulary) and hands over each piece's number, its token id.")
@@ -97,14 +104,17 @@ else:
                    if markers.end else ""))
 
 st.subheader("3. Try your own text")
-text = st.text_area("Text to tokenize",
-                    " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"]
-                             + [markers.end] * bool(markers.end)),
-                    key="tok_text", height=80)
+sample = " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"] + [markers.end] * bool(markers.end))
+text = typed_text(TEXT_LABEL, st.text_area(TEXT_LABEL, sample, key="tok_text", height=80, max_chars=TEXT_CHARS),
+                  TEXT_CHARS)
 if not text:
     st.info("Type some text above.")
     st.stop()
 safe = model_pieces(text, True)
+if len(safe) > TEXT_TOKENS:
+    st.error(f"**{TEXT_LABEL}** is {len(safe):,} tokens for {markdown_text(trace.dims.name)}; this page draws at most "
+             f"{TEXT_TOKENS:,} (emoji and rare scripts take several tokens a character). Please shorten it.")
+    st.stop()
 safe_pieces = token_pieces(lm.tokenizer, [t.id for t in safe])
 st.markdown(f"**{markdown_text(trace.dims.name)}: {plural(len(safe), 'token')}** (special-token look-alikes kept as "
             "text)")

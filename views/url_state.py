@@ -35,20 +35,34 @@ def text(limit: int = MAX_MESSAGE_CHARS) -> Callable[[str], str]:
     return lambda s: check_text("link", s, limit)
 
 
+MAX_NUMBER_CHARS = 40  # a link's number is read only up to this length: int() refuses 4,301 digits in its own words
+
+
+def quoted(s: str, limit: int = 80) -> str:
+    """A link's value as a note quotes it: its first `limit` characters. '9' * 5000 -> "'999…999'…"."""
+    return repr(s[:limit]) + ("…" if len(s) > limit else "")
+
+
 def integer(lo: int, hi: int) -> Callable[[str], int]:
     def parse(s: str) -> int:
-        v = int(s)
-        if not lo <= v <= hi:
-            raise ValueError(f"must be from {lo} to {hi}")
+        try:
+            v = int(s) if len(s) <= MAX_NUMBER_CHARS else None
+        except ValueError:
+            v = None
+        if v is None or not lo <= v <= hi:
+            raise ValueError(f"{quoted(s)} must be a whole number from {lo} to {hi}")
         return v
     return parse
 
 
 def number(lo: float, hi: float) -> Callable[[str], float]:
     def parse(s: str) -> float:
-        v = float(s)
+        try:
+            v = float(s) if len(s) <= MAX_NUMBER_CHARS else math.nan
+        except ValueError:
+            v = math.nan
         if not math.isfinite(v) or not lo <= v <= hi:
-            raise ValueError(f"must be from {lo} to {hi}")
+            raise ValueError(f"{quoted(s)} must be from {lo} to {hi}")
         return v
     return parse
 
@@ -96,7 +110,7 @@ def model_name(s: str) -> str:
     except InputError:
         key = None
     if key not in offered:
-        raise ValueError(f"{s[:80]!r} is not a model this server offers ({', '.join(offered)})")
+        raise ValueError(f"{quoted(s)} is not a model this server offers ({', '.join(offered)})")
     return key
 
 

@@ -15,8 +15,11 @@ from ..errors import InputError
 from ..text.byte_level import piece_bytes
 from ..text.per_tokenizer import per_tokenizer
 from ..text.token_names import tokens_text
-from .request import check_text
+from .request import MAX_MESSAGE_CHARS, check_text
 from .tokens import encode
+
+MAX_WORD_CHARS = 200  # one word (or phrase) looked up
+MAX_WORD_LIST_CHARS = MAX_MESSAGE_CHARS  # a typed list of words, before it is cut into words
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ def unit_rows(table: np.ndarray) -> np.ndarray:
 
 
 def word_vector(tokenizer, table: np.ndarray, word: str, leading_space: bool = True) -> WordVector:
-    text = check_text("word", word, limit=200).strip()
+    text = check_text("word", word, limit=MAX_WORD_CHARS).strip()
     if not text:
         raise InputError("word", "give a word.")
     table = array("table", table, ndim=2, dtype=None)  # as it is: a float64 copy was 1.3 GB a word on Gemma
@@ -99,7 +102,7 @@ def word_key(text: str) -> str:
 def same_word_ids(tokenizer, words) -> set[int]:
     """Every token whose text, stripped and lower-cased, equals one of `words`.
     ['Paris'] -> the ids of ' Paris', 'Paris', ' paris', 'paris', ... (those the vocabulary has)."""
-    keys = {word_key(check_text("words", w, limit=200)) for w in words} - {""}
+    keys = {word_key(check_text("words", w, limit=MAX_WORD_CHARS)) for w in words} - {""}
     by_key = _vocabulary_keys(tokenizer)
     return {i for key in keys for i in by_key.get(key, ())}
 
@@ -164,6 +167,12 @@ def pca_2d(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def parse_words(text: str) -> list[str]:
-    """'tomato, apple\\nking' -> ['tomato', 'apple', 'king'] (duplicates dropped, order kept)."""
-    words = [w.strip() for chunk in check_text("words", text).splitlines() for w in chunk.split(",")]
+    """'tomato, apple\\nking' -> ['tomato', 'apple', 'king'] (duplicates dropped, order kept); each word at most
+    MAX_WORD_CHARS characters."""
+    text = check_text("words", text, MAX_WORD_LIST_CHARS)
+    words = [w.strip() for chunk in text.splitlines() for w in chunk.split(",")]
+    long = next((w for w in words if len(w) > MAX_WORD_CHARS), None)
+    if long is not None:
+        raise InputError("words", f"the word {long[:20]!r}… is {len(long):,} characters; a word has at most "
+                                  f"{MAX_WORD_CHARS}.")
     return list(dict.fromkeys(w for w in words if w))

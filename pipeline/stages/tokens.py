@@ -202,11 +202,22 @@ def character_counts(pieces: list[Piece]) -> dict[str, int]:
             run.append(p)
             continue
         if run:
-            base = run[0].start
-            for a, b, _ in graphemes(b"".join(q.raw for q in run)):
-                chars += 1
-                split += sum(q.start - base < b and q.end - base > a for q in run) > 1
+            n, n_split = _run_characters(run)
+            chars, split = chars + n, split + n_split
             run = []
         chars += p is not None
     return {"tokens": len(pieces), "characters": chars, "split_characters": split,
             "partial_tokens": sum(p.partial for p in pieces)}
+
+
+def _run_characters(run: list[Piece]) -> tuple[int, int]:
+    """(characters, characters that more than one token spells) in a run of ordinary tokens, whose byte spans
+    follow each other. One walk over both lists: a character's tokens start at the first one ending past it."""
+    base = run[0].start
+    chars = split = first = 0
+    for a, b, _ in graphemes(b"".join(q.raw for q in run)):
+        chars += 1
+        while run[first].end - base <= a:
+            first += 1
+        split += first + 1 < len(run) and run[first + 1].start - base < b
+    return chars, split

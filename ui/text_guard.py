@@ -1,0 +1,64 @@
+"""Text boxes never send a lone surrogate: the browser removes it, and says so under the box's name.
+
+A lone surrogate (half of a UTF-16 pair, not a character) can sit in a browser's text box, from a paste or a
+script. Streamlit's frontend writes it into its protobuf message as bytes that are not UTF-8, the server
+refuses the whole message ("Error deserializing back message") and closes the connection: the edit, and any
+other in that message, was lost without a word. This script sees each edit first (a listener on the page's
+document, capture phase: before React's own), removes lone surrogates from the box's value and shows a note
+naming the box. An invisible component frame puts it into the page it belongs to (same origin) as a script of the
+page's own: Streamlit replaces the frame when another page opens, and a listener made in the frame stopped with it.
+"""
+import json
+
+GUARD = r"""(function () {
+  const LONE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+  // the value's own setter: React tracks values set through the element, and would not see this edit
+  const setters = {TEXTAREA: Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set,
+                   INPUT: Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set};
+  function note(box, n) {
+    let toast = document.getElementById('tpe-text-guard');
+    if (!toast) {
+      toast = document.createElement('div');
+      toast.id = 'tpe-text-guard';
+      toast.setAttribute('role', 'alert');
+      toast.style.cssText = 'position: fixed; bottom: 16px; right: 16px; z-index: 100000; max-width: 420px; ' +
+        'padding: 10px 14px; border-radius: 8px; background: #fff4e5; color: #663c00; border: 1px solid #f0b35f; ' +
+        'font: 14px sans-serif; box-shadow: 0 2px 8px rgba(0,0,0,.15);';
+      document.body.appendChild(toast);
+    }
+    const name = box.getAttribute('aria-label') || 'a text box';
+    toast.textContent = 'Removed ' + n + (n === 1 ? ' character' : ' characters') + ' from \u201c' + name +
+      '\u201d: a lone surrogate (U+D800 to U+DFFF) is half of a UTF-16 pair, not a character, and cannot be sent.';
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(function () { toast.remove(); }, 12000);
+  }
+  document.addEventListener('input', function (event) {
+    const box = event.target;
+    const setter = setters[box.tagName];
+    if (!setter || typeof box.value !== 'string') return;
+    const found = box.value.match(LONE);
+    if (!found) return;
+    const caret = box.selectionEnd;
+    const kept = caret === null ? null : box.value.slice(0, caret).replace(LONE, '').length;
+    setter.call(box, box.value.replace(LONE, ''));
+    if (kept !== null) box.setSelectionRange(kept, kept);
+    note(box, found.length);
+  }, true);
+})();"""
+SCRIPT = """<script>
+(function () {
+  const page = window.parent;
+  if (page.__tpeTextGuard) return;
+  page.__tpeTextGuard = true;
+  const script = page.document.createElement('script');
+  script.textContent = %s;
+  page.document.head.appendChild(script);
+})();
+</script>""" % json.dumps(GUARD)
+
+
+def guard_text_boxes() -> None:
+    """Call once per page run (app.py does): every text box of the page drops lone surrogates, with a note."""
+    import streamlit.components.v1 as components
+
+    components.html(SCRIPT, height=0)
