@@ -36,7 +36,6 @@ class Finished:
     value: object
     made_at: float  # seconds since the epoch (time.time())
     took_s: float  # from its first chunk to its last, other work between its chunks included
-    chunks: int
 
 
 def run_to_end(steps: Steps[R]) -> R:

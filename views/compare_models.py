@@ -55,7 +55,7 @@ job = ("compare_models", keys, request_key(request), prompt_format)
 again = stopped_here(job) and st.button("Compare them", key="cmp_start")  # after this session cancelled it
 try:
     finished = long_job(job, lambda: compare_models_steps(request, handles, REPEATS, APP_MAX_PROMPT_TOKENS),
-                        "Comparing the two models", start=again or not stopped_here(job))
+                        "the comparison of the two models", start=again or not stopped_here(job))
 except InputError as e:
     st.error(f"Please fix the request — {markdown_text(e)}")
     st.stop()

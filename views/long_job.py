@@ -2,7 +2,7 @@
 queue a chunk at a time behind people's questions (pipeline.run_queue.RunQueue.submit_long), its progress shown
 with a Cancel button, its result kept for everyone who asks the same, with when it was made.
 
-    finished = long_job(("patching", ...), lambda: patch_residual_steps(lm, ...), "Activation patching",
+    finished = long_job(("patching", ...), lambda: patch_residual_steps(lm, ...), "activation patching",
                         start=st.button("Patch"))
     if finished is not None: draw(finished.value)        # None: not asked here, running, or stopped
 
@@ -32,8 +32,8 @@ def long_job(key: tuple, steps: Callable[[], Steps], what: str, start: bool) -> 
     once someone has made it. Else, when `start` (its button was pressed): queued, or joined if someone else asked
     for the same, and waited for in this run with its progress drawn; while this session waits for it (later
     runs): the refreshing panel. Its result once done, else None. `steps()` makes the job's generator
-    (pipeline.long_jobs), called once, in the queue's worker. A job that failed raises its error here (the page
-    shows it, as for any bad input)."""
+    (pipeline.long_jobs), called once, in the queue's worker; `what` names the job in a sentence ("activation
+    patching"). A job that failed raises its error here (the page shows it, as for any bad input)."""
     key = model_result_key(key)
     stored = result_store().peek(key)
     mine = _tickets()
@@ -72,13 +72,13 @@ def made_line(finished: Finished) -> str:
 
 def progress_line(ticket, what: str) -> tuple[float, str]:
     """(fraction done, the sentence under the bar) of a long job's ticket."""
-    p = ticket.progress
+    p, what = ticket.progress, what[:1].upper() + what[1:]
     if p is None:
-        return 0.0, (f"⏳ {what} is waiting for its turn: it runs a chunk at a time whenever the model has no "
+        return 0.0, (f"⏳ {what} is waiting for its turn: it runs a part at a time whenever the model has no "
                      "question to answer.")
     estimate = ticket.estimate_s()
     left = "" if estimate is None else f"; about {waiting_time(estimate)} left"
-    return p.fraction, (f"⏳ {what}: {p.done} of {p.total} done ({p.note}){left}. It runs a chunk at a time "
+    return p.fraction, (f"⏳ {what}: {p.done} of {p.total} parts done ({p.note}){left}. It runs a part at a time "
                         "behind people's questions; identical requests share one run.")
 
 
@@ -123,15 +123,16 @@ def _cancel(key: tuple, what: str) -> None:
     if ticket is None:
         return
     p = ticket.progress
-    at = f" at {p.done} of {p.total}" if p is not None else " before it started"
+    at = f" after {p.done} of its {p.total} parts" if p is not None else " before it started"
     _notes()[key] = (f"You stopped {what}{at}." if ticket.withdraw(_asker()) else
                      f"You stopped waiting for {what}; others asked for it too, so it goes on for them, and its "
                      "result will be shown here once it is made.")
 
 
-def _cancel_button(key: tuple, what: str, where) -> None:
-    where.button("Cancel", key=f"long_job_cancel_{_slug(key)}", on_click=_cancel, args=(key, what),
-                 help="Stop waiting for it: it stops between two chunks unless someone else asked for it too.")
+def _cancel_button(key: tuple, what: str, where, place: str) -> None:
+    """place: "wait" (in the page's own run) or "follow" (in the refreshing panel): two widgets of one run."""
+    where.button("Cancel", key=f"long_job_cancel_{place}_{_slug(key)}", on_click=_cancel, args=(key, what),
+                 help="Stop waiting for it: it stops after the part it is in, unless someone else asked for it too.")
 
 
 def _wait_in_page(key: tuple, what: str) -> Finished | None:
@@ -144,7 +145,7 @@ def _wait_in_page(key: tuple, what: str) -> Finished | None:
     with holder.container():
         left, right = st.columns([6, 1])
         bar = left.empty()
-        _cancel_button(key, what, right)
+        _cancel_button(key, what, right, "wait")
     shown = None
     deadline = time.monotonic() + IN_PAGE_WAIT_S
     while not ticket.wait(0 if shown is None else 1.0):
@@ -172,7 +173,7 @@ def _follow(key: tuple, what: str) -> None:
     left, right = st.columns([6, 1])
     fraction, line = progress_line(ticket, what)
     left.progress(fraction, text=line)
-    _cancel_button(key, what, right)
+    _cancel_button(key, what, right, "follow")
 
 
 def _slug(key: tuple) -> str:

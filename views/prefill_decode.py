@@ -168,7 +168,7 @@ if clicked:
 asked_sizes = st.session_state.get("pd_sweep_sizes") or sizes  # the sizes this session asked for, else its pick
 measured = long_job(("batch sweep", asked_sizes),
                     lambda: sweep_steps(lm, asked_sizes, SWEEP_STEPS, SWEEP_REPEATS, roof),
-                    "The batching sweep", start=clicked)
+                    "the batching sweep", start=clicked)
 if measured is not None:
     pts = measured.value
     fig = go.Figure()

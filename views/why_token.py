@@ -233,7 +233,7 @@ try:
     positions = tuple(range(max(0, len(clean_ids) - PATCH_POSITIONS), len(clean_ids)))
     steps = iv.patch_residual_steps(lm, clean_ids, bad_ids, list(positions))  # checked now, run in the queue
     patched = long_job(("patching", tuple(clean_ids), tuple(bad_ids), positions), lambda: steps,
-                       "Activation patching", start=clicked)
+                       "activation patching", start=clicked)
 except InputError as e:
     if clicked:
         st.error(markdown_text(e))
