@@ -337,8 +337,9 @@ class RunQueue:
     def schedule(self) -> dict:
         """The running batch's recent record as plain data: {"steps": [{step, t_s, seconds, members}],
         "requests": [{id, key, queued_s, prefill_at_s, prefill_s, joined_step, first_step, first_token_s,
-        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join}]}
-        (ids are anonymous numbers; `key` is the request's queue key)."""
+        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join}],
+        "chunks": [{key, chunk, at_s, seconds}]} (ids are anonymous numbers; `key` is the request's or the long
+        job's queue key; chunk: its number within its job)."""
         with self._lock:
             return self._schedule.as_data()
 

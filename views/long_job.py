@@ -24,7 +24,7 @@ from views.server_state import result_store, run_queue
 from views.waiting import model_result_key, waiting_time
 
 IN_PAGE_WAIT_S = 120.0  # the page's own run waits this long for a job, then hands over to the refreshing panel
-REFRESH_S = 2.0  # the panel's refresh (a small redraw, and only when the progress moved)
+REFRESH_S = 5.0  # the panel refreshes this often (a room of 30 following jobs: 6 small page runs a second)
 
 
 def long_job(key: tuple, steps: Callable[[], Steps], what: str, start: bool) -> Finished | None:

@@ -226,18 +226,22 @@ corrupted = st.text_input("corrupted question (same number of tokens)", default,
 
 
 clicked = st.button("Patch", key="why_patch")
+patched = None
 try:
     bad_ids = tokenize_request(lm.tokenizer, replace(request, messages=request.messages[:-1]
                                                      + (("user", corrupted),))).ids
     clean_ids = list(trace.ids)
     positions = tuple(range(max(0, len(clean_ids) - PATCH_POSITIONS), len(clean_ids)))
     steps = iv.patch_residual_steps(lm, clean_ids, bad_ids, list(positions))  # checked now, run in the queue
-    patched = long_job(("patching", tuple(clean_ids), tuple(bad_ids), positions), lambda: steps,
-                       "activation patching", start=clicked)
-except InputError as e:
+except InputError as e:  # said when Patch is pressed
     if clicked:
         st.error(markdown_text(e))
-    patched = None
+else:
+    try:
+        patched = long_job(("patching", tuple(clean_ids), tuple(bad_ids), positions), lambda: steps,
+                           "activation patching", start=clicked)
+    except InputError as e:
+        st.error(markdown_text(e))
 if patched is not None:
     p = patched.value
     cols = [labels[i] for i in p.positions]
