@@ -7,10 +7,11 @@
 
   TPE_CACHE_DIR=... .venv/bin/python bench/long_job_wait.py [--modes page whole long] [--questions 4] [--gap 20]
 
-The real queue and trace engine on the real SmolLM2, wired as views/server_state.py wires them. The default
-question patched against "Are carrots fruit?" (the page's default). Questions of the room arrive `--first` s
-after the patching starts, then every `--gap` s (16 new tokens each); per question: its wait (arrival to the
-start of its prefill) and its TTFT, from the queue's schedule record; and the patching's own time, chunk times.
+The real queue and trace engine on the real SmolLM2, wired as views/server_state.py wires them, OpenMP waiting
+passively as in the app's server. The default question patched against "Are carrots fruit?" (the page's
+default). Questions of the room arrive `--first` s after the patching starts, then every `--gap` s (16 new tokens
+each); per question, from the queue's schedule record: its wait (arrival to the start of its prefill), its TTFT
+and its end to end (arrival to its last token); and the patching's own time, its chunks' times.
 """
 from __future__ import annotations
 
@@ -37,7 +38,9 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=20.0)
     ap.add_argument("--weights", default="fp32")
     args = ap.parse_args()
+    from pipeline.server_process import wait_passively
 
+    wait_passively()  # as the app's server does, before torch loads (spinning waits beside busy processes: 7x)
     from pipeline.attribution import interventions as iv
     from pipeline.long_jobs import run_to_end
     from pipeline.model.handle import ModelHandle
@@ -90,6 +93,7 @@ def main() -> None:
         chunks = [c["seconds"] for c in sched["chunks"]]
         print(f"{mode:>5}: patching {patch_s:6.1f} s; questions' wait " + ", ".join(f"{w:.1f}" for w in waits)
               + f" s (max {max(waits):.1f}); TTFT " + ", ".join(f"{t:.1f}" for t in ttfts)
+              + "; end to end " + ", ".join(f"{r['left_s'] - r['queued_s']:.1f}" for r in rows)
               + (f" s; {len(chunks)} chunks, median {statistics.median(chunks):.2f} s, p90 "
                  f"{sorted(chunks)[int(0.9 * (len(chunks) - 1))]:.2f} s, max {max(chunks):.2f} s (chunk "
                  f"{chunks.index(max(chunks))})" if chunks else " s") + f"; load {os.getloadavg()[0]:.1f}", flush=True)

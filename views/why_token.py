@@ -217,8 +217,8 @@ if st.button("Compute integrated gradients", key="why_ig") or st.session_state.g
 st.subheader("5. Activation patching: a clean and a corrupted question")
 st.caption("Run a corrupted question of the same length, then copy one layer × position of the clean run's "
            "vector into it. Where the copy brings the clean answer back, that position at that layer carries "
-           "what decides the answer. One pass per layer (about 2 min on the real model here): it runs a layer at "
-           "a time behind the room's questions, and its result is kept for everyone who patches the same two.")
+           "what decides the answer. About 1.5 min on the real model here, in passes of up to 12 positions run "
+           "one at a time behind the room's questions; the result is kept for everyone who patches the same two.")
 request = current_request()
 question = request.messages[-1][1]
 default = question.replace("tomatoes", "carrots") if "tomatoes" in question else question
