@@ -8,13 +8,16 @@ format writes, its tokens, the first token's top candidates, the greedy answer, 
 cache tensors. Speed (TTFT, TPOT) is measured on the plain serving path, the models interleaved
 (A, B, A, B, ...) and repeated, as medians and ranges (pipeline.timing). The two models do different work
 (their own prompt length, layers and widths), so the timing comes with `work_differs`: the numbers that make
-the work differ, to be said next to any verdict. Plain Python: no Streamlit, no HTML.
+the work differ, to be said next to any verdict. `compare_models_steps` is the same work as a long job of
+short chunks (pipeline.long_jobs): one model's run, then one timed answer of one model, each a chunk.
+Plain Python: no Streamlit, no HTML.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from .errors import InputError
+from .long_jobs import Progress, Steps, run_to_end
 from .model.dims import FULL, SLIDING, ModelDims
 from .model.interface import LanguageModel
 from .model.registry import resolve
@@ -191,22 +194,25 @@ def work_differences(a: ModelRun, b: ModelRun) -> tuple[str, ...]:
     return tuple(out)
 
 
-def time_models(request: ChatRequest, lms: list[LanguageModel], repeats: int = 3, steps: int = TIMING_TOKENS,
-                max_prompt_tokens: int | None = None) -> tuple[list[list[float]], list[list[float]]]:
-    """TTFT and TPOT (seconds) of each model on the plain serving path, interleaved model by model and
-    repeated: ([ttfts per model], [tpots per model]); a model whose answer had one token has no TPOTs."""
+def _timed_answers(request: ChatRequest, lms: list[LanguageModel], repeats: int, steps: int,
+                   max_prompt_tokens: int | None, done: int, total: int):
+    """TTFT and TPOT (seconds) of each model on the plain serving path, interleaved model by model and repeated,
+    a timed answer per chunk (progress counted on from `done` of `total`): ([ttfts per model], [tpots per model]);
+    a model whose answer had one token has no TPOTs."""
     from .stages.fast_path import generate
 
     options = replace(request.options, max_new_tokens=min(steps, request.options.max_new_tokens))
     short = replace(request, options=options)
     ttfts: list[list[float]] = [[] for _ in lms]
     tpots: list[list[float]] = [[] for _ in lms]
-    for _ in range(repeats):
+    for r in range(repeats):
         for i, lm in enumerate(lms):
             answer = generate(lm, short, max_prompt_tokens)
             ttfts[i].append(answer.ttft_s)
             if answer.tpot_s is not None:
                 tpots[i].append(answer.tpot_s)
+            done += 1
+            yield Progress(done, total, f"{_name(lm)} timed, run {r + 1} of {repeats}")
     return ttfts, tpots
 
 
@@ -214,15 +220,37 @@ def compare_models(request: ChatRequest, lms: list[LanguageModel], repeats: int 
                    max_prompt_tokens: int | None = None) -> ModelComparison:
     """`request` through each of `lms` (a record each) and, for two models and repeats > 0, their speed
     measured interleaved on the plain path (a = lms[0], b = lms[1])."""
+    return run_to_end(compare_models_steps(request, lms, repeats, max_prompt_tokens))
+
+
+def compare_models_steps(request: ChatRequest, lms: list[LanguageModel], repeats: int = 3,
+                         max_prompt_tokens: int | None = None) -> Steps[ModelComparison]:
+    """compare_models as a long job: the models are checked now, then each model's run is a chunk, and each
+    timed answer of one model another."""
     if not lms:
         raise InputError("models", "give at least one model to run.")
-    runs = tuple(model_run(request, lm, max_prompt_tokens) for lm in lms)
+    return _compare_chunks(request, list(lms), repeats, max_prompt_tokens)
+
+
+def _compare_chunks(request: ChatRequest, lms: list[LanguageModel], repeats: int, max_prompt_tokens: int | None):
+    timed = len(lms) == 2 and repeats > 0
+    total = len(lms) + (repeats * len(lms) if timed else 0)
+    runs = []
+    for lm in lms:
+        runs.append(model_run(request, lm, max_prompt_tokens))
+        yield Progress(len(runs), total, f"{runs[-1].display_name} answered")
     timing = None
-    if len(lms) == 2 and repeats > 0:
-        ttfts, tpots = time_models(request, lms, repeats, max_prompt_tokens=max_prompt_tokens)
+    if timed:
+        ttfts, tpots = yield from _timed_answers(request, lms, repeats, TIMING_TOKENS, max_prompt_tokens,
+                                                 len(runs), total)
         tpot = compare_runs(*tpots) if all(tpots) else None
         timing = ModelTiming(compare_runs(*ttfts), tpot, work_differences(*runs))
-    return ModelComparison(request, runs, timing)
+    return ModelComparison(request, tuple(runs), timing)
+
+
+def _name(lm: LanguageModel) -> str:
+    spec = _spec_of(lm)
+    return spec.display_name if spec else lm.name
 
 
 def _ending(run: ModelRun, limit: int) -> str:

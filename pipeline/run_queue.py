@@ -13,14 +13,24 @@ at its own end token: its ticket resolves then, not when the batch ends (an engi
 record on a thread of its own hands back a Future: the ticket resolves when that does). A KV-memory budget in bytes
 decides admission: each request reserves the bytes its cache reaches at its longest (prompt +
 max_new_tokens), and the head of the line waits while the budget is full (later ones do not overtake).
-Any other job runs whole, in its turn, between two steps. Background jobs run only when nobody waits
-and no batch is running.
+Any other job runs whole, in its turn, between two steps. Background jobs run only when nobody waits,
+no batch is running and no long job is left.
+
+A long job (`submit_long`: activation patching, comparing models, the batching sweep) is a generator of short
+chunks (pipeline.long_jobs). It never holds a question: a chunk runs only in a gap where nobody was admitted
+or run, and while a batch decodes, only once the batch has had (1 - LONG_JOB_SHARE) / LONG_JOB_SHARE times the
+last chunk's time since the last chunk (long jobs get about a quarter of the model's time in a busy room, so
+they are never starved, and a question arriving during a chunk waits for that one chunk at most). Several
+long jobs take turns, a chunk each. Its ticket tells its progress; the people who asked for it can withdraw,
+and once nobody is left it stops between two chunks.
 
     queue = RunQueue()
     ticket = queue.submit("key", work, cost=500)   # cost: prompt tokens + a weight per new token
     ticket.position()  -> 2  (two jobs ahead; 0 = running now)
     ticket.wait(0.5); ticket.result()          # a concurrent.futures.Future: done(), exception(), ...
     queue.schedule()                           # the recent steps: who was in the batch, TTFT, TPOT
+    long = queue.submit_long("key", lambda: steps(), asker="session 1")   # steps(): yields Progress, returns
+    long.progress; long.withdraw("session 1")  # -> True: nobody else wants it, it stops between two chunks
 """
 from __future__ import annotations
 
@@ -30,11 +40,12 @@ import statistics
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future, wait
+from concurrent.futures import CancelledError, Future, wait
 from typing import Callable, Hashable, Protocol
 
 from .checks import integer
 from .errors import InputError
+from .long_jobs import Progress, Steps
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +60,10 @@ PREFILL_TOKENS_PER_STEP = 256
 KV_BUDGET_BYTES = 512 * 2**20  # KV memory the running batch may reserve
 SCHEDULE_STEPS = 2000  # decode steps the schedule record keeps (the oldest go first)
 SCHEDULE_REQUESTS = 200  # requests it keeps
+SCHEDULE_CHUNKS = 2000  # long jobs' chunks it keeps
+# While a batch decodes, long jobs get about this share of the model's time: after a chunk of c seconds the batch
+# steps for 3c before the next one. Chat requests' time per token grows by a third at most; a long job still moves.
+LONG_JOB_SHARE = 0.25
 
 
 def cost_of(prompt_tokens: int, new_tokens: int) -> int:
@@ -89,7 +104,8 @@ class Ticket(Future):
         self.queue, self.key, self.work, self.cost = queue, key, work, cost
         self.batch = batch  # (kind, payload): a kind with a step engine is decoded in the running batch
         self.context = contextvars.copy_context()  # the caller's pass counter follows its job
-        self.submitted_at = time.monotonic()
+        self.submitted_at = queue.clock()
+        self.started_at: float | None = None  # when it started running (admitted, run, or its first chunk)
         self.reserved = (0, 0)  # (prompt tokens, KV bytes) while in the batch
         self.rid: int | None = None  # its anonymous number in the schedule record, once admitted
 
@@ -112,19 +128,52 @@ class Ticket(Future):
         self.set_exception(error) if error is not None else self.set_result(result)
 
 
+class LongTicket(Ticket):
+    """A long job's ticket: its progress (the last Progress its steps yielded; None before its first chunk) and
+    the people who asked for it (askers: any hashable, e.g. a session's id). It stops only when all of them have
+    withdrawn; identical asks share it, so one person leaving never takes the result from the others."""
+
+    def __init__(self, queue: "RunQueue", key: Hashable, steps: Callable[[], Steps]):
+        super().__init__(queue, key, work=lambda: None, cost=0)
+        self.make_steps = steps
+        self.steps: Steps | None = None  # the generator, made at its first chunk
+        self.progress: Progress | None = None
+        self.askers: set[Hashable] = set()
+        self.stopping = False  # nobody wants it any more: it stops at the worker's next gap
+        self.chunks = 0  # chunks run so far
+        self.chunk_seconds = 0.0  # the model's time they took
+        self.started_chunk_at = 0.0  # when its latest chunk started
+
+    def withdraw(self, asker: Hashable) -> bool:
+        """`asker` no longer wants the result; True if nobody is left, so the job stops between two chunks (its
+        waiters then hear concurrent.futures.CancelledError)."""
+        return self.queue.withdraw(self, asker)
+
+    def estimate_s(self) -> float | None:
+        """Seconds until it is done: its chunks left at its own seconds per chunk, times the long jobs taking turns
+        with it; None before its first chunk has said how many there are."""
+        return self.queue.estimate_s(self)
+
+
 class Schedule:
     """What the running batch did, bounded: per step the requests in it; per request when it was
     queued, prefilled, joined, got its first token and left (times in seconds since the queue started)."""
 
-    def __init__(self):
-        self.t0 = time.monotonic()
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.t0 = clock()
         self.steps: deque[dict] = deque(maxlen=SCHEDULE_STEPS)  # {step, t_s, seconds, members: [rid]}
+        self.chunks: deque[dict] = deque(maxlen=SCHEDULE_CHUNKS)  # {key, chunk, at_s, seconds}: long jobs' chunks
         self.requests: dict[int, dict] = {}  # rid -> record, in arrival order
         self.count = 0  # steps so far
         self.admissions = 0  # requests so far: each one's anonymous number
 
     def now(self) -> float:
-        return round(time.monotonic() - self.t0, 4)
+        return round(self.clock() - self.t0, 4)
+
+    def chunk_ran(self, ticket: "LongTicket", started: float, seconds: float) -> None:
+        self.chunks.append({"key": ticket.key, "chunk": ticket.chunks, "at_s": round(started - self.t0, 4),
+                            "seconds": round(seconds, 4)})
 
     def admitted(self, ticket: Ticket, prefill_started: float, prefill_s: float) -> int:
         self.admissions += 1
@@ -164,27 +213,36 @@ class Schedule:
         self.count += 1
 
     def as_data(self) -> dict:
-        return {"steps": [dict(s) for s in self.steps], "requests": [dict(r) for r in self.requests.values()]}
+        return {"steps": [dict(s) for s in self.steps], "requests": [dict(r) for r in self.requests.values()],
+                "chunks": [dict(c) for c in self.chunks]}
 
 
 class RunQueue:
     def __init__(self, seconds_per_unit: float = 0.005, engines: dict[str, StepEngine] | None = None,
                  kv_budget_bytes: int = KV_BUDGET_BYTES, max_batch: int = MAX_BATCH,
-                 prefill_tokens_per_step: int = PREFILL_TOKENS_PER_STEP):
-        """engines: {kind: StepEngine} for jobs decoded together, step by step (chat requests)."""
+                 prefill_tokens_per_step: int = PREFILL_TOKENS_PER_STEP, long_job_share: float = LONG_JOB_SHARE,
+                 clock: Callable[[], float] = time.monotonic):
+        """engines: {kind: StepEngine} for jobs decoded together, step by step (chat requests). clock: the
+        seconds the queue reads (a test may give its own, advanced by its fake work)."""
+        self.clock = clock
         self.engines = engines or {}
         self.kv_budget_bytes, self.max_batch = kv_budget_bytes, max_batch
         self.prefill_tokens_per_step = prefill_tokens_per_step
         self._waiting: deque[Ticket] = deque()
         self._background: deque[Ticket] = deque()  # served only when nobody is waiting
         self._running: Ticket | None = None  # a whole job running now
+        self._long: deque[LongTicket] = deque()  # long jobs, taking turns a chunk each (the head goes next)
+        self._chunk: LongTicket | None = None  # the long job whose chunk runs now
+        self._long_job_share = long_job_share
+        self._last_chunk_s = 0.0  # the last chunk's seconds ...
+        self._batch_s_since_chunk = 0.0  # ... and the batch's decode-step seconds since it
         self._members: dict[tuple[str, Hashable], Ticket] = {}  # (kind, engine handle) -> ticket in the batch
         self._by_key: dict[Hashable, Ticket] = {}
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._speeds: deque[float] = deque([seconds_per_unit], maxlen=20)  # seconds per work unit
         self._running_since = 0.0
-        self._schedule = Schedule()
+        self._schedule = Schedule(clock)
         self.completed = 0
         threading.Thread(target=self._serve, name="run-queue", daemon=True).start()
 
@@ -193,8 +251,8 @@ class RunQueue:
             return len(self._waiting) + self._busy()
 
     def _busy(self) -> int:
-        """1 while a job or a batch is running. Lock held."""
-        return int(self._running is not None or bool(self._members))
+        """1 while a job, a long job's chunk or a batch is running. Lock held."""
+        return int(self._running is not None or self._chunk is not None or bool(self._members))
 
     def submit(self, key: Hashable, work: Callable[[], object], cost: int, prompt_tokens: int = 0,
                background: bool = False, batch: tuple[str, object] | None = None) -> Ticket:
@@ -220,6 +278,36 @@ class RunQueue:
             self._wake.notify()
             return ticket
 
+    def submit_long(self, key: Hashable, steps: Callable[[], Steps], asker: Hashable) -> LongTicket:
+        """Queue a long job: `steps()` makes its generator of chunks (pipeline.long_jobs), called at its first
+        chunk in the worker. The same key already queued or running: `asker` joins that ticket (one run for
+        everyone; one who had withdrawn while it was still stopping brings it back)."""
+        with self._lock:
+            ticket = self._by_key.get(key)
+            if ticket is None:
+                ticket = self._by_key[key] = LongTicket(self, key, steps)
+                self._long.append(ticket)
+                self._wake.notify()
+            if isinstance(ticket, LongTicket):
+                ticket.askers.add(asker)
+                ticket.stopping = False
+            return ticket
+
+    def withdraw(self, ticket: LongTicket, asker: Hashable) -> bool:
+        """`asker` no longer wants `ticket`; True if nobody is left: it stops at the worker's next gap."""
+        with self._lock:
+            ticket.askers.discard(asker)
+            if ticket.askers or ticket.done() or ticket not in self._long:
+                return False
+            ticket.stopping = True
+            self._wake.notify()
+            return True
+
+    def long_jobs(self) -> list[LongTicket]:
+        """The long jobs queued or running now, the next to run a chunk first."""
+        with self._lock:
+            return list(self._long)
+
     def position(self, ticket: Ticket) -> int:
         with self._lock:
             if ticket is self._running or ticket in self._members.values() or ticket.done():
@@ -227,23 +315,33 @@ class RunQueue:
             line = list(self._waiting) + list(self._background)
             return line.index(ticket) + self._busy() if ticket in line else 0
 
-    def estimate_s(self, ticket: Ticket) -> float:
-        """The work of everything running and ahead of it, and its own, at the recent seconds per unit."""
+    def estimate_s(self, ticket: Ticket) -> float | None:
+        """The work of everything running and ahead of it, and its own, at the recent seconds per unit. A long
+        job: its chunks left at its own seconds per chunk, times the long jobs taking turns (None: no chunk yet)."""
         with self._lock:
+            if isinstance(ticket, LongTicket):
+                if ticket.progress is None or not ticket.chunks:
+                    return None
+                left = max(0, ticket.progress.total - ticket.progress.done)
+                return left * ticket.chunk_seconds / ticket.chunks * max(1, len(self._long))
             speed = statistics.median(self._speeds)
             line = list(self._waiting) + list(self._background)
             ahead = line[:line.index(ticket) + 1] if ticket in line else []
             running = sum(t.cost for t in self._members.values())
             if self._running is not None:
                 running += self._running.cost
-            left = max(0.0, running * speed - (time.monotonic() - self._running_since))
+            left = max(0.0, running * speed - (self.clock() - self._running_since))
+            if self._chunk is not None:  # a long job's chunk: about as long as its others
+                left += max(0.0, self._chunk.chunk_seconds / max(1, self._chunk.chunks)
+                            - (self.clock() - self._chunk.started_chunk_at))
             return left + sum(t.cost for t in ahead) * speed
 
     def schedule(self) -> dict:
         """The running batch's recent record as plain data: {"steps": [{step, t_s, seconds, members}],
         "requests": [{id, key, queued_s, prefill_at_s, prefill_s, joined_step, first_step, first_token_s,
-        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join}]}
-        (ids are anonymous numbers; `key` is the request's queue key)."""
+        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join}],
+        "chunks": [{key, chunk, at_s, seconds}]} (ids are anonymous numbers; `key` is the request's or the long
+        job's queue key; chunk: its number within its job)."""
         with self._lock:
             return self._schedule.as_data()
 
@@ -251,14 +349,24 @@ class RunQueue:
     def _serve(self) -> None:
         while True:
             with self._lock:
-                while not (self._waiting or self._background or self._members):
+                while not (self._waiting or self._background or self._members or self._long):
                     self._wake.wait()
+                stopped = self._stopped()
                 job, admitted = self._next()
+                chunk = None
                 if job is not None:
-                    self._running, self._running_since = job, time.monotonic()
+                    self._running, self._running_since = job, self.clock()
                     job.set_running_or_notify_cancel()  # running() is True from here (never cancelled)
+                elif not admitted and self._chunk_due():
+                    chunk = self._chunk = self._long[0]
+                    self._long.rotate(-1)  # the next long job takes the next turn
+            for ticket in stopped:
+                self._stop(ticket)
             if job is not None:
                 self._run_whole(job)
+                continue
+            if chunk is not None:
+                self._run_chunk(chunk)
                 continue
             for kind, tickets in self._by_kind(admitted).items():
                 if len(tickets) > 1 and hasattr(self.engines[kind], "start_together"):
@@ -269,6 +377,67 @@ class RunQueue:
             if self._members:
                 self._step()
 
+    def _stopped(self) -> list[LongTicket]:
+        """Lock held: the long jobs nobody wants any more, out of the line (the worker closes them)."""
+        stopped = [t for t in self._long if t.stopping]
+        for ticket in stopped:
+            self._long.remove(ticket)
+            self._by_key.pop(ticket.key, None)
+        return stopped
+
+    def _stop(self, ticket: LongTicket) -> None:
+        """Close a withdrawn long job's generator (its `finally` runs, in its caller's context) between chunks."""
+        try:
+            if ticket.steps is not None:
+                ticket.context.run(ticket.steps.close)
+        except BaseException:  # its clean-up failed: it stops all the same
+            log.exception("closing the long job %r failed", ticket.key)
+        done = ticket.progress.done if ticket.progress else 0
+        log.info("stopped a long job after %d chunks (%d done): nobody wants it any more", ticket.chunks, done)
+        ticket._finish(error=CancelledError(f"stopped after {ticket.chunks} chunks: nobody wants it any more"))
+
+    def _chunk_due(self) -> bool:
+        """Lock held, in a gap where nobody was admitted or run: whether a long job's chunk runs now. With a batch
+        decoding, once the batch has had its share of the time since the last chunk; else when nobody waits."""
+        if not self._long:
+            return False
+        if self._members:
+            share = self._long_job_share
+            return self._batch_s_since_chunk * share >= self._last_chunk_s * (1 - share)
+        return not self._waiting
+
+    def _run_chunk(self, ticket: LongTicket) -> None:
+        """One chunk of a long job, in its caller's context: its progress, or its end (result or error)."""
+        t = ticket.started_chunk_at = self.clock()
+        if ticket.started_at is None:
+            ticket.started_at = t
+            ticket.set_running_or_notify_cancel()
+        ended, result, error = False, None, None
+        try:
+            if ticket.steps is None:
+                ticket.steps = ticket.context.run(ticket.make_steps)
+            progress = ticket.context.run(next, ticket.steps)
+        except StopIteration as end:
+            ended, result = True, end.value
+        except BaseException as e:  # handed to the caller, who shows it
+            ended, error = True, e
+        took = self.clock() - t
+        with self._lock:
+            self._schedule.chunk_ran(ticket, t, took)
+            ticket.chunks += 1
+            ticket.chunk_seconds += took
+            self._last_chunk_s, self._batch_s_since_chunk = took, 0.0
+            self._chunk = None
+            if not ended and isinstance(progress, Progress):
+                ticket.progress = progress
+        if not ended:
+            return
+        ticket._finish(result=result, error=error)
+        log.info("a long job ended after %d chunks, %.1f s of the model's time", ticket.chunks, ticket.chunk_seconds)
+        with self._lock:
+            self._long.remove(ticket)
+            self._done(ticket)
+
     def _is_stepped(self, ticket: Ticket) -> bool:
         return ticket.batch is not None and ticket.batch[0] in self.engines
 
@@ -276,10 +445,12 @@ class RunQueue:
         """Lock held: a whole job to run now, or the stepped requests to prefill before the next step.
         Arrival order: a whole job at the head of the line runs before anyone behind it is admitted."""
         line = self._waiting
-        if not line and not self._members:
-            line = self._background  # nobody waits and no batch runs: preparation may go
+        if not line and not self._members and not self._long:
+            line = self._background  # nobody waits, no batch runs, no long job is left: preparation may go
         if line and not self._is_stepped(line[0]):
-            return line.popleft(), []
+            job = line.popleft()
+            job.started_at = self.clock()
+            return job, []
         admitted, tokens = [], 0
         reserved = sum(t.reserved[1] for t in self._members.values())
         while line and self._is_stepped(line[0]) and len(self._members) + len(admitted) < self.max_batch:
@@ -297,6 +468,7 @@ class RunQueue:
                                                                          self.prefill_tokens_per_step)):
                 break  # the budget is full (or this step's prefill is): the head waits, nobody overtakes it
             line.popleft()
+            head.started_at = self.clock()
             head.reserved = (prompt, kv)
             head.set_running_or_notify_cancel()
             admitted.append(head)
@@ -308,7 +480,7 @@ class RunQueue:
             ticket._finish(result=ticket.context.run(ticket.work))
         except BaseException as e:  # handed to the caller, who shows it
             ticket._finish(error=e)
-        took = time.monotonic() - self._running_since
+        took = self.clock() - self._running_since
         log.info("ran 1 job in %.1f s; %d waiting", took, len(self._waiting))
         with self._lock:
             if ticket.cost > 0 and ticket.exception() is None:
@@ -324,7 +496,7 @@ class RunQueue:
     def _start(self, ticket: Ticket) -> None:
         """The request's prefill, in its caller's context; it joins the batch at the next step."""
         kind, payload = ticket.batch
-        t = time.monotonic()
+        t = self.clock()
         try:
             handle = ticket.context.run(self.engines[kind].start, payload)
         except BaseException as e:  # refused (too long, ...): its caller only hears it
@@ -332,7 +504,7 @@ class RunQueue:
             with self._lock:
                 self._done(ticket)
             return
-        took = time.monotonic() - t
+        took = self.clock() - t
         with self._lock:
             self._running_since = self._running_since if self._members else t
             self._members[(kind, handle)] = ticket
@@ -353,13 +525,13 @@ class RunQueue:
         start_together (one batched pass where it can), in the first one's caller's context, with every one's
         context (their passes count for their own callers); each joins the batch at the next step, a refused
         one's caller hears why."""
-        t = time.monotonic()
+        t = self.clock()
         try:
             results = tickets[0].context.run(self.engines[kind].start_together, [tk.batch[1] for tk in tickets],
                                              [tk.context for tk in tickets])
         except BaseException as e:  # the pass itself failed: every one of them hears it
             results = [e] * len(tickets)
-        took = time.monotonic() - t
+        took = self.clock() - t
         refused = [(tk, r) for tk, r in zip(tickets, results) if isinstance(r, BaseException)]
         for ticket, error in refused:
             ticket._finish(error=error)
@@ -377,7 +549,7 @@ class RunQueue:
 
     def _step(self) -> None:
         """One decode step of every engine with requests in the batch; the ended ones leave."""
-        t = time.monotonic()
+        t = self.clock()
         with self._lock:
             members = list(self._members.items())
         ended: list[tuple[tuple[str, Hashable], object]] = []
@@ -388,7 +560,7 @@ class RunQueue:
             except BaseException as e:  # the step itself failed: every request of that engine hears it
                 log.exception("a decode step of kind %s failed", kind)
                 ended += [((k, h), e) for (k, h), _ in members if k == kind]
-        took = time.monotonic() - t
+        took = self.clock() - t
         finishing: list[tuple[Ticket, Future]] = []
         with self._lock:
             left = []
@@ -403,6 +575,7 @@ class RunQueue:
                 ticket._finish(error=result) if isinstance(result, BaseException) else ticket._finish(result=result)
                 self._done(ticket)
             self._schedule.stepped([ticket.rid for _, ticket in members], took, left)
+            self._batch_s_since_chunk += took
             self._speeds.append(took / (DECODE_STEP_COST * len(members)))
             if not self._members:
                 log.info("the batch emptied; %d waiting", len(self._waiting))

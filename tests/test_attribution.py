@@ -143,6 +143,31 @@ def test_patching_the_whole_last_stream_restores_the_clean_run(case, tokenizer):
     assert np.abs(p.restored[0, [i for i in range(len(ids) - 1) if i not in differs]]).max() < 1e-4
 
 
+def test_patching_in_short_passes_as_a_long_job_gives_the_one_pass_result(case, tokenizer, monkeypatch):
+    """Each layer's positions in passes of at most PATCH_ROWS_PER_PASS rows (a chunk each of the long job, so a
+    question waits for one short pass): the same heatmap as one pass per layer, and the progress counts every
+    pass."""
+    from pipeline.attribution import interventions as iv
+
+    lm, ids, _ = case
+    bad = tokenizer(CORRUPTED)["input_ids"]
+    monkeypatch.setattr(iv, "PATCH_ROWS_PER_PASS", len(ids))
+    whole = patch_residual(lm, ids, bad)
+    monkeypatch.setattr(iv, "PATCH_ROWS_PER_PASS", 3)
+    steps, progress = iv.patch_residual_steps(lm, ids, bad), []
+    while True:
+        try:
+            progress.append(next(steps))
+        except StopIteration as end:
+            split = end.value
+            break
+    np.testing.assert_allclose(split.restored, whole.restored, atol=1e-4)
+    passes = -(-len(ids) // 3)
+    assert [p.done for p in progress] == list(range(1, 2 + (lm.dims.L + 1) * passes + 1))
+    assert progress[-1].total == len(progress) + 1  # the last chunk, the whole last stream, returns the result
+    assert progress[3].note == f"the stream before block 0 patched, pass 2 of {passes}"
+
+
 def test_bad_input_names_the_field(case, tokenizer):
     lm, ids, rec = case
     with pytest.raises(InputError, match="corrupted"):

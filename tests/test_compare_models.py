@@ -118,3 +118,57 @@ def test_sentencepiece_space_shows_like_a_byte_level_one(tokenizer, gemma_tokeni
     for tok in (tokenizer, gemma_tokenizer):
         ids = tok.encode("Are tomatoes fruit?", add_special_tokens=False)
         assert tokens_text(tok, ids) == ["Are", "␣tomatoes", "␣fruit", "?"]
+
+
+def test_compare_page_runs_as_a_long_job_that_its_starter_can_stop_and_start_again(tiny_app, monkeypatch):
+    """Opening the page starts the comparison in the model's queue, a model's run or a timed answer at a time: past
+    the page's own wait (0 s here) its progress is shown with a Cancel button; once stopped, the page says so and
+    offers to start it again, and that run's result is drawn with when it was made."""
+    import threading
+    from concurrent.futures import CancelledError
+
+    from pipeline import compare
+    from tests.conftest import page_app
+    from views import long_job
+    from views.server_state import run_queue
+
+    monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
+    held, go_on, runs = threading.Event(), threading.Event(), []
+    real = compare.compare_models_steps
+
+    def steps(*args, **kw):  # the first run waits in its second part until the test lets it go on
+        inner = real(*args, **kw)
+
+        def chunks():
+            runs.append(1)
+            yield next(inner)
+            if len(runs) == 1:
+                held.set()
+                assert go_on.wait(60)
+            return (yield from inner)
+        return chunks()
+
+    monkeypatch.setattr(compare, "compare_models_steps", steps)
+    at = page_app("compare_models", req_question="Which is heavier, a kilo of iron or of feathers?",
+                  req_max_new_tokens=2).run()
+    assert not at.exception, at.exception
+    assert held.wait(60)
+    [job] = [t for t in run_queue().long_jobs() if "compare_models" in t.key]
+    at.run()
+    [bar] = at.get("progress")
+    assert bar.proto.text.startswith(f"⏳ The comparison of the two models: 1 of {job.progress.total} parts done")
+    [cancel] = [b for b in at.button if b.label == "Cancel"]
+    cancel.click().run()
+    assert any(i.value.startswith("You stopped the comparison of the two models after 1 of") for i in at.info)
+    go_on.set()
+    with pytest.raises(CancelledError):
+        job.result(60)
+    assert not at.code  # nothing drawn: the page stopped
+    at.button(key="cmp_start").click().run()
+    assert not at.exception, at.exception
+    [again] = [t for t in run_queue().long_jobs() if "compare_models" in t.key] or [None]
+    if again is not None:  # still running when the page looked: wait for it, then look again
+        again.result(60)
+        at.run()
+    assert len(at.code) == 4 and runs == [1, 1]  # two answers, two prompts: from the second run
+    assert any("Made at " in c.value for c in at.caption)

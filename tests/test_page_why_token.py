@@ -60,3 +60,105 @@ def test_buttons_ablate_patch_and_integrate(tiny_app):
     at.text_input(key="why_corrupted").set_value("Are carrots a kind of fruit?").run()
     at.button(key="why_patch").click().run()
     assert any("corrupted: must have as many tokens" in e.value for e in at.error)
+
+
+def held_patching(monkeypatch):
+    """The page's activation patching, its real chunks, held at its third chunk until `go_on` is set (the test's
+    stand-in for a long job on the real model): returns (held, go_on, runs) events and the list of runs made."""
+    import threading
+
+    from pipeline.attribution import interventions as iv
+
+    held, go_on, runs = threading.Event(), threading.Event(), []
+    real = iv.patch_residual_steps
+
+    def steps(*args, **kw):
+        inner = real(*args, **kw)  # the input is checked now, as on the page
+
+        def chunks():
+            runs.append(1)
+            yield next(inner)
+            yield next(inner)
+            held.set()
+            assert go_on.wait(60)
+            return (yield from inner)
+        return chunks()
+
+    monkeypatch.setattr(iv, "patch_residual_steps", steps)
+    return held, go_on, runs
+
+
+def patching_jobs():
+    from views.server_state import run_queue
+
+    return [t for t in run_queue().long_jobs() if "patching" in t.key]
+
+
+def progress_texts(at) -> list[str]:
+    return [p.proto.text for p in at.get("progress")]
+
+
+def test_patching_shows_its_progress_and_the_one_who_started_it_can_cancel_it(tiny_app, monkeypatch):
+    """Activation patching runs in the model's queue a layer at a time: past the page's own wait (0 s here) a
+    panel shows how far it is, with a Cancel button; Cancel stops it between two chunks and frees the queue."""
+    from concurrent.futures import CancelledError
+
+    from views import long_job
+    from views.server_state import run_queue
+
+    monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
+    held, go_on, runs = held_patching(monkeypatch)
+    at = run_page()
+    at.text_input(key="why_corrupted").set_value("Are lemons fruit?")
+    at.button(key="why_patch").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert held.wait(60)  # the queue's worker is in the job's third chunk: two are done
+    [job] = patching_jobs()
+    at.run()
+    [text] = progress_texts(at)
+    assert text.startswith(f"⏳ Activation patching: 2 of {job.progress.total} parts done (the corrupted question run)")
+    cancel = [b for b in at.button if b.label == "Cancel"]
+    assert len(cancel) == 1 and not any(c.value.startswith("1 = the clean answer") for c in at.caption)
+    cancel[0].click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    stopped = f"You stopped activation patching after 2 of its {job.progress.total} parts."
+    assert any(i.value == stopped for i in at.info), [i.value for i in at.info]
+    assert not progress_texts(at) and not [b for b in at.button if b.label == "Cancel"]
+    go_on.set()
+    with pytest.raises(CancelledError):
+        job.result(60)
+    assert job.chunks == 3 and patching_jobs() == []  # stopped after the chunk it was in
+    assert run_queue().submit("after", lambda: "answer", cost=1).result(60) == "answer"  # the worker is free
+    at.run()
+    assert not any(c.value.startswith("1 = the clean answer") for c in at.caption)  # nothing was kept
+    assert runs == [1]
+
+
+def test_two_sessions_patching_the_same_share_one_run_and_its_result_with_when_it_was_made(tiny_app, monkeypatch):
+    """The second session to press Patch with the same two questions joins the first one's run; once it is done,
+    both, and a third session that never pressed, see the same heatmap with when it was made."""
+    from views import long_job
+
+    monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
+    held, go_on, runs = held_patching(monkeypatch)
+    first, second = run_page(), run_page()
+    for at in (first, second):
+        at.text_input(key="why_corrupted").set_value("Are pears fruit?")
+        at.button(key="why_patch").click().run()
+        assert not at.exception, [e.message for e in at.exception]
+    assert held.wait(60)
+    [job] = patching_jobs()
+    assert len(job.askers) == 2 and runs == [1]  # the second session joined the first one's run
+    go_on.set()
+    job.result(60)
+    later = run_page()  # a third session that never pressed Patch
+    later.text_input(key="why_corrupted").set_value("Are pears fruit?").run()
+    charts = []
+    for at in (first.run(), second.run(), later):
+        assert not at.exception, [e.message for e in at.exception]
+        [caption] = [c.value for c in at.caption if c.value.startswith("1 = the clean answer")]
+        assert "Made at " in caption and "kept for everyone who asks the same" in caption
+        charts.append(np.asarray(chart_data(at.get("plotly_chart")[-1])[0]["z"]))
+    np.testing.assert_array_equal(charts[0], charts[1])
+    np.testing.assert_array_equal(charts[0], charts[2])
+    assert runs == [1]

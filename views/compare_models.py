@@ -4,9 +4,8 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from pipeline.compare import answers_sentence, compare_models
+from pipeline.compare import answers_sentence, compare_models_steps
 from pipeline.errors import InputError
-from pipeline.run_queue import cost_of
 from pipeline.stages.kv_cache import human_bytes
 from pipeline.stages.tokens import tokenize_request
 from pipeline.text.pieces import token_pieces
@@ -18,7 +17,7 @@ from views.chrome import page_header, stage_link
 from views.model_pair import compared_keys, model_handle
 from views.server_state import APP_MAX_PROMPT_TOKENS
 from views.session_request import current_request, request_key
-from views.waiting import result_through_queue
+from views.long_job import long_job, made_line, stopped_here
 
 REPEATS = 3  # timed runs per model, interleaved
 CHIPS_HEIGHT = 220  # px: a long prompt's chips scroll in their own box
@@ -46,19 +45,24 @@ prompt_format = st.radio("How the request is written", list(formats), format_fun
                          key="cmp_format")
 try:
     request = replace(current_request(), prompt_format=prompt_format)
-    prompt_tokens = [len(tokenize_request(h.tokenizer, request).ids) for h in handles]
+    for h in handles:  # a request a model cannot write down is refused here, before anything is queued
+        tokenize_request(h.tokenizer, request)
 except InputError as e:
     st.error(f"Please fix the request — {markdown_text(e)}")
     st.stop()
 
-work = sum(cost_of(n, request.options.max_new_tokens + REPEATS * 16) for n in prompt_tokens)
+job = ("compare_models", keys, request_key(request), prompt_format)
+again = stopped_here(job) and st.button("Compare them", key="cmp_start")  # after this session cancelled it
 try:
-    result = result_through_queue(("compare_models", keys, request_key(request), prompt_format),
-                                  lambda: compare_models(request, handles, REPEATS, APP_MAX_PROMPT_TOKENS),
-                                  work, max(prompt_tokens))
+    finished = long_job(job, lambda: compare_models_steps(request, handles, REPEATS, APP_MAX_PROMPT_TOKENS),
+                        "the comparison of the two models", start=again or not stopped_here(job))
 except InputError as e:
     st.error(f"Please fix the request — {markdown_text(e)}")
     st.stop()
+if finished is None:  # running (its progress is drawn above), or stopped
+    st.stop()
+result = finished.value
+st.caption(f"Each model's run and the timing below: {made_line(finished)}")
 a, b = result.runs
 
 st.subheader("1. The answers")

@@ -11,13 +11,14 @@ from pipeline.serving import ceilings as ceiling_store
 from pipeline.serving.costs import decode_cost, prefill_cost
 from pipeline.serving.metrics import room_metrics
 from pipeline.serving.roofline import MEMORY, PREFILL_LENGTHS, prefill_curve, trace_points
-from pipeline.serving.sweep import BATCH_SIZES, bend, sweep
+from pipeline.serving.sweep import BATCH_SIZES, bend, sweep_steps
 from pipeline.trace import Trace
 from pipeline.text.token_names import token_text
 from ui.escape import markdown_text
 from ui.plots import log_axis
 from ui.words import plural
 from views.chrome import page_header, stage_link
+from views.long_job import long_job, made_line
 from views.room_schedule import room_schedule
 from views.runs import run_for_page
 from views.server_state import get_model, run_store
@@ -158,16 +159,18 @@ if roof is not None:  # the roofline's bound per step, scaled to what this run's
     took = f"about {waiting_time(estimate)} here, from your run's own step time and the ceilings"
 else:  # no ceilings: each step takes at least as long as one of this run's own
     took = f"at least {waiting_time(SWEEP_REPEATS * SWEEP_STEPS * len(sizes) * step_s)} here (more with the ceilings)"
-st.caption(f"{SWEEP_STEPS} greedy decode steps per batch size, {SWEEP_REPEATS} interleaved repeats; it runs through "
-           f"the queue like any request (the room waits for it, and it waits for the room): {took}. Measured once "
-           "per server for each choice of sizes, and kept.")
-if st.button("Run the batching sweep", key="pd_sweep"):
+st.caption(f"{SWEEP_STEPS} greedy decode steps per batch size, {SWEEP_REPEATS} interleaved repeats: {took}. It runs "
+           "a batch size at a time behind the room's questions (each point's steps are timed inside its turn). "
+           "Measured once per server for each choice of sizes, and kept for everyone.")
+clicked = st.button("Run the batching sweep", key="pd_sweep")
+if clicked:
     st.session_state["pd_sweep_sizes"] = sizes
-asked_sizes = st.session_state.get("pd_sweep_sizes")
-if asked_sizes:
-    cost = SWEEP_REPEATS * sum(b * n_prompt + SWEEP_STEPS * DECODE_STEP_COST * b for b in asked_sizes)
-    pts = result_through_queue(("batch sweep", asked_sizes),
-                               lambda: sweep(get_model(), asked_sizes, SWEEP_STEPS, SWEEP_REPEATS, roof), cost=cost)
+asked_sizes = st.session_state.get("pd_sweep_sizes") or sizes  # the sizes this session asked for, else its pick
+measured = long_job(("batch sweep", asked_sizes),
+                    lambda: sweep_steps(lm, asked_sizes, SWEEP_STEPS, SWEEP_REPEATS, roof),
+                    "the batching sweep", start=clicked)
+if measured is not None:
+    pts = measured.value
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[p.batch_size for p in pts], y=[p.tokens_per_s for p in pts], mode="lines+markers",
                              name="total tokens/s", error_y=dict(type="data", symmetric=False,
@@ -195,7 +198,8 @@ if asked_sizes:
         + (f" The roofline puts that point near B = {max(1, round(roof.balance / steps[0].cost.intensity)):,}; on a "
            "CPU, the rows' activations also spill out of the caches earlier." if roof and steps else ""))
     st.caption("Each point: the median over repeats of each repeat's median step; error bars: the range. "
-               "Sizes are measured in turn, then in reverse order, so the machine's load hits them alike.")
+               "Sizes are measured in turn, then in reverse order, so the machine's load hits them alike. "
+               + made_line(measured))
 
 # ---- 4. temperature 0 under batching -------------------------------------------------------------------------------
 st.subheader("4. Temperature 0 under batching")

@@ -6,7 +6,10 @@
   patch    activation patching (TransformerLens's `get_act_patch_resid_pre`): run a corrupted prompt of the
            same length and copy one layer x position of the clean run's residual stream into it; how much of
            the clean answer comes back, (patched - corrupted) / (clean - corrupted) of the logit difference
-           clean answer - corrupted answer (1 = all of it). One batched pass per layer (one row per position).
+           clean answer - corrupted answer (1 = all of it). Batched passes per layer (one row per position, at
+           most PATCH_ROWS_PER_PASS rows a pass). `patch_residual_steps` is the same work as a long job of short
+           chunks (pipeline.long_jobs): the two plain runs, each pass of each layer, the whole last stream, each
+           yielding its progress.
 Passes go through `lm.forward` (the lock, the pass counter); the hooks are registered under the lock.
 """
 from __future__ import annotations
@@ -17,10 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..long_jobs import Progress, Steps, run_to_end
 from ..maths import softmax
 from ..model.interface import LanguageModel
 
 MODES = ("zero", "mean")
+# Positions patched per pass: each layer's rows (one per position) go in passes of at most this many, a chunk each
+# of the long job. SmolLM2 fp32 on this shared 2-core machine: 34 rows in one pass took ~3 s (7 s at most under
+# load); 12 rows about a second, which is as long as a question waits behind patching.
+PATCH_ROWS_PER_PASS = 12
 
 
 @contextmanager
@@ -130,10 +138,13 @@ def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[
                    positions: list[int] | None = None, layers: list[int] | None = None) -> Patching:
     """Patch each (layer, position) of the stream from the clean run into the corrupted one (`layers`: the rows
     computed, default all L + 1; the others stay NaN)."""
-    import torch
+    return run_to_end(patch_residual_steps(lm, clean_ids, corrupted_ids, positions, layers))
 
-    from ..model.capture import block_names, capture
 
+def patch_residual_steps(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
+                         positions: list[int] | None = None, layers: list[int] | None = None) -> Steps[Patching]:
+    """patch_residual as a long job: the input is checked now (InputError naming the field), the work runs a
+    chunk per next(): the clean and the corrupted runs, one per layer patched, the whole last stream."""
     if len(clean_ids) != len(corrupted_ids):
         raise InputError("corrupted", f"must have as many tokens as the clean prompt ({len(clean_ids)}), "
                                       f"has {len(corrupted_ids)}: change a word for a word of the same length.")
@@ -141,10 +152,28 @@ def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[
     positions = list(range(T)) if positions is None else sorted(set(positions))
     if not positions or not all(0 <= p < T for p in positions):
         raise InputError("positions", f"must be positions between 0 and {T - 1}.")
+    layers = list(range(L + 1)) if layers is None else list(layers)
+    if not all(0 <= i <= L for i in layers):
+        raise InputError("layers", f"must be layers between 0 and {L}.")
+    return _patch_chunks(lm, list(clean_ids), list(corrupted_ids), positions, layers)
+
+
+def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], positions: list[int],
+                  layers: list[int]) -> Steps[Patching]:
+    import torch
+
+    from ..model.capture import block_names, capture
+
+    T, L = len(clean_ids), lm.dims.L
+    parts = -(-len(positions) // PATCH_ROWS_PER_PASS)  # passes per layer, of nearly equal rows
+    groups = [positions[i::parts] for i in range(parts)]  # positions[i::parts]: every parts-th, evenly spread
+    total = 2 + len(layers) * parts + 1
     with capture(lm, ["embeddings"] + block_names(L, "hidden_states")) as rec:
         clean = lm.forward(torch.tensor([clean_ids], device=lm.device), use_cache=False).logits[0, -1].float().cpu()
     streams = [rec["embeddings"][0][0]] + [rec[f"blocks.{i}.hidden_states"][0][0] for i in range(L)]
+    yield Progress(1, total, "the clean question run")
     corrupted = _last_logits(lm, corrupted_ids)
+    yield Progress(2, total, "the corrupted question run")
     clean = clean.numpy()
     a = int(clean.argmax())
     b = int(corrupted.argmax())
@@ -154,8 +183,14 @@ def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[
     d_clean, d_bad = float(diff(clean)), float(diff(corrupted))
     span = d_clean - d_bad if abs(d_clean - d_bad) > 1e-9 else 1e-9
     restored = np.full((L + 1, len(positions)), np.nan)
-    for layer in (range(L + 1) if layers is None else layers):
-        out = _forward_patched(lm, corrupted_ids, layer, streams[layer], [[p] for p in positions])
-        restored[layer] = (diff(out) - d_bad) / span
+    column = {p: j for j, p in enumerate(positions)}
+    done = 2
+    for layer in layers:
+        where = f"the stream before block {layer}" if layer < L else "the stream after the last block"
+        for k, group in enumerate(groups):
+            out = _forward_patched(lm, corrupted_ids, layer, streams[layer], [[p] for p in group])
+            restored[layer, [column[p] for p in group]] = (diff(out) - d_bad) / span
+            done += 1
+            yield Progress(done, total, f"{where} patched" + (f", pass {k + 1} of {parts}" if parts > 1 else ""))
     whole = _forward_patched(lm, corrupted_ids, L, streams[L], [list(range(T))])[0]
     return Patching(a, b, d_clean, d_bad, restored, positions, whole)

@@ -6,6 +6,10 @@ The roofline says what to expect: a decode step reads every weight once however 
 so while the weights dominate the bytes, B rows cost about the time of one ("one read, dozens of
 tokens") and tokens/s grows with B; once B rows' FLOPs (and their KV reads) outweigh the one read of the
 weights, each step takes longer in proportion and tokens/s stops growing: the curve bends.
+
+`sweep_steps` is the same measurement as a long job of short chunks (pipeline.long_jobs): one batch size of one
+repeat per chunk (each point's step times are taken inside its chunk, so other work between chunks does not
+enter them).
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 
 from ..checks import integer, shown, typed_count
 from ..errors import InputError
+from ..long_jobs import Progress, Steps, run_to_end
 from ..model.interface import LanguageModel
 from .batched import decode_rows, request_ids
 from .ceilings import Ceilings
@@ -64,15 +69,26 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 
 def sweep(lm: LanguageModel, batch_sizes=BATCH_SIZES, steps: int = 8, repeats: int = 3,
           roof: Ceilings | None = None) -> list[Point]:
+    return run_to_end(sweep_steps(lm, batch_sizes, steps, repeats, roof))
+
+
+def sweep_steps(lm: LanguageModel, batch_sizes=BATCH_SIZES, steps: int = 8, repeats: int = 3,
+                roof: Ceilings | None = None) -> Steps[list[Point]]:
+    """sweep as a long job: the arguments are checked now, then each (repeat, batch size) is a chunk."""
     integer("steps", steps, 2, 1000)
     integer("repeats", repeats, 1, 100)
     sizes = parse_batch_sizes(",".join(map(str, batch_sizes)))
+    return _sweep_chunks(lm, sizes, steps, repeats, roof)
+
+
+def _sweep_chunks(lm: LanguageModel, sizes: tuple[int, ...], steps: int, repeats: int, roof: Ceilings | None):
     prompts = request_ids(lm, max(sizes))
     times: dict[int, list[float]] = {b: [] for b in sizes}
     for r in range(repeats):
         for b in sizes if r % 2 == 0 else sizes[::-1]:
             rows = decode_rows(lm, prompts[:b], steps)
             times[b].append(statistics.median(rows.step_seconds))
+            yield Progress(sum(map(len, times.values())), repeats * len(sizes), f"B = {b}, repeat {r + 1} of {repeats}")
     points = []
     for b in sizes:
         past = max(len(p) for p in prompts[:b]) + steps // 2  # the middle of the measured steps
