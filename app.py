@@ -70,7 +70,7 @@ def sidebar(pages: list):
         st.divider()
         model_picker()
         st.header("Your request")
-        if st.button("Reset to the default request", use_container_width=True):  # on the model picked
+        if st.button("Reset to the default request", width="stretch"):  # on the model picked
             st.session_state.update({k: v for k, v in SESSION_DEFAULTS.items() if k[4:] not in MODEL_FIELDS})
             st.rerun()
         show_values_in_form()
@@ -98,7 +98,7 @@ def sidebar(pages: list):
                 c2.slider("frequency penalty", **r["frequency_penalty"].widget_args(), key="req_frequency_penalty")
                 st.text_input("logit bias (token id:bias, e.g. 13:-100)", key="req_logit_bias",
                               max_chars=LOGIT_BIAS_CHARS)
-            st.form_submit_button("Run the model", type="primary", use_container_width=True)
+            st.form_submit_button("Run the model", type="primary", width="stretch")
         with st.expander("Share or export this view", icon="🔗"):
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")
             url_state.share_box(st.empty())  # filled after the page has run, and by fragments with controls
@@ -121,10 +121,10 @@ def share_and_export(boxes, passes: PassCounter) -> None:
                                lambda: stored_download(key, lambda run: json.dumps(run.to_json(), ensure_ascii=False,
                                                                                    indent=1)),
                                file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
-                               use_container_width=True)
+                               width="stretch")
             st.download_button("Download a report (one HTML file that opens offline)",
                                lambda: stored_download(key, trace_report), file_name=f"{trace.request.id}.html",
-                               mime="text/html", key="dl_html", use_container_width=True)
+                               mime="text/html", key="dl_html", width="stretch")
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")
     with after:

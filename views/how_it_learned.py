@@ -77,7 +77,7 @@ def show_score(score, labels: list[str]) -> None:
                                 max_height=240), unsafe_allow_html=True)
     st.caption("Green: the model expected the token (few bits of surprise); red: it did not (12 bits or more, about "
                "1 chance in 4,000). Grey: not scored. Hover a chip for its numbers.")
-    st.dataframe(token_table(score, labels), hide_index=True, use_container_width=True)
+    st.dataframe(token_table(score, labels), hide_index=True, width="stretch")
 
 
 def score_section() -> None:
@@ -101,7 +101,7 @@ def score_section() -> None:
     rows = [{"the model read": "".join(labels[:t])[-60:], "to guess": labels[t],
              "probability it gave": f"{score.prob(t):.2%}", "loss (nats)": round(-score.logprobs[t], 3)}
             for t in list(score.scored)[:SHIFT_ROWS]]
-    st.dataframe(pd.DataFrame(rows), hide_index=True, use_container_width=True)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     if len(score.scored) > SHIFT_ROWS:
         st.caption(f"The first {SHIFT_ROWS} of {len(score.scored):,} exercises.")
 
@@ -121,7 +121,7 @@ def article_section() -> None:
         rows.append({"sentence": sentence, "article: p": f"{p_article:.0%}",
                      "article: −ln p": round(article_penalty(p_article), 2), "this model: p": f"{score.prob(t):.2%}",
                      "this model: −ln p": round(-score.logprobs[t], 2), "rank": score.ranks[t]})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, use_container_width=True)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 
 
 def answer_section() -> None:
@@ -235,16 +235,16 @@ def show_step(step: dict, ids: list[int]) -> None:
     fig.update_layout(barmode="group", height=300, margin=dict(t=30, b=10), title="Loss per token (nats)",
                       yaxis_title="−ln p")
     token_axis(fig, "x", x)
-    st.plotly_chart(fig, use_container_width=True)
+    st.plotly_chart(fig, width="stretch")
     st.dataframe(pd.DataFrame([{"token": labels[t], "p before": f"{math.exp(b):.2%}", "p after": f"{math.exp(a):.2%}",
                                 "change": f"{math.exp(a) - math.exp(b):+.2%}"}
                                for t, b, a in zip(range(1, len(ids)), before, after)]),
-                 hide_index=True, use_container_width=True)
+                 hide_index=True, width="stretch")
     norms = step["grad_norms"]
     fig = go.Figure(go.Bar(x=list(norms), y=list(norms.values())))
     fig.update_layout(height=280, margin=dict(t=30, b=10), yaxis_title="‖gradient‖",
                       title="Gradient norm per part of the model: where the change lands")
-    st.plotly_chart(fig, use_container_width=True)
+    st.plotly_chart(fig, width="stretch")
 
 
 def memory_section() -> None:
@@ -273,7 +273,7 @@ def memory_section() -> None:
         rows.append({"model": name, **{k: gib(v) for k, v in train.parts().items()},
                      "training step": gib(train.total), "inference": gib(infer.total),
                      "training ÷ inference": f"{train.total / infer.total:.1f}×"})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, use_container_width=True)
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     st.caption("One sequence, no activation recomputation. The public configurations list neither the model width "
                "nor the vocabulary: width is taken as heads × head width, and their logits are not counted. "
                "Inference: the weights, the KV cache of one sequence (sliding layers keep only their window, in the "
