@@ -188,6 +188,10 @@ def test_a_learner_with_the_room_code_cannot_drive_the_room(tiny_app):
         else:
             assert learner.session_state["pr_room"] != room, state  # a room of their own
             learner.button(key="pr_next").click().run()
+        if "pr_unfollow" in [b.key for b in learner.button]:  # stop following: a room of their own, not this one
+            learner.button(key="pr_unfollow").click().run()
+            assert learner.session_state["pr_room"] != room, state
+            learner.button(key="pr_next").click().run()
         assert room_store().room(room) == left, state
     assert not [w for w in at.run().warning if "someone else" in w.value]  # nobody drove the presenter's room
 

@@ -89,11 +89,14 @@ def present(stage: int, query: dict[str, str]) -> str:
     return code
 
 
-if st.session_state.get("pr_room") and not st.session_state.get("pr_key") and not st.session_state.get("pr_follow"):
-    # /presenter?room=CODE without the presenter key: the room is followed, never driven
-    st.session_state.pr_follow = st.session_state.pop("pr_room")
-    st.info(f"This link names room {st.session_state.pr_follow} without its presenter key, so this page follows "
-            "that room. Its presenter drives it from their private presenter link.", icon="🔑")
+if st.session_state.get("pr_room") and not st.session_state.get("pr_key"):
+    # /presenter?room=CODE without the presenter key: the room is followed, never driven (and once this page
+    # stops following, it presents in a room of its own)
+    named = st.session_state.pop("pr_room")
+    if not st.session_state.get("pr_follow"):
+        st.session_state.pr_follow = named
+        st.info(f"This link names room {named} without its presenter key, so this page follows that room. Its "
+                "presenter drives it from their private presenter link.", icon="🔑")
 
 following = st.session_state.get("pr_follow")
 if following:  # a learner following a presenter's room
