@@ -11,6 +11,8 @@
            `tiny_server_cache`) except where a walk checks the real answer (the Korean presenter walk, What if)
 
 Fast tier alone: pytest -m "not model and not app and not browser"
+Model tier alone (a GPU host without Streamlit, torchao, xgrammar or gguf; the weights cache copied there):
+  pytest -m "model and not app and not browser" -k "not gemma"   (SmolLM2 only; the model goes on the GPU if any)
 """
 import os
 import sys
@@ -237,11 +239,31 @@ def examples(n: int) -> int:
     return n if settings.get_current_profile_name() == "ci" else max(10, n // LOCAL_EXAMPLES_SHARE)
 
 
+def _files_needing_absent_streamlit() -> list[str]:
+    """The test files that import Streamlit at module level (the page tests), where Streamlit is not installed:
+    a GPU host runs the model tier (`-m "model and not app and not browser"`) without the app's packages, and
+    those files are then left out of collection (named in the report header) instead of failing it."""
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("streamlit") is not None:
+        return []
+    here = Path(__file__).parent
+    return sorted(p.name for p in here.glob("test_*.py")
+                  if any(line.startswith(("from streamlit", "import streamlit"))
+                         for line in p.read_text(encoding="utf-8").splitlines()))
+
+
+collect_ignore = _files_needing_absent_streamlit()
+
+
 def pytest_report_header(config):
     name = settings.get_current_profile_name()
-    if settings.default.derandomize:
-        return f"hypothesis profile {name!r}: derandomized, no example database"
-    return f"hypothesis profile {name!r}: example database {settings.default.database}"
+    lines = [f"hypothesis profile {name!r}: derandomized, no example database" if settings.default.derandomize
+             else f"hypothesis profile {name!r}: example database {settings.default.database}"]
+    if collect_ignore:
+        lines.append(f"streamlit is not installed: not collected (page tests): {', '.join(collect_ignore)}")
+    return lines
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -32,8 +32,8 @@ def test_rope_matches_the_model(lm, trace):
     layer = 4
     block = lm.model.model.layers[layer]
     with torch.inference_mode():
-        x = torch.from_numpy(trace.prefill.hidden_states[layer])  # (T, D)
-        q = block.self_attn.q_proj(block.input_layernorm(x)).numpy()  # (T, H*Dh)
+        x = torch.from_numpy(trace.prefill.hidden_states[layer]).to(lm.device)  # (T, D)
+        q = block.self_attn.q_proj(block.input_layernorm(x)).cpu().numpy()  # (T, H*Dh)
     H, Dh = trace.dims.H, trace.dims.Dh
     T = x.shape[0]
     q = q.reshape(T, H, Dh).transpose(1, 0, 2)  # (H, T, Dh)
@@ -101,7 +101,8 @@ def test_contributions_match_the_models_own_projections(lm, trace):
             handles.append(block.mlp.down_proj.register_forward_hook(
                 lambda _m, _i, out: writes["mlp"].append(out[0].double())))
         with torch.inference_mode():
-            hidden = lm.model(torch.tensor([trace.ids]), output_hidden_states=True).hidden_states  # L+1 x (1, T, D)
+            ids = torch.tensor([trace.ids], device=lm.device)
+            hidden = lm.model(ids, output_hidden_states=True).hidden_states  # L+1 x (1, T, D)
     finally:
         for h in handles:
             h.remove()
@@ -113,8 +114,9 @@ def test_contributions_match_the_models_own_projections(lm, trace):
         delta = hidden[i + 1][0].double() - hidden[i][0].double()  # (T, D)
         torch.testing.assert_close(delta, attn[i] + mlp[i], rtol=0, atol=2e-3)
     c = la.contributions(trace.prefill.attn_out, trace.prefill.mlp_out)
-    np.testing.assert_allclose(c["attention"], torch.linalg.vector_norm(attn, dim=-1).numpy(), rtol=1e-3, atol=1e-3)
-    np.testing.assert_allclose(c["mlp"], torch.linalg.vector_norm(mlp, dim=-1).numpy(), rtol=1e-3, atol=1e-3)
+    for part, writes in (("attention", attn), ("mlp", mlp)):
+        norms = torch.linalg.vector_norm(writes, dim=-1).cpu().numpy()  # (L, T)
+        np.testing.assert_allclose(c[part], norms, rtol=1e-3, atol=1e-3)
 
 
 def test_attention_by_hand_matches_the_model_on_the_full_row(trace):

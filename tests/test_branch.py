@@ -32,7 +32,7 @@ def test_greedy_continuation_equals_hf_generate(lm, run):
     step = 4
     forced = run.steps[step].top[2].id
     b = branch_trace(run, step, forced, lm)
-    ids = torch.tensor([run.ids + run.generated_token_ids[:step] + [forced]])
+    ids = torch.tensor([run.ids + run.generated_token_ids[:step] + [forced]], device=lm.device)
     with torch.inference_mode():
         ref = lm.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                 max_new_tokens=16 - step - 1)

@@ -16,6 +16,7 @@ SCHEMA = json.dumps({"type": "object", "properties": {"fruit": {"type": "boolean
 
 
 def _run(lm, kind, spec, question="Are tomatoes fruit? Answer in JSON.", **opts):
+    pytest.importorskip("xgrammar", reason="grammar-constrained decoding needs xgrammar")
     opts.setdefault("max_new_tokens", 40)
     return run_constrained_trace(ChatRequest.from_question(question, options=GenerationOptions(**opts)), lm, kind, spec)
 

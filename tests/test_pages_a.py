@@ -54,7 +54,7 @@ def texts(at: AppTest) -> str:
 def first_token_top(lm, ids: list[int], k: int = 8) -> tuple[list[int], np.ndarray]:
     """The k most likely first tokens and their probabilities, from one plain forward pass of the prompt."""
     with torch.inference_mode():
-        logits = lm.model(torch.tensor([ids])).logits[0, -1]
+        logits = lm.model(torch.tensor([ids], device=lm.device)).logits[0, -1].cpu()
     top = torch.softmax(logits.double(), -1).topk(k)
     return top.indices.tolist(), top.values.numpy()
 
@@ -156,7 +156,8 @@ def test_generation_metrics_events_and_replay(page_lm):
     completed = next(json.loads(b) for b in bodies if '"completed"' in b)
     text = completed["text"]
     ids = prompt_ids(page_lm)
-    greedy = page_lm.model.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False)[0, len(ids):].tolist()
+    x = torch.tensor([ids], device=page_lm.device)
+    greedy = page_lm.model.generate(x, max_new_tokens=64, do_sample=False)[0, len(ids):].tolist()
     assert completed["generated_token_ids"] == greedy  # Hugging Face's own greedy decoding of the same prompt
     per_step, = chart_data(at.get("plotly_chart")[1])
     assert len(per_step["y"]) == len(greedy) == int(next(m.value for m in at.metric if m.label == "Tokens generated"))

@@ -36,7 +36,7 @@ def run_page(name: str) -> AppTest:
 def hf_forward(lm, ids: list[int]):
     """Hugging Face's own forward pass of the prompt: every layer's hidden states and attention weights."""
     with torch.inference_mode(), attention_implementation(lm.model, "eager"):
-        return lm.model(torch.tensor([ids]), output_hidden_states=True, output_attentions=True)
+        return lm.model(torch.tensor([ids], device=lm.device), output_hidden_states=True, output_attentions=True)
 
 
 def plotly_count(at: AppTest) -> int:
@@ -128,7 +128,7 @@ def test_attention_page(tiny_app):
     ids = prompt_ids(tiny_app)
     weights = chart_data(chart(at, "at_heatmap"))[0]["customdata"]  # the short prompt: the whole T x T grid
     np.testing.assert_allclose(np.asarray(weights, dtype=float),
-                               hf_forward(tiny_app, ids).attentions[last][0, 4].numpy(), atol=1e-5)
+                               hf_forward(tiny_app, ids).attentions[last][0, 4].cpu().numpy(), atol=1e-5)
     assert "KV head 1" in text_of(at)
     at.selectbox(key="at_row").set_value(3).run()
     assert not at.exception
@@ -144,7 +144,7 @@ def test_embeddings_page(page_lm):
     assert at.dataframe[0].value["token"].iloc[0] == "␣tomato"  # the word is its own nearest neighbour
     ids = prompt_ids(page_lm)
     rows = np.asarray(chart_data(chart(at, "em_heatmap"))[0]["z"], dtype=float)  # the prompt's rows, in order
-    table = page_lm.model.get_input_embeddings().weight.detach().numpy()
+    table = page_lm.model.get_input_embeddings().weight.detach().cpu().numpy()
     np.testing.assert_allclose(rows, table[ids[:len(rows)]], atol=1e-6)
     at.text_input(key="em_word").set_value("Solanaceae").run()
     assert not at.exception and "mean of their rows" in text_of(at)
@@ -170,7 +170,7 @@ def test_layers_page(tiny_app):
     assert "Logit lens" in text_of(at)
     hidden = hf_forward(tiny_app, prompt_ids(tiny_app)).hidden_states  # L+1 of (1, T, D); the last after the norm
     norms = np.asarray(chart_data(at.get("plotly_chart")[0])[0]["customdata"], dtype=float)  # (L+1, T)
-    expected = np.stack([h[0].norm(dim=-1).numpy() for h in hidden[:-1]])
+    expected = np.stack([h[0].norm(dim=-1).cpu().numpy() for h in hidden[:-1]])
     np.testing.assert_allclose(norms[:-1], expected, rtol=1e-4)
     at.selectbox(key="ly_token").set_value(5).run()
     at.slider(key="ly_positions").set_value(8).run()

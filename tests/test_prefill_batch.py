@@ -16,6 +16,7 @@ from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_b
 from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS
 from tests.test_continuous_batching import _assert_alone_equal, _requests
 
+GPU_KEYS_ATOL = 1e-4  # batched vs alone keys on a GPU, whose kernels depend on the batch's shape (H200: 2.4e-5)
 FIELDS = ("embeddings", "hidden_states", "attn_out", "mlp_out", "q_rot", "k_rot", "v", "attention", "final_norm")
 
 
@@ -103,7 +104,9 @@ def test_run_traces_prefills_its_requests_in_the_one_batched_pass_and_answers_as
 @pytest.mark.model
 def test_on_the_real_model_answers_prefilled_together_are_the_answers_alone(lm):
     """SmolLM2: three room questions admitted in one gap, greedy; each answer is the one it gets alone, with the
-    scores of every step within float rounding (the captures and the cache are equal: the LM head's rows differ)."""
+    scores of every step within float rounding. On the CPU the captures and the cache are bit-equal (the LM head's rows
+    differ); on a GPU the kernels depend on the batch's shape, so the keys agree within GPU_KEYS_ATOL (measured on
+    an H200: 2.4e-5 at most) and the greedy tokens are still the same."""
     from pipeline.stages.request import ChatRequest, GenerationOptions
     from pipeline.trace import run_trace
     from pipeline.trace_engine import TraceEngine
@@ -119,6 +122,9 @@ def test_on_the_real_model_answers_prefilled_together_are_the_answers_alone(lm):
         done.update((handles[h], trace) for h, trace in engine.step())
     for i, request in enumerate(requests):
         alone, together = run_trace(request, lm), done[i]
-        np.testing.assert_array_equal(together.prefill.k_rot, alone.prefill.k_rot)
+        if lm.device.type == "cpu":
+            np.testing.assert_array_equal(together.prefill.k_rot, alone.prefill.k_rot)
+        else:
+            np.testing.assert_allclose(together.prefill.k_rot, alone.prefill.k_rot, rtol=0, atol=GPU_KEYS_ATOL)
         assert together.generated_token_ids == alone.generated_token_ids, request.messages
         assert np.abs(together.step_logits - alone.step_logits).max() < 1e-3

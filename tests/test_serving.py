@@ -521,7 +521,8 @@ def test_plain_decoder_follows_hf_on_a_tiny_llama(tokenizer, tiny_lm):
         seq, logits = list(ids), decoder.prefill(ids)
         for _ in range(steps):
             with torch.inference_mode():
-                full = lm.model(input_ids=torch.tensor([seq])).logits[0, -1]  # (V,) the whole sequence again
+                x = torch.tensor([seq], device=lm.device)
+                full = lm.model(input_ids=x).logits[0, -1]  # (V,) the whole sequence again
             torch.testing.assert_close(logits, full, rtol=0, atol=1e-4 * float(full.abs().max()))
             seq.append(int(logits.argmax()))
             logits = decoder.step(seq[-1])

@@ -61,7 +61,7 @@ def wrong(context, k):
 
 
 def hf_greedy(lm, ids: list[int], n: int) -> list[int]:
-    x = torch.tensor([ids])
+    x = torch.tensor([ids], device=lm.device)
     with torch.inference_mode():
         out = lm.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n)
     return out[0, len(ids):].tolist()

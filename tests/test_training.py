@@ -17,11 +17,11 @@ OTHER = "Tomatoes are fruit."
 
 def hf_token_logprobs(model, ids):
     """Reference: HF's loss, and the log-probs written out by hand from its logits (log_softmax, gather)."""
-    x = torch.tensor([ids])
+    x = torch.tensor([ids], device=model.device)
     with torch.no_grad():
         out = model(input_ids=x, labels=x)
     logp = torch.log_softmax(out.logits[0, :-1].float(), dim=-1)
-    return float(out.loss), logp[torch.arange(len(ids) - 1), x[0, 1:]].tolist()
+    return float(out.loss), logp[torch.arange(len(ids) - 1, device=x.device), x[0, 1:]].tolist()
 
 
 def weights_hash(model) -> str:

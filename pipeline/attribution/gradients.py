@@ -112,7 +112,7 @@ def input_attribution(lm: LanguageModel, ids: list[int], target_id: int, steps: 
         if positions is not None:
             if not all(0 <= p < len(ids) for p in positions):
                 raise InputError("positions", f"must be positions between 0 and {len(ids) - 1}.")
-            keep = torch.ones(len(ids), dtype=torch.bool)
+            keep = torch.ones(len(ids), dtype=torch.bool, device=e.device)
             keep[list(positions)] = False
             e0 = e0.clone()
             e0[0, keep] = e[0, keep]

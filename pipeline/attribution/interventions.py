@@ -126,7 +126,7 @@ def _forward_patched(lm: LanguageModel, ids: list[int], layer: int, values, rows
         h = out[0] if isinstance(out, tuple) else out
         h = h.clone()
         for b, positions in enumerate(rows):
-            h[b, positions] = values[positions].to(h.dtype)
+            h[b, positions] = values[positions].to(h.device, h.dtype)  # captured on the CPU, h on the model's device
         return (h,) + tuple(out[1:]) if isinstance(out, tuple) else h
 
     batch = torch.tensor([ids] * len(rows), device=lm.device)

@@ -53,7 +53,7 @@ def decode_rows(lm: LanguageModel, prompts: list[list[int]], steps: int, force: 
     B, T = len(prompts), max(len(p) for p in prompts)
     pad = lm.tokenizer.pad_token_id or 0
     ids = [[pad] * (T - len(p)) + list(p) for p in prompts]  # (B, T) left-padded
-    mask = torch.tensor([[0] * (T - len(p)) + [1] * len(p) for p in prompts])  # (B, T) 1 = real
+    mask = torch.tensor([[0] * (T - len(p)) + [1] * len(p) for p in prompts], device=lm.device)  # (B, T) 1 = real
     positions = (mask.cumsum(1) - 1).clamp(min=0)  # each row counts from its own first real token
     lengths = [len(p) for p in prompts]
     t0 = time.perf_counter()
@@ -71,8 +71,8 @@ def decode_rows(lm: LanguageModel, prompts: list[list[int]], steps: int, force: 
         tokens.append(list(chosen))
         if step + 1 == steps:
             break
-        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype)], dim=1)
-        pos = torch.tensor([[n + step] for n in lengths])  # (B, 1) each row's next position
+        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        pos = torch.tensor([[n + step] for n in lengths], device=mask.device)  # (B, 1) each row's next position
         t0 = time.perf_counter()
         out = lm.forward([[t] for t in chosen], cache=cache, attention_mask=mask, position_ids=pos)
         logits = out.logits[:, -1]

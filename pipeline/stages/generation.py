@@ -458,7 +458,8 @@ class BatchDecoder:
         if self.rows:
             self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=self.mask.dtype,
                                                          device=self.mask.device)], dim=1)
-            positions = torch.tensor([[r.length] for r in self.rows])  # (B, 1) each row's own next position
+            positions = torch.tensor([[r.length] for r in self.rows],  # (B, 1) each row's own next position
+                                     device=self.mask.device)
             for r in self.rows:
                 r.answer.t_prev = t_fed
                 r.length += 1

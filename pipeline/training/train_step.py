@@ -61,11 +61,12 @@ def take_step(model, ids: list[int], other_ids: list[int], optimizer: str, lr: f
     from .score import score_logits
 
     optimizer, lr = check_step_options(optimizer, lr)
+    device = next(model.parameters()).device  # the ids go where the weights are (a GPU when there is one)
     model.eval()  # these models have no dropout; eval mode keeps before and after comparable
 
     def logprobs(seq: list[int]) -> list[float]:
         with torch.no_grad():
-            logits = model(input_ids=torch.tensor([seq]), use_cache=False).logits[0]  # (T, V)
+            logits = model(input_ids=torch.tensor([seq], device=device), use_cache=False).logits[0]  # (T, V)
         return score_logits(logits, seq).logprobs[1:]
 
     before, other_before = logprobs(ids), logprobs(other_ids)
@@ -73,7 +74,8 @@ def take_step(model, ids: list[int], other_ids: list[int], optimizer: str, lr: f
     opt = torch.optim.SGD(params, lr=lr) if optimizer == "sgd" else torch.optim.Adam(params, lr=lr)
     model.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
-    loss = model(input_ids=torch.tensor([ids]), labels=torch.tensor([ids]), use_cache=False).loss
+    batch = torch.tensor([ids], device=device)
+    loss = model(input_ids=batch, labels=batch, use_cache=False).loss
     loss.backward()
     norms: dict[str, float] = {}
     for name, p in model.named_parameters():  # tied weights appear once (named_parameters removes duplicates)
