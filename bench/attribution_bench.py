@@ -11,13 +11,8 @@ process's peak RSS after each length (ru_maxrss: it only grows, so lengths go up
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import sys
 import time
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 SENTENCE = "Tomatoes are fruit because they grow from the flower and hold the seeds. "
 

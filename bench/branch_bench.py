@@ -12,16 +12,12 @@ is only claimed when the ranges do not overlap (pipeline/timing.py).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from pipeline.model.loader import shared_model  # noqa: E402
-from pipeline.stages.request import ChatRequest, GenerationOptions  # noqa: E402
-from pipeline.timing import interleave  # noqa: E402
-from pipeline.trace import branch_trace, run_trace  # noqa: E402
+from pipeline.model.loader import shared_model
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from pipeline.timing import interleave
+from pipeline.trace import branch_trace, run_trace
 
 PARAGRAPH = ("Tomatoes grow on vines in warm gardens. Botanists call them fruit because they form from the "
              "flower and hold seeds, while cooks treat them as vegetables because they taste savoury. ")

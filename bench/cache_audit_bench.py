@@ -16,12 +16,9 @@ import random
 import resource
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from pipeline.prompt_cache import audit as ca  # noqa: E402
-from pipeline.prompt_cache.audit import radix, replay, tokens  # noqa: E402
+from pipeline.prompt_cache import audit as ca
+from pipeline.prompt_cache.audit import radix, replay, tokens
 
 WORDS = ("order delivery refund invoice account warranty parcel courier address payment card return label "
          "replacement engineer appointment filter kettle washer dryer oven fridge freezer seal drum pump "

@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+from workshop_load import free_port, page_messages  # bench/ is this script's folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DONE_MARK = b"This run took"  # Journey's last caption
@@ -38,19 +39,11 @@ print(time.perf_counter() - t0, 'torch' in sys.modules)
 LOAD_FIRST = "from pipeline.model.loader import shared_model; shared_model()"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def journey_over_websocket(port: int, t0: float, timeout: float = 120) -> dict:
     """Seconds from t0 until: the server accepted the websocket ('up'), the first element arrived
     ('first'), the page's last element (the sidebar's model caption) arrived ('drawn'), the script
     finished ('finished': the server's own after-page work included)."""
     import websockets
-
-    from workshop_load import page_messages  # bench/ is this script's folder
 
     while True:
         try:

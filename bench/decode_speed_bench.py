@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
 import statistics
 import sys
@@ -23,13 +22,10 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from pipeline.model.loader import shared_model  # noqa: E402
-from pipeline.stages.fast_path import generate  # noqa: E402
-from pipeline.stages.request import ChatRequest, GenerationOptions  # noqa: E402
-from pipeline.trace import run_trace  # noqa: E402
+from pipeline.model.loader import shared_model
+from pipeline.stages.fast_path import generate
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from pipeline.trace import run_trace
 
 
 def hf_tpot(lm, ids: list[int], n: int) -> tuple[float, list[int]]:

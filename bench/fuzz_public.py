@@ -17,14 +17,12 @@ import pkgutil
 import sys
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
 
-import numpy as np  # noqa: E402
-from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
-from hypothesis.extra import numpy as hnp  # noqa: E402
-
-import pipeline  # noqa: E402
-from pipeline.errors import InputError  # noqa: E402
+import pipeline
+from pipeline.errors import InputError
 
 SKIP_PARAMS = {"lm", "cache", "prefill", "trace", "model", "tree", "memo", "report", "r", "o", "side",
                "run_a", "run_b", "on_event", "log", "counter", "weight", "blocks", "device", "x_rot_t"}

@@ -25,11 +25,9 @@ import time
 from functools import lru_cache
 from urllib.parse import quote
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "bench"), os.path.join(ROOT, "tests")]
+from workshop_load import RssSampler, free_port, page_messages, wait_healthy  # bench/ is this script's folder
 
-from browser_kit import free_port, wait_healthy  # noqa: E402
-from workshop_load import RssSampler, page_messages  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SENTENCE = "Tomatoes are fruit because they grow from the flower and hold the seeds. "
 GOAL_MB = 3 * 1024

@@ -7,11 +7,9 @@ Streamlit's AppTest in this process, so the figure is the script's own time, wit
 """
 import os
 import re
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 os.chdir(ROOT)
 
 

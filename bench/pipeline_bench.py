@@ -18,7 +18,6 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 LONG_ANSWER_QUESTION = ("Explain step by step, in a long and detailed answer, why botanists call tomatoes a fruit "
                         "while cooks call them a vegetable, and give three examples of similar foods.")

@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
-
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, Prompt
-from pipeline.prompt_cache.playback import prompt_tokens  # noqa: E402
-from pipeline.model.dims import kv_bytes_formula  # noqa: E402
-from pipeline.model.loader import shared_model  # noqa: E402
-from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig  # noqa: E402
+from pipeline.prompt_cache.playback import prompt_tokens
+from pipeline.model.dims import kv_bytes_formula
+from pipeline.model.loader import shared_model
+from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig
 
 VARIETIES = ["Roma", "Cherokee Purple", "Sungold", "Brandywine", "San Marzano", "Black Krim"]
 TARGET_PREFIX_TOKENS = 1000

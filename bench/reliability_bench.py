@@ -21,17 +21,14 @@ import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from pipeline.errors import InputError  # noqa: E402
-from pipeline.model.loader import shared_model  # noqa: E402
-from pipeline.prompt_cache.engine import PrefixCache  # noqa: E402
-from pipeline.stages.generation import StreamDetokenizer  # noqa: E402
-from pipeline.stages.request import (MAX_STOP_CHARS, MAX_STOP_STRINGS, ChatRequest,  # noqa: E402
+from pipeline.errors import InputError
+from pipeline.model.loader import shared_model
+from pipeline.prompt_cache.engine import PrefixCache
+from pipeline.stages.generation import StreamDetokenizer
+from pipeline.stages.request import (MAX_STOP_CHARS, MAX_STOP_STRINGS, ChatRequest,
                                      GenerationOptions)
-from pipeline.stages.tokens import encode, tokenize_request  # noqa: E402
-from pipeline.trace import run_trace  # noqa: E402
+from pipeline.stages.tokens import encode, tokenize_request
+from pipeline.trace import run_trace
 
 
 def rss_peak_mb() -> float:

@@ -14,19 +14,14 @@ the fastest exact path's TPOT against HF fp32's (the issue's goal: <= 0.5x), wit
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from pipeline.model.loader import shared_model  # noqa: E402
-from pipeline.stages import fast_path  # noqa: E402
-from pipeline.stages.request import ChatRequest, GenerationOptions  # noqa: E402
-from pipeline.stages.tokens import tokenize_request  # noqa: E402
-from pipeline.timing import compare_runs  # noqa: E402
+from pipeline.model.loader import shared_model
+from pipeline.stages import fast_path
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from pipeline.stages.tokens import tokenize_request
+from pipeline.timing import compare_runs
 
 PASSAGE = ("The tomato is the edible berry of the plant Solanum lycopersicum, commonly known as the tomato plant. "
            "The species originated in western South America, Mexico, and Central America. Botanically it is a "

@@ -12,19 +12,14 @@ attention error on the default prompt. A ratio against HF is given only where th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+from decode_speed_bench import copy_bandwidth, hf_tpot  # bench/ is this script's folder
 
-from decode_speed_bench import copy_bandwidth, hf_tpot  # noqa: E402
-
-from pipeline.model.loader import shared_model  # noqa: E402
-from pipeline.model.weight_formats import WEIGHT_FORMATS  # noqa: E402
-from pipeline.speed.formats import greedy_answer, prompt_ids, quality_rows  # noqa: E402
-from pipeline.timing import compare_runs  # noqa: E402
+from pipeline.model.loader import shared_model
+from pipeline.model.weight_formats import WEIGHT_FORMATS
+from pipeline.speed.formats import greedy_answer, prompt_ids, quality_rows
+from pipeline.timing import compare_runs
 
 QUESTION = "Are tomatoes fruit?"
 

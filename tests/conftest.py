@@ -1,4 +1,4 @@
-"""Shared fixtures. Test tiers (markers registered in pytest.ini):
+"""Shared fixtures. Test tiers (markers registered in pyproject.toml):
 
   (none)   fast: pure logic, the tokenizer files and a tiny random-weight Llama; no model weights. Every
            page's AppTest is here too, on a tiny copy of SmolLM2's layout (fixture `tiny_app`): ids, shapes,
@@ -21,8 +21,6 @@ import pytest
 from hypothesis import HealthCheck, is_hypothesis_test, settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"
 

@@ -8,7 +8,6 @@ controls and escaping, not what the real weights answer.
 """
 import os
 import re
-import sys
 from urllib.parse import urlparse
 
 import pytest
@@ -45,7 +44,6 @@ def browser_page(server):
 
 
 def page_titles() -> list[str]:
-    sys.path.insert(0, str(ROOT))
     src = (ROOT / "app.py").read_text()
     # Presenter mode hides the sidebar these tests navigate with; tests/test_browser_room.py walks it.
     return [t for t in re.findall(r'\("\w+\.py", "([^"]+)"', src) if t != "Presenter mode"]

@@ -30,13 +30,11 @@ def test_a_tampered_parameter_shows_its_text_not_a_link(tiny_server_cache):
         browser.close()
 
 
+# Run from the repository's root, as the app is (tests/browser_kit.py), so it draws with this checkout's ui/.
 SCRIPT = """
-import sys
-sys.path.insert(0, {root!r})
 import streamlit as st
-from tests.markdown_links import HOSTILE
 from ui.escape import code_span, markdown_text
-for i, text in enumerate(HOSTILE):
+for i, text in enumerate({hostile!r}):
     st.warning(f"raw {{i}}: " + text)
     st.warning(f"escaped {{i}}: " + markdown_text(text))
     st.caption(f"code {{i}}: " + code_span(text))
@@ -54,14 +52,15 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
     from browser_kit import ROOT, free_port, wait_healthy
     from playwright.sync_api import sync_playwright
 
-    from tests.markdown_links import HOSTILE
+    from markdown_links import HOSTILE
 
     script = tmp_path / "hostile.py"
-    script.write_text(SCRIPT.format(root=str(ROOT)))
+    script.write_text(SCRIPT.format(hostile=HOSTILE))
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port),
-                             "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--server.headless", "true", "--browser.gatherUsageStats", "false",
+                             "--client.showErrorDetails", "full"],  # the project's config shows none
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_healthy(f"http://localhost:{port}")
         with sync_playwright() as p:

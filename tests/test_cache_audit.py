@@ -493,8 +493,7 @@ def test_cli_does_not_import_torch():
     code = ("import sys; from pipeline.cli import main; "
             f"assert main(['cache-audit', {str(ca.EXAMPLES_DIR / 'support_chatbot_trap.jsonl')!r}]) == 0; "
             "assert not {'torch', 'transformers', 'streamlit'} & set(sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 
 

@@ -4,8 +4,8 @@ import pytest
 from pipeline.compare import answers_sentence, attention_kinds, compare_models, kv_footprint
 from pipeline.model.dims import FULL, SLIDING, ModelDims
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from tests.conftest import DEFAULT_QUESTION, make_tiny_lm
-from tests.test_architectures import gemma_tokenizer  # noqa: F401, F811 - the fixture: Gemma's tokenizer files
+from conftest import DEFAULT_QUESTION, make_tiny_lm
+from test_architectures import gemma_tokenizer  # noqa: F401, F811 - the fixture: Gemma's tokenizer files
 
 # Gemma-3-270M as its config.json states it (18 layers, a full one every sixth, window 512, 1 K/V head of 256)
 GEMMA_TYPES = tuple(FULL if i % 6 == 5 else SLIDING for i in range(18))
@@ -75,7 +75,7 @@ MALICIOUS = "<img src=x onerror=alert(1)> **bold** 토마토"
 def test_compare_page_on_the_real_models():
     """The page runs the request through SmolLM2 and Gemma and shows both answers and both prompts; the
     question's HTML stays text (it reaches the page only escaped, or inside code blocks)."""
-    from tests.conftest import page_app
+    from conftest import page_app
 
     at = page_app("compare_models", req_question=MALICIOUS, req_max_new_tokens=4).run()
     assert not at.exception, at.exception
@@ -95,7 +95,7 @@ def test_tokens_page_counts_the_text_in_both_vocabularies():
     """Section 4 of the Tokens page: the typed text through SmolLM2's and Gemma's tokenizers, counts as the
     tokenizers themselves give them (HF's own encode, no special tokens added)."""
     from pipeline.model.handle import ModelHandle
-    from tests.conftest import page_app
+    from conftest import page_app
 
     text = "토마토는 과일인가요, 채소인가요?"
     at = page_app("tokens", tok_text=text, req_question=text, req_max_new_tokens=2).run()
@@ -128,7 +128,7 @@ def test_compare_page_runs_as_a_long_job_that_its_starter_can_stop_and_start_aga
     from concurrent.futures import CancelledError
 
     from pipeline import compare
-    from tests.conftest import page_app
+    from conftest import page_app
     from views import long_job
     from views.server_state import run_queue
 

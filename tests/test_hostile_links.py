@@ -7,7 +7,7 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.markdown_links import foreign_links
+from markdown_links import foreign_links
 
 pytestmark = pytest.mark.usefixtures("tiny_app")  # AppTest on the tiny model (fast tier): links, not answers
 
@@ -81,7 +81,7 @@ def test_no_tampered_parameter_plants_a_link(file, path):
                                        # the grammar engine echoes the schema's text in its error
                                        ("json_schema", '{"$ref": "#/definitions/' + PHISH + '"}')])
 def test_grammars_that_crashed_or_are_refused_show_a_message(kind, spec):
-    from tests.conftest import page_app
+    from conftest import page_app
 
     at = page_app("constrained", req_max_new_tokens=4).run()
     at.radio(key="co_kind").set_value(kind).run()
@@ -99,7 +99,7 @@ def test_grammars_that_crashed_or_are_refused_show_a_message(kind, spec):
     ("embeddings", "em_a", "http://evil.example/x"),  # the analogy's words
 ])
 def test_words_typed_into_a_page_are_quoted_without_a_link(view, key, value):
-    from tests.conftest import page_app
+    from conftest import page_app
 
     at = page_app(view, req_max_new_tokens=4).run()
     next(w for w in [*at.text_input, *at.text_area] if w.key == key).set_value(value).run()

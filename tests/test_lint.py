@@ -1,5 +1,5 @@
-"""The tree passes ruff with its full config (ruff.toml: line length 120, pycodestyle E/W, pyflakes F, nothing
-left out), so each `# noqa` marks a real exception
+"""The tree passes ruff with its full config (pyproject.toml's [tool.ruff]: line length 120, pycodestyle E/W,
+pyflakes F, nothing left out), so each `# noqa` marks a real exception
 (fast tier; skipped, saying why, where ruff is not installed)."""
 import importlib.util
 import os

@@ -6,7 +6,7 @@ from hypothesis import example, given, settings, strategies as st
 from markdown_it import MarkdownIt
 
 from conftest import examples
-from tests.markdown_links import HOSTILE, PHISH, foreign_links, links, shown
+from markdown_links import HOSTILE, PHISH, foreign_links, links, shown
 from ui.escape import code_span, markdown_text
 
 

@@ -5,7 +5,7 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT, page_app
+from conftest import ROOT, page_app
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
 

@@ -14,7 +14,7 @@ from pipeline.errors import InputError
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
 from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS
-from tests.test_continuous_batching import _assert_alone_equal, _requests
+from test_continuous_batching import _assert_alone_equal, _requests
 
 GPU_KEYS_ATOL = 1e-4  # batched vs alone keys on a GPU, whose kernels depend on the batch's shape (H200: 2.4e-5)
 FIELDS = ("embeddings", "hidden_states", "attn_out", "mlp_out", "q_rot", "k_rot", "v", "attention", "final_norm")

@@ -6,7 +6,7 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import ROOT
+from conftest import ROOT
 from views.session_request import FORM_KEYS
 
 pytestmark = pytest.mark.usefixtures("tiny_app")

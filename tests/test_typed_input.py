@@ -16,7 +16,7 @@ HUGE_ID = "1" * 4_301  # one digit past what int() reads
 
 def shown(elements) -> str:
     """What these elements say to the reader (their Markdown escapes resolved)."""
-    from tests.markdown_links import shown as resolved
+    from markdown_links import shown as resolved
 
     return " ".join(resolved(e.value) for e in elements)
 
