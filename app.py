@@ -21,7 +21,7 @@ from ui.text_guard import guard_text_boxes
 from ui.escape import markdown_text
 from ui.report import trace_report
 from views import url_state
-from views.chrome import run_marker
+from views.chrome import PageEnd, run_marker
 from views.model_picker import model_picker, picked_model
 from views.server_state import get_model
 from views.session_request import (DEFAULTS, MODEL_FIELDS, TEXT_LIMIT, current_request, init_state, passes_caption,
@@ -153,10 +153,12 @@ st.session_state["_whole_run"] = True  # fragments drawn in it leave the run's e
 with counting_passes(session_passes()) as passes:
     try:
         page.run()
+    except PageEnd:  # the page ended early on purpose (views.chrome.end_page), its message drawn
+        pass
     except RerunException:  # st.rerun(): the next run draws the page
         completed = False
         raise
-    finally:  # also after st.stop(): the link follows every control, the count is this session's own
+    finally:  # also after an early end: the link follows every control, the count is this session's own
         share_and_export(after, passes)
         # Once per server, after the first page is drawn (so it does not wait for them): the network
         # loads, and the default request and the prompt-caching scenarios are prepared in the background.

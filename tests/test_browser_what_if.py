@@ -102,6 +102,7 @@ def test_what_if_with_a_korean_and_a_long_question():
             assert not re.search(r"(<0x[0-9A-F]{2}>){2}", so_far), f"{name}: bare bytes in {so_far!r}"
             if name == "korean":
                 assert "토 (1–2/3)" in so_far, so_far
+            main.locator(".js-plotly-plot").first.wait_for(timeout=60_000)  # charts load their code lazily
             assert chart_drawn(main), f"{name}: the branch's chart did not load: {failed}"
             page.screenshot(path=str(SHOTS / f"what_if_{name}.png"), full_page=True)
         browser.close()

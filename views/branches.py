@@ -14,7 +14,7 @@ from views.server_state import get_model
 from views.session_request import current_request, request_key
 from views.branching import branch_for, branch_label
 from views.runs import run_for_page
-from views.chrome import page_header
+from views.chrome import end_page, page_header
 
 page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
             "token forced. The prompt is not run again — its keys and values come back from the captured run — "
@@ -57,7 +57,7 @@ if st.button("Continue from here with this token", type="primary", key="br_go"):
         branch_for(original, new)
     except InputError as e:
         st.error(f"Please fix the branch — {markdown_text(e)}")
-        st.stop()
+        end_page()
     if new not in paths:
         paths.append(new)
     st.session_state.branch_shown = (root, new)

@@ -1,5 +1,5 @@
 """Cache audit: a real request log replayed under OpenAI's, Anthropic's and vLLM's prompt-cache rules."""
-from views.chrome import page_header
+from views.chrome import end_page, page_header
 
 import pandas as pd
 import streamlit as st
@@ -67,10 +67,10 @@ try:
         text = read_upload(upload) if upload is not None else ""
 except InputError as e:
     fix_message("log", e)
-    st.stop()
+    end_page()
 if not text.strip():
     st.info("Paste or upload a log to audit it, or pick a prepared example.")
-    st.stop()
+    end_page()
 
 c1, c2 = st.columns(2)
 provider = c1.radio("Explain for", ca.PROVIDERS, format_func=PROVIDER_LABEL.get, horizontal=True, key="ca_provider",
@@ -82,7 +82,7 @@ try:
     report = audited(text, provider, breakpoints)
 except InputError as e:
     fix_message("log", e)
-    st.stop()
+    end_page()
 requests = report.requests
 
 with st.expander("Prices (editable): dollars per million tokens and multipliers of the input price"):
@@ -100,7 +100,7 @@ try:
     costs = ca.bill(report, edited.to_dict(orient="index"), tps, int(out_tokens))
 except InputError as e:
     fix_message("prices", e)
-    st.stop()
+    end_page()
 
 st.subheader("2. The bill")
 cols = st.columns(3)

@@ -1,6 +1,8 @@
 """What every page draws around its content: the title and intro, links to other stages' pages."""
 from __future__ import annotations
 
+from typing import NoReturn
+
 import streamlit as st
 
 
@@ -25,6 +27,19 @@ def stage_link(page: str, label: str, icon: str | None = None) -> None:
         st.page_link(page, label=label, icon=icon)
     except (StreamlitPageNotFoundError, StreamlitAPIException, KeyError):
         st.caption(f"→ {label}")
+
+
+class PageEnd(Exception):
+    """Raised by end_page(): app.py ends the run there as a complete one."""
+
+
+def end_page() -> NoReturn:
+    """End the page here, its message drawn (st.stop()'s job). Under app.py it raises PageEnd, which app.py catches,
+    so the sidebar's link, the pass count and the end-of-run mark are still drawn: after st.stop() Streamlit drops
+    every element asked for (it keeps raising StopException at each one). A page run alone (AppTest) stops as usual."""
+    if st.session_state.get("_whole_run"):
+        raise PageEnd
+    st.stop()
 
 
 def run_marker() -> None:

@@ -13,7 +13,7 @@ from pipeline.timing import Comparison
 from ui.chips import token_chips
 from ui.escape import markdown_text
 from ui.words import plural
-from views.chrome import page_header, stage_link
+from views.chrome import end_page, page_header, stage_link
 from views.model_pair import compared_keys, model_handle
 from views.server_state import APP_MAX_PROMPT_TOKENS
 from views.session_request import current_request, request_key
@@ -39,7 +39,7 @@ try:
     handles = [model_handle(k) for k in keys]
 except InputError as e:  # the other model's files cannot be read or converted here (a read-only or full folder)
     st.info(f"The other model is not available on this server: {markdown_text(str(e))}")
-    st.stop()
+    end_page()
 formats = {"chat": "each model's chat format", "plain": "plain text (no turn markers)"}
 prompt_format = st.radio("How the request is written", list(formats), format_func=formats.get, horizontal=True,
                          key="cmp_format")
@@ -49,7 +49,7 @@ try:
         tokenize_request(h.tokenizer, request)
 except InputError as e:
     st.error(f"Please fix the request — {markdown_text(e)}")
-    st.stop()
+    end_page()
 
 job = ("compare_models", keys, request_key(request), prompt_format)
 again = stopped_here(job) and st.button("Compare them", key="cmp_start")  # after this session cancelled it
@@ -58,9 +58,9 @@ try:
                         "the comparison of the two models", start=again or not stopped_here(job))
 except InputError as e:
     st.error(f"Please fix the request — {markdown_text(e)}")
-    st.stop()
+    end_page()
 if finished is None:  # running (its progress is drawn above), or stopped
-    st.stop()
+    end_page()
 result = finished.value
 st.caption(f"Each model's run and the timing below: {made_line(finished)}")
 a, b = result.runs

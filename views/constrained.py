@@ -12,7 +12,7 @@ from ui.escape import markdown_text, plotly_label
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
 from views.session_request import current_request, request_key
 from views.waiting import result_through_queue
-from views.chrome import page_header
+from views.chrome import end_page, page_header
 
 page_header("Constrained output", "A service that must answer in a fixed format turns the format into a grammar. "
             "At every step the grammar engine (xgrammar, the one vLLM and SGLang use) marks which of the model's "
@@ -32,7 +32,7 @@ with st.form("co_form"):
     go_run = st.form_submit_button("Decode the sidebar's question under this format", type="primary")
 if not go_run and "co_last" not in st.session_state:
     st.caption("The sidebar's question and options are used; only the format is added.")
-    st.stop()
+    end_page()
 if go_run:
     st.session_state.co_last = (kind, spec)
 kind, spec = st.session_state.co_last
@@ -44,7 +44,7 @@ try:
                    cost_of(100, request.options.max_new_tokens))
 except InputError as e:
     st.error(f"Please fix the format — {markdown_text(e)}")
-    st.stop()
+    end_page()
 
 steps = trace.constraint["steps"]
 st.subheader("The answer")

@@ -25,7 +25,7 @@ from views import url_state
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.scenarios import prompt_cache_conversation
-from views.chrome import stage_link
+from views.chrome import end_page, stage_link
 
 STAGES = [  # (title, full page)
     ("The request", "views/request_template.py"),
@@ -107,7 +107,7 @@ if following:  # a learner following a presenter's room
                 "start. (If this lasts, the room may not be kept where this server can read it: the presenter's "
                 "screen says so.)")
         watch_room(following, None)
-        st.stop()
+        end_page()
     if room["query"] != url_state.request_params() and room["query"] != st.session_state.get("pr_switched"):
         st.session_state.pr_switched = room["query"]  # once per request: no loop if one would not apply
         url_state.switch_request(room["query"])

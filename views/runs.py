@@ -12,6 +12,7 @@ from views.branching import branch_for, branch_label
 from views.server_state import run_store
 from views.session_request import current_request, request_key
 from views.waiting import run_through_queue
+from views.chrome import end_page
 
 
 def shared_store_note(key: tuple) -> None:
@@ -62,7 +63,7 @@ def run_for_page(original: bool = False) -> Trace:
         return branch_for(trace, path[1])
     except InputError as e:
         st.error(f"Please fix the request — {markdown_text(e)}")
-        st.stop()
+        end_page()
 
 
 RUN_GONE = ("This run is no longer stored on the server (it keeps the most recent runs, and this one was "

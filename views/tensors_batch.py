@@ -1,7 +1,7 @@
 """Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import page_header, stage_link
+from views.chrome import end_page, page_header, stage_link
 
 import json
 
@@ -89,7 +89,7 @@ for label, question in others.items():
         seqs += [prompt_ids(question)] if question.strip() else []
     except InputError as e:
         box_error(label, e)
-        st.stop()
+        end_page()
 names = ["request 0 (yours)"] + [f"request {i}" for i in range(1, len(seqs))]
 tensors = describe(batch_tensors(seqs, lm.tokenizer.pad_token_id, left_pad=(side == "left")))
 pad_piece = pad_token_text(lm.tokenizer)

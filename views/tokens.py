@@ -1,7 +1,7 @@
 """Tokens: the prompt cut into pieces, each with its id; and the same text through other tokenizers."""
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import page_header, stage_link
+from views.chrome import end_page, page_header, stage_link
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -109,12 +109,12 @@ text = typed_text(TEXT_LABEL, st.text_area(TEXT_LABEL, sample, key="tok_text", h
                   TEXT_CHARS)
 if not text:
     st.info("Type some text above.")
-    st.stop()
+    end_page()
 safe = model_pieces(text, True)
 if len(safe) > TEXT_TOKENS:
     st.error(f"**{TEXT_LABEL}** is {len(safe):,} tokens for {markdown_text(trace.dims.name)}; this page draws at most "
              f"{TEXT_TOKENS:,} (emoji and rare scripts take several tokens a character). Please shorten it.")
-    st.stop()
+    end_page()
 safe_pieces = token_pieces(lm.tokenizer, [t.id for t in safe])
 st.markdown(f"**{markdown_text(trace.dims.name)}: {plural(len(safe), 'token')}** (special-token look-alikes kept as "
             "text)")

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from views.chrome import fragment, page_header
+from views.chrome import end_page, fragment, page_header
 from views.long_job import long_job, made_line
 from views.runs import run_for_page
 from views.server_state import get_model
@@ -33,7 +33,7 @@ L, H = m.L, m.H
 S = len(trace.generated_token_ids)
 if S == 0:
     st.info("This run chose no token, so there is nothing to explain.")
-    st.stop()
+    end_page()
 
 c1, c2, c3 = st.columns(3)
 answer = token_pieces(lm.tokenizer, trace.generated_token_ids)
@@ -43,7 +43,7 @@ ids = step_ids(trace.ids, trace.generated_token_ids, step)
 if len(ids) > MAX_POSITIONS:
     st.warning(f"This step reads {len(ids):,} positions; the attribution here reads at most {MAX_POSITIONS}. "
                "Pick an earlier step or a shorter prompt.")
-    st.stop()
+    end_page()
 top = trace.steps[step].top
 choices = [int(c.id) for c in top]
 chosen = int(trace.generated_token_ids[step])
