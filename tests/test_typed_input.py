@@ -101,10 +101,9 @@ def test_the_tokens_page_cuts_a_long_text_at_its_limit_with_a_note():
     assert tokens * per_token == pytest.approx(4_000, rel=0.01)  # the table counts the text as cut
 
 
-def page_scripts(at: AppTest) -> list[str]:
-    """The HTML the page runs with JavaScript allowed (st.html(..., unsafe_allow_javascript=True))."""
-    return [node.proto.body for node in at._tree
-            if getattr(node, "type", "") == "html" and node.proto.unsafe_allow_javascript]
+def frames(at: AppTest) -> list[str]:
+    """The page's component frames' HTML."""
+    return [node.proto.srcdoc for node in at._tree if getattr(node, "type", "") == "iframe"]
 
 
 def test_every_page_carries_the_script_that_removes_lone_surrogates_in_the_browser():
@@ -115,9 +114,9 @@ def test_every_page_carries_the_script_that_removes_lone_surrogates_in_the_brows
     from ui.text_guard import SCRIPT
 
     at = app().run()
-    assert not at.exception and SCRIPT in page_scripts(at)
+    assert not at.exception and SCRIPT in frames(at)
     at.switch_page("views/tokens.py").run()
-    assert not at.exception and SCRIPT in page_scripts(at)
+    assert not at.exception and SCRIPT in frames(at)
 
 
 def test_the_tensors_page_cuts_another_users_question_and_draws_a_window_of_a_long_batch():

@@ -5,9 +5,11 @@ script. Streamlit's frontend writes it into its protobuf message as bytes that a
 refuses the whole message ("Error deserializing back message") and closes the connection: the edit, and any
 other in that message, was lost without a word. This script sees each edit first (a listener on the page's
 document, capture phase: before React's own), removes lone surrogates from the box's value and shows a note
-naming the box. It runs in the page itself (st.html with JavaScript allowed: a fixed script, no user text in it),
-not in a component frame: Streamlit replaces a frame when another page opens, and a listener made there stops.
+naming the box. An invisible component frame puts it into the page it belongs to (same origin) as a script of the
+page's own: Streamlit replaces the frame when another page opens, and a listener made in the frame stopped with it.
 """
+import json
+
 GUARD = r"""(function () {
   const LONE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
   // the value's own setter: React tracks values set through the element, and would not see this edit
@@ -45,15 +47,18 @@ GUARD = r"""(function () {
 })();"""
 SCRIPT = """<script>
 (function () {
-  if (window.__tpeTextGuard) return;  // one listener for the page's life (Streamlit keeps the document)
-  window.__tpeTextGuard = true;
-%s
+  const page = window.parent;
+  if (page.__tpeTextGuard) return;
+  page.__tpeTextGuard = true;
+  const script = page.document.createElement('script');
+  script.textContent = %s;
+  page.document.head.appendChild(script);
 })();
-</script>""" % GUARD
+</script>""" % json.dumps(GUARD)
 
 
 def guard_text_boxes() -> None:
     """Call once per page run (app.py does): every text box of the page drops lone surrogates, with a note."""
-    import streamlit as st
+    import streamlit.components.v1 as components
 
-    st.html(SCRIPT, unsafe_allow_javascript=True)
+    components.html(SCRIPT, height=0)
