@@ -159,11 +159,11 @@ with counting_passes(session_passes()) as passes:
         completed = False
         raise
     finally:  # also after an early end: the link follows every control, the count is this session's own
+        st.session_state["_whole_run"] = False  # first: whatever below is interrupted, fragments mark their reruns
         share_and_export(after, passes)
         # Once per server, after the first page is drawn (so it does not wait for them): the network
         # loads, and the default request and the prompt-caching scenarios are prepared in the background.
         lm.start_loading()
         warm_up()
-        st.session_state["_whole_run"] = False
         if completed:
             run_marker()

@@ -1,4 +1,5 @@
-"""What every page draws around its content: the title and intro, links to other stages' pages."""
+"""What every page draws around its content: the title and intro, links to other stages' pages, an early end
+(end_page), and the end-of-run mark browser tests wait for (run_marker, fragment)."""
 from __future__ import annotations
 
 from typing import NoReturn
