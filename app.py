@@ -5,7 +5,7 @@ Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/c
 import json
 from pathlib import Path
 
-from pipeline.server_process import give_freed_arrays_back, wait_passively
+from pipeline.server.process import give_freed_arrays_back, wait_passively
 
 wait_passively()  # before torch loads
 give_freed_arrays_back()  # before the model and a run's captures
@@ -17,16 +17,25 @@ from pipeline.model.passes import PassCounter, counting_passes
 from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.connection_notice import explain_connection_errors
-from ui.text_guard import guard_text_boxes
 from ui.escape import markdown_text
 from ui.report import trace_report
+from ui.text_guard import guard_text_boxes
 from views import url_state
 from views.chrome import PageEnd, run_marker
 from views.model_picker import model_picker, picked_model
-from views.server_state import get_model
-from views.session_request import (DEFAULTS, MODEL_FIELDS, TEXT_LIMIT, current_request, init_state, passes_caption,
-                                   request_key, session_passes, show_values_in_form)
 from views.runs import stored_download, stored_sidebar_run
+from views.server_state import get_model
+from views.session_request import (
+    DEFAULTS,
+    MODEL_FIELDS,
+    TEXT_LIMIT,
+    current_request,
+    init_state,
+    passes_caption,
+    request_key,
+    session_passes,
+    show_values_in_form,
+)
 from views.warm_up import warm_up
 
 HERE = Path(__file__).parent
@@ -36,23 +45,23 @@ st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "a
 PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icons are drawn locally
     ("start.py", "Start", "🍅", "start"),
     ("journey.py", "Journey", "🧭", "journey"),
-    ("request_template.py", "Request & template", "📨", "request"),
+    ("request.py", "Request & template", "📨", "request"),
     ("tokens.py", "Tokens", "🔤", "tokens"),
-    ("tensors_batch.py", "Tensors & batch", "🧮", "tensors"),
+    ("tensors.py", "Tensors & batch", "🧮", "tensors"),
     ("embeddings.py", "Embeddings", "📍", "embeddings"),
-    ("position_rope.py", "Position (RoPE)", "🌀", "position"),
+    ("position.py", "Position (RoPE)", "🌀", "position"),
     ("layers.py", "Layers", "🥞", "layers"),
     ("attention.py", "Attention", "👀", "attention"),
     ("next_token.py", "Next token", "🎲", "next-token"),
     ("why_token.py", "Why this token", "🔬", "why-token"),
-    ("branches.py", "What if", "🌿", "what-if"),
+    ("what_if.py", "What if", "🌿", "what-if"),
     ("constrained.py", "Constrained output", "🧩", "constrained"),
     ("generation.py", "Generation", "⏩", "generation"),
     ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
     ("prefill_decode.py", "Prefill & decode", "🏎️", "prefill-decode"),
     ("how_it_learned.py", "How it learned", "📉", "how-it-learned"),
     ("faster_decode.py", "Faster decode", "🚀", "faster-decode"),
-    ("prefix_cache.py", "Prompt caching", "♻️", "prompt-caching"),
+    ("prompt_caching.py", "Prompt caching", "♻️", "prompt-caching"),
     ("cache_audit.py", "Cache audit", "🧾", "cache-audit"),
     ("compare_models.py", "Compare models", "⚖️", "compare-models"),
     ("presenter.py", "Presenter mode", "🎓", "presenter"),
@@ -137,7 +146,7 @@ def share_and_export(boxes, passes: PassCounter) -> None:
 init_state()
 notes = url_state.restore_model(SESSION_DEFAULTS)  # the link's model first: the page's ranges follow it
 lm = picked_model(notes)  # name, dimensions, tokenizer: a stored run is drawn before the network has loaded
-pages = [st.Page(str(HERE / "views" / f), title=t, icon=i, url_path=u, default=(n == 0))
+pages = [st.Page(str(HERE / "views" / "pages" / f), title=t, icon=i, url_path=u, default=(n == 0))
          for n, (f, t, i, u) in enumerate(PAGES)]
 page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /

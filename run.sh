@@ -130,7 +130,7 @@ case "${1:-app}" in
     # acknowledged; only a crash of the machine itself can lose the last second, not yet fsync'ed (or 2 s on a
     # disk so slow that Redis postpones the write while an fsync is still running).
     # Not `always`: an fsync per write stalls every replica behind multi-MB runs on a slow disk, and a run lost
-    # that way is still held by the replica that made it, which sends it again (pipeline/redis_store.py).
+    # that way is still held by the replica that made it, which sends it again (pipeline/server/store/redis_store.py).
     # The snapshot every 5 minutes (save 300 1) was all there was before: a kill -9 lost up to 5 minutes.
     need redis-server redis-server
     ADDRESS="${2:?usage: ./run.sh room-store ADDRESS [PORT]}"; PORT="${3:-6390}"

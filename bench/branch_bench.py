@@ -7,17 +7,17 @@ The request has a ~500-token prompt; its answer is captured once. Then, interlea
             once, the second-best token forced at --step, decoding goes on (no prompt pass);
   re-run  - `run_trace(..., force={step: token})`: the whole request again, prompt pass included.
 Both must choose the same tokens (checked); the figures are medians with their ranges, and the ratio
-is only claimed when the ranges do not overlap (pipeline/timing.py).
+is only claimed when the ranges do not overlap (pipeline/core/timing.py).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
+from pipeline.core.timing import interleave
 from pipeline.model.loader import shared_model
+from pipeline.run.trace import branch_trace, run_trace
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from pipeline.timing import interleave
-from pipeline.trace import branch_trace, run_trace
 
 PARAGRAPH = ("Tomatoes grow on vines in warm gardens. Botanists call them fruit because they form from the "
              "flower and hold seeds, while cooks treat them as vegetables because they taste savoury. ")

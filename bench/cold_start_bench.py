@@ -30,7 +30,7 @@ import sys, time
 t0 = time.perf_counter()
 {before}
 from streamlit.testing.v1 import AppTest
-at = AppTest.from_file('views/journey.py', default_timeout=600)
+at = AppTest.from_file('views/pages/journey.py', default_timeout=600)
 at.run()
 assert not at.exception, at.exception
 assert any('This run took' in c.value for c in at.caption)

@@ -22,10 +22,10 @@ import time
 
 import numpy as np
 
+from pipeline.faster.fast_path import generate
 from pipeline.model.loader import shared_model
-from pipeline.stages.fast_path import generate
+from pipeline.run.trace import run_trace
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from pipeline.trace import run_trace
 
 
 def hf_tpot(lm, ids: list[int], n: int) -> tuple[float, list[int]]:

@@ -18,17 +18,18 @@ import sys
 import traceback
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import pipeline
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 
 SKIP_PARAMS = {"lm", "cache", "prefill", "trace", "model", "tree", "memo", "report", "r", "o", "side",
                "run_a", "run_b", "on_event", "log", "counter", "weight", "blocks", "device", "x_rot_t"}
 SKIP_MODULES = ("pipeline.cli", "pipeline.__main__", "pipeline.model.loader", "pipeline.model.weights_cache",
-                "pipeline.model.capture", "pipeline.model.plain_decoder", "pipeline.model.prefill",
-                "pipeline.model.kv_tensors", "pipeline.model.hf_imports", "pipeline.disk_store")
+                "pipeline.model.capture", "pipeline.model.decoders.plain", "pipeline.model.prefill",
+                "pipeline.model.kv_tensors", "pipeline.model.hf_imports", "pipeline.server.store.disk")
 
 numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**30, 10**30),
                     st.sampled_from([0, -1, 1, 0.0, float("nan"), float("inf"), 1e308, 2**63]))

@@ -7,8 +7,8 @@
 
   TPE_CACHE_DIR=... .venv/bin/python bench/long_job_wait.py [--modes page whole long] [--questions 4] [--gap 20]
 
-The real queue and trace engine on the real SmolLM2, wired as views/server_state.py wires them, OpenMP waiting
-passively as in the app's server. The default question patched against "Are carrots fruit?" (the page's
+The real queue and trace engine on the real SmolLM2, wired as the app wires them (pipeline/server/wiring.py),
+OpenMP waiting passively as in the app's server. The default question patched against "Are carrots fruit?" (the page's
 default). Questions of the room arrive `--first` s after the patching starts, then every `--gap` s (16 new tokens
 each); per question, from the queue's schedule record: its wait (arrival to the start of its prefill), its TTFT
 and its end to end (arrival to its last token); and the patching's own time, its chunks' times.
@@ -34,16 +34,16 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=20.0)
     ap.add_argument("--weights", default="fp32")
     args = ap.parse_args()
-    from pipeline.server_process import wait_passively
+    from pipeline.server.process import wait_passively
 
     wait_passively()  # as the app's server does, before torch loads (spinning waits beside busy processes: 7x)
     from pipeline.attribution import interventions as iv
-    from pipeline.long_jobs import run_to_end
+    from pipeline.core.long_jobs import run_to_end
     from pipeline.model.handle import ModelHandle
-    from pipeline.run_queue import RunQueue, cost_of
+    from pipeline.server.run_queue import cost_of
+    from pipeline.server.wiring import server_queue
     from pipeline.stages.request import ChatRequest, GenerationOptions
     from pipeline.stages.tokens import tokenize_request
-    from pipeline.trace_engine import TraceEngine
 
     lm = ModelHandle(weights=args.weights)
     lm.model  # noqa: B018 - loaded first, as the server's warm-up does
@@ -56,7 +56,7 @@ def main() -> None:
           f"{len(positions)} positions; load {os.getloadavg()[0]:.1f}", flush=True)
 
     for mode in args.modes:
-        queue = RunQueue(engines={"trace": TraceEngine(lambda request: lm, 4096)})
+        queue = server_queue(lambda request: lm, 4096)  # as the app wires it
         warm = ChatRequest.from_question("Hello!", weights=args.weights,
                                          options=GenerationOptions(max_new_tokens=4))
         queue.submit("warm", lambda: None, 1, batch=("trace", ("warm", warm, time.perf_counter()))).result()

@@ -18,14 +18,14 @@ def main() -> None:
 
     files = re.findall(r'\("(\w+\.py)", "([^"]+)"', open("app.py").read())
     t0 = time.perf_counter()
-    AppTest.from_file(os.path.join(ROOT, "views", "journey.py"), default_timeout=600).run()
+    AppTest.from_file(os.path.join(ROOT, "views", "pages", "journey.py"), default_timeout=600).run()
     print(f"warm-up (model load + the default request's run): {time.perf_counter() - t0:.1f} s\n")
     print(f"{'page':22s} {'first view':>11s} {'again':>8s}")
     worst = 0.0
     for file, title in files:
         times = []
         for _ in range(2):
-            at = AppTest.from_file(os.path.join(ROOT, "views", file), default_timeout=600)
+            at = AppTest.from_file(os.path.join(ROOT, "views", "pages", file), default_timeout=600)
             t0 = time.perf_counter()
             at.run()
             times.append(time.perf_counter() - t0)

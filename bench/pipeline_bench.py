@@ -43,7 +43,7 @@ PEAK = """
 import json, re
 from pipeline.model.loader import load_model
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from pipeline.trace import run_trace
+from pipeline.run.trace import run_trace
 
 def vm(key):
     return int(re.search(key + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024
@@ -60,8 +60,8 @@ print(json.dumps({{"prompt_tokens": len(t.ids), "new": len(t.generated_token_ids
 
 def prompt_of(lm, n_tokens: int) -> str:
     """A question whose chat prompt is about n_tokens long (template included)."""
+    from pipeline.run.trace import tokenize_request
     from pipeline.stages.request import ChatRequest
-    from pipeline.trace import tokenize_request
 
     words = "Tomatoes grow on vines and botanists classify them by how the seeds develop inside. ".split()
     text, i = LONG_ANSWER_QUESTION, 0
@@ -74,8 +74,8 @@ def prompt_of(lm, n_tokens: int) -> str:
 def bench_capture_vs_generate(lm, repeats: int = 3) -> dict:
     import torch
 
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
 
     question = LONG_ANSWER_QUESTION
     request = ChatRequest.from_question(question, options=GenerationOptions(max_new_tokens=32))
@@ -97,9 +97,9 @@ def bench_capture_vs_generate(lm, repeats: int = 3) -> dict:
 def bench_draws(lm) -> dict:
     import numpy as np
 
-    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.run.trace import run_trace
     from pipeline.stages.next_token import draw, final_probs
-    from pipeline.trace import run_trace
+    from pipeline.stages.request import ChatRequest, GenerationOptions
 
     trace = run_trace(ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=1)), lm)
     logits = trace.prefill.last_logits  # (V,)

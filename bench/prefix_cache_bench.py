@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, Prompt
-from pipeline.prompt_cache.playback import prompt_tokens
 from pipeline.model.dims import kv_bytes_formula
 from pipeline.model.loader import shared_model
 from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig
+from pipeline.prompt_cache.playback import prompt_tokens
+from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, Prompt
 
 VARIETIES = ["Roma", "Cherokee Purple", "Sungold", "Brandywine", "San Marzano", "Black Krim"]
 TARGET_PREFIX_TOKENS = 1000

@@ -21,14 +21,13 @@ import sys
 import threading
 import time
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.loader import shared_model
 from pipeline.prompt_cache.engine import PrefixCache
-from pipeline.stages.generation import StreamDetokenizer
-from pipeline.stages.request import (MAX_STOP_CHARS, MAX_STOP_STRINGS, ChatRequest,
-                                     GenerationOptions)
+from pipeline.run.trace import run_trace
+from pipeline.stages.request import MAX_STOP_CHARS, MAX_STOP_STRINGS, ChatRequest, GenerationOptions
 from pipeline.stages.tokens import encode, tokenize_request
-from pipeline.trace import run_trace
+from pipeline.text.stream_detokenizer import StreamDetokenizer
 
 
 def rss_peak_mb() -> float:

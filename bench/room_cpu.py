@@ -1,7 +1,7 @@
 """Where the server's CPU goes when a room of new questions arrives, without the browsers or Streamlit.
 
-Drives the real queue and trace engine, wired as views/server_state.py wires them (RunQueue with a
-TraceEngine whose finished runs go to a RunStore with its disk store), on the real SmolLM2: N distinct
+Drives the real queue and trace engine, wired as the app wires them (pipeline/server/wiring.py: a RunQueue
+with a TraceEngine whose finished runs go to a RunStore with its disk store), on the real SmolLM2: N distinct
 questions arriving `--gap` s apart (bench/workshop_load.py's questions and spacing). Prints the
 process's CPU-seconds per part (exclusive: a part's own time, not its children's): each request's
 captured prefill, the decode steps' forward passes by batch size, choosing and recording each token,
@@ -27,7 +27,6 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from workshop_load import QUESTIONS  # bench/ is this script's folder
@@ -74,9 +73,9 @@ class Parts:
 
 
 def instrument(parts: Parts) -> None:
-    from pipeline import trace as trace_module
     from pipeline.model.handle import ModelHandle
-    from pipeline.run_queue import RunQueue
+    from pipeline.run import trace as trace_module
+    from pipeline.server.run_queue import RunQueue
     from pipeline.stages import generation
 
     parts.wrap(RunQueue, "_start", "queue: admit (tokenize, Answer, join)")
@@ -103,23 +102,19 @@ def instrument(parts: Parts) -> None:
 def run_room(sessions: int, gap: float, store_dir: Path, parts: Parts, profile: cProfile.Profile | None,
              weights: str = "fp32", inline: bool = False):
     from pipeline.model.handle import ModelHandle
-    from pipeline.run_queue import RunQueue, cost_of
-    from pipeline.run_store import RunStore
+    from pipeline.server.run_queue import RunQueue, cost_of
+    from pipeline.server.wiring import finished_runs, server_queue
     from pipeline.stages.request import ChatRequest
     from pipeline.stages.tokens import tokenize_request
-    from pipeline.stores import runs_store
-    from pipeline.trace_engine import TraceEngine
 
     lm = ModelHandle(weights=weights)
     lm.model  # noqa: B018 - loaded before the room arrives, as the server's warm-up does
-    store = RunStore(disk=runs_store(store_dir))
+    store = finished_runs(store_dir)
 
     def on_trace(key, trace):
         with parts.part("store the run (memory + disk)"):
             store.put(key, trace)
-    finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")  # as views/server_state.py
-    engine = TraceEngine(lambda request: lm, 4096, on_trace=on_trace, finisher=None if inline else finisher)
-    queue = RunQueue(engines={"trace": engine})
+    queue = server_queue(lambda request: lm, 4096, on_trace=on_trace, finish_inline=inline)  # as the app wires it
     if profile is not None:  # cProfile sees the worker thread only through its two entry points
         for attr in ("_start", "_step"):
             original = getattr(RunQueue, attr)
@@ -156,7 +151,7 @@ def page_cost(traces, k: int) -> list[float]:
     out = []
     for trace in traces[:k]:
         question = trace.request.openai["messages"][-1]["content"]
-        at = AppTest.from_file(str(root / "views" / "journey.py"), default_timeout=120)
+        at = AppTest.from_file(str(root / "views" / "pages" / "journey.py"), default_timeout=120)
         at.session_state["req_question"] = question
         at.run()  # the first run computes (or finds) the run
         t = time.process_time()

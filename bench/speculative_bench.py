@@ -5,7 +5,7 @@
 Four ways, interleaved in one run (HF, HF + prompt lookup, plain, speculative, HF, ...), on a request where
 drafting helps (repeat a passage) and one where it does not (a new poem):
   HF fp32 `generate` (greedy), HF `generate(prompt_lookup_num_tokens=K)` for reference, our plain serving path
-  (pipeline.stages.fast_path), and our speculative path (the same with `speculate=K`).
+  (pipeline.faster.fast_path), and our speculative path (the same with `speculate=K`).
 TPOT = (last token's time - first token's time) / (tokens after the first), median of --repeats with its range;
 HF's times come from a streamer's stamps (prompt lookup hands it several tokens at once: counted). Every way's
 greedy tokens are checked equal to HF's. Then acceptance (accepted drafts / drafts) and tokens per pass, and
@@ -17,11 +17,11 @@ import argparse
 import statistics
 import time
 
+from pipeline.core.timing import compare_runs
 from pipeline.model.loader import shared_model
-from pipeline.stages import fast_path
+from pipeline.faster import fast_path
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
-from pipeline.timing import compare_runs
 
 PASSAGE = ("The tomato is the edible berry of the plant Solanum lycopersicum, commonly known as the tomato plant. "
            "The species originated in western South America, Mexico, and Central America. Botanically it is a "

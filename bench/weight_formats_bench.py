@@ -16,10 +16,10 @@ import sys
 
 from decode_speed_bench import copy_bandwidth, hf_tpot  # bench/ is this script's folder
 
+from pipeline.core.timing import compare_runs
+from pipeline.faster.formats import greedy_answer, prompt_ids, quality_rows
 from pipeline.model.loader import shared_model
 from pipeline.model.weight_formats import WEIGHT_FORMATS
-from pipeline.speed.formats import greedy_answer, prompt_ids, quality_rows
-from pipeline.timing import compare_runs
 
 QUESTION = "Are tomatoes fruit?"
 
@@ -78,8 +78,8 @@ def main() -> int:
 
 def kv_report(lm) -> None:
     from pipeline.model.kv_int8 import attention_error
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
 
     trace = run_trace(ChatRequest.from_question(QUESTION, options=GenerationOptions(max_new_tokens=1)), lm)
     p = trace.prefill

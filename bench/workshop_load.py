@@ -290,7 +290,7 @@ LEFT_LINE = re.compile(r"request \d+ left: waited ([\d.]+) s, prefill ([\d.]+) s
 
 
 def mid_batch_report(path: str) -> None:
-    """From the server's log (pipeline.run_queue logs each request leaving the running batch): for the
+    """From the server's log (pipeline.server.run_queue logs each request leaving the running batch): for the
     requests that joined a batch already running, the time from the end of their own prefill to their first
     token, against the step that made it (other prompts prefilled in the same gap between two steps add theirs)."""
     with open(path, errors="replace") as f:
@@ -310,13 +310,13 @@ def mid_batch_report(path: str) -> None:
 
 
 def wait_for_quiet_queue(server_log: str, quiet_s: float, limit_s: float = 300.0) -> tuple[float, bool]:
-    """Wait until the server log has had no pipeline.run_queue line for quiet_s seconds, at most limit_s;
+    """Wait until the server log has had no pipeline.server.run_queue line for quiet_s seconds, at most limit_s;
     returns (seconds waited, whether it was quiet)."""
     start = time.monotonic()
     seen, since = -1, start
     while time.monotonic() - start < limit_s:
         with open(server_log, encoding="utf-8", errors="replace") as f:
-            lines = sum("pipeline.run_queue" in line for line in f)
+            lines = sum("pipeline.server.run_queue" in line for line in f)
         if lines != seen:
             seen, since = lines, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
@@ -336,7 +336,7 @@ def main() -> int:
                     help="how many of the sessions run in Chromium (default: all); the others speak Streamlit's "
                          "websocket protocol without drawing, so the browsers do not eat the server's CPU")
     ap.add_argument("--server-log", default=None, help="the server's console log: reports how soon a request that "
-                    "joined a running batch got its first token (pipeline.run_queue logs each request leaving)")
+                    "joined a running batch got its first token (pipeline.server.run_queue logs each request leaving)")
     ap.add_argument("--quiet-before", type=float, default=0.0, metavar="S",
                     help="with --server-log: the room arrives once the server's queue has logged nothing for S "
                          "seconds (its warm-up's background jobs done, as on a server started before the class)")

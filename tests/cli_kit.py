@@ -19,10 +19,9 @@ import traceback
 from typing import NamedTuple
 
 import pytest
+from conftest import ROOT
 
 from pipeline.model import loader, weights_cache
-
-from conftest import ROOT
 
 
 def real_load_model():

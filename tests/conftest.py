@@ -51,7 +51,7 @@ def _keep_freed_arrays() -> None:
     faults, 3.7-4.5 s of system time; kept: 460-500k, 2.4-2.7 s)."""
     import ctypes
 
-    from pipeline import server_process
+    from pipeline.server import process as server_process
 
     if sys.platform.startswith("linux"):
         try:
@@ -299,8 +299,8 @@ def gemma_lm():
 @pytest.fixture(scope="session")
 def default_trace(lm):
     """The default request ("Are tomatoes fruit?", default options) followed once for the whole run."""
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest
-    from pipeline.trace import run_trace
 
     return run_trace(ChatRequest.from_question(DEFAULT_QUESTION), lm)
 
@@ -333,7 +333,7 @@ def page_app(view: str, **session_state):
     from streamlit.testing.v1 import AppTest
 
     _lighter_apptest()
-    at = AppTest.from_file(os.path.join(ROOT, "views", f"{view}.py"), default_timeout=600)
+    at = AppTest.from_file(os.path.join(ROOT, "views", "pages", f"{view}.py"), default_timeout=600)
     for key, value in session_state.items():
         at.session_state[key] = value
     return at
@@ -472,9 +472,8 @@ def tiny_app_gemma(tiny_app_model):
 def tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
     """A fresh TPE_CACHE_DIR for app servers on the tiny model (browser tier): empty stores of runs and rooms,
     the weights folder a link to the tiny model's. The server loads it as it loads the real cache."""
-    from pipeline.model.weights_cache import weights_cache_dir
-
     from pipeline.model.registry import GEMMA3
+    from pipeline.model.weights_cache import weights_cache_dir
 
     root = tmp_path_factory.mktemp("tiny-server-cache")
     names = [weights_cache_dir().name] + ([GEMMA3.cache_folder] if tiny_app_gemma is not None else [])

@@ -12,17 +12,16 @@ import re
 import unicodedata
 
 import numpy as np
-
 import pytest
 
 from pipeline.stages.attention import colour_values, entropy_bits, sharpest_head, windowed
-from pipeline.stages.embeddings import analogy, label_positions, same_word_ids, unit_rows, word_key
 from pipeline.stages.decode_record import silent_steps
+from pipeline.stages.embeddings import analogy, label_positions, same_word_ids, unit_rows, word_key
 from pipeline.stages.next_token import answer_confidence
 from pipeline.stages.tokens import character_counts, encode
-from pipeline.text.readable import render_text
 from pipeline.text.graphemes import graphemes, utf8_chars
 from pipeline.text.pieces import group_pieces, token_pieces
+from pipeline.text.readable import render_text
 from pipeline.text.unfinished import continuation_label
 
 TEXTS = {
@@ -229,9 +228,9 @@ def test_silent_steps_name_why_a_token_sent_no_text():
 
 # ---- every page, opened with a Korean and an emoji question -----------------------------------
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VIEWS = ["journey", "request_template", "tokens", "tensors_batch", "embeddings", "position_rope", "layers",
-         "attention", "next_token", "generation", "kv_cache", "prefix_cache"]  # every stage page, in order
-NAMES_PROMPT_TOKENS = {"journey", "request_template", "tokens", "embeddings", "position_rope", "layers", "attention"}
+VIEWS = ["journey", "request", "tokens", "tensors", "embeddings", "position", "layers",
+         "attention", "next_token", "generation", "kv_cache", "prompt_caching"]  # every stage page, in order
+NAMES_PROMPT_TOKENS = {"journey", "request", "tokens", "embeddings", "position", "layers", "attention"}
 QUESTIONS = {"korean": ("토마토는 과일이야?", "토"), "emoji": ("Are 🍅 fruit? 👩‍🔬", "🍅")}
 
 
@@ -257,7 +256,7 @@ def test_every_page_names_tokens_by_their_character(view, lang, tiny_app):
     text = page_strings(at)
     if view in NAMES_PROMPT_TOKENS:
         assert char in text, f"{view}: {char} not in the page's labels"
-    if view in {"tokens", "journey", "attention", "layers", "embeddings", "position_rope"}:
+    if view in {"tokens", "journey", "attention", "layers", "embeddings", "position"}:
         grouped = [f"{char} (1/", f"␣{char} (1/",  # axis and table labels: '토 (1/3)'
                    f"part 1 of 3 of {char}", f"part 1 of 3 of ␣{char}"]  # a chip's title, under the bracket
         assert any(g in text for g in grouped), f"{view}: no grouped label for {char}"
@@ -279,7 +278,7 @@ def test_spelled_names_a_character_cut_short_by_its_parts(tokenizer):
 def test_mean_log_probability_worked_example():
     from types import SimpleNamespace
 
-    from pipeline.trace import mean_log_probability
+    from pipeline.run.statistics import mean_log_probability
 
     logits = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [0.25, 0.25, 0.5]]))
     steps = [SimpleNamespace(token_id=i) for i in (0, 1, 2)]
@@ -300,7 +299,7 @@ def test_what_if_names_answer_tokens_by_their_character():
     never as bare bytes ('answer so far: …<0xED><0x86>', '<0xA0> (id 117)')."""
     from conftest import page_app
 
-    at = page_app("branches", req_question=KOREAN, req_max_new_tokens=8, br_step=5)
+    at = page_app("what_if", req_question=KOREAN, req_max_new_tokens=8, br_step=5)
     at.run()
     assert not at.exception, at.exception
     so_far = at.code[0].value
@@ -352,9 +351,10 @@ def test_request_and_tokens_pages_say_which_text_their_character_counts_count(to
     import re
 
     from conftest import page_app
+
     from ui.escape import code_span
 
-    rt = page_app("request_template", req_question=KOREAN)
+    rt = page_app("request", req_question=KOREAN)
     rt.run()
     assert not rt.exception, rt.exception
     letters = next(m for m in rt.metric if m.label == "Characters in the whole prompt text")

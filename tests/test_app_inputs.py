@@ -5,7 +5,6 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-
 APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app.py")
 
 
@@ -16,7 +15,7 @@ def run_app(**state) -> AppTest:
         at.session_state[f"req_{key}"] = value
     at.run()
     assert not at.exception and any("Token Pipeline Explorer" in t.value for t in at.title)
-    return at.switch_page("views/journey.py").run()
+    return at.switch_page("views/pages/journey.py").run()
 
 
 def errors(at: AppTest) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.capture import Gemma3Layout, LlamaLayout, capture, hook_points, layout_for
 from pipeline.model.dims import FULL, SLIDING
 from pipeline.model.loader import LoadedModel
@@ -241,8 +241,9 @@ def test_the_plain_serving_path_decodes_gemma_with_its_own_decoder(gemma_tokeniz
     """Gemma 3 gets its own plain decoder (Gemma's block from the weights, a sliding window over its
     preallocated cache); its steps follow HF's full forward past the window, and a Gemma it does not
     cover (soft-capped logits) is decoded by HF's forward behind the same interface."""
-    from pipeline.model.gemma_decoder import GemmaPlainDecoder
-    from pipeline.model.plain_decoder import HFDecoder, open_decoder
+    from pipeline.model.decoders.factory import open_decoder
+    from pipeline.model.decoders.gemma import GemmaPlainDecoder
+    from pipeline.model.decoders.plain import HFDecoder
 
     lm = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
     ids = gemma_tokenizer(TEXT)["input_ids"]
@@ -266,8 +267,8 @@ def test_batched_answers_on_gemma_past_its_window(gemma_tokenizer):
     """Requests decoded together: within the window their caches join into one batch; past it a sliding
     layer keeps fewer positions than the request holds, so each is decoded on its own. Either way every
     answer equals the request run alone."""
+    from pipeline.run.trace import run_trace, run_traces
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace, run_traces
 
     lm = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
     requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=5)) for q in ("Hi", TEXT)]
@@ -278,8 +279,8 @@ def test_batched_answers_on_gemma_past_its_window(gemma_tokenizer):
 def test_a_branch_on_gemma_replays_the_real_cache_bytes(gemma_tokenizer):
     """What if, on a model whose sliding layers keep only their window: the replayed steps before the
     branch report the bytes the real cache held at each step, as the run itself recorded them."""
+    from pipeline.run.trace import branch_trace, run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import branch_trace, run_trace
 
     lm = wrap(tiny_gemma3(gemma_tokenizer), gemma_tokenizer, "tiny-gemma3")
     trace = run_trace(ChatRequest.from_question(TEXT, options=GenerationOptions(max_new_tokens=5)), lm)

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from pipeline.attribution.dla import direct_logit_attribution, head_outputs, promoted_tokens
-from pipeline.attribution.graph import contribution_graph, layer_shares, shares, source_parts
 from pipeline.attribution.gradients import input_attribution
+from pipeline.attribution.graph import contribution_graph, layer_shares, shares, source_parts
 from pipeline.attribution.interventions import ablate, patch_residual
 from pipeline.attribution.record import record_step, step_ids
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.loader import LoadedModel
 
 CLEAN, CORRUPTED = "Are tomatoes fruit? Yes, they", "Are carrots fruit? Yes, they"

@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 import torch
+from cli_kit import run_cli
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
+from pipeline.run.statistics import log_probability
+from pipeline.run.trace import branch_trace, run_trace
 from pipeline.stages.branch import branch_decode
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from pipeline.trace import branch_trace, log_probability, run_trace
-
-from cli_kit import run_cli
 
 pytestmark = pytest.mark.model
 
@@ -67,7 +67,7 @@ def test_path_log_probability_prefers_the_models_own_path(lm, run):
 
 
 def test_paths_of_different_lengths_are_compared_per_token_from_the_branch_point(lm, run):
-    from pipeline.trace import mean_log_probability, step_log_probabilities
+    from pipeline.run.statistics import mean_log_probability, step_log_probabilities
 
     b = branch_trace(run, 2, run.steps[2].top[5].id, lm)
     for t in (run, b):

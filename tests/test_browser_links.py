@@ -2,7 +2,6 @@
 import os
 
 import pytest
-
 from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
 
 pytestmark = [pytest.mark.browser,
@@ -50,9 +49,8 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
     import sys
 
     from browser_kit import ROOT, free_port, wait_healthy
-    from playwright.sync_api import sync_playwright
-
     from markdown_links import HOSTILE
+    from playwright.sync_api import sync_playwright
 
     script = tmp_path / "hostile.py"
     script.write_text(SCRIPT.format(hostile=HOSTILE))

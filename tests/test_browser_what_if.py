@@ -5,7 +5,6 @@ import os
 import re
 
 import pytest
-
 from browser_kit import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, open_page, settle
 from test_any_script import KOREAN, LONG_QUESTION
 

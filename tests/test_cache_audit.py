@@ -12,14 +12,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from cli_kit import run_cli
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli_kit import run_cli
-from conftest import examples
-
 from pipeline.cli import main
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.prompt_cache import audit as ca
 from pipeline.prompt_cache.audit import volatile
 

@@ -12,16 +12,15 @@ import time
 
 import numpy as np
 import pytest
-
-from pipeline.cli.terminal import safe_output, terminal_text
-from pipeline.disk_store import DiskStore
-from pipeline.errors import InputError
-from pipeline.files import STALE_AFTER_S, check_output_file, remove_stale_temporaries, write_atomic
-from pipeline.model import weights_cache
-from pipeline.prompt_cache import audit as ca
-
 from cli_kit import run_cli
 from conftest import ROOT
+
+from pipeline.cli.terminal import safe_output, terminal_text
+from pipeline.core.errors import InputError
+from pipeline.core.files import STALE_AFTER_S, check_output_file, remove_stale_temporaries, write_atomic
+from pipeline.model import weights_cache
+from pipeline.prompt_cache import audit as ca
+from pipeline.server.store.disk import DiskStore
 
 EXAMPLE_LOG = str(ca.EXAMPLES_DIR / "support_chatbot_trap.jsonl")
 
@@ -216,7 +215,7 @@ def test_disk_store_removes_temporaries_of_dead_writers_at_start_and_keeps_live_
 def test_room_store_removes_temporaries_of_dead_writers_too(tmp_path):
     """Short links and rooms are written the same way as runs; a replica killed mid-write left its
     temporary in the room folder for ever (only the disk store of runs cleaned)."""
-    from pipeline.room import RoomStore
+    from pipeline.server.room import RoomStore
 
     dead = tmp_path / f".link-abc.json.{dead_pid()}.140001.tmp"
     dead.write_text("{")
@@ -254,7 +253,7 @@ def test_disk_store_bound_counts_every_file_in_the_folder(tmp_path):
 def test_killed_writers_leave_temporaries_that_the_next_start_removes(tmp_path):
     """kill -9 in the middle of put(): the temporary survives its writer; the next start removes it."""
     written = 100_000  # bytes the writer has put in its temporary when it is killed
-    code = ("import sys, pickle; from pipeline.disk_store import DiskStore\n"
+    code = ("import sys, pickle; from pipeline.server.store.disk import DiskStore\n"
             "def slow(obj, fh, protocol=None):\n"
             f"    fh.write(b'x' * {written}); fh.flush(); print('writing', flush=True); sys.stdin.read()\n"
             "pickle.dump = slow\n"
@@ -408,7 +407,7 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
         monkeypatch.setenv(weights_cache.CACHE_ENV, str(ro))
         for resource in (model_handle, run_store, result_store, run_queue, warm_up):
             resource.clear()
-        at = AppTest.from_file(str(ROOT + "/views/tokens.py"), default_timeout=300)
+        at = AppTest.from_file(str(ROOT + "/views/pages/tokens.py"), default_timeout=300)
         at.session_state["req_max_new_tokens"] = 2
         at.run()
         assert not at.exception, at.exception

@@ -17,15 +17,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pipeline.cli import write_json
-from pipeline.cli.parser import MAX_LINE, error_line
-from pipeline.errors import InputError
-from pipeline.model import weights_cache
-from pipeline.prompt_cache import audit as ca
-
 from cli_kit import run_cli
 from conftest import ROOT
+
+from pipeline.cli.arguments import write_json
+from pipeline.cli.parser import MAX_LINE, error_line
+from pipeline.core.errors import InputError
+from pipeline.model import weights_cache
+from pipeline.prompt_cache import audit as ca
 
 EXAMPLE_LOG = str(ca.EXAMPLES_DIR / "support_chatbot_trap.jsonl")
 DIGITS = "9" * 5000  # past int()'s 4,300-digit limit: ValueError, which the CLI took for a bug (exit 1, traceback)

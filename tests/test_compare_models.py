@@ -1,11 +1,12 @@
-"""Comparing models on one request (pipeline/compare.py): fast on two tiny random Llamas, then the real pair."""
+"""Comparing models on one request (pipeline/run/compare_models.py): fast on two tiny random Llamas, then the
+real pair."""
 import pytest
-
-from pipeline.compare import answers_sentence, attention_kinds, compare_models, kv_footprint
-from pipeline.model.dims import FULL, SLIDING, ModelDims
-from pipeline.stages.request import ChatRequest, GenerationOptions
 from conftest import DEFAULT_QUESTION, make_tiny_lm
 from test_architectures import gemma_tokenizer  # noqa: F401, F811 - the fixture: Gemma's tokenizer files
+
+from pipeline.model.dims import FULL, SLIDING, ModelDims
+from pipeline.run.compare_models import answers_sentence, attention_kinds, compare_models, kv_footprint
+from pipeline.stages.request import ChatRequest, GenerationOptions
 
 # Gemma-3-270M as its config.json states it (18 layers, a full one every sixth, window 512, 1 K/V head of 256)
 GEMMA_TYPES = tuple(FULL if i % 6 == 5 else SLIDING for i in range(18))
@@ -94,8 +95,9 @@ def test_compare_page_on_the_real_models():
 def test_tokens_page_counts_the_text_in_both_vocabularies():
     """Section 4 of the Tokens page: the typed text through SmolLM2's and Gemma's tokenizers, counts as the
     tokenizers themselves give them (HF's own encode, no special tokens added)."""
-    from pipeline.model.handle import ModelHandle
     from conftest import page_app
+
+    from pipeline.model.handle import ModelHandle
 
     text = "토마토는 과일인가요, 채소인가요?"
     at = page_app("tokens", tok_text=text, req_question=text, req_max_new_tokens=2).run()
@@ -127,8 +129,9 @@ def test_compare_page_runs_as_a_long_job_that_its_starter_can_stop_and_start_aga
     import threading
     from concurrent.futures import CancelledError
 
-    from pipeline import compare
     from conftest import page_app
+
+    from pipeline.run import compare_models as compare
     from views import long_job
     from views.server_state import run_queue
 

@@ -6,10 +6,10 @@ import jsonschema
 import numpy as np
 import pytest
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
+from pipeline.run.trace import run_constrained_trace
 from pipeline.stages.constrained import check_spec
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from pipeline.trace import run_constrained_trace
 
 SCHEMA = json.dumps({"type": "object", "properties": {"fruit": {"type": "boolean"}, "colour": {"type": "string",
                      "enum": ["red", "green", "yellow"]}}, "required": ["fruit", "colour"]})

@@ -4,14 +4,13 @@ is full, keep arrival order, and a whole job at the head of the line runs betwee
 import threading
 
 import numpy as np
+import pytest
 import torch
 
-import pytest
-
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.passes import PassCounter, counting_passes, note_pass
-from pipeline.room_schedule import room_rows
-from pipeline.run_queue import RunQueue
+from pipeline.server.room_schedule import room_rows
+from pipeline.server.run_queue import RunQueue
 
 
 class FakeEngine:
@@ -189,7 +188,7 @@ def test_a_trace_engine_with_a_finisher_makes_the_same_traces_as_without(tiny_lm
     """The finisher only moves where a Trace is assembled and stored: the same tokens, steps and storage."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    from pipeline.trace_engine import TraceEngine
+    from pipeline.server.trace_engine import TraceEngine
 
     requests = _requests()
     inline = staggered(tiny_lm, requests, [0, 0, 0])  # all three in the batch from the start, as below
@@ -210,7 +209,7 @@ def test_a_trace_engine_with_a_finisher_makes_the_same_traces_as_without(tiny_lm
 # ---- the batched decode step on tiny random-weight models ----------------------------------------
 def staggered(lm, requests, join_at):
     """Each request started (prefilled) before step join_at[i] of one running TraceEngine batch; the Traces."""
-    from pipeline.trace_engine import TraceEngine
+    from pipeline.server.trace_engine import TraceEngine
 
     engine, handles, results, step = TraceEngine(lambda r: lm), {}, {}, 0
     while len(results) < len(requests):
@@ -232,7 +231,7 @@ def _requests():
 
 
 def _assert_alone_equal(lm, traces, requests):
-    from pipeline.trace import run_trace
+    from pipeline.run.trace import run_trace
 
     for request, joined in zip(requests, traces):
         alone = run_trace(request, lm)
@@ -254,7 +253,7 @@ def test_answers_joining_and_leaving_between_two_steps_cost_one_merge_of_the_cac
     """A join leaves the running cache as it is; the next step merges every joiner and every row that left
     into one new cache (each row's own positions at its right end, zeros and a 0 mask in the padding)."""
     from pipeline.model.kv_tensors import cache_layers
-    from pipeline.trace_engine import TraceEngine
+    from pipeline.server.trace_engine import TraceEngine
 
     short, long_, mid = _requests()
     engine = TraceEngine(lambda r: tiny_lm)
@@ -285,7 +284,7 @@ def test_the_joined_cache_takes_each_step_in_place_and_goes_on_as_hf_once_its_ro
     """HF's DynamicCache copies the whole cache at every step (torch.cat); the batch's cache writes the new
     position into room it made at the merge. Past that room a layer concatenates as HF's does, same values."""
     from pipeline.model.kv_tensors import cache_layers, cache_with_room
-    from pipeline.trace_engine import TraceEngine
+    from pipeline.server.trace_engine import TraceEngine
 
     engine = TraceEngine(lambda r: tiny_lm)
     engine.start((0, _requests()[0], None))
@@ -314,7 +313,7 @@ def test_a_join_that_fits_and_a_leave_are_made_in_place_in_the_joined_cache(tiny
     that leaves is filled by the last row: the buffers stay the same (the answers equal alone:
     test_requests_joining_a_running_batch_get_the_tokens_they_get_alone joins and leaves in place too)."""
     from pipeline.model.kv_tensors import cache_layers
-    from pipeline.trace_engine import TraceEngine
+    from pipeline.server.trace_engine import TraceEngine
 
     a, b, c = _requests()
     engine = TraceEngine(lambda r: tiny_lm)
@@ -375,8 +374,8 @@ def first_flip(joined, alone) -> dict | None:
 def test_continuously_batched_greedy_answers_equal_each_request_alone(model, request):
     """Real weights: three greedy requests of different lengths join one running batch at different steps;
     each answer equals the request run alone, or the first flip is a near tie (its logit gap is reported)."""
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
 
     lm = request.getfixturevalue(model)
     requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=n)) for q, n in [
@@ -415,7 +414,7 @@ def test_each_session_counts_the_batched_passes_its_own_request_took_part_in(tin
     """Two sessions' requests through the real queue: prefilled in one batched pass, decoded in one batch until
     the shorter one ends. Each session counts the passes its request was in (the shared ones as shared), not
     whichever session's context the queue's worker happened to run the batch in (before: one got them all)."""
-    from pipeline.trace_engine import TraceEngine
+    from pipeline.server.trace_engine import TraceEngine
     from views.session_request import passes_caption
 
     short, long_ = _requests()[:2]  # 6 and 8 new tokens

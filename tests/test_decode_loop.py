@@ -133,7 +133,7 @@ def test_a_forced_token_is_chosen_on_both_paths(tokenizer):
 def test_a_recorded_step_computes_the_softmax_over_the_vocabulary_once(tokenizer, monkeypatch):
     """The sampler's first stage is softmax(logits), the candidates' `prob`: one pass over V per step, not two
     (each is ~1 ms at V = 49,152, on every token of every answer); the recorded shares are still softmax's."""
-    from pipeline.maths import softmax
+    from pipeline.core.maths import softmax
     from pipeline.stages import generation, next_token
 
     calls = []

@@ -5,10 +5,11 @@ import errno
 import os
 import pickle
 
-from pipeline import disk_store
-from pipeline.disk_store import SUFFIX, DiskStore
-from pipeline.files import write_atomic
 from test_cli_files import fill, tiny_tmpfs
+
+from pipeline.core.files import write_atomic
+from pipeline.server.store import disk as disk_store
+from pipeline.server.store.disk import SUFFIX, DiskStore
 
 
 def test_a_run_finished_on_a_full_disk_reaches_it_once_there_is_room(tmp_path):

@@ -1,7 +1,7 @@
 """The documentation names only things that exist (fast tier): README.md, docs/*.md and bench/RESULTS.md.
 
 - every relative Markdown link or image resolves to a file (and its `#anchor` to a heading of that file);
-- every repository path named in backticks (`pipeline/room.py`, `views/`, `bench/workshop_load.py`; a partial
+- every repository path named in backticks (`pipeline/server/room.py`, `views/`, `bench/workshop_load.py`; a partial
   path such as `stages/decode_record.py` ends some path of the repository; a bare `name.py` is some file's name);
 - every `./run.sh X` is a subcommand of run.sh's case list; every `python -m pipeline SUB` (and
   `python -m ui SUB`) a subcommand of that command line's parser;
@@ -36,7 +36,7 @@ def doc_files() -> list[Path]:
 
 @functools.cache
 def repo_paths() -> set[str]:
-    """Every file and folder of the working tree, relative ('pipeline/room.py', 'views'), less what runs make."""
+    """Every file and folder of the working tree, relative ('pipeline/server/room.py', 'views'), less what runs make."""
     found: set[str] = set()
 
     def walk(folder: Path) -> None:
@@ -207,7 +207,8 @@ def test_the_checks_catch_what_does_not_exist():
     """Each check finds a bogus name, and passes the real one beside it."""
     doc = ROOT / "docs" / "example.md"
     text = ("# Top\n\n[ok](../README.md) [gone](gone.md) [bad anchor](#nowhere) [good anchor](#top)\n\n"
-            "`pipeline/room.py` `pipeline/nope.py` `views/` `nothere/` `stages/decode_record.py` `stages/nope.py` "
+            "`pipeline/server/room.py` `pipeline/nope.py` `views/` `nothere/` `stages/decode_record.py` "
+            "`stages/nope.py` "
             "`server_state.py` `nope_module.py` `config.json` `.cache/room-store/`\n\n"
             "`/journey` `/no-such-page` `/presenter?follow=ROOM` `/_stcore/health`\n\n"
             "```bash\n./run.sh test\n./run.sh frobnicate\npython -m pipeline trace x\npython -m pipeline nope\n"

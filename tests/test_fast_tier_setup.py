@@ -31,9 +31,8 @@ def test_a_tokenizer_is_loaded_once_per_content_of_its_files_and_again_when_they
 
 
 def test_apptest_still_stops_a_page_that_runs_past_its_timeout(tmp_path):
-    from streamlit.testing.v1 import AppTest
-
     from conftest import _lighter_apptest
+    from streamlit.testing.v1 import AppTest
 
     _lighter_apptest()
     page = tmp_path / "slow.py"
@@ -45,10 +44,9 @@ def test_apptest_still_stops_a_page_that_runs_past_its_timeout(tmp_path):
 
 
 def test_apptest_compiles_a_page_once_per_version_of_its_file(tmp_path, monkeypatch):
+    from conftest import _lighter_apptest
     from streamlit.runtime.scriptrunner import script_cache
     from streamlit.testing.v1 import AppTest
-
-    from conftest import _lighter_apptest
 
     _lighter_apptest()
     compiles = []

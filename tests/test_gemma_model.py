@@ -6,13 +6,13 @@ reach back."""
 import numpy as np
 import pytest
 import torch
-
 from conftest import DEFAULT_QUESTION
+
 from pipeline.model.dims import SLIDING
 from pipeline.model.prefill import run_prefill
+from pipeline.run.trace import run_trace
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
-from pipeline.trace import run_trace
 
 pytestmark = pytest.mark.model
 
@@ -79,11 +79,11 @@ def test_no_weight_falls_past_the_window_in_a_sliding_layer(gemma_lm, long_ids):
 
 @pytest.mark.parametrize("question", [DEFAULT_QUESTION, "long"])
 def test_the_plain_path_equals_hf_generate(gemma_lm, question):
-    """The plain serving path's own Gemma decoder (pipeline.model.gemma_decoder) gives HF's greedy tokens,
+    """The plain serving path's own Gemma decoder (pipeline.model.decoders.gemma) gives HF's greedy tokens,
     on a prompt inside the window and on one past it."""
-    from pipeline.model.gemma_decoder import GemmaPlainDecoder
-    from pipeline.model.plain_decoder import open_decoder
-    from pipeline.stages import fast_path
+    from pipeline.model.decoders.factory import open_decoder
+    from pipeline.model.decoders.gemma import GemmaPlainDecoder
+    from pipeline.faster import fast_path
 
     n = STEPS
     request = ChatRequest.from_question(LONG_NOTES if question == "long" else question,

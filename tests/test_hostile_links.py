@@ -5,9 +5,8 @@ import os
 import re
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from markdown_links import foreign_links
+from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")  # AppTest on the tiny model (fast tier): links, not answers
 
@@ -69,7 +68,7 @@ def test_no_tampered_parameter_plants_a_link(file, path):
     if path != "start":
         at.query_params = dict(params)
         at.session_state["_url_request_loaded"] = False  # read the request's parameters again on this page
-        at.switch_page(f"views/{file}").run()
+        at.switch_page(f"views/pages/{file}").run()
         assert not at.exception, at.exception
         assert not planted_links(at), planted_links(at)
     assert any("evil" in text for _, text in markdown_of(at)), "the hostile text was not shown at all"
@@ -93,7 +92,7 @@ def test_grammars_that_crashed_or_are_refused_show_a_message(kind, spec):
 
 
 @pytest.mark.parametrize("view,key,value", [
-    ("branches", "br_typed", "[Log in](http://evil.example/login)"),  # What-if: "type a token's text", 40 chars
+    ("what_if", "br_typed", "[Log in](http://evil.example/login)"),  # What-if: "type a token's text", 40 chars
     ("embeddings", "em_word", PHISH),  # the neighbours' word box
     ("embeddings", "em_words", f"{PHISH}, tomato, apple"),  # the PCA map's words
     ("embeddings", "em_a", "http://evil.example/x"),  # the analogy's words

@@ -6,18 +6,18 @@ import math
 import numpy as np
 import pytest
 import quicktok
+from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from conftest import examples
-
-from pipeline import maths
-from pipeline.errors import InputError
+from pipeline.core import maths
+from pipeline.core.errors import InputError
+from pipeline.core.timing import compare_runs
 from pipeline.model.dims import kv_bytes_formula
 from pipeline.prompt_cache.audit import check_prices, default_prices
 from pipeline.prompt_cache.engine import chain_hashes
-from pipeline.run_queue import DECODE_STEP_COST, cost_of
+from pipeline.server.run_queue import DECODE_STEP_COST, cost_of
 from pipeline.stages import embeddings as es
 from pipeline.stages import next_token as nt
 from pipeline.stages.batch import batch_tensors, padding_share
@@ -25,10 +25,9 @@ from pipeline.stages.kv_cache import ModelShape, fit, human_bytes, load_configs
 from pipeline.stages.position import inv_freq
 from pipeline.stages.request import GenerationOptions
 from pipeline.stages.tokens import encode
-from pipeline.text.token_names import token_text, tokens_text
 from pipeline.text.pieces import token_pieces
+from pipeline.text.token_names import token_text, tokens_text
 from pipeline.text.unfinished import continuation_label
-from pipeline.timing import compare_runs
 
 NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**30, 10**30),
                     st.sampled_from([0, -1, 2**63, 10**400, float("nan"), float("inf"), True, "1", None]))

@@ -1,11 +1,18 @@
 """KV-cache memory maths checked by hand (fast tier), and cache on/off giving the same tokens (real model)."""
 import pytest
 
-from pipeline.model.dims import ModelDims, kv_bytes_formula
-from pipeline.errors import InputError
-from pipeline.model.dims import FULL, SLIDING
-from pipeline.stages.kv_cache import (ModelShape, bytes_by_layer, bytes_per_token, compare, conversation_bytes, fit,
-                                      human_bytes, load_configs)
+from pipeline.core.errors import InputError
+from pipeline.model.dims import FULL, SLIDING, ModelDims, kv_bytes_formula
+from pipeline.stages.kv_cache import (
+    ModelShape,
+    bytes_by_layer,
+    bytes_per_token,
+    compare,
+    conversation_bytes,
+    fit,
+    human_bytes,
+    load_configs,
+)
 
 SMOLLM2 = ModelDims(name="SmolLM2-135M-Instruct", L=30, H=9, Hkv=3, Dh=64, D=576, D_mlp=1536, V=49152,
                     context_window=8192, rope_base=100000.0, dtype="float32", device="cpu", bytes_per_value=4)
@@ -165,7 +172,7 @@ def test_cache_on_and_off_bookkeeping_on_a_tiny_model(tiny_lm):
     assert r["same_tokens"] and r["cache"]["tokens"] == r["no_cache"]["tokens"]
     assert r["tokens_computed"] == {"cache": len(ids) + 4, "no_cache": 5 * len(ids) + 10}
     assert tiny_lm.calls - calls == 2 * 2 * 5  # both ways, twice, five steps each
-    from pipeline.errors import InputError
+    from pipeline.core.errors import InputError
 
     with pytest.raises(InputError) as err:
         compare(tiny_lm, [1] * 1020, n_steps=5)  # the run without a cache is kept within 1,024 tokens

@@ -1,9 +1,13 @@
-"""Imports point one way, down the floors app.py/views → ui → pipeline (fast tier, no model weights).
+"""The architecture, checked on the import graph (fast tier, no model weights).
 
-An AST scan of every import (inside functions too): pipeline/ never imports streamlit, ui or views;
-ui/ never imports views; a stage never imports pipeline/trace.py (the run is built from the stages,
-not the other way). And every page's module-level imports load without torch, so a fresh server can
-draw a stored run before the network (and torch) has loaded.
+An AST scan of every import (inside functions and under TYPE_CHECKING too) of pipeline/, ui/ and views/:
+- the floors app.py/views -> ui -> pipeline: pipeline/ never imports streamlit, ui or views; ui/ never views;
+- inside pipeline/, packages stand on floors (FLOORS, lowest first) and import only from lower floors;
+  pipeline/'s top level holds no module but __init__ and __main__;
+- no import cycle between modules anywhere, and no page (views/pages/) imported by another module;
+- no module of pipeline/, ui/ or views/ over MAX_LINES lines.
+And every page's module-level imports load without torch, so a fresh server can draw a stored run before the
+network (and torch) has loaded.
 """
 import ast
 import functools
@@ -17,6 +21,8 @@ import pytest
 from conftest import ROOT, source_tree
 
 ROOT = Path(ROOT)
+TREES = ("pipeline", "ui", "views")
+MAX_LINES = 450
 
 # (files under, imported module they must not reach, why)
 RULES = [
@@ -24,10 +30,19 @@ RULES = [
     ("pipeline", "ui", "presentation sits above pipeline/"),
     ("pipeline", "views", "the pages sit above pipeline/"),
     ("ui", "views", "the pages use ui/, not the other way"),
-    ("pipeline/stages", "pipeline.trace", "the run is made of the stages"),
 ]
-# Known exceptions, each with its reason (test_every_allowed_exception_is_still_needed fails once one is gone).
-ALLOWED: set[tuple[str, str]] = set()
+# pipeline/'s packages, lowest floor first; a package imports only from floors below its own
+FLOORS = [
+    ["core"],  # errors, checks, maths, files, timing, long jobs' chunks
+    ["text"],  # token text: byte-level pieces, graphemes, the streaming detokenizer
+    ["model"],  # loading, the handle, dimensions, RoPE, decoders
+    ["stages"],  # the request's stages, one module each
+    ["attribution", "training", "prompt_cache", "faster", "costs"],  # built on the stages, beside each other
+    ["run"],  # a whole run: the Trace record, run_trace, comparisons
+    ["server"],  # the queue, its engines and stores, rooms
+    ["cli"],  # the command line
+]
+FLOOR_OF = {package: i for i, floor in enumerate(FLOORS) for package in floor}
 
 
 def module_of(path: Path) -> str:
@@ -57,7 +72,20 @@ def reaches(imported: str, target: str) -> bool:
     return imported == target or imported.startswith(target + ".")
 
 
+def source_files() -> list[Path]:
+    return sorted(p for tree in TREES for p in (ROOT / tree).rglob("*.py") if "__pycache__" not in p.parts)
+
+
 @functools.cache  # the source tree does not change during a test run: one scan for every test of this file
+def import_graph() -> dict[str, frozenset[str]]:
+    """{module: the modules of pipeline/, ui/, views/ it imports}. `from package import submodule` is an edge to
+    the submodule alone (as import-linter counts it), not to the package's __init__ as well."""
+    modules = {module_of(p): p for p in source_files()}
+    return {m: frozenset(i for i in imported_modules(p) if i in modules and i != m and not any(
+        other.startswith(i + ".") for other in imported_modules(p) if other in modules)) for m, p in modules.items()}
+
+
+@functools.cache
 def violations() -> frozenset[tuple[str, str]]:
     found = set()
     for under, target, _ in RULES:
@@ -72,23 +100,111 @@ def test_the_scan_sees_relative_and_function_level_imports(tmp_path, monkeypatch
     """The scanner itself, on a small package: relative imports inside functions resolve to absolute names."""
     stage = tmp_path / "pipeline" / "stages" / "late.py"
     stage.parent.mkdir(parents=True)
-    (tmp_path / "pipeline" / "__init__.py").write_text("from . import trace\n")
-    stage.write_text("import numpy as np\ndef f():\n    from ..trace import run_trace\n    from . import batch\n")
+    (tmp_path / "pipeline" / "__init__.py").write_text("from . import run\n")
+    stage.write_text("import numpy as np\ndef f():\n    from ..run import trace\n    from . import batch\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    assert imported_modules(stage) == {"numpy", "pipeline.trace", "pipeline.trace.run_trace", "pipeline.stages",
+    assert imported_modules(stage) == {"numpy", "pipeline.run", "pipeline.run.trace", "pipeline.stages",
                                        "pipeline.stages.batch"}
-    assert imported_modules(tmp_path / "pipeline" / "__init__.py") == {"pipeline", "pipeline.trace"}
-    assert reaches("pipeline.trace.run_trace", "pipeline.trace") and not reaches("pipeline.tracer", "pipeline.trace")
+    assert imported_modules(tmp_path / "pipeline" / "__init__.py") == {"pipeline", "pipeline.run"}
+    assert reaches("pipeline.run.trace", "pipeline.run") and not reaches("pipeline.runner", "pipeline.run")
 
 
 @pytest.mark.parametrize("under,target,why", RULES, ids=[f"{u} -/-> {t}" for u, t, _ in RULES])
 def test_imports_only_point_down(under, target, why):
-    bad = sorted(f for f, t in violations() - ALLOWED if t == target and f.startswith(under + "/"))
+    bad = sorted(f for f, t in violations() if t == target and f.startswith(under + "/"))
     assert not bad, f"{', '.join(bad)} import {target} ({why})"
 
 
-def test_every_allowed_exception_is_still_needed():
-    assert ALLOWED <= violations(), f"remove {sorted(ALLOWED - violations())} from ALLOWED: it no longer imports"
+def floor_of(module: str) -> int | None:
+    parts = module.split(".")
+    return FLOOR_OF.get(parts[1]) if parts[0] == "pipeline" and len(parts) > 2 else None
+
+
+def floor_violations(graph: dict[str, frozenset[str]]) -> list[str]:
+    """'a -> b' for every import inside pipeline/ from a package to one on its own floor (another package) or
+    above, and for every package of pipeline/ on no floor."""
+    bad = []
+    for module, imports in sorted(graph.items()):
+        if module.startswith("pipeline.") and module.count(".") >= 1 and module.split(".")[1] not in FLOOR_OF \
+                and module not in ("pipeline.__main__",):
+            bad.append(f"{module} is in no floor of FLOORS")
+        here = floor_of(module)
+        for imported in sorted(imports):
+            there = floor_of(imported)
+            if here is not None and there is not None and module.split(".")[1] != imported.split(".")[1] \
+                    and there >= here:
+                bad.append(f"{module} -> {imported}")
+    return bad
+
+
+def test_pipeline_packages_import_only_from_lower_floors():
+    assert floor_violations(import_graph()) == []
+
+
+def test_the_floor_rule_finds_an_up_arrow_and_a_same_floor_import():
+    graph = {"pipeline.stages.fast_path": frozenset({"pipeline.faster.verify"}),
+             "pipeline.faster.verify": frozenset({"pipeline.costs.sweep", "pipeline.stages.request"}),
+             "pipeline.loose": frozenset()}
+    assert floor_violations(graph) == ["pipeline.faster.verify -> pipeline.costs.sweep",
+                                       "pipeline.loose is in no floor of FLOORS",
+                                       "pipeline.stages.fast_path -> pipeline.faster.verify"]
+
+
+def test_pipeline_top_level_holds_packages_only():
+    loose = sorted(p.name for p in (ROOT / "pipeline").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert loose == []
+    assert set(FLOOR_OF) == {p.name for p in (ROOT / "pipeline").iterdir() if (p / "__init__.py").exists()}
+
+
+def cycles(graph: dict[str, frozenset[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_cycle_anywhere():
+    """Lazy imports inside functions count too: a cycle they hide is still two modules that need each other."""
+    assert cycles(import_graph()) == []
+    assert cycles({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}) \
+        == [["a", "b", "c"]]
+
+
+def test_no_module_imports_a_page():
+    """Pages (views/pages/) are leaves: what two pages share lives beside them in views/."""
+    pages = {m for m in import_graph() if m.startswith("views.pages.")}
+    assert len(pages) >= 20
+    assert sorted(f"{m} -> {i}" for m, imports in import_graph().items() for i in imports if i in pages) == []
+
+
+def test_no_module_over_the_line_limit():
+    long = {str(p.relative_to(ROOT)): n for p in source_files()
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}
 
 
 # ---- no HTML below ui/ ---------------------------------------------------------------------------------
@@ -121,7 +237,7 @@ def test_pipeline_writes_no_html():
 
 # ---- every page without torch --------------------------------------------------------------------------
 
-PAGES = sorted(p for p in (ROOT / "views").glob("*.py"))
+PAGES = sorted(p for p in (ROOT / "views").rglob("*.py") if "__pycache__" not in p.parts)
 
 # Run in one fresh process: torch and transformers are refused by an import hook, so one page that
 # imports them cannot hide another (nothing is ever loaded); each page's module-level imports run in turn.
@@ -153,8 +269,8 @@ print(json.dumps({"failed": failed, "heavy": sorted(m for m in HEAVY if m in sys
 
 
 def test_every_page_imports_without_torch():
-    """Each views/*.py page's module-level imports, in a fresh process: torch is imported only inside the
-    functions that run the network, so a stored run draws before torch has loaded (~1 s of import)."""
+    """The module-level imports of each views/ module (pages and shared ones), in a fresh process: torch is
+    imported only inside the functions that run the network, so a stored run draws before torch has loaded."""
     import json
 
     pages = [str(p.relative_to(ROOT)) for p in PAGES]

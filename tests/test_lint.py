@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+
 
 def ruff_command() -> list[str] | None:
     if importlib.util.find_spec("ruff") is not None:  # `pip install ruff` (requirements.txt) puts it in the venv

@@ -1,4 +1,4 @@
-"""Long jobs in the model's queue (pipeline.run_queue.RunQueue.submit_long): a generator of chunks run between
+"""Long jobs in the model's queue (pipeline.server.run_queue.RunQueue.submit_long): a generator of chunks run between
 people's questions. On fake jobs whose chunks move a fake clock, so every time the queue records is exact:
 a question waits for one chunk at most, a running batch gets its share of the time and the long job still moves,
 the one who asked can stop it between two chunks, its progress rises, and identical asks share one run."""
@@ -6,10 +6,10 @@ import threading
 from concurrent.futures import CancelledError
 
 import pytest
-
-from pipeline.long_jobs import Progress, run_to_end
-from pipeline.run_queue import RunQueue
 from test_continuous_batching import FakeEngine
+
+from pipeline.core.long_jobs import Progress, run_to_end
+from pipeline.server.run_queue import RunQueue
 
 
 class Clock:

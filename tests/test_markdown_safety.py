@@ -2,13 +2,13 @@
 code_span, checked with a model of Streamlit's renderer (tests/markdown_links.py)."""
 import html
 
-from hypothesis import example, given, settings, strategies as st
-from markdown_it import MarkdownIt
-
 from conftest import examples
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 from markdown_links import HOSTILE, PHISH, foreign_links, links, shown
-from ui.escape import code_span, markdown_text
 
+from ui.escape import code_span, markdown_text
 
 
 def test_the_renderer_model_finds_every_kind_of_link():

@@ -58,7 +58,7 @@ import pickle, sys
 import numpy as np
 import views.runs, views.warm_up, views.chrome  # every module the pages share
 from pipeline.model.handle import ModelHandle
-from pipeline.trace import Trace
+from pipeline.run.record import Trace
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages.decode_record import Decode, Step
 h = ModelHandle()
@@ -94,18 +94,17 @@ def test_the_handle_answers_with_the_shared_loaded_model(lm):
 def test_a_fresh_server_draws_the_stored_default_run_before_the_network_loads():
     """Cold start: with the default request's run stored, a fresh process draws Journey completely —
     the request id, every prompt token's chip — without importing torch."""
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest
     from views.server_state import run_store
     from views.session_request import DEFAULT_QUESTION, request_key
-
-    from pipeline.trace import run_trace
 
     request = ChatRequest.from_question(DEFAULT_QUESTION)
     trace = run_store().get_or_run(request_key(request), lambda: run_trace(request))  # stored on disk too
     code = """
 import sys
 from streamlit.testing.v1 import AppTest
-at = AppTest.from_file('views/journey.py', default_timeout=600)
+at = AppTest.from_file('views/pages/journey.py', default_timeout=600)
 at.run()
 assert not at.exception, at.exception
 page = " ".join(str(m.value) for m in at.markdown) + " ".join(str(c.value) for c in at.caption)

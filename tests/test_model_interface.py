@@ -8,10 +8,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import source_tree
 
 from pipeline.model.handle import ModelHandle
 from pipeline.model.interface import LanguageModel
-from conftest import source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 MEMBERS = {"name", "tokenizer", "dims", "config", "model", "device", "lock", "calls",
@@ -120,7 +120,7 @@ def test_the_pages_use_only_what_the_handle_declares():
     """The pages hold a ModelHandle (`lm = get_model()`): what they read from it is declared on it,
     so dropping the forwarding broke no page."""
     stray, reads = [], 0
-    for path in [ROOT / "app.py", *sorted((ROOT / "views").glob("*.py"))]:
+    for path in [ROOT / "app.py", *sorted((ROOT / "views").rglob("*.py"))]:
         tree = source_tree(path)
         found = attributes_read(tree, {"lm", "handle"})
         found |= {(n.attr, n.lineno) for n in ast.walk(tree) if isinstance(n, ast.Attribute)
@@ -133,7 +133,7 @@ def test_the_pages_use_only_what_the_handle_declares():
 def test_every_lm_parameter_is_annotated_language_model():
     """`lm: LanguageModel` (or `LanguageModel | None`) on every function under pipeline/ and views/."""
     bare, seen = [], 0
-    for path in [*sorted((ROOT / "pipeline").rglob("*.py")), *sorted((ROOT / "views").glob("*.py"))]:
+    for path in [*sorted((ROOT / "pipeline").rglob("*.py")), *sorted((ROOT / "views").rglob("*.py"))]:
         for node in ast.walk(source_tree(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 args = node.args

@@ -9,7 +9,7 @@ import pytest
 from conftest import source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
-FILES = [ROOT / "app.py", *sorted((ROOT / "views").glob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
+FILES = [ROOT / "app.py", *sorted((ROOT / "views").rglob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
 LITERALS = ["49,152", "49152", "49_152", "30 layers", "30 blocks", "576", "9 heads", "9 query heads", "3 KV",
             "3 key/value", "SmolLM", "135M", "<|im_start|>", "<|im_end|>", "im_start", "im_end", "<|endoftext|>"]
 # (file, literal): places about SmolLM2 on purpose. Keep it short; each says why.

@@ -7,9 +7,8 @@ real tokenizer, beside the tiny SmolLM2 for the default model (the warm-up's). A
 import os
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import ROOT, app_pages, clear_streamlit_caches, page_app
+from streamlit.testing.v1 import AppTest
 
 GEMMA = "gemma-3-270m"
 PAGES = app_pages()  # every page of app.py's PAGES, by file name
@@ -136,7 +135,7 @@ def test_switching_the_model_resets_the_pages_controls(gemma_app):
     """At layer 29 of SmolLM2's 30 on the Attention page, picking Gemma (3 layers here) opens on a head of its own."""
     at = app_at(model="smollm2-135m", max_new_tokens="3")
     at.run()
-    at.switch_page("views/attention.py").run()
+    at.switch_page("views/pages/attention.py").run()
     assert not at.exception, at.exception
     at.session_state["rope_layer"] = 29  # SmolLM2's last layer, kept for the Position page
     at.selectbox(key="req_model").set_value(GEMMA).run()
@@ -211,9 +210,9 @@ def test_every_page_opens_on_each_real_model(page, model):
 @pytest.mark.parametrize("page", ["journey", "next_token", "layers"])
 def test_real_gemma_pages(page):
     """The real Gemma-3-270M picked: the page opens on its own run, drawn with its 18 layers and its turns."""
+    from pipeline.stages.request import ChatRequest, GenerationOptions
     from views.server_state import run_store
     from views.session_request import DEFAULT_QUESTION, run_key
-    from pipeline.stages.request import ChatRequest, GenerationOptions
 
     clear_streamlit_caches()  # handles and stores on TPE_CACHE_DIR's real weights
     at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
@@ -248,11 +247,11 @@ def test_gemmas_turn_markers_are_its_turn_tokens_not_a_newline(tiny_gemma_cache)
 
 
 def test_request_page_names_gemmas_markers_and_says_when_plain_text_has_none(gemma_app):
-    at = page_app("request_template", req_model=GEMMA, req_max_new_tokens=3)
+    at = page_app("request", req_model=GEMMA, req_max_new_tokens=3)
     at.run()
     assert not at.exception, at.exception
     assert any("between ` <start_of_turn>role ` and ` <end_of_turn> `" in m.value for m in at.markdown)
-    at = page_app("request_template", req_model=GEMMA, req_max_new_tokens=3, req_prompt_format="plain")
+    at = page_app("request", req_model=GEMMA, req_max_new_tokens=3, req_prompt_format="plain")
     at.run()
     assert not at.exception, at.exception
     assert any(s.value.startswith("3. Plain text") for s in at.subheader)

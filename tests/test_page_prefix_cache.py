@@ -9,7 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "prefix_cache.py"), default_timeout=600)  # a busy shared machine
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / "prompt_caching.py"),
+                           default_timeout=600)  # a busy shared machine
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -97,8 +98,9 @@ def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tin
     folder) shows them without playing the scenario again, and says when and on which machine they were timed."""
     import time
 
-    import views.scenarios
     from conftest import clear_streamlit_caches
+
+    import views.scenarios
     from views.scenarios import scenario_key
     from views.server_state import result_store
     from views.waiting import model_result_key

@@ -1,19 +1,18 @@
-"""The Why-this-token page (views/why_token.py) on the tiny model (fast tier): its charts' numbers are the
+"""The Why-this-token page (views/pages/why_token.py) on the tiny model (fast tier): its charts' numbers are the
 attribution of the run's own chosen token, the buttons run the interventions and integrated gradients, and
 token text reaches the page escaped."""
 from pathlib import Path
 
 import numpy as np
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import chart_data
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "why_token.py"), default_timeout=240)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / "why_token.py"), default_timeout=240)
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -21,8 +20,9 @@ def run_page() -> AppTest:
 
 def test_logit_parts_on_the_page_add_up_to_the_runs_own_score(tiny_app):
     from conftest import DEFAULT_QUESTION
+
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest
-    from pipeline.trace import run_trace
 
     at = run_page()
     trace = run_trace(ChatRequest.from_question(DEFAULT_QUESTION), tiny_app)  # the page's run, run again

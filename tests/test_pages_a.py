@@ -13,9 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
-
 from conftest import chart_data, prompt_ids
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # a trace on 2 shared CPU cores can take tens of seconds
@@ -23,7 +22,7 @@ MALICIOUS = "<img src=x onerror=alert(1)> <s>"
 
 
 def run_page(name: str, question: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
     if question is not None:
         at.session_state["req_question"] = question
     at.run()
@@ -84,7 +83,7 @@ def test_journey_walks_every_stage(page_lm):
 
 
 def test_request_template_shows_both_styles_and_marks_template_text(tiny_app):
-    at = run_page("request_template")
+    at = run_page("request")
     bodies = [json.loads(b) for b in json_bodies(at)]
     assert any("messages" in b and "stream" in b and "max_tokens" in b for b in bodies)
     html = " ".join(html_blocks(at))
@@ -94,7 +93,7 @@ def test_request_template_shows_both_styles_and_marks_template_text(tiny_app):
 
 
 def test_request_template_with_a_system_prompt_puts_it_in_both_styles(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "request_template.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / "request.py"), default_timeout=TIMEOUT)
     at.session_state["req_system"] = "Answer in one sentence."
     at.session_state["req_max_new_tokens"] = 4
     at.run()
@@ -123,7 +122,7 @@ def test_tokens_page_chips_comparison_and_capitals(tiny_app):
 
 
 def test_tensors_batch_pads_three_requests(tiny_app):
-    at = run_page("tensors_batch")
+    at = run_page("tensors")
     summary = next(df.value for df in at.dataframe if "padding cells" in df.value.columns)
     assert list(summary["tensor"]) == ["input_ids", "position_ids", "attention_mask"]
     assert summary["shape (B, T)"].iloc[0].startswith("(3, ")
@@ -191,7 +190,7 @@ def test_kv_cache_growth_calculator_and_measurement(tiny_app):
 
 
 def test_kv_cache_measurement_stays_within_the_token_budget(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "kv_cache.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / "kv_cache.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = "Tomatoes are fruit. " * 120  # a prompt of a bit over 600 tokens
     at.session_state["req_max_new_tokens"] = 2
     at.run()
@@ -211,10 +210,10 @@ def test_kv_cache_measurement_stays_within_the_token_budget(tiny_app):
     assert any("Ask a shorter question" in i.value for i in at.info)
 
 
-@pytest.mark.parametrize("page", ["journey", "request_template", "tokens", "tensors_batch", "generation",
+@pytest.mark.parametrize("page", ["journey", "request", "tokens", "tensors", "generation",
                                   "kv_cache"])
 def test_malicious_question_is_shown_as_text(page, tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / f"{page}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{page}.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = MALICIOUS
     at.session_state["req_max_new_tokens"] = 8
     at.run()
@@ -223,6 +222,6 @@ def test_malicious_question_is_shown_as_text(page, tiny_app):
         assert "<img" not in block and "<s>" not in block
     charts = plotly_strings(at)
     assert "<img" not in charts and "<s>" not in charts
-    if page in ("journey", "request_template", "tokens"):
+    if page in ("journey", "request", "tokens"):
         # the text did reach the page, escaped (chips split it into pieces such as '&lt;' and 'img')
         assert any("&lt;" in b and "alert" in b for b in html_blocks(at))

@@ -12,22 +12,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import chart_data, prompt_ids
 from streamlit.testing.v1 import AppTest
 
-from conftest import chart_data, prompt_ids
 from pipeline.model.loader import attention_implementation
-
+from pipeline.run.trace import run_trace
 from pipeline.stages import attention as ast
 from pipeline.stages import layers as la
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from pipeline.trace import run_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 240  # the first page also captures the default trace on 2 shared CPU cores
 
 
 def run_page(name: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
     at.run()
     assert not at.exception, [e.message for e in at.exception]
     return at
@@ -154,7 +153,7 @@ def test_embeddings_page(page_lm):
 
 
 def test_position_rope_page(tiny_app):
-    at = run_page("position_rope")
+    at = run_page("position")
     assert at.title[0].value == "Position (RoPE)"
     assert plotly_count(at) == 2
     scores = at.dataframe[0].value["score q·k/√Dh"]
@@ -181,7 +180,7 @@ LONG_QUESTION = "Tomatoes are fruit. " * 120  # > 512 prompt tokens: no stored a
 
 
 def run_long(name: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = LONG_QUESTION
     at.session_state["req_max_new_tokens"] = 2
     at.run()
@@ -284,7 +283,7 @@ def test_what_if_page_shows_the_branch_it_just_made(tiny_app):
     and sent the page straight back to it)."""
     from conftest import page_app
 
-    at = page_app("branches", req_max_new_tokens=8)
+    at = page_app("what_if", req_max_new_tokens=8)
     at.run()
     at.text_input(key="br_typed").input("$*x*$").run()  # a forced token's text is Markdown-escaped where named
     at.button(key="br_go").click().run()

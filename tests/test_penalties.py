@@ -4,11 +4,19 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.stages.next_token import filter_stages
 from pipeline.stages.penalties import penalized
-from pipeline.stages.request import (ChatRequest, GenerationOptions, check_vocabulary, logit_bias_text,
-                                     openai_style, anthropic_style, parse_logit_bias, repetition_body)
+from pipeline.stages.request import (
+    ChatRequest,
+    GenerationOptions,
+    anthropic_style,
+    check_vocabulary,
+    logit_bias_text,
+    openai_style,
+    parse_logit_bias,
+    repetition_body,
+)
 
 
 @pytest.mark.parametrize("penalty", [0.5, 1.2, 2.0])
@@ -147,9 +155,9 @@ def hf_greedy(lm, ids: list[int], n: int, **kwargs) -> list[int]:
 
 def check_equals_hf(lm, question: str, penalty: float, n: int, batched: bool = True) -> None:
     """The captured path, the plain one and (batched) decode_batch beside another request all give HF's answer."""
-    from pipeline.stages import fast_path
+    from pipeline.run.trace import run_trace, run_traces
+    from pipeline.faster import fast_path
     from pipeline.stages.tokens import tokenize_request
-    from pipeline.trace import run_trace, run_traces
 
     options = GenerationOptions(max_new_tokens=n, repetition_penalty=penalty)
     request = ChatRequest.from_question(question, options=options)

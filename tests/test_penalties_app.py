@@ -3,9 +3,8 @@ refused with a note, and the Next token page's raw-to-final table."""
 import os
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import ROOT, page_app
+from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
 

@@ -5,6 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from cli_kit import run_cli
 
 from pipeline.model.capture import capture
 from pipeline.model.dims import kv_bytes_formula
@@ -13,13 +14,11 @@ from pipeline.model.loader import attention_implementation
 from pipeline.model.prefill import _heads, run_prefill
 from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS
 from pipeline.model.rope import rotate, signed_sin
+from pipeline.run.trace import run_trace
 from pipeline.stages.attention import attention_for_layer
 from pipeline.stages.batch import batch_tensors
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
-from pipeline.trace import run_trace
-
-from cli_kit import run_cli
 
 pytestmark = pytest.mark.model
 
@@ -230,7 +229,7 @@ def test_json_has_documented_keys(default_trace):
 
 
 def test_context_window_is_checked_against_the_real_model(lm):
-    from pipeline.errors import InputError
+    from pipeline.core.errors import InputError
 
     with pytest.raises(InputError) as err:
         _trace(lm, " a" * 9000)  # 9,000 tokens, 18,000 characters

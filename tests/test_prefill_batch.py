@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from test_continuous_batching import _assert_alone_equal, _requests
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
 from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS
-from test_continuous_batching import _assert_alone_equal, _requests
 
 GPU_KEYS_ATOL = 1e-4  # batched vs alone keys on a GPU, whose kernels depend on the batch's shape (H200: 2.4e-5)
 FIELDS = ("embeddings", "hidden_states", "attn_out", "mlp_out", "q_rot", "k_rot", "v", "attention", "final_norm")
@@ -59,8 +59,8 @@ def test_only_short_prompts_of_a_full_attention_model_are_batched(tiny_lm):
 
 
 def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone(tiny_lm):
-    from pipeline.run_queue import RunQueue
-    from pipeline.trace_engine import TraceEngine
+    from pipeline.server.run_queue import RunQueue
+    from pipeline.server.trace_engine import TraceEngine
     from pipeline.stages.request import ChatRequest, GenerationOptions
 
     requests = _requests()
@@ -84,12 +84,12 @@ def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone
 
 
 def test_run_traces_prefills_its_requests_in_the_one_batched_pass_and_answers_as_alone(tiny_lm, monkeypatch):
-    """pipeline.trace.run_traces (a batch of traces outside the queue) prefills the way the queue does: one
+    """pipeline.run.trace.run_traces (a batch of traces outside the queue) prefills the way the queue does: one
     batched pass for the prompts that fit (run_prefill, one prompt's pass, is not called), a refused request its
     InputError, and every answer the one it gets alone."""
     from pipeline.model import prefill
+    from pipeline.run.trace import run_trace, run_traces
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace, run_traces
 
     requests = _requests()
     alone = [run_trace(r, tiny_lm) for r in requests]
@@ -107,9 +107,9 @@ def test_on_the_real_model_answers_prefilled_together_are_the_answers_alone(lm):
     scores of every step within float rounding. On the CPU the captures and the cache are bit-equal (the LM head's rows
     differ); on a GPU the kernels depend on the batch's shape, so the keys agree within GPU_KEYS_ATOL (measured on
     an H200: 2.4e-5 at most) and the greedy tokens are still the same."""
+    from pipeline.run.trace import run_trace
+    from pipeline.server.trace_engine import TraceEngine
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
-    from pipeline.trace_engine import TraceEngine
 
     options = GenerationOptions(max_new_tokens=12)
     requests = [ChatRequest.from_question(q, options=options)

@@ -6,15 +6,21 @@ marked `model`, on the real SmolLM2.
 """
 import pytest
 import torch
+from conftest import make_tiny_lm
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.kv_tensors import cache_layers
-from pipeline.prompt_cache.engine import (HIT, MISS, NOT_CACHEABLE, RECOMPUTED, PrefixCache, PrefixCacheConfig,
-                                          chain_hashes)
+from pipeline.prompt_cache.engine import (
+    HIT,
+    MISS,
+    NOT_CACHEABLE,
+    RECOMPUTED,
+    PrefixCache,
+    PrefixCacheConfig,
+    chain_hashes,
+)
 from pipeline.prompt_cache.playback import explain, play_scenario, prompt_tokens
 from pipeline.prompt_cache.scenarios import TRAPS, scenarios
-
-from conftest import make_tiny_lm
 
 TEXT = ("The tomato plant grows best in warm sun, in deep soil, with water at the base every morning. "
         "Pinch the side shoots, tie the stem to a cane, and pick the fruit when it turns deep red. ") * 3

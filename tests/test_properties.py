@@ -8,22 +8,36 @@ import unicodedata
 import numpy as np
 import pytest
 import torch
+from conftest import examples
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import examples
-
-from pipeline.errors import InputError
-from pipeline.prompt_cache.engine import (HIT, MISS, NOT_CACHEABLE, RECOMPUTED, ROOT_KEY, PrefixCache,
-                                          PrefixCacheConfig, chain_hashes)
-from pipeline.stages.generation import StreamDetokenizer
+from pipeline.core.errors import InputError
+from pipeline.prompt_cache.engine import (
+    HIT,
+    MISS,
+    NOT_CACHEABLE,
+    RECOMPUTED,
+    ROOT_KEY,
+    PrefixCache,
+    PrefixCacheConfig,
+    chain_hashes,
+)
 from pipeline.stages.next_token import filter_stages, mask_logits, tempered
-from pipeline.stages.request import (MAX_NEW_TOKENS, MIN_TEMPERATURE, ROLES, ChatRequest, GenerationOptions,
-                                     check_text, parse_turns)
+from pipeline.stages.request import (
+    MAX_NEW_TOKENS,
+    MIN_TEMPERATURE,
+    ROLES,
+    ChatRequest,
+    GenerationOptions,
+    check_text,
+    parse_turns,
+)
 from pipeline.stages.template import TEMPLATE_ROLE, render_prompt, segments
 from pipeline.stages.tokens import encode, tokenize_request
 from pipeline.text.byte_level import piece_bytes
 from pipeline.text.readable import piece_text, render_bytes, render_text
+from pipeline.text.stream_detokenizer import StreamDetokenizer
 from pipeline.text.token_names import token_text, tokens_text
 from ui.escape import axis_labels, code_span, html_text, plotly_label
 
@@ -409,7 +423,7 @@ def test_stop_strings_cut_at_the_first_occurrence_and_nothing_is_taken_back(toke
 @given(st.lists(st.integers(-3, 3), min_size=1, max_size=60), st.integers(0, 70))
 def test_top_indices_equal_a_stable_full_sort(values, k):
     """Small integer values make many ties: the order must still be numpy's stable argsort's."""
-    from pipeline.maths import top_indices
+    from pipeline.core.maths import top_indices
 
     x = np.array(values, dtype=np.float32)
     assert top_indices(x, k).tolist() == np.argsort(-x, kind="stable")[:k].tolist()

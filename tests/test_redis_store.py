@@ -1,5 +1,5 @@
-"""The Redis store (pipeline/redis_store.py) against a real redis-server on a free port of 127.0.0.1, with a
-password, as `./run.sh room-store` starts it: put/get across two clients (two replicas), compression, damaged
+"""The Redis store (pipeline/server/store/redis_store.py) against a real redis-server on a free port of 127.0.0.1,
+with a password, as `./run.sh room-store` starts it: put/get across two clients (two replicas), compression, damaged
 and foreign values are misses, eviction under maxmemory (allkeys-lru), a value too large stays local, and
 Redis going down and coming back."""
 import os
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.redis_store import HEADER, RedisStore, address_of, decode, encode
-from pipeline.run_store import RunStore
+from pipeline.server.store.memory import RunStore
+from pipeline.server.store.redis_store import HEADER, RedisStore, address_of, decode, encode
 
 REDIS = shutil.which("redis-server")
 pytestmark = pytest.mark.skipif(REDIS is None,
@@ -176,7 +176,7 @@ def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tin
             monkeypatch.setenv(name, value)
         for resource in (model_handle, run_store, result_store, run_queue, warm_up):
             resource.clear()
-        at = AppTest.from_file(str(Path(__file__).parent.parent / "views" / "tokens.py"), default_timeout=300)
+        at = AppTest.from_file(str(Path(__file__).parent.parent / "views" / "pages" / "tokens.py"), default_timeout=300)
         at.session_state["req_max_new_tokens"] = 2
         at.run()
         assert not at.exception, at.exception
@@ -198,9 +198,9 @@ def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tin
 def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_shared(server, tmp_path, monkeypatch):
     """The keys are the ones the pages make (views.waiting.model_result_key: model, weights, then the result's own
     key): a hand-written key without the weights once hid that no scenario reached the shared store."""
-    from pipeline.disk_store import DiskStore
-    from pipeline.errors import InputError
-    from pipeline.stores import results_store, runs_store
+    from pipeline.core.errors import InputError
+    from pipeline.server.store.disk import DiskStore
+    from pipeline.server.store.shared import results_store, runs_store
     from views.scenarios import scenario_key
     from views.server_state import is_scenario_key
     from views.waiting import model_result_key

@@ -4,12 +4,11 @@ name is refused naming the known ones, and a corrupt Gemma GGUF is refused by ou
 import hashlib
 
 import pytest
+from cli_kit import run_cli
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model import weights_cache
 from pipeline.model.registry import DEFAULT_MODEL, GEMMA3, MODELS, SMOLLM2, resolve
-
-from cli_kit import run_cli
 
 
 def test_names_resolve_to_their_records(tmp_path, monkeypatch):

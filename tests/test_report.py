@@ -10,8 +10,8 @@ import plotly.io as pio
 import pytest
 from plotly.offline import get_plotlyjs
 
+from pipeline.run.trace import run_trace
 from pipeline.stages.request import ChatRequest, GenerationOptions
-from pipeline.trace import run_trace
 from ui.report import PLOTLY_BUNDLE, plotly_js, trace_report
 
 
@@ -97,9 +97,8 @@ MEASURE = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
 @pytest.mark.browser
 @pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="Debian's chromium is not installed")
 def test_the_report_draws_offline_with_every_label_inside_its_figure(default_trace, app_template, tmp_path):
-    from playwright.sync_api import sync_playwright
-
     from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS
+    from playwright.sync_api import sync_playwright
 
     path = tmp_path / "report.html"
     path.write_text(trace_report(default_trace), encoding="utf-8")

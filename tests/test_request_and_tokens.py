@@ -4,13 +4,24 @@ References: Hugging Face's own apply_chat_template and the model's tokenizer.
 """
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.stages.request import (MAX_MESSAGE_CHARS, MAX_NEW_TOKENS, MAX_STOP_CHARS, MAX_STOP_STRINGS, ChatRequest,
-                                     GenerationOptions, RequestState, anthropic_style, check_fits, check_text,
-                                     openai_style, parse_turns)
+from pipeline.core.errors import InputError
+from pipeline.run.trace import run_trace
+from pipeline.stages.request import (
+    MAX_MESSAGE_CHARS,
+    MAX_NEW_TOKENS,
+    MAX_STOP_CHARS,
+    MAX_STOP_STRINGS,
+    ChatRequest,
+    GenerationOptions,
+    RequestState,
+    anthropic_style,
+    check_fits,
+    check_text,
+    openai_style,
+    parse_turns,
+)
 from pipeline.stages.template import TEMPLATE_ROLE, default_system_prompt, render_prompt, segments
 from pipeline.stages.tokens import encode, role_counts, text_tokens, tokenize_request, tokenize_segments
-from pipeline.trace import run_trace
 
 SMOLLM_DEFAULT_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 

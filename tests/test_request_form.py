@@ -4,9 +4,9 @@ request, not its own default (views.session_request.show_values_in_form)."""
 import os
 
 import pytest
+from conftest import ROOT
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT
 from views.session_request import FORM_KEYS
 
 pytestmark = pytest.mark.usefixtures("tiny_app")

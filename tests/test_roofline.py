@@ -5,12 +5,12 @@ import re
 
 import pytest
 import torch
+from conftest import chart_data
 from torch.utils.flop_counter import FlopCounterMode
 
+from pipeline.costs.pass_costs import decode_cost, pass_cost, prefill_cost
 from pipeline.model.dims import FULL, SLIDING, ModelDims
 from pipeline.model.loader import LoadedModel
-from conftest import chart_data
-from pipeline.serving.costs import decode_cost, pass_cost, prefill_cost
 
 SMOLLM2 = ModelDims(name="smollm2", L=30, H=9, Hkv=3, Dh=64, D=576, D_mlp=1536, V=49152, context_window=8192,
                     rope_base=1e5, dtype="float32", device="cpu", bytes_per_value=4)
@@ -104,7 +104,7 @@ def test_real_models_weights_are_their_parameters(lm, gemma_lm):
 def test_real_model_alone_and_in_a_batch(lm):
     """SmolLM2's greedy request alone and padded in a batch of 3: logits agree to float32 rounding, and any flip
     is reported with its gap (a near-tie), never raised."""
-    from pipeline.serving.determinism import determinism
+    from pipeline.costs.determinism import determinism
 
     d = determinism(lm, others=2, steps=4)
     assert d.padding > 0 and d.max_abs_logit_diff < 1e-2
@@ -119,7 +119,7 @@ def tiny(tiny_models):
 
 
 def test_ceilings_are_measured_once_then_read_from_the_cache(tiny, tmp_path, monkeypatch):
-    from pipeline.serving import ceilings as c
+    from pipeline.costs import ceilings as c
 
     monkeypatch.setenv("TPE_CACHE_DIR", str(tmp_path))
     first = c.ceilings(tiny.dims, tiny.device, repeats=2, copy_bytes=2**20, T=8)
@@ -136,7 +136,7 @@ def test_batched_rows_decode_as_each_request_alone(tiny_models, which):
     """The plain batched decode keeps each row's own positions and masks the padding: each row's greedy tokens
     are the tokens of the same prompt decoded alone (a random tiny model has no near-ties at these steps).
     The tiny Gemma's prompts run past its sliding window, so the window and the padding meet too."""
-    from pipeline.serving.batched import decode_rows, request_ids
+    from pipeline.costs.batched import decode_rows, request_ids
 
     lm = tiny_models[which]
     prompts = request_ids(lm, 3)
@@ -151,8 +151,8 @@ def test_batched_rows_decode_as_each_request_alone(tiny_models, which):
 
 
 def test_sweep_json_shape_and_sanity(tiny):
-    from pipeline.serving.ceilings import measure
-    from pipeline.serving.sweep import sweep
+    from pipeline.costs.ceilings import measure
+    from pipeline.costs.sweep import sweep
 
     roof = measure(tiny.dims, tiny.device, repeats=1, copy_bytes=2**20, T=8)
     points = sweep(tiny, (4, 1, 2), steps=2, repeats=2, roof=roof)
@@ -168,7 +168,7 @@ def test_sweep_json_shape_and_sanity(tiny):
 
 
 def test_bend_is_where_tokens_per_second_stop_growing():
-    from pipeline.serving.sweep import Point, bend
+    from pipeline.costs.sweep import Point, bend
 
     def pt(b, tokens_per_s):
         return Point(b, b / tokens_per_s, (0, 1), 10, decode_cost(SMOLLM2, 10, b), None)
@@ -182,8 +182,8 @@ def test_bend_is_where_tokens_per_second_stop_growing():
 
 
 def test_bad_batch_sizes_are_refused_naming_the_field():
-    from pipeline.errors import InputError
-    from pipeline.serving.sweep import parse_batch_sizes
+    from pipeline.core.errors import InputError
+    from pipeline.costs.sweep import parse_batch_sizes
 
     assert parse_batch_sizes(" 8,1, 2") == (1, 2, 8)
     for bad in ("", "1,,x", "0,2", "1,1", "2,999", "-1", "²"):
@@ -195,7 +195,7 @@ def test_bad_batch_sizes_are_refused_naming_the_field():
 def test_determinism_report_on_a_tiny_model(tiny):
     """The request's row is padded inside the batch, yet its logits agree with the alone run's to float32
     rounding; a flip, where one happens, is reported with how close the alone run's choice was (a near-tie)."""
-    from pipeline.serving.determinism import determinism
+    from pipeline.costs.determinism import determinism
 
     d = determinism(tiny, others=3, steps=4)
     out = d.to_json()
@@ -209,7 +209,7 @@ def test_determinism_report_on_a_tiny_model(tiny):
 def test_a_flip_is_reported_with_its_gap_not_raised():
     import numpy as np
 
-    from pipeline.serving.determinism import compare
+    from pipeline.costs.determinism import compare
 
     alone = np.array([[1.0, 3.0, 2.9999], [0.0, 5.0, 1.0]], dtype=np.float32)  # step 0: a near-tie
     batch = np.array([[1.0, 2.9999, 3.0], [0.0, 5.0, 1.0]], dtype=np.float32)
@@ -223,8 +223,8 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
     import json
 
     from pipeline.cli import main
+    from pipeline.costs.ceilings import ceilings
     from pipeline.model import loader
-    from pipeline.serving.ceilings import ceilings
 
     monkeypatch.setenv("TPE_CACHE_DIR", str(tmp_path))
     ceilings(tiny.dims, tiny.device, repeats=1, copy_bytes=2**20, T=8)  # cached: the command reads it
@@ -245,6 +245,7 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
                                          (["--determinism", "0"], "determinism"), (["--steps", "1"], "steps")])
 def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypatch, tmp_path):
     from cli_kit import run_cli
+
     from pipeline.model import loader
 
     monkeypatch.setattr(loader, "shared_model", lambda name=None: pytest.fail("loaded the model"))
@@ -257,16 +258,16 @@ def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypat
 def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     """On the tiny model: no ceilings yet (the passes shown without shares), then each button; the numbers shown
     are the pipeline's own for this run."""
+    from conftest import ROOT
     from streamlit.testing.v1 import AppTest
 
-    from conftest import ROOT
-    from pipeline.serving import ceilings as c
+    from pipeline.costs import ceilings as c
 
     measured, real_measure = [], c.measure
     monkeypatch.setattr(c, "cached", lambda m, device: None)  # this machine has not measured them yet
     monkeypatch.setattr(c, "measure", lambda m, device, **kw: measured.append(
         real_measure(m, device, repeats=1, copy_bytes=2**20, T=8)) or measured[-1])  # small: a test's budget
-    at = AppTest.from_file(f"{ROOT}/views/prefill_decode.py", default_timeout=300)
+    at = AppTest.from_file(f"{ROOT}/views/pages/prefill_decode.py", default_timeout=300)
     at.session_state["req_max_new_tokens"] = 4
     at.session_state["req_question"] = "Where does this run sit on the roofline?"  # asked by no other test: the
     at.run()  # run is computed now, through the queue's batch (a stored one would draw no schedule)
@@ -314,7 +315,7 @@ def test_room_metrics_from_finished_runs():
     the batch it was decoded in."""
     from types import SimpleNamespace as NS
 
-    from pipeline.serving.metrics import percentile, room_metrics
+    from pipeline.costs.metrics import percentile, room_metrics
 
     def run(ttft, tpot, total, tokens, batch):
         return NS(timings=NS(ttft_s=ttft, tpot_s=tpot, total_s=total), usage=NS(completion_tokens=tokens),

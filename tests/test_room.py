@@ -1,5 +1,5 @@
 """A room of learners: the address their laptops reach, short links, the presenter's stage
-(pipeline/room.py, plain Python), and presenter mode itself in AppTest: on the tiny model (fixture `tiny_app`),
+(pipeline/server/room.py, plain Python), and presenter mode itself in AppTest: on the tiny model (fixture `tiny_app`),
 and on the real one (marker `app`) where the real answer's first token is checked."""
 import hashlib
 import json
@@ -9,7 +9,7 @@ import secrets
 import pytest
 import segno
 
-from pipeline.room import RoomStore, is_loopback, public_base, room_store
+from pipeline.server.room import RoomStore, is_loopback, public_base, room_store
 
 KOREAN_SYSTEM = "항상 한국어로만 대답하세요."  # SmolLM2 then starts its answer with <0xED>, the first byte of 토
 KOREAN = "토마토는 과일이야?"
@@ -143,7 +143,7 @@ def test_presenter_survives_a_question_too_long_for_a_qr_code(tiny_app):
     assert links and "link=" in links[0] and len(links[0]) < 100, links
     assert len(at.get("image")) == 1  # the QR code of the follow-along link
     code = links[0].split("link=")[1]
-    from pipeline.room import room_store
+    from pipeline.server.room import room_store
     assert room_store().link(code)["q"] == question  # the server resolves the short link
 
 
@@ -213,12 +213,12 @@ def test_the_presenter_sees_when_someone_else_drives_their_room(tiny_app):
 
 def test_a_read_only_room_folder_is_said_on_both_screens_and_the_room_works_from_memory(tiny_app, tmp_path,
                                                                                          monkeypatch):
-    import pipeline.room
+    import pipeline.server.room
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     store = RoomStore(blocker / "room")
-    monkeypatch.setattr(pipeline.room, "room_store", lambda: store)
+    monkeypatch.setattr(pipeline.server.room, "room_store", lambda: store)
     at = presenter(3)
     assert [w for w in at.warning if "cannot write its room folder" in w.value], [w.value for w in at.warning]
     learner = presenter(1, pr_follow=at.session_state["pr_room"])

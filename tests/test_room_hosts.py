@@ -16,7 +16,6 @@ import time
 from urllib.parse import quote
 
 import pytest
-
 from browser_kit import CHROMIUM, ROOT, open_page, question_shown, wait_healthy
 
 pytestmark = [pytest.mark.browser, pytest.mark.multihost,

@@ -2,9 +2,17 @@
 import numpy as np
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.stages.next_token import (candidates, draw, empirical, filter_stages, final_probs, mask_logits, softmax,
-                                        tempered)
+from pipeline.core.errors import InputError
+from pipeline.stages.next_token import (
+    candidates,
+    draw,
+    empirical,
+    filter_stages,
+    final_probs,
+    mask_logits,
+    softmax,
+    tempered,
+)
 from pipeline.stages.request import GenerationOptions
 from pipeline.stages.tokens import _encoding, compare, cost_table, encode_other
 

@@ -8,12 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.disk_store import DiskStore
-from pipeline.errors import InputError
-from pipeline.run_queue import LONG_PROMPT_TOKENS, LONG_QUEUE, RunQueue, cost_of
+from pipeline.core.errors import InputError
+from pipeline.core.timing import compare_runs
 from pipeline.model.passes import PassCounter, counting_passes
-from pipeline.run_store import RunStore, deep_size
-from pipeline.timing import compare_runs
+from pipeline.server.run_queue import LONG_PROMPT_TOKENS, LONG_QUEUE, RunQueue, cost_of
+from pipeline.server.store.disk import DiskStore
+from pipeline.server.store.memory import RunStore, deep_size
 
 
 class Sized:
@@ -165,6 +165,7 @@ def test_deep_size_adds_up_what_a_result_holds():
 def test_results_store_is_bounded_in_bytes_not_in_count():
     """result_store() once kept 256 results whatever their size (size_of=lambda r: 1): 256 branch traces
     of hundreds of MB each. Now small results are all kept and big ones evict each other."""
+    from pipeline.server.wiring import RESULT_MAX_BYTES
     from views import server_state as common
 
     common.result_store.clear()
@@ -173,11 +174,11 @@ def test_results_store_is_bounded_in_bytes_not_in_count():
         for i in range(300):
             store.put(("small", i), [i, float(i)])
         assert len(store) == 300 and store.bytes_held == 300 * deep_size([0, 0.0])
-        half = common.RESULT_MAX_BYTES // 2 + 1
+        half = RESULT_MAX_BYTES // 2 + 1
         store.put("big 1", Sized(half))
         store.put("big 2", Sized(half))  # over the bound: the oldest go first, small ones and then big 1
         assert store.peek("big 1") is None and store.peek("big 2") is not None
-        assert store.bytes_held <= common.RESULT_MAX_BYTES
+        assert store.bytes_held <= RESULT_MAX_BYTES
     finally:
         common.result_store.clear()
 
@@ -255,7 +256,7 @@ def _timer(values: list[float]):
 
 
 def test_a_result_that_contradicts_the_work_is_measured_again():
-    from pipeline.timing import interleave_less_work
+    from pipeline.core.timing import interleave_less_work
 
     # the hit (less work) first measured clearly slower, then clearly faster on the second look
     c = interleave_less_work(_timer([0.9, 0.9, 0.9] + [0.1] * 6), _timer([0.2, 0.2, 0.2] + [0.5] * 6), 3)
@@ -263,7 +264,7 @@ def test_a_result_that_contradicts_the_work_is_measured_again():
 
 
 def test_a_result_that_keeps_contradicting_the_work_is_noise():
-    from pipeline.timing import interleave_less_work
+    from pipeline.core.timing import interleave_less_work
 
     c = interleave_less_work(_timer([0.9] * 9), _timer([0.2] * 9), 3)
     assert c.noise and "noise" in c.verdict("hit", "cold") and "faster" not in c.verdict("hit", "cold")
@@ -307,8 +308,8 @@ def test_link_text_refuses_what_a_request_would():
 # ---- batched decoding on the real model ------------------------------------------------------------
 @pytest.mark.model
 def test_batched_runs_equal_single_runs(lm):
+    from pipeline.run.trace import run_trace, run_traces
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace, run_traces
 
     requests = [ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=12)),
                 ChatRequest.from_question("토마토는 과일이야?", options=GenerationOptions(
@@ -329,8 +330,8 @@ def test_batched_runs_equal_single_runs(lm):
 
 @pytest.mark.model
 def test_a_refused_request_does_not_stop_its_batch(lm):
+    from pipeline.run.trace import run_traces
     from pipeline.stages.request import ChatRequest
-    from pipeline.trace import run_traces
 
     long = ChatRequest.from_question("garden " * 3000)
     ok = ChatRequest.from_question("Hi")
@@ -351,9 +352,9 @@ def test_html_report_is_self_contained(default_trace):
 
 @pytest.mark.model
 def test_plain_serving_path_chooses_the_captured_runs_tokens(lm):
-    from pipeline.stages.fast_path import generate, stream
+    from pipeline.faster.fast_path import generate, stream
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
 
     for question, options in (("Are tomatoes fruit?", GenerationOptions(max_new_tokens=16)),
                               ("토마토는 과일이야?", GenerationOptions(max_new_tokens=12, temperature=0.8, seed=2)),
@@ -386,13 +387,13 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     """The server's warm-up must store the default request where a visitor's default request looks for
     it (a late-bound key once filed it under the scenario's key, so the first visitor ran it again), in the
     weight format a new session starts on (./run.sh app --weights bf16 sets TPE_WEIGHTS)."""
+    from pipeline.model.passes import PassCounter, counting_passes
     from pipeline.model.weights_cache import CACHE_ENV, cache_root
     from pipeline.stages.request import ChatRequest
     from views.server_state import result_store, run_queue, run_store
     from views.session_request import DEFAULT_QUESTION, request_key
     from views.waiting import model_result_key
     from views.warm_up import warm_up
-    from pipeline.model.passes import PassCounter, counting_passes
 
     for entry in cache_root().iterdir():  # the weights, but empty stores of runs and of scenarios' rows
         if entry.name not in ("runs", "results"):
@@ -444,7 +445,7 @@ def test_warm_up_of_the_request_only_leaves_the_scenarios_to_their_page(tmp_path
     assert list(jobs) == ["the default request"]
     for ticket in jobs.values():
         ticket.result()
-    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "start.py")).run()
+    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "pages", "start.py")).run()
     assert not at.exception, at.exception
     assert any("the default request is prepared" in s.value and "TPE_WARM_UP=request" in s.value
                for s in at.success), [s.value for s in at.success]
@@ -459,7 +460,7 @@ def test_waiting_time_reads_in_steps_that_do_not_flicker():
         "a few seconds", "a few seconds", "a few seconds", "40 s", "40 s", "1.5 min", "2 min"]
 
 
-# ---- the plain serving path's decoder (pipeline.model.plain_decoder) -------------------------------
+# ---- the plain serving path's decoder (pipeline.model.decoders.plain) -------------------------------
 
 PLAIN_STEPS = 48
 LONG_NOTES = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]} and holds {i * 7 % 13} apples."
@@ -491,7 +492,7 @@ def test_plain_decoder_row_blocks_give_linear_s_exact_outputs_at_smollm2_shapes(
     import torch
     import torch.nn.functional as F
 
-    from pipeline.model.plain_decoder import project, row_blocks
+    from pipeline.model.decoders.plain import project, row_blocks
 
     g = torch.Generator().manual_seed(0)
     for n, d in ((576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)):  # q/o, k/v, gate/up, down, head
@@ -511,7 +512,8 @@ def test_plain_decoder_follows_hf_on_a_tiny_llama(tokenizer, tiny_lm):
     import torch
     from conftest import make_tiny_lm
 
-    from pipeline.model.plain_decoder import HFDecoder, PlainDecoder, open_decoder
+    from pipeline.model.decoders.factory import open_decoder
+    from pipeline.model.decoders.plain import HFDecoder, PlainDecoder
 
     ids = tokenizer("Are tomatoes fruit? Yes, botanically they are.")["input_ids"]
     steps = 12
@@ -539,7 +541,7 @@ def test_plain_decoder_logits_match_hf_full_forward(lm):
     logits equal HF's forward over the whole sequence, and each step counts one forward pass."""
     import torch
 
-    from pipeline.model.plain_decoder import PlainDecoder, supports
+    from pipeline.model.decoders.plain import PlainDecoder, supports
 
     assert supports(lm.model)  # SmolLM2 runs on PlainDecoder, not on the HF fallback
     for question, checked in (("Are tomatoes fruit?", (1, 2, 9, 30)),
@@ -564,8 +566,8 @@ def test_plain_decoder_logits_match_hf_full_forward(lm):
                                                     (LONG_NOTES + " Describe every box above, one per line.", True)],
                          ids=["default", "korean", "longer-than-a-prefill-chunk"])
 def test_plain_path_greedy_tokens_equal_hf_generate(lm, question, long_prompt):
+    from pipeline.faster.fast_path import generate
     from pipeline.model.prefill import PREFILL_CHUNK
-    from pipeline.stages.fast_path import generate
 
     request, ids = _request_ids(lm, question, PLAIN_STEPS)
     assert (len(ids) > PREFILL_CHUNK) == long_prompt
@@ -576,7 +578,7 @@ def test_plain_path_greedy_tokens_equal_hf_generate(lm, question, long_prompt):
 
 @pytest.mark.model
 def test_plain_path_stops_at_the_end_token(lm):
-    from pipeline.stages.fast_path import stream
+    from pipeline.faster.fast_path import stream
     from pipeline.stages.generation import end_token_ids
 
     request, ids = _request_ids(lm, "Reply with one word: what colour is the sky?", 64)
@@ -591,8 +593,8 @@ def test_plain_path_stops_at_the_end_token(lm):
 
 @pytest.mark.model
 def test_comparing_the_two_paths_measures_both_interleaved_on_the_same_tokens(lm):
-    from pipeline.errors import InputError
-    from pipeline.path_comparison import compare_with_captured
+    from pipeline.core.errors import InputError
+    from pipeline.run.compare_paths import compare_with_captured
     from pipeline.stages.request import ChatRequest, GenerationOptions
 
     result = compare_with_captured(lm, ChatRequest.from_question("Are tomatoes fruit?"), steps=8, repeats=2)
@@ -661,7 +663,7 @@ def test_start_page_reads_the_warm_up_tickets_as_futures(monkeypatch):
     failed.set_exception(RuntimeError("disk full"))
     monkeypatch.setattr(warm_up, "warm_up", lambda: {"the default request": pending, "prompt caching: A trap": failed})
     monkeypatch.setattr(server_state, "run_queue", lambda: [pending])
-    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "start.py")).run()
+    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "pages", "start.py")).run()
     assert not at.exception
     assert any("Preparing prompt caching: A trap failed (RuntimeError: disk full)" in w.value for w in at.warning)
     assert any("the default request." in i.value and "(1 in the model's queue now)" in i.value for i in at.info)

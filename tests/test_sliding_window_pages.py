@@ -7,12 +7,12 @@ cells outside the window, one KV head for four query heads, and each layer's pos
 """
 import numpy as np
 import pytest
+from test_architectures import TEXT, WINDOW, gemma_tokenizer, tiny_gemma3, wrap  # noqa: F401 (a fixture)
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.prefill import run_prefill
 from pipeline.stages import attention as at
 from pipeline.stages import kv_cache as kv
-from test_architectures import TEXT, WINDOW, gemma_tokenizer, tiny_gemma3, wrap  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +93,8 @@ def test_hidden_keys_and_the_words_for_heads_and_layers():
 
 @pytest.fixture(scope="module")
 def tiny_trace(tiny_gemma):
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
 
     return run_trace(ChatRequest.from_question(TEXT, options=GenerationOptions(max_new_tokens=3)), tiny_gemma)
 
@@ -136,6 +136,7 @@ def gemma_pages(tiny_app, tiny_app_gemma):
 def default_prompt_tokens(lm) -> int:
     """Tokens of the request a page draws when nobody chose one (the default question)."""
     from conftest import DEFAULT_QUESTION
+
     from pipeline.stages.request import ChatRequest
     from pipeline.stages.tokens import tokenize_request
 

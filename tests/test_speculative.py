@@ -4,15 +4,15 @@ the cache after a rollback holds what plain decoding's holds; an end token or a 
 drafts ends the answer where plain decoding ends it. Real weights: tests/test_speculative_model.py."""
 import pytest
 import torch
+from test_architectures import TEXT, gemma_tokenizer, tiny_gemma3, wrap  # noqa: F401 (a fixture)
 
-from pipeline.errors import InputError
-from pipeline.speculative.drafts import prompt_lookup
-from pipeline.speculative.verify import SpeculativeDecoder
-from pipeline.stages import fast_path
+from pipeline.core.errors import InputError
+from pipeline.faster.speculative.drafts import prompt_lookup
+from pipeline.faster.speculative.verify import SpeculativeDecoder
+from pipeline.faster import fast_path
 from pipeline.stages.generation import stream_answer
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
-from test_architectures import TEXT, gemma_tokenizer, tiny_gemma3, wrap  # noqa: F401 (a fixture)
 
 STEPS = 24
 

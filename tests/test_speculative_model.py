@@ -4,7 +4,7 @@ repeat the prompt (most drafts accepted, far fewer passes than tokens)."""
 import pytest
 import torch
 
-from pipeline.stages import fast_path
+from pipeline.faster import fast_path
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 

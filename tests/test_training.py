@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.training import memory, train_step
 from pipeline.training.score import answer_ids, article_penalty, score_ids, text_ids
 

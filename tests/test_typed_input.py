@@ -5,9 +5,8 @@ what the browser does with a lone surrogate is tests/test_browser.py's."""
 import os
 
 import pytest
-from streamlit.testing.v1 import AppTest
-
 from conftest import ROOT, page_app
+from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
 
@@ -30,7 +29,7 @@ def test_a_logit_bias_token_id_of_thousands_of_digits_in_the_sidebar_is_a_messag
     at.session_state["req_logit_bias"] = f"{HUGE_ID}:5"
     at.run()  # the Start page: the sidebar's run of the request is looked up for the downloads
     assert not at.exception, at.exception
-    at.switch_page("views/journey.py").run()
+    at.switch_page("views/pages/journey.py").run()
     assert not at.exception, at.exception
     said = shown(at.error)
     assert "logit_bias" in said and "4,301 characters" in said, said
@@ -46,7 +45,7 @@ def test_a_link_with_a_number_of_thousands_of_digits_falls_back_with_a_note_in_o
     note = next(w for w in shown(at.warning).split("The link's ") if w.startswith(f"{name} "))
     assert "not usable" in note and "using the default" in note, note
     assert "int_max_str_digits" not in note and "Exceeds the limit" not in note, note  # not Python's words
-    at.switch_page("views/journey.py").run()
+    at.switch_page("views/pages/journey.py").run()
     assert not at.exception, at.exception
 
 
@@ -115,14 +114,14 @@ def test_every_page_carries_the_script_that_removes_lone_surrogates_in_the_brows
 
     at = app().run()
     assert not at.exception and SCRIPT in frames(at)
-    at.switch_page("views/tokens.py").run()
+    at.switch_page("views/pages/tokens.py").run()
     assert not at.exception and SCRIPT in frames(at)
 
 
 def test_the_tensors_page_cuts_another_users_question_and_draws_a_window_of_a_long_batch():
     """A 5,000-digit question made a batch 5,000 tokens wide: its tables' cells, each styled on the server, kept a
     core busy for a minute (a long prompt of the sidebar's, 3,500 tokens, two)."""
-    at = page_app("tensors_batch").run()
+    at = page_app("tensors").run()
     at.text_input(key="batch_q2").set_value("9" * 5_000).run()
     assert not at.exception, at.exception
     assert "Second user's question takes at most 1,000 characters" in shown(at.info)

@@ -2,9 +2,9 @@
 int8 copy holds fewer bytes, the `weights` option is validated and carried by the link and the run key.
 Fast tier (tiny models); the real-weight checks are in tests/test_weight_formats_model.py."""
 import pytest
-
 from conftest import DEFAULT_QUESTION, make_tiny_lm
-from pipeline.errors import InputError
+
+from pipeline.core.errors import InputError
 from pipeline.model.weight_formats import WEIGHT_FORMATS, check_weights
 
 
@@ -24,8 +24,8 @@ def tiny_formats(request, tokenizer):
 
 
 def test_every_format_keeps_the_captures_names_and_shapes(tiny_formats):
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
 
     request = ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=3))
     traces = {w: run_trace(request, lm) for w, lm in tiny_formats.items()}
@@ -58,7 +58,7 @@ def test_the_plain_decoder_runs_each_format_close_to_its_hf_forward(tiny_formats
     forward (torchao, float32 activations): the same weights, so only rounding apart."""
     import torch
 
-    from pipeline.model.plain_decoder import open_decoder
+    from pipeline.model.decoders.factory import open_decoder
 
     ids = tiny_formats["fp32"].tokenizer(DEFAULT_QUESTION)["input_ids"]
     for weights, lm in tiny_formats.items():
@@ -141,8 +141,8 @@ def test_the_kv_error_attention_is_torchs_attention(window):
 
 def test_the_int8_kv_cache_costs_little_attention_error_on_a_captured_run(tiny_app):
     from pipeline.model.kv_int8 import attention_error
+    from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from pipeline.trace import run_trace
 
     trace = run_trace(ChatRequest.from_question(DEFAULT_QUESTION, options=GenerationOptions(max_new_tokens=1)),
                       tiny_app)
@@ -156,9 +156,8 @@ def test_the_int8_kv_cache_costs_little_attention_error_on_a_captured_run(tiny_a
 def app_at(**query):
     import os
 
-    from streamlit.testing.v1 import AppTest
-
     from conftest import ROOT
+    from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
     at.query_params = dict(query)
@@ -189,6 +188,7 @@ def test_a_weights_value_in_the_link_that_is_not_offered_is_a_note_and_fp32(tiny
 
 def test_the_faster_decode_page_measures_every_format(tiny_app, monkeypatch):
     from conftest import page_app
+
     from views import faster_decode_weights
 
     monkeypatch.setattr(faster_decode_weights, "STEPS", 3)  # a tiny measurement: what the table holds is tested

@@ -1,7 +1,6 @@
 """Weight formats on the real SmolLM2 (marker `model`): each format's greedy answer on the default question
 against fp32's, the KL figure against a direct computation, the int8 copy's memory."""
 import pytest
-
 from conftest import DEFAULT_QUESTION
 
 pytestmark = pytest.mark.model
@@ -18,7 +17,7 @@ def formats(lm):
 
 @pytest.fixture(scope="module")
 def rows(formats):
-    from pipeline.speed.formats import quality_rows
+    from pipeline.faster.formats import quality_rows
 
     return quality_rows(formats, DEFAULT_QUESTION, prompts=(DEFAULT_QUESTION,), max_new_tokens=16)
 
@@ -36,7 +35,7 @@ def test_the_kl_figure_is_the_direct_computation(formats, rows):
     import torch
     import torch.nn.functional as F
 
-    from pipeline.speed.formats import prompt_ids
+    from pipeline.faster.formats import prompt_ids
 
     ids = prompt_ids(formats["fp32"], DEFAULT_QUESTION)
     with torch.inference_mode():

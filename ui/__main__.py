@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.cli import (add_trace_args, check_model_arg, run_command, trace_from_args, trace_inputs, write_json,
-                          write_output)
+from pipeline.cli import add_trace_args, run_command, trace_from_args, trace_inputs
+from pipeline.cli.arguments import check_model_arg, write_json, write_output
 from pipeline.cli.parser import CliParser
-from pipeline.files import check_output_file
+from pipeline.core.files import check_output_file
 
 
 def cmd_report(args) -> int:

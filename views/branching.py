@@ -1,8 +1,8 @@
 """Branches of a run (What if): the run taken another way at chosen steps, and how a branch is named."""
 from __future__ import annotations
 
-from pipeline.run_queue import cost_of
-from pipeline.trace import Trace
+from pipeline.run.record import Trace
+from pipeline.server.run_queue import cost_of
 from views.server_state import get_model
 from views.session_request import request_key_of
 from views.waiting import result_through_queue
@@ -10,7 +10,7 @@ from views.waiting import result_through_queue
 
 def branch_for(trace: Trace, path: tuple[tuple[int, int], ...]) -> Trace:
     """The run taken another way at each (step, token id) of `path` in turn, once per server."""
-    from pipeline.trace import branch_trace
+    from pipeline.run.trace import branch_trace
 
     for n in range(1, len(path) + 1):
         step, token = path[n - 1]

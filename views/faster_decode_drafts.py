@@ -8,10 +8,10 @@ from dataclasses import replace
 import pandas as pd
 import streamlit as st
 
-from pipeline.errors import InputError
-from pipeline.run_queue import cost_of
-from pipeline.speculative.measure import DEFAULT_DRAFTS, REPEATS, SpeculativeRun, measure
-from pipeline.speculative.rounds import MAX_DRAFTS
+from pipeline.core.errors import InputError
+from pipeline.faster.speculative.measure import DEFAULT_DRAFTS, REPEATS, SpeculativeRun, measure
+from pipeline.faster.speculative.rounds import MAX_DRAFTS
+from pipeline.server.run_queue import cost_of
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 from ui.chips import chip, draft_rounds

@@ -1,11 +1,11 @@
 """Faster decode, "Fewer bytes per token": the weight formats measured against fp32 (bytes, TPOT, quality),
-and the KV cache in 8 bits (its bytes and the attention output's error). Drawn by views/faster_decode.py."""
+and the KV cache in 8 bits (its bytes and the attention output's error). Drawn by views/pages/faster_decode.py."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.kv_int8 import attention_error
 from pipeline.model.weight_formats import FORMAT_NOTES, NOT_BUILT, WEIGHT_FORMATS
 from pipeline.stages.kv_cache import human_bytes
@@ -15,12 +15,12 @@ from views.waiting import result_through_queue
 
 KV_POSITIONS = 512  # the attention error is measured over at most the prompt's first 512 positions (T x T scores)
 STEPS, REPEATS = 16, 3
-PROMPTS = None  # the quality prompts: pipeline.speed.formats.QUALITY_PROMPTS (a test gives fewer)
+PROMPTS = None  # the quality prompts: pipeline.faster.formats.QUALITY_PROMPTS (a test gives fewer)
 
 
 def measure_now(question: str):
     """Every format of the picked model measured now, through the queue (stored: once per server)."""
-    from pipeline.speed.formats import measure_formats
+    from pipeline.faster.formats import measure_formats
     from pipeline.stages.request import ChatRequest
 
     def compute():

@@ -1,6 +1,6 @@
 """The answer streamed live, token by token, as the model produces it (not a replay).
 
-It runs on the plain serving path (pipeline.stages.fast_path: no hooks, same tokens) through the
+It runs on the plain serving path (pipeline.faster.fast_path: no hooks, same tokens) through the
 model's queue; the page shows the text growing with TTFT and TPOT counting up. `compare_paths`
 measures the plain path and the captured run for the same request now, interleaved.
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from pipeline.run_queue import cost_of
+from pipeline.server.run_queue import cost_of
 from pipeline.stages.decode_record import EventKind, StreamEvent
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
 from views.session_request import request_key
@@ -47,7 +47,7 @@ def prompt_length(request) -> int:
 
 def stream_live(request, captured_tpot_s: float | None) -> Answer:
     """Queue the request on the plain path and draw its text as it arrives. Returns the finished answer."""
-    from pipeline.stages.fast_path import generate  # torch: imported when a stream starts, not with the page
+    from pipeline.faster.fast_path import generate  # torch: imported when a stream starts, not with the page
 
     live = LiveAnswer()
     work = lambda: generate(get_model(), request, APP_MAX_PROMPT_TOKENS, on_event=live.push)  # noqa: E731
@@ -84,7 +84,7 @@ def stream_live(request, captured_tpot_s: float | None) -> Answer:
 
 def compare_paths(request, steps: int = 16, repeats: int = 3) -> None:
     """Both paths on this request now, interleaved; medians and ranges, a ratio only when they separate."""
-    from pipeline.path_comparison import compare_with_captured
+    from pipeline.run.compare_paths import compare_with_captured
 
     n_prompt = prompt_length(request)
     runs = 2 * repeats + 1  # a first plain run checks the answer is long enough, then both paths, interleaved

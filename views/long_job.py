@@ -1,5 +1,5 @@
 """A long job on a page (activation patching, comparing models, the batching sweep): run through the model's
-queue a chunk at a time behind people's questions (pipeline.run_queue.RunQueue.submit_long), its progress shown
+queue a chunk at a time behind people's questions (pipeline.server.run_queue.RunQueue.submit_long), its progress shown
 with a Cancel button, its result kept for everyone who asks the same, with when it was made.
 
     finished = long_job(("patching", ...), lambda: patch_residual_steps(lm, ...), "activation patching",
@@ -19,7 +19,7 @@ from typing import Callable
 
 import streamlit as st
 
-from pipeline.long_jobs import Finished, Steps
+from pipeline.core.long_jobs import Finished, Steps
 from views.server_state import result_store, run_queue
 from views.waiting import model_result_key, waiting_time
 
@@ -32,7 +32,7 @@ def long_job(key: tuple, steps: Callable[[], Steps], what: str, start: bool) -> 
     once someone has made it. Else, when `start` (its button was pressed): queued, or joined if someone else asked
     for the same, and waited for in this run with its progress drawn; while this session waits for it (later
     runs): the refreshing panel. Its result once done, else None. `steps()` makes the job's generator
-    (pipeline.long_jobs), called once, in the queue's worker; `what` names the job in a sentence ("activation
+    (pipeline.core.long_jobs), called once, in the queue's worker; `what` names the job in a sentence ("activation
     patching"). A job that failed raises its error here (the page shows it, as for any bad input)."""
     key = model_result_key(key)
     stored = result_store().peek(key)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.handle import ModelHandle
 from pipeline.model.registry import resolve
 from pipeline.model.weight_formats import FORMAT_NOTES, WEIGHT_FORMATS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.room_schedule import room_rows
+from pipeline.server.room_schedule import room_rows
 from views.server_state import run_queue
 
 OWN, OTHER, WAIT, PREFILL = "#f97316", "#0ea5e9", "#e5e7eb", "#a78bfa"

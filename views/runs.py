@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
+from pipeline.run.record import Trace
 from pipeline.stages.request import ChatRequest
-from pipeline.trace import Trace
 from ui.escape import code_span, markdown_text
 from views.branching import branch_for, branch_label
+from views.chrome import end_page
 from views.server_state import run_store
 from views.session_request import current_request, request_key
 from views.waiting import run_through_queue
-from views.chrome import end_page
 
 
 def shared_store_note(key: tuple) -> None:

@@ -16,16 +16,15 @@ import os
 
 import streamlit as st
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.handle import ModelHandle
 from pipeline.model.registry import DEFAULT_MODEL, resolve
 from pipeline.model.weight_formats import DEFAULT_WEIGHTS, WEIGHT_FORMATS
 from pipeline.model.weights_cache import cache_root
-from pipeline.run_queue import RunQueue
-from pipeline.run_store import RunStore, deep_size
-from pipeline.stores import results_store, runs_store
+from pipeline.server.run_queue import RunQueue
+from pipeline.server.store.memory import RunStore
+from pipeline.server.wiring import finished_runs, log_queue_on_console, other_results, server_queue
 
-RESULT_MAX_BYTES = 256 * 2**20  # the results store beside the runs (a branch's trace holds arrays too)
 APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
 
 
@@ -138,21 +137,18 @@ def model_handle(key: str, weights: str = DEFAULT_WEIGHTS) -> ModelHandle:
 
 @st.cache_resource
 def run_store() -> RunStore:
-    """Finished runs: the hot ones in memory (1.2 GB of arrays at most), all of them on disk (4 GB) or, with
-    TPE_STORE=redis://..., in the room's Redis. One run per distinct request (plain values as the key), shared
-    by every page and session. A cache folder that cannot be written (read-only, full) or a Redis that does not
-    answer is skipped; `views.runs.shared_store_note` says so."""
-    return RunStore(disk=runs_store(cache_root() / "runs"))
+    """Finished runs, shared by every page and session: one run per distinct request (plain values as the key)
+    (pipeline.server.wiring.finished_runs). A store skipped (read-only folder, Redis not answering):
+    `views.runs.shared_store_note` says so."""
+    return finished_runs(cache_root())
 
 
 @st.cache_resource
 def result_store() -> RunStore:
     """Results of other model runs (prompt-caching scenarios, cache on/off measurements, branch and
-    constrained traces), computed once per server; 256 MB at most, by their real size. The prompt-caching
-    scenarios are kept behind it too, on disk (or in the room's Redis with TPE_STORE=redis://...): played once
-    per cache folder or room, not once per server."""
-    return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size,
-                    disk=results_store(is_scenario_key, cache_root() / "results"))
+    constrained traces), computed once per server. The prompt-caching scenarios are kept on disk (or in the
+    room's Redis) too: played once per cache folder or room, not once per server."""
+    return other_results(cache_root(), is_scenario_key)
 
 
 def is_scenario_key(key) -> bool:
@@ -163,27 +159,8 @@ def is_scenario_key(key) -> bool:
 
 @st.cache_resource
 def run_queue() -> RunQueue:
-    """The one line in front of the model, shared by every session. Chat requests (captured runs and live
-    streams) are scheduled per decode step: each prompt is prefilled on its own between two steps, then it
-    joins the running batch and leaves it at its own end (pipeline.run_queue, pipeline.trace_engine).
-    Each whole job is logged on the server's console (seconds, jobs still waiting)."""
-    import logging
-
-    queue_log = logging.getLogger("pipeline.run_queue")
-    if not queue_log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
-        queue_log.addHandler(handler)
-        queue_log.setLevel(logging.INFO)
-    from pipeline.trace_engine import StreamEngine, TraceEngine
-
-    def lm_for(request):  # each request on its own model, in its own weight format
-        return get_model(resolve(request.model).key, request.weights)
-
-    from concurrent.futures import ThreadPoolExecutor
-
-    # each ended run's record is assembled and stored on a thread of its own: the batch steps on meanwhile
-    finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")
-    return RunQueue(engines={"trace": TraceEngine(lm_for, APP_MAX_PROMPT_TOKENS, on_trace=run_store().put,
-                                                  finisher=finisher),
-                             "stream": StreamEngine(lm_for, APP_MAX_PROMPT_TOKENS)})
+    """The one line in front of the model, shared by every session (pipeline.server.wiring.server_queue): each
+    request on its own model, in its own weight format; finished runs go to run_store()."""
+    log_queue_on_console()
+    return server_queue(lambda request: get_model(resolve(request.model).key, request.weights), APP_MAX_PROMPT_TOKENS,
+                        on_trace=run_store().put)

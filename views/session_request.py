@@ -8,9 +8,15 @@ import streamlit as st
 
 from pipeline.model.passes import PassCounter
 from pipeline.model.weight_formats import DEFAULT_WEIGHTS
-from pipeline.stages.request import (MAX_MESSAGE_CHARS, ChatRequest, GenerationOptions, check_vocabulary,
-                                     parse_logit_bias, parse_turns)
-from pipeline.trace import Trace
+from pipeline.run.record import Trace
+from pipeline.stages.request import (
+    MAX_MESSAGE_CHARS,
+    ChatRequest,
+    GenerationOptions,
+    check_vocabulary,
+    parse_logit_bias,
+    parse_turns,
+)
 from views.server_state import default_model_key, default_weights, get_model
 
 DEFAULT_QUESTION = "Are tomatoes fruit?"

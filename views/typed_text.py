@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from ui.escape import markdown_text
 
 

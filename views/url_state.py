@@ -15,11 +15,19 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from pipeline.errors import InputError
+from pipeline.core.errors import InputError
 from pipeline.model.registry import CHAT_FORMATS
 from pipeline.model.weight_formats import WEIGHT_FORMATS
-from pipeline.stages.request import (MAX_MESSAGE_CHARS, OPTION_RANGES, GenerationOptions, check_text,
-                                     check_vocabulary, logit_bias_text, option_ranges, parse_logit_bias)
+from pipeline.stages.request import (
+    MAX_MESSAGE_CHARS,
+    OPTION_RANGES,
+    GenerationOptions,
+    check_text,
+    check_vocabulary,
+    logit_bias_text,
+    option_ranges,
+    parse_logit_bias,
+)
 from ui.escape import markdown_text
 
 
@@ -193,7 +201,7 @@ def _link_query(notes: list[str]) -> dict[str, str]:
     """The query parameters, a short link's stored ones under them (a note if it is not known)."""
     query = {name: st.query_params[name] for name in st.query_params}
     if "link" in query:  # a short link: the server stored the query string it stands for
-        from pipeline.room import room_store
+        from pipeline.server.room import room_store
 
         stored = room_store().link(query.pop("link"))
         if stored is None:

@@ -5,11 +5,20 @@ import time
 
 import streamlit as st
 
-from pipeline.run_queue import cost_of
+from pipeline.run.record import Trace
+from pipeline.run.trace import run_trace
+from pipeline.server.run_queue import cost_of
 from pipeline.stages.request import ChatRequest
-from pipeline.trace import Trace, run_trace
-from views.server_state import (APP_MAX_PROMPT_TOKENS, get_model, picked_model_key, picked_weights, result_store,
-                                run_queue, run_store, using_model)
+from views.server_state import (
+    APP_MAX_PROMPT_TOKENS,
+    get_model,
+    picked_model_key,
+    picked_weights,
+    result_store,
+    run_queue,
+    run_store,
+    using_model,
+)
 from views.session_request import request_key
 
 

@@ -2,20 +2,25 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import streamlit as st
 
 from pipeline.model.passes import PassCounter, counting_passes
+from pipeline.run.trace import run_trace
 from pipeline.stages.request import ChatRequest
-from pipeline.trace import run_trace
 from views.scenarios import play_scenario_now, scenario_key
-from dataclasses import replace
-
-from views.server_state import (default_model_key, default_weights, get_model, result_store, run_queue, run_store,
-                                using_model)
+from views.server_state import (
+    default_model_key,
+    default_weights,
+    get_model,
+    result_store,
+    run_queue,
+    run_store,
+    using_model,
+)
 from views.session_request import DEFAULT_QUESTION, model_label, request_key
 from views.waiting import model_result_key
-
 
 WARM_UP_ENV = "TPE_WARM_UP"  # "request": the default request only (a scenario is played when its page first asks
 # for it); anything else, or unset: the default request and every prompt-caching scenario

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..model.interface import LanguageModel
-from .record import StepRecord, weights
+from pipeline.attribution.record import StepRecord, weights
+from pipeline.core.errors import InputError
+from pipeline.model.interface import LanguageModel
 
 
 @dataclass

@@ -2,11 +2,11 @@
 direct logit attribution, the graph's edges and, when asked, the input attribution."""
 from __future__ import annotations
 
-from ..model.interface import LanguageModel
-from ..text.token_names import token_text
-from .dla import check_token, direct_logit_attribution, promoted_tokens
-from .graph import contribution_graph
-from .record import record_step, step_ids
+from pipeline.attribution.dla import check_token, direct_logit_attribution, promoted_tokens
+from pipeline.attribution.graph import contribution_graph
+from pipeline.attribution.record import record_step, step_ids
+from pipeline.model.interface import LanguageModel
+from pipeline.text.token_names import token_text
 
 
 def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], step: int = 0,
@@ -32,7 +32,7 @@ def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], 
                          "promotes": [token_text(lm.tokenizer, t) for t, _ in promoted_tokens(rec, lm, i, h, 5)[0]]}
                         for v, i, h in best]
     if inputs:
-        from .gradients import input_attribution
+        from pipeline.attribution.gradients import input_attribution
 
         positions = None if moving is None else list(moving) + list(range(len(prompt_ids), len(ids)))
         ia = input_attribution(lm, ids, target, steps=ig_steps, positions=positions)

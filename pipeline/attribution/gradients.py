@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..model.interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.model.interface import LanguageModel
 
 MAX_STEPS = 128
 BATCH_ROWS = 2048  # positions per pass (steps x T): bounds memory on a long prompt

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model.interface import LanguageModel
-from .record import StepRecord, weights
+from pipeline.attribution.record import StepRecord, weights
+from pipeline.model.interface import LanguageModel
 
 EPS = 1e-5  # as llm-transparency-tool
 

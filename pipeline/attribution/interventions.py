@@ -8,7 +8,7 @@
            the clean answer comes back, (patched - corrupted) / (clean - corrupted) of the logit difference
            clean answer - corrupted answer (1 = all of it). Batched passes per layer (one row per position, at
            most PATCH_ROWS_PER_PASS rows a pass). `patch_residual_steps` is the same work as a long job of short
-           chunks (pipeline.long_jobs): the two plain runs, each pass of each layer, the whole last stream, each
+           chunks (pipeline.core.long_jobs): the two plain runs, each pass of each layer, the whole last stream, each
            yielding its progress.
 Passes go through `lm.forward` (the lock, the pass counter); the hooks are registered under the lock.
 """
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..long_jobs import Progress, Steps, run_to_end
-from ..maths import softmax
-from ..model.interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.core.long_jobs import Progress, Steps, run_to_end
+from pipeline.core.maths import softmax
+from pipeline.model.interface import LanguageModel
 
 MODES = ("zero", "mean")
 # Positions patched per pass: each layer's rows (one per position) go in passes of at most this many, a chunk each
@@ -162,7 +162,7 @@ def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[i
                   layers: list[int]) -> Steps[Patching]:
     import torch
 
-    from ..model.capture import block_names, capture
+    from pipeline.model.capture import block_names, capture
 
     T, L = len(clean_ids), lm.dims.L
     parts = -(-len(positions) // PATCH_ROWS_PER_PASS)  # passes per layer, of nearly equal rows

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..model.interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.model.interface import LanguageModel
 
 MAX_POSITIONS = 512  # (L, H, T, T) float16 weights: 30 x 9 x 512^2 x 2 B = 142 MB at the most
 
@@ -52,7 +52,7 @@ def step_ids(prompt_ids: list[int], generated_ids: list[int], step: int) -> list
 
 
 def is_gemma(lm: LanguageModel) -> bool:
-    from ..model.capture import Gemma3Layout, layout_for
+    from pipeline.model.capture import Gemma3Layout, layout_for
 
     return layout_for(lm.model) is Gemma3Layout
 
@@ -69,7 +69,7 @@ def record_step(lm: LanguageModel, ids: list[int]) -> StepRecord:
     """One eager pass over `ids` with every hook attribution needs (see the module docstring)."""
     import torch
 
-    from ..model.capture import block_names, capture
+    from pipeline.model.capture import block_names, capture
 
     check_head(lm)
     if not ids:
@@ -113,7 +113,7 @@ def record_step(lm: LanguageModel, ids: list[int]) -> StepRecord:
 def weights(lm: LanguageModel):
     """The fixed matrices the maths applies by hand, float32 on the CPU: (W_U (V, D), final norm scale (D,), eps,
     [W_O (D, H*Dh) per layer], [post-attention norm scale (D,) per layer, or None])."""
-    from ..model.capture import final_norm_scale, layout_for
+    from pipeline.model.capture import final_norm_scale, layout_for
 
     model = lm.model
     norm = model.model.norm

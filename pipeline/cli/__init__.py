@@ -12,20 +12,21 @@ torch. All that is printed shows control characters escaped (pipeline.cli.termin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import fields
 
-from ..checks import integer, shown, typed_count
-from ..errors import InputError
-from ..files import check_input_file, check_output_file, write_atomic
-from ..stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions, check_text, parse_logit_bias
-from . import explain, score as score_cli
-from .parser import REQUEST_FIELDS, CliParser, error_line, field_as_typed
-from .serving import add_serving_args, cmd_serving
-from .speculate import add_speculate_args, cmd_speculate
-from .terminal import safe_output
+from pipeline.cli import explain
+from pipeline.cli import score as score_cli
+from pipeline.cli.arguments import check_model_arg, request_from_args, write_json
+from pipeline.cli.parser import REQUEST_FIELDS, CliParser, error_line, field_as_typed
+from pipeline.cli.serving import add_serving_args, cmd_serving
+from pipeline.cli.speculate import add_speculate_args, cmd_speculate
+from pipeline.cli.terminal import safe_output
+from pipeline.core.checks import integer, shown, typed_count
+from pipeline.core.errors import InputError
+from pipeline.core.files import check_input_file, check_output_file
+from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions, check_text, parse_logit_bias
 
 DEFAULTS = GenerationOptions()
 
@@ -66,27 +67,6 @@ def options_from_args(args) -> GenerationOptions:
     return GenerationOptions(**values)
 
 
-def write_output(path: str, field: str, write, what: str) -> None:
-    """Write an output file atomically; a failure (a full disk) keeps the old file and names the field."""
-    try:
-        write_atomic(path, write, text=True)
-    except OSError as e:
-        raise InputError(field, f"could not write {what} to {path} ({e.strerror or e}); "
-                                "the file there was left as it was.") from None
-
-
-def write_json(path: str, obj, what: str) -> None:
-    """Strict JSON (allow_nan=False): NaN or infinity, which json.dump would write as bare NaN and Infinity that no
-    JSON reader takes, is refused and nothing is written."""
-    try:
-        write_output(path, "json", lambda f: json.dump(obj, f, ensure_ascii=False, indent=1, allow_nan=False), what)
-    except ValueError as e:
-        if "Out of range float" not in str(e):  # json's words for NaN and infinity; anything else is a bug
-            raise
-        raise InputError("json", f"{what} holds a number JSON cannot write (NaN or infinity); nothing was "
-                                 f"written to {path}.") from None
-
-
 def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
     """['3:1234', '5:42'] -> {3: 1234, 5: 42}; token ids are checked against the vocabulary later."""
     out = {}
@@ -99,36 +79,10 @@ def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
     return out
 
 
-def request_from_args(args, options: GenerationOptions) -> ChatRequest:
-    """The chat request QUESTION and --system make (`--plain`: the question as it is, no chat format). Each is
-    checked first, so that its error names the option typed rather than the message it became (messages[0])."""
-    if args.system is not None:
-        check_text("system", args.system)
-    if not check_text("question", args.question).strip():
-        raise InputError("question", "is empty; give a question.")
-    return ChatRequest.from_question(args.question, system=args.system, options=options,
-                                     prompt_format="plain" if args.plain else "chat",
-                                     weights=getattr(args, "weights", "fp32"))
-
-
-def check_model_arg(name: str | None) -> None:
-    """A registry key or a folder (pipeline.model.registry.resolve refuses anything else, naming both) whose
-    config.json reads as a model's: checked before torch is imported (~4 s), so bad input is refused at once."""
-    from pathlib import Path
-
-    from ..model.registry import resolve
-    from ..model.weights_cache import check_model_folder
-
-    if name is not None and resolve(name).is_local:
-        if not os.path.isdir(name):
-            raise InputError("model", f"{name} is not a folder (give a local Hugging Face model folder).")
-        check_model_folder(Path(name))
-
-
 def model_from_args(args):
     """The model --model names, in the format --weights names (a folder is loaded afresh, then converted)."""
-    from ..model.loader import converted_copy, load_model, shared_model
-    from ..model.registry import resolve
+    from pipeline.model.loader import converted_copy, load_model, shared_model
+    from pipeline.model.registry import resolve
 
     if args.model and resolve(args.model).is_local:
         lm = load_model(args.model)
@@ -144,8 +98,8 @@ def trace_inputs(args) -> tuple[ChatRequest, dict[int, int]]:
 
 def trace_from_args(args, request: ChatRequest, force: dict[int, int]):
     """(model, trace): the model --model names runs the request, --force's tokens put at their steps."""
-    from ..model.capture import layout_for
-    from ..trace import run_trace
+    from pipeline.model.capture import layout_for
+    from pipeline.run.trace import run_trace
 
     lm = model_from_args(args)
     layout_for(lm.model)  # an architecture the capture does not know is refused here, naming what it lacks
@@ -159,9 +113,9 @@ def cmd_trace(args) -> int:
     request, force = trace_inputs(args)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    from ..model.registry import resolve
-    from ..model.prefill import top_per_position
-    from .report import print_trace
+    from pipeline.cli.report import print_trace
+    from pipeline.model.prefill import top_per_position
+    from pipeline.model.registry import resolve
 
     lm, trace = trace_from_args(args, request, force)
     spec = resolve(args.model)
@@ -182,8 +136,8 @@ def cmd_tokens(args) -> int:
     text = check_text("text", args.text)
     if not text:
         raise InputError("text", "give some text to tokenize.")
-    from ..model.loader import shared_model
-    from ..stages.tokens import compare
+    from pipeline.model.loader import shared_model
+    from pipeline.stages.tokens import compare
 
     for r in compare(text, shared_model().tokenizer):
         ratio = len(text) / r.count if r.count else 0.0
@@ -197,7 +151,7 @@ MAX_BLOCK_SIZE = 4_096  # tokens; the scenarios' prompts are a few hundred token
 
 
 def cmd_cache_demo(args) -> int:
-    from ..prompt_cache.scenarios import scenarios
+    from pipeline.prompt_cache.scenarios import scenarios
 
     known = scenarios()
     keys = args.scenario or list(known)
@@ -205,8 +159,8 @@ def cmd_cache_demo(args) -> int:
     if unknown:
         raise InputError("scenario", f"unknown scenario {shown(unknown[0])}; choose from {', '.join(known)}.")
     integer("block_size", args.block_size, lo=1, hi=MAX_BLOCK_SIZE)
-    from ..model.loader import shared_model
-    from ..prompt_cache.playback import play_scenario
+    from pipeline.model.loader import shared_model
+    from pipeline.prompt_cache.playback import play_scenario
 
     lm = shared_model()
     for key in keys:
@@ -227,7 +181,7 @@ def cmd_cache_audit(args) -> int:
     """Audit a request log under OpenAI's, Anthropic's and vLLM's prompt-cache rules (no torch needed)."""
     check_output_file(args.json_file, "json")
     check_input_file(args.file, "file")  # a device (/dev/zero) or a FIFO is refused before it is opened
-    from ..prompt_cache import audit as ca
+    from pipeline.prompt_cache import audit as ca
 
     text = ca.read_log_file(args.file)
     report = ca.audit_log(text, provider=args.provider, breakpoints=args.breakpoints)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ..checks import integer, number
-from ..errors import InputError
-from .parser import REQUEST_FIELDS
+from pipeline.cli.arguments import check_model_arg, request_from_args, write_json
+from pipeline.cli.parser import REQUEST_FIELDS
+from pipeline.core.checks import integer, number
+from pipeline.core.errors import InputError
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -24,9 +25,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_explain(args) -> int:
-    from ..files import check_output_file
-    from ..stages.request import MAX_NEW_TOKENS, MAX_TOKEN_ID, GenerationOptions
-    from . import check_model_arg, request_from_args, write_json
+    from pipeline.core.files import check_output_file
+    from pipeline.stages.request import MAX_NEW_TOKENS, MAX_TOKEN_ID, GenerationOptions
 
     integer("step", args.step, lo=0, hi=MAX_NEW_TOKENS - 1)  # the run decodes step + 1 tokens
     for name in ("target", "minus"):  # checked against the vocabulary once the model is loaded
@@ -37,10 +37,10 @@ def cmd_explain(args) -> int:
     request = request_from_args(args, GenerationOptions(max_new_tokens=args.step + 1))
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    from ..attribution.explain import explain
-    from ..model.loader import load_model, shared_model
-    from ..model.registry import resolve
-    from ..trace import run_trace
+    from pipeline.attribution.explain import explain
+    from pipeline.model.loader import load_model, shared_model
+    from pipeline.model.registry import resolve
+    from pipeline.run.trace import run_trace
 
     lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
     trace = run_trace(request, lm)

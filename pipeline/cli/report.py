@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ..trace import Trace
+from pipeline.run.record import Trace
 
 
 def _h(title: str) -> None:

@@ -4,13 +4,14 @@ rank, surprisal and loss, then the mean loss and perplexity; `--json` writes `id
 "logprob"}]` (the first, or every prompt token before an answer, has null) and `mean_loss`."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import argparse
 import math
+from typing import TYPE_CHECKING
+
+from pipeline.cli.arguments import check_model_arg, write_json
 
 if TYPE_CHECKING:
-    from ..model.interface import LanguageModel
+    from pipeline.model.interface import LanguageModel
 
 
 def add_parser(sub) -> None:
@@ -26,19 +27,18 @@ def add_parser(sub) -> None:
 
 
 def cmd_score(args) -> int:
-    from ..files import check_output_file
-    from ..training.score import check_score_text
-    from . import check_model_arg, write_json
+    from pipeline.core.files import check_output_file
+    from pipeline.training.score import check_score_text
 
     check_score_text("text", args.text)
     if args.answer_to is not None:
         check_score_text("answer_to", args.answer_to)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    from ..model.loader import load_model, shared_model
-    from ..model.registry import resolve
-    from ..text.pieces import token_pieces
-    from ..training.score import answer_ids, score_ids, text_ids
+    from pipeline.model.loader import load_model, shared_model
+    from pipeline.model.registry import resolve
+    from pipeline.text.pieces import token_pieces
+    from pipeline.training.score import answer_ids, score_ids, text_ids
 
     lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
     if args.answer_to is None:
@@ -62,6 +62,6 @@ def cmd_score(args) -> int:
 
 
 def labels_of(lm: LanguageModel, token_id: int) -> str:
-    from ..text.pieces import token_pieces
+    from pipeline.text.pieces import token_pieces
 
     return token_pieces(lm.tokenizer, [token_id])[0].label

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import InputError
-from ..serving.sweep import BATCH_SIZES, parse_batch_sizes
+from pipeline.cli.arguments import check_model_arg, write_json
+from pipeline.core.errors import InputError
+from pipeline.costs.sweep import BATCH_SIZES, parse_batch_sizes
 
 
 def add_serving_args(sub) -> None:
@@ -27,8 +28,7 @@ def _count(field: str, value, lo: int, hi: int) -> int:
 
 
 def cmd_serving(args) -> int:
-    from . import check_model_arg, write_json
-    from ..files import check_output_file
+    from pipeline.core.files import check_output_file
 
     sizes = parse_batch_sizes(args.batch_sizes)
     _count("steps", args.steps, 2, 1000)
@@ -37,9 +37,9 @@ def cmd_serving(args) -> int:
         _count("determinism", args.determinism, 1, 255)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    from ..model.loader import load_model, shared_model
-    from ..model.registry import resolve
-    from ..serving.report import measure_all
+    from pipeline.costs.report import measure_all
+    from pipeline.model.loader import load_model, shared_model
+    from pipeline.model.registry import resolve
 
     lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
     report = measure_all(lm, sizes, args.steps, args.repeats, args.determinism, args.refresh_ceilings)

@@ -1,13 +1,14 @@
 """`python -m pipeline speculate QUESTION [--drafts K]`: the request decoded greedily with prompt-lookup drafts
-(pipeline.speculative) beside plain greedy decoding: each verify pass's drafts accepted (+) and rejected (-), the
+(pipeline.faster.speculative) beside plain greedy decoding: each verify pass's drafts accepted (+) and rejected (-), the
 acceptance rate, and TPOT both ways, interleaved (medians and ranges)."""
 from __future__ import annotations
 
 import argparse
 
-from ..checks import integer
-from ..stages.request import GenerationOptions
-from .parser import REQUEST_FIELDS
+from pipeline.cli.arguments import check_model_arg, request_from_args
+from pipeline.cli.parser import REQUEST_FIELDS
+from pipeline.core.checks import integer
+from pipeline.stages.request import GenerationOptions
 
 
 def add_speculate_args(sub) -> None:
@@ -25,16 +26,15 @@ def add_speculate_args(sub) -> None:
 
 
 def cmd_speculate(args) -> int:
-    from . import check_model_arg, request_from_args
-    from ..speculative.rounds import check_drafts
+    from pipeline.faster.speculative.rounds import check_drafts
 
     check_drafts(args.drafts, field="drafts")
     integer("repeats", args.repeats, lo=1, hi=10)
     request = request_from_args(args, GenerationOptions(max_new_tokens=args.max_new_tokens, stop=tuple(args.stop)))
     check_model_arg(args.model)
-    from ..model.loader import load_model, shared_model
-    from ..model.registry import resolve
-    from ..speculative.measure import measure
+    from pipeline.faster.speculative.measure import measure
+    from pipeline.model.loader import load_model, shared_model
+    from pipeline.model.registry import resolve
 
     lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
     run = measure(lm, request, args.drafts, args.repeats)

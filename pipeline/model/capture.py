@@ -29,8 +29,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..errors import InputError
-from .interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.model.interface import LanguageModel
 
 
 @dataclass(frozen=True)

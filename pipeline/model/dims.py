@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import integer, number
-
+from pipeline.core.checks import integer, number
 
 FULL, SLIDING = "full_attention", "sliding_attention"  # HF's names for a layer's kind (config.layer_types)
 BYTES_PER_VALUE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "int8": 1}

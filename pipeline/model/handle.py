@@ -20,23 +20,23 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from .dims import ModelDims
-from .vocabulary import Vocabulary
-from .registry import ModelSpec, resolve
-from .weights_cache import check_model_folder, ensure_weights_cache, load_tokenizer
+from pipeline.model.dims import ModelDims
+from pipeline.model.registry import ModelSpec, resolve
+from pipeline.model.vocabulary import Vocabulary
+from pipeline.model.weights_cache import check_model_folder, ensure_weights_cache, load_tokenizer
 
 if TYPE_CHECKING:  # torch loads with the network, not with the handle
     import torch
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-    from .loader import LoadedModel
+    from pipeline.model.loader import LoadedModel
 
 LOADED_DTYPE = "float32"  # what loader.load_model builds (the captures are exact float32)
 
 
 class ModelHandle:
     def __init__(self, source: str | None = None, weights: str = "fp32"):
-        from .weight_formats import check_weights
+        from pipeline.model.weight_formats import check_weights
 
         self.source = source  # None: the default model; a registry key ('gemma-3-270m'); or a local HF folder
         self.weights = check_weights(weights)  # the weight format (weight_formats): fp32 as loaded, bf16, int8
@@ -124,7 +124,7 @@ class ModelHandle:
     def loaded(self) -> LoadedModel:
         """The LoadedModel, built on the first call (the same object `shared_model` gives everyone)."""
         if self._loaded is None:
-            from .loader import shared_model
+            from pipeline.model.loader import shared_model
 
             self._loaded = shared_model(self.source, tokenizer=self.tokenizer, weights=self.weights)
         return self._loaded

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # torch and transformers load only with the network (the cold
     import torch
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-    from .dims import ModelDims
+    from pipeline.model.dims import ModelDims
 
 
 @runtime_checkable

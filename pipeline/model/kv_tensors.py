@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .dims import held_positions  # noqa: F401 (it lives with the dims: pages use it without torch)
+from pipeline.model.dims import held_positions  # noqa: F401 (it lives with the dims: pages use it without torch)
 
 
 def cache_layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -40,7 +40,7 @@ def cache_with_room(shapes: list[tuple[int, int, int, int]], like: torch.Tensor,
     DynamicCache concatenates the whole cache anew at every step, and rows can be added or moved in place
     (place_rows). A layer whose buffer is full, or a sliding-window layer about to reach its window, goes on as
     HF's own layer does (torch.cat; the window then cut)."""
-    from .hf_imports import transformers_names
+    from pipeline.model.hf_imports import transformers_names
 
     DynamicCache, = transformers_names("DynamicCache")
     cache = DynamicCache(config=config)

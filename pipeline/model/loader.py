@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors import SafetensorError
 
-from ..errors import InputError
-from .dims import ModelDims
-from .passes import note_pass
-from .prefill_record import PREFILL_CHUNK
-from .registry import ModelSpec, resolve
-from .weights_cache import check_model_folder, ensure_weights_cache, load_tokenizer
+from pipeline.core.errors import InputError
+from pipeline.model.dims import ModelDims
+from pipeline.model.passes import note_pass
+from pipeline.model.prefill_record import PREFILL_CHUNK
+from pipeline.model.registry import ModelSpec, resolve
+from pipeline.model.weights_cache import check_model_folder, ensure_weights_cache, load_tokenizer
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
@@ -114,7 +114,7 @@ def load_model(source: str | None = None, log=None, tokenizer=None) -> LoadedMod
     """Load a model ready for capture: None (the default, SmolLM2), a registry key ('gemma-3-270m')
     or a local HF folder. tokenizer: one already loaded from the same folder (the app's handle has
     it), else loaded here."""
-    from .hf_imports import transformers_lock, transformers_names
+    from pipeline.model.hf_imports import transformers_lock, transformers_names
 
     AutoModelForCausalLM, = transformers_names("AutoModelForCausalLM")
     log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -166,7 +166,7 @@ def shared_model(source: str | None = None, tokenizer=None, weights: str = "fp32
     """One loaded model per model, weight format and process (tests, CLI and the app all reuse it); `source` as
     load_model's. Another format than fp32 is a copy of the fp32 model converted on first use
     (pipeline.model.weight_formats): at most len(WEIGHT_FORMATS) - 1 more copies per model."""
-    from .weight_formats import check_weights
+    from pipeline.model.weight_formats import check_weights
 
     key = resolve(source).key  # None, 'smollm2-135m' and 'SmolLM2-135M-Instruct' are one model
     if check_weights(weights) != "fp32":
@@ -186,7 +186,7 @@ def converted_copy(base: LoadedModel, weights: str) -> LoadedModel:
     """A copy of a loaded model in another weight format: its own network and lock, the same tokenizer."""
     import copy
 
-    from .weight_formats import convert
+    from pipeline.model.weight_formats import convert
 
     model = convert(copy.deepcopy(base.model), weights)
     return LoadedModel(model=model, tokenizer=base.tokenizer, name=base.name, device=base.device, spec=base.spec,

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .capture import block_names, capture, layout_for
-from .kv_tensors import bytes_per_layer, cache_layers
-from .prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
-from .rope import rotate, signed_sin
-from .interface import LanguageModel
+from pipeline.model.capture import block_names, capture, layout_for
+from pipeline.model.interface import LanguageModel
+from pipeline.model.kv_tensors import bytes_per_layer, cache_layers
+from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
+from pipeline.model.rope import rotate, signed_sin
 
 # Past FULL_ATTENTION_MAX_TOKENS the captures are stored in float16 (half the memory; shown values keep 3
 # significant digits, plenty for charts). Shorter prompts keep exact float32.

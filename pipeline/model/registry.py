@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from pipeline.core.errors import InputError
 
 
 @dataclass(frozen=True)

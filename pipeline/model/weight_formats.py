@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
+from pipeline.core.errors import InputError
 
 if TYPE_CHECKING:
     import torch

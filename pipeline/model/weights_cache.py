@@ -27,8 +27,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ..errors import InputError
-from .registry import SMOLLM2, ModelSpec, resolve
+from pipeline.core.errors import InputError
+from pipeline.model.registry import SMOLLM2, ModelSpec, resolve
 
 DEFAULT_MODEL_NAME = SMOLLM2.display_name
 GGUF_FILE = SMOLLM2.gguf.file
@@ -114,7 +114,7 @@ def convert_gguf_to_cache(target: Path, log=print, model: str | ModelSpec | None
     written to a private `.partial-<pid>` folder beside the target and renamed into place only when
     complete, so a crash never leaves a half-written cache where a load would find it.
     """
-    from .hf_imports import transformers_names
+    from pipeline.model.hf_imports import transformers_names
 
     AutoModelForCausalLM, AutoTokenizer = transformers_names("AutoModelForCausalLM", "AutoTokenizer")
 
@@ -213,7 +213,7 @@ def load_tokenizer(folder: Path, model: str | ModelSpec | None = None):
     """The folder's tokenizer, with the chat template the registry gives `model` where its file has
     none (Gemma's turn format). A plain `tokenizers` one (SmolLM2's) loads through transformers'
     fast-tokenizer class, which does not import torch (AutoTokenizer does: ~2-6 s more here)."""
-    from .hf_imports import transformers_lock, transformers_names
+    from pipeline.model.hf_imports import transformers_lock, transformers_names
 
     try:
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))

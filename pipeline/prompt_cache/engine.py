@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ..errors import InputError
-from ..model.hf_imports import transformers_names
-from ..model.kv_tensors import cache_layers
-from .outcomes import HIT, MISS, NOT_CACHEABLE, RECOMPUTED
-from .prefix import common_prefix_len
-from ..model.interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.model.hf_imports import transformers_names
+from pipeline.model.interface import LanguageModel
+from pipeline.model.kv_tensors import cache_layers
+from pipeline.prompt_cache.outcomes import HIT, MISS, NOT_CACHEABLE, RECOMPUTED
+from pipeline.prompt_cache.prefix import common_prefix_len
 
 DynamicCache, = transformers_names("DynamicCache")
 

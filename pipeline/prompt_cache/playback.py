@@ -7,16 +7,16 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
-from ..stages.request import ChatRequest, parse_turns
-from ..stages.tokens import tokenize_request
-from ..text.token_names import token_text as _token_text
-from ..timing import interleave_less_work
-from .scenarios import Prompt, Scenario
-from ..model.interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.core.timing import interleave_less_work
+from pipeline.model.interface import LanguageModel
+from pipeline.prompt_cache.scenarios import Prompt, Scenario
+from pipeline.stages.request import ChatRequest, parse_turns
+from pipeline.stages.tokens import tokenize_request
+from pipeline.text.token_names import token_text as _token_text
 
 if TYPE_CHECKING:  # the engine holds tensors: torch is imported when a scenario is played, not with the page
-    from .engine import PrefixCache
+    from pipeline.prompt_cache.engine import PrefixCache
 
 
 def prompt_tokens(lm: LanguageModel, prompt: Prompt) -> tuple[list[int], list[str], list[str]]:
@@ -54,7 +54,7 @@ def explain(stats: dict, cached_text: str, new_text: str) -> str:
 
 def cold_ttft(lm: LanguageModel, ids: list[int], block_size: int) -> float:
     """The same request with nothing reused and nothing kept."""
-    from .engine import PrefixCache, PrefixCacheConfig
+    from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig
 
     return PrefixCache(PrefixCacheConfig(block_size=block_size)).serve(lm, ids, reuse=False, store=False).stats.ttft_s
 
@@ -62,7 +62,7 @@ def cold_ttft(lm: LanguageModel, ids: list[int], block_size: int) -> float:
 def play_scenario(lm: LanguageModel, scenario: Scenario, block_size: int = 16, measure_cold: bool = True,
          cache: PrefixCache | None = None) -> list[dict]:
     """Serve each request in order through one cache. Plain records (no tensors), one per request."""
-    from .engine import PrefixCache, PrefixCacheConfig
+    from pipeline.prompt_cache.engine import PrefixCache, PrefixCacheConfig
 
     cache = cache or PrefixCache(PrefixCacheConfig(block_size=block_size))
     if measure_cold:  # one short warm-up pass, so the first timed request does not pay for it

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-
 INSTRUCTIONS = """You are Tilly, the assistant of a community tomato garden.
 Rules for every answer:
 1. Answer in at most three short sentences, in plain words a beginner understands.

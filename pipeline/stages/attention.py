@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import array, integer, token_ids
-from ..errors import InputError
-from ..maths import softmax
-from ..model.prefill_record import Prefill
+from pipeline.core.checks import array, integer, token_ids
+from pipeline.core.errors import InputError
+from pipeline.core.maths import softmax
+from pipeline.model.prefill_record import Prefill
 
 
 def hidden_keys(queries, keys, window: int | None) -> np.ndarray:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..checks import integer, token_ids
-from ..errors import InputError
+from pipeline.core.checks import integer, token_ids
+from pipeline.core.errors import InputError
 
 if TYPE_CHECKING:  # torch is imported where tensors are made, so the page imports without it
     import torch
@@ -46,7 +46,7 @@ def describe(tensors: dict[str, torch.Tensor]) -> dict[str, dict]:
 
 def pad_token_text(tokenizer) -> str:
     """Readable text of the padding token ('<|im_end|>' for SmolLM2)."""
-    from ..text.token_names import token_text
+    from pipeline.text.token_names import token_text
 
     return token_text(tokenizer, tokenizer.pad_token_id)
 

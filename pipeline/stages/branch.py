@@ -13,12 +13,12 @@ import time
 import numpy as np
 import torch
 
-from ..errors import InputError
-from ..model.hf_imports import transformers_names
-from ..model.kv_tensors import cache_len, held_positions
-from .decode_record import Decode
-from .generation import Answer, continue_answer
-from ..model.interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.model.hf_imports import transformers_names
+from pipeline.model.interface import LanguageModel
+from pipeline.model.kv_tensors import cache_len, held_positions
+from pipeline.stages.decode_record import Decode
+from pipeline.stages.generation import Answer, continue_answer
 
 DynamicCache, = transformers_names("DynamicCache")
 

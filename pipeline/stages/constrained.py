@@ -16,13 +16,13 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..errors import InputError
-from ..maths import softmax
-from ..text.token_names import token_text
-from .decode_record import Decode
-from .generation import Answer, continue_answer, scores
-from .request import ChatRequest
-from ..model.interface import LanguageModel
+from pipeline.core.errors import InputError
+from pipeline.core.maths import softmax
+from pipeline.model.interface import LanguageModel
+from pipeline.stages.decode_record import Decode
+from pipeline.stages.generation import Answer, continue_answer, scores
+from pipeline.stages.request import ChatRequest
+from pipeline.text.token_names import token_text
 
 KINDS = ("json_schema", "regex", "choice")
 _COMPILE_LOCK = threading.Lock()

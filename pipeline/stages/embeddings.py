@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import array, integer
-from ..errors import InputError
-from ..text.byte_level import piece_bytes
-from ..text.per_tokenizer import per_tokenizer
-from ..text.token_names import tokens_text
-from .request import MAX_MESSAGE_CHARS, check_text
-from .tokens import encode
+from pipeline.core.checks import array, integer
+from pipeline.core.errors import InputError
+from pipeline.stages.request import MAX_MESSAGE_CHARS, check_text
+from pipeline.stages.tokens import encode
+from pipeline.text.byte_level import piece_bytes
+from pipeline.text.per_tokenizer import per_tokenizer
+from pipeline.text.token_names import tokens_text
 
 MAX_WORD_CHARS = 200  # one word (or phrase) looked up
 MAX_WORD_LIST_CHARS = MAX_MESSAGE_CHARS  # a typed list of words, before it is cut into words

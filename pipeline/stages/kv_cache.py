@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..checks import integer, number
-from ..errors import InputError
-from ..model.dims import ModelDims, held_positions, kv_bytes_formula
-from ..timing import compare_runs
-from ..model.interface import LanguageModel
+from pipeline.core.checks import integer, number
+from pipeline.core.errors import InputError
+from pipeline.core.timing import compare_runs
+from pipeline.model.dims import ModelDims, held_positions, kv_bytes_formula
+from pipeline.model.interface import LanguageModel
 
 GIB = 2**30  # bytes in one GiB, the unit GPU memory sizes are quoted in
 CONFIG_PATH = Path(__file__).resolve().parents[2] / "assets" / "model_configs.json"
@@ -69,7 +69,7 @@ def compare(lm: LanguageModel, ids: list[int], n_steps: int = 16, repeats: int =
 
     Both ways are run `repeats` times, alternately, and each step's time is the median over the
     repeats, so load on a shared machine hits both sides alike; 'timing' compares the totals
-    (medians and ranges, see pipeline.timing). Tokens run through the model each way are counted
+    (medians and ranges, see pipeline.core.timing). Tokens run through the model each way are counted
     too: that count does not depend on how busy the machine is. The cache does less work, so a result
     with it clearly slower contradicts the work: it is measured again with twice the repeats (`again`),
     and if it still does, its timing is marked noise.

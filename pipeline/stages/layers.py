@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import array
-from ..model.interface import LanguageModel
-
+from pipeline.core.checks import array
+from pipeline.model.interface import LanguageModel
 
 # The reductions below read POSITION_CHUNK positions at a time: a long prompt's (L+1, T, D) captures are
 # float16, and one float32 copy of them at T = 4,000 is 31 x 4,000 x 576 x 4 B = 285 MB (the cosine
@@ -77,7 +76,7 @@ def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_r
     """
     import torch  # here, not at import: the Layers page draws a stored run before torch has loaded
 
-    from ..model.capture import final_norm_scale
+    from pipeline.model.capture import final_norm_scale
 
     hidden_states = hidden_states[:, start:end]  # (L+1, P, D)
     norm = lm.model.model.norm

@@ -11,12 +11,13 @@ from typing import Sequence
 
 import numpy as np
 
-from ..checks import array, integer, number, token_ids
-from ..errors import InputError
-from ..maths import softmax as _softmax, top_indices
-from ..text.token_names import tokens_text
-from .penalties import penalized
-from .request import GenerationOptions
+from pipeline.core.checks import array, integer, number, token_ids
+from pipeline.core.errors import InputError
+from pipeline.core.maths import softmax as _softmax
+from pipeline.core.maths import top_indices
+from pipeline.stages.penalties import penalized
+from pipeline.stages.request import GenerationOptions
+from pipeline.text.token_names import tokens_text
 
 STAGE_NAMES = ("softmax", "penalties", "temperature", "top_k", "top_p", "min_p")
 MAX_DRAWS = 10_000_000  # the page offers 10,000; 10 million draws are 80 MB of float64

@@ -21,8 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..checks import array
-from .request import GenerationOptions
+from pipeline.core.checks import array
+from pipeline.stages.request import GenerationOptions
 
 
 def penalized(logits: np.ndarray, options: GenerationOptions, prompt_ids: Sequence[int] = (),

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import array, integer, number
-from ..errors import InputError
-from ..model import rope
+from pipeline.core.checks import array, integer, number
+from pipeline.core.errors import InputError
+from pipeline.model import rope
 
 MAX_POSITION = 2**24  # far past any context window; beyond it float64 angles lose whole radians
 

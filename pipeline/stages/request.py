@@ -10,12 +10,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
-from ..checks import integer, shown, typed_count
-from ..errors import InputError
-from ..model.dims import ModelDims
-from ..model.registry import CHAT_FORMATS
-from ..model.weight_formats import check_weights
-from ..model.weights_cache import DEFAULT_MODEL_NAME
+from pipeline.core.checks import integer, shown, typed_count
+from pipeline.core.errors import InputError
+from pipeline.model.dims import ModelDims
+from pipeline.model.registry import CHAT_FORMATS
+from pipeline.model.weight_formats import check_weights
+from pipeline.model.weights_cache import DEFAULT_MODEL_NAME
 
 ROLES = ("system", "user", "assistant")
 
@@ -423,7 +423,7 @@ class RequestState:
 def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int, max_prompt_tokens: int | None = None) -> None:
     """Refuse, before any forward pass, a prompt that does not fit the window (or a server's own cap).
 
-    Both paths (pipeline.trace and stages.fast_path) call it once the prompt is tokenized."""
+    Both paths (pipeline.run.trace and stages.fast_path) call it once the prompt is tokenized."""
     if max_prompt_tokens is not None and n_prompt > max_prompt_tokens:
         raise InputError("messages", f"the prompt is {n_prompt:,} tokens; this shared server runs prompts of up to "
                                      f"{max_prompt_tokens:,} tokens so that one request cannot hold the model for "

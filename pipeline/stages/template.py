@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .request import ChatRequest
+from pipeline.stages.request import ChatRequest
 
 TEMPLATE_ROLE = "template"  # text the chat template added: markers and any default system prompt
 

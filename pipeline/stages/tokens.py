@@ -13,16 +13,16 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..checks import token_ids
-from ..errors import InputError
-from ..model.registry import PLAIN_TEXT
-from ..model.weights_cache import DEFAULT_MODEL_NAME
-from ..text.readable import render_bytes
-from ..text.token_names import tokens_text
-from ..text.graphemes import graphemes
-from ..text.pieces import Piece, group_pieces
-from .request import ChatRequest, check_text
-from .template import TEMPLATE_ROLE, Segment, render_prompt, segments
+from pipeline.core.checks import token_ids
+from pipeline.core.errors import InputError
+from pipeline.model.registry import PLAIN_TEXT
+from pipeline.model.weights_cache import DEFAULT_MODEL_NAME
+from pipeline.stages.request import ChatRequest, check_text
+from pipeline.stages.template import TEMPLATE_ROLE, Segment, render_prompt, segments
+from pipeline.text.graphemes import graphemes
+from pipeline.text.pieces import Piece, group_pieces
+from pipeline.text.readable import render_bytes
+from pipeline.text.token_names import tokens_text
 
 _ENCODE_LOCK = threading.Lock()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from .readable import render_text
+from pipeline.text.readable import render_text
 
 
 def utf8_chars(raw: bytes) -> list[tuple[int, int, str | None]]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import token_ids
-from .byte_level import piece_bytes
-from .graphemes import graphemes
-from .per_tokenizer import special_ids, vocab_size
-from .readable import render_bytes
+from pipeline.core.checks import token_ids
+from pipeline.text.byte_level import piece_bytes
+from pipeline.text.graphemes import graphemes
+from pipeline.text.per_tokenizer import special_ids, vocab_size
+from pipeline.text.readable import render_bytes
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from .byte_level import piece_bytes
+from pipeline.text.byte_level import piece_bytes
 
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 

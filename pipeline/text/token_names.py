@@ -1,9 +1,9 @@
 """A tokenizer's ids -> readable text; control tokens keep their names ('<|im_end|>')."""
 from __future__ import annotations
 
-from ..checks import token_ids
-from .per_tokenizer import special_ids, vocab_size
-from .readable import piece_text
+from pipeline.core.checks import token_ids
+from pipeline.text.per_tokenizer import special_ids, vocab_size
+from pipeline.text.readable import piece_text
 
 
 def token_text(tokenizer, token_id: int) -> str:

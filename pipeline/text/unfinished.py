@@ -2,9 +2,9 @@
 character ('<0xA0> → 토'), and the bytes an answer cut by the token limit ends inside."""
 from __future__ import annotations
 
-from .graphemes import utf8_chars, utf8_length
-from .pieces import token_pieces
-from .readable import render_text
+from pipeline.text.graphemes import utf8_chars, utf8_length
+from pipeline.text.pieces import token_pieces
+from pipeline.text.readable import render_text
 
 
 def continuation_label(tokenizer, context_ids, token_id: int, short: bool = False) -> str:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..checks import integer, number
-from ..errors import InputError
-from ..model.dims import kv_bytes_formula
+from pipeline.core.checks import integer, number
+from pipeline.core.errors import InputError
+from pipeline.model.dims import kv_bytes_formula
 
 ACTIVATION_BYTES_16BIT = 34  # per layer, token and unit of width (Korthikanti et al. 2022, eq. 2 without the s^2 term)
 ADAM_STATE_BYTES = 8  # two float32 moments per parameter

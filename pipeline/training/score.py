@@ -12,19 +12,18 @@ The first token has no logprob: nothing came before it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import math
 import unicodedata
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import InputError
-from ..stages.request import ChatRequest, check_text
+from pipeline.core.errors import InputError
+from pipeline.stages.request import ChatRequest, check_text
 
 if TYPE_CHECKING:
-    from ..model.interface import LanguageModel
+    from pipeline.model.interface import LanguageModel
 
 MAX_SCORE_CHARS = 20_000  # what the page and the CLI accept; the token limit is the model's context window
 ALLOWED_CONTROLS = "\n\t\r"  # line breaks and tabs are text; other control characters are refused
@@ -101,7 +100,7 @@ def answer_ids(lm: LanguageModel, question: str, answer: str, prompt_format: str
                limit: int | None = None) -> tuple[list[int], int]:
     """(prompt + answer ids, len(prompt)): the answer's tokens placed after the templated question, where
     the model's own answer would start (the generation prompt's last marker)."""
-    from ..stages.tokens import tokenize_request
+    from pipeline.stages.tokens import tokenize_request
 
     question = check_score_text("question", question)
     answer = check_score_text("answer", answer)

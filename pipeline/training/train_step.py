@@ -20,8 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import InputError
-from .memory import OPTIMIZERS, check_fits, training_memory
+from pipeline.core.errors import InputError
+from pipeline.training.memory import OPTIMIZERS, check_fits, training_memory
 
 LR_RANGE = (1e-7, 1.0)  # a learning rate outside this either changes nothing visible or wrecks every weight
 DEFAULT_LR = {"sgd": 0.01, "adam": 1e-4}
@@ -58,7 +58,7 @@ def take_step(model, ids: list[int], other_ids: list[int], optimizer: str, lr: f
     """One step of `optimizer` on `model` itself (give it a copy) on ids; log-probs before and after."""
     import torch
 
-    from .score import score_logits
+    from pipeline.training.score import score_logits
 
     optimizer, lr = check_step_options(optimizer, lr)
     device = next(model.parameters()).device  # the ids go where the weights are (a GPU when there is one)

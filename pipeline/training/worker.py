@@ -11,13 +11,13 @@ import time
 
 
 def main() -> int:
-    from ..errors import InputError
+    from pipeline.core.errors import InputError
 
     try:
         job = json.loads(sys.stdin.read())
         t0 = time.perf_counter()
-        from ..model.loader import load_model
-        from .train_step import take_step
+        from pipeline.model.loader import load_model
+        from pipeline.training.train_step import take_step
 
         lm = load_model(job["model"], log=lambda msg: print(msg, file=sys.stderr))
         load_s = time.perf_counter() - t0

@@ -16,19 +16,26 @@ Steps (records out, for the page, the CLI and the tests), one module each:
 Token sequences are bytes, 4 per token (uint32, little-endian): slices compare at memcmp speed.
 Shape letters: T tokens of one request, N requests.
 """
-from .bill import bill, check_prices, prefill_speeds, request_cost
-from .examples import EXAMPLE_TRAPS, EXAMPLES, EXAMPLES_DIR, example_text
-from .body_fixes import FIX_WORDS
-from .fixes import audit_fixes, fix_requests, fixed_log_text
-from .json_out import report_json
-from .log import MAX_LOG_BYTES, LogRequest, parse_log, read_log_file
-from .radix import PrefixTree
-from .records import AnthropicResult, AuditReport, Divergence, RequestRecord
-from .replay import audit_log, audit_requests
-from .rules import (PROVIDERS, anthropic_min_tokens, default_prefill_tps, default_prices, load_rules,
-                    openai_cached, vllm_cached)
-from .tokens import encoding
-from .traps import TRAPS
+from pipeline.prompt_cache.audit.bill import bill, check_prices, prefill_speeds, request_cost
+from pipeline.prompt_cache.audit.body_fixes import FIX_WORDS
+from pipeline.prompt_cache.audit.examples import EXAMPLE_TRAPS, EXAMPLES, EXAMPLES_DIR, example_text
+from pipeline.prompt_cache.audit.fixes import audit_fixes, fix_requests, fixed_log_text
+from pipeline.prompt_cache.audit.json_out import report_json
+from pipeline.prompt_cache.audit.log import MAX_LOG_BYTES, LogRequest, parse_log, read_log_file
+from pipeline.prompt_cache.audit.radix import PrefixTree
+from pipeline.prompt_cache.audit.records import AnthropicResult, AuditReport, Divergence, RequestRecord
+from pipeline.prompt_cache.audit.replay import audit_log, audit_requests
+from pipeline.prompt_cache.audit.rules import (
+                    PROVIDERS,
+                    anthropic_min_tokens,
+                    default_prefill_tps,
+                    default_prices,
+                    load_rules,
+                    openai_cached,
+                    vllm_cached,
+)
+from pipeline.prompt_cache.audit.tokens import encoding
+from pipeline.prompt_cache.audit.traps import TRAPS
 
 __all__ = ["AnthropicResult", "AuditReport", "Divergence", "EXAMPLES", "EXAMPLES_DIR", "EXAMPLE_TRAPS", "FIX_WORDS",
            "LogRequest", "MAX_LOG_BYTES", "PROVIDERS", "PrefixTree", "RequestRecord", "TRAPS", "anthropic_min_tokens",

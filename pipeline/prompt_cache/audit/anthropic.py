@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import hashlib
 
-from .log import LogRequest
-from .records import AnthropicResult
-from .rules import anthropic_min_tokens
+from pipeline.prompt_cache.audit.log import LogRequest
+from pipeline.prompt_cache.audit.records import AnthropicResult
+from pipeline.prompt_cache.audit.rules import anthropic_min_tokens
 
 
 class AnthropicCache:

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import numbers
 
-from ...errors import InputError
-from ...stages.request import _finite  # a real number a float can hold (10**400 is not)
-from .log import MAX_OUTPUT_TOKENS
-from .records import AuditReport, RequestRecord
-from .rules import PROVIDERS, default_prefill_tps, default_prices
-
+from pipeline.core.errors import InputError
+from pipeline.prompt_cache.audit.log import MAX_OUTPUT_TOKENS
+from pipeline.prompt_cache.audit.records import AuditReport, RequestRecord
+from pipeline.prompt_cache.audit.rules import PROVIDERS, default_prefill_tps, default_prices
+from pipeline.stages.request import _finite  # a real number a float can hold (10**400 is not)
 
 MIN_PREFILL_TPS = 1.0  # tokens/s; time saved is cached tokens / speed, which 1e-320 made infinite (not JSON)
 PRICE_FIELDS = ("input_per_mtok", "cached_read_multiplier", "cache_write_5m_multiplier",

@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
-from .render import tool_name
-from .volatile import VOLATILE, sort_keys_text
-
+from pipeline.prompt_cache.audit.render import tool_name
+from pipeline.prompt_cache.audit.volatile import VOLATILE, sort_keys_text
 
 FIX_WORDS = {
     "sorted_keys": "JSON serialised with sorted keys",

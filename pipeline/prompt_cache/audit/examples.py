@@ -1,8 +1,8 @@
 """The prepared example logs (`assets/cache_audit/`): each app with a trap, and the same app fixed."""
 from __future__ import annotations
 
-from ...errors import InputError
-from .rules import ASSETS
+from pipeline.core.errors import InputError
+from pipeline.prompt_cache.audit.rules import ASSETS
 
 EXAMPLES_DIR = ASSETS / "cache_audit"
 EXAMPLES = {  # key -> (title, file)

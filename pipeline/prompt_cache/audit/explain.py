@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .log import LogRequest
-from .radix import Cut
-from .records import Divergence, Measured, Why
-from .rules import openai_cached, request_ttl
-from .tokens import TokenMemo, token_ids
-from .traps import OTHER_FIXES, Finding, Side, classify, where
+from pipeline.prompt_cache.audit.log import LogRequest
+from pipeline.prompt_cache.audit.radix import Cut
+from pipeline.prompt_cache.audit.records import Divergence, Measured, Why
+from pipeline.prompt_cache.audit.rules import openai_cached, request_ttl
+from pipeline.prompt_cache.audit.tokens import TokenMemo, token_ids
+from pipeline.prompt_cache.audit.traps import OTHER_FIXES, Finding, Side, classify, where
 
 CONTEXT_TOKENS = 8  # tokens shown each side of a divergence
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from . import body_fixes as bf
-from .log import MAX_LOG_BYTES, LogRequest, parse_log
-from .records import AuditReport
-from .render import read_ttl, render_blocks
-from .replay import audit_requests
+from pipeline.prompt_cache.audit import body_fixes as bf
+from pipeline.prompt_cache.audit.log import MAX_LOG_BYTES, LogRequest, parse_log
+from pipeline.prompt_cache.audit.records import AuditReport
+from pipeline.prompt_cache.audit.render import read_ttl, render_blocks
+from pipeline.prompt_cache.audit.replay import audit_requests
 
 
 def fix_requests(requests: list[LogRequest], provider: str = "openai", rounds: int = 3,

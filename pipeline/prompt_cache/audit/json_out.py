@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from .records import AuditReport
+from pipeline.prompt_cache.audit.records import AuditReport
 
 
 def report_json(report: AuditReport, costs: dict) -> dict:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ...errors import InputError
-from .render import Block, clean, kind_of, read_ttl, render_blocks
+from pipeline.core.errors import InputError
+from pipeline.prompt_cache.audit.render import Block, clean, kind_of, read_ttl, render_blocks
 
 MAX_LOG_BYTES = 50 * 2**20  # a pasted or uploaded log; a bigger one is refused, not read
 MAX_REQUESTS = 100_000

@@ -2,9 +2,9 @@
 provider caches nothing or refuses."""
 from __future__ import annotations
 
-from .log import LogRequest
-from .records import RequestRecord
-from .rules import PROVIDERS
+from pipeline.prompt_cache.audit.log import LogRequest
+from pipeline.prompt_cache.audit.records import RequestRecord
+from pipeline.prompt_cache.audit.rules import PROVIDERS
 
 
 def warnings(records: list[RequestRecord], rules: dict) -> list[str]:

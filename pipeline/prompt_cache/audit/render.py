@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ...errors import InputError
+from pipeline.core.errors import InputError
 
 LONG_BLOB_CHARS = 2_000  # a longer base64 string (image or file data) is rendered as its digest
 TEXT_PART_TYPES = ("text", "input_text", "output_text")

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import time
 
-from ...errors import InputError
-from . import notes
-from .anthropic import AnthropicCache
-from .explain import Replay, explain
-from .log import MAX_LOG_BYTES, LogRequest, parse_log
-from .radix import INF, Cut, PrefixTree, tree_rows
-from .records import AnthropicResult, AuditReport, Measured, RequestRecord
-from .rules import PROVIDERS, load_rules, openai_cached, request_ttl, ttl_of, vllm_cached
-from .tokens import TokenMemo
+from pipeline.core.errors import InputError
+from pipeline.prompt_cache.audit import notes
+from pipeline.prompt_cache.audit.anthropic import AnthropicCache
+from pipeline.prompt_cache.audit.explain import Replay, explain
+from pipeline.prompt_cache.audit.log import MAX_LOG_BYTES, LogRequest, parse_log
+from pipeline.prompt_cache.audit.radix import INF, Cut, PrefixTree, tree_rows
+from pipeline.prompt_cache.audit.records import AnthropicResult, AuditReport, Measured, RequestRecord
+from pipeline.prompt_cache.audit.rules import PROVIDERS, load_rules, openai_cached, request_ttl, ttl_of, vllm_cached
+from pipeline.prompt_cache.audit.tokens import TokenMemo
 
 
 def audit_requests(requests: list[LogRequest], provider: str = "openai", rules: dict | None = None,

@@ -7,7 +7,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from .log import LogRequest
+from pipeline.prompt_cache.audit.log import LogRequest
 
 ASSETS = Path(__file__).resolve().parents[3] / "assets"
 RULES_PATH = ASSETS / "cache_rules.json"

@@ -7,9 +7,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ...errors import InputError
-from ...text.readable import render_bytes
-from .log import LogRequest
+from pipeline.core.errors import InputError
+from pipeline.prompt_cache.audit.log import LogRequest
+from pipeline.text.readable import render_bytes
 
 
 @lru_cache(maxsize=None)

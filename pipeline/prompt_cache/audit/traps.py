@@ -5,9 +5,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
-from ..prefix import common_prefix_len
-from . import volatile
-from .log import LogRequest
+from pipeline.prompt_cache.audit import volatile
+from pipeline.prompt_cache.audit.log import LogRequest
+from pipeline.prompt_cache.prefix import common_prefix_len
 
 TRAPS = {  # the classic traps: key -> (name, the fix in words)
     "date_or_id": ("a date, time or ID near the start",

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import re
 
-
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 VOLATILE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"  # ISO date (and time)

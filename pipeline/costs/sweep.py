@@ -1,0 +1,111 @@
+"""Batching measured: B = 1, 2, 4, ... real requests decoded together, total tokens/s and each user's
+ms per token. Batch sizes are interleaved (all sizes once, then again in reverse order, ...) so the
+machine's load hits them alike; each point is the median of the repeats' median step times, with the range.
+
+The roofline says what to expect: a decode step reads every weight once however many rows it carries,
+so while the weights dominate the bytes, B rows cost about the time of one ("one read, dozens of
+tokens") and tokens/s grows with B; once B rows' FLOPs (and their KV reads) outweigh the one read of the
+weights, each step takes longer in proportion and tokens/s stops growing: the curve bends.
+
+`sweep_steps` is the same measurement as a long job of short chunks (pipeline.core.long_jobs): one batch size of one
+repeat per chunk (each point's step times are taken inside its chunk, so other work between chunks does not
+enter them).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from pipeline.core.checks import integer, shown, typed_count
+from pipeline.core.errors import InputError
+from pipeline.core.long_jobs import Progress, Steps, run_to_end
+from pipeline.costs.batched import decode_rows, request_ids
+from pipeline.costs.ceilings import Ceilings
+from pipeline.costs.pass_costs import PassCost, decode_cost
+from pipeline.model.interface import LanguageModel
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+MAX_BATCH = 256
+
+
+@dataclass(frozen=True)
+class Point:
+    batch_size: int
+    step_s: float  # median over repeats of each repeat's median decode-step time
+    step_range: tuple[float, float]
+    past: int  # positions before the steps (the longest prompt, about)
+    cost: PassCost  # of one step, all rows
+    predicted_step_s: float | None  # the roofline's bound: max(FLOPs / compute roof, bytes / memory roof)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.batch_size / self.step_s
+
+    @property
+    def ms_per_token_per_user(self) -> float:
+        return 1e3 * self.step_s
+
+    def to_json(self) -> dict:
+        return {"batch_size": self.batch_size, "tokens_per_s": self.tokens_per_s,
+                "ms_per_token_per_user": self.ms_per_token_per_user, "step_s": self.step_s,
+                "step_s_range": list(self.step_range), "flops_per_step": self.cost.flops,
+                "bytes_per_step": self.cost.bytes,
+                "predicted_step_s": self.predicted_step_s}
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4); each a whole number from 1 to 256, no repeats."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
+        raise InputError("batch_sizes", f"{shown(text)} must be whole numbers separated by commas, e.g. 1,2,4,8.")
+    sizes = [typed_count("batch_sizes", p, "a batch size", MAX_BATCH) for p in parts]
+    if 0 in sizes:
+        raise InputError("batch_sizes", f"a batch size must be from 1 to {MAX_BATCH}, got 0.")
+    if len(set(sizes)) != len(sizes):
+        raise InputError("batch_sizes", "name each batch size once.")
+    return tuple(sorted(sizes))
+
+
+def sweep(lm: LanguageModel, batch_sizes=BATCH_SIZES, steps: int = 8, repeats: int = 3,
+          roof: Ceilings | None = None) -> list[Point]:
+    return run_to_end(sweep_steps(lm, batch_sizes, steps, repeats, roof))
+
+
+def sweep_steps(lm: LanguageModel, batch_sizes=BATCH_SIZES, steps: int = 8, repeats: int = 3,
+                roof: Ceilings | None = None) -> Steps[list[Point]]:
+    """sweep as a long job: the arguments are checked now, then each (repeat, batch size) is a chunk."""
+    integer("steps", steps, 2, 1000)
+    integer("repeats", repeats, 1, 100)
+    sizes = parse_batch_sizes(",".join(map(str, batch_sizes)))
+    return _sweep_chunks(lm, sizes, steps, repeats, roof)
+
+
+def _sweep_chunks(lm: LanguageModel, sizes: tuple[int, ...], steps: int, repeats: int, roof: Ceilings | None):
+    prompts = request_ids(lm, max(sizes))
+    times: dict[int, list[float]] = {b: [] for b in sizes}
+    for r in range(repeats):
+        for b in sizes if r % 2 == 0 else sizes[::-1]:
+            rows = decode_rows(lm, prompts[:b], steps)
+            times[b].append(statistics.median(rows.step_seconds))
+            yield Progress(sum(map(len, times.values())), repeats * len(sizes), f"B = {b}, repeat {r + 1} of {repeats}")
+    points = []
+    for b in sizes:
+        past = max(len(p) for p in prompts[:b]) + steps // 2  # the middle of the measured steps
+        cost = decode_cost(lm.dims, past, b)
+        predicted = max(cost.flops / roof.flops_per_s, cost.bytes / roof.bytes_per_s) if roof else None
+        points.append(Point(b, statistics.median(times[b]), (min(times[b]), max(times[b])), past, cost, predicted))
+    return points
+
+
+def bend(points: list[Point], gain: float = 1.5) -> Point | None:
+    """The first point from which a bigger batch never again buys `gain` x the tokens/s per doubling of B,
+    measured from the point before it (None: it kept growing). A dip that the next sizes make up for is the
+    machine's noise, not a bend. [1: 10, 2: 19, 4: 36, 8: 45] -> the point at 8;
+    [1: 3, 2: 4.5, 4: 6, 8: 8.5, 16: 17, 32: 20] -> the point at 32 (16 made up for the slow 4 and 8)."""
+    for k in range(1, len(points)):
+        ref = points[k - 1]
+        if all(p.tokens_per_s < ref.tokens_per_s * gain ** math.log2(p.batch_size / ref.batch_size)
+               for p in points[k:]):
+            return points[k]
+    return None

@@ -1,0 +1,209 @@
+"""Running one chat request (or several together) end to end into its Trace (pipeline.run.record): the
+stages in order, request -> tokens -> batch -> prefill -> decode. Branches and constrained runs start here too.
+The functions that run the model import their stages when called, so this module loads without torch.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.core.errors import InputError
+from pipeline.model.interface import LanguageModel
+from pipeline.model.passes import PassCounter, current_counter, passes_for
+from pipeline.model.prefill_record import Prefill
+from pipeline.run.record import Cleanup, RequestRecord, Timings, Trace, Usage
+from pipeline.stages.decode_record import Decode
+from pipeline.stages.request import (
+    ChatRequest,
+    RequestState,
+    RequestStatus,
+    anthropic_style,
+    check_fits,
+    check_vocabulary,
+    openai_style,
+    request_id,
+)
+from pipeline.stages.tokens import TokenizedRequest, tokenize_request
+
+
+@dataclass
+class _Started:
+    """A request after its prefill, waiting for its decode."""
+
+    request: ChatRequest
+    t0: float
+    rid: str
+    state: RequestState
+    tokenized: TokenizedRequest
+    prefill: Prefill
+    kv_cache: object  # HF DynamicCache after the prompt; None once the answer is complete
+    last_logits: object
+    prefill_started_at: float
+
+
+def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None,
+             t0: float | None = None) -> _Started:
+    from pipeline.model.prefill import run_prefill
+
+    checked = _checked(request, lm, max_prompt_tokens, t0)
+    return checked.started(run_prefill(lm, checked.tokenized.ids))
+
+
+def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None,
+                      arrived_at: list[float | None], counters: list[PassCounter | None] | None = None
+                      ) -> list[_Started | InputError]:
+    """Requests admitted together: each checked on its own (a refused one is its InputError, the others go on),
+    the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one.
+    counters: each request's caller's pass counter (None: the current caller's for all)."""
+    from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
+
+    counters = counters or [current_counter()] * len(requests)
+    checked: list[tuple[_Checked | InputError, PassCounter | None]] = []
+    for request, t0, counter in zip(requests, arrived_at, counters):
+        try:
+            checked.append((_checked(request, lm, max_prompt_tokens, t0), counter))
+        except InputError as e:
+            checked.append((e, counter))
+    going = [(c, counter) for c, counter in checked if isinstance(c, _Checked)]
+    prompts = [c.tokenized.ids for c, _ in going]
+    if can_batch_prefill(lm, prompts):
+        with passes_for([counter for _, counter in going]):  # one pass for all of them
+            runs = iter(run_prefill_batch(lm, prompts))
+    else:
+        runs = []
+        for ids, (_, counter) in zip(prompts, going):
+            with passes_for([counter]):
+                runs.append(run_prefill(lm, ids))
+        runs = iter(runs)
+    return [c.started(next(runs)) if isinstance(c, _Checked) else c for c, _ in checked]
+
+
+@dataclass
+class _Checked:
+    """A request tokenized and checked, its prefill about to run."""
+
+    request: ChatRequest
+    t0: float
+    rid: str
+    state: RequestState
+    tokenized: TokenizedRequest
+    prefill_started_at: float = 0.0
+
+    def started(self, run) -> _Started:
+        """After its prefill (a PrefillResult)."""
+        self.state.advance(RequestStatus.DECODING)
+        return _Started(self.request, self.t0, self.rid, self.state, self.tokenized, run.prefill, run.kv_cache,
+                        run.last_logits, self.prefill_started_at)
+
+
+def _checked(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None, t0: float | None) -> _Checked:
+    t0 = time.perf_counter() if t0 is None else t0
+    rid = request_id(request, time.time())
+    state = RequestState(rid)
+    tokenized = tokenize_request(lm.tokenizer, request)
+    check_fits(lm.dims, len(tokenized.ids), request.options.max_new_tokens, max_prompt_tokens)
+    check_vocabulary(request.options, lm.dims.V)
+    state.advance(RequestStatus.PREFILL)
+    return _Checked(request, t0, rid, state, tokenized, time.perf_counter())
+
+
+def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0) -> Trace:
+    from pipeline.stages import batch as batching
+
+    s.state.advance(RequestStatus.COMPLETED)
+    ids, request = s.tokenized.ids, s.request
+    decode_times = decode.step_seconds[1:]
+    return Trace(
+        request=RequestRecord(s.rid, openai_style(request), anthropic_style(request), request.options,
+                              s.state.history),
+        tokenized=s.tokenized,
+        dims=lm.dims,
+        batch={"single": batching.describe(batching.batch_tensors([ids], lm.tokenizer.pad_token_id)),
+               "entry": {"request_id": s.rid, "batch_index": batch_index, "phase": "prefill", "token_count": len(ids)}},
+        prefill=s.prefill,
+        decode=decode,
+        timings=Timings(ttft_s=decode.first_token_at - s.t0,
+                        tpot_s=float(np.mean(decode_times)) if decode_times else None,
+                        prefill_s=s.prefill.seconds, total_s=time.perf_counter() - s.t0),
+        usage=Usage(len(ids), len(decode.generated_ids)),
+        cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
+    )
+
+
+def run_trace(request: ChatRequest, lm: LanguageModel | None = None, max_prompt_tokens: int | None = None,
+              force: dict[int, int] | None = None) -> Trace:
+    """Follow one request through every stage on the real model. force: {step: token id} put at
+    those steps instead of the sampler's choice (the steps are marked `forced`)."""
+    from pipeline.model.loader import shared_model
+    from pipeline.stages.generation import decode_loop
+
+    lm = lm or shared_model()
+    s = _prefill(request, lm, max_prompt_tokens)
+    decode = decode_loop(lm, s.kv_cache, s.last_logits, request.options, s.rid, s.prefill_started_at, force,
+                         prompt_ids=s.tokenized.ids)
+    s.kv_cache = None  # the request's KV cache is freed once the answer is complete
+    return _finish(s, decode, lm)
+
+
+def run_traces(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None = None,
+               arrived_at: list[float] | None = None) -> list[Trace | InputError]:
+    """Several requests at once, as a serving engine batches them: the prompts prefilled (and captured)
+    together (_prefill_together: one batched pass where it can take them, as the queue admits a gap's
+    arrivals), then all answers decoded together, one forward pass per step.
+
+    Returns one Trace per request, or the InputError that refused it (the others still run).
+    arrived_at: perf_counter time each request arrived, so its TTFT includes the wait for the batch.
+    """
+    from pipeline.stages.batched_decoding import decode_batch
+
+    started = _prefill_together(requests, lm, max_prompt_tokens, arrived_at or [None] * len(requests))
+    ok = [s for s in started if isinstance(s, _Started)]
+    decodes = decode_batch(lm, [s.kv_cache for s in ok], [s.last_logits for s in ok], [s.request.options for s in ok],
+                           [s.rid for s in ok], [s.prefill_started_at for s in ok],
+                           [s.tokenized.ids for s in ok]) if ok else []
+    out, done = [], iter(zip(ok, decodes))
+    for item in started:
+        if isinstance(item, InputError):
+            out.append(item)
+        else:
+            s, decode = next(done)
+            s.kv_cache = None
+            out.append(_finish(s, decode, lm, batch_index=ok.index(s)))
+    return out
+
+
+def branch_trace(trace: Trace, step: int, token_id: int, lm: LanguageModel) -> Trace:
+    """The same request, its answer taken another way at `step` (`token_id` forced there); the
+    prompt's captures and keys/values are reused, never run again. A full Trace every page can show."""
+    from pipeline.stages.branch import branch_decode
+
+    t0 = time.perf_counter()
+    rid = f"{trace.request.id}-b{step}-{token_id}"
+    decode, _ = branch_decode(lm, trace, step, token_id, rid)
+    decode_times = decode.step_seconds[step + 1:]
+    states = [{"state": "branched", "from": trace.request.id, "step": step, "token_id": token_id, "t_s": 0.0}]
+    return Trace(
+        request=RequestRecord(rid, trace.request.openai, trace.request.anthropic, trace.request.options, states),
+        tokenized=trace.tokenized, dims=trace.dims, batch=trace.batch, prefill=trace.prefill, decode=decode,
+        timings=Timings(ttft_s=trace.timings.ttft_s, tpot_s=float(np.mean(decode_times)) if decode_times else None,
+                        prefill_s=trace.timings.prefill_s, total_s=time.perf_counter() - t0),
+        usage=Usage(len(trace.ids), len(decode.generated_ids)),
+        cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
+    )
+
+
+def run_constrained_trace(request: ChatRequest, lm: LanguageModel, kind: str, spec,
+                          max_prompt_tokens: int | None = None) -> Trace:
+    """Follow a request whose answer must match a JSON schema, a regex or a choice list."""
+    from pipeline.stages.constrained import check_spec, constrained_decode
+
+    check_spec(kind, spec)  # refuse a bad grammar before any forward pass
+    s = _prefill(request, lm, max_prompt_tokens)
+    decode, steps = constrained_decode(lm, s.kv_cache, s.last_logits, request, kind, spec, s.rid, s.prefill_started_at,
+                                       prompt_ids=s.tokenized.ids)
+    s.kv_cache = None
+    trace = _finish(s, decode, lm)
+    trace.constraint = {"kind": kind, "spec": spec, "steps": steps}
+    return trace

@@ -1,0 +1,258 @@
+"""What a room of learners needs from the server: the address their laptops can reach, short links
+for views whose query string is too long for a QR code, and the presenter's current stage.
+
+Short links and rooms are small JSON files under the cache folder, written atomically (temporary
+file, then rename), so every replica behind the balancer reads what another one wrote. Temporaries a
+killed writer left are removed when the store starts and after each write (as the disk store of runs).
+Only the server makes a room, and only the holder of its presenter key (128 random bits) moves it.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import re
+import secrets
+import socket
+import threading
+import time
+from collections import OrderedDict
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pipeline.core.files import remove_stale_temporaries, write_atomic
+
+PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. the LAN address and port, or https://llm-workshop.example.org
+CODE = re.compile(r"[a-z0-9]{4,16}")
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+WILDCARDS = {"", "0.0.0.0", "::", "[::]"}
+KEY_BYTES = 16  # the presenter key: 128 random bits, kept by the presenter's session (the file holds its SHA-256)
+KEY = re.compile(r"[0-9a-f]{32}")
+CODE_LETTERS = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: a room code is read out loud
+CODE_LENGTH = 6
+MAX_FILES = 5000  # links and rooms kept on disk (the least recently written go first)
+MAX_BYTES = 64 * 2**20
+MAX_LINK_BYTES = 2 * 2**20  # one short link's query: the app's longest request (384,000 characters) fits
+MEMORY_ENTRIES = 2000  # links and rooms kept in memory when the folder takes no file
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def lan_address() -> str | None:
+    """This machine's address on its local network (the interface a route to a private address
+    uses; no packet is sent), or None when it has none."""
+    for probe in ("10.255.255.255", "192.168.255.255"):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((probe, 1))
+                ip = s.getsockname()[0]
+            if not ipaddress.ip_address(ip).is_loopback and ip != "0.0.0.0":
+                return ip
+        except OSError:
+            continue
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+        return None if ipaddress.ip_address(ip).is_loopback else ip
+    except (OSError, ValueError):
+        return None
+
+
+def public_base(page_url: str, bind_address: str, configured: str | None = None,
+                lan: str | None = None) -> tuple[str, str | None]:
+    """(the base URL learners should open, a note for the presenter or None).
+
+    page_url: the presenter's own address; bind_address: the server's `server.address`;
+    configured: $TPE_PUBLIC_URL; lan: this machine's LAN address (found when needed)."""
+    if configured:
+        return configured.rstrip("/"), None
+    parts = urlsplit(page_url or "http://localhost:8501")
+    base = f"{parts.scheme or 'http'}://{parts.netloc or 'localhost:8501'}"
+    host = parts.hostname or "localhost"
+    if not is_loopback(host):
+        return base, None  # the presenter reached the server by an address others can use too
+    port = f":{parts.port}" if parts.port else ""
+    bind = (bind_address or "").strip()
+    if bind in WILDCARDS:
+        lan = lan or lan_address()
+        if lan:
+            return f"{parts.scheme or 'http'}://{lan}{port}", None
+        return base, ("This server listens on every network, but this machine has no network address that others "
+                      f"can reach. Set {PUBLIC_URL_ENV} to the address the room uses.")
+    if not is_loopback(bind):
+        return f"{parts.scheme or 'http'}://{bind}{port}", None
+    return base, ("This server only listens on this computer (localhost): no learner's laptop can open this link. "
+                  "Start it with `./run.sh app --server.address 0.0.0.0` (or `ROOM_ADDRESS=0.0.0.0 ./run.sh room N`), "
+                  f"or set {PUBLIC_URL_ENV} to the address the room reaches.")
+
+
+class RoomStore:
+    """Short links (code -> query parameters) and rooms (code -> the presenter's stage and request).
+
+    A room is made by the server (`create_room`): a code learners follow (in every follow link and QR code) and a
+    presenter key of 128 random bits, which only the presenter's browser session holds (the file keeps its
+    SHA-256, never the key). Nothing a learner sees derives the key: moving a room (`set_stage`) needs it.
+
+    Files are bounded in count and bytes (the least recently written go first). A folder that takes no file
+    (read-only, full) does not stop a room: it is kept in this process's memory (bounded too), and the record
+    says `saved: False`, so both screens can say that other replicas and a restart will not see it.
+    """
+
+    def __init__(self, folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES):
+        self.folder = Path(folder)
+        self.max_files, self.max_bytes = max_files, max_bytes
+        self._lock = threading.Lock()
+        self._memory: OrderedDict[str, dict] = OrderedDict()  # name -> data the folder did not take
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        try:
+            remove_stale_temporaries(self.folder)
+        except OSError:  # no folder yet (nothing written), or one that cannot be listed
+            pass
+
+    def _write(self, name: str, data: dict) -> bool:
+        """Write one file; False when the folder takes no file (read-only, full): the data is then kept in
+        memory (bounded), where this process still reads it."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.folder / name, lambda f: f.write(json.dumps(data, ensure_ascii=False)), text=True)
+        except OSError:
+            self._memory[name] = data
+            self._memory.move_to_end(name)
+            while len(self._memory) > MEMORY_ENTRIES:
+                self._memory.popitem(last=False)
+            return False
+        self._memory.pop(name, None)
+        self._remove_stale_temporaries()
+        self._bound()
+        return True
+
+    def _bound(self) -> None:
+        """Remove the least recently written links and rooms past max_files or max_bytes."""
+        try:
+            files = []
+            for p in self.folder.iterdir():
+                if p.name.endswith(".json") and p.name.startswith(("link-", "room-")):
+                    s = p.stat()
+                    files.append((s.st_mtime, s.st_size, p))
+        except OSError:
+            return
+        files.sort(key=lambda f: f[0])
+        count, size = len(files), sum(f[1] for f in files)
+        for _, n, p in files:
+            if count <= self.max_files and size <= self.max_bytes:
+                break
+            try:
+                p.unlink()
+            except OSError:
+                continue
+            count, size = count - 1, size - n
+
+    def _read(self, name: str) -> dict | None:
+        """The data of one file, the memory's copy first (it is newer than a file the folder refused to replace)."""
+        if name in self._memory:
+            return self._memory[name]
+        try:
+            data = json.loads((self.folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def put_link(self, query: dict[str, str]) -> str | None:
+        """A short code for these query parameters (the same parameters always give the same code), or None
+        when they are too long to keep."""
+        query = {str(k): str(v) for k, v in query.items()}
+        text = json.dumps(sorted(query.items()), ensure_ascii=False)
+        if len(text.encode("utf-8", "surrogatepass")) > MAX_LINK_BYTES:
+            return None
+        code = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        with self._lock:
+            if self._read(f"link-{code}.json") is None:
+                self._write(f"link-{code}.json", {"query": query})
+        return code
+
+    def link(self, code: str) -> dict[str, str] | None:
+        if not CODE.fullmatch(code or ""):
+            return None
+        data = self._read(f"link-{code}.json")
+        query = data.get("query") if data else None
+        return {str(k): str(v) for k, v in query.items()} if isinstance(query, dict) else None
+
+    def create_room(self, stage: int, query: dict[str, str], driver: str) -> tuple[str, str, bool]:
+        """A new room at `stage` of the request `query`: (code for learners, the presenter's key, saved on disk).
+        The code is random too (not derived from the key): knowing it gives the right to follow, nothing more."""
+        key = secrets.token_hex(KEY_BYTES)
+        with self._lock:
+            while True:
+                code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
+                if self._read(f"room-{code}.json") is None:
+                    break
+            saved = self._write(f"room-{code}.json", {
+                "key_sha256": _digest(key), "stage": int(stage), "query": dict(query), "driver": driver,
+                "moved_at": time.time()})
+        return code, key, saved
+
+    def may_drive(self, code: str, key: str) -> bool:
+        """Whether `key` is the presenter key of room `code` (compared in constant time)."""
+        data = self._read(f"room-{code}.json") if CODE.fullmatch(code or "") else None
+        stored = data.get("key_sha256") if data else None
+        return isinstance(stored, str) and isinstance(key, str) and hmac.compare_digest(stored, _digest(key))
+
+    def set_stage(self, code: str, key: str, stage: int, query: dict[str, str], driver: str) -> bool:
+        """The presenter shows `stage` of the request given by `query`. Returns whether the room is saved on disk
+        (False: kept in this process's memory only). Raises PermissionError when `key` is not the room's."""
+        if not CODE.fullmatch(code or ""):
+            raise ValueError("room code")
+        with self._lock:
+            data = self._read(f"room-{code}.json")
+            if data is None or not self.may_drive(code, key):
+                raise PermissionError(f"this key does not drive room {code}")
+            saved = f"room-{code}.json" not in self._memory
+            if (data.get("stage"), data.get("query"), data.get("driver")) == (stage, query, driver):
+                return saved
+            return self._write(f"room-{code}.json", {**data, "stage": int(stage), "query": dict(query),
+                                                    "driver": driver, "moved_at": time.time()})
+
+    def room(self, code: str) -> dict | None:
+        """{"stage", "query", "driver", "moved_at", "saved"} as the presenter last left it, or None.
+        `driver` names the presenter's browser session that moved it last; `saved` is False for a room this
+        process keeps in memory only (its folder took no file)."""
+        if not CODE.fullmatch(code or ""):
+            return None
+        name = f"room-{code}.json"
+        data = self._read(name)
+        if not data or not isinstance(data.get("stage"), int) or not isinstance(data.get("query"), dict):
+            return None
+        return {"stage": data["stage"], "query": {str(k): str(v) for k, v in data["query"].items()},
+                "driver": str(data.get("driver", "")), "moved_at": float(data.get("moved_at") or 0),
+                "saved": name not in self._memory}
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_driver_id() -> str:
+    """Names one presenter's browser session in its room's record, so that it can tell its own moves from another's."""
+    return secrets.token_hex(8)
+
+
+@lru_cache(maxsize=1)
+def _store(folder: str) -> RoomStore:
+    return RoomStore(Path(folder))
+
+
+def room_store() -> RoomStore:
+    from pipeline.model.weights_cache import cache_root
+
+    return _store(str(cache_root() / "room"))

@@ -1,0 +1,37 @@
+"""The room's schedule as rows a chart can draw: one per request the queue's running batch served
+(anonymous: "you" for the learner's own request, a number for everyone else's), and the batch size per step.
+
+    room_rows(queue.schedule(), own_key) -> {"rows": [...], "steps": [...], "own": row or None, "medians": {...}}
+"""
+from __future__ import annotations
+
+import statistics
+
+LAST_REQUESTS = 40  # requests drawn at most: the most recent ones
+
+
+def room_rows(schedule: dict, own_key=None, last: int = LAST_REQUESTS) -> dict:
+    """rows: {label, own, queued_s, prefill_at_s, prefill_s, decoding_from_s, left_s, ttft_s, tpot_s, tokens}
+    in arrival order (times in seconds since the first request shown arrived); steps: {t_s, size};
+    medians of TTFT and TPOT over the finished requests shown (None when there are none)."""
+    requests = schedule["requests"][-last:]
+    t0 = min((r["queued_s"] for r in requests), default=0.0)
+    rows, n = [], 0
+    for r in requests:
+        own = own_key is not None and r["key"] == own_key
+        if not own:
+            n += 1
+        rows.append({"label": "you" if own else f"learner {n}", "own": own,
+                     "queued_s": r["queued_s"] - t0, "prefill_at_s": r["prefill_at_s"] - t0,
+                     "prefill_s": r["prefill_s"], "decoding_from_s": r["prefill_at_s"] + r["prefill_s"] - t0,
+                     "left_s": None if r["left_s"] is None else r["left_s"] - t0,
+                     "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"], "tokens": r["tokens"]})
+    steps = [{"t_s": s["t_s"] - t0, "size": len(s["members"])} for s in schedule["steps"] if s["t_s"] >= t0]
+    done = [r for r in rows if r["left_s"] is not None]
+
+    def median(name):
+        values = [r[name] for r in done if r[name] is not None]
+        return statistics.median(values) if values else None
+
+    return {"rows": rows, "steps": steps, "own": next((r for r in rows if r["own"]), None),
+            "medians": {"ttft_s": median("ttft_s"), "tpot_s": median("tpot_s")}}

@@ -1,0 +1,172 @@
+"""The queue's step engines (pipeline.server.tickets.StepEngine): chat requests decoded in a running batch
+that requests join and leave between steps (continuous batching).
+
+TraceEngine: captured runs. A request's prefill (with every capture) runs on its own when it is
+admitted; its decode steps run in the batch, each step recording what the Trace needs (candidates,
+scores, KV use, the batch size at that step). StreamEngine: plain streaming runs (the live answer):
+their prefill on the plain path, their steps in the same schedule, each on its own preallocated
+decoder (pipeline.model.decoders.plain holds one request's static cache, which does not pad into a
+shared batch), so they take turns with the batch step by step instead of waiting for it to end.
+
+    engine = TraceEngine(lambda request: lm, max_prompt_tokens=2048)
+    queue = RunQueue(engines={"trace": engine})
+    queue.submit(key, work, cost, batch=("trace", (key, request, time.perf_counter())))
+"""
+from __future__ import annotations
+
+import contextvars
+import itertools
+from concurrent.futures import Executor
+from typing import Callable, Hashable
+
+from pipeline.model.interface import LanguageModel
+from pipeline.model.passes import counter_in, current_counter
+from pipeline.stages.request import ChatRequest
+from pipeline.stages.tokens import tokenize_request
+
+
+def kv_reserve(lm: LanguageModel, request: ChatRequest) -> tuple[int, int]:
+    """(prompt tokens, the KV bytes the request holds at its longest: prompt + max_new_tokens positions in
+    every layer, a sliding-window layer at most its window), from the model's dimensions."""
+    from pipeline.stages.kv_cache import held_bytes
+
+    n = len(tokenize_request(lm.tokenizer, request).ids)
+    return n, sum(held_bytes(lm.dims, n + request.options.max_new_tokens))
+
+
+class _Engine:
+    """Requests of several models: one BatchDecoder per model, all stepped in one queue step."""
+
+    def __init__(self, lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int | None = None):
+        self.lm_for, self.max_prompt_tokens = lm_for, max_prompt_tokens
+        self.batches: dict[int, object] = {}  # id(lm) -> BatchDecoder
+        self.started: dict[Hashable, tuple] = {}  # handle -> (lm, row, what finishing it needs)
+        self._ids = itertools.count()
+
+    def reserve(self, payload) -> tuple[int, int]:
+        return kv_reserve(self.lm_for(self._request(payload)), self._request(payload))
+
+    def _batch(self, lm: LanguageModel):
+        from pipeline.stages.batched_decoding import BatchDecoder
+
+        if id(lm) not in self.batches:
+            self.batches[id(lm)] = BatchDecoder(lm)
+        return self.batches[id(lm)]
+
+    def _add(self, lm: LanguageModel, row, extra) -> Hashable:
+        handle = next(self._ids)
+        self.started[handle] = (lm, row, extra)
+        return handle
+
+    def step(self) -> list[tuple[Hashable, object]]:
+        ended = set()
+        try:
+            for key, batch in list(self.batches.items()):
+                ended.update(id(row) for row in batch.step())
+                if not len(batch):
+                    del self.batches[key]
+        except BaseException:  # the queue hands the error to every request in the batch: none of them goes on
+            self.batches.clear()
+            self.started.clear()
+            raise
+        out = []
+        for handle, (lm, row, extra) in list(self.started.items()):
+            if id(row) in ended:
+                del self.started[handle]
+                out.append((handle, self._finished(lm, row, extra)))
+        return out
+
+
+class TraceEngine(_Engine):
+    """payload (key, request, arrived_at) -> a Trace; on_trace(key, trace) is called as each one ends
+    (e.g. to store it before its callers are told).
+
+    finisher: an executor (one thread) that assembles each ended request's Trace and calls on_trace, so the
+    running batch's next step does not wait for it (~70 ms a request on two CPU cores: stacking 64 steps'
+    scores, pickling the run to the disk store); its step then hands the queue a Future of the Trace.
+    Without one, the Trace is made in the step."""
+
+    def __init__(self, lm_for, max_prompt_tokens=None, on_trace: Callable[[Hashable, object], None] | None = None,
+                 finisher: Executor | None = None):
+        super().__init__(lm_for, max_prompt_tokens)
+        self.on_trace, self.finisher = on_trace, finisher
+
+    @staticmethod
+    def _request(payload) -> ChatRequest:
+        return payload[1]
+
+    def start(self, payload) -> Hashable:
+        from pipeline.run.trace import _prefill
+        from pipeline.stages.generation import Answer
+
+        key, request, arrived_at = payload
+        lm = self.lm_for(request)
+        s = _prefill(request, lm, self.max_prompt_tokens, arrived_at)
+        answer = Answer(lm, s.last_logits, request.options, s.rid, s.prefill_started_at, prompt_ids=s.tokenized.ids)
+        row = self._batch(lm).join(answer, s.kv_cache)
+        s.kv_cache = None  # the batch holds it now
+        return self._add(lm, row, (key, s))
+
+    def start_together(self, payloads: list, contexts: list[contextvars.Context] | None = None
+                       ) -> list[Hashable | BaseException]:
+        """Requests admitted in the same gap between steps: those of one model prefilled in one batched pass
+        (pipeline.run.trace._prefill_together), each joining the batch as `start` joins it. One handle per payload,
+        or the error that refused it. contexts: each payload's caller's context (the queue's tickets'), whose
+        pass counter its passes count for; None: the current one for all."""
+        from pipeline.run.trace import _prefill_together
+        from pipeline.stages.generation import Answer
+
+        callers = [counter_in(c) for c in contexts] if contexts else [current_counter()] * len(payloads)
+        out: list[Hashable | BaseException] = [None] * len(payloads)
+        by_model: dict[int, list[int]] = {}
+        for n, (_, request, _) in enumerate(payloads):
+            by_model.setdefault(id(self.lm_for(request)), []).append(n)
+        for numbers in by_model.values():
+            lm = self.lm_for(payloads[numbers[0]][1])
+            started = _prefill_together([payloads[n][1] for n in numbers], lm, self.max_prompt_tokens,
+                                        [payloads[n][2] for n in numbers], counters=[callers[n] for n in numbers])
+            for n, s in zip(numbers, started):
+                if isinstance(s, BaseException):
+                    out[n] = s
+                    continue
+                answer = Answer(lm, s.last_logits, s.request.options, s.rid, s.prefill_started_at,
+                                prompt_ids=s.tokenized.ids)
+                row = self._batch(lm).join(answer, s.kv_cache)
+                row.counter = callers[n]  # its steps count for its own caller (joined here in the first's context)
+                s.kv_cache = None  # the batch holds it now
+                out[n] = self._add(lm, row, (payloads[n][0], s))
+        return out
+
+    def _finished(self, lm: LanguageModel, row, extra):
+        if self.finisher is not None:
+            return self.finisher.submit(self._trace, lm, row, extra)
+        return self._trace(lm, row, extra)
+
+    def _trace(self, lm: LanguageModel, row, extra):
+        from pipeline.run.trace import _finish
+
+        key, s = extra
+        trace = _finish(s, row.result, lm)
+        if self.on_trace is not None:
+            self.on_trace(key, trace)
+        return trace
+
+
+class StreamEngine(_Engine):
+    """payload (request, on_event) -> the finished Answer of the plain path (its events sent as made)."""
+
+    @staticmethod
+    def _request(payload) -> ChatRequest:
+        return payload[0]
+
+    def start(self, payload) -> Hashable:
+        from pipeline.faster.fast_path import open_answer
+
+        request, on_event = payload
+        lm = self.lm_for(request)
+        answer, decoder = open_answer(lm, request, self.max_prompt_tokens, on_event)
+        return self._add(lm, self._batch(lm).join(answer, decoder=decoder), None)
+
+    def _finished(self, lm: LanguageModel, row, extra):
+        return row.result
+

@@ -1,0 +1,55 @@
+"""One server's parts wired together: the queue with its two step engines, the store of finished runs and the
+store of other results. The app (views/server_state.py) and the benches (bench/room_cpu.py,
+bench/long_job_wait.py) build them here, so a bench measures the server as it runs.
+
+    queue = server_queue(lambda request: lm, max_prompt_tokens=4096, on_trace=runs.put)
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Hashable
+
+from pipeline.model.interface import LanguageModel
+from pipeline.server.run_queue import RunQueue
+from pipeline.server.store.memory import RunStore, deep_size
+from pipeline.server.store.shared import results_store, runs_store
+from pipeline.server.trace_engine import StreamEngine, TraceEngine
+from pipeline.stages.request import ChatRequest
+
+RESULT_MAX_BYTES = 256 * 2**20  # the results store beside the runs (a branch's trace holds arrays too)
+
+
+def log_queue_on_console() -> None:
+    """The queue's log (each request's wait, prefill and first token; each whole job) on the server's console."""
+    queue_log = logging.getLogger("pipeline.server.run_queue")
+    if not queue_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        queue_log.addHandler(handler)
+        queue_log.setLevel(logging.INFO)
+
+
+def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int,
+                 on_trace: Callable[[Hashable, object], None] | None = None, finish_inline: bool = False) -> RunQueue:
+    """The one line in front of the model. Chat requests (captured runs: "trace"; live streams: "stream") are
+    scheduled per decode step (pipeline.server.run_queue, pipeline.server.trace_engine). Each ended run's record
+    is assembled and handed to on_trace on a thread of its own (the batch steps on meanwhile), or in the
+    queue's own thread with finish_inline."""
+    finisher = None if finish_inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")
+    return RunQueue(engines={"trace": TraceEngine(lm_for, max_prompt_tokens, on_trace=on_trace, finisher=finisher),
+                             "stream": StreamEngine(lm_for, max_prompt_tokens)})
+
+
+def finished_runs(cache: Path) -> RunStore:
+    """Finished runs: the hot ones in memory (1.2 GB of arrays at most), all of them on disk under cache/runs
+    (4 GB) or, with TPE_STORE=redis://..., in the room's Redis. A folder that cannot be written or a Redis that
+    does not answer is skipped (memory only)."""
+    return RunStore(disk=runs_store(cache / "runs"))
+
+
+def other_results(cache: Path, is_shared_key: Callable[[Hashable], bool]) -> RunStore:
+    """Results of other model runs, 256 MB at most in memory by their real size; those is_shared_key picks are
+    kept behind it on disk under cache/results (or in the room's Redis)."""
+    return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size, disk=results_store(is_shared_key, cache / "results"))

@@ -1,1 +1,0 @@
-"""Measuring decode speed and what each way of speeding it up costs."""

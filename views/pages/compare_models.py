@@ -1,0 +1,151 @@
+"""Compare models: the sidebar's request through both models side by side (pipeline/run/compare_models.py)."""
+from dataclasses import replace
+
+import pandas as pd
+import streamlit as st
+
+from pipeline.core.errors import InputError
+from pipeline.core.timing import Comparison
+from pipeline.run.compare_models import answers_sentence, compare_models_steps
+from pipeline.stages.kv_cache import human_bytes
+from pipeline.stages.tokens import tokenize_request
+from pipeline.text.pieces import token_pieces
+from ui.chips import token_chips
+from ui.escape import markdown_text
+from ui.words import plural
+from views.chrome import end_page, page_header, stage_link
+from views.long_job import long_job, made_line, stopped_here
+from views.model_pair import compared_keys, model_handle
+from views.server_state import APP_MAX_PROMPT_TOKENS
+from views.session_request import current_request, request_key
+
+REPEATS = 3  # timed runs per model, interleaved
+CHIPS_HEIGHT = 220  # px: a long prompt's chips scroll in their own box
+TEXT_HEIGHT = 300  # px: the same for a long prompt's text and a long answer
+
+
+
+def text_box(text: str) -> None:
+    """`text` shown literally (a code block escapes everything); a long one scrolls in a box of its own."""
+    long = len(text) > 600 or text.count("\n") > 12
+    with st.container(height=TEXT_HEIGHT if long else "content", border=False):
+        st.code(text, language=None, wrap_lines=True)
+
+
+page_header("Compare models", "The same request through two different models: how each one writes it down, "
+                              "cuts it into tokens, answers it, and what it costs in memory and time.")
+keys = compared_keys()
+try:
+    handles = [model_handle(k) for k in keys]
+except InputError as e:  # the other model's files cannot be read or converted here (a read-only or full folder)
+    st.info(f"The other model is not available on this server: {markdown_text(str(e))}")
+    end_page()
+formats = {"chat": "each model's chat format", "plain": "plain text (no turn markers)"}
+prompt_format = st.radio("How the request is written", list(formats), format_func=formats.get, horizontal=True,
+                         key="cmp_format")
+try:
+    request = replace(current_request(), prompt_format=prompt_format)
+    for h in handles:  # a request a model cannot write down is refused here, before anything is queued
+        tokenize_request(h.tokenizer, request)
+except InputError as e:
+    st.error(f"Please fix the request — {markdown_text(e)}")
+    end_page()
+
+job = ("compare_models", keys, request_key(request), prompt_format)
+again = stopped_here(job) and st.button("Compare them", key="cmp_start")  # after this session cancelled it
+try:
+    finished = long_job(job, lambda: compare_models_steps(request, handles, REPEATS, APP_MAX_PROMPT_TOKENS),
+                        "the comparison of the two models", start=again or not stopped_here(job))
+except InputError as e:
+    st.error(f"Please fix the request — {markdown_text(e)}")
+    end_page()
+if finished is None:  # running (its progress is drawn above), or stopped
+    end_page()
+result = finished.value
+st.caption(f"Each model's run and the timing below: {made_line(finished)}")
+a, b = result.runs
+
+st.subheader("1. The answers")
+st.markdown(markdown_text(answers_sentence(result)))
+for col, run in zip(st.columns(2), result.runs):
+    with col:
+        tuned = {True: "instruct", False: "base (pretrained only)"}.get(run.instruct, "tuning not known")
+        st.markdown(f"**{markdown_text(run.display_name)}** · {tuned}")
+        text_box(run.answer or "(empty)")
+        st.caption(f"{plural(run.answer_tokens, 'token')}, finish reason {markdown_text(run.finish_reason)} "
+                   f"(greedy unless the sidebar says otherwise).")
+
+st.subheader("2. The prompt each model reads")
+st.markdown("Each model has its own way of writing down a chat, and its own vocabulary to cut it with. The "
+            "same request becomes a different text and a different number of tokens.")
+for col, run, handle in zip(st.columns(2), result.runs, handles):
+    with col:
+        st.markdown(f"**{markdown_text(run.display_name)}: {plural(run.template_tokens, 'token')}**")
+        text_box(run.template_text)
+        st.markdown(token_chips(list(run.tokens), pieces=token_pieces(handle.tokenizer, run.ids),
+                                max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+
+st.subheader("3. The first token's top candidates")
+st.markdown("What each model thought most likely right after the prompt, before anything was chosen "
+            "(probabilities over its whole vocabulary).")
+for col, run in zip(st.columns(2), result.runs):
+    col.markdown(f"**{markdown_text(run.display_name)}**")
+    col.dataframe(pd.DataFrame([{"token": repr(c.text), "id": c.token_id, "probability": f"{c.prob:.1%}"}
+                                for c in run.first_candidates]), hide_index=True, width="stretch")
+
+
+def _layers(run) -> str:
+    kinds = run.attention
+    if not kinds.sliding_layers:
+        return f"all {kinds.full_layers} full (every earlier token)"
+    return f"{kinds.sliding_layers} sliding ({kinds.window:,} positions), {kinds.full_layers} full"
+
+
+st.subheader("4. Shape, attention and KV cache")
+rows = {}
+for run in result.runs:
+    d, kinds, kv = run.dims, run.attention, run.kv
+    rows[run.display_name] = {
+        "parameters": f"{run.parameters / 1e6:,.0f}M ({run.embedding_parameters / 1e6:,.0f}M in the embedding table)",
+        "vocabulary": f"{d.V:,}",
+        "layers × width": f"{d.L} × {d.D}",
+        "attention layers": _layers(run),
+        "query heads : K/V heads":
+            f"{kinds.H} : {kinds.Hkv} ({kinds.sharing}: {kinds.group} query heads share each K/V head)",
+        "KV bytes per token, one layer": f"{kv.per_layer_bytes[0]:,} B (2 × {d.Hkv} × {d.Dh} × {d.bytes_per_value} B)",
+        "… read from the real cache": ", ".join(sorted({f"{m:,.0f} B" for m in kv.measured_per_layer_bytes})),
+        "KV bytes per token, all layers": f"{human_bytes(kv.per_token_bytes)} (× {d.L} layers)",
+        "… once the windows are full": human_bytes(kv.long_run_per_token_bytes),
+        "KV cache for 8,000 tokens": human_bytes(kv.bytes_at(8000)),
+    }
+st.dataframe(pd.DataFrame(rows), width="stretch")
+st.caption("K and V are stored for every layer and every K/V head. The figure read from the real cache is each "
+           "layer's tensor bytes after this prompt, divided by the positions that layer holds. A sliding-window "
+           "layer keeps only its last window of positions, so past it only the full layers grow.")
+
+
+def _timing_row(name: str, c: Comparison) -> dict:
+    return {"": name, f"{a.display_name} median": f"{c.a_median * 1e3:,.0f} ms",
+            f"{a.display_name} range": f"{c.a_range[0] * 1e3:,.0f}–{c.a_range[1] * 1e3:,.0f} ms",
+            f"{b.display_name} median": f"{c.b_median * 1e3:,.0f} ms",
+            f"{b.display_name} range": f"{c.b_range[0] * 1e3:,.0f}–{c.b_range[1] * 1e3:,.0f} ms"}
+
+
+st.subheader("5. Time to first token and per token")
+timing = result.timing
+if timing is None:
+    st.info("Not timed.")
+else:
+    st.markdown(f"Measured on the plain serving path, the two models taking turns, {REPEATS} runs each "
+                "(medians and ranges): TTFT is the prompt's pass and the first choice, TPOT the time of each "
+                "further token.")
+    table = [_timing_row("TTFT", timing.ttft)] + ([_timing_row("TPOT", timing.tpot)] if timing.tpot else [])
+    st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch")
+    st.markdown("\n".join(f"- **{name}**: {markdown_text(c.verdict(a.display_name, b.display_name))}"
+                           for name, c in (("TTFT", timing.ttft), ("TPOT", timing.tpot)) if c))
+    if timing.work_differs:
+        st.markdown("**The two do different work**, so a speed gap is not a verdict on the models alone:\n"
+                    + "\n".join(f"- {markdown_text(w)}" for w in timing.work_differs))
+    st.caption("Measured on this shared machine when the page first ran; the result is kept for everyone.")
+
+stage_link("views/pages/tokens.py", "The same text in both vocabularies: Tokens", "🔤")

@@ -1,0 +1,136 @@
+"""Generation: the answer streamed token by token, with the measured timings."""
+import time
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pipeline.core.errors import InputError
+from pipeline.text.pieces import token_pieces
+from ui.escape import axis_labels, json_text, markdown_text
+from ui.plots import token_axis
+from ui.words import plural
+from views.chrome import page_header, stage_link
+from views.live_stream import compare_paths, stream_live
+from views.runs import run_for_page
+from views.server_state import get_model
+from views.session_request import current_request
+
+page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
+                          "feeds it back in, and repeats until it chooses to stop or hits the limit.")
+lm = get_model()
+trace = run_for_page()
+t = trace.timings
+deltas = [e for e in trace.events if e["event"] == "text_delta"]
+secs = {s.step: s.seconds for s in trace.steps}
+answer = token_pieces(lm.tokenizer, trace.generated_token_ids)  # '토 (1/3)' for part of a character
+
+st.subheader("1. What you would see")
+c1, c2, c3, c4 = st.columns(4)
+c1.metric("Time to first token (TTFT)", f"{t.ttft_s:.2f} s", help="From arrival to the first chosen token: "
+          "mostly the prefill pass over the whole prompt.")
+c2.metric("Time per output token (TPOT)", f"{t.tpot_s * 1000:.0f} ms" if t.tpot_s else "—",
+          help="Average time between two tokens once streaming has started.")
+c3.metric("Tokens generated", len(trace.steps))
+c4.metric("Finish reason", trace.finish_reason)
+if trace.finish_reason == "length":
+    st.warning(f"The answer below was cut off: it reached the limit of {trace.request.options.max_new_tokens} new "
+               "tokens (finish_reason = length), so it may end mid-sentence. Raise “max new tokens” in the sidebar "
+               "to let the model finish.")
+speed = st.select_slider("Replay speed", ["recorded", "2× faster", "10× faster", "instant"], value="2× faster",
+                         key="gen_speed")
+live_col, replay_col, compare_col = st.columns(3)
+live = live_col.button("⚡ Run it live now", type="primary", key="gen_live",
+                       help="The model answers again, streamed token by token as it produces them (the plain "
+                            "serving path: no captures, the same tokens).")
+replay = replay_col.button("▶ Replay the recorded stream", key="gen_replay")
+compare = compare_col.button("⏱ Compare the two paths now", key="gen_compare",
+                             help="The plain serving path and the captured run on this request, 3 times each, "
+                                  "interleaved, 16 tokens each: medians and ranges.")
+if compare:
+    try:
+        compare_paths(current_request())
+    except InputError as e:
+        st.warning(markdown_text(e))
+if live:
+    try:
+        stream_live(current_request(), t.tpot_s)
+    except InputError as e:  # a long prompt while the queue is long
+        st.warning(markdown_text(e))
+elif replay:
+    factor = {"recorded": 1.0, "2× faster": 0.5, "10× faster": 0.1, "instant": 0.0}[speed]
+
+    def stream():
+        time.sleep(min(t.ttft_s, 5.0) * factor)
+        for e in deltas:
+            yield e["delta"]
+            time.sleep(min(secs.get(e["step"] + 1, 0.0), 2.0) * factor)
+
+    shown, box = "", st.empty()
+    for delta in stream():  # plain text, never markdown: '$x$' or '# title' in an answer stays as typed
+        shown += delta
+        box.code(shown, language=None, wrap_lines=True)
+elif trace.text.strip():
+    st.code(trace.text, language=None, wrap_lines=True)
+else:
+    st.caption("(empty answer)")
+st.caption("The replay waits the recorded time before each token (capped at 5 s for the first and 2 s for the rest).")
+
+st.subheader("2. The stream as events")
+st.markdown("Each token that completes some text is sent as a small `text_delta` event. A token that ends in the "
+            "middle of a multi-byte character waits until the character is complete.")
+rows = pd.DataFrame([{"step": e["step"], "delta": e["delta"], "token": answer[e["step"]].with_bytes,
+                      "token id": trace.steps[e["step"]].token_id,
+                      "ms since previous token": round(secs.get(e["step"], 0.0) * 1000, 1)} for e in deltas])
+c1, c2 = st.columns([1, 1])
+c1.code(json_text(deltas[:4]), language="json", wrap_lines=True)
+c2.dataframe(rows, hide_index=True, width="stretch", height=300)
+
+st.subheader("3. Prefill vs decode timeline")
+st.markdown("Prefill reads the whole prompt in one pass and sets the wait before the first word. Decode then runs "
+            "one short pass per new token; each pass re-reads every weight of the model to move one token forward.")
+prefill_end = t.ttft_s
+fig = go.Figure()
+fig.add_trace(go.Bar(y=["request"], x=[prefill_end], base=[0.0], orientation="h", name="queue + prefill",
+                     marker_color="#f97316", hovertext=[f"{len(trace.tokens)} prompt tokens, {t.prefill_s:.3f} s of "
+                                                        f"model time"], hoverinfo="text+x"))
+start = prefill_end
+labels = axis_labels([q.label for q in answer])
+for s, label in zip(trace.steps[1:], labels[1:]):
+    fig.add_trace(go.Bar(y=["request"], x=[s.seconds], base=[start], orientation="h", showlegend=False,
+                         marker_color="#0ea5e9", marker_line_color="white", marker_line_width=1,
+                         hovertext=[f"decode step {s.step}: {label}"], hoverinfo="text+x"))
+    start += s.seconds
+fig.add_trace(go.Bar(y=["request"], x=[0], base=[0], orientation="h", name="decode steps", marker_color="#0ea5e9"))
+fig.update_layout(barmode="overlay", height=220, margin=dict(l=10, r=10, t=10, b=10),
+                  xaxis_title="seconds since the request arrived", yaxis_title="")
+st.plotly_chart(fig, width="stretch")
+per_step = go.Figure(go.Bar(x=labels, y=[s.seconds * 1000 for s in trace.steps],
+                            marker_color=["#f97316"] + ["#0ea5e9"] * (len(trace.steps) - 1)))
+per_step.update_layout(height=320, margin=dict(l=10, r=10, t=40, b=10), yaxis_title="ms for this token",
+                       title="Time spent choosing each token after the previous one", font=dict(size=13))
+token_axis(per_step, "x", labels, angle=-60, title="generated token (step)")
+st.plotly_chart(per_step, width="stretch")
+st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {plural(len(trace.tokens), 'token')}. "
+           f"Total: {t.total_s:.2f} s. "
+           "Timings are measured on this shared CPU and vary from run to run.")
+
+st.subheader("4. The end")
+why = {"eos": "the model chose its end-of-turn token, which is not shown",
+       "length": f"the limit of {trace.request.options.max_new_tokens} new tokens was reached",
+       "stop": "a stop string appeared, and the text was cut before it"}[trace.finish_reason]
+st.markdown(f"Generation stopped because {why}. The server sends a last `completed` event with the whole text, "
+            f"every token id and the usage that is billed, then frees the request's KV cache.")
+c1, c2 = st.columns(2)
+c1.code(json_text(trace.events[-1]), language="json", wrap_lines=True)
+c2.code(json_text({"usage": trace.usage.to_json(), "cleanup": trace.cleanup.__dict__}), language="json",
+        wrap_lines=True)
+n_prompt, n_answer = trace.usage.prompt_tokens, trace.usage.completion_tokens
+c2.caption(f"kv_tokens_released = {trace.cleanup.kv_tokens_released:,}: the {plural(n_prompt, 'prompt token')} and "
+           f"every chosen token but the last, which is never fed back"
+           + (f" ({n_prompt:,} + {n_answer:,} − 1)." if trace.cleanup.kv_tokens_released == n_prompt + n_answer - 1
+              else "."))
+
+st.caption("How this run shared the model with the rest of the room (the queue's batch, step by step) is on "
+           "Prefill & decode, section 6.")
+stage_link("views/pages/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")

@@ -1,0 +1,276 @@
+"""Prefill & decode: what the machine pays for a run. This machine's ceilings, the run's prefill and decode
+steps on the roofline, batching measured, temperature 0 under batching, and the room's four metrics."""
+import time
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pipeline.costs import ceilings as ceiling_store
+from pipeline.costs.metrics import room_metrics
+from pipeline.costs.pass_costs import decode_cost, prefill_cost
+from pipeline.costs.roofline import MEMORY, PREFILL_LENGTHS, prefill_curve, trace_points
+from pipeline.costs.sweep import BATCH_SIZES, bend, sweep_steps
+from pipeline.run.record import Trace
+from pipeline.server.run_queue import DECODE_STEP_COST
+from pipeline.text.token_names import token_text
+from ui.escape import markdown_text
+from ui.plots import log_axis
+from ui.words import plural
+from views.chrome import page_header, stage_link
+from views.long_job import long_job, made_line
+from views.room_schedule import room_schedule
+from views.runs import run_for_page
+from views.server_state import get_model, run_store
+from views.session_request import current_request, request_key
+from views.waiting import result_through_queue, waiting_time
+
+page_header("Prefill & decode", "Two phases, two limits. Prefill pushes the whole prompt through the model in one "
+                                "pass: lots of arithmetic for each weight it reads. Decode pushes one token per pass: "
+                                "every weight is read again for a handful of multiplications. Here both are measured "
+                                "on this machine and placed against what it can do at most.")
+lm = get_model()
+trace = run_for_page()
+m = trace.dims
+SWEEP_STEPS, SWEEP_REPEATS = 6, 2  # decode steps timed per batch, interleaved repeats
+DET_STEPS = 12
+
+
+def gflops(x: float) -> str:
+    return f"{x / 1e9:,.2f} GFLOP/s"
+
+
+def gbs(x: float) -> str:
+    return f"{x / 1e9:,.2f} GB/s"
+
+
+# ---- 1. the ceilings --------------------------------------------------------------------------------------------
+st.subheader("1. This machine's two ceilings")
+st.markdown("A pass can be slowed by two things: the arithmetic units (how many multiply-adds per second) or the "
+            "memory (how many bytes per second reach them). Both are measured here: matrix multiplies at this "
+            "model's own shapes, and a copy of a tensor far larger than any cache.")
+roof = ceiling_store.cached(m, m.device)  # measured before on this device (the cache folder), or None
+if st.button("Measure the ceilings again" if roof else "Measure the ceilings (about 10 s)", key="pd_ceilings"):
+    st.session_state["pd_ceilings_asked"] = time.time()  # a new measurement, not one another session made
+asked_at = st.session_state.get("pd_ceilings_asked")
+if asked_at:
+    measure = lambda: ceiling_store.ceilings(get_model().dims, get_model().dims.device, refresh=True)  # noqa: E731
+    roof = result_through_queue(("ceilings", asked_at), measure, cost=3000)
+if roof is None:
+    st.info("Not measured on this machine yet. Press the button: the room's requests wait about 10 s meanwhile. "
+            "Until then the passes below show their FLOPs, bytes and times, without the shares of each ceiling.")
+else:
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Compute ceiling", gflops(roof.flops_per_s), help="the fastest of the matrix multiplies below (medians)")
+    c2.metric("Memory ceiling", gbs(roof.bytes_per_s), help=f"{roof.copy.name}: bytes read and written per second")
+    c3.metric("Balance point", f"{roof.balance:,.0f} FLOPs per byte",
+              help="a pass doing fewer FLOPs per byte than this is held back by memory, more: by arithmetic")
+    st.dataframe(pd.DataFrame([{"measured": x.name, "median": (gflops if i < len(roof.matmuls) else gbs)(x.median),
+                                "range": f"{x.low / 1e9:,.2f} – {x.high / 1e9:,.2f}"}
+                               for i, x in enumerate(roof.matmuls + [roof.copy])]), hide_index=True, width="stretch")
+    st.caption(f"Measured on {markdown_text(roof.device)}, median of {roof.repeats} repeats each; kept in the cache "
+               "folder and reused until measured again. The machine is shared, so the ranges are wide.")
+
+
+def shares(p) -> dict:
+    """A placed pass's shares of the two ceilings and the verdict they give (blank until measured)."""
+    if roof is None:
+        return {}
+    return {"share of compute": f"{p.compute_share(roof):.0%}", "share of memory": f"{p.memory_share(roof):.0%}",
+            "verdict (measured)": p.verdict(roof)}
+
+
+# ---- 2. the run on the roofline ---------------------------------------------------------------------------------
+st.subheader("2. Your run on the roofline")
+prefill, steps = trace_points(trace)
+points = [prefill, *steps]
+st.markdown(
+    f"FLOPs and bytes of each pass come from the model's dimensions: every weight is read once per pass "
+    f"({prefill.cost.bytes_weights / 1e6:,.0f} MB), the KV cache is read and the new positions written, and attention "
+    f"multiplies every query by every key it is given (the T² term at prefill). The time is the run's own: the "
+    f"captured prefill pass ({trace.timings.prefill_s * 1e3:,.0f} ms, with its recording hooks) and each decode "
+    f"step ({plural(len(steps), 'step')}, each one pass plus choosing the token).")
+fig = go.Figure()
+if roof is not None:
+    x_lo = min(p.cost.intensity for p in points) / 3
+    x_hi = max(prefill.cost.intensity * 3, roof.balance * 3)
+    xs = [x_lo * (x_hi / x_lo) ** (i / 60) for i in range(61)]
+    fig.add_trace(go.Scatter(x=xs, y=[roof.roof(x) / 1e9 for x in xs], mode="lines", name="ceiling (roofline)",
+                             line=dict(color="black")))
+if steps:
+    fig.add_trace(go.Scatter(x=[p.cost.intensity for p in steps], y=[p.flops_per_s / 1e9 for p in steps],
+                             mode="markers", name="decode steps", text=[p.label for p in steps],
+                             hovertemplate="%{text}<br>%{x:.2f} FLOPs/byte<br>%{y:.2f} GFLOP/s<extra></extra>"))
+fig.add_trace(go.Scatter(x=[prefill.cost.intensity], y=[prefill.flops_per_s / 1e9], mode="markers",
+                         marker=dict(size=14, symbol="diamond"), name=prefill.label,
+                         hovertemplate="%{x:.1f} FLOPs/byte<br>%{y:.2f} GFLOP/s<extra></extra>"))
+xs_drawn = [x for tr in fig.data for x in tr.x]
+ys_drawn = [y for tr in fig.data for y in tr.y]
+fig.update_layout(height=380, margin=dict(l=10, r=10, t=10, b=10), font=dict(size=13),
+                  xaxis=log_axis(xs_drawn, "arithmetic intensity (FLOPs per byte moved)"),
+                  yaxis=log_axis(ys_drawn, "achieved GFLOP/s"))
+st.plotly_chart(fig, width="stretch")
+rows = [prefill] + ([steps[len(steps) // 2]] if steps else [])
+st.dataframe(pd.DataFrame([{
+    "pass": p.label, "FLOPs": f"{p.cost.flops / 1e6:,.0f} M", "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
+    "FLOPs per byte": f"{p.cost.intensity:,.1f}", "time": f"{p.seconds * 1e3:,.1f} ms",
+    "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}", **shares(p)} for p in rows]),
+             hide_index=True, width="stretch")
+verdicts = {p.verdict(roof) for p in steps} if roof else set()
+if steps and roof:
+    st.markdown(f"The decode steps do {steps[0].cost.intensity:.2f} FLOPs per byte, far left of the balance point "
+                f"({roof.balance:,.0f}): "
+                + ("measured, they use a larger share of the memory ceiling than of the compute ceiling: "
+                   "**memory-bound**, as the article says." if verdicts == {MEMORY} else
+                   "yet measured here, at least one used a larger share of compute than of memory: the machine's load "
+                   "decided, not the work."))
+st.markdown(f"The prefill pass does {prefill.cost.intensity:,.0f} FLOPs per byte: each weight read serves all "
+            f"{plural(len(trace.ids), 'prompt token')}. "
+            + (f"Measured it is **{prefill.verdict(roof)}** here ({prefill.compute_share(roof):.0%} of compute, "
+               f"{prefill.memory_share(roof):.0%} of memory). " if roof else "")
+            + "A short prompt can stay memory-bound; the longer the prompt, the further right it sits.")
+
+st.markdown("**Prefill throughput against prompt length** (one pass without recording, lengths interleaved):")
+if st.button(f"Measure prefill at {', '.join(map(str, PREFILL_LENGTHS))} tokens", key="pd_prefill"):
+    st.session_state["pd_prefill_asked"] = True
+if st.session_state.get("pd_prefill_asked"):
+    curve = result_through_queue(("prefill curve", PREFILL_LENGTHS),
+                                 lambda: prefill_curve(get_model(), PREFILL_LENGTHS), cost=3 * sum(PREFILL_LENGTHS))
+    st.dataframe(pd.DataFrame([{"prompt tokens": T, "time (median)": f"{p.seconds * 1e3:,.0f} ms",
+                                "range": f"{r[0] * 1e3:,.0f} – {r[1] * 1e3:,.0f} ms",
+                                "tokens/s": f"{T / p.seconds:,.0f}", "achieved": gflops(p.flops_per_s), **shares(p)}
+                               for T, p, r in curve]), hide_index=True, width="stretch")
+    st.caption("More tokens per pass share the same read of the weights, so tokens per second rises with the "
+               "prompt until the arithmetic units are full. Measured once per server and kept.")
+
+# ---- 3. batching --------------------------------------------------------------------------------------------------
+st.subheader("3. Batching, live")
+st.markdown("Since decode rereads every weight for one token, servers move many users forward with that one read: "
+            "B requests in the same pass. It raises the total tokens per second, and slows each user a little.")
+sizes = tuple(st.multiselect("Batch sizes", BATCH_SIZES, default=list(BATCH_SIZES), key="pd_sizes")) or (1,)
+step_s = sorted(p.seconds for p in steps)[len(steps) // 2] if steps else trace.timings.prefill_s
+n_prompt = len(trace.ids)
+if roof is not None:  # the roofline's bound per step, scaled to what this run's own steps took
+    bound = lambda b: max(decode_cost(m, n_prompt, b).flops / roof.flops_per_s,  # noqa: E731
+                          decode_cost(m, n_prompt, b).bytes / roof.bytes_per_s)
+    scale = step_s / max(bound(1), 1e-9)
+    estimate = SWEEP_REPEATS * sum(scale * (SWEEP_STEPS * bound(b) + prefill_cost(m, b * n_prompt).flops
+                                            / roof.flops_per_s) for b in sizes)
+    took = f"about {waiting_time(estimate)} here, from your run's own step time and the ceilings"
+else:  # no ceilings: each step takes at least as long as one of this run's own
+    took = f"at least {waiting_time(SWEEP_REPEATS * SWEEP_STEPS * len(sizes) * step_s)} here (more with the ceilings)"
+st.caption(f"{SWEEP_STEPS} greedy decode steps per batch size, {SWEEP_REPEATS} interleaved repeats: {took}. It runs "
+           "a batch size at a time behind the room's questions (each point's steps are timed inside its turn). "
+           "Measured once per server for each choice of sizes, and kept for everyone.")
+clicked = st.button("Run the batching sweep", key="pd_sweep")
+if clicked:
+    st.session_state["pd_sweep_sizes"] = sizes
+asked_sizes = st.session_state.get("pd_sweep_sizes") or sizes  # the sizes this session asked for, else its pick
+measured = long_job(("batch sweep", asked_sizes),
+                    lambda: sweep_steps(lm, asked_sizes, SWEEP_STEPS, SWEEP_REPEATS, roof),
+                    "the batching sweep", start=clicked)
+if measured is not None:
+    pts = measured.value
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[p.batch_size for p in pts], y=[p.tokens_per_s for p in pts], mode="lines+markers",
+                             name="total tokens/s", error_y=dict(type="data", symmetric=False,
+                             array=[p.batch_size / p.step_range[0] - p.tokens_per_s for p in pts],
+                             arrayminus=[p.tokens_per_s - p.batch_size / p.step_range[1] for p in pts])))
+    fig.add_trace(go.Scatter(x=[p.batch_size for p in pts], y=[p.ms_per_token_per_user for p in pts],
+                             mode="lines+markers", name="ms per token, each user", yaxis="y2"))
+    fig.update_layout(height=360, margin=dict(l=10, r=10, t=10, b=10), font=dict(size=13),
+                      xaxis=dict(type="log", title="B, requests decoded together", tickvals=list(asked_sizes)),
+                      yaxis=dict(title="total tokens/s"),
+                      yaxis2=dict(title="ms per token, each user", overlaying="y", side="right", tickformat=",.0f"),
+                      legend=dict(orientation="h", y=1.12))
+    st.plotly_chart(fig, width="stretch")
+    knee = bend(pts)
+    first = pts[0]
+    st.markdown(
+        f"At B = {first.batch_size}: {first.tokens_per_s:,.1f} tokens/s, {first.ms_per_token_per_user:,.0f} ms "
+        f"per token. " + (f"At B = {pts[-1].batch_size}: {pts[-1].tokens_per_s:,.1f} tokens/s in all, "
+                          f"{pts[-1].ms_per_token_per_user:,.0f} ms per token for each user. " if len(pts) > 1 else "")
+        + (f"The curve bends at **B = {knee.batch_size}**: from there on, doubling the batch never again buys 1.5× "
+           "the tokens per second. " if knee else "Over these sizes tokens per second kept growing. ")
+        + f"Why: one step reads the {prefill.cost.bytes_weights / 1e6:,.0f} MB of weights once whatever B is, "
+          "while its FLOPs grow with B. Once B rows of arithmetic take longer than the read, every extra user "
+          "adds time in proportion."
+        + (f" The roofline puts that point near B = {max(1, round(roof.balance / steps[0].cost.intensity)):,}; on a "
+           "CPU, the rows' activations also spill out of the caches earlier." if roof and steps else ""))
+    st.caption("Each point: the median over repeats of each repeat's median step; error bars: the range. "
+               "Sizes are measured in turn, then in reverse order, so the machine's load hits them alike. "
+               + made_line(measured))
+
+# ---- 4. temperature 0 under batching -------------------------------------------------------------------------------
+st.subheader("4. Temperature 0 under batching")
+st.markdown("Greedy decoding always takes the top token, so one request should always get the same answer. But "
+            "inside a batch its row is computed by other kernels: a matrix multiply over more rows may add its "
+            "products in another order, and the padded row's attention runs over a longer, masked key axis. "
+            "Floating-point addition is not associative, so the logits can move by a hair, and a near-tie can flip.")
+others = st.slider("Other requests in the batch", 1, 31, 7, key="pd_others")
+if st.button("Compare alone vs in the batch", key="pd_det"):
+    st.session_state["pd_det_n"] = others
+asked_n = st.session_state.get("pd_det_n")
+if asked_n:
+    from pipeline.costs.determinism import determinism
+
+    det = result_through_queue(("determinism", asked_n, DET_STEPS),
+                               lambda: determinism(get_model(), asked_n, DET_STEPS),
+                               cost=2 * (asked_n + 1) * (n_prompt + DET_STEPS * DECODE_STEP_COST))
+    c1, c2, c3 = st.columns(3)
+    c1.metric("Largest logit difference", f"{det.max_abs_logit_diff:.2g}")
+    c2.metric("Steps where the choice flips", f"{len(det.flips)} of {len(det.per_step)}")
+    c3.metric("Answers part at", "never" if det.parted_at is None else f"step {det.parted_at}")
+    fig = go.Figure(go.Bar(x=list(range(len(det.per_step))), y=[max(d, 1e-12) for d in det.per_step]))
+    fig.update_layout(height=260, margin=dict(l=10, r=10, t=10, b=10), yaxis=dict(type="log", title="max |Δ logit|"),
+                      xaxis_title="decode step")
+    st.plotly_chart(fig, width="stretch")
+    if det.flips:
+        names = lambda t: token_text(lm.tokenizer, t)  # noqa: E731 - readable text; a table cell shows it literally
+        st.dataframe(pd.DataFrame([{"step": f.step, "alone": names(f.alone_token), "in the batch": names(f.batch_token),
+                                    "lead alone": f"{f.gap_alone:.2g}", "lead in the batch": f"{f.gap_batch:.2g}"}
+                                   for f in det.flips]), hide_index=True)
+    st.markdown(f"The request's row was padded by {plural(det.padding, 'position')} inside a batch of "
+                f"{det.batch_size}; it was fed the alone run's tokens, so every step compares the same question. "
+                + ("No chosen token flipped: every step's lead was larger than the noise." if not det.flips else
+                   "Each flip came where the alone run's lead over the runner-up was within the noise."))
+    if m.device.startswith("cuda"):
+        st.caption("On this GPU the batched pass uses cuBLAS matrix multiplies whose split of the inner sum depends on "
+                   "the number of rows, and fused attention kernels: they are not batch-invariant by default, which "
+                   "is what the difference above measures.")
+    else:
+        st.caption("Measured on a CPU. On a GPU the same check tells whether the kernels in use are batch-invariant: "
+                   "the matrix multiplies (cuBLAS picks a different split of the inner sum by batch size) and the "
+                   "attention kernel (flash attention splits by sequence length). Batch-invariant kernels give a "
+                   "difference of exactly 0 at every step.")
+
+# ---- 5. the room ---------------------------------------------------------------------------------------------------
+st.subheader("5. The room now: four numbers")
+traces = [t for t in run_store().values() if isinstance(t, Trace)]
+room = room_metrics(traces)
+st.markdown(f"From the {plural(room.runs, 'finished run')} this server holds in memory (medians; the 95th "
+            "percentile below each).")
+
+
+def seconds(v: float) -> str:
+    return f"{v * 1e3:,.0f} ms" if v < 1 else f"{v:,.2f} s"
+
+
+cols = st.columns(4)
+for col, label, s, what in zip(cols, ("TTFT", "TPOT", "End to end"), (room.ttft_s, room.tpot_s, room.e2e_s),
+                               ("arrival to the first token: queue wait and prefill",
+                                "between two tokens once streaming: decode", "arrival to the last token")):
+    col.metric(label, "—" if s is None else seconds(s.p50), help=what)
+    if s is not None:
+        col.caption(f"p95 {seconds(s.p95)} over {plural(s.n, 'run')}")
+throughput = room.throughput_tokens_per_s
+# the unit in the label: "15.3 tokens/s" as the value was cut to "15.3 token…" in a quarter of the page
+cols[3].metric("Throughput (tokens/s)", "—" if throughput is None else f"{throughput:,.1f}",
+               help="output tokens per second of the model's time (a run decoded in a batch of B: 1/B of its time)")
+st.caption("The first two are what a user feels; throughput is what the machine's owner pays for. A bigger batch "
+           "raises throughput and TPOT together (section 3).")
+
+# ---- 6. the room's schedule ----------------------------------------------------------------------------------------
+st.subheader("6. The room's schedule: continuous batching")
+room_schedule(request_key(current_request()))
+stage_link("views/pages/kv_cache.py", "The KV cache that decode reads at every step", "🗄️")

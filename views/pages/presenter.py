@@ -1,0 +1,309 @@
+"""Presenter mode: the request's life in 13 screens, large type, ← / → to move, for a projector.
+
+Every screen shows the real data of the sidebar's request and links into its full page. The first and
+last screens show learners a link (and QR code) that follows the presenter: their page turns to the
+presenter's stage and request within a few seconds (the stage is kept server-side per room code).
+"""
+import io
+import os
+import time
+from urllib.parse import urlencode
+
+import numpy as np
+import plotly.graph_objects as go
+import segno
+import streamlit as st
+
+from pipeline.server.room import PUBLIC_URL_ENV, new_driver_id, public_base, room_store
+from pipeline.stages.next_token import filter_stages
+from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
+from ui.chips import highlighted_template, token_chips
+from ui.escape import axis_labels, code_span, json_text, plotly_label
+from ui.words import plural
+from views import url_state
+from views.chrome import end_page, stage_link
+from views.runs import run_for_page
+from views.scenarios import prompt_cache_conversation
+from views.server_state import get_model
+
+STAGES = [  # (title, full page)
+    ("The request", "views/pages/request.py"),
+    ("The chat template", "views/pages/request.py"),
+    ("Tokens", "views/pages/tokens.py"),
+    ("Batch tensors", "views/pages/tensors.py"),
+    ("Embedding lookup", "views/pages/embeddings.py"),
+    ("Through every layer", "views/pages/layers.py"),
+    ("Attention", "views/pages/attention.py"),
+    ("Logits: a score for every token", "views/pages/next_token.py"),
+    ("Sampling", "views/pages/next_token.py"),
+    ("Detokenize and stream", "views/pages/generation.py"),
+    ("The decode loop and the KV cache", "views/pages/kv_cache.py"),
+    ("The end token and clean-up", "views/pages/generation.py"),
+    ("The next request: prompt caching", "views/pages/prompt_caching.py"),
+]
+N = len(STAGES)
+FONT = 20  # chart text in px, next to the 1.55rem body text
+FOLLOW_EVERY_S = 3  # a learner's page checks the presenter's stage this often (a small file read)
+LONG_LINK = 300  # characters: a longer learner link is given as a short link the server resolves
+BIG = """<style>
+[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], header[data-testid="stHeader"] {display: none;}
+.block-container {padding-top: 1.5rem; max-width: 1500px;}
+.stMarkdown p, .stMarkdown li {font-size: 1.55rem; line-height: 1.45;}
+h1 {font-size: 3rem !important;}
+</style>"""
+st.markdown(BIG, unsafe_allow_html=True)  # a fixed style sheet: no user text in it
+
+
+def go_to(n: int) -> None:
+    st.session_state.pr_stage = min(max(n, 1), N)
+
+
+@st.fragment(run_every=FOLLOW_EVERY_S)
+def watch_room(code: str, shown) -> None:
+    """Both screens: when the room moves (stage, request, or who moved it), draw the page again. A learner's page
+    turns with the presenter's; a presenter's page notices a move made elsewhere with its key."""
+    now = room_store().room(code)
+    if (None if now is None else (now["stage"], now["query"], now["driver"])) != shown:
+        st.rerun()
+
+
+def room_state(room: dict | None):
+    return None if room is None else (room["stage"], room["query"], room["driver"])
+
+
+def present(stage: int, query: dict[str, str]) -> str:
+    """This session's room code, made by the server on the first visit. A link's `room=` opens a room only with
+    its presenter key (`key=`, from the presenter's private link); without it the page follows that room."""
+    ss = st.session_state
+    ss.setdefault("pr_driver", new_driver_id())
+    code, key = ss.get("pr_room"), ss.get("pr_key")
+    if code and key and room_store().may_drive(code, key):
+        return code
+    if code and key:
+        st.warning(f"This presenter link does not open room {code} (its key is not that room's, or this server "
+                   "no longer keeps the room): you present in a new room of your own.", icon="🔑")
+    code, key, _ = room_store().create_room(stage, query, ss.pr_driver)
+    ss.pr_room, ss.pr_key = code, key
+    ss.pr_sent = (stage, query)
+    return code
+
+
+if st.session_state.get("pr_room") and not st.session_state.get("pr_key"):
+    # /presenter?room=CODE without the presenter key: the room is followed, never driven (and once this page
+    # stops following, it presents in a room of its own)
+    named = st.session_state.pop("pr_room")
+    if not st.session_state.get("pr_follow"):
+        st.session_state.pr_follow = named
+        st.info(f"This link names room {named} without its presenter key, so this page follows that room. Its "
+                "presenter drives it from their private presenter link.", icon="🔑")
+
+following = st.session_state.get("pr_follow")
+if following:  # a learner following a presenter's room
+    room = room_store().room(following)
+    if room is None:
+        st.title("Presenter mode")
+        st.info(f"Waiting for the presenter of room {following}: this page opens their stage as soon as they "
+                "start. (If this lasts, the room may not be kept where this server can read it: the presenter's "
+                "screen says so.)")
+        watch_room(following, None)
+        end_page()
+    if room["query"] != url_state.request_params() and room["query"] != st.session_state.get("pr_switched"):
+        st.session_state.pr_switched = room["query"]  # once per request: no loop if one would not apply
+        url_state.switch_request(room["query"])
+    st.session_state.pr_stage = room["stage"]
+    watch_room(following, room_state(room))
+
+st.session_state.setdefault("pr_stage", 1)
+stage = min(max(int(st.session_state.pr_stage), 1), N)
+trace = run_for_page()
+tok = get_model().tokenizer
+m, T, S = trace.dims, len(trace.tokens), len(trace.steps)
+title, full_page = STAGES[stage - 1]
+if following:
+    nav = st.columns([6, 1])
+    nav[0].progress(stage / N, text=f"Stage {stage} of {N} — following the presenter (room {following}); this "
+                                    "page turns with theirs.")
+    nav[1].button("Stop following", key="pr_unfollow", width="stretch",
+                  on_click=lambda: st.session_state.pop("pr_follow", None))
+    if not room["saved"]:
+        st.caption("This room is kept in this server's memory only (its folder takes no file): a restart of the "
+                   "server loses it.")
+else:
+    params = url_state.request_params()
+    code = present(stage, params)
+    room = room_store().room(code)
+    ss = st.session_state
+    if (room is not None and room["driver"] != ss.pr_driver and ss.get("pr_sent") == (stage, params)
+            and not ss.pop("pr_take_back", False)):
+        # someone else holding this room's key moved it; this screen has not moved since: say so, do not undo it
+        st.warning(f"At {time.strftime('%H:%M:%S', time.localtime(room['moved_at']))} someone else holding this "
+                   f"room's presenter link moved your learners to stage {room['stage']}"
+                   + (" with another request" if room["query"] != params else "") + ". Your screen did not move; "
+                   "your next move (or the button) takes the room back.", icon="⚠️")
+        st.button("Take the room back", key="pr_take", on_click=lambda: ss.update(pr_take_back=True))
+    else:
+        try:
+            saved = room_store().set_stage(code, ss.pr_key, stage, params, ss.pr_driver)
+        except PermissionError:  # the room was removed meanwhile (bounded store): a new one
+            ss.pop("pr_room", None)
+            code = present(stage, params)
+            saved = room_store().room(code)["saved"]
+        ss.pr_sent = (stage, params)
+        room = room_store().room(code)
+        if not saved:
+            st.warning("This server cannot write its room folder, so this room lives in its memory only: learners "
+                       "on this server follow, learners on another replica of the room do not, and a restart of "
+                       "the server forgets it.", icon="💾")
+    watch_room(code, room_state(room))
+    nav = st.columns([1, 6, 1])
+    nav[0].button("Previous", on_click=go_to, args=(stage - 1,), disabled=stage == 1, shortcut="ArrowLeft",
+                  key="pr_prev", width="stretch")
+    nav[1].progress(stage / N, text=f"Stage {stage} of {N}")
+    nav[2].button("Next", on_click=go_to, args=(stage + 1,), disabled=stage == N, shortcut="ArrowRight",
+                  key="pr_next", width="stretch")
+st.title(f"{stage}. {title}")
+
+
+def big_chart(fig: go.Figure, height: int = 480) -> None:
+    """Chart text as large as a projector needs (Streamlit's theme sets 12 px ticks unless told)."""
+    big = dict(size=FONT)
+    fig.update_layout(height=height, font=big, margin=dict(l=10, r=10, t=40, b=10))
+    fig.update_xaxes(tickfont=big, title_font=big)
+    fig.update_yaxes(tickfont=big, title_font=big)
+    fig.update_traces(selector=dict(type="heatmap"), colorbar=dict(tickfont=big))
+    st.plotly_chart(fig, width="stretch")
+
+
+def qr_png(link: str) -> bytes | None:
+    """The link as a QR code (PNG), or None when it is too long for any QR code."""
+    try:
+        code = segno.make(link, error="m")
+    except segno.DataOverflowError:
+        return None
+    png = io.BytesIO()
+    code.save(png, kind="png", scale=6, border=2)
+    return png.getvalue()
+
+
+def show_link() -> None:
+    """Links for learners, by the address the room reaches: one that follows the presenter, and one to
+    explore the same request alone (a short link when the request would make it too long)."""
+    base, note = public_base(st.context.url or "", st.get_option("server.address") or "",
+                             os.environ.get(PUBLIC_URL_ENV))
+    room = following or st.session_state.pr_room
+    follow = f"{base}/presenter?follow={room}"
+    params = url_state.request_params()
+    journey = f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
+    code = room_store().put_link(params) if len(journey) > LONG_LINK else None
+    if code is not None:
+        journey = f"{base}/journey?link={code}"
+    c1, c2 = st.columns([3, 1])
+    c1.markdown(f"**Follow along on your own laptop** (room {room}) — this page turns with the presenter's:")
+    c1.code(follow, language=None, wrap_lines=True)
+    c1.markdown("Or explore the same request on your own:")
+    c1.code(journey, language=None, wrap_lines=True)
+    png = qr_png(follow)
+    if png is None:
+        c2.caption("This address is too long for a QR code: type the link instead.")
+    else:
+        c2.image(png, caption="the follow-along link as a QR code", width=220)
+    if note:
+        st.warning(note, icon="📡")
+    if not following:
+        with st.expander("Your presenter link: keep it private, do not project it", icon="🔑"):
+            st.caption("Only this link moves room " + room + ": open it to present from another tab or after a "
+                       "reload. Anyone holding it can turn your learners' pages (this screen tells you if someone "
+                       "does).")
+            private = {**params, "room": room, "key": st.session_state.pr_key, "stage": stage}
+            st.code(f"{base}/presenter?{urlencode(private)}", language=None, wrap_lines=True)
+
+
+if stage == 1:
+    st.markdown("An app sends the **whole conversation** as one JSON body. Nothing is remembered between calls.")
+    st.code(json_text(trace.request.openai, indent=1), language="json", wrap_lines=True)
+    show_link()
+elif stage == 2:
+    st.markdown(f"The server writes the messages into **one text** with marker tokens: "
+                f"{len(trace.prompt_text):,} characters.")
+    with st.container(height=560 if len(trace.prompt_text) > 1500 else "content"):  # a long prompt scrolls
+        st.markdown(highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special})),
+                    unsafe_allow_html=True)
+elif stage == 3:
+    st.markdown(f"The tokenizer cuts that text into **{plural(T, 'token')}**; the model only ever sees the ids.")
+    st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=560),
+                unsafe_allow_html=True)
+elif stage == 4:
+    single = trace.batch["single"]
+    st.markdown(f"The ids become tensors of shape (B, T) = (1, {T}).")
+    for name, v in single.items():
+        row = v["values"][0]
+        st.markdown(f"**`{name}`** {v['shape']} — `{row[:12]}{' …' if len(row) > 12 else ''}`")
+elif stage == 5:
+    E = trace.prefill.embeddings[-min(T, 16):, :64].astype(np.float32)  # (≤16, 64) a corner of (T, D)
+    st.markdown(f"Each id picks its row of **D = {m.D} numbers** from a table of V = {m.V:,} rows. "
+                f"The last {plural(len(E), 'token')}, first {E.shape[1]} numbers:")
+    labels = axis_labels([t.text for t in trace.tokens])[-len(E):]
+    big_chart(go.Figure(go.Heatmap(z=E, y=labels, colorscale="RdBu", zmid=0)).update_yaxes(autorange="reversed"))
+elif stage == 6:
+    norms = np.linalg.norm(trace.prefill.hidden_states[:, -1].astype(np.float32), axis=-1)  # (L+1,)
+    st.markdown(f"The vectors pass through **L = {m.L} blocks**; each adds attention's and the MLP's "
+                "changes. The last token's vector grows as it goes up:")
+    big_chart(go.Figure(go.Scatter(y=norms, mode="lines+markers")).update_layout(
+        xaxis_title="after block (0 = embedding)", yaxis_title="length of the last token's vector"))
+elif stage == 7:
+    from pipeline.stages.attention import attention_for_layer
+
+    layer, head = m.L // 2, 0
+    W = min(T, 24)
+    A = attention_for_layer(trace.prefill, layer, first_row=T - W, window=m.window(layer))[head][:, T - W:]  # (W, W)
+    st.markdown(f"Each token reads from the tokens before it. Layer {layer}, head {head}, the last {W} tokens "
+                "(rows: the token looking; columns: the token looked at):")
+    labels = axis_labels([t.text for t in trace.tokens])[T - W:]
+    big_chart(go.Figure(go.Heatmap(z=np.where(np.triu(np.ones((W, W)), 1) > 0, np.nan, A), x=labels, y=labels,
+                                   colorscale="Blues", zmin=0)).update_yaxes(autorange="reversed"), 600)
+elif stage == 8:
+    top = trace.steps[0].top[:8]
+    st.markdown(f"The last position is scored against **all {m.V:,} tokens**; softmax turns scores into "
+                "probabilities. The best candidates for the first answer token:")
+    names = [continuation_label(tok, trace.ids, c.id) for c in top]  # '<0xED> (byte 1 of 3)' for a part
+    big_chart(go.Figure(go.Bar(x=[c.prob for c in top][::-1],
+                               y=[plotly_label(f"({i}) {n}") for i, n in enumerate(names)][::-1],
+                               orientation="h")).update_layout(xaxis_tickformat=".0%"))
+elif stage == 9:
+    o = trace.request.options
+    stages = filter_stages(trace.step_logits[0], o, trace.ids)
+    st.markdown(f"This run used temperature {o.temperature}, top-k {o.top_k}, top-p {o.top_p}, min-p {o.min_p}"
+                + (" — greedy: always the favourite." if o.greedy else "."))
+    st.markdown(" → ".join(f"**{s.name}**: {plural(s.kept, 'candidate')}" for s in stages))
+    first = token_pieces(tok, trace.generated_token_ids)[0]  # '토 (1/3)' for part of a character
+    st.markdown(f"Chosen: **{code_span(first.with_bytes)}** (id {trace.steps[0].token_id}).")
+elif stage == 10:
+    deltas = [e for e in trace.events if e["event"] == "text_delta"]
+    st.markdown(f"Each chosen token is turned back into text and sent at once: {plural(len(deltas), 'event')} "
+                f"for {plural(S, 'token')}. First token after **{trace.timings.ttft_s:.2f} s**.")
+    st.code(trace.text or "(empty answer)", language=None, wrap_lines=True)
+elif stage == 11:
+    st.markdown(f"Each new token is fed back; the KV cache keeps every earlier token's keys and values, so only "
+                f"the new one goes through the model. {m.kv_bytes(1):,} bytes per token:")
+    big_chart(go.Figure(go.Scatter(y=[s.kv_cache_bytes / 2**20 for s in trace.steps], mode="lines+markers"))
+              .update_layout(xaxis_title="decode step", yaxis_title="KV cache (MiB)"))
+elif stage == 12:
+    why = {"eos": "the model chose its end token", "length": "the token limit was reached",
+           "stop": "a stop string appeared"}[trace.finish_reason]
+    st.markdown(f"It stopped because **{why}**. The server sends a `completed` event with the usage "
+                f"({trace.usage.prompt_tokens} prompt + {trace.usage.completion_tokens} completion tokens) and frees "
+                f"**{trace.cleanup.kv_bytes_released:,} bytes** of KV cache.")
+    st.code(json_text(trace.events[-1], indent=1), language="json", wrap_lines=True)
+elif stage == 13:
+    rows = prompt_cache_conversation()
+    st.markdown("The next request resends the whole conversation. A prompt cache keeps the keys and values of a "
+                "start it has seen, so only the new part is computed:")
+    for r in rows:
+        s = r["stats"]
+        st.markdown(f"**{r['label']}**: {s['n_tokens']} tokens, **{s['tokens_reused']} reused**, "
+                    f"{s['tokens_computed']} computed")
+    show_link()
+
+stage_link(full_page, f"Open the full page: {title}", "🔎")
+stage_link("views/pages/start.py", "Leave presenter mode", "🚪")

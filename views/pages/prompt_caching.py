@@ -1,0 +1,147 @@
+"""Prompt caching: real K/V blocks kept after one request and reused by the next."""
+import platform
+import time
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from pipeline.core.errors import InputError
+from pipeline.prompt_cache.playback import compare_texts
+from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
+from ui.cache_blocks import block_legend, block_row_html, divergence_html
+from ui.escape import markdown_text, plotly_label
+from views.chrome import page_header
+from views.scenarios import scenario_rows, scenario_rows_timed_again
+from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
+from views.waiting import wait_for
+
+page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
+                              "conversation every time. A prompt cache keeps the keys and values computed for "
+                              "an earlier prompt and skips recomputing any start it has already seen.")
+lm = get_model()
+SCENARIOS = scenarios()
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def compared(text_a: str, text_b: str, block_size: int) -> list[dict]:
+    work = lambda: compare_texts(get_model(), text_a, text_b, block_size,  # noqa: E731
+                                 max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
+    return wait_for(run_queue().submit(("compare", text_a, text_b, block_size), work, cost=4000))
+
+
+def measured_when(row: dict) -> str:
+    """When and where a scenario row was timed: the rows are kept on disk (or in the room's Redis), so a restarted
+    server or another replica shows what was measured before. '14:05 on this machine', '2026-12-02 09:14 on host
+    room-b'."""
+    at = time.localtime(row["measured_at"])
+    day = "" if time.strftime("%Y-%m-%d", at) == time.strftime("%Y-%m-%d") else time.strftime("%Y-%m-%d ", at)
+    host = row.get("measured_on")
+    where = "this machine" if host in (None, platform.node()) else f"host {markdown_text(str(host)[:60])}"
+    return f"at {day}{time.strftime('%H:%M', at)} on {where}"
+
+
+def show_request(row: dict) -> None:
+    s, timing = row["stats"], row["timing"]
+    work = (f"{row['flops_computed'] / 1e9:,.1f} GFLOP instead of {row['flops_cold'] / 1e9:,.1f} cold"
+            if s["tokens_reused"] else f"{row['flops_cold'] / 1e9:,.1f} GFLOP, as cold")
+    st.markdown(f"**{row['label']}**" + (f" — {row['note']}" if row["note"] else "") +
+                f"  \n{s['n_tokens']} tokens: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
+                + (f"{s['blocks_recomputed']} cached but run again, " if s.get("blocks_recomputed") else "") +
+                f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_computed']} computed, "
+                f"{s['tokens_reused']} reused** ({row['kv_bytes_read'] / 2**20:,.1f} MiB of K/V read back) · {work}")
+    if timing is not None:
+        when = f" (measured {measured_when(row)})" if row.get("measured_at") else ""
+        st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
+                   f"{timing.b_median * 1e3:,.0f} ms{when}: {timing.verdict('with the cache', 'cold')}.")
+    elif not s["tokens_reused"]:
+        st.caption(f"Time to first token {s['ttft_s'] * 1e3:,.0f} ms. Nothing was reused, so this request does "
+                   "the same work as a cold one: there is no speed difference to measure.")
+    st.markdown(block_row_html(row), unsafe_allow_html=True)
+    st.markdown(divergence_html(row), unsafe_allow_html=True)
+    st.caption(markdown_text(row["reason"]))
+
+
+def ttft_chart(rows: list[dict]) -> go.Figure:
+    """Medians of the interleaved runs, with whiskers over their full range; (i) = the i-th request shown."""
+    labels = [plotly_label(f"({i + 1}) {r['label']}") for i, r in enumerate(rows) if r["timing"] is not None]
+    rows = [r for r in rows if r["timing"] is not None]  # only requests whose work differs are compared
+    bars = []
+    for name, median, span, colour in (("with the cache", "a_median", "a_range", "#16a34a"),
+                                       ("cold (nothing reused)", "b_median", "b_range", "#ea580c")):
+        y = [getattr(r["timing"], median) * 1e3 for r in rows]
+        lo = [y_ - getattr(r["timing"], span)[0] * 1e3 for y_, r in zip(y, rows)]
+        hi = [getattr(r["timing"], span)[1] * 1e3 - y_ for y_, r in zip(y, rows)]
+        bars.append(go.Bar(name=name, x=labels, y=y, marker_color=colour,
+                           error_y=dict(type="data", symmetric=False, array=hi, arrayminus=lo)))
+    fig = go.Figure(bars)
+    fig.update_layout(barmode="group", height=300, margin=dict(t=30, b=10, l=10, r=10),
+                      yaxis_title="time to first token (ms)",
+                      title="Measured time to first token: medians, whiskers = range of the interleaved runs")
+    return fig
+
+
+st.markdown("""
+- The prompt is cut into **blocks** of a fixed number of tokens. Each block's key is a hash of its tokens
+  *and of every token before it*, so a block can only match if the whole text before it matches too.
+- A new request reuses the longest run of cached blocks from its start, and the model runs only on the rest.
+- **Partial blocks are not cached**: the last tokens that do not fill a block are computed every time.
+- Blocks unused for a while expire, and the least recently used go first when memory is full.
+""")
+block_size = st.select_slider("Block size (tokens)", [4, 8, 16, 32], value=16, key="pc_block_size")
+
+st.subheader("1. Pick a scenario")
+if "pc_scenario" not in st.session_state:
+    st.session_state.pc_scenario = "conversation"
+if st.button("A conversation, turn by turn", key="pc_btn_conversation"):
+    st.session_state.pc_scenario = "conversation"
+for col, (trap, title) in zip(st.columns(len(TRAPS)), TRAPS):
+    col.markdown(f"**{title}**")
+    if col.button("✗ the trap", key=f"pc_btn_{trap}_trap", width="stretch"):
+        st.session_state.pc_scenario = f"{trap}_trap"
+    if col.button("✓ the fix", key=f"pc_btn_{trap}_fixed", width="stretch"):
+        st.session_state.pc_scenario = f"{trap}_fixed"
+
+scenario = SCENARIOS[st.session_state.pc_scenario]
+rows = scenario_rows(scenario.key, block_size)
+timed = [r["measured_at"] for r in rows if r.get("measured_at")]
+if timed and st.button("⟳ Time these requests again now", key="pc_time_again",
+                       help="The times below were measured once, when the scenario was first played here (they are "
+                            "kept with the stored runs), and everyone here sees them. Timing again replaces them "
+                            "for everyone (at most once a minute)."):
+    rows = scenario_rows_timed_again(scenario.key, block_size)
+st.subheader(f"2. {scenario.title}")
+st.markdown({"trap": "**Trap.** ", "fixed": "**Fixed.** "}.get(scenario.kind, "") + scenario.lesson)
+st.markdown(block_legend(), unsafe_allow_html=True)
+for row in rows:
+    show_request(row)
+if any(r["timing"] is not None for r in rows):
+    st.plotly_chart(ttft_chart(rows), width="stretch", key="pc_ttft")
+last = rows[-1]
+c1, c2, c3 = st.columns(3)
+c1.metric("Hit rate over these requests", f"{last['session_hit_rate']:.0%}", help="prompt tokens read from cache")
+c2.metric("Bytes the cache holds", f"{last['bytes_held'] / 2**20:.1f} MiB")
+c3.metric("KV formula for the same tokens", f"{last['formula_bytes'] / 2**20:.1f} MiB",
+          help="2 (K and V) × layers × KV heads × head width × tokens × 4 bytes")
+st.caption("The token counts and the work (GFLOP ≈ 2 × weights × tokens computed) do not depend on how busy this "
+           "server is; the times do. Each request is timed again as it met the cache and cold, alternately, three "
+           "times each: the bars are medians, the whiskers the range, and a ratio is claimed only when the ranges "
+           "do not overlap. A result where the cache came out slower contradicts the work done: it is measured "
+           "again, and if it still does, it is shown as noise. Where nothing is reused both runs would do the same "
+           "work, so no comparison is made. The first token's scores are the "
+           "same either way: reusing stored keys and values changes the time, not the answer.")
+
+st.subheader("3. Compare two requests of your own")
+st.markdown("One message per line starting with `system:`, `user:` or `assistant:` (other lines continue the "
+            "message). Request A runs first and fills the cache; then request B shows what it can reuse. "
+            "Try changing one word near the top of B, then near the bottom.")
+default = f"system: {INSTRUCTIONS}\nuser: {QUESTION_1}"
+with st.form("pc_compare"):
+    a, b = st.columns(2)
+    text_a = a.text_area("Request A", default, height=220, key="pc_text_a")
+    text_b = b.text_area("Request B", default.replace(QUESTION_1, QUESTION_2), height=220, key="pc_text_b")
+    st.form_submit_button("Compare", type="primary", key="pc_compare_go")
+try:
+    for row in compared(text_a, text_b, block_size):
+        show_request(row)
+except InputError as e:
+    st.error(f"Please fix the requests — {markdown_text(e)}")

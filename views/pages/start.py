@@ -1,0 +1,61 @@
+"""Start: what the explorer shows, the stages in order, and where to begin."""
+import streamlit as st
+
+from ui.escape import markdown_text
+from ui.words import plural
+from views.chrome import page_header, stage_link
+from views.server_state import get_model, run_queue
+from views.warm_up import warm_up, warms_scenarios
+
+page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
+            f"{markdown_text(get_model().name)}, running on this machine. "
+            "Every number on every page comes from the real run of "
+            "the request in the sidebar: change the question there and press Run.")
+
+STAGES = [  # (page file, what happens there)
+    ("views/pages/journey.py", "Journey: the whole request in order, one short section per stage"),
+    ("views/pages/request.py", "Request & template: the JSON an app sends, and the one text the model reads"),
+    ("views/pages/tokens.py", "Tokens: the text cut into pieces, each with its id"),
+    ("views/pages/tensors.py", "Tensors & batch: the ids as rectangles of numbers, padded into a batch"),
+    ("views/pages/embeddings.py", "Embeddings: each id picks a row of numbers"),
+    ("views/pages/position.py", "Position (RoPE): how the model knows where each token stands"),
+    ("views/pages/layers.py", "Layers: the vector of every token, block by block"),
+    ("views/pages/attention.py", "Attention: which earlier tokens each token reads from"),
+    ("views/pages/next_token.py", "Next token: from scores to one chosen token"),
+    ("views/pages/generation.py", "Generation: the answer streamed token by token"),
+    ("views/pages/kv_cache.py", "KV cache: what is kept so each new token is cheap"),
+    ("views/pages/prompt_caching.py", "Prompt caching: reusing a cache across requests"),
+]
+c1, c2 = st.columns([3, 2])
+with c1:
+    st.subheader("The stages, in the order a request travels")
+    for file, label in STAGES:
+        stage_link(file, label)
+with c2:
+    st.subheader("Teaching a room?")
+    st.markdown("**Presenter mode** walks the same stages one screen at a time in large type, with ← / → keys, "
+                "and shows a link and QR code learners can open to follow the same request.")
+    stage_link("views/pages/presenter.py", "Open presenter mode", "🎓")
+    st.markdown("Every page has **Share or export this view** at the bottom of the sidebar: a link that reopens "
+                "the same request and controls in any browser, and the run as a JSON file.")
+
+jobs = warm_up()
+pending = [name for name, ticket in jobs.items() if not ticket.done()]
+failed = {name: ticket.exception() for name, ticket in jobs.items() if ticket.done() and ticket.exception() is not None}
+for name, error in failed.items():
+    st.warning(f"Preparing {name} failed ({type(error).__name__}: {markdown_text(str(error)[:200])}); it runs again "
+               "when someone opens it.", icon="⚠️")
+if pending:
+    PREFIX = "prompt caching: "  # one list of scenario titles, not the prefix ten times over
+    titles = [name.removeprefix(PREFIX) for name in pending if name.startswith(PREFIX)]
+    pending = [name for name in pending if not name.startswith(PREFIX)] + (
+        [f"{plural(len(titles), 'prompt-caching scenario')} ({', '.join(titles)})"] if titles else [])
+    st.info(f"Preparing in the background so that nobody waits for them later: {', '.join(pending)}. "
+            f"Requests typed by people always go first ({len(run_queue())} in the model's queue now).", icon="⏳")
+elif not failed and not warms_scenarios():
+    st.success("Ready: the default request is prepared. This server prepares the prompt-caching scenarios when "
+               "their page first opens one (TPE_WARM_UP=request).", icon="✅")
+elif not failed:
+    scenarios = sum(name.startswith("prompt caching: ") for name in jobs)
+    st.success(f"Ready: the default request and all {scenarios} prompt-caching scenarios (the conversation, "
+               "every trap and every fix) are prepared; their pages open without running the model.", icon="✅")

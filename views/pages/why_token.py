@@ -1,0 +1,261 @@
+"""Why this token: which parts of the network pushed the chosen token's score, and proof by changing them."""
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from pipeline.attribution import dla
+from pipeline.attribution import graph as gr
+from pipeline.attribution import interventions as iv
+from pipeline.attribution.record import MAX_POSITIONS, record_step, step_ids
+from pipeline.core.errors import InputError
+from pipeline.stages.tokens import tokenize_request
+from pipeline.text.pieces import token_pieces
+from pipeline.text.token_names import token_text
+from ui.escape import axis_labels, markdown_text, plotly_label
+from ui.heat import heat_chips
+from ui.plots import TICK_FONT, token_axis
+from views.chrome import end_page, fragment, page_header
+from views.long_job import long_job, made_line
+from views.runs import run_for_page
+from views.server_state import get_model
+from views.session_request import current_request
+
+PATCH_POSITIONS = 48  # activation patching reads at most the last 48 positions: (L + 1) passes of 48 rows
+
+page_header("Why this token", "The model gave its chosen token the highest score. Which layers, heads and "
+            "input tokens pushed that score up? This page splits the score into parts, draws the routes the "
+            "information took, and then proves it: switch a part off, run the model again, and see the answer move.")
+trace = run_for_page()
+lm = get_model()
+m = trace.dims
+L, H = m.L, m.H
+S = len(trace.generated_token_ids)
+if S == 0:
+    st.info("This run chose no token, so there is nothing to explain.")
+    end_page()
+
+c1, c2, c3 = st.columns(3)
+answer = token_pieces(lm.tokenizer, trace.generated_token_ids)
+step = c1.selectbox("decode step", range(S), format_func=lambda s: f"{s}: {answer[s].label}", key="why_step",
+                    help="Step S is scored from the prompt and the first S answer tokens.")
+ids = step_ids(trace.ids, trace.generated_token_ids, step)
+if len(ids) > MAX_POSITIONS:
+    st.warning(f"This step reads {len(ids):,} positions; the attribution here reads at most {MAX_POSITIONS}. "
+               "Pick an earlier step or a shorter prompt.")
+    end_page()
+top = trace.steps[step].top
+choices = [int(c.id) for c in top]
+chosen = int(trace.generated_token_ids[step])
+if chosen not in choices:
+    choices.insert(0, chosen)
+name = {c: token_text(lm.tokenizer, c) for c in choices}
+target = c2.selectbox("token to explain", choices, index=choices.index(chosen), key="why_target",
+                      format_func=lambda c: f"{name[c]} (id {c})" + (" · chosen" if c == chosen else ""))
+minus = c3.selectbox("minus (a difference of two scores)", [None] + [c for c in choices if c != target],
+                     format_func=lambda c: "nothing: the score itself" if c is None else f"{name[c]} (id {c})",
+                     key="why_minus")
+labels = axis_labels([p.label for p in token_pieces(lm.tokenizer, ids)])  # escaped, unique
+plain_tokens = [p.label for p in token_pieces(lm.tokenizer, ids)]
+
+
+@st.cache_resource(max_entries=4, show_spinner="Running the model once over this step's tokens, with hooks...")
+def step_record(model_name: str, ids: tuple):
+    """The captured pass of one step (kept as Python objects: the attention weights are up to ~140 MB)."""
+    return record_step(lm, list(ids))
+
+
+rec = step_record(m.name, tuple(ids))
+what = f"“{name[target]}”" + (f" minus “{name[minus]}”" if minus is not None else "")
+a = dla.direct_logit_attribution(rec, lm, target, minus)
+
+st.subheader("1. Direct logit attribution: who added to the score")
+st.markdown(f"Score (logit) of {markdown_text(what)}: **{a.logit:.3f}**. The embedding, plus each layer's attention "
+            f"and MLP, add up to **{a.total:.3f}**.")
+st.caption("How: the last vector is the sum of everything the layers wrote. The final norm divides it by its length; "
+           "we freeze that divisor at this run's value, so the score becomes a plain sum of one score per part. "
+           "The sum is exact; each part alone is a linear reading (remove a part for real and the divisor would "
+           "change too: section 3 does exactly that).")
+fig = go.Figure([go.Bar(name="attention", x=list(range(L)), y=a.attention, marker_color="#2a6f97"),
+                 go.Bar(name="MLP", x=list(range(L)), y=a.mlp, marker_color="#e76f51")])
+fig.update_layout(barmode="group", height=340, margin=dict(t=30, b=10), legend=dict(orientation="h", y=1.12),
+                  xaxis_title=f"layer (L = {L}); the embedding adds {a.embedding:+.3f}",
+                  yaxis_title="added to the score", font=dict(size=13))
+fig.update_xaxes(tickfont=TICK_FONT, dtick=1 if L <= 32 else None)
+st.plotly_chart(fig, width="stretch", key="why_dla")
+
+heat = go.Figure(go.Heatmap(z=a.heads, x=[f"head {h}" for h in range(H)], y=[str(i) for i in range(L)],
+                            colorscale="RdBu", zmid=0, reversescale=True,
+                            colorbar=dict(title="added", tickfont=TICK_FONT),
+                            hovertemplate="layer %{y}, %{x}<br>adds %{z:+.3f}<extra></extra>"))
+heat.update_layout(height=max(360, 18 * L + 120), margin=dict(t=30, b=10), title="each head's part (layer × head)")
+heat.update_yaxes(title="layer", type="category", autorange="reversed", tickfont=TICK_FONT)
+st.plotly_chart(heat, width="stretch", key="why_heads")
+best = np.unravel_index(int(np.argmax(a.heads)), a.heads.shape)
+st.caption(f"The heads of a layer add up to that layer's attention bar. Strongest push: layer {best[0]}, head "
+           f"{best[1]} ({a.heads[best]:+.3f}).")
+
+
+def promoted_table(layer: int, head: int | None) -> None:
+    up, down = dla.promoted_tokens(rec, lm, layer, head)
+    rows = [{"promotes": token_text(lm.tokenizer, u), "by": round(su, 3),
+             "suppresses": token_text(lm.tokenizer, d), "by ": round(sd, 3)} for (u, su), (d, sd) in zip(up, down)]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+
+
+h1, h2 = st.columns(2)
+layer_pick = h1.number_input("layer", 0, L - 1, int(best[0]), key="why_layer")
+head_pick = h2.selectbox("head (or the layer's MLP)", [*range(H), None], index=int(best[1]), key="why_head",
+                         format_func=lambda h: "MLP" if h is None else f"head {h}")
+st.caption("What this part writes, read through the final norm and the output matrix: the tokens it raises most "
+           "and lowers most.")
+promoted_table(int(layer_pick), head_pick)
+
+
+@fragment
+def routes() -> None:
+    st.subheader("2. The contribution graph: the routes to the prediction")
+    st.caption("After Ferrando & Voita (2024), as llm-transparency-tool draws it. At each layer a position's vector "
+               "is updated by what every head carries from every earlier token, and then by the MLP. Each part's "
+               "share is how close it is to the updated vector (L1 distance), so the shares of a layer add up to 1. "
+               "Starting from the predicted token at the top, only routes above the threshold are kept.")
+    g1, g2 = st.columns(2)
+    threshold = g1.slider("threshold (smallest share kept)", 0.01, 0.5, 0.04, 0.01, key="why_threshold")
+    cap = g2.slider("positions kept per layer (strongest first)", 2, 32, 10, key="why_cap")
+    g = gr.contribution_graph(rec, lm, threshold, cap)
+    T = len(ids)
+    fig = go.Figure()
+    kinds = {"head": ("#2a6f97", "attention head"), "residual": ("#94a3b8", "residual (kept)"),
+             "mlp": ("#e76f51", "MLP")}
+    for kind, (colour, title) in kinds.items():
+        xs, ys = [], []
+        for e in g.edges:
+            if e["kind"] != kind:
+                continue
+            lo = e["layer"] + (0.5 if e["stage"] == "mlp" else 0.0)
+            xs += [e["source"], e["target"], None]
+            ys += [lo, lo + 0.5, None]
+        if xs:
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=title, hoverinfo="skip",
+                                     line=dict(color=colour, width=1.5)))
+    heads = [e for e in g.edges if e["kind"] == "head"]
+    if heads:
+        fig.add_trace(go.Scatter(
+            x=[(e["source"] + e["target"]) / 2 for e in heads], y=[e["layer"] + 0.25 for e in heads], mode="markers",
+            marker=dict(size=[6 + 18 * e["share"] for e in heads], color="#2a6f97"), name="head (hover)",
+            text=[plotly_label(f"layer {e['layer']} head {e['head']}: {plain_tokens[e['source']]} → "
+                               f"{plain_tokens[e['target']]}, share {e['share']:.2f}") for e in heads],
+            hovertemplate="%{text}<extra></extra>"))
+    fig.update_layout(height=max(480, 22 * L + 140), margin=dict(t=30, b=10), legend=dict(orientation="h", y=1.05))
+    keep = sorted(range(T - 1, -1, -max(1, -(-T // 40))))  # at most 40 labels; every position stays in the hover
+    fig.update_xaxes(tickmode="array", tickvals=keep, ticktext=[labels[i] for i in keep], range=[-0.5, T - 0.5],
+                     tickangle=-60, tickfont=TICK_FONT, title="token position")
+    fig.update_yaxes(title="layer (0 = embeddings at the bottom)", range=[-0.5, L + 0.5], tickfont=TICK_FONT)
+    st.plotly_chart(fig, width="stretch", key="why_graph")
+    st.caption(f"{len(g.edges)} routes above {threshold:.2f}" + (
+        f"; some layers had more positions above it than {cap}: only the strongest are drawn." if g.capped else "."))
+    found = sorted({(e["layer"], e["head"]) for e in heads}, key=lambda lh: -max(
+        e["share"] for e in heads if (e["layer"], e["head"]) == lh))
+    if found:
+        pick = st.selectbox("a head of the graph", found, format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}",
+                            key="why_node")
+        promoted_table(*pick)
+        if st.button("Ablate this head and run again (section 3)", key="why_node_ablate"):
+            st.session_state["why_ablate_pick"] = pick
+            st.rerun(scope="app")
+
+
+routes()
+
+st.subheader("3. Proof by intervention")
+st.caption("Switch one part off in the real model and run this step's tokens again (one forward pass): does the "
+           "token's probability fall, and does the answer change? “zero” writes nothing; “mean” writes the part's "
+           "average over all positions, keeping its usual size but removing what is special about this text.")
+picked = st.session_state.pop("why_ablate_pick", None)
+if picked is not None:
+    st.session_state["why_ab_layer"], st.session_state["why_ab_head"] = int(picked[0]), int(picked[1])
+a1, a2, a3 = st.columns(3)
+ab_layer = a1.number_input("layer ", 0, L - 1, int(best[0]), key="why_ab_layer")
+ab_head = a2.selectbox("part", [*range(H), None], index=int(best[1]), key="why_ab_head",
+                       format_func=lambda h: "MLP" if h is None else f"head {h}")
+mode = a3.radio("ablation", iv.MODES, horizontal=True, key="why_ab_mode")
+if st.button("Ablate and run again", key="why_ablate") or picked is not None:  # or one click on a graph head
+    r = iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits)
+    part = "MLP" if ab_head is None else f"head {ab_head}"
+    st.markdown(f"Layer {int(ab_layer)} {part} ({mode}): probability of “{markdown_text(name[target])}” "
+                f"{r.prob_before:.1%} → **{r.prob_after:.1%}**, score {r.logit_before:.2f} → {r.logit_after:.2f}. "
+                + (f"The top token changes to “{markdown_text(token_text(lm.tokenizer, r.top_after))}”."
+                   if r.answer_changes else "The top token stays the same."))
+
+
+@st.cache_data(max_entries=8, show_spinner="Integrated gradients: the model forward and backward, 30 times...")
+def inputs(model_name: str, ids: tuple, target: int, positions: tuple):
+    from pipeline.attribution.gradients import input_attribution
+
+    return input_attribution(lm, list(ids), target, positions=list(positions) or None)
+
+
+st.subheader("4. Input attribution: which prompt tokens mattered")
+moving = tuple([t.index for t in trace.tokens if t.role == "user"] + list(range(len(trace.ids), len(ids))))
+st.caption("Integrated gradients: slide each input vector of your message (and of the answer so far) from a "
+           "neutral one (the end token's embedding) to the real one, the rest of the prompt kept as it is, and add "
+           "up how the token's log-probability responds on the way. The parts add up to the whole change in "
+           "log-probability, up to the error of the 30-step integral (said under the chips).")
+ig_key = (m.name, tuple(ids), target)
+if st.button("Compute integrated gradients", key="why_ig") or st.session_state.get("why_ig_done") == ig_key:
+    st.session_state["why_ig_done"] = ig_key
+    ia = inputs(m.name, tuple(ids), target, moving)
+    kind = st.radio("method", ["integrated gradients", "gradient × input"], horizontal=True, key="why_ig_kind")
+    values = ia.integrated if kind == "integrated gradients" else ia.grad_x_input
+    shown = list(moving) or list(range(len(ids)))
+    st.html(heat_chips([plain_tokens[i] for i in shown], values[shown]))
+    st.caption(f"Red raises the log-probability of “{name[target]}”, blue lowers it (hover a chip for its value). "
+               f"Sum {ia.integrated.sum():+.3f} against the change {ia.log_prob - ia.baseline_log_prob:+.3f} "
+               f"(off by {ia.completeness_gap:.1%}).")
+
+
+st.subheader("5. Activation patching: a clean and a corrupted question")
+st.caption("Run a corrupted question of the same length, then copy one layer × position of the clean run's "
+           "vector into it. Where the copy brings the clean answer back, that position at that layer carries "
+           "what decides the answer. About 1.5 min on the real model here, in passes of up to 12 positions run "
+           "one at a time behind the room's questions; the result is kept for everyone who patches the same two.")
+request = current_request()
+question = request.messages[-1][1]
+default = question.replace("tomatoes", "carrots") if "tomatoes" in question else question
+corrupted = st.text_input("corrupted question (same number of tokens)", default, key="why_corrupted")
+
+
+clicked = st.button("Patch", key="why_patch")
+patched = None
+try:
+    bad_ids = tokenize_request(lm.tokenizer, replace(request, messages=request.messages[:-1]
+                                                     + (("user", corrupted),))).ids
+    clean_ids = list(trace.ids)
+    positions = tuple(range(max(0, len(clean_ids) - PATCH_POSITIONS), len(clean_ids)))
+    steps = iv.patch_residual_steps(lm, clean_ids, bad_ids, list(positions))  # checked now, run in the queue
+except InputError as e:  # said when Patch is pressed
+    if clicked:
+        st.error(markdown_text(e))
+else:
+    try:
+        patched = long_job(("patching", tuple(clean_ids), tuple(bad_ids), positions), lambda: steps,
+                           "activation patching", start=clicked)
+    except InputError as e:
+        st.error(markdown_text(e))
+if patched is not None:
+    p = patched.value
+    cols = [labels[i] for i in p.positions]
+    fig = go.Figure(go.Heatmap(z=p.restored, x=cols, y=[f"{i}" for i in range(L + 1)], colorscale="RdBu",
+                               zmid=0, reversescale=True, colorbar=dict(title="restored", tickfont=TICK_FONT),
+                               hovertemplate="position %{x}<br>before block %{y}<br>%{z:.0%} restored"
+                                             "<extra></extra>"))
+    fig.update_layout(height=max(420, 16 * L + 160), margin=dict(t=30, b=10))
+    token_axis(fig, "x", cols, angle=-60, title="position patched")
+    fig.update_yaxes(title=f"stream before block (L = {L}: after the last)", autorange="reversed",
+                     type="category", tickfont=TICK_FONT)
+    st.plotly_chart(fig, width="stretch", key="why_patching")
+    st.caption(f"1 = the clean answer's lead of “{token_text(lm.tokenizer, p.clean_id)}” over "
+               f"“{token_text(lm.tokenizer, p.corrupted_id)}” fully back ({p.clean_diff:+.2f} clean, "
+               f"{p.corrupted_diff:+.2f} corrupted). First answer step only. {made_line(patched)}")
