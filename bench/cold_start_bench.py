@@ -20,7 +20,9 @@ import subprocess
 import sys
 import time
 
-from workshop_load import free_port, page_messages  # bench/ is this script's folder
+from workshop_load import page_messages  # bench/ is this script's folder
+
+from pipeline.server.health import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DONE_MARK = b"This run took"  # Journey's last caption

@@ -25,7 +25,9 @@ import time
 from functools import lru_cache
 from urllib.parse import quote
 
-from workshop_load import RssSampler, free_port, page_messages, wait_healthy  # bench/ is this script's folder
+from workshop_load import RssSampler, page_messages  # bench/ is this script's folder
+
+from pipeline.server.health import free_port, wait_healthy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -18,8 +18,8 @@ import statistics
 import time
 
 from pipeline.core.timing import compare_runs
-from pipeline.model.loader import shared_model
 from pipeline.faster import fast_path
+from pipeline.model.loader import shared_model
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 

@@ -29,12 +29,10 @@ import argparse
 import asyncio
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from urllib.parse import quote
 
 QUESTIONS = ["Are tomatoes fruit?", "Why is the sky blue?", "What is a prime number?", "How do bees make honey?",
@@ -53,23 +51,6 @@ DRAWN_JS = """() => document.querySelectorAll('[data-testid="stSkeleton"]').leng
   [...document.querySelectorAll('[data-testid="stPlotlyChart"]')].every(c => c.querySelector('.main-svg'))"""
 
 
-def free_port() -> int:
-    """A port nothing listens on, for a server this script starts (as tests/browser_kit.py finds one)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, seconds: float = 120) -> bool:
-    """Whether the Streamlit server at url answers its health check within `seconds`."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/_stcore/health", timeout=2).read() == b"ok":
-                return True
-        except OSError:
-            time.sleep(0.5)
-    return False
 
 
 def server_pid(url: str) -> int | None:

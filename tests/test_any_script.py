@@ -13,6 +13,7 @@ import unicodedata
 
 import numpy as np
 import pytest
+from kit.texts import KOREAN, LONG_QUESTION
 
 from pipeline.stages.attention import colour_values, entropy_bits, sharpest_head, windowed
 from pipeline.stages.decode_record import silent_steps
@@ -231,7 +232,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VIEWS = ["journey", "request", "tokens", "tensors", "embeddings", "position", "layers",
          "attention", "next_token", "generation", "kv_cache", "prompt_caching"]  # every stage page, in order
 NAMES_PROMPT_TOKENS = {"journey", "request", "tokens", "embeddings", "position", "layers", "attention"}
-QUESTIONS = {"korean": ("토마토는 과일이야?", "토"), "emoji": ("Are 🍅 fruit? 👩‍🔬", "🍅")}
+QUESTIONS = {"korean": (KOREAN, "토"), "emoji": ("Are 🍅 fruit? 👩‍🔬", "🍅")}
 
 
 def page_strings(at) -> str:
@@ -247,7 +248,7 @@ def page_strings(at) -> str:
 @pytest.mark.parametrize("lang", list(QUESTIONS))
 @pytest.mark.parametrize("view", VIEWS)
 def test_every_page_names_tokens_by_their_character(view, lang, tiny_app):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     question, char = QUESTIONS[lang]
     at = page_app(view, req_question=question, req_max_new_tokens=12)  # the answer's length does not matter here
@@ -263,7 +264,6 @@ def test_every_page_names_tokens_by_their_character(view, lang, tiny_app):
 
 
 # ---- What if and the cut answer, in Korean -------------------------------------------------------
-KOREAN = QUESTIONS["korean"][0]  # greedy answer: 'The word "토마…', 토 spread over steps 3-5
 
 
 def test_spelled_names_a_character_cut_short_by_its_parts(tokenizer):
@@ -297,7 +297,7 @@ def test_prefill_passes_follow_the_chunking():
 def test_what_if_names_answer_tokens_by_their_character():
     """Step 5 sits inside 토: the answer so far and the candidates are named as Journey names them,
     never as bare bytes ('answer so far: …<0xED><0x86>', '<0xA0> (id 117)')."""
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("what_if", req_question=KOREAN, req_max_new_tokens=8, br_step=5)
     at.run()
@@ -320,7 +320,7 @@ def test_what_if_names_answer_tokens_by_their_character():
 @pytest.mark.app
 def test_journey_says_a_korean_answer_was_cut_and_sends_no_u_fffd():
     """5 tokens end after 2 of 토's 3 bytes: no '�' in a text_delta or the completed text, and the page says so."""
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("journey", req_question=KOREAN, req_max_new_tokens=5)
     at.run()
@@ -329,13 +329,9 @@ def test_journey_says_a_korean_answer_was_cut_and_sends_no_u_fffd():
     assert not any("\ufffd" in c.value for c in at.code)  # the deltas and the completed event
 
 
-LONG_QUESTION = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]} and holds {i * 7 % 13} apples."
-                         for i in range(48)) + " Which box holds the most apples?"  # ~600 prompt tokens
-
-
 def test_journey_tells_one_story_about_a_long_prefill(tiny_app):
     """Over 512 tokens the prefill runs in chunks: section 4 must not say 'one pass' while section 7 says 2."""
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("journey", req_question=LONG_QUESTION, req_max_new_tokens=3)
     at.run()
@@ -350,7 +346,7 @@ def test_request_and_tokens_pages_say_which_text_their_character_counts_count(to
     request. Both count the whole prompt; they differ only by the markers, letter by letter vs one each."""
     import re
 
-    from conftest import page_app
+    from kit.apptest import page_app
 
     from ui.escape import code_span
 

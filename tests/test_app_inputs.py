@@ -20,7 +20,7 @@ def run_app(**state) -> AppTest:
 
 def errors(at: AppTest) -> str:
     """What the error boxes say to the reader (their Markdown escapes resolved)."""
-    from markdown_links import shown
+    from kit.markdown_links import shown
 
     return " ".join(shown(e.value) for e in at.error)
 

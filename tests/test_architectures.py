@@ -12,43 +12,15 @@ import json
 import numpy as np
 import pytest
 import torch
+from kit.tiny_models import TEXT, WINDOW, tiny_gemma3, tiny_llama, wrap
 
 from pipeline.core.errors import InputError
 from pipeline.model.capture import Gemma3Layout, LlamaLayout, capture, hook_points, layout_for
-from pipeline.model.dims import FULL, SLIDING
-from pipeline.model.loader import LoadedModel
+from pipeline.model.dims import SLIDING
 from pipeline.model.prefill import run_prefill, top_per_position
 from pipeline.model.registry import GEMMA3
 from pipeline.model.weights_cache import weights_cache_dir
 from pipeline.stages.layers import logit_lens
-
-TEXT = "Are tomatoes fruit? Botanically, yes: a tomato is the ripened ovary of a flowering plant."
-WINDOW = 4  # the tiny Gemma's sliding window: shorter than the prompt, so the band shows
-
-
-def wrap(model, tokenizer, name):
-    return LoadedModel(model=model.eval(), tokenizer=tokenizer, name=name, device=torch.device("cpu"))
-
-
-@pytest.fixture(scope="module")
-def gemma_tokenizer():
-    """Gemma's real tokenizer (262,144 ids), from the converted weights cache's files only."""
-    folder = weights_cache_dir(GEMMA3)
-    if not (folder / "tokenizer.json").exists():
-        pytest.skip(f"Gemma's tokenizer is not converted yet ({folder}): ./run.sh converts it")
-    from pipeline.model.weights_cache import load_tokenizer
-
-    return load_tokenizer(folder, GEMMA3)
-
-
-def tiny_llama(tokenizer, **config):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    settings = dict(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, intermediate_size=96, max_position_embeddings=512,
-                    attn_implementation="sdpa")
-    torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**{**settings, **config}))
 
 
 def tiny_qwen2(tokenizer):
@@ -62,26 +34,6 @@ def tiny_qwen2(tokenizer):
         for block in model.model.layers:
             for proj in (block.self_attn.q_proj, block.self_attn.k_proj, block.self_attn.v_proj):
                 proj.bias.normal_()
-    return model
-
-
-def tiny_gemma3(tokenizer):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(0)
-    config = Gemma3TextConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1,
-        head_dim=16, query_pre_attn_scalar=16, intermediate_size=48, max_position_embeddings=512,
-        sliding_window=WINDOW, layer_types=[SLIDING, SLIDING, FULL],
-        rope_parameters={FULL: {"rope_type": "default", "rope_theta": 1_000_000.0},
-                         SLIDING: {"rope_type": "default", "rope_theta": 10_000.0}},
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        attn_implementation="sdpa")
-    model = Gemma3ForCausalLM(config)
-    with torch.no_grad():  # Gemma's norms multiply by (1 + weight) and start at 0: make them matter
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.normal_(0, 0.5)
     return model
 
 

@@ -23,8 +23,7 @@ CLEAN, CORRUPTED = "Are tomatoes fruit? Yes, they", "Are carrots fruit? Yes, the
 
 @pytest.fixture(scope="module")
 def tiny_models(tokenizer):
-    from conftest import make_tiny_lm
-    from test_architectures import tiny_gemma3
+    from kit.tiny_models import make_tiny_lm, tiny_gemma3
 
     llama = make_tiny_lm(tokenizer, seed=1, num_hidden_layers=3, hidden_size=32, intermediate_size=64)
     gemma = LoadedModel(model=tiny_gemma3(tokenizer).eval(), tokenizer=tokenizer, name="tiny-gemma",

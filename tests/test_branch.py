@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import torch
-from cli_kit import run_cli
+from kit.cli import run_cli
 
 from pipeline.core.errors import InputError
 from pipeline.run.statistics import log_probability

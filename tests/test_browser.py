@@ -11,7 +11,7 @@ import re
 from urllib.parse import urlparse
 
 import pytest
-from browser_kit import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, settle
 
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 

@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 import pytest
-from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
 
 from ui.connection_notice import NOTE
 

@@ -2,7 +2,7 @@
 import os
 
 import pytest
-from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -48,9 +48,11 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
     import subprocess
     import sys
 
-    from browser_kit import ROOT, free_port, wait_healthy
-    from markdown_links import HOSTILE
+    from kit.browser import ROOT
+    from kit.markdown_links import HOSTILE
     from playwright.sync_api import sync_playwright
+
+    from pipeline.server.health import free_port, wait_healthy
 
     script = tmp_path / "hostile.py"
     script.write_text(SCRIPT.format(hostile=HOSTILE))

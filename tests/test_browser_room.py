@@ -8,7 +8,7 @@ import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
-from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, question_shown, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, question_shown, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]

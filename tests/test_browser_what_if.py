@@ -5,8 +5,8 @@ import os
 import re
 
 import pytest
-from browser_kit import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, open_page, settle
-from test_any_script import KOREAN, LONG_QUESTION
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, open_page, settle
+from kit.texts import KOREAN, LONG_QUESTION
 
 SERVER_LOG = ROOT / "artifacts" / "browser-what-if.log"  # app_server's log of this file's server
 pytestmark = [pytest.mark.browser,

@@ -12,10 +12,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from cli_kit import run_cli
-from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kit.cli import run_cli
+from kit.hypothesis_profiles import examples
 
 from pipeline.cli import main
 from pipeline.core.errors import InputError
@@ -498,7 +498,7 @@ def test_cli_does_not_import_torch():
 
 # ---- the page --------------------------------------------------------------------------------------
 def test_page_audits_an_example_then_a_pasted_log_safely(tiny_app):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("cache_audit")
     at.run()
@@ -735,7 +735,7 @@ EVIL = "[text](http://evil.example)"
      '{"tools": [{"name": "u\\n\\n' + EVIL + '", "parameters": {}}], "messages": ' + USER_HI + '}', None),
 ])
 def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("cache_audit", ca_source="Paste")
     at.run()
@@ -754,7 +754,7 @@ def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
 def test_page_in_chromium_draws_no_link_from_the_log(tiny_server_cache):
     """Streamlit's own Markdown (GFM) in Debian's Chromium: a `ts` holding a link and a user message holding
     one show as text; a Claude Haiku 4.5 log says why nothing is cached. Screenshots in artifacts/browser/."""
-    from browser_kit import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
 
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed")

@@ -12,8 +12,9 @@ import time
 
 import numpy as np
 import pytest
-from cli_kit import run_cli
-from conftest import ROOT
+from kit.cli import run_cli
+from kit.disk import fill, tiny_tmpfs
+from kit.paths import ROOT
 
 from pipeline.cli.terminal import safe_output, terminal_text
 from pipeline.core.errors import InputError
@@ -127,26 +128,6 @@ def test_write_atomic_replaces_keeping_permissions_and_symlinks(tmp_path):
     write_atomic(link, lambda f: f.write("new"), text=True)
     assert link.is_symlink() and real.read_text() == "new"
     assert real.stat().st_mode & 0o777 == 0o640
-
-
-@contextlib.contextmanager
-def tiny_tmpfs(folder, size="64k"):
-    folder.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("mounting a tmpfs is not permitted here")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
-
-
-def fill(folder):
-    """Write into `folder` until the disk is full."""
-    with open(folder / "filler", "wb", buffering=0) as f:
-        with contextlib.suppress(OSError):
-            while True:
-                f.write(b"x" * 4096)
 
 
 def test_cli_on_a_full_disk_keeps_the_old_file_and_exits_2(tmp_path):

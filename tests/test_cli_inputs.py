@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_kit import run_cli
-from conftest import ROOT
+from kit.cli import run_cli
+from kit.paths import ROOT
 
 from pipeline.cli.arguments import write_json
 from pipeline.cli.parser import MAX_LINE, error_line

@@ -1,8 +1,8 @@
 """Comparing models on one request (pipeline/run/compare_models.py): fast on two tiny random Llamas, then the
 real pair."""
 import pytest
-from conftest import DEFAULT_QUESTION, make_tiny_lm
-from test_architectures import gemma_tokenizer  # noqa: F401, F811 - the fixture: Gemma's tokenizer files
+from kit.texts import DEFAULT_QUESTION
+from kit.tiny_models import make_tiny_lm
 
 from pipeline.model.dims import FULL, SLIDING, ModelDims
 from pipeline.run.compare_models import answers_sentence, attention_kinds, compare_models, kv_footprint
@@ -76,7 +76,7 @@ MALICIOUS = "<img src=x onerror=alert(1)> **bold** 토마토"
 def test_compare_page_on_the_real_models():
     """The page runs the request through SmolLM2 and Gemma and shows both answers and both prompts; the
     question's HTML stays text (it reaches the page only escaped, or inside code blocks)."""
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("compare_models", req_question=MALICIOUS, req_max_new_tokens=4).run()
     assert not at.exception, at.exception
@@ -95,7 +95,7 @@ def test_compare_page_on_the_real_models():
 def test_tokens_page_counts_the_text_in_both_vocabularies():
     """Section 4 of the Tokens page: the typed text through SmolLM2's and Gemma's tokenizers, counts as the
     tokenizers themselves give them (HF's own encode, no special tokens added)."""
-    from conftest import page_app
+    from kit.apptest import page_app
 
     from pipeline.model.handle import ModelHandle
 
@@ -129,7 +129,7 @@ def test_compare_page_runs_as_a_long_job_that_its_starter_can_stop_and_start_aga
     import threading
     from concurrent.futures import CancelledError
 
-    from conftest import page_app
+    from kit.apptest import page_app
 
     from pipeline.run import compare_models as compare
     from views import long_job

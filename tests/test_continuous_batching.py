@@ -6,47 +6,12 @@ import threading
 import numpy as np
 import pytest
 import torch
+from kit.batching import FakeEngine, assert_alone_equal, three_requests
 
 from pipeline.core.errors import InputError
-from pipeline.model.passes import PassCounter, counting_passes, note_pass
+from pipeline.model.passes import PassCounter, counting_passes
 from pipeline.server.room_schedule import room_rows
 from pipeline.server.run_queue import RunQueue
-
-
-class FakeEngine:
-    """payload: (name, tokens to make, prompt tokens, KV bytes). Each step every started request makes one
-    token; a request ends after its `tokens`. `on_step(n)` runs inside step n (the test acts mid-batch)."""
-
-    def __init__(self, on_step=None):
-        self.live: dict[str, list] = {}  # name -> [tokens left, made]
-        self.log: list = []  # ("start", name) / ("step", [names in it])
-        self.on_step = on_step or (lambda n: None)
-        self.steps = 0
-
-    def reserve(self, payload):
-        return payload[2], payload[3]
-
-    def start(self, payload):
-        name, tokens = payload[0], payload[1]
-        if tokens < 0:
-            raise InputError("messages", f"{name} is refused")
-        note_pass()  # the prefill's forward pass, counted for its caller
-        self.log.append(("start", name))
-        self.live[name] = [tokens, []]
-        return name
-
-    def step(self):
-        self.on_step(self.steps)
-        self.log.append(("step", sorted(self.live)))
-        ended = []
-        for name, state in list(self.live.items()):
-            state[1].append(self.steps)
-            state[0] -= 1
-            if state[0] == 0:
-                ended.append((name, f"{name}:{len(state[1])}"))
-                del self.live[name]
-        self.steps += 1
-        return ended
 
 
 def _blocked_queue(engine, **kw):
@@ -190,7 +155,7 @@ def test_a_trace_engine_with_a_finisher_makes_the_same_traces_as_without(tiny_lm
 
     from pipeline.server.trace_engine import TraceEngine
 
-    requests = _requests()
+    requests = three_requests()
     inline = staggered(tiny_lm, requests, [0, 0, 0])  # all three in the batch from the start, as below
     stored = {}
     with ThreadPoolExecutor(max_workers=1) as finisher:
@@ -221,30 +186,10 @@ def staggered(lm, requests, join_at):
     return [results[i] for i in range(len(requests))]
 
 
-def _requests():
-    from pipeline.stages.request import ChatRequest, GenerationOptions
-
-    return [ChatRequest.from_question("Hi", options=GenerationOptions(max_new_tokens=6)),
-            ChatRequest.from_question("Are tomatoes fruit? Botanically, yes: a tomato is a fruit.",
-                                      options=GenerationOptions(max_new_tokens=8, temperature=0.8, seed=3)),
-            ChatRequest.from_question("Why?", options=GenerationOptions(max_new_tokens=3))]
-
-
-def _assert_alone_equal(lm, traces, requests):
-    from pipeline.run.trace import run_trace
-
-    for request, joined in zip(requests, traces):
-        alone = run_trace(request, lm)
-        assert joined.generated_token_ids == alone.generated_token_ids
-        assert np.abs(joined.step_logits - alone.step_logits).max() < 1e-4
-        assert [s.kv_cache_tokens for s in joined.steps] == [s.kv_cache_tokens for s in alone.steps]
-        assert [s.kv_bytes_per_layer for s in joined.steps] == [s.kv_bytes_per_layer for s in alone.steps]
-
-
 def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(tiny_lm):
-    requests = _requests()
+    requests = three_requests()
     traces = staggered(tiny_lm, requests, join_at=[0, 2, 3])  # the longer prompt joins later: the rows re-pad
-    _assert_alone_equal(tiny_lm, traces, requests)
+    assert_alone_equal(tiny_lm, traces, requests)
     assert [s.batch_size for s in traces[0].steps] == [1, 1, 2, 3, 3, 3]  # B joined at step 2, C at 3
     assert [s.batch_size for s in traces[1].steps] == [2, 3, 3, 3, 1, 1, 1, 1]  # A and C left at their ends
 
@@ -255,7 +200,7 @@ def test_answers_joining_and_leaving_between_two_steps_cost_one_merge_of_the_cac
     from pipeline.model.kv_tensors import cache_layers
     from pipeline.server.trace_engine import TraceEngine
 
-    short, long_, mid = _requests()
+    short, long_, mid = three_requests()
     engine = TraceEngine(lambda r: tiny_lm)
     engine.start((0, short, None))  # 6 tokens
     engine.step()
@@ -287,7 +232,7 @@ def test_the_joined_cache_takes_each_step_in_place_and_goes_on_as_hf_once_its_ro
     from pipeline.server.trace_engine import TraceEngine
 
     engine = TraceEngine(lambda r: tiny_lm)
-    engine.start((0, _requests()[0], None))
+    engine.start((0, three_requests()[0], None))
     engine.step()
     batch = next(iter(engine.batches.values()))
     keys = cache_layers(batch.cache)[0][0]
@@ -315,7 +260,7 @@ def test_a_join_that_fits_and_a_leave_are_made_in_place_in_the_joined_cache(tiny
     from pipeline.model.kv_tensors import cache_layers
     from pipeline.server.trace_engine import TraceEngine
 
-    a, b, c = _requests()
+    a, b, c = three_requests()
     engine = TraceEngine(lambda r: tiny_lm)
     engine.start((0, b, None))  # the longest prompt first: the later ones fit in its width
     engine.step()
@@ -335,26 +280,19 @@ def test_a_join_that_fits_and_a_leave_are_made_in_place_in_the_joined_cache(tiny
     assert batch.mask[1].tolist() == [0] * (T - row_a.length) + [1] * row_a.length
 
 
-@pytest.fixture(scope="module")
-def gemma_tokenizer():
-    from test_architectures import gemma_tokenizer as fixture
-
-    return fixture.__wrapped__()
-
-
 def test_gemma_requests_joining_a_running_batch_get_the_tokens_they_get_alone(gemma_tokenizer):
     """Sliding window 64, longer than prompt + answer: every cache pads into the batch (past the window each
     steps on its own cache: tests/test_architectures.py, batched answers past the window)."""
-    from test_architectures import tiny_gemma3, wrap
+    from kit.tiny_models import tiny_gemma3, wrap
 
     model = tiny_gemma3(gemma_tokenizer)
     model.config.sliding_window = 64
     for block in model.model.layers:
         block.self_attn.sliding_window = 64 if block.self_attn.sliding_window else None
     lm = wrap(model, gemma_tokenizer, "tiny-gemma3")
-    requests = _requests()
+    requests = three_requests()
     traces = staggered(lm, requests, join_at=[0, 1, 1])
-    _assert_alone_equal(lm, traces, requests)
+    assert_alone_equal(lm, traces, requests)
 
 
 # ---- the real model ----------------------------------------------------------------------------------
@@ -417,7 +355,7 @@ def test_each_session_counts_the_batched_passes_its_own_request_took_part_in(tin
     from pipeline.server.trace_engine import TraceEngine
     from views.session_request import passes_caption
 
-    short, long_ = _requests()[:2]  # 6 and 8 new tokens
+    short, long_ = three_requests()[:2]  # 6 and 8 new tokens
     q = RunQueue(engines={"trace": TraceEngine(lambda r: tiny_lm)})
     release = threading.Event()
     q.submit("gate", lambda: release.wait(10), cost=1)  # both wait, so they are admitted in the same gap

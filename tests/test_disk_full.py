@@ -5,7 +5,7 @@ import errno
 import os
 import pickle
 
-from test_cli_files import fill, tiny_tmpfs
+from kit.disk import fill, tiny_tmpfs
 
 from pipeline.core.files import write_atomic
 from pipeline.server.store import disk as disk_store

@@ -31,10 +31,10 @@ def test_a_tokenizer_is_loaded_once_per_content_of_its_files_and_again_when_they
 
 
 def test_apptest_still_stops_a_page_that_runs_past_its_timeout(tmp_path):
-    from conftest import _lighter_apptest
+    from kit.apptest import lighter_apptest
     from streamlit.testing.v1 import AppTest
 
-    _lighter_apptest()
+    lighter_apptest()
     page = tmp_path / "slow.py"
     page.write_text("import time\nimport streamlit as st\nst.write('started')\ntime.sleep(0.5)\nst.write('done')\n")
     with pytest.raises(RuntimeError, match=r"timed out after 0\.1"):
@@ -44,11 +44,11 @@ def test_apptest_still_stops_a_page_that_runs_past_its_timeout(tmp_path):
 
 
 def test_apptest_compiles_a_page_once_per_version_of_its_file(tmp_path, monkeypatch):
-    from conftest import _lighter_apptest
+    from kit.apptest import lighter_apptest
     from streamlit.runtime.scriptrunner import script_cache
     from streamlit.testing.v1 import AppTest
 
-    _lighter_apptest()
+    lighter_apptest()
     compiles = []
     monkeypatch.setattr(script_cache, "compile", raising=False,  # the module calls the builtin by name
                         value=lambda *a, **k: compiles.append(a[1]) or builtins.compile(*a, **k))

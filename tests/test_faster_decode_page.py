@@ -1,5 +1,5 @@
 """The Faster decode page's speculative section (views/faster_decode_drafts.py) on the tiny model, and its chips."""
-from conftest import page_app
+from kit.apptest import page_app
 
 
 def test_draft_chips_escape_token_text():

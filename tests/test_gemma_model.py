@@ -6,7 +6,7 @@ reach back."""
 import numpy as np
 import pytest
 import torch
-from conftest import DEFAULT_QUESTION
+from kit.texts import DEFAULT_QUESTION, LONG_NOTES
 
 from pipeline.model.dims import SLIDING
 from pipeline.model.prefill import run_prefill
@@ -17,8 +17,6 @@ from pipeline.stages.tokens import tokenize_request
 pytestmark = pytest.mark.model
 
 STEPS = 8
-LONG_NOTES = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]} and holds {i * 7 % 13} apples."
-                      for i in range(45)) + " Which box holds the most apples?"  # ~600 tokens
 
 
 def hf_greedy(lm, ids: list[int], n: int) -> list[int]:
@@ -81,9 +79,9 @@ def test_no_weight_falls_past_the_window_in_a_sliding_layer(gemma_lm, long_ids):
 def test_the_plain_path_equals_hf_generate(gemma_lm, question):
     """The plain serving path's own Gemma decoder (pipeline.model.decoders.gemma) gives HF's greedy tokens,
     on a prompt inside the window and on one past it."""
+    from pipeline.faster import fast_path
     from pipeline.model.decoders.factory import open_decoder
     from pipeline.model.decoders.gemma import GemmaPlainDecoder
-    from pipeline.faster import fast_path
 
     n = STEPS
     request = ChatRequest.from_question(LONG_NOTES if question == "long" else question,

@@ -5,7 +5,7 @@ import os
 import re
 
 import pytest
-from markdown_links import foreign_links
+from kit.markdown_links import foreign_links
 from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")  # AppTest on the tiny model (fast tier): links, not answers
@@ -80,7 +80,7 @@ def test_no_tampered_parameter_plants_a_link(file, path):
                                        # the grammar engine echoes the schema's text in its error
                                        ("json_schema", '{"$ref": "#/definitions/' + PHISH + '"}')])
 def test_grammars_that_crashed_or_are_refused_show_a_message(kind, spec):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("constrained", req_max_new_tokens=4).run()
     at.radio(key="co_kind").set_value(kind).run()
@@ -98,7 +98,7 @@ def test_grammars_that_crashed_or_are_refused_show_a_message(kind, spec):
     ("embeddings", "em_a", "http://evil.example/x"),  # the analogy's words
 ])
 def test_words_typed_into_a_page_are_quoted_without_a_link(view, key, value):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app(view, req_max_new_tokens=4).run()
     next(w for w in [*at.text_input, *at.text_area] if w.key == key).set_value(value).run()

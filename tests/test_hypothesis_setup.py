@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
+from kit.paths import ROOT
 
 PROPERTIES = '''
 import os

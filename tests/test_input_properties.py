@@ -6,10 +6,10 @@ import math
 import numpy as np
 import pytest
 import quicktok
-from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from kit.hypothesis_profiles import examples
 
 from pipeline.core import maths
 from pipeline.core.errors import InputError

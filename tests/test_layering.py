@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from conftest import ROOT, source_tree
+from kit.paths import ROOT, source_tree
 
 ROOT = Path(ROOT)
 TREES = ("pipeline", "ui", "views")

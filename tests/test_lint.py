@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from kit.paths import ROOT
 
 
 def ruff_command() -> list[str] | None:

@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import CancelledError
 
 import pytest
-from test_continuous_batching import FakeEngine
+from kit.batching import FakeEngine
 
 from pipeline.core.long_jobs import Progress, run_to_end
 from pipeline.server.run_queue import RunQueue

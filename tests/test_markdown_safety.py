@@ -2,11 +2,11 @@
 code_span, checked with a model of Streamlit's renderer (tests/markdown_links.py)."""
 import html
 
-from conftest import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from kit.hypothesis_profiles import examples
+from kit.markdown_links import HOSTILE, PHISH, foreign_links, links, shown
 from markdown_it import MarkdownIt
-from markdown_links import HOSTILE, PHISH, foreign_links, links, shown
 
 from ui.escape import code_span, markdown_text
 

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import source_tree
+from kit.paths import source_tree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

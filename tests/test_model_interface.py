@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import source_tree
+from kit.paths import source_tree
 
 from pipeline.model.handle import ModelHandle
 from pipeline.model.interface import LanguageModel

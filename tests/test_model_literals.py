@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from conftest import source_tree
+from kit.paths import source_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = [ROOT / "app.py", *sorted((ROOT / "views").rglob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]

@@ -7,7 +7,8 @@ real tokenizer, beside the tiny SmolLM2 for the default model (the warm-up's). A
 import os
 
 import pytest
-from conftest import ROOT, app_pages, clear_streamlit_caches, page_app
+from kit.apptest import clear_streamlit_caches, page_app
+from kit.paths import ROOT, app_pages
 from streamlit.testing.v1 import AppTest
 
 GEMMA = "gemma-3-270m"

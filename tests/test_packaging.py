@@ -1,8 +1,8 @@
 """The project is an installed package (pyproject.toml; ./run.sh installs it editable), fast tier.
 
 - No file of the repository edits the import path (inserting into sys.path and the like): tests, bench/ scripts and
-  `python -m pipeline` import pipeline/, ui/ and views/ as the installed package, and the tests' helpers by
-  their module names (pytest puts tests/, which has no __init__.py, on the path).
+  `python -m pipeline` import pipeline/, ui/ and views/ as the installed package, and the tests' helpers as the
+  package tests/kit/ (pytest puts tests/, which has no __init__.py, on the path). No test file imports another.
 - pyproject.toml names every package: each folder with an __init__.py, and each top-level folder app.py imports
   from (views/ has no __init__.py); and names none that is gone.
 - pyproject.toml is the one place of pytest's and ruff's settings: a pytest.ini or ruff.toml beside it would
@@ -15,7 +15,7 @@ import tomllib
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from conftest import ROOT, source_tree
+from kit.paths import ROOT, source_tree
 
 ROOT = Path(ROOT)
 # what runs and tools make, git-ignored (.gitignore), and the virtual environment
@@ -39,8 +39,10 @@ def package_finder() -> dict:
 
 
 def packages_in_tree() -> set[str]:
-    """Every folder with an __init__.py, as a dotted name: {'pipeline', 'pipeline.model', 'ui', ...}."""
-    return {".".join(p.parent.relative_to(ROOT).parts) for p in repository_files() if p.name == "__init__.py"}
+    """Every folder with an __init__.py, as a dotted name: {'pipeline', 'pipeline.model', 'ui', ...}; the tests'
+    own kit (tests/kit/, imported as `kit` from tests/) is not the project's."""
+    return {".".join(p.parent.relative_to(ROOT).parts) for p in repository_files()
+            if p.name == "__init__.py" and p.parent.relative_to(ROOT).parts[0] != "tests"}
 
 
 def folders_app_imports() -> set[str]:
@@ -88,3 +90,25 @@ def test_pyproject_holds_the_tools_settings_alone():
         tool = tomllib.load(f)["tool"]
     assert "--strict-markers" in tool["pytest"]["ini_options"]["addopts"]
     assert tool["ruff"]["lint"]["select"] == ["E", "F", "W"]
+
+
+def imported_test_files(path: Path) -> list[str]:
+    """The test files (tests/test_*.py, tests/conftest.py) a file imports from."""
+    local = {p.stem for p in (ROOT / "tests").glob("*.py")}
+    found = []
+    for node in ast.walk(source_tree(path)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+        found += [n for n in names if n.split(".")[0] in local]
+    return found
+
+
+def test_no_test_file_imports_another(tmp_path):
+    """What tests share lives in tests/kit/ (helpers, and fixtures as plugins), never in a test file another one
+    imports: that made a test's helpers depend on which file happened to hold them."""
+    files = sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "tests" / "kit").glob("*.py"))
+    importing = {str(p.relative_to(ROOT)): imported for p in files if (imported := imported_test_files(p))}
+    assert importing == {}
+    probe = tmp_path / "probe.py"
+    probe.write_text("from test_architectures import tiny_gemma3\nimport conftest\nfrom kit.texts import KOREAN\n")
+    assert imported_test_files(probe) == ["test_architectures", "conftest"]

@@ -98,7 +98,7 @@ def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tin
     folder) shows them without playing the scenario again, and says when and on which machine they were timed."""
     import time
 
-    from conftest import clear_streamlit_caches
+    from kit.apptest import clear_streamlit_caches
 
     import views.scenarios
     from views.scenarios import scenario_key

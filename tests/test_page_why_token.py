@@ -5,7 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import chart_data
+from kit.apptest import chart_data
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,7 +19,7 @@ def run_page() -> AppTest:
 
 
 def test_logit_parts_on_the_page_add_up_to_the_runs_own_score(tiny_app):
-    from conftest import DEFAULT_QUESTION
+    from kit.texts import DEFAULT_QUESTION
 
     from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import chart_data, prompt_ids
+from kit.apptest import chart_data
+from kit.tiny_models import prompt_ids
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import chart_data, prompt_ids
+from kit.apptest import chart_data
+from kit.tiny_models import prompt_ids
 from streamlit.testing.v1 import AppTest
 
 from pipeline.model.loader import attention_implementation
@@ -281,7 +282,7 @@ def test_attention_page_long_prompt_shows_a_window(long_trace):
 def test_what_if_page_shows_the_branch_it_just_made(tiny_app):
     """Continue makes a branch and shows it (the tree's radio once kept 'the original run' selected
     and sent the page straight back to it)."""
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("what_if", req_max_new_tokens=8)
     at.run()

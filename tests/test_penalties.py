@@ -155,8 +155,8 @@ def hf_greedy(lm, ids: list[int], n: int, **kwargs) -> list[int]:
 
 def check_equals_hf(lm, question: str, penalty: float, n: int, batched: bool = True) -> None:
     """The captured path, the plain one and (batched) decode_batch beside another request all give HF's answer."""
-    from pipeline.run.trace import run_trace, run_traces
     from pipeline.faster import fast_path
+    from pipeline.run.trace import run_trace, run_traces
     from pipeline.stages.tokens import tokenize_request
 
     options = GenerationOptions(max_new_tokens=n, repetition_penalty=penalty)
@@ -207,7 +207,7 @@ def test_the_command_line_takes_the_penalties_and_the_bias():
                                           (["--logit-bias", "13"], "logit_bias"),
                                           (["--logit-bias", "13:500"], "logit_bias")])
 def test_the_command_line_refuses_bad_values_before_loading_the_model(flags, field, tmp_path):
-    from cli_kit import run_cli
+    from kit.cli import run_cli
 
     code, _out, err = run_cli(tmp_path, "trace", "hi", *flags)  # a weights cache that cannot be used (cli_kit)
     assert code == 2

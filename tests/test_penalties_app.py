@@ -3,7 +3,8 @@ refused with a note, and the Next token page's raw-to-final table."""
 import os
 
 import pytest
-from conftest import ROOT, page_app
+from kit.apptest import page_app
+from kit.paths import ROOT
 from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")

@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from cli_kit import run_cli
+from kit.cli import run_cli
 
 from pipeline.model.capture import capture
 from pipeline.model.dims import kv_bytes_formula

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from test_continuous_batching import _assert_alone_equal, _requests
+from kit.batching import assert_alone_equal, three_requests
 
 from pipeline.core.errors import InputError
 from pipeline.model.kv_tensors import cache_layers
@@ -23,7 +23,7 @@ FIELDS = ("embeddings", "hidden_states", "attn_out", "mlp_out", "q_rot", "k_rot"
 def _prompts(lm):
     from pipeline.stages.tokens import tokenize_request
 
-    return [tokenize_request(lm.tokenizer, r).ids for r in _requests()]  # 3 lengths: the longest pads the others
+    return [tokenize_request(lm.tokenizer, r).ids for r in three_requests()]  # 3 lengths: the longest pads the others
 
 
 def test_each_prompt_of_a_batched_prefill_is_captured_as_it_is_alone(tiny_lm):
@@ -63,7 +63,7 @@ def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone
     from pipeline.server.trace_engine import TraceEngine
     from pipeline.stages.request import ChatRequest, GenerationOptions
 
-    requests = _requests()
+    requests = three_requests()
     engine = TraceEngine(lambda r: tiny_lm, max_prompt_tokens=200)
     batched_calls = []
     start_together = engine.start_together
@@ -80,7 +80,7 @@ def test_requests_admitted_in_one_gap_are_prefilled_together_and_answer_as_alone
     with pytest.raises(InputError):
         tickets[3].result(60)  # refused on its own; the others went on
     assert batched_calls == [4]  # all four in one call: one batched pass for the three that fit
-    _assert_alone_equal(tiny_lm, traces, requests)
+    assert_alone_equal(tiny_lm, traces, requests)
 
 
 def test_run_traces_prefills_its_requests_in_the_one_batched_pass_and_answers_as_alone(tiny_lm, monkeypatch):
@@ -91,7 +91,7 @@ def test_run_traces_prefills_its_requests_in_the_one_batched_pass_and_answers_as
     from pipeline.run.trace import run_trace, run_traces
     from pipeline.stages.request import ChatRequest, GenerationOptions
 
-    requests = _requests()
+    requests = three_requests()
     alone = [run_trace(r, tiny_lm) for r in requests]
     refused = ChatRequest.from_question("tomato " * 300, options=GenerationOptions(max_new_tokens=2))
     monkeypatch.setattr(prefill, "run_prefill", lambda *a, **k: pytest.fail("prefilled one by one"))

@@ -6,7 +6,7 @@ marked `model`, on the real SmolLM2.
 """
 import pytest
 import torch
-from conftest import make_tiny_lm
+from kit.tiny_models import make_tiny_lm
 
 from pipeline.core.errors import InputError
 from pipeline.model.kv_tensors import cache_layers
@@ -45,7 +45,7 @@ def any_lm(request):
 @pytest.fixture(scope="module")
 def tiny_gemma_lm(tokenizer):
     """A tiny Gemma 3 (sliding window of 4 in two of its three layers: shorter than every prompt here)."""
-    from test_architectures import tiny_gemma3
+    from kit.tiny_models import tiny_gemma3
 
     from pipeline.model.loader import LoadedModel
 

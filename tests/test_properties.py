@@ -8,9 +8,9 @@ import unicodedata
 import numpy as np
 import pytest
 import torch
-from conftest import examples
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+from kit.hypothesis_profiles import examples
 
 from pipeline.core.errors import InputError
 from pipeline.prompt_cache.engine import (
@@ -353,7 +353,7 @@ def test_prefix_cache_stays_within_budget_and_never_orphans_a_block(tiny_lm, req
 
 
 def test_prompt_longer_than_the_window_is_an_input_error(tokenizer):
-    from conftest import make_tiny_lm
+    from kit.tiny_models import make_tiny_lm
 
     small = make_tiny_lm(tokenizer, max_position_embeddings=16)
 

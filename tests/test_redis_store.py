@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.server.health import free_port
 from pipeline.server.store.memory import RunStore
 from pipeline.server.store.redis_store import HEADER, RedisStore, address_of, decode, encode
 
@@ -21,11 +22,6 @@ pytestmark = pytest.mark.skipif(REDIS is None,
                                 reason="Debian's redis-server is not installed (./run.sh room-store installs it)")
 PASSWORD = "test-room-secret"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answers(port: int) -> bool:
@@ -39,7 +35,7 @@ def _answers(port: int) -> bool:
 
 class Server:
     def __init__(self, tmp_path, maxmemory: str = "64mb"):
-        self.port, self.dir, self.maxmemory, self.proc = _free_port(), tmp_path, maxmemory, None
+        self.port, self.dir, self.maxmemory, self.proc = free_port(), tmp_path, maxmemory, None
         self.url = f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
@@ -183,7 +179,7 @@ def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tin
         return " ".join(c.value for c in at.caption)
 
     try:
-        closed = f"redis://:{PASSWORD}@127.0.0.1:{_free_port()}/0"
+        closed = f"redis://:{PASSWORD}@127.0.0.1:{free_port()}/0"
         said = page(closed)
         assert "unavailable" in said and f"127.0.0.1:{closed.rsplit(':', 1)[1][:-2]}" in said and PASSWORD not in said
         assert run_store().disk.waiting == 1  # the run, kept for when it answers
@@ -273,7 +269,7 @@ def room_store(tmp_path, port: int) -> subprocess.Popen:
 
 
 def test_the_room_store_keeps_every_acknowledged_write_through_a_kill_9(tmp_path):
-    port = _free_port()
+    port = free_port()
     proc = room_store(tmp_path, port)
     try:
         conf = (tmp_path / "room-store" / "redis.conf").read_text().splitlines()
@@ -297,7 +293,7 @@ def test_the_room_store_keeps_every_acknowledged_write_through_a_kill_9(tmp_path
 def test_a_room_store_from_before_the_append_only_file_keeps_its_snapshot(tmp_path):
     """Redis started with appendonly yes on a folder that has only a snapshot begins empty (it reads the
     append-only file, not there yet): room-store writes the snapshot into one first."""
-    folder, port = tmp_path / "room-store", _free_port()
+    folder, port = tmp_path / "room-store", free_port()
     folder.mkdir()
     key = RedisStore(f"redis://127.0.0.1:{port}/0").redis_key(("q", "old"))
     old = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder), "--dbfilename",

@@ -4,7 +4,7 @@ name is refused naming the known ones, and a corrupt Gemma GGUF is refused by ou
 import hashlib
 
 import pytest
-from cli_kit import run_cli
+from kit.cli import run_cli
 
 from pipeline.core.errors import InputError
 from pipeline.model import weights_cache

@@ -7,7 +7,7 @@ import sys
 import threading
 
 import pytest
-from cli_kit import run_cli
+from kit.cli import run_cli
 
 from pipeline.core.errors import InputError
 from pipeline.model import weights_cache

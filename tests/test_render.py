@@ -175,7 +175,7 @@ def test_chips_escape_token_text():
 
 def test_highlighted_text_keeps_one_html_block_whatever_the_line_breaks(tokenizer):
     """'\\r\\r' is a blank line to Markdown: left raw, it ended the HTML block and the rest was read as Markdown."""
-    from markdown_links import foreign_links
+    from kit.markdown_links import foreign_links
 
     from pipeline.stages.template import Segment
     from pipeline.text.pieces import token_pieces

@@ -4,7 +4,7 @@ request, not its own default (views.session_request.show_values_in_form)."""
 import os
 
 import pytest
-from conftest import ROOT
+from kit.paths import ROOT
 from streamlit.testing.v1 import AppTest
 
 from views.session_request import FORM_KEYS

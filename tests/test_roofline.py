@@ -5,7 +5,7 @@ import re
 
 import pytest
 import torch
-from conftest import chart_data
+from kit.apptest import chart_data
 from torch.utils.flop_counter import FlopCounterMode
 
 from pipeline.costs.pass_costs import decode_cost, pass_cost, prefill_cost
@@ -58,8 +58,7 @@ def test_prefill_has_the_t_squared_term_and_batching_shares_the_weights():
 
 @pytest.fixture(scope="module")
 def tiny_models(tokenizer):
-    from conftest import TINY_APP_LAYOUT, make_tiny_lm
-    from test_architectures import tiny_gemma3
+    from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm, tiny_gemma3
 
     return [make_tiny_lm(tokenizer, **TINY_APP_LAYOUT),  # tied embeddings
             make_tiny_lm(tokenizer),  # untied
@@ -244,7 +243,7 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv, field", [(["--batch-sizes", "0"], "batch_sizes"),
                                          (["--determinism", "0"], "determinism"), (["--steps", "1"], "steps")])
 def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypatch, tmp_path):
-    from cli_kit import run_cli
+    from kit.cli import run_cli
 
     from pipeline.model import loader
 
@@ -258,7 +257,7 @@ def test_serving_command_refuses_bad_input_before_loading(argv, field, monkeypat
 def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     """On the tiny model: no ceilings yet (the passes shown without shares), then each button; the numbers shown
     are the pipeline's own for this run."""
-    from conftest import ROOT
+    from kit.paths import ROOT
     from streamlit.testing.v1 import AppTest
 
     from pipeline.costs import ceilings as c

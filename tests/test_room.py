@@ -117,7 +117,7 @@ def test_a_folder_that_takes_no_file_keeps_links_and_rooms_in_memory_and_says_so
 
 # ---- presenter mode in AppTest -------------------------------------------------------------------
 def presenter(stage: int, **state):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("presenter", pr_stage=stage, **{"req_max_new_tokens": 4, **state}).run()
     assert not at.exception, at.exception

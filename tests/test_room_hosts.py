@@ -10,13 +10,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from urllib.parse import quote
 
 import pytest
-from browser_kit import CHROMIUM, ROOT, open_page, question_shown, wait_healthy
+from kit.browser import CHROMIUM, ROOT, open_page, question_shown
+
+from pipeline.server.health import free_port, wait_healthy
 
 pytestmark = [pytest.mark.browser, pytest.mark.multihost,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
@@ -82,11 +83,6 @@ def lan():
         clean()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 class Room:
     """The room's processes, each in its own process group (killed as a group)."""
@@ -95,7 +91,7 @@ class Room:
         (self.ns_a, self.a), (self.ns_b, self.b) = lan
         self.tmp, self.cache, self.procs = tmp, cache, {}
         self.store_dir = tmp / "store"
-        self.port = _free_port()
+        self.port = free_port()
 
     def start(self, name: str, args: list[str], ns: str | None = None, **env) -> None:
         cmd = (["ip", "netns", "exec", ns] if ns else []) + ["bash", "run.sh", *args]

@@ -11,7 +11,9 @@ import time
 from urllib.parse import quote
 
 import pytest
-from browser_kit import CHROMIUM, ROOT, open_page, question_shown, wait_healthy
+from kit.browser import CHROMIUM, ROOT, open_page, question_shown
+
+from pipeline.server.health import wait_healthy
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]

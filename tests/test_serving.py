@@ -372,7 +372,7 @@ def test_plain_serving_path_chooses_the_captured_runs_tokens(lm):
 
 
 def test_generation_page_streams_live(tiny_app):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("generation", req_max_new_tokens=8)
     at.run()
@@ -510,7 +510,7 @@ def test_plain_decoder_follows_hf_on_a_tiny_llama(tokenizer, tiny_lm):
     model it does not cover (q/k/v biases) is decoded by HF's forward behind the same interface, and
     a step past the positions it was sized for is refused."""
     import torch
-    from conftest import make_tiny_lm
+    from kit.tiny_models import make_tiny_lm
 
     from pipeline.model.decoders.factory import open_decoder
     from pipeline.model.decoders.plain import HFDecoder, PlainDecoder
@@ -607,7 +607,7 @@ def test_comparing_the_two_paths_measures_both_interleaved_on_the_same_tokens(lm
 
 
 def test_generation_page_compares_the_two_paths_now(tiny_app):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     at = page_app("generation")
     at.run()

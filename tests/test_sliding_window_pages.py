@@ -7,7 +7,7 @@ cells outside the window, one KV head for four query heads, and each layer's pos
 """
 import numpy as np
 import pytest
-from test_architectures import TEXT, WINDOW, gemma_tokenizer, tiny_gemma3, wrap  # noqa: F401 (a fixture)
+from kit.tiny_models import TEXT, WINDOW, tiny_gemma3, wrap
 
 from pipeline.core.errors import InputError
 from pipeline.model.prefill import run_prefill
@@ -124,7 +124,7 @@ def gemma_pages(tiny_app, tiny_app_gemma):
         pytest.skip("Gemma's tokenizer is not converted yet: ./run.sh converts it")
 
     def run(view: str, **state):
-        from conftest import page_app
+        from kit.apptest import page_app
 
         at = page_app(view, req_model="gemma-3-270m", req_max_new_tokens=3, **state)
         at.run()
@@ -135,7 +135,7 @@ def gemma_pages(tiny_app, tiny_app_gemma):
 
 def default_prompt_tokens(lm) -> int:
     """Tokens of the request a page draws when nobody chose one (the default question)."""
-    from conftest import DEFAULT_QUESTION
+    from kit.texts import DEFAULT_QUESTION
 
     from pipeline.stages.request import ChatRequest
     from pipeline.stages.tokens import tokenize_request

@@ -4,12 +4,12 @@ the cache after a rollback holds what plain decoding's holds; an end token or a 
 drafts ends the answer where plain decoding ends it. Real weights: tests/test_speculative_model.py."""
 import pytest
 import torch
-from test_architectures import TEXT, gemma_tokenizer, tiny_gemma3, wrap  # noqa: F401 (a fixture)
+from kit.tiny_models import TEXT, tiny_gemma3, wrap
 
 from pipeline.core.errors import InputError
+from pipeline.faster import fast_path
 from pipeline.faster.speculative.drafts import prompt_lookup
 from pipeline.faster.speculative.verify import SpeculativeDecoder
-from pipeline.faster import fast_path
 from pipeline.stages.generation import stream_answer
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
@@ -162,7 +162,7 @@ def test_a_token_other_than_the_draft_rolls_the_drafts_back(tiny_lm):
 
 
 def test_speculative_decoding_refuses_what_it_cannot_do(tiny_lm, tokenizer):
-    from test_architectures import tiny_llama
+    from kit.tiny_models import tiny_llama
 
     with pytest.raises(InputError, match="speculative: .*greedy"):
         fast_path.open_answer(tiny_lm, ask(TEXT, temperature=0.7), speculate=4)

@@ -43,6 +43,6 @@ def test_speculative_greedy_equals_hf_generate_on_smollm2(lm, question):
 @pytest.mark.parametrize("question", ["repeat", "long"])
 def test_speculative_greedy_equals_hf_generate_on_gemma(gemma_lm, question):
     """Gemma's verify pass masks each sliding layer's window per draft: a prompt past the 512-position window."""
-    from test_gemma_model import LONG_NOTES
+    from kit.texts import LONG_NOTES
 
     check_equals_hf(gemma_lm, QUESTIONS["repeat"] if question == "repeat" else LONG_NOTES, 16)

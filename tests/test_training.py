@@ -70,7 +70,7 @@ def test_bad_text_is_refused(tiny_lm, text, field, says):
 
 
 def test_text_past_the_context_window_is_refused(tokenizer):
-    from conftest import make_tiny_lm
+    from kit.tiny_models import make_tiny_lm
 
     small = make_tiny_lm(tokenizer, max_position_embeddings=8)
     with pytest.raises(InputError, match="at most 8 fit"):
@@ -161,7 +161,7 @@ def test_real_step_in_a_child_lowers_loss_and_leaves_the_shared_model_bit_identi
 def test_page_scores_and_refuses_a_step_that_does_not_fit(tiny_app, monkeypatch):
     """How it learned on the tiny model: the sentence's chips and table equal score_ids; the step runs only when
     asked, and with too little memory it is refused with the message (no child process)."""
-    from conftest import page_app
+    from kit.apptest import page_app
 
     from pipeline.training import train_step
 

@@ -5,7 +5,8 @@ what the browser does with a lone surrogate is tests/test_browser.py's."""
 import os
 
 import pytest
-from conftest import ROOT, page_app
+from kit.apptest import page_app
+from kit.paths import ROOT
 from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
@@ -15,7 +16,7 @@ HUGE_ID = "1" * 4_301  # one digit past what int() reads
 
 def shown(elements) -> str:
     """What these elements say to the reader (their Markdown escapes resolved)."""
-    from markdown_links import shown as resolved
+    from kit.markdown_links import shown as resolved
 
     return " ".join(resolved(e.value) for e in elements)
 

@@ -2,7 +2,8 @@
 int8 copy holds fewer bytes, the `weights` option is validated and carried by the link and the run key.
 Fast tier (tiny models); the real-weight checks are in tests/test_weight_formats_model.py."""
 import pytest
-from conftest import DEFAULT_QUESTION, make_tiny_lm
+from kit.texts import DEFAULT_QUESTION
+from kit.tiny_models import make_tiny_lm
 
 from pipeline.core.errors import InputError
 from pipeline.model.weight_formats import WEIGHT_FORMATS, check_weights
@@ -100,7 +101,7 @@ def test_the_run_key_holds_the_weights():
 
 
 def test_the_cli_refuses_a_weights_value_before_loading(tmp_path):
-    from cli_kit import run_cli
+    from kit.cli import run_cli
 
     code, _out, err = run_cli(tmp_path, "trace", DEFAULT_QUESTION, "--weights", "int4")  # no usable weights cache
     assert code == 2
@@ -156,7 +157,7 @@ def test_the_int8_kv_cache_costs_little_attention_error_on_a_captured_run(tiny_a
 def app_at(**query):
     import os
 
-    from conftest import ROOT
+    from kit.paths import ROOT
     from streamlit.testing.v1 import AppTest
 
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
@@ -187,7 +188,7 @@ def test_a_weights_value_in_the_link_that_is_not_offered_is_a_note_and_fp32(tiny
 
 
 def test_the_faster_decode_page_measures_every_format(tiny_app, monkeypatch):
-    from conftest import page_app
+    from kit.apptest import page_app
 
     from views import faster_decode_weights
 

@@ -1,7 +1,7 @@
 """Weight formats on the real SmolLM2 (marker `model`): each format's greedy answer on the default question
 against fp32's, the KL figure against a direct computation, the int8 copy's memory."""
 import pytest
-from conftest import DEFAULT_QUESTION
+from kit.texts import DEFAULT_QUESTION
 
 pytestmark = pytest.mark.model
 pytest.importorskip("torchao", reason="the int8 format quantizes with torchao")

@@ -19,8 +19,8 @@ import traceback
 from typing import NamedTuple
 
 import pytest
-from conftest import ROOT
 
+from kit.paths import ROOT
 from pipeline.model import loader, weights_cache
 
 

@@ -1,0 +1,103 @@
+"""Streamlit's AppTest made lighter for a test run, one page in it, and what a chart drew."""
+import os
+
+from kit.paths import page_file
+
+
+def lighter_apptest() -> None:
+    """Three costs of Streamlit's AppTest that have nothing to do with the page under test, cut once
+    streamlit.testing is imported (the behaviour of a run is the same):
+      - every AppTest scans the metadata of every installed package for Streamlit components (~0.2-0.5 s each, ~280
+        runs a fast-tier run): the installed packages do not change during a test run, so the scan runs once;
+      - the test thread waits for the script thread in a 1 ms sleep loop (~80,000 wake-ups, each taking the GIL
+        from the page's own work): it joins the script thread instead (the runner's SHUTDOWN event comes just
+        before that thread ends), keeping AppTest's own timeout and its message;
+      - every run of every AppTest starts a new script cache, so each page file was read, rewritten for
+        Streamlit's "magic" and compiled again at every click (~6 % of the fast tier's CPU): the compiled code is
+        kept for the run, per file and per version of it (path, modification time, size)."""
+    from streamlit.components.v2 import manifest_scanner
+    from streamlit.testing.v1 import app_test, local_script_runner
+
+    if getattr(manifest_scanner.scan_component_manifests, "_once", False):
+        return
+    scan, scanned = manifest_scanner.scan_component_manifests, []
+
+    def scan_once(*args, **kwargs):
+        if not scanned:
+            scanned.append(scan(*args, **kwargs))
+        return list(scanned[0])
+
+    scan_once._once = True
+    manifest_scanner.scan_component_manifests = scan_once
+    poll = local_script_runner.require_widgets_deltas
+
+    def require_widgets_deltas(runner, timeout: float = 3) -> None:
+        thread = runner._script_thread
+        if thread is None:
+            return poll(runner, timeout)
+        thread.join(timeout)
+        if not runner.script_stopped():  # what AppTest's own loop does on a timeout
+            runner.request_stop()
+            runner.join()
+            raise RuntimeError(f"AppTest script run timed out after {timeout}(s)")
+
+    local_script_runner.require_widgets_deltas = require_widgets_deltas
+    app_test.ScriptCache = local_script_runner.ScriptCache = script_cache_for_the_run()
+
+
+def script_cache_for_the_run():
+    """A ScriptCache class whose instances share the code they compiled, keyed by the file's version."""
+    from streamlit import config
+    from streamlit.runtime.scriptrunner.script_cache import ScriptCache
+
+    compiled: dict[tuple, object] = {}
+
+    class RunScriptCache(ScriptCache):
+        def get_bytecode(self, script_path: str):
+            path = os.path.abspath(script_path)
+            stat = os.stat(path)
+            key = (path, stat.st_mtime_ns, stat.st_size, config.get_option("runner.magicEnabled"))
+            if key not in compiled:
+                compiled[key] = super().get_bytecode(path)
+            return compiled[key]
+
+    return RunScriptCache
+
+
+def page_app(view: str, **session_state):
+    """One page of views/ in Streamlit's AppTest (it runs the file alone, without app.py's sidebar), the
+    sidebar's values preset: page_app("generation", req_max_new_tokens=8).run()."""
+    from streamlit.testing.v1 import AppTest
+
+    lighter_apptest()
+    at = AppTest.from_file(page_file(view), default_timeout=600)
+    for key, value in session_state.items():
+        at.session_state[key] = value
+    return at
+
+
+def chart_data(chart) -> list[dict]:
+    """A plotly chart of an AppTest as its traces' dicts, numeric arrays decoded (plotly packs numpy arrays as
+    base64 'bdata'): chart_data(at.get("plotly_chart")[0])[0]["x"]."""
+    import base64
+    import json
+
+    import numpy as np
+
+    def decode(v):
+        if isinstance(v, dict) and "bdata" in v:
+            array = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
+            shape = v.get("shape")
+            if isinstance(shape, str):
+                shape = [int(n) for n in shape.split(",")]
+            return array.reshape(shape) if shape else array
+        return v
+
+    return [{k: decode(v) for k, v in trace.items()} for trace in json.loads(chart.proto.spec)["data"]]
+
+
+def clear_streamlit_caches() -> None:
+    import streamlit as st
+
+    st.cache_resource.clear()
+    st.cache_data.clear()
