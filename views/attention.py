@@ -9,6 +9,7 @@ from views import url_state
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import fragment, page_header
+from views.page_path import back_next
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages import attention as at
 from pipeline.text.pieces import token_pieces
@@ -359,3 +360,4 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
 
 
 one_head()
+back_next()

@@ -15,6 +15,7 @@ from views.session_request import current_request, request_key
 from views.branching import branch_for, branch_label
 from views.runs import run_for_page
 from views.chrome import end_page, page_header
+from views.page_path import back_next
 
 page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
             "token forced. The prompt is not run again — its keys and values come back from the captured run — "
@@ -111,3 +112,4 @@ if paths[choice] != here:
     st.session_state.branch_shown = (root, paths[choice]) if paths[choice] else None
     st.rerun()
 st.dataframe(pd.DataFrame(rows), hide_index=True)
+back_next()

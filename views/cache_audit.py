@@ -1,5 +1,6 @@
 """Cache audit: a real request log replayed under OpenAI's, Anthropic's and vLLM's prompt-cache rules."""
 from views.chrome import end_page, page_header
+from views.page_path import back_next
 
 import pandas as pd
 import streamlit as st
@@ -184,3 +185,4 @@ with st.expander("The rules, where each comes from, and what is an estimate"):
             st.markdown(f"- {rule['rule']} *({rule['source']})*")
     for note in report.notes:
         st.caption(note)
+back_next()

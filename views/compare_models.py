@@ -14,6 +14,7 @@ from ui.chips import token_chips
 from ui.escape import markdown_text
 from ui.words import plural
 from views.chrome import end_page, page_header, stage_link
+from views.page_path import back_next
 from views.model_pair import compared_keys, model_handle
 from views.server_state import APP_MAX_PROMPT_TOKENS
 from views.session_request import current_request, request_key
@@ -149,3 +150,4 @@ else:
     st.caption("Measured on this shared machine when the page first ran; the result is kept for everyone.")
 
 stage_link("views/tokens.py", "The same text in both vocabularies: Tokens", "🔤")
+back_next()

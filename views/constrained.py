@@ -13,6 +13,7 @@ from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
 from views.session_request import current_request, request_key
 from views.waiting import result_through_queue
 from views.chrome import end_page, page_header
+from views.page_path import back_next
 
 page_header("Constrained output", "A service that must answer in a fixed format turns the format into a grammar. "
             "At every step the grammar engine (xgrammar, the one vLLM and SGLang use) marks which of the model's "
@@ -72,3 +73,4 @@ st.dataframe(pd.DataFrame([{"step": s.step, "chosen": t.token_text, "allowed": s
 st.caption("'Probability removed' is what the model gave (softmax at temperature 1 over all tokens) to the tokens "
            "the format refused at that step; the rest is scaled back up to 100 % before the draw. At the start of a "
            "JSON answer the model usually wanted to write words, so most of its probability is removed.")
+back_next()

@@ -2,7 +2,8 @@
 from views.server_state import get_model
 from views.session_request import current_request
 from views.runs import run_for_page
-from views.chrome import page_header, stage_link
+from views.chrome import page_header
+from views.page_path import back_next
 from views.live_stream import compare_paths, stream_live
 
 import time
@@ -134,4 +135,4 @@ c2.caption(f"kv_tokens_released = {trace.cleanup.kv_tokens_released:,}: the {plu
 
 st.caption("How this run shared the model with the rest of the room (the queue's batch, step by step) is on "
            "Prefill & decode, section 6.")
-stage_link("views/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")
+back_next()

@@ -2,6 +2,7 @@
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import page_header, stage_link
+from views.page_path import architecture_map, back_next
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -25,6 +26,8 @@ tok = get_model().vocabulary  # token names: enough to draw, and ready before th
 m = trace.dims
 T, S = len(trace.tokens), len(trace.steps)
 rid = trace.request.id
+with st.expander("The model this request goes through, part by part (each part opens its page)", expanded=True):
+    architecture_map(dims=m)
 
 
 def section(n: int, title: str, what: str) -> None:
@@ -171,3 +174,4 @@ st.caption(f"This run took {plural(S - 1 + chunks, 'forward pass', 'forward pass
            + ("one prefill" if chunks == 1 else f"a prefill in {chunks} chunks of up to {PREFILL_CHUNK} tokens")
            + f" over the {T:,}-token prompt, then one decode pass for each of the "
            f"{plural(max(S - 1, 0), 'token')} fed back.")
+back_next()

@@ -2,7 +2,8 @@
 from views.server_state import get_model
 from views.waiting import result_through_queue
 from views.runs import run_for_page
-from views.chrome import page_header, stage_link
+from views.chrome import page_header
+from views.page_path import back_next
 
 import numpy as np
 import pandas as pd
@@ -235,5 +236,4 @@ table = pd.DataFrame([{
 st.dataframe(table, hide_index=True, width="stretch")
 st.caption("Shapes from each model's published configuration (assets/model_configs.json). Fewer key/value heads "
            "than query heads (Hkv < H, grouped-query attention) is what keeps these caches small.")
-
-stage_link("views/prefix_cache.py", "Next: reusing the cache across requests (prompt caching)", "♻️")
+back_next()

@@ -6,6 +6,7 @@ import streamlit as st
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import fragment, page_header
+from views.page_path import back_next
 from pipeline.stages import layers as la
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
@@ -125,3 +126,4 @@ def logit_lens() -> None:
 
 
 logit_lens()
+back_next()

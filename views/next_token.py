@@ -10,6 +10,7 @@ from views import url_state
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import fragment, page_header
+from views.page_path import back_next
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
 from pipeline.stages.request import option_ranges
@@ -246,3 +247,4 @@ def constrained() -> None:
 
 
 constrained()
+back_next()

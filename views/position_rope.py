@@ -7,6 +7,7 @@ import streamlit as st
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import page_header
+from views.page_path import back_next
 from pipeline.stages import position as rope
 from pipeline.text.pieces import token_pieces
 from ui.escape import markdown_text
@@ -81,3 +82,4 @@ fig.update_layout(height=320, margin=dict(t=40, b=10), font=dict(size=13),
                   yaxis_title="score q·k/√Dh",
                   title="the same two vectors at different distances: now the score does change")
 st.plotly_chart(fig, width="stretch", key="rope_distance")
+back_next()

@@ -18,6 +18,7 @@ from ui.escape import markdown_text
 from ui.plots import log_axis
 from ui.words import plural
 from views.chrome import page_header, stage_link
+from views.page_path import back_next
 from views.long_job import long_job, made_line
 from views.room_schedule import room_schedule
 from views.runs import run_for_page
@@ -274,3 +275,4 @@ st.caption("The first two are what a user feels; throughput is what the machine'
 st.subheader("6. The room's schedule: continuous batching")
 room_schedule(request_key(current_request()))
 stage_link("views/kv_cache.py", "The KV cache that decode reads at every step", "🗄️")
+back_next()

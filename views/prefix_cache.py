@@ -6,6 +6,7 @@ from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
 from views.waiting import wait_for
 from views.scenarios import scenario_rows, scenario_rows_timed_again
 from views.chrome import page_header
+from views.page_path import back_next
 
 import plotly.graph_objects as go
 import streamlit as st
@@ -146,3 +147,4 @@ try:
         show_request(row)
 except InputError as e:
     st.error(f"Please fix the requests — {markdown_text(e)}")
+back_next()

@@ -26,6 +26,7 @@ from views.server_state import get_model
 from views.runs import run_for_page
 from views.scenarios import prompt_cache_conversation
 from views.chrome import end_page, stage_link
+from views.page_path import back_next
 
 STAGES = [  # (title, full page)
     ("The request", "views/request_template.py"),
@@ -307,3 +308,4 @@ elif stage == 13:
 
 stage_link(full_page, f"Open the full page: {title}", "🔎")
 stage_link("views/start.py", "Leave presenter mode", "🚪")
+back_next()

@@ -2,7 +2,8 @@
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.session_request import current_request
-from views.chrome import page_header, stage_link
+from views.chrome import page_header
+from views.page_path import back_next
 from pipeline.stages.request import PENALTY_NOTE, ChatRequest, repetition_body
 from pipeline.stages.template import default_system_prompt, turn_markers
 from pipeline.stages.tokens import role_counts
@@ -84,5 +85,4 @@ with st.expander("The segments as data (role of each stretch of text)"):
     st.dataframe(pd.DataFrame([seg.to_json() for seg in trace.segments]), hide_index=True, width="stretch")
 with st.expander("The raw rendered text"):
     st.code(trace.prompt_text, language=None)
-
-stage_link("views/tokens.py", "Next: how this text becomes tokens", "🔤")
+back_next()

@@ -1,7 +1,8 @@
 """Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import end_page, page_header, stage_link
+from views.chrome import end_page, page_header
+from views.page_path import back_next
 
 import json
 
@@ -119,5 +120,4 @@ if trace.steps:
     step = decode_step_tensors(T, first.token_id)
     c2.code("\n".join(f"{k}: {compact(v)}" for k, v in step.items()), language="yaml", wrap_lines=True)
     c2.caption(f"One new token, but the mask has {T + 1} ones: the {T} cached positions plus the new one.")
-
-stage_link("views/embeddings.py", "Next: each id picks a row of the embedding table", "📍")
+back_next()

@@ -1,7 +1,8 @@
 """Tokens: the prompt cut into pieces, each with its id; and the same text through other tokenizers."""
 from views.server_state import get_model
 from views.runs import run_for_page
-from views.chrome import end_page, page_header, stage_link
+from views.chrome import end_page, page_header
+from views.page_path import back_next
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -187,5 +188,4 @@ for variant in (" contract", "Contract", "contract"):
                  f"{trace.dims.name} ids": ", ".join(map(str, s.ids)),
                  f"{trace.dims.name} pieces": " | ".join(s.pieces)})
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-
-stage_link("views/tensors_batch.py", "Next: the ids become tensors in a batch", "🧮")
+back_next()

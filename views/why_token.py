@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views.chrome import end_page, fragment, page_header
+from views.page_path import back_next
 from views.long_job import long_job, made_line
 from views.runs import run_for_page
 from views.server_state import get_model
@@ -257,3 +258,4 @@ if patched is not None:
     st.caption(f"1 = the clean answer's lead of “{token_text(lm.tokenizer, p.clean_id)}” over "
                f"“{token_text(lm.tokenizer, p.corrupted_id)}” fully back ({p.clean_diff:+.2f} clean, "
                f"{p.corrupted_diff:+.2f} corrupted). First answer step only. {made_line(patched)}")
+back_next()
