@@ -4,6 +4,7 @@ from views.session_request import current_request
 from views.runs import run_for_page
 from views.chrome import page_header
 from views.page_path import back_next
+from views.model_kind_note import base_model_note
 from views.live_stream import compare_paths, stream_live
 
 import time
@@ -28,6 +29,7 @@ secs = {s.step: s.seconds for s in trace.steps}
 answer = token_pieces(lm.tokenizer, trace.generated_token_ids)  # '토 (1/3)' for part of a character
 
 st.subheader("1. What you would see")
+base_model_note()
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Time to first token (TTFT)", f"{t.ttft_s:.2f} s", help="From arrival to the first chosen token: "
           "mostly the prefill pass over the whole prompt.")

@@ -3,6 +3,7 @@ from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import page_header, stage_link
 from views.page_path import architecture_map, back_next
+from views.model_kind_note import base_model_note
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -131,6 +132,7 @@ section(6, "Streaming: one small event per token", f"The chosen token is turned 
         f"model then fed each new token back in and produced {plural(S, 'token')} in all. A token that is only part "
         f"of a character (Korean, emoji) sends no text until the character is complete, and the end token sends "
         f"none, so there can be fewer `text_delta` events than tokens.")
+base_model_note()
 deltas = [e for e in trace.events if e["event"] == "text_delta"]
 silent = silent_steps(S, deltas, answer, trace.finish_reason)  # steps that sent no text, by reason
 if S != len(deltas):

@@ -11,6 +11,7 @@ from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import fragment, page_header
 from views.page_path import back_next
+from views.model_kind_note import base_model_note
 from pipeline.stages.next_token import (answer_confidence, candidates, draw, empirical, filter_stages, mask_logits,
                                         softmax, TIE_RULE)
 from pipeline.stages.request import option_ranges
@@ -42,6 +43,7 @@ generated = trace.generated_token_ids  # (S,)
 answer = token_pieces(tok, generated)  # '토 (1/3)' for a token that is part of a character
 conf = answer_confidence(trace.step_logits, generated)  # prob, entropy (bits), choices, rank: (S,) each
 st.subheader("The answer, step by step")
+base_model_note()
 if trace.finish_reason == "length":
     st.warning(f"This answer was cut off: it reached the limit of {trace.request.options.max_new_tokens} new tokens "
                "(finish_reason = length), so it may stop mid-sentence. Raise “max new tokens” in the sidebar for "
