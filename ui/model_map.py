@@ -53,7 +53,11 @@ def map_html(m, current: str, href: Callable[[str], str], small: bool = False) -
            "vertical-align:middle").format("2px 4px" if small else "6px 8px")
     blocks = (f"<span class='tpe-map-blocks' style='{box}'><b style='font-size:0.8em'>{n} blocks ×</b> {inside}"
               f"{'<br>' if not small else ' '}{_blocks(m, current, href, small)}</span>")
-    flow = [part(p) for p in m.before] + [blocks] + [part(p) for p in m.after]
-    size = "0.8em" if small else "0.95em"
+    before, after = ARROW.join(part(p) for p in m.before), ARROW.join(part(p) for p in m.after)
+    if small:  # one line, wrapping where it must
+        body, size = ARROW.join([before, blocks, after]), "0.8em"
+    else:  # three rows: up to the first block, the blocks, after the last block
+        down = "<div style='color:#64748b;margin-left:24px'>↓</div>"
+        body, size = f"<div>{before}</div>{down}<div>{blocks}</div>{down}<div>{after}</div>", "0.95em"
     return (f"<div class='tpe-map' data-size='{'small' if small else 'full'}' style='font-size:{size};"
-            f"line-height:2'>{ARROW.join(flow)}</div>")
+            f"line-height:{2 if small else 1.6}'>{body}</div>")

@@ -54,10 +54,10 @@ def block_parts(dims: ModelDims) -> tuple[MapPart, ...]:
     and the MLP's outputs again before they join the residual stream: four norms."""
     gemma = dims.architecture.startswith("gemma3")
     attention = MapPart("attention", "attention",
-                        f"{_heads(dims.H, 'query head')}, {_heads(dims.Hkv, 'KV head')}, each {dims.Dh} wide"
-                        + (f" ({dims.group} query heads share each KV head)" if dims.group > 1 else ""), "attention")
+                        f"{_heads(dims.H, 'query head')}, {_heads(dims.Hkv, 'KV head')}"
+                        + (f" ({dims.group} share each)" if dims.group > 1 else "") + f", {dims.Dh} wide", "attention")
     mlp = MapPart("mlp", "MLP", f"{dims.D} → {dims.D_mlp or '?'} → {dims.D}", "layers")
-    norm = lambda key, label: MapPart(key, label, f"RMSNorm over {dims.D} numbers", "layers")  # noqa: E731
+    norm = lambda key, label: MapPart(key, label, f"RMSNorm, {dims.D} wide", "layers")  # noqa: E731
     if gemma:
         return (norm("norm.attention_in", "norm"), attention, norm("norm.attention_out", "norm"),
                 norm("norm.mlp_in", "norm"), mlp, norm("norm.mlp_out", "norm"))
@@ -73,18 +73,18 @@ def model_map(dims: ModelDims) -> ModelMap:
         reach = f"sliding: the last {window:,} positions" if window else "full: every earlier position"
         blocks.append(MapBlock(i, kind, f"block {i}, {reach}, RoPE base {dims.rope_base_of(i):,.0f}", "layers"))
     before = (
-        MapPart("request", "request", "the messages written into one text by the chat template", "request"),
+        MapPart("request", "request", "the messages as one text (chat template)", "request"),
         MapPart("tokens", "tokens", f"ids from a vocabulary of {dims.V:,}", "tokens"),
-        MapPart("embeddings", "embeddings", f"one row of {dims.D} numbers per token (table {dims.V:,} × {dims.D})",
+        MapPart("embeddings", "embeddings", f"a row of {dims.D} numbers per token",
                 "embeddings"),
-        MapPart("position", "position (RoPE)", "turns q and k in every attention by the token's position", "position"),
+        MapPart("position", "position (RoPE)", "turns q and k by position, in attention", "position"),
     )
     after = (
-        MapPart("final_norm", "final norm", f"RMSNorm over {dims.D} numbers", "layers"),
+        MapPart("final_norm", "final norm", f"RMSNorm, {dims.D} wide", "layers"),
         MapPart("lm_head", "LM head", f"{dims.D} numbers → {dims.V:,} scores", "next-token"),
-        MapPart("sampler", "sampler", "scores → one token (temperature, top-k, top-p)", "next-token"),
-        MapPart("loop", "loop", "the chosen token goes back in as the next input", "generation"),
-        MapPart("kv_cache", "KV cache", f"keys and values kept per position: {_heads(dims.Hkv, 'KV head')} × "
-                f"{dims.L} layers × {dims.Dh} × 2", "kv-cache"),
+        MapPart("sampler", "sampler", "scores → one token", "next-token"),
+        MapPart("loop", "loop", "the token goes back in", "generation"),
+        MapPart("kv_cache", "KV cache", f"K and V per position: {dims.L} layers × "
+                f"{_heads(dims.Hkv, 'KV head')} × {dims.Dh}", "kv-cache"),
     )
     return ModelMap(before, block_parts(dims), tuple(blocks), after)
