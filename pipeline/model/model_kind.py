@@ -35,6 +35,6 @@ def chat_turns_note(spec, prompt_format: str) -> str | None:
     """Where an answer is shown: what sending chat turns to a base model does; None for other models and plain text."""
     if spec.kind != "base" or prompt_format != "chat":
         return None
-    return (f"{trained(spec)}. Sent chat turns, it does not answer as an assistant would: it continues the text, "
+    return (f"{trained(spec)}. Sent chat turns, it does not answer as an assistant would; it continues the text, "
             "often repeating the question or writing words that merely follow it. Plain text (in the sidebar) is what "
             "it was trained on: start a sentence and let it finish.")
