@@ -42,29 +42,30 @@ HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
                    layout="wide")
 
-PAGES = [  # (file, title, icon, url) in the order a request travels; emoji icons are drawn locally
-    ("start.py", "Start", "🍅", "start"),
-    ("journey.py", "Journey", "🧭", "journey"),
-    ("request.py", "Request & template", "📨", "request"),
-    ("tokens.py", "Tokens", "🔤", "tokens"),
-    ("tensors.py", "Tensors & batch", "🧮", "tensors"),
-    ("embeddings.py", "Embeddings", "📍", "embeddings"),
-    ("position.py", "Position (RoPE)", "🌀", "position"),
-    ("layers.py", "Layers", "🥞", "layers"),
-    ("attention.py", "Attention", "👀", "attention"),
-    ("next_token.py", "Next token", "🎲", "next-token"),
-    ("why_token.py", "Why this token", "🔬", "why-token"),
-    ("what_if.py", "What if", "🌿", "what-if"),
-    ("constrained.py", "Constrained output", "🧩", "constrained"),
-    ("generation.py", "Generation", "⏩", "generation"),
-    ("kv_cache.py", "KV cache", "🗄️", "kv-cache"),
-    ("prefill_decode.py", "Prefill & decode", "🏎️", "prefill-decode"),
-    ("how_it_learned.py", "How it learned", "📉", "how-it-learned"),
-    ("faster_decode.py", "Faster decode", "🚀", "faster-decode"),
-    ("prompt_caching.py", "Prompt caching", "♻️", "prompt-caching"),
-    ("cache_audit.py", "Cache audit", "🧾", "cache-audit"),
-    ("compare_models.py", "Compare models", "⚖️", "compare-models"),
-    ("presenter.py", "Presenter mode", "🎓", "presenter"),
+PAGES = [  # (file, title, icon, url, section) in the order a request travels; emoji icons are drawn locally;
+    # views/page_path.py reads this list (Start's list, each page's Back and Next, the sidebar's sections)
+    ("start.py", "Start", "🍅", "start", "The request"),
+    ("journey.py", "Journey", "🧭", "journey", "The request"),
+    ("request.py", "Request & template", "📨", "request", "The request"),
+    ("tokens.py", "Tokens", "🔤", "tokens", "The request"),
+    ("tensors.py", "Tensors & batch", "🧮", "tensors", "The request"),
+    ("embeddings.py", "Embeddings", "📍", "embeddings", "Inside the model"),
+    ("position.py", "Position (RoPE)", "🌀", "position", "Inside the model"),
+    ("layers.py", "Layers", "🥞", "layers", "Inside the model"),
+    ("attention.py", "Attention", "👀", "attention", "Inside the model"),
+    ("next_token.py", "Next token", "🎲", "next-token", "Choosing the token"),
+    ("why_token.py", "Why this token", "🔬", "why-token", "Choosing the token"),
+    ("what_if.py", "What if", "🌿", "what-if", "Choosing the token"),
+    ("constrained.py", "Constrained output", "🧩", "constrained", "Choosing the token"),
+    ("generation.py", "Generation", "⏩", "generation", "The loop and its cache"),
+    ("kv_cache.py", "KV cache", "🗄️", "kv-cache", "The loop and its cache"),
+    ("prefill_decode.py", "Prefill & decode", "🏎️", "prefill-decode", "What the machine pays"),
+    ("how_it_learned.py", "How it learned", "📉", "how-it-learned", "What the machine pays"),
+    ("faster_decode.py", "Faster decode", "🚀", "faster-decode", "What the machine pays"),
+    ("prompt_caching.py", "Prompt caching", "♻️", "prompt-caching", "Caching across requests"),
+    ("cache_audit.py", "Cache audit", "🧾", "cache-audit", "Caching across requests"),
+    ("compare_models.py", "Compare models", "⚖️", "compare-models", "Tools for a room"),
+    ("presenter.py", "Presenter mode", "🎓", "presenter", "Tools for a room"),
 ]
 SESSION_DEFAULTS = {f"req_{k}": v for k, v in DEFAULTS.items()}
 
@@ -74,7 +75,9 @@ def sidebar(pages: list):
     and survives a reconnect), then the request form. Returns a box filled after the page has run."""
     query = url_state.request_query(SESSION_DEFAULTS)
     with st.sidebar:
-        for page in pages:
+        for n, page in enumerate(pages):
+            if n == 0 or PAGES[n][4] != PAGES[n - 1][4]:  # each section's name over its pages
+                st.caption(PAGES[n][4])
             st.page_link(page, query_params=query)
         st.divider()
         model_picker()
@@ -147,7 +150,7 @@ init_state()
 notes = url_state.restore_model(SESSION_DEFAULTS)  # the link's model first: the page's ranges follow it
 lm = picked_model(notes)  # name, dimensions, tokenizer: a stored run is drawn before the network has loaded
 pages = [st.Page(str(HERE / "views" / "pages" / f), title=t, icon=i, url_path=u, default=(n == 0))
-         for n, (f, t, i, u) in enumerate(PAGES)]
+         for n, (f, t, i, u, _) in enumerate(PAGES)]
 page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
 controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)

@@ -1,5 +1,6 @@
-"""What every page draws around its content: the title and intro, links to other stages' pages, an early end
-(end_page), and the end-of-run mark browser tests wait for (run_marker, fragment)."""
+"""What every page draws around its content: the title and intro (with the small architecture map on a stage page),
+links to other stages' pages, an early end (end_page, with the page's Back and Next), and the end-of-run mark browser
+tests wait for (run_marker, fragment)."""
 from __future__ import annotations
 
 from typing import NoReturn
@@ -17,6 +18,9 @@ def page_header(title: str, intro: str) -> None:
         from pipeline.model.weight_formats import FORMAT_NOTES
 
         st.caption(f"⚖️ Computed with **{weights}** weights ({FORMAT_NOTES[weights]}), not float32 as loaded.")
+    from views.page_path import small_map
+
+    small_map()  # where this page stands in the model
 
 
 def stage_link(page: str, label: str, icon: str | None = None) -> None:
@@ -37,7 +41,11 @@ class PageEnd(Exception):
 def end_page() -> NoReturn:
     """End the page here, its message drawn (st.stop()'s job). Under app.py it raises PageEnd, which app.py catches,
     so the sidebar's link, the pass count and the end-of-run mark are still drawn: after st.stop() Streamlit drops
-    every element asked for (it keeps raising StopException at each one). A page run alone (AppTest) stops as usual."""
+    every element asked for (it keeps raising StopException at each one). A page run alone (AppTest) stops as usual.
+    The page's Back and Next are drawn first, as at the end of every page."""
+    from views.page_path import back_next
+
+    back_next()
     if st.session_state.get("_whole_run"):
         raise PageEnd
     st.stop()

@@ -49,10 +49,17 @@ def picked_model(notes: list[str]) -> ModelHandle:
     return lm
 
 
+def start_on_its_format() -> None:
+    """A model picked here starts on its own format: plain text for a base model (what it was trained on), chat turns
+    otherwise. (A link's model keeps the link's format: the link reproduces a view.)"""
+    s = st.session_state
+    s["req_prompt_format"] = resolve(s["req_model"]).starting_format
+
+
 def model_picker() -> None:
     """The picker, one line on what the model is, and for a base model the prompt-format choice."""
     offered, problems = offered_models()
-    st.selectbox("Model", list(offered), format_func=offered.get, key="req_model",
+    st.selectbox("Model", list(offered), format_func=offered.get, key="req_model", on_change=start_on_its_format,
                  help="Every page runs and draws this model; the link carries it (`?model=`).")
     spec = get_model().spec
     st.caption(markdown_text(spec.note.split(": ")[0].split(". ")[0]) + ".",

@@ -7,6 +7,7 @@ from dataclasses import asdict, replace
 import streamlit as st
 
 from pipeline.model.passes import PassCounter
+from pipeline.model.registry import resolve
 from pipeline.model.weight_formats import DEFAULT_WEIGHTS
 from pipeline.run.record import Trace
 from pipeline.stages.request import (
@@ -23,7 +24,8 @@ DEFAULT_QUESTION = "Are tomatoes fruit?"
 _OPTIONS = asdict(GenerationOptions())  # the one source of generation defaults
 DEFAULTS = {"question": DEFAULT_QUESTION, "system": "", "history": "",
             **{k: v for k, v in _OPTIONS.items() if k not in ("stop", "logit_bias")}, "stop": "", "logit_bias": "",
-            "model": default_model_key(), "prompt_format": "chat", "weights": default_weights()}
+            "model": default_model_key(), "prompt_format": resolve(default_model_key()).starting_format,
+            "weights": default_weights()}  # a base model starts on plain text
 MODEL_FIELDS = ("model", "prompt_format", "weights")  # the model picker's fields (kept by "Reset ...")
 TEXT_LIMIT = MAX_MESSAGE_CHARS  # the sidebar's text fields refuse more than the request accepts
 

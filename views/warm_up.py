@@ -46,7 +46,8 @@ def _queue_warm_up() -> dict:
     model = default_model_key()
     weights = default_weights()  # a new session's weights (TPE_WEIGHTS), whatever the first session picked
     lm = get_model(model, weights)
-    default = replace(ChatRequest.from_question(DEFAULT_QUESTION, weights=weights), model=model_label(lm.spec))
+    default = replace(ChatRequest.from_question(DEFAULT_QUESTION, weights=weights,  # a new session's request
+                                                prompt_format=lm.spec.starting_format), model=model_label(lm.spec))
     key = request_key(default)
     jobs = {"the default request": run_queue().submit(
         key, lambda: run_store().get_or_run(key, lambda: run_trace(default, lm)), cost=1000)}

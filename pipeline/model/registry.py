@@ -74,6 +74,17 @@ class ModelSpec:
     def is_local(self) -> bool:
         return self.folder is not None
 
+    @property
+    def kind(self) -> str:
+        """'instruct' (tuned to follow chat turns), 'base' (pretrained only: trained to continue text) or 'unknown'
+        (a local folder). Every sentence about how the model was trained follows it (pipeline/model/model_kind.py)."""
+        return {True: "instruct", False: "base"}.get(self.instruct, "unknown")
+
+    @property
+    def starting_format(self) -> str:
+        """The prompt format a request starts on: plain text for a base model (what it was trained on), else chat."""
+        return "plain" if self.kind == "base" else "chat"
+
 
 SMOLLM2 = ModelSpec(
     key="smollm2-135m", display_name="SmolLM2-135M-Instruct", instruct=True, chat_format="own template",

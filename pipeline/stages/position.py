@@ -81,6 +81,12 @@ def pre_rope(prefill, layer: int, q_head: int, kv_head: int, base: float) -> tup
     return q, k
 
 
+def layer_pre_rope(prefill, dims, layer: int, q_head: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pre-RoPE q (T, Dh) of query head `q_head` and k (T, Dh) of the KV head it reads, in `layer`, turned back with
+    that layer's own base (dims.rope_base_of: Gemma 3 turns its full layers with 1,000,000, the others with 10,000)."""
+    return pre_rope(prefill, layer, q_head, dims.kv_head(q_head), dims.rope_base_of(layer))
+
+
 def _pair(q, k) -> tuple[np.ndarray, np.ndarray]:
     """q and k: (Dh,) each, the same Dh."""
     q, k = array("q", q, ndim=1), array("k", k, ndim=1)

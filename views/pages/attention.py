@@ -13,6 +13,7 @@ from ui.plots import TICK_FONT, token_axis
 from ui.words import plural
 from views import url_state
 from views.chrome import fragment, page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 
@@ -359,3 +360,4 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
 
 
 one_head()
+back_next()

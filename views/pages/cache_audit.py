@@ -15,6 +15,7 @@ from ui.audit_blocks import (
 )
 from ui.escape import markdown_text
 from views.chrome import end_page, page_header
+from views.page_path import back_next
 
 page_header("Cache audit", "Paste or upload what your app sends: request by request, what OpenAI, Anthropic or a vLLM "
                            "server would read from its prompt cache, why the rest missed, and what it costs.")
@@ -190,3 +191,4 @@ with st.expander("The rules, where each comes from, and what is an estimate"):
             st.markdown(f"- {rule['rule']} *({rule['source']})*")
     for note in report.notes:
         st.caption(note)
+back_next()

@@ -16,6 +16,7 @@ from ui.words import plural
 from views.chrome import end_page, page_header, stage_link
 from views.long_job import long_job, made_line, stopped_here
 from views.model_pair import compared_keys, model_handle
+from views.page_path import back_next
 from views.server_state import APP_MAX_PROMPT_TOKENS
 from views.session_request import current_request, request_key
 
@@ -149,3 +150,4 @@ else:
     st.caption("Measured on this shared machine when the page first ran; the result is kept for everyone.")
 
 stage_link("views/pages/tokens.py", "The same text in both vocabularies: Tokens", "🔤")
+back_next()

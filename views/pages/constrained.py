@@ -10,6 +10,7 @@ from pipeline.run.trace import run_constrained_trace
 from pipeline.server.run_queue import cost_of
 from ui.escape import markdown_text, plotly_label
 from views.chrome import end_page, page_header
+from views.page_path import back_next
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
 from views.session_request import current_request, request_key
 from views.waiting import result_through_queue
@@ -72,3 +73,4 @@ st.dataframe(pd.DataFrame([{"step": s.step, "chosen": t.token_text, "allowed": s
 st.caption("'Probability removed' is what the model gave (softmax at temperature 1 over all tokens) to the tokens "
            "the format refused at that step; the rest is scaled back up to 100 % before the draw. At the start of a "
            "JSON answer the model usually wanted to write words, so most of its probability is removed.")
+back_next()

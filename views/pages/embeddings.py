@@ -10,6 +10,7 @@ from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
 from views.chrome import fragment, page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.typed_text import box_error, typed_text
@@ -151,3 +152,4 @@ with left:
     neighbours()
 with right:
     analogy()
+back_next()

@@ -10,8 +10,10 @@ from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, json_text, markdown_text
 from ui.plots import token_axis
 from ui.words import plural
-from views.chrome import page_header, stage_link
+from views.chrome import page_header
 from views.live_stream import compare_paths, stream_live
+from views.model_kind_note import base_model_note
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.session_request import current_request
@@ -26,6 +28,7 @@ secs = {s.step: s.seconds for s in trace.steps}
 answer = token_pieces(lm.tokenizer, trace.generated_token_ids)  # '토 (1/3)' for part of a character
 
 st.subheader("1. What you would see")
+base_model_note()
 c1, c2, c3, c4 = st.columns(4)
 c1.metric("Time to first token (TTFT)", f"{t.ttft_s:.2f} s", help="From arrival to the first chosen token: "
           "mostly the prefill pass over the whole prompt.")
@@ -133,4 +136,4 @@ c2.caption(f"kv_tokens_released = {trace.cleanup.kv_tokens_released:,}: the {plu
 
 st.caption("How this run shared the model with the rest of the room (the queue's batch, step by step) is on "
            "Prefill & decode, section 6.")
-stage_link("views/pages/kv_cache.py", "Next: the KV cache that makes decode fast", "🗄️")
+back_next()

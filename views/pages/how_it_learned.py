@@ -17,6 +17,7 @@ from ui.escape import axis_labels, markdown_text
 from ui.plots import token_axis
 from ui.words import shortened
 from views.chrome import page_header
+from views.page_path import back_next
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, picked_model_key
 from views.session_request import current_request
 from views.waiting import result_through_queue
@@ -285,3 +286,4 @@ article_section()
 answer_section()
 training_section()
 memory_section()
+back_next()

@@ -13,6 +13,8 @@ from ui.escape import code_span, html_text, json_text, markdown_text, plotly_lab
 from ui.plots import TICK_FONT
 from ui.words import plural
 from views.chrome import page_header, stage_link
+from views.model_kind_note import base_model_note
+from views.page_path import architecture_map, back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 
@@ -24,6 +26,8 @@ tok = get_model().vocabulary  # token names: enough to draw, and ready before th
 m = trace.dims
 T, S = len(trace.tokens), len(trace.steps)
 rid = trace.request.id
+with st.expander("The model this request goes through, part by part (each part opens its page)", expanded=True):
+    architecture_map(dims=m)
 
 
 def section(n: int, title: str, what: str) -> None:
@@ -127,6 +131,7 @@ section(6, "Streaming: one small event per token", f"The chosen token is turned 
         f"model then fed each new token back in and produced {plural(S, 'token')} in all. A token that is only part "
         f"of a character (Korean, emoji) sends no text until the character is complete, and the end token sends "
         f"none, so there can be fewer `text_delta` events than tokens.")
+base_model_note()
 deltas = [e for e in trace.events if e["event"] == "text_delta"]
 silent = silent_steps(S, deltas, answer, trace.finish_reason)  # steps that sent no text, by reason
 if S != len(deltas):
@@ -170,3 +175,4 @@ st.caption(f"This run took {plural(S - 1 + chunks, 'forward pass', 'forward pass
            + ("one prefill" if chunks == 1 else f"a prefill in {chunks} chunks of up to {PREFILL_CHUNK} tokens")
            + f" over the {T:,}-token prompt, then one decode pass for each of the "
            f"{plural(max(S - 1, 0), 'token')} fed back.")
+back_next()

@@ -10,7 +10,8 @@ from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels
 from ui.plots import token_axis
 from ui.words import plural
-from views.chrome import page_header, stage_link
+from views.chrome import page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.waiting import result_through_queue
@@ -234,5 +235,4 @@ table = pd.DataFrame([{
 st.dataframe(table, hide_index=True, width="stretch")
 st.caption("Shapes from each model's published configuration (assets/model_configs.json). Fewer key/value heads "
            "than query heads (Hkv < H, grouped-query attention) is what keeps these caches small.")
-
-stage_link("views/pages/prompt_caching.py", "Next: reusing the cache across requests (prompt caching)", "♻️")
+back_next()

@@ -9,6 +9,7 @@ from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
 from views.chrome import fragment, page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 
@@ -125,3 +126,4 @@ def logit_lens() -> None:
 
 
 logit_lens()
+back_next()

@@ -26,6 +26,8 @@ from ui.plots import TICK_FONT, token_axis
 from ui.words import plural
 from views import url_state
 from views.chrome import fragment, page_header
+from views.model_kind_note import base_model_note
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 
@@ -49,6 +51,7 @@ generated = trace.generated_token_ids  # (S,)
 answer = token_pieces(tok, generated)  # '토 (1/3)' for a token that is part of a character
 conf = answer_confidence(trace.step_logits, generated)  # prob, entropy (bits), choices, rank: (S,) each
 st.subheader("The answer, step by step")
+base_model_note()
 if trace.finish_reason == "length":
     st.warning(f"This answer was cut off: it reached the limit of {trace.request.options.max_new_tokens} new tokens "
                "(finish_reason = length), so it may stop mid-sentence. Raise “max new tokens” in the sidebar for "
@@ -254,3 +257,4 @@ def constrained() -> None:
 
 
 constrained()
+back_next()

@@ -9,6 +9,7 @@ from pipeline.text.pieces import token_pieces
 from ui.escape import markdown_text
 from ui.plots import TICK_FONT
 from views.chrome import page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 
@@ -19,9 +20,20 @@ page_header("Position (RoPE)", "An embedding row says which token it is, not whe
             "others very slowly.")
 trace = run_for_page()
 m, p = trace.dims, trace.prefill
-base, Dh, H, Hkv, L = m.rope_base, m.Dh, m.H, m.Hkv, m.L
+Dh, H, Hkv, L = m.Dh, m.H, m.Hkv, m.L
 T = len(trace.tokens)
 pairs = Dh // 2
+layer = st.slider("layer", 0, L - 1, min(10, L - 1), key="rope_layer")
+base = m.rope_base_of(layer)  # Gemma 3: 10,000 in sliding-window layers, 1,000,000 in full ones
+by_base: dict[float, list[int]] = {}
+for n in range(L):
+    by_base.setdefault(m.rope_base_of(n), []).append(n)
+if len(by_base) > 1:  # the shorter lists first, named layer by layer
+    groups = sorted(by_base.items(), key=lambda g: len(g[1]))
+    st.caption(f"{markdown_text(m.name)} turns with {len(groups)} bases: "
+               + "; ".join(f"{b:,.0f} in layers {', '.join(map(str, ls))}" if n < len(groups) - 1 else
+                           f"{b:,.0f} in the other {len(ls)}" for n, (b, ls) in enumerate(groups))
+               + f". Layer {layer} uses **{base:,.0f}**: everything below is this layer's.")
 
 st.subheader("The angle for every position and pair")
 n_pos = max(T, 64)
@@ -35,7 +47,7 @@ fig.update_xaxes(title=f"frequency pair i (Dh/2 = {pairs}; pair i = dimensions i
 fig.update_yaxes(title="position (T)", autorange="reversed", tickfont=TICK_FONT)
 st.plotly_chart(fig, width="stretch", key="rope_angles")
 speed = rope.inv_freq(Dh, base)  # (Dh/2,) radians per position
-st.caption(f"Angle = position × base^(−2i/Dh) with this model's real base = {base:,.0f} and Dh = {Dh}. Pair 0 turns "
+st.caption(f"Angle = position × base^(−2i/Dh) with layer {layer}'s real base = {base:,.0f} and Dh = {Dh}. Pair 0 turns "
            f"{speed[0]:.0f} radian per token (a full turn every {2 * np.pi / speed[0]:.1f} tokens); pair {pairs - 1} "
            f"turns {speed[-1]:.2e} radian per token (a full turn every {2 * np.pi / speed[-1]:,.0f} tokens). "
            "Fast pairs tell neighbours apart, slow pairs still change over thousands of tokens.")
@@ -45,14 +57,13 @@ st.caption("Turning q by angle a and k by angle b changes their dot product only
            "moved along by the same number of positions, their score would not change. Below: one head's real q "
            "and k (turned back to before RoPE), placed at shifted positions.")
 plain = [f"({i}){q.label}" for i, q in enumerate(token_pieces(get_model().tokenizer, trace.ids))]
-c = st.columns(4)
-layer = c[0].slider("layer", 0, L - 1, min(10, L - 1), key="rope_layer")
-head = c[1].selectbox("query head", range(H), index=0, key="rope_head")
-i = c[2].selectbox("query token (i)", range(T), index=T - 1, format_func=plain.__getitem__, key="rope_i")
-j = c[3].selectbox("key token (j)", range(i + 1), index=min(i, max(0, i - 5)), format_func=plain.__getitem__,
+c = st.columns(3)
+head = c[0].selectbox("query head", range(H), index=0, key="rope_head")
+i = c[1].selectbox("query token (i)", range(T), index=T - 1, format_func=plain.__getitem__, key="rope_i")
+j = c[2].selectbox("key token (j)", range(i + 1), index=min(i, max(0, i - 5)), format_func=plain.__getitem__,
                    key="rope_j")
 kv = m.kv_head(head)
-q, k = rope.pre_rope(p, layer, head, kv, base)  # (T, Dh) each, before RoPE
+q, k = rope.layer_pre_rope(p, m, layer, head)  # (T, Dh) each, before RoPE, turned back with this layer's base
 shifts = [0, 1, 10, 100, 1000, 5000]
 scores = rope.shifted_scores(q[i], k[j], i, j, shifts, base)  # (S,)
 model_score = float(p.q_rot[layer, head, i].astype(np.float32) @ p.k_rot[layer, kv, j].astype(np.float32)
@@ -64,7 +75,9 @@ st.dataframe(pd.DataFrame({
 ours = float(scores[0])
 stored = "float32" if p.q_rot.dtype == np.float32 else "float16"
 st.markdown(f"**What is compared with what.** Every row above is *our* recomputation in float64: the captured q "
-            f"and k turned back to before RoPE, then turned again at the shifted positions. These rows agree with each "
+            f"and k turned back to before RoPE with layer {layer}'s base ({base:,.0f}), then turned again at the "
+            f"shifted positions. (That turning back gives the model's own q and k before RoPE: the project's tests "
+            f"check it against the model's projections, in every kind of layer.) These rows agree with each "
             f"other to {np.ptp(scores):.1e}, the rounding of float64: the shift changes nothing. The *model's own* "
             f"score for this pair during the run was **{model_score:.6f}**: the run's q and k (stored in {stored}) "
             f"multiplied in float32; it differs from our shift-0 row by {abs(model_score - ours):.1e}. That gap is "
@@ -80,3 +93,4 @@ fig.update_layout(height=320, margin=dict(t=40, b=10), font=dict(size=13),
                   yaxis_title="score q·k/√Dh",
                   title="the same two vectors at different distances: now the score does change")
 st.plotly_chart(fig, width="stretch", key="rope_distance")
+back_next()

@@ -19,6 +19,7 @@ from ui.plots import log_axis
 from ui.words import plural
 from views.chrome import page_header, stage_link
 from views.long_job import long_job, made_line
+from views.page_path import back_next
 from views.room_schedule import room_schedule
 from views.runs import run_for_page
 from views.server_state import get_model, run_store
@@ -274,3 +275,4 @@ st.caption("The first two are what a user feels; throughput is what the machine'
 st.subheader("6. The room's schedule: continuous batching")
 room_schedule(request_key(current_request()))
 stage_link("views/pages/kv_cache.py", "The KV cache that decode reads at every step", "🗄️")
+back_next()

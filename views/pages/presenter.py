@@ -23,9 +23,11 @@ from ui.escape import axis_labels, code_span, json_text, plotly_label
 from ui.words import plural
 from views import url_state
 from views.chrome import end_page, stage_link
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.scenarios import prompt_cache_conversation
 from views.server_state import get_model
+from views.session_request import TEXT_LIMIT
 
 STAGES = [  # (title, full page)
     ("The request", "views/pages/request.py"),
@@ -57,6 +59,25 @@ st.markdown(BIG, unsafe_allow_html=True)  # a fixed style sheet: no user text in
 
 def go_to(n: int) -> None:
     st.session_state.pr_stage = min(max(n, 1), N)
+
+
+def ask_new_question() -> None:
+    """The presenter's question box (its form's callback, run before the sidebar's widgets are drawn): a new question
+    becomes the request, and the walk starts again at stage 1. An empty or unchanged one changes nothing."""
+    ss = st.session_state
+    question = (ss.get("pr_question") or "").strip()
+    if question and question != ss.get("req_question"):
+        ss.req_question = question
+        ss.pr_stage = 1
+
+
+def question_box() -> None:
+    """Change the question without leaving presenter mode (the sidebar is hidden here)."""
+    with st.expander("Ask another question (the walk starts again at stage 1)", icon="✍️"):
+        with st.form("pr_question_form", border=False):
+            st.text_input("Question", value=st.session_state.get("req_question", ""), key="pr_question",
+                          max_chars=TEXT_LIMIT)
+            st.form_submit_button("Run it", on_click=ask_new_question, type="primary")
 
 
 @st.fragment(run_every=FOLLOW_EVERY_S)
@@ -162,6 +183,7 @@ else:
     nav[1].progress(stage / N, text=f"Stage {stage} of {N}")
     nav[2].button("Next", on_click=go_to, args=(stage + 1,), disabled=stage == N, shortcut="ArrowRight",
                   key="pr_next", width="stretch")
+    question_box()
 st.title(f"{stage}. {title}")
 
 
@@ -307,3 +329,4 @@ elif stage == 13:
 
 stage_link(full_page, f"Open the full page: {title}", "🔎")
 stage_link("views/pages/start.py", "Leave presenter mode", "🚪")
+back_next()

@@ -11,6 +11,7 @@ from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from ui.escape import markdown_text, plotly_label
 from views.chrome import page_header
+from views.page_path import back_next
 from views.scenarios import scenario_rows, scenario_rows_timed_again
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
 from views.waiting import wait_for
@@ -145,3 +146,4 @@ try:
         show_request(row)
 except InputError as e:
     st.error(f"Please fix the requests — {markdown_text(e)}")
+back_next()

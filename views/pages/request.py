@@ -2,12 +2,14 @@
 import pandas as pd
 import streamlit as st
 
+from pipeline.model.model_kind import template_sentence
 from pipeline.stages.request import PENALTY_NOTE, ChatRequest, repetition_body
 from pipeline.stages.template import default_system_prompt, turn_markers
 from pipeline.stages.tokens import role_counts
 from ui.chips import highlighted_template, legend
 from ui.escape import code_span, json_text, markdown_text
-from views.chrome import page_header, stage_link
+from views.chrome import page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.session_request import current_request
@@ -48,17 +50,15 @@ st.dataframe(pd.DataFrame(req.states).rename(columns={"t_s": "seconds after arri
 
 if current_request().prompt_format == "plain":
     st.subheader("3. Plain text: one text for the model, no chat template")
-    st.markdown("You chose plain text in the sidebar: no turn markers and no roles. The model reads the messages' "
-                "text as it is, after its start token, and simply continues it, as it did in training. Special "
+    st.markdown("The request is sent as plain text (sidebar): no turn markers and no roles. The model reads the "
+                "messages' text as it is, after its start token, and simply continues it, as in pretraining. Special "
                 "tokens are boxed in red; grey text was added by the app, not typed by anyone.")
 else:
     st.subheader("3. The chat template: one text for the model")
     between = (f" between {code_span(markers.start + 'role')} and {code_span(markers.end)}"
                if markers.start and markers.end else "")
-    st.markdown(f"The model was trained on conversations written in one fixed layout. The template writes each turn"
-                f"{between}, and ends with an open turn for the assistant so the model's next words become the "
-                "answer. Special marker tokens are boxed in red; grey text was added by the template, not typed by "
-                "anyone.")
+    st.markdown(f"{markdown_text(template_sentence(lm.spec))}" + (f" Each turn is written{between}." if between else "")
+                + " Special marker tokens are boxed in red; grey text was added by the template, not typed by anyone.")
 special_pieces = sorted({t.text for t in trace.tokens if t.special})
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(highlighted_template(trace.segments, special_pieces), unsafe_allow_html=True)
@@ -83,5 +83,4 @@ with st.expander("The segments as data (role of each stretch of text)"):
     st.dataframe(pd.DataFrame([seg.to_json() for seg in trace.segments]), hide_index=True, width="stretch")
 with st.expander("The raw rendered text"):
     st.code(trace.prompt_text, language=None)
-
-stage_link("views/pages/tokens.py", "Next: how this text becomes tokens", "🔤")
+back_next()

@@ -4,6 +4,7 @@ import streamlit as st
 from ui.escape import markdown_text
 from ui.words import plural
 from views.chrome import page_header, stage_link
+from views.page_path import architecture_map, back_next, sections
 from views.server_state import get_model, run_queue
 from views.warm_up import warm_up, warms_scenarios
 
@@ -12,25 +13,40 @@ page_header("Token Pipeline Explorer", "Follow one chat request through a real s
             "Every number on every page comes from the real run of "
             "the request in the sidebar: change the question there and press Run.")
 
-STAGES = [  # (page file, what happens there)
-    ("views/pages/journey.py", "Journey: the whole request in order, one short section per stage"),
-    ("views/pages/request.py", "Request & template: the JSON an app sends, and the one text the model reads"),
-    ("views/pages/tokens.py", "Tokens: the text cut into pieces, each with its id"),
-    ("views/pages/tensors.py", "Tensors & batch: the ids as rectangles of numbers, padded into a batch"),
-    ("views/pages/embeddings.py", "Embeddings: each id picks a row of numbers"),
-    ("views/pages/position.py", "Position (RoPE): how the model knows where each token stands"),
-    ("views/pages/layers.py", "Layers: the vector of every token, block by block"),
-    ("views/pages/attention.py", "Attention: which earlier tokens each token reads from"),
-    ("views/pages/next_token.py", "Next token: from scores to one chosen token"),
-    ("views/pages/generation.py", "Generation: the answer streamed token by token"),
-    ("views/pages/kv_cache.py", "KV cache: what is kept so each new token is cheap"),
-    ("views/pages/prompt_caching.py", "Prompt caching: reusing a cache across requests"),
-]
+ONE_LINE = {  # what each page of app.py's PAGES shows, in one line
+    "start": "this page: the map and the path",
+    "journey": "the whole request in order, one short section per stage",
+    "request": "the JSON an app sends, and the one text the model reads",
+    "tokens": "the text cut into pieces, each with its id",
+    "tensors": "the ids as rectangles of numbers, padded into a batch",
+    "embeddings": "each id picks a row of numbers",
+    "position": "how the model knows where each token stands",
+    "layers": "the vector of every token, block by block",
+    "attention": "which earlier tokens each token reads from",
+    "next-token": "from scores to one chosen token",
+    "why-token": "which input tokens and which layers made the answer's first token",
+    "what-if": "pick another token at any step and see where the answer goes",
+    "constrained": "a format (JSON, a choice) that refuses the tokens that would break it",
+    "generation": "the answer streamed token by token",
+    "kv-cache": "what is kept so each new token is cheap",
+    "prefill-decode": "the prompt in one pass, then one pass per token: what limits each",
+    "how-it-learned": "the loss on any text, and one real training step",
+    "faster-decode": "fewer bytes per token (smaller weights) or more tokens per read (drafts)",
+    "prompt-caching": "reusing a cache across requests",
+    "cache-audit": "a request log checked for what breaks prompt caching",
+    "compare-models": "the same request through both models, side by side",
+    "presenter": "the stages one screen at a time, in large type, for a room",
+}
+st.subheader("The model, part by part")
+st.caption("Drawn from this model's own sizes; each part opens its page.")
+architecture_map()
 c1, c2 = st.columns([3, 2])
 with c1:
-    st.subheader("The stages, in the order a request travels")
-    for file, label in STAGES:
-        stage_link(file, label)
+    st.subheader("Every page, in the order a request travels")
+    for section, entries in sections():
+        st.markdown(f"**{section}**")
+        for page in entries:
+            stage_link(f"views/{page.file}", f"{page.title}: {ONE_LINE.get(page.url, '')}".rstrip(": "), page.icon)
 with c2:
     st.subheader("Teaching a room?")
     st.markdown("**Presenter mode** walks the same stages one screen at a time in large type, with ← / → keys, "
@@ -59,3 +75,4 @@ elif not failed:
     scenarios = sum(name.startswith("prompt caching: ") for name in jobs)
     st.success(f"Ready: the default request and all {scenarios} prompt-caching scenarios (the conversation, "
                "every trap and every fix) are prepared; their pages open without running the model.", icon="✅")
+back_next()

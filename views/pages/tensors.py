@@ -9,7 +9,8 @@ from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, 
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
 from ui.escape import code_span, json_text
-from views.chrome import end_page, page_header, stage_link
+from views.chrome import end_page, page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.typed_text import box_error, typed_text
@@ -118,5 +119,4 @@ if trace.steps:
     step = decode_step_tensors(T, first.token_id)
     c2.code("\n".join(f"{k}: {compact(v)}" for k, v in step.items()), language="yaml", wrap_lines=True)
     c2.caption(f"One new token, but the mask has {T + 1} ones: the {T} cached positions plus the new one.")
-
-stage_link("views/pages/embeddings.py", "Next: each id picks a row of the embedding table", "📍")
+back_next()

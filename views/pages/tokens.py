@@ -20,8 +20,9 @@ from pipeline.text.pieces import token_pieces
 from ui.chips import legend, text_spans, token_chips
 from ui.escape import code_span, markdown_text
 from ui.words import plural
-from views.chrome import end_page, page_header, stage_link
+from views.chrome import end_page, page_header
 from views.model_pair import compared_keys, model_handle
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.typed_text import typed_text
@@ -195,5 +196,4 @@ for variant in (" contract", "Contract", "contract"):
                  f"{trace.dims.name} ids": ", ".join(map(str, s.ids)),
                  f"{trace.dims.name} pieces": " | ".join(s.pieces)})
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
-
-stage_link("views/pages/tensors.py", "Next: the ids become tensors in a batch", "🧮")
+back_next()

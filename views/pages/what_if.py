@@ -12,6 +12,7 @@ from ui.escape import code_span, markdown_text, plotly_label
 from ui.words import plural
 from views.branching import branch_for, branch_label
 from views.chrome import end_page, page_header
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.session_request import current_request, request_key
@@ -111,3 +112,4 @@ if paths[choice] != here:
     st.session_state.branch_shown = (root, paths[choice]) if paths[choice] else None
     st.rerun()
 st.dataframe(pd.DataFrame(rows), hide_index=True)
+back_next()

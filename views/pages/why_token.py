@@ -19,6 +19,7 @@ from ui.heat import heat_chips
 from ui.plots import TICK_FONT, token_axis
 from views.chrome import end_page, fragment, page_header
 from views.long_job import long_job, made_line
+from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.session_request import current_request
@@ -259,3 +260,4 @@ if patched is not None:
     st.caption(f"1 = the clean answer's lead of “{token_text(lm.tokenizer, p.clean_id)}” over "
                f"“{token_text(lm.tokenizer, p.corrupted_id)}” fully back ({p.clean_diff:+.2f} clean, "
                f"{p.corrupted_diff:+.2f} corrupted). First answer step only. {made_line(patched)}")
+back_next()

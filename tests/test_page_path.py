@@ -1,0 +1,134 @@
+"""A map and a path: Start lists every page of app.py's PAGES in order, in sections; every page ends with Back and
+Next (the pages on either side in PAGES); the architecture map is drawn from the model's own dimensions, each part a
+link to a real page, the current page's parts highlighted, on Start and Journey and small under stage pages' titles.
+
+Fast tier: pages on conftest's tiny models; the map's dims from the real models' config.json (files only).
+"""
+import os
+import re
+
+import pytest
+from kit.apptest import page_app
+from kit.paths import ROOT, app_pages
+from streamlit.testing.v1 import AppTest
+
+from pipeline.model.dims import ModelDims
+from pipeline.stages.model_map import model_map
+from ui.model_map import map_html
+from views.page_path import neighbours, pages, sections
+
+PAGES = app_pages()
+SECTIONS = ["The request", "Inside the model", "Choosing the token", "The loop and its cache",
+            "What the machine pays", "Caching across requests", "Tools for a room"]
+
+
+def smollm2_dims() -> ModelDims:  # SmolLM2-135M's config.json values (huggingface.co/HuggingFaceTB)
+    from types import SimpleNamespace
+    return ModelDims.from_config(SimpleNamespace(
+        num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576, intermediate_size=1536,
+        vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0, model_type="llama"),
+        "SmolLM2-135M-Instruct", "float32", "cpu")
+
+
+def gemma_dims() -> ModelDims:  # Gemma-3-270M's config.json values (huggingface.co/google/gemma-3-270m)
+    from types import SimpleNamespace
+    types = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(18)]
+    return ModelDims.from_config(SimpleNamespace(
+        num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1, head_dim=256, hidden_size=640,
+        intermediate_size=2048, vocab_size=262144, max_position_embeddings=32768, layer_types=types,
+        sliding_window=512, rope_parameters={"full_attention": {"rope_theta": 1_000_000.0},
+                                             "sliding_attention": {"rope_theta": 10_000.0}},
+        model_type="gemma3_text"), "Gemma-3-270M", "float32", "cpu")
+
+
+def test_the_sections_hold_every_page_in_the_order_a_request_travels():
+    assert [p.file.removesuffix(".py") for p in pages()] == PAGES
+    assert [name for name, _ in sections()] == SECTIONS
+    assert [p.url for _, entries in sections() for p in entries] == [p.url for p in pages()]
+
+
+def texts(at) -> list[str]:
+    return [str(e.value) for kind in ("markdown", "caption") for e in getattr(at, kind)]
+
+
+def test_start_lists_every_page_in_order_one_line_each(tiny_app):
+    at = page_app("start")
+    at.run()
+    assert not at.exception, at.exception
+    shown = texts(at)
+    lines = [next((n for n, t in enumerate(shown) if t.startswith(f"→ {p.title}: ")), None) for p in pages()]
+    assert None not in lines, [p.title for p, n in zip(pages(), lines) if n is None]
+    assert lines == sorted(lines)  # in PAGES' order
+    headings = [shown.index(f"**{name}**") for name in SECTIONS]
+    assert headings == sorted(headings)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_ends_with_back_and_next(tiny_app, page):
+    """Run alone (AppTest), a page's links to pages outside it are drawn as captions: the last ones are Back and
+    Next, naming the pages on either side in PAGES."""
+    at = page_app(page, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    before, after = neighbours(next(p.url for p in pages() if p.file == f"{page}.py"))
+    ends = [c.value for c in at.caption][-2:]
+    want = ([f"← Back: {before.title}"] if before else []) + ([f"Next: {after.title}"] if after else [])
+    assert before or after
+    for text, link in zip(ends[-len(want):], want):
+        assert text.split(" ", 1)[1].startswith(link), (ends, want)
+
+
+def test_back_and_next_are_links_that_carry_the_request(tiny_app):
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = {"max_new_tokens": "3"}
+    at.run()
+    at.switch_page("views/pages/embeddings.py").run()
+    assert not at.exception, at.exception
+    links = [e.proto for e in at.main.get("page_link")]
+    labels = {link.label: link for link in links}
+    assert "← Back: Tensors & batch" in labels and "Next: Position (RoPE) →" in labels
+    assert "max_new_tokens=3" in labels["Next: Position (RoPE) →"].query_string
+
+
+@pytest.mark.parametrize("dims, blocks, heads", [
+    (smollm2_dims(), "F" * 30, (9, 3)),
+    (gemma_dims(), "sssssF" * 3, (4, 1)),
+])
+def test_the_map_follows_the_models_dims(dims, blocks, heads):
+    m = model_map(dims)
+    assert "".join("F" if b.kind == "full" else "s" for b in m.blocks) == blocks
+    attention = next(p for p in m.block_parts if p.key == "attention")
+    assert attention.detail.startswith(f"{heads[0]} query heads, {heads[1]} KV head")
+    norms = [p for p in m.block_parts if p.key.startswith("norm.")]
+    assert len(norms) == (4 if dims.architecture == "gemma3_text" else 2)  # Gemma norms each sub-layer's output too
+    assert [p.key for p in m.before] == ["request", "tokens", "embeddings", "position"]
+    assert [p.key for p in m.after] == ["final_norm", "lm_head", "sampler", "loop", "kv_cache"]
+    assert f"{dims.V:,}" in next(p for p in m.after if p.key == "lm_head").detail
+    if dims.architecture == "gemma3_text":
+        assert "1,000,000" in m.blocks[5].detail and "512" in m.blocks[4].detail and "10,000" in m.blocks[4].detail
+
+
+@pytest.mark.parametrize("dims", [smollm2_dims(), gemma_dims()])
+def test_the_maps_links_resolve_to_real_pages_and_light_the_current_one(dims):
+    urls = {p.url for p in pages()}
+    m = model_map(dims)
+    assert m.pages() <= urls
+    html = map_html(m, "attention", lambda page: f"./{page}?model=x&q=<b>")
+    hrefs = re.findall(r"href='([^']*)'", html)
+    assert len(hrefs) == len(m.parts()) + len(m.blocks)
+    assert {h.split("?")[0][2:] for h in hrefs} <= urls
+    assert "<b>" not in html and "q=&lt;b&gt;" in html  # escaped
+    lit = re.findall(r"data-page='([^']*)'[^>]*aria-current='page'", html)
+    assert lit == ["attention"]
+
+
+@pytest.mark.parametrize("page, size", [("start", "full"), ("journey", "full"), ("attention", "small"),
+                                        ("tokens", "small")])
+def test_the_map_is_on_start_journey_and_small_on_stage_pages(tiny_app, page, size):
+    at = page_app(page, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    maps = [h.proto.body for h in at.get("html") if "tpe-map" in h.proto.body]
+    assert len(maps) == 1 and f"data-size='{size}'" in maps[0]
+    url = next(p.url for p in pages() if p.file == f"{page}.py")
+    assert ("aria-current='page'" in maps[0]) == (url not in ("start", "journey"))

@@ -1,0 +1,128 @@
+"""A map and a path: the pages in the order a request travels (app.py's PAGES, in sections), each page's Back and
+Next, and the architecture map (pipeline/stages/model_map.py, drawn by ui/model_map.py) with this page's parts lit.
+
+    back_next()          # at the end of every page (views.chrome.end_page draws it for a page that ends early)
+    architecture_map()   # the full map (Start, Journey); small=True: the strip under every stage page's title
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from urllib.parse import urlencode
+
+import streamlit as st
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class PageEntry:
+    file: str  # under views/pages/, e.g. 'tokens.py'
+    title: str
+    icon: str
+    url: str  # the URL path, e.g. 'tokens'
+    section: str
+
+
+@cache
+def pages() -> tuple[PageEntry, ...]:
+    """app.py's PAGES, read from its source (importing app.py would run the app): the one list of pages."""
+    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
+    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "PAGES" for t in node.targets))
+    return tuple(PageEntry(*entry) for entry in ast.literal_eval(table))
+
+
+def sections() -> list[tuple[str, list[PageEntry]]]:
+    """[(section, its pages in order)] in the order a request travels."""
+    out: list[tuple[str, list[PageEntry]]] = []
+    for page in pages():
+        if not out or out[-1][0] != page.section:
+            out.append((page.section, []))
+        out[-1][1].append(page)
+    return out
+
+
+def neighbours(url: str) -> tuple[PageEntry | None, PageEntry | None]:
+    """(the page before, the page after) `url` in PAGES; None at either end."""
+    urls = [p.url for p in pages()]
+    i = urls.index(url)
+    return (pages()[i - 1] if i > 0 else None), (pages()[i + 1] if i + 1 < len(urls) else None)
+
+
+def current_page() -> PageEntry | None:
+    """The page being drawn: the page file running on the call stack (under app.py's navigation and in an AppTest
+    that runs one page file alone alike)."""
+    files = {str((ROOT / "views" / "pages" / p.file).resolve()): p for p in pages()}
+    for frame in inspect.stack(context=0):
+        page = files.get(os.path.realpath(frame.filename))
+        if page is not None:
+            return page
+    return None
+
+
+def page_href(url: str) -> str:
+    """A link to the page at `url` carrying the sidebar's request (as the sidebar's own links do)."""
+    from views.url_state import request_params
+
+    query = urlencode(request_params())
+    return f"./{url}" + (f"?{query}" if query else "")
+
+
+def _link(page: PageEntry, label: str) -> None:
+    """An st.page_link carrying the request; plain text when the page is not in the navigation (AppTest runs one
+    page file alone)."""
+    from streamlit.errors import StreamlitAPIException, StreamlitPageNotFoundError
+
+    from views.url_state import request_params
+
+    try:
+        st.page_link(f"views/pages/{page.file}", label=label, icon=page.icon, query_params=request_params())
+    except (StreamlitPageNotFoundError, StreamlitAPIException, KeyError):
+        st.caption(f"{page.icon} {label}")
+
+
+def back_next() -> None:
+    """Back and Next under the page, named by the page they lead to and its section."""
+    here = current_page()
+    if here is None:
+        return
+    before, after = neighbours(here.url)
+    st.divider()
+    c1, c2 = st.columns(2)
+    with c1:
+        if before is not None:
+            _link(before, f"← Back: {before.title}")
+    with c2:
+        if after is not None:
+            _link(after, f"Next: {after.title} →" + (f" (new section: {after.section})"
+                                                      if after.section != here.section else ""))
+
+
+def architecture_map(small: bool = False, dims=None) -> None:
+    """The map of the picked model (or `dims`'), this page's parts highlighted, each part a link to its page."""
+    from pipeline.stages.model_map import model_map
+    from ui.model_map import map_html
+    from views.server_state import get_model
+
+    here = current_page()
+    m = model_map(dims or get_model().config_dims)
+    st.html(map_html(m, here.url if here else "", page_href, small=small))
+
+
+FULL_MAP_PAGES = ("start", "journey")  # they draw the whole map themselves
+
+
+def small_map() -> None:
+    """Under a stage page's title (views.chrome.page_header): the small map, if a part of it leads to this page."""
+    from pipeline.stages.model_map import model_map
+    from views.server_state import get_model
+
+    here = current_page()
+    dims = get_model().config_dims
+    if here is not None and here.url not in FULL_MAP_PAGES and here.url in model_map(dims).pages():
+        architecture_map(small=True, dims=dims)
