@@ -156,3 +156,29 @@ def test_real_models_against_hf_eager(which, layers, request, tmp_path):
         code, _out, err = run_cli(tmp_path, "explain", "Hi", "--attends", "30.0", real_weights=True)
         assert code == 2 and err.startswith("error: attends: layer must be between 0 and 29") and \
             err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("which", ["llama", "gemma"])
+def test_graph_nodes_and_a_tokens_ablation(which, tiny_models, tokenizer):  # noqa: F811
+    """Each head, MLP and token once, strongest route first; switching a token off is the model run on its own
+    embeddings with that row zeroed (Hugging Face's forward on inputs_embeds), or set to the rows' mean."""
+    from pipeline.attribution.graph import contribution_graph
+    from pipeline.attribution.nodes import Node, ablate_node, graph_nodes
+    from pipeline.maths import softmax
+
+    lm = tiny_models[which]
+    ids = tokenizer(CLEAN)["input_ids"]
+    rec = record_step(lm, ids)
+    nodes = graph_nodes(contribution_graph(rec, lm, threshold=0.01))
+    assert [n.share for n in nodes] == sorted((n.share for n in nodes), reverse=True)
+    assert len({(n.kind, n.layer, n.head, n.position if n.kind == "token" else None) for n in nodes}) == len(nodes)
+    target = int(rec.logits.argmax())
+    emb = lm.model.get_input_embeddings()(torch.tensor([ids])).detach()
+    for mode, row in (("zero", torch.zeros_like(emb[0, 2])), ("mean", emb[0].mean(0))):
+        r = ablate_node(lm, ids, target, Node("token", 0, None, 2, 2, 1.0), mode, clean_logits=rec.logits)
+        changed = emb.clone()
+        changed[0, 2] = row
+        with torch.no_grad():
+            want = lm.model(inputs_embeds=changed).logits[0, -1].double().numpy()
+        assert r.prob_after == pytest.approx(float(softmax(want)[target]), abs=1e-5)
+        assert r.logit_after == pytest.approx(float(want[target]), abs=1e-4) and r.layer == -1
