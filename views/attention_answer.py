@@ -3,12 +3,13 @@ more captured pass over them (the run's own prefill covers the prompt only)."""
 import streamlit as st
 
 from views.server_state import get_model
-from pipeline.model.prefill import run_prefill
 from pipeline.model.prefill_record import Prefill
 
 
 @st.cache_resource(max_entries=2, show_spinner="Running the prompt and the answer once more, with hooks...")
 def _answer_prefill(model_name: str, ids: tuple) -> Prefill:
+    from pipeline.model.prefill import run_prefill  # torch: only once the answer is asked for
+
     return run_prefill(get_model(), list(ids)).prefill
 
 
