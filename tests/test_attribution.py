@@ -9,6 +9,7 @@ the plain forward pass (patching the whole last stream must give the clean run's
 import numpy as np
 import pytest
 import torch
+from kit.texts import CLEAN, CORRUPTED
 
 from pipeline.attribution.dla import direct_logit_attribution, head_outputs, promoted_tokens
 from pipeline.attribution.gradients import input_attribution
@@ -16,19 +17,6 @@ from pipeline.attribution.graph import contribution_graph, layer_shares, shares,
 from pipeline.attribution.interventions import ablate, patch_residual
 from pipeline.attribution.record import record_step, step_ids
 from pipeline.core.errors import InputError
-from pipeline.model.loader import LoadedModel
-
-CLEAN, CORRUPTED = "Are tomatoes fruit? Yes, they", "Are carrots fruit? Yes, they"
-
-
-@pytest.fixture(scope="module")
-def tiny_models(tokenizer):
-    from kit.tiny_models import make_tiny_lm, tiny_gemma3
-
-    llama = make_tiny_lm(tokenizer, seed=1, num_hidden_layers=3, hidden_size=32, intermediate_size=64)
-    gemma = LoadedModel(model=tiny_gemma3(tokenizer).eval(), tokenizer=tokenizer, name="tiny-gemma",
-                        device=torch.device("cpu"))
-    return {"llama": llama, "gemma": gemma}
 
 
 @pytest.fixture(scope="module", params=["llama", "gemma"])

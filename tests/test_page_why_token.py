@@ -5,17 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kit.apptest import chart_data
-from streamlit.testing.v1 import AppTest
+from kit.apptest import chart_data, run_page
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def run_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "why_token.py"), default_timeout=240)
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
 
 
 def test_logit_parts_on_the_page_add_up_to_the_runs_own_score(tiny_app):
@@ -24,7 +17,7 @@ def test_logit_parts_on_the_page_add_up_to_the_runs_own_score(tiny_app):
     from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest
 
-    at = run_page()
+    at = run_page("why_token")
     trace = run_trace(ChatRequest.from_question(DEFAULT_QUESTION), tiny_app)  # the page's run, run again
     chosen = trace.generated_token_ids[0]
     bars = chart_data(at.get("plotly_chart")[0])  # attention, MLP per layer
@@ -46,7 +39,7 @@ def test_logit_parts_on_the_page_add_up_to_the_runs_own_score(tiny_app):
 
 
 def test_buttons_ablate_patch_and_integrate(tiny_app):
-    at = run_page()
+    at = run_page("why_token")
     at.button(key="why_ablate").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert any("probability of" in m.value for m in at.markdown)
@@ -108,7 +101,7 @@ def test_patching_shows_its_progress_and_the_one_who_started_it_can_cancel_it(ti
 
     monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
     held, go_on, runs = held_patching(monkeypatch)
-    at = run_page()
+    at = run_page("why_token")
     at.text_input(key="why_corrupted").set_value("Are lemons fruit?")
     at.button(key="why_patch").click().run()
     assert not at.exception, [e.message for e in at.exception]
@@ -141,7 +134,7 @@ def test_two_sessions_patching_the_same_share_one_run_and_its_result_with_when_i
 
     monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
     held, go_on, runs = held_patching(monkeypatch)
-    first, second = run_page(), run_page()
+    first, second = run_page("why_token"), run_page("why_token")
     for at in (first, second):
         at.text_input(key="why_corrupted").set_value("Are pears fruit?")
         at.button(key="why_patch").click().run()
@@ -151,7 +144,7 @@ def test_two_sessions_patching_the_same_share_one_run_and_its_result_with_when_i
     assert len(job.askers) == 2 and runs == [1]  # the second session joined the first one's run
     go_on.set()
     job.result(60)
-    later = run_page()  # a third session that never pressed Patch
+    later = run_page("why_token")  # a third session that never pressed Patch
     later.text_input(key="why_corrupted").set_value("Are pears fruit?").run()
     charts = []
     for at in (first.run(), second.run(), later):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from kit.apptest import chart_data
+from kit.apptest import chart_data, run_page
 from kit.tiny_models import prompt_ids
 from streamlit.testing.v1 import AppTest
 
@@ -21,14 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # a trace on 2 shared CPU cores can take tens of seconds
 MALICIOUS = "<img src=x onerror=alert(1)> <s>"
 
-
-def run_page(name: str, question: str | None = None) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
-    if question is not None:
-        at.session_state["req_question"] = question
-    at.run()
-    assert not at.exception, at.exception
-    return at
 
 
 def html_blocks(at: AppTest) -> list[str]:

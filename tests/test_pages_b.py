@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from kit.apptest import chart_data
-from kit.tiny_models import prompt_ids
+from kit.apptest import chart, chart_data, run_page
+from kit.tiny_models import hf_forward, prompt_ids
 from streamlit.testing.v1 import AppTest
 
-from pipeline.model.loader import attention_implementation
 from pipeline.run.trace import run_trace
 from pipeline.stages import attention as ast
 from pipeline.stages import layers as la
@@ -26,28 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 240  # the first page also captures the default trace on 2 shared CPU cores
 
 
-def run_page(name: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    return at
-
-
-def hf_forward(lm, ids: list[int]):
-    """Hugging Face's own forward pass of the prompt: every layer's hidden states and attention weights."""
-    with torch.inference_mode(), attention_implementation(lm.model, "eager"):
-        return lm.model(torch.tensor([ids], device=lm.device), output_hidden_states=True, output_attentions=True)
 
 
 def plotly_count(at: AppTest) -> int:
     return len(at.get("plotly_chart"))
 
-
-def chart(at: AppTest, key: str):
-    """The plotly chart with this key (the attention page draws several: at_overview, at_heatmap, ...)."""
-    charts = [c for c in at.get("plotly_chart") if c.key == key]
-    assert len(charts) == 1, [c.key for c in at.get("plotly_chart")]
-    return charts[0]
 
 
 def text_of(at: AppTest) -> str:

@@ -93,8 +93,13 @@ def direct_logit_attribution(rec: StepRecord, lm: LanguageModel, target_id: int,
 def promoted_tokens(rec: StepRecord, lm: LanguageModel, layer: int, head: int | None, k: int = 8) -> tuple[list, list]:
     """What one head's write (head None: the layer's MLP) does to every token's logit through the frozen final
     norm and the unembedding: ([(id, logit change)] most raised, [(id, change)] most lowered), k each."""
-    w_u = weights(lm)[0]
     vec = rec.mlp[layer, -1] if head is None else head_outputs(rec, lm, layer)[head]
+    return promoted_by(rec, lm, vec, k)
+
+
+def promoted_by(rec: StepRecord, lm: LanguageModel, vec: np.ndarray, k: int = 8) -> tuple[list, list]:
+    """promoted_tokens for any (D,) vector written to the last position's stream (a token's embedding...)."""
+    w_u = weights(lm)[0]
     scores = w_u.numpy() @ (vec * frozen_norm(rec, lm)).astype(np.float32)  # (V,)
     order = np.argsort(scores)
     return ([(int(i), float(scores[i])) for i in order[::-1][:k]], [(int(i), float(scores[i])) for i in order[:k]])

@@ -12,10 +12,12 @@ from pipeline.text.token_names import token_text
 def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], step: int = 0,
             target: int | None = None, minus: int | None = None, threshold: float = 0.04,
             max_nodes: int = 12, inputs: bool = False, ig_steps: int = 30,
-            moving: list[int] | None = None) -> dict:
+            moving: list[int] | None = None, attends: tuple[int, int] | None = None,
+            query: int | None = None) -> dict:
     """Why the model scored `target` (default: the token the run chose at `step`) as it did at decode step `step`.
     `moving`: the prompt positions integrated gradients moves from its baseline (default: all); the answer's
-    tokens before the step always move."""
+    tokens before the step always move. `attends` (layer, head): that head's scores at position `query` (default:
+    the last) split into query part x key part terms, in `qk`."""
     ids = step_ids(prompt_ids, generated_ids, step)
     target = int(generated_ids[step]) if target is None else check_token("target", target, lm.dims.V)
     rec = record_step(lm, ids)
@@ -31,6 +33,13 @@ def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], 
     doc["top_heads"] = [{"layer": i, "head": h, "contribution": v,
                          "promotes": [token_text(lm.tokenizer, t) for t, _ in promoted_tokens(rec, lm, i, h, 5)[0]]}
                         for v, i, h in best]
+    if attends is not None:
+        from pipeline.attribution.qk import in_words, qk_attribution
+
+        qa = qk_attribution(lm, rec, *attends, query=query)
+        doc["qk"] = qa.to_json()
+        doc["qk"]["said"] = [f"key {token_text(lm.tokenizer, ids[k.position])!r} ({k.probability:.0%}): "
+                             + in_words(qa.parts, k) for k in qa.keys]
     if inputs:
         from pipeline.attribution.gradients import input_attribution
 

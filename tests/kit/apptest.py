@@ -101,3 +101,23 @@ def clear_streamlit_caches() -> None:
 
     st.cache_resource.clear()
     st.cache_data.clear()
+
+
+def run_page(name: str, question: str | None = None, timeout: float = 300):
+    """The page named `name` run once in AppTest (the sidebar's question preset if given), checked to raise nothing."""
+    from streamlit.testing.v1 import AppTest
+
+    lighter_apptest()
+    at = AppTest.from_file(page_file(name), default_timeout=timeout)
+    if question is not None:
+        at.session_state["req_question"] = question
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    return at
+
+
+def chart(at, key: str):
+    """The plotly chart with this key (the attention page draws several: at_overview, at_heatmap, ...)."""
+    charts = [c for c in at.get("plotly_chart") if c.key == key]
+    assert len(charts) == 1, [c.key for c in at.get("plotly_chart")]
+    return charts[0]

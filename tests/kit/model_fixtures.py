@@ -56,3 +56,17 @@ def gemma_tokenizer():
     from pipeline.model.weights_cache import load_tokenizer
 
     return load_tokenizer(folder, GEMMA3)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tokenizer):
+    """{"llama": a tiny Llama, "gemma": a tiny Gemma 3} on SmolLM2's tokenizer, for attribution's exact checks."""
+    import torch
+
+    from kit.tiny_models import tiny_gemma3
+    from pipeline.model.loader import LoadedModel
+
+    llama = make_tiny_lm(tokenizer, seed=1, num_hidden_layers=3, hidden_size=32, intermediate_size=64)
+    gemma = LoadedModel(model=tiny_gemma3(tokenizer).eval(), tokenizer=tokenizer, name="tiny-gemma",
+                        device=torch.device("cpu"))
+    return {"llama": llama, "gemma": gemma}

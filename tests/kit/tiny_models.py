@@ -88,3 +88,11 @@ def tiny_gemma3(tokenizer):
             if "norm" in name:
                 p.normal_(0, 0.5)
     return model
+
+
+def hf_forward(lm, ids: list[int]):
+    """Hugging Face's own forward pass of the prompt: every layer's hidden states and attention weights."""
+    from pipeline.model.loader import attention_implementation
+
+    with torch.inference_mode(), attention_implementation(lm.model, "eager"):
+        return lm.model(torch.tensor([ids], device=lm.device), output_hidden_states=True, output_attentions=True)

@@ -12,6 +12,7 @@ from ui.escape import axis_labels, code_span, plotly_label
 from ui.plots import TICK_FONT, token_axis
 from ui.words import plural
 from views import url_state
+from views.attention_answer import attention_ids
 from views.chrome import fragment, page_header
 from views.page_path import back_next
 from views.runs import run_for_page
@@ -31,12 +32,13 @@ page_header("Attention", "Inside every layer, each token looks back at the token
             "a token may never see them, so they are masked.")
 trace = run_for_page()
 tok = get_model().tokenizer
-m, p = trace.dims, trace.prefill
+m = trace.dims
+ids, p, run_key = attention_ids(trace)  # the prompt, or the prompt and the answer
 L, H, Hkv, Dh = m.L, m.H, m.Hkv, m.Dh
-T = len(trace.tokens)
+T = len(ids)
 windows = tuple(m.window(i) for i in range(L))  # (L,) each layer's sliding window, None = full
 sliding = [i for i, w in enumerate(windows) if w is not None]
-pieces = token_pieces(tok, trace.ids)  # '토 (1/3)' for a token that is part of a character
+pieces = token_pieces(tok, ids)  # '토 (1/3)' for a token that is part of a character
 names = [q.label for q in pieces]
 labels = axis_labels(names)  # unique and escaped, for plotly
 plain = [f"({i}){n}" for i, n in enumerate(names)]  # widgets show text as text
@@ -71,7 +73,7 @@ def whole_prompt(request_id: str, ids: tuple[int, ...], layer: int, head: int, w
     return at.pooled_head(_p, layer, head, window, POOLED)
 
 
-tiles, last = overview(trace.request.id, tuple(trace.ids), windows, p)  # (L, H, n, n), (L, H, T)
+tiles, last = overview(run_key, tuple(ids), windows, p)  # (L, H, n, n), (L, H, T)
 entropy = at.entropy_bits(last)  # (L, H) bits, low = focused
 best_layer, best_head = at.sharpest_head(last)
 if st.session_state.get("at_run_id") not in (None, trace.request.id):  # the request changed: open on a head
@@ -176,7 +178,7 @@ def one_head() -> None:
                         format_func=lambda h: f"head {h} (reads KV head {m.kv_head(h)}; last row "
                                               f"{entropy[layer, h]:.1f} bits)")
     window = windows[layer]
-    rows, sinks = layer_window(trace.request.id, tuple(trace.ids), layer, start, window, p)  # (H, W, C)
+    rows, sinks = layer_window(run_key, tuple(ids), layer, start, window, p)  # (H, W, C)
     A = rows[head]  # (W, C) rows = queries start..T-1
     cols, xlabels = key_columns(sinks)
     queries = np.arange(start, T)
@@ -242,7 +244,7 @@ def window_caption(window: int, beyond: np.ndarray) -> str:
 
 def shrunk(layer: int, head: int, window: int | None) -> None:
     """The whole T x T grid of one head, pooled into blocks: the sliding window's band shows at a glance."""
-    pooled, hidden, starts = whole_prompt(trace.request.id, tuple(trace.ids), layer, head, window, p)
+    pooled, hidden, starts = whole_prompt(run_key, tuple(ids), layer, head, window, p)
     b = int(starts[1] - starts[0]) if len(starts) > 1 else 1
     future = hidden & (starts[None, :] > starts[:, None])  # (n, n) blocks wholly after their queries
     outside = hidden & ~future  # wholly outside the sliding window

@@ -17,6 +17,7 @@ from pipeline.text.token_names import token_text
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.heat import heat_chips
 from ui.plots import TICK_FONT, token_axis
+from views import why_qk
 from views.chrome import end_page, fragment, page_header
 from views.long_job import long_job, made_line
 from views.page_path import back_next
@@ -113,6 +114,12 @@ head_pick = h2.selectbox("head (or the layer's MLP)", [*range(H), None], index=i
 st.caption("What this part writes, read through the final norm and the output matrix: the tokens it raises most "
            "and lowers most.")
 promoted_table(int(layer_pick), head_pick)
+if head_pick is not None:
+    st.markdown(f"**Why layer {int(layer_pick)} head {head_pick} attends where it does**")
+    query = st.selectbox("looking from (query position)", range(len(ids) - 1, -1, -1), key="why_qk_query",
+                         format_func=lambda t: f"({t}) {plain_tokens[t]}" + (" · the last" if t == len(ids) - 1
+                                                                            else ""))
+    why_qk.qk_panel(lm, rec, int(layer_pick), head_pick, int(query), plain_tokens, "why_qk")
 
 
 @fragment
@@ -157,16 +164,8 @@ def routes() -> None:
     st.plotly_chart(fig, width="stretch", key="why_graph")
     st.caption(f"{len(g.edges)} routes above {threshold:.2f}" + (
         f"; some layers had more positions above it than {cap}: only the strongest are drawn." if g.capped else "."))
-    found = sorted({(e["layer"], e["head"]) for e in heads}, key=lambda lh: -max(
-        e["share"] for e in heads if (e["layer"], e["head"]) == lh))
-    if found:
-        pick = st.selectbox("a head of the graph", found, format_func=lambda lh: f"layer {lh[0]}, head {lh[1]}",
-                            key="why_node")
-        promoted_table(*pick)
-        if st.button("Ablate this head and run again (section 3)", key="why_node_ablate"):
-            st.session_state["why_ablate_pick"] = pick
-            st.rerun(scope="app")
-
+    st.markdown("**One node at a time**: pick a head, an MLP or an input token the routes pass through.")
+    why_qk.node_panel(lm, rec, g, a, target, name[target], plain_tokens)
 
 routes()
 
@@ -174,15 +173,12 @@ st.subheader("3. Proof by intervention")
 st.caption("Switch one part off in the real model and run this step's tokens again (one forward pass): does the "
            "token's probability fall, and does the answer change? “zero” writes nothing; “mean” writes the part's "
            "average over all positions, keeping its usual size but removing what is special about this text.")
-picked = st.session_state.pop("why_ablate_pick", None)
-if picked is not None:
-    st.session_state["why_ab_layer"], st.session_state["why_ab_head"] = int(picked[0]), int(picked[1])
 a1, a2, a3 = st.columns(3)
 ab_layer = a1.number_input("layer ", 0, L - 1, int(best[0]), key="why_ab_layer")
 ab_head = a2.selectbox("part", [*range(H), None], index=int(best[1]), key="why_ab_head",
                        format_func=lambda h: "MLP" if h is None else f"head {h}")
 mode = a3.radio("ablation", iv.MODES, horizontal=True, key="why_ab_mode")
-if st.button("Ablate and run again", key="why_ablate") or picked is not None:  # or one click on a graph head
+if st.button("Ablate and run again", key="why_ablate"):
     r = iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits)
     part = "MLP" if ab_head is None else f"head {ab_head}"
     st.markdown(f"Layer {int(ab_layer)} {part} ({mode}): probability of “{markdown_text(name[target])}” "

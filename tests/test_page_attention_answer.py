@@ -1,0 +1,27 @@
+"""The Attention page over the answer too (views/attention_answer.py), on the tiny model (fast tier): with the toggle
+on, the grid has a row for every answer token, and its weights are Hugging Face's own eager attention over the prompt
+followed by the answer."""
+import numpy as np
+from kit.apptest import chart, chart_data, run_page
+from kit.tiny_models import hf_forward, prompt_ids
+
+
+def test_the_grid_covers_the_answer_with_hfs_own_weights(tiny_app):
+    from kit.texts import DEFAULT_QUESTION
+
+    from pipeline.run.trace import run_trace
+    from pipeline.stages.request import ChatRequest
+
+    at = run_page("attention")
+    prompt = prompt_ids(tiny_app)
+    T = len(prompt)
+    assert np.asarray(chart_data(chart(at, "at_heatmap"))[0]["customdata"]).shape == (T, T)  # the prompt only
+    at.toggle(key="at_answer").set_value(True).run()
+    assert not at.exception, [e.message for e in at.exception]
+    answer = run_trace(ChatRequest.from_question(DEFAULT_QUESTION), tiny_app).generated_token_ids  # the page's run
+    ids = prompt + list(answer)
+    layer, head = int(at.slider(key="at_layer").value), int(at.selectbox(key="at_head").value)
+    weights = np.asarray(chart_data(chart(at, "at_heatmap"))[0]["customdata"], dtype=float)
+    n = len(ids)
+    assert n < 256 and weights.shape == (n, n)  # short enough for the whole grid
+    np.testing.assert_allclose(weights, hf_forward(tiny_app, ids).attentions[layer][0, head].cpu().numpy(), atol=1e-5)
