@@ -107,6 +107,50 @@ def test_a_refused_request_tells_its_caller_only_and_callers_keep_their_pass_cou
     assert counter.n == 1  # the prefill ran in its caller's context
 
 
+class PricingEngine(FakeEngine):
+    """A fake engine that prices its requests as the real ones do: (cost, prompt tokens) from the payload."""
+
+    def price(self, payload):
+        return payload[1] * 100 + payload[2], payload[2]
+
+
+def test_the_server_prices_what_it_admits_and_a_page_only_submits():
+    """A request given no cost is priced by its engine: its cost orders the estimates, and its prompt's length
+    is what a long queue refuses (a page used to tokenize the request itself to price it)."""
+    from pipeline.server.run_queue import LONG_PROMPT_TOKENS, LONG_QUEUE
+
+    q, release = _blocked_queue(PricingEngine())
+    short = q.submit("short", lambda: None, batch=("fake", ("short", 2, 10, 10)))
+    assert short.cost == 2 * 100 + 10
+    for i in range(LONG_QUEUE):
+        q.submit(f"filler {i}", lambda: None, cost=1)
+    with pytest.raises(InputError, match=f"{LONG_PROMPT_TOKENS + 1:,} tokens now"):
+        q.submit("long", lambda: None, batch=("fake", ("long", 2, LONG_PROMPT_TOKENS + 1, 10)))
+    with pytest.raises(ValueError, match="gives its cost"):
+        q.submit("whole job", lambda: None)
+    release.set()
+
+
+def test_the_trace_engine_tokenizes_a_request_once_to_price_and_admit_it(tiny_lm, monkeypatch):
+    """price() and reserve() of the same request share one tokenization, and agree with the rules computed apart."""
+    from pipeline.server import trace_engine as te
+    from pipeline.server.run_queue import cost_of
+    from pipeline.stages.kv_cache import held_bytes
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from pipeline.stages.tokens import tokenize_request
+
+    request = ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=7))
+    n = len(tokenize_request(tiny_lm.tokenizer, request).ids)
+    calls = []
+    monkeypatch.setattr(te, "tokenize_request", lambda *a: calls.append(a) or tokenize_request(*a))
+    engine = te.TraceEngine(lambda r: tiny_lm, 4096)
+    payload = ("key", request, 0.0)
+    assert engine.price(payload) == (cost_of(n, 7), n)
+    assert engine.reserve(payload) == (n, sum(held_bytes(tiny_lm.dims, n + 7)))
+    assert engine.price(payload) == (cost_of(n, 7), n)
+    assert len(calls) == 1
+
+
 def test_background_requests_wait_while_people_are_served():
     engine = FakeEngine()
     q, release = _blocked_queue(engine)

@@ -51,9 +51,8 @@ def stream_live(request, captured_tpot_s: float | None) -> Answer:
 
     live = LiveAnswer()
     work = lambda: generate(get_model(), request, APP_MAX_PROMPT_TOKENS, on_event=live.push)  # noqa: E731
-    n_prompt = prompt_length(request)
-    ticket = run_queue().submit(("live", id(live)), work, cost_of(n_prompt, request.options.max_new_tokens),
-                                prompt_tokens=n_prompt, batch=("stream", (request, live.push)))
+    # the server prices what it admits (its stream engine tokenizes the request): the page only submits
+    ticket = run_queue().submit(("live", id(live)), work, batch=("stream", (request, live.push)))
     box, stats = st.empty(), st.empty()
     t0 = time.perf_counter()
     while True:

@@ -7,7 +7,6 @@ import streamlit as st
 
 from pipeline.run.record import Trace
 from pipeline.run.trace import run_trace
-from pipeline.server.run_queue import cost_of
 from pipeline.stages.request import ChatRequest
 from views.server_state import (
     APP_MAX_PROMPT_TOKENS,
@@ -50,13 +49,10 @@ def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0)
 def run_through_queue(request: ChatRequest) -> Trace:
     """The run (Trace) of `request`, run through the model's queue (arrival order, or joining an identical
     request already there) and stored; its place is shown meanwhile."""
-    from pipeline.stages.tokens import tokenize_request
-
     lm, key = get_model(request.model, request.weights), request_key(request)
-    n_prompt = len(tokenize_request(lm.tokenizer, request).ids)
     work = lambda: run_store().get_or_run(key, lambda: run_trace(request, lm, APP_MAX_PROMPT_TOKENS))  # noqa: E731
-    cost = cost_of(n_prompt, request.options.max_new_tokens)
-    return wait_for(run_queue().submit(key, work, cost, n_prompt, batch=("trace", (key, request, time.perf_counter()))))
+    # the server prices what it admits (its trace engine tokenizes the request once): the page only submits
+    return wait_for(run_queue().submit(key, work, batch=("trace", (key, request, time.perf_counter()))))
 
 
 def wait_for(ticket) -> object:

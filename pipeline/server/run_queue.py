@@ -107,11 +107,16 @@ class RunQueue:
         """1 while a job, a long job's chunk or a batch is running. Lock held."""
         return int(self._running is not None or self._chunk is not None or bool(self._members))
 
-    def submit(self, key: Hashable, work: Callable[[], object], cost: int, prompt_tokens: int = 0,
+    def submit(self, key: Hashable, work: Callable[[], object], cost: int | None = None, prompt_tokens: int = 0,
                background: bool = False, batch: tuple[str, object] | None = None) -> Ticket:
         """Queue `work` (or join the identical queued job). background=True: preparation that runs only
         while nobody is waiting; a person asking for the same key brings it forward. batch=(kind, payload):
-        a kind with a step engine is decoded in the running batch (then `work` is not called)."""
+        a kind with a step engine is decoded in the running batch (then `work` is not called), and the engine
+        prices it (cost None: the server prices what it admits; a page only submits). Other work gives its cost."""
+        if cost is None:
+            if batch is None or batch[0] not in self.engines:
+                raise ValueError("a job without a step engine gives its cost")
+            cost, prompt_tokens = self.engines[batch[0]].price(batch[1])  # tokenizes: outside the lock
         with self._lock:
             if key in self._by_key:
                 ticket = self._by_key[key]  # the same request is already queued or running

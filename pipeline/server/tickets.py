@@ -29,6 +29,9 @@ class StepEngine(Protocol):
     `start` runs in its caller's context, `step` in the first member's: an engine that runs several callers'
     requests in one pass names them (pipeline.model.passes.passes_for)."""
 
+    def price(self, payload) -> tuple[int, int]:
+        """(cost, prompt tokens) of a request: its place in the estimates, and whether a long queue refuses it."""
+
     def reserve(self, payload) -> tuple[int, int]:
         """(prompt tokens, KV bytes the request reaches at its longest): what admission counts."""
 

@@ -10,28 +10,33 @@ shared batch), so they take turns with the batch step by step instead of waiting
 
     engine = TraceEngine(lambda request: lm, max_prompt_tokens=2048)
     queue = RunQueue(engines={"trace": engine})
-    queue.submit(key, work, cost, batch=("trace", (key, request, time.perf_counter())))
+    queue.submit(key, work, batch=("trace", (key, request, time.perf_counter())))  # priced by the engine
 """
 from __future__ import annotations
 
 import contextvars
 import itertools
+import threading
 from concurrent.futures import Executor
 from typing import Callable, Hashable
 
 from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import counter_in, current_counter
+from pipeline.server.run_queue import cost_of
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
 
 
-def kv_reserve(lm: LanguageModel, request: ChatRequest) -> tuple[int, int]:
+def kv_reserve(lm: LanguageModel, request: ChatRequest, prompt_tokens: int | None = None) -> tuple[int, int]:
     """(prompt tokens, the KV bytes the request holds at its longest: prompt + max_new_tokens positions in
     every layer, a sliding-window layer at most its window), from the model's dimensions."""
     from pipeline.stages.kv_cache import held_bytes
 
-    n = len(tokenize_request(lm.tokenizer, request).ids)
+    n = len(tokenize_request(lm.tokenizer, request).ids) if prompt_tokens is None else prompt_tokens
     return n, sum(held_bytes(lm.dims, n + request.options.max_new_tokens))
+
+
+PRICED_REQUESTS = 256  # prompt lengths an engine remembers (a request is priced, then reserved at admission)
 
 
 class _Engine:
@@ -42,9 +47,33 @@ class _Engine:
         self.batches: dict[int, object] = {}  # id(lm) -> BatchDecoder
         self.started: dict[Hashable, tuple] = {}  # handle -> (lm, row, what finishing it needs)
         self._ids = itertools.count()
+        self._prompt_tokens: dict[tuple[int, ChatRequest], int] = {}  # (id(lm), request) -> its prompt's tokens
+        self._priced = threading.Lock()  # pages price in their threads, the queue reserves in its own
+
+    def prompt_tokens(self, payload) -> int:
+        """The request's prompt in tokens on its model: tokenized once, when the queue prices it."""
+        request = self._request(payload)
+        lm = self.lm_for(request)
+        key = (id(lm), request)
+        with self._priced:
+            known = self._prompt_tokens.get(key)
+        if known is not None:
+            return known
+        n = len(tokenize_request(lm.tokenizer, request).ids)
+        with self._priced:
+            if len(self._prompt_tokens) >= PRICED_REQUESTS:
+                self._prompt_tokens.pop(next(iter(self._prompt_tokens)))
+            self._prompt_tokens[key] = n
+        return n
+
+    def price(self, payload) -> tuple[int, int]:
+        """(cost, prompt tokens) of a request: what the queue orders and refuses by (run_queue.cost_of)."""
+        n = self.prompt_tokens(payload)
+        return cost_of(n, self._request(payload).options.max_new_tokens), n
 
     def reserve(self, payload) -> tuple[int, int]:
-        return kv_reserve(self.lm_for(self._request(payload)), self._request(payload))
+        request = self._request(payload)
+        return kv_reserve(self.lm_for(request), request, self.prompt_tokens(payload))
 
     def _batch(self, lm: LanguageModel):
         from pipeline.stages.batched_decoding import BatchDecoder
