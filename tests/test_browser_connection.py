@@ -33,7 +33,9 @@ def test_a_killed_server_is_said_to_be_restarting_not_the_internet(tiny_server_c
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.goto(url)
                 settle(page, timeout=300)
-                assert page.evaluate("window.__tpeConnectionNotice") is True  # the watcher runs in the page
+                # the watcher runs in the page: its script is started by the page's run, not necessarily before the
+                # run's end mark shows, so wait for the watcher itself
+                page.wait_for_function("() => window.__tpeConnectionNotice === true", timeout=60_000)
                 os.kill(listening_pid(int(url.rsplit(":", 1)[1])), signal.SIGKILL)
                 page.wait_for_selector(DIALOG, timeout=120_000)  # Streamlit shows it from its sixth failed ping
                 page.wait_for_function("note => document.querySelector('[data-testid=\"stDialog\"]')"

@@ -6,14 +6,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GONE = re.compile(r"use_container_width|components\.v1|components\.html")
-# Still a component frame: the same script through st.html(..., unsafe_allow_javascript=True) never reached the
-# page's DOM in Chromium (2026-12-04; the chart export's and the connection notice's do), not explained yet.
-KNOWN = {"ui/text_guard.py"}
 
 
 def test_no_deprecated_streamlit_call_remains():
     found = [f"{p.relative_to(ROOT)}:{n}" for p in [ROOT / "app.py", *(ROOT / "views").rglob("*.py"),
                                                    *(ROOT / "ui").rglob("*.py")]
              for n, line in enumerate(p.read_text().splitlines(), 1)
-             if GONE.search(line) and str(p.relative_to(ROOT)) not in KNOWN]
+             if GONE.search(line)]
     assert not found, found

@@ -5,13 +5,16 @@ script. Streamlit's frontend writes it into its protobuf message as bytes that a
 refuses the whole message ("Error deserializing back message") and closes the connection: the edit, and any
 other in that message, was lost without a word. This script sees each edit first (a listener on the page's
 document, capture phase: before React's own), removes lone surrogates from the box's value and shows a note
-naming the box. An invisible component frame puts it into the page it belongs to (same origin) as a script of the
-page's own: Streamlit replaces the frame when another page opens, and a listener made in the frame stopped with it.
+naming the box. It runs in the page itself (st.html with JavaScript allowed: a fixed script, no user text in it),
+once per browser page. Its pattern is built from strings: the characters '<' and '!' side by side in the script
+(a lookbehind, `(?<!`) kept the whole script from ever running when it was written out in st.html's markup.
 """
-import json
 
 GUARD = r"""(function () {
-  const LONE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+  if (window.__tpeTextGuard) return;  // one listener for the page's life (Streamlit keeps the document)
+  window.__tpeTextGuard = true;
+  const LONE = new RegExp('[\\uD800-\\uDBFF](?![\\uDC00-\\uDFFF])|' +
+                          '(?' + '<' + '![\\uD800-\\uDBFF])[\\uDC00-\\uDFFF]', 'g');
   // the value's own setter: React tracks values set through the element, and would not see this edit
   const setters = {TEXTAREA: Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set,
                    INPUT: Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, 'value').set};
@@ -45,20 +48,11 @@ GUARD = r"""(function () {
     note(box, found.length);
   }, true);
 })();"""
-SCRIPT = """<script>
-(function () {
-  const page = window.parent;
-  if (page.__tpeTextGuard) return;
-  page.__tpeTextGuard = true;
-  const script = page.document.createElement('script');
-  script.textContent = %s;
-  page.document.head.appendChild(script);
-})();
-</script>""" % json.dumps(GUARD)
+SCRIPT = "<script>\n" + GUARD + "\n</script>"
 
 
 def guard_text_boxes() -> None:
     """Call once per page run (app.py does): every text box of the page drops lone surrogates, with a note."""
-    import streamlit.components.v1 as components
+    import streamlit as st
 
-    components.html(SCRIPT, height=0)
+    st.html(SCRIPT, unsafe_allow_javascript=True)
