@@ -10,7 +10,7 @@ from views.chrome import page_header
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.prompt_cache.playback import compare_texts
+from pipeline.prompt_cache.playback import compare_texts, work_flops
 from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from pipeline.errors import InputError
@@ -43,8 +43,9 @@ def measured_when(row: dict) -> str:
 
 def show_request(row: dict) -> None:
     s, timing = row["stats"], row["timing"]
-    work = (f"{row['flops_computed'] / 1e9:,.1f} GFLOP instead of {row['flops_cold'] / 1e9:,.1f} cold"
-            if s["tokens_reused"] else f"{row['flops_cold'] / 1e9:,.1f} GFLOP, as cold")
+    computed, cold = work_flops(lm.dims, s)  # from the stats: a row kept from an older count is counted anew
+    work = (f"{computed / 1e9:,.1f} GFLOP instead of {cold / 1e9:,.1f} cold"
+            if s["tokens_reused"] else f"{cold / 1e9:,.1f} GFLOP, as cold")
     st.markdown(f"**{row['label']}**" + (f" — {row['note']}" if row["note"] else "") +
                 f"  \n{s['n_tokens']} tokens: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
                 + (f"{s['blocks_recomputed']} cached but run again, " if s.get("blocks_recomputed") else "") +
@@ -123,7 +124,8 @@ c1.metric("Hit rate over these requests", f"{last['session_hit_rate']:.0%}", hel
 c2.metric("Bytes the cache holds", f"{last['bytes_held'] / 2**20:.1f} MiB")
 c3.metric("KV formula for the same tokens", f"{last['formula_bytes'] / 2**20:.1f} MiB",
           help="2 (K and V) × layers × KV heads × head width × tokens × 4 bytes")
-st.caption("The token counts and the work (GFLOP ≈ 2 × weights × tokens computed) do not depend on how busy this "
+st.caption("The token counts and the work (GFLOP of the layers' matrix multiplies, attention and the LM head for "
+           "the last token, counted as on Prefill & decode) do not depend on how busy this "
            "server is; the times do. Each request is timed again as it met the cache and cold, alternately, three "
            "times each: the bars are medians, the whiskers the range, and a ratio is claimed only when the ranges "
            "do not overlap. A result where the cache came out slower contradicts the work done: it is measured "

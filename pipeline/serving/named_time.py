@@ -1,0 +1,91 @@
+"""A time named by what it measured: the quantity (TTFT, TPOT, a prefill pass, a decode step) and the path
+it ran on. The same request's TPOT is about 175 ms on the captured run (recording hooks on every layer) and
+about 40 ms on the plain serving path: two different measurements, never one figure. Every page that shows
+TTFT or TPOT takes it from here, with its name, and a ratio is only formed between times of the same path.
+
+    t = captured_tpot(trace)          # NamedTime('TPOT', 'captured', 0.175)
+    t.name                            # 'TPOT, captured run (recording hooks on)'
+    same_path(t, plain_tpot(answer))  # raises InputError: different paths do not compare
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+CAPTURED, PLAIN, BATCHED = "captured", "plain", "batched"
+PATH_NAMES = {
+    CAPTURED: "captured run (recording hooks on)",  # pipeline.trace: every layer's tensors kept, eager attention
+    PLAIN: "plain serving path",  # pipeline.stages.fast_path: no captures, one cache for the whole answer
+    BATCHED: "batched decode",  # pipeline.serving.batched: B requests in one pass
+}
+PATH_SHORT = {CAPTURED: "captured run", PLAIN: "plain path", BATCHED: "batched"}
+
+
+@dataclass(frozen=True)
+class NamedTime:
+    quantity: str  # 'TTFT', 'TPOT', 'prefill pass', 'decode step'
+    path: str  # CAPTURED, PLAIN or BATCHED
+    seconds: float
+    low: float | None = None  # the range over repeats, when measured more than once
+    high: float | None = None
+
+    def __post_init__(self):
+        if self.path not in PATH_NAMES:
+            raise InputError("path", f"{self.path!r} is not a measured path: one of {', '.join(PATH_NAMES)}.")
+
+    @property
+    def name(self) -> str:
+        """'TPOT, captured run (recording hooks on)'"""
+        return f"{self.quantity}, {PATH_NAMES[self.path]}"
+
+    @property
+    def label(self) -> str:
+        """Short enough for a metric's label: 'TPOT (captured run)'."""
+        return f"{self.quantity} ({PATH_SHORT[self.path]})"
+
+    @property
+    def shown(self) -> str:
+        """'175 ms' under a second, '1.24 s' from there on."""
+        return f"{self.seconds * 1e3:,.0f} ms" if self.seconds < 1 else f"{self.seconds:,.2f} s"
+
+
+def same_path(a: NamedTime, b: NamedTime) -> tuple[NamedTime, NamedTime]:
+    """(a, b) when they can be compared: the same quantity on the same path. Else InputError."""
+    if (a.quantity, a.path) != (b.quantity, b.path):
+        raise InputError("timing", f"{a.name} and {b.name} are different measurements: compare a time only with "
+                                   "one of the same quantity on the same path.")
+    return a, b
+
+
+def captured_ttft(trace) -> NamedTime:
+    return NamedTime("TTFT", CAPTURED, trace.timings.ttft_s)
+
+
+def captured_tpot(trace) -> NamedTime | None:
+    """The captured run's mean time per token after the first (None: a one-token answer)."""
+    t = trace.timings.tpot_s
+    return None if t is None else NamedTime("TPOT", CAPTURED, t)
+
+
+def captured_prefill(trace) -> NamedTime:
+    return NamedTime("prefill pass", CAPTURED, trace.timings.prefill_s)
+
+
+def plain_ttft(answer) -> NamedTime:
+    """An answer of pipeline.stages.fast_path (the plain serving path)."""
+    return NamedTime("TTFT", PLAIN, answer.ttft_s)
+
+
+def plain_tpot(answer) -> NamedTime | None:
+    t = answer.tpot_s
+    return None if t is None else NamedTime("TPOT", PLAIN, t)
+
+
+def of_runs(quantity: str, path: str, runs: list[float] | tuple[float, ...]) -> NamedTime:
+    """The median of repeated runs of one path, with their range."""
+    import statistics
+
+    if not runs:
+        raise InputError("timing", "give at least one measured time.")
+    return NamedTime(quantity, path, statistics.median(runs), min(runs), max(runs))

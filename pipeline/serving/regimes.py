@@ -1,0 +1,35 @@
+"""What holds a placed pass back, in one plain sentence: the ceiling it presses against, or, far under both, the
+fixed cost of a pass on this machine (measured: a 1-token pass with nothing cached, plain_steps.fixed_cost).
+
+    regime_sentence(step, roof, probe)
+    # 'decode step, captured run: 8 % of the memory ceiling, 1 % of compute: overhead-bound. The ceilings allow
+    #  14 ms for its bytes and FLOPs; it took 175 ms. ...'
+"""
+from __future__ import annotations
+
+from .ceilings import Ceilings
+from .roofline import COMPUTE, FAR_UNDER, MEMORY, Placed
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms" if seconds < 0.1 else f"{seconds * 1e3:,.0f} ms"
+
+
+def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None) -> str:
+    """The pass's shares, its regime, and for an overhead-bound pass what the overhead is here."""
+    shares = f"{p.memory_share(roof):.0%} of the memory ceiling, {p.compute_share(roof):.0%} of compute"
+    verdict = p.verdict(roof)
+    if verdict == MEMORY:
+        return (f"{p.label}: {shares}: memory-bound; reading the weights and the cache sets its time "
+                f"({_ms(p.seconds)}, the ceiling allows {_ms(p.bound_s(roof))}).")
+    if verdict == COMPUTE:
+        return (f"{p.label}: {shares}: compute-bound; the arithmetic sets its time "
+                f"({_ms(p.seconds)}, the ceiling allows {_ms(p.bound_s(roof))}).")
+    said = (f"{p.label}: {shares}, both under {FAR_UNDER:.0%}: overhead-bound. Its bytes and FLOPs need "
+            f"{_ms(p.bound_s(roof))} at the ceilings; it took {_ms(p.seconds)}, so {_ms(p.overhead_s(roof))} is "
+            "neither memory nor arithmetic but the fixed cost of running the pass.")
+    if fixed is not None:
+        said += (f" Here a pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, "
+                 f"{_ms(fixed.overhead_s(roof))} more than its ceilings allow: the framework's many small "
+                 "operations per layer, whatever the work.")
+    return said
