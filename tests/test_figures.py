@@ -78,6 +78,9 @@ def test_a_later_speed_verdict_is_kept_beside_the_earlier_one():
     assert "SmolLM2 was faster in each of 2 measurements" in said and "1.9× to 4.0×" in said
     reversed_ = compare_runs([0.050, 0.051, 0.052], [0.030, 0.031, 0.032])
     assert "disagree" in summary(add(history, reversed_, at=2_000.0), "SmolLM2", "Gemma")
+    unclear = compare_runs([0.030, 0.040], [0.035, 0.045])
+    assert "not settled: SmolLM2 was clearly faster in 2 of 3" in summary(add(history, unclear, at=3_000.0),
+                                                                          "SmolLM2", "Gemma")
     assert "measured once" in summary(history[:1], "SmolLM2", "Gemma")
     assert "4.0× faster" in summary(history[:1], "SmolLM2", "Gemma")
 

@@ -55,14 +55,16 @@ def summary(history: History, a: str = "A", b: str = "B") -> str:
     if len(history) == 1:
         d = history[0]
         return f"{d.comparison.verdict(a, b)}; measured once, at {d.when()}"
-    winners = {_winner(d.comparison) for d in history}
-    n = len(history)
-    if winners in ({"a"}, {"b"}):
-        side = a if winners == {"a"} else b
-        speedups = sorted(_speedup(d.comparison) for d in history)
-        return (f"{side} was faster in each of {n} measurements ({', '.join(d.when() for d in history)}): "
-                f"{speedups[0]:.1f}× to {speedups[-1]:.1f}×, as the machine's load changed")
-    if winners == {None}:
-        return f"no clear difference in any of {n} measurements"
-    return (f"the {n} measurements disagree ({', '.join(d.when() for d in history)}): no verdict; the machine's "
-            "load decided at least one of them")
+    winners = [_winner(d.comparison) for d in history]
+    n, when = len(history), ", ".join(d.when() for d in history)
+    if set(winners) == {None}:
+        return f"no clear difference in any of {n} measurements ({when})"
+    if {"a", "b"} <= set(winners):
+        return f"the {n} measurements disagree ({when}): no verdict; the machine's load decided at least one of them"
+    side = a if "a" in winners else b
+    speedups = sorted(_speedup(d.comparison) for d, w in zip(history, winners) if w)
+    spread = f"{speedups[0]:.1f}×" if len(speedups) == 1 else f"{speedups[0]:.1f}× to {speedups[-1]:.1f}×"
+    if None in winners:
+        return (f"not settled: {side} was clearly faster in {len(speedups)} of {n} measurements ({spread}), with no "
+                f"clear difference in the others ({when})")
+    return f"{side} was faster in each of {n} measurements ({when}): {spread}, as the machine's load changed"
