@@ -59,7 +59,7 @@ def summary_row(label: str, run: SpeculativeRun) -> dict:
             "acceptance": "—" if run.acceptance is None else f"{run.acceptance:.0%}",
             "tokens per pass": round(run.tokens_per_pass, 2),
             "TPOT speculative (ms)": f"{t.a_median * 1e3:.1f} ({ms(t.a_range)})",
-            "TPOT plain (ms)": f"{t.b_median * 1e3:.1f} ({ms(t.b_range)})",
+            "TPOT plain path (ms)": f"{t.b_median * 1e3:.1f} ({ms(t.b_range)})",
             "same tokens": "yes" if run.same_tokens else "NO"}
 
 

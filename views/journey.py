@@ -16,6 +16,7 @@ from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
 from ui.words import plural
+from pipeline.serving.named_time import captured_tpot, captured_ttft
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        f"Every number below was measured on the real {markdown_text(get_model().name)} "
@@ -25,6 +26,10 @@ tok = get_model().vocabulary  # token names: enough to draw, and ready before th
 m = trace.dims
 T, S = len(trace.tokens), len(trace.steps)
 rid = trace.request.id
+
+
+CAPTURED_HELP = ("Timed on the captured run, which records every layer's tensors for these pages: slower than the "
+                 "plain serving path. Generation measures both, side by side.")
 
 
 def section(n: int, title: str, what: str) -> None:
@@ -124,7 +129,8 @@ if S:
 stage_link("views/next_token.py", "Next token: temperature, top-k, top-p, draws", "🎲")
 
 section(6, "Streaming: one small event per token", f"The chosen token is turned back into text and sent to your screen "
-        f"right away. The first one arrived after **{trace.timings.ttft_s:.2f} s** (time to first token); the "
+        f"right away. The first one arrived after **{trace.timings.ttft_s:.2f} s** (time to first token, on the "
+        f"captured run that records every layer); the "
         f"model then fed each new token back in and produced {plural(S, 'token')} in all. A token that is only part "
         f"of a character (Korean, emoji) sends no text until the character is complete, and the end token sends "
         f"none, so there can be fewer `text_delta` events than tokens.")
@@ -146,9 +152,9 @@ if S != len(deltas):
 c1, c2 = st.columns(2)
 c1.code(json_text(deltas[:3]), language="json", wrap_lines=True)
 with c2:
-    tpot = trace.timings.tpot_s
-    st.metric("Time to first token (TTFT)", f"{trace.timings.ttft_s:.2f} s")
-    st.metric("Time per output token (TPOT)", f"{tpot * 1000:.0f} ms" if tpot else "—")
+    ttft, tpot = captured_ttft(trace), captured_tpot(trace)
+    st.metric(ttft.label, f"{ttft.seconds:.2f} s", help=CAPTURED_HELP)
+    st.metric("TPOT (captured run)", tpot.shown if tpot else "—", help=CAPTURED_HELP)
     st.metric("text_delta events", len(deltas))
 stage_link("views/generation.py", "Generation: replay the stream, timeline", "⏩")
 
