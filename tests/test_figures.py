@@ -66,6 +66,27 @@ def test_a_pass_far_under_both_ceilings_is_overhead_bound():
     assert place(step, at_memory).overhead_s(r) == 0.0
 
 
+def test_an_overhead_bound_pass_says_what_the_overhead_is_here():
+    from pipeline.serving.regimes import above_a_ceiling, regime_sentence
+    from pipeline.serving.roofline import place
+    from pipeline.serving.costs import pass_cost
+
+    r = roof()
+    step = decode_cost(SMALL, 5)
+    at_memory = step.bytes / r.bytes_per_s
+    slow = place(step, 0.175, "decode step 3, captured run")
+    idle = pass_cost(SMALL, 1, 0)
+    busy_probe = place(idle, 0.120, "1-token pass, nothing cached")  # far over its ceilings: the fixed cost
+    said = regime_sentence(slow, r, busy_probe)
+    assert "overhead-bound" in said and "takes 120 ms" in said and "the framework's many small operations" in said
+    quick_probe = place(idle, idle.bytes / r.bytes_per_s * 1.1, "1-token pass, nothing cached")  # near its ceiling
+    said = regime_sentence(slow, r, quick_probe, "recording every layer's tensors")
+    assert "this path's own (recording every layer's tensors)" in said
+    assert regime_sentence(place(step, at_memory / 0.6, "decode step, plain path"), r).startswith(
+        "decode step, plain path: 60% of the memory ceiling")
+    assert above_a_ceiling([slow, place(step, at_memory / 1.6, "too fast")], r)[0].label == "too fast"
+
+
 def test_a_later_speed_verdict_is_kept_beside_the_earlier_one():
     from pipeline.serving.verdicts import add, summary
 

@@ -11,7 +11,7 @@ from pipeline.serving import ceilings as ceiling_store
 from pipeline.serving.costs import decode_cost, prefill_cost
 from pipeline.serving.metrics import room_metrics
 from pipeline.serving.named_time import CAPTURED, PATH_NAMES, captured_prefill
-from pipeline.serving.regimes import regime_sentence
+from pipeline.serving.regimes import above_a_ceiling, regime_sentence
 from pipeline.serving.roofline import FAR_UNDER, PREFILL_LENGTHS, prefill_curve, trace_points
 from pipeline.serving.sweep import BATCH_SIZES, bend, sweep_steps
 from pipeline.trace import Trace
@@ -95,6 +95,7 @@ st.markdown(
     "and the **plain serving path** (no captures), measured on request.")
 plain = plain_passes(current_request(), len(trace.ids))
 captured_mid = [steps[len(steps) // 2]] if steps else []
+captured = [prefill, *steps]
 plain_points_ = list(plain[:2]) if plain else []
 fixed = plain[2] if plain else None
 fig = go.Figure()
@@ -130,7 +131,12 @@ st.dataframe(pd.DataFrame([{
     "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}", **shares(p)} for p in rows]),
              hide_index=True, width="stretch")
 if roof is not None:
-    st.markdown("\n".join(f"- {markdown_text(regime_sentence(p, roof, fixed))}" for p in rows if p is not fixed))
+    hooks = "recording every layer's tensors, with eager attention"
+    st.markdown("\n".join(f"- {markdown_text(regime_sentence(p, roof, fixed, hooks if p in captured else ''))}"
+                           for p in rows if p is not fixed))
+    if above_a_ceiling(rows, roof):
+        st.warning("A pass here ran faster than a ceiling allows: the ceilings were measured at a busier moment of "
+                   "this shared machine. Measure them again (section 1) before reading the shares.")
     st.caption(f"Three regimes: a pass using a larger share of the memory ceiling than of compute is memory-bound, "
                f"the other way compute-bound; under {FAR_UNDER:.0%} of both, neither holds it: it is overhead-bound, "
                "and its time follows the number of small operations (layers, hooks), not its bytes. That is why a "
