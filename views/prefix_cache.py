@@ -6,11 +6,13 @@ from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
 from views.waiting import wait_for
 from views.scenarios import scenario_rows, scenario_rows_timed_again
 from views.chrome import page_header
+from views.verdict_log import history_lines, kept
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.prompt_cache.playback import compare_texts, work_flops
+from pipeline.serving.verdicts import summary
 from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from pipeline.errors import InputError
@@ -55,6 +57,11 @@ def show_request(row: dict) -> None:
         when = f" (measured {measured_when(row)})" if row.get("measured_at") else ""
         st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
                    f"{timing.b_median * 1e3:,.0f} ms{when}: {timing.verdict('with the cache', 'cold')}.")
+        history = kept(("prompt cache", tuple(row["ids"]), s["tokens_reused"]), timing, row.get("measured_at") or 0.0)
+        if len(history) > 1:  # timed again: the earlier measurements stay beside the new one
+            st.caption(f"All {len(history)} measurements of this request here: "
+                       f"{markdown_text(summary(history, 'with the cache', 'cold'))}.  \n"
+                       + history_lines(history, "with the cache", "cold"))
     elif not s["tokens_reused"]:
         st.caption(f"Time to first token {s['ttft_s'] * 1e3:,.0f} ms. Nothing was reused, so this request does "
                    "the same work as a cold one: there is no speed difference to measure.")
@@ -108,8 +115,8 @@ rows = scenario_rows(scenario.key, block_size)
 timed = [r["measured_at"] for r in rows if r.get("measured_at")]
 if timed and st.button("⟳ Time these requests again now", key="pc_time_again",
                        help="The times below were measured once, when the scenario was first played here (they are "
-                            "kept with the stored runs), and everyone here sees them. Timing again replaces them "
-                            "for everyone (at most once a minute)."):
+                            "kept with the stored runs), and everyone here sees them. Timing again shows the new "
+                            "times, with the earlier ones listed beside them (at most once a minute)."):
     rows = scenario_rows_timed_again(scenario.key, block_size)
 st.subheader(f"2. {scenario.title}")
 st.markdown({"trap": "**Trap.** ", "fixed": "**Fixed.** "}.get(scenario.kind, "") + scenario.lesson)
