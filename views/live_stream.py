@@ -67,8 +67,8 @@ def stream_live(request, captured_tpot_s: float | None) -> Answer:
         else:
             first = deltas[0].t_s if deltas else None
             tpot = ((deltas[-1].t_s - first) / max(deltas[-1].step, 1)) if len(deltas) > 1 else None
-            stats.caption((f"TTFT {first:.2f} s" if first is not None else "TTFT …")
-                          + (f" · TPOT {tpot * 1000:.0f} ms" if tpot else "")
+            stats.caption((f"TTFT (plain path) {first:.2f} s" if first is not None else "TTFT (plain path) …")
+                          + (f" · TPOT (plain path) {tpot * 1000:.0f} ms" if tpot else "")
                           + f" · {time.perf_counter() - t0:.1f} s since you pressed the button")
         box.code(text or "…", language=None, wrap_lines=True)
         if done:
