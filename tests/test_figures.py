@@ -106,17 +106,14 @@ def test_a_later_speed_verdict_is_kept_beside_the_earlier_one():
     assert "4.0× faster" in summary(history[:1], "SmolLM2", "Gemma")
 
 
-def test_a_time_says_its_path_and_compares_only_with_the_same_path():
-    from pipeline.serving.named_time import CAPTURED, PLAIN, NamedTime, captured_tpot, same_path
+def test_a_time_says_its_path():
+    from pipeline.serving.named_time import CAPTURED, PLAIN, captured_tpot, time_label, NamedTime
 
     trace = SimpleNamespace(timings=SimpleNamespace(tpot_s=0.175, ttft_s=0.9, prefill_s=0.8))
     t = captured_tpot(trace)
     assert (t.quantity, t.path, t.seconds) == ("TPOT", CAPTURED, 0.175)
     assert t.label == "TPOT (captured run)" and "recording hooks" in t.name and t.shown == "175 ms"
-    plain = NamedTime("TPOT", PLAIN, 0.040)
-    with pytest.raises(InputError, match="different measurements"):
-        same_path(t, plain)
-    assert same_path(plain, NamedTime("TPOT", PLAIN, 0.047)) is not None
+    assert time_label("TPOT", PLAIN) == "TPOT (plain path)" != t.label
     assert captured_tpot(SimpleNamespace(timings=SimpleNamespace(tpot_s=None))) is None
     with pytest.raises(InputError):
         NamedTime("TPOT", "guessed", 0.1)

@@ -10,7 +10,7 @@ from pipeline.errors import InputError
 from pipeline.stages.kv_cache import human_bytes
 from pipeline.stages.tokens import tokenize_request
 from pipeline.text.pieces import token_pieces
-from pipeline.serving.named_time import PATH_NAMES, PATH_SHORT, PLAIN
+from pipeline.serving.named_time import PATH_NAMES, PLAIN, time_label
 from pipeline.serving.verdicts import summary
 from pipeline.timing import Comparison
 from ui.chips import token_chips
@@ -147,7 +147,7 @@ else:
     st.markdown(f"Measured on the {path} (no captures: faster than the captured run other pages show), the two "
                 f"models taking turns, {REPEATS} runs each (medians and ranges): TTFT is the prompt's pass and the "
                 "first choice, TPOT the time of each further token.")
-    named = [(f"{q} ({PATH_SHORT[PLAIN]})", q, c) for q, c in (("TTFT", timing.ttft), ("TPOT", timing.tpot)) if c]
+    named = [(time_label(q, PLAIN), q, c) for q, c in (("TTFT", timing.ttft), ("TPOT", timing.tpot)) if c]
     st.dataframe(pd.DataFrame([_timing_row(name, c) for name, _, c in named]), hide_index=True, width="stretch")
     lines = []
     for name, q, c in named:  # every measurement of this question on this server, kept and dated

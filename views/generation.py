@@ -16,7 +16,7 @@ from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, json_text, markdown_text
 from ui.plots import token_axis
 from ui.words import plural
-from pipeline.serving.named_time import captured_tpot, captured_ttft
+from pipeline.serving.named_time import CAPTURED, captured_tpot, captured_ttft, time_label
 
 page_header("Generation", "The answer is not written all at once. The model picks one token, sends it to you, "
                           "feeds it back in, and repeats until it chooses to stop or hits the limit.")
@@ -32,7 +32,7 @@ c1, c2, c3, c4 = st.columns(4)
 ttft, tpot = captured_ttft(trace), captured_tpot(trace)
 c1.metric(ttft.label, f"{ttft.seconds:.2f} s", help="From arrival to the first chosen token: mostly the prefill "
           "pass over the whole prompt. Timed on the captured run, which records every layer's tensors.")
-c2.metric("TPOT (captured run)", tpot.shown if tpot else "—",
+c2.metric(time_label("TPOT", CAPTURED), tpot.shown if tpot else "—",
           help="Average time between two tokens once streaming has started, on the captured run (recording hooks on "
                "every layer). The plain serving path is faster: run it live or compare the two paths below.")
 c3.metric("Tokens generated", len(trace.steps))

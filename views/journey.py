@@ -16,7 +16,7 @@ from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
 from ui.words import plural
-from pipeline.serving.named_time import captured_tpot, captured_ttft
+from pipeline.serving.named_time import CAPTURED, captured_tpot, captured_ttft, time_label
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        f"Every number below was measured on the real {markdown_text(get_model().name)} "
@@ -154,7 +154,7 @@ c1.code(json_text(deltas[:3]), language="json", wrap_lines=True)
 with c2:
     ttft, tpot = captured_ttft(trace), captured_tpot(trace)
     st.metric(ttft.label, f"{ttft.seconds:.2f} s", help=CAPTURED_HELP)
-    st.metric("TPOT (captured run)", tpot.shown if tpot else "—", help=CAPTURED_HELP)
+    st.metric(time_label("TPOT", CAPTURED), tpot.shown if tpot else "—", help=CAPTURED_HELP)
     st.metric("text_delta events", len(deltas))
 stage_link("views/generation.py", "Generation: replay the stream, timeline", "⏩")
 

@@ -1,11 +1,12 @@
 """A time named by what it measured: the quantity (TTFT, TPOT, a prefill pass, a decode step) and the path
 it ran on. The same request's TPOT is about 175 ms on the captured run (recording hooks on every layer) and
 about 40 ms on the plain serving path: two different measurements, never one figure. Every page that shows
-TTFT or TPOT takes it from here, with its name, and a ratio is only formed between times of the same path.
+TTFT or TPOT takes it (or its label) from here, and a ratio is only formed between times of the same path
+(Generation's interleaved comparison of the two paths is the one place both are measured side by side).
 
     t = captured_tpot(trace)          # NamedTime('TPOT', 'captured', 0.175)
     t.name                            # 'TPOT, captured run (recording hooks on)'
-    same_path(t, plain_tpot(answer))  # raises InputError: different paths do not compare
+    time_label("TPOT", PLAIN)              # 'TPOT (plain path)'
 """
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ PATH_NAMES = {
     BATCHED: "batched decode",  # pipeline.serving.batched: B requests in one pass
 }
 PATH_SHORT = {CAPTURED: "captured run", PLAIN: "plain path", BATCHED: "batched"}
+
+
+def time_label(quantity: str, path: str) -> str:
+    """Short enough for a metric's label or a table's column: 'TPOT (captured run)'."""
+    return f"{quantity} ({PATH_SHORT[path]})"
 
 
 @dataclass(frozen=True)
@@ -41,21 +47,12 @@ class NamedTime:
 
     @property
     def label(self) -> str:
-        """Short enough for a metric's label: 'TPOT (captured run)'."""
-        return f"{self.quantity} ({PATH_SHORT[self.path]})"
+        return time_label(self.quantity, self.path)
 
     @property
     def shown(self) -> str:
         """'175 ms' under a second, '1.24 s' from there on."""
         return f"{self.seconds * 1e3:,.0f} ms" if self.seconds < 1 else f"{self.seconds:,.2f} s"
-
-
-def same_path(a: NamedTime, b: NamedTime) -> tuple[NamedTime, NamedTime]:
-    """(a, b) when they can be compared: the same quantity on the same path. Else InputError."""
-    if (a.quantity, a.path) != (b.quantity, b.path):
-        raise InputError("timing", f"{a.name} and {b.name} are different measurements: compare a time only with "
-                                   "one of the same quantity on the same path.")
-    return a, b
 
 
 def captured_ttft(trace) -> NamedTime:
