@@ -252,6 +252,10 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
     assert [p["batch_size"] for p in r["sweep"]] == [1, 2]
     assert r["determinism"]["batch_size"] == 3 and isinstance(r["determinism"]["flipped_steps"], list)
     assert [p["tokens"] for p in r["prefill"]] == [16, 64, 256]
+    f = r["fixed_cost"]  # a pass at almost no work, with what the ceilings do not explain
+    assert f["flops"] == pass_cost(tiny.dims, 1, 0).flops and len(f["runs_s"]) == 7
+    assert f["verdict"] in ("compute-bound", "memory-bound", "overhead-bound") and f["overhead_s"] >= 0
+    assert "batched decode" in r["decode"]["label"]
 
 
 @pytest.mark.parametrize("argv, field", [(["--batch-sizes", "0"], "batch_sizes"),
