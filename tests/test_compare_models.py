@@ -175,3 +175,30 @@ def test_compare_page_runs_as_a_long_job_that_its_starter_can_stop_and_start_aga
         at.run()
     assert len(at.code) == 4 and runs == [1, 1]  # two answers, two prompts: from the second run
     assert any("Made at " in c.value for c in at.caption)
+
+
+def test_measuring_the_speed_again_keeps_both_verdicts(tiny_app):
+    """A second measurement of the same question is shown beside the first, both dated, with what they agree on;
+    the first is not replaced (issue 37: "4.0x" then "1.9x", each kept alone for everyone)."""
+    import re
+
+    from kit.apptest import page_app
+
+    from views.server_state import run_queue
+
+    at = page_app("compare_models", req_question="Is a tomato a fruit, asked twice?", req_max_new_tokens=3).run()
+    assert not at.exception, at.exception
+
+    def timing_lines():  # the TTFT item of the timing list
+        return [m.value.split("\n- **")[0] for m in at.markdown if m.value.startswith("- **TTFT (plain path)**")]
+
+    [first] = timing_lines()
+    assert "measured once, at " in first
+    at.button(key="cmp_again").click().run()
+    assert not at.exception, at.exception
+    for job in [t for t in run_queue().long_jobs() if "compare_models" in t.key]:
+        job.result(120)  # still running when the page looked: wait for it, then look again
+    at.run()
+    [both] = timing_lines()
+    assert re.search(r"(in each of|in any of|the|of) 2 measurements", both), both
+    assert len(re.findall(r"\n  - \d\d:\d\d: ", both)) == 2  # each measurement listed with its time

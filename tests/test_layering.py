@@ -36,7 +36,9 @@ FLOORS = [
     ["text"],  # token text: byte-level pieces, graphemes, the streaming detokenizer
     ["model"],  # loading, the handle, dimensions, RoPE, decoders
     ["stages"],  # the request's stages, one module each
-    ["attribution", "training", "prompt_cache", "faster", "costs"],  # built on the stages, beside each other
+    ["attribution", "training", "faster"],  # built on the stages, beside each other
+    ["costs"],  # what a pass costs (FLOPs, bytes), this machine's ceilings, measured passes
+    ["prompt_cache"],  # K/V blocks reused across requests, priced by costs
     ["run"],  # a whole run: the Trace record, run_trace, comparisons
     ["server"],  # the queue, its engines and stores, rooms
     ["cli"],  # the command line

@@ -93,6 +93,20 @@ def test_timing_a_scenario_again_replaces_the_shared_measurement(tiny_app):
     assert len([c.value for c in at.caption if "measured at" in c.value]) == len(before) == 3 + 1
 
 
+def test_timing_a_scenario_again_keeps_the_earlier_measurement_beside_it(tiny_app):
+    """The new times lead, and each timed request lists both measurements with what they agree on."""
+    at = run_page()
+    at.button(key="pc_time_again").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    kept = [c.value for c in at.caption if c.value.startswith("All ")]
+    timed = [c.value for c in at.caption if c.value.startswith("Time to first token, with the cache")]
+    # the scenario's 3 requests timed against cold were timed again; section 3's own request B was not
+    assert (len(kept), len(timed)) == (3, 3 + 1), (kept, timed)
+    for said in kept:  # at least this page's first and second measurement, each listed with its time
+        n = int(said.split()[1])
+        assert n >= 2 and said.count("\n  - ") == n, said
+
+
 def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tiny_app, monkeypatch):
     """The scenario's rows are kept on disk beside the runs: a restarted server (or a second replica on the same
     folder) shows them without playing the scenario again, and says when and on which machine they were timed."""

@@ -180,6 +180,19 @@ def test_bend_is_where_tokens_per_second_stop_growing():
     assert bend(noisy).batch_size == 32  # 4 and 8 grew slowly, but 16 made up for it: no bend there
 
 
+def test_bend_compares_each_doubling_with_the_one_before():
+    """8 -> 16 bought 1.68x: not a bend, though 16 is below 1.5^2 of B = 4 (the old rule's reference)."""
+    from pipeline.costs.sweep import Point, bend, doubling_gain
+
+    def pt(b, tokens_per_s):
+        return Point(b, b / tokens_per_s, (0, 1), 10, decode_cost(SMOLLM2, 10, b), None)
+
+    made_up = [pt(1, 10), pt(2, 19), pt(4, 36), pt(8, 45), pt(16, 75.6), pt(32, 80)]
+    assert doubling_gain(made_up[3], made_up[4]) == pytest.approx(1.68)
+    assert bend(made_up).batch_size == 32
+    assert bend(made_up[:5]) is None  # it ends growing by 1.68x: no bend yet
+
+
 def test_bad_batch_sizes_are_refused_naming_the_field():
     from pipeline.core.errors import InputError
     from pipeline.costs.sweep import parse_batch_sizes
@@ -238,6 +251,10 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
     assert [p["batch_size"] for p in r["sweep"]] == [1, 2]
     assert r["determinism"]["batch_size"] == 3 and isinstance(r["determinism"]["flipped_steps"], list)
     assert [p["tokens"] for p in r["prefill"]] == [16, 64, 256]
+    f = r["fixed_cost"]  # a pass at almost no work, with what the ceilings do not explain
+    assert f["flops"] == pass_cost(tiny.dims, 1, 0).flops and len(f["runs_s"]) == 7
+    assert f["verdict"] in ("compute-bound", "memory-bound", "overhead-bound") and f["overhead_s"] >= 0
+    assert "batched decode" in r["decode"]["label"]
 
 
 @pytest.mark.parametrize("argv, field", [(["--batch-sizes", "0"], "batch_sizes"),
@@ -281,7 +298,9 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
         assert all(re.fullmatch(r"you|learner \d+", y) for t in chart_data(chart) for y in t.get("y", []))
     n_prompt = int(table["pass"][0].split("(")[1].split()[0])
     assert table["FLOPs"][0] == f"{prefill_cost(tiny_app.dims, n_prompt).flops / 1e6:,.0f} M"
-    k = int(table["pass"][1].removeprefix("decode step "))  # its pass fed step k-1's token after n_prompt+k-1
+    assert table["pass"][0].endswith(", captured run")  # every time names its path
+    # its pass fed step k-1's token after n_prompt+k-1
+    k = int(table["pass"][1].removeprefix("decode step ").removesuffix(", captured run"))
     assert table["bytes"][1] == f"{decode_cost(tiny_app.dims, n_prompt + k - 1).bytes / 1e6:,.0f} MB"
 
     at.button(key="pd_ceilings").click().run()
@@ -291,7 +310,16 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     assert metrics["Compute ceiling"] == f"{measured[0].flops_per_s / 1e9:,.2f} GFLOP/s"
     assert metrics["Memory ceiling"] == f"{measured[0].bytes_per_s / 1e9:,.2f} GB/s"
     table = at.dataframe[1].value
-    assert set(table["verdict (measured)"]) <= {"compute-bound", "memory-bound"}
+    assert set(table["verdict (measured)"]) <= {"compute-bound", "memory-bound", "overhead-bound"}
+    said = " ".join(m.value for m in at.markdown)
+    assert "captured run:" in said and "-bound" in said  # a regime said for each pass, by its path
+
+    at.button(key="pd_plain").click().run()  # the plain path and a pass at almost no work, placed beside it
+    assert not at.exception, at.exception
+    passes = list(at.dataframe[1].value["pass"])
+    assert any(p.endswith("plain path") for p in passes) and "1-token pass, nothing cached" in passes
+    said = " ".join(m.value for m in at.markdown)
+    assert "decode step, plain path:" in said
 
     at.button(key="pd_prefill").click().run()
     assert not at.exception, at.exception
@@ -306,7 +334,8 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     assert not at.exception, at.exception
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Steps where the choice flips"].endswith("of 12")
-    assert metrics["TTFT"] != "—" and metrics["TPOT"] != "—"  # the page's own run is in the store
+    # the page's own run is in the store
+    assert metrics["TTFT (captured runs)"] != "—" and metrics["TPOT (captured runs)"] != "—"
 
 
 def test_room_metrics_from_finished_runs():

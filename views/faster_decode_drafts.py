@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from pipeline.core.errors import InputError
+from pipeline.costs.named_time import PLAIN, time_label
 from pipeline.faster.speculative.measure import DEFAULT_DRAFTS, REPEATS, SpeculativeRun, measure
 from pipeline.faster.speculative.rounds import MAX_DRAFTS
 from pipeline.server.run_queue import cost_of
@@ -59,7 +60,7 @@ def summary_row(label: str, run: SpeculativeRun) -> dict:
             "acceptance": "—" if run.acceptance is None else f"{run.acceptance:.0%}",
             "tokens per pass": round(run.tokens_per_pass, 2),
             "TPOT speculative (ms)": f"{t.a_median * 1e3:.1f} ({ms(t.a_range)})",
-            "TPOT plain (ms)": f"{t.b_median * 1e3:.1f} ({ms(t.b_range)})",
+            f"{time_label('TPOT', PLAIN)} (ms)": f"{t.b_median * 1e3:.1f} ({ms(t.b_range)})",
             "same tokens": "yes" if run.same_tokens else "NO"}
 
 

@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from pipeline.core.errors import InputError
+from pipeline.costs.named_time import PLAIN, time_label
 from pipeline.model.kv_int8 import attention_error
 from pipeline.model.weight_formats import FORMAT_NOTES, NOT_BUILT, WEIGHT_FORMATS
 from pipeline.stages.kv_cache import human_bytes
@@ -36,7 +37,8 @@ def formats_table(report) -> pd.DataFrame:
         vs = report.vs_fp32.get(w)
         rows.append({
             "weights": w, "held": human_bytes(row.parameter_bytes), "read per token": human_bytes(row.bytes_per_token),
-            "TPOT median (ms)": round(t.median * 1e3, 1), "TPOT range (ms)": f"{t.low * 1e3:.1f}–{t.high * 1e3:.1f}",
+            f"{time_label('TPOT', PLAIN)}, median (ms)": round(t.median * 1e3, 1),
+            "TPOT range (ms)": f"{t.low * 1e3:.1f}–{t.high * 1e3:.1f}",
             "vs fp32": "—" if vs is None else (f"{vs.ratio:.2f}×" if vs.separated else "ranges overlap"),
             "KL vs fp32 (nats, mean)": f"{row.kl_mean:.2e}", "KL max": f"{row.kl_max:.2e}",
             "top-1 same": f"{row.top1_agreement:.1%}",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from pipeline.costs.named_time import PLAIN, time_label
 from pipeline.server.run_queue import cost_of
 from pipeline.stages.decode_record import EventKind, StreamEvent
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
@@ -66,8 +67,9 @@ def stream_live(request, captured_tpot_s: float | None) -> Answer:
         else:
             first = deltas[0].t_s if deltas else None
             tpot = ((deltas[-1].t_s - first) / max(deltas[-1].step, 1)) if len(deltas) > 1 else None
-            stats.caption((f"TTFT {first:.2f} s" if first is not None else "TTFT …")
-                          + (f" · TPOT {tpot * 1000:.0f} ms" if tpot else "")
+            stats.caption((f"{time_label('TTFT', PLAIN)} {first:.2f} s" if first is not None else
+                           f"{time_label('TTFT', PLAIN)} …")
+                          + (f" · {time_label('TPOT', PLAIN)} {tpot * 1000:.0f} ms" if tpot else "")
                           + f" · {time.perf_counter() - t0:.1f} s since you pressed the button")
         box.code(text or "…", language=None, wrap_lines=True)
         if done:

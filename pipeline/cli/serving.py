@@ -51,6 +51,8 @@ def cmd_serving(args) -> int:
 
 
 def print_report(r: dict) -> None:
+    from pipeline.costs.roofline import FAR_UNDER
+
     c = r["ceilings"]
     print(f"{r['model']} on {r['device']}")
     print(f"\nCeilings (medians of {c['repeats']}, cached in the cache folder's serving/ceilings.json):")
@@ -68,6 +70,10 @@ def print_report(r: dict) -> None:
     print(f"\nDecode, batch {d['batch_size']} after {d['past']} positions: {d['flops_per_token'] / 1e6:,.0f} MFLOP and "
           f"{d['bytes_per_token'] / 1e6:,.0f} MB per token; {d['seconds'] * 1e3:.1f} ms a step: "
           f"{d['compute_share']:.0%} of compute, {d['memory_share']:.0%} of memory: {d['verdict']}")
+    f = r["fixed_cost"]
+    print(f"\nA pass at almost no work ({f['label']}): {f['seconds'] * 1e3:.1f} ms, "
+          f"{f['overhead_s'] * 1e3:.1f} ms of it beyond what the ceilings allow (a pass under "
+          f"{FAR_UNDER:.0%} of both ceilings is overhead-bound)")
     print("\nBatching (greedy, all rows in one pass per step):")
     print("      B   tokens/s   ms/token/user   (range ms)        roofline bound ms")
     for p in r["sweep"]:

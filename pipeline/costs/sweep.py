@@ -98,14 +98,18 @@ def _sweep_chunks(lm: LanguageModel, sizes: tuple[int, ...], steps: int, repeats
     return points
 
 
+def doubling_gain(before: Point, after: Point) -> float:
+    """What each doubling of B bought between two measured points, in tokens/s: 19 -> 36 over B 2 -> 4 is 1.89x;
+    over two doublings (B 1 -> 4) the square root of the whole gain."""
+    return (after.tokens_per_s / before.tokens_per_s) ** (1 / math.log2(after.batch_size / before.batch_size))
+
+
 def bend(points: list[Point], gain: float = 1.5) -> Point | None:
-    """The first point from which a bigger batch never again buys `gain` x the tokens/s per doubling of B,
-    measured from the point before it (None: it kept growing). A dip that the next sizes make up for is the
-    machine's noise, not a bend. [1: 10, 2: 19, 4: 36, 8: 45] -> the point at 8;
-    [1: 3, 2: 4.5, 4: 6, 8: 8.5, 16: 17, 32: 20] -> the point at 32 (16 made up for the slow 4 and 8)."""
+    """The first point from which no doubling of B buys `gain` x the tokens/s any more, each doubling compared
+    with the point just before it (None: it kept growing). A slow step that a later doubling makes up for is the
+    machine's noise, not a bend. [1: 10, 2: 19, 4: 36, 8: 45] -> the point at 8 (4 -> 8 bought 1.25x);
+    [.., 8: 45, 16: 75.6, 32: 80] -> the point at 32 (8 -> 16 bought 1.68x: no bend at 8)."""
     for k in range(1, len(points)):
-        ref = points[k - 1]
-        if all(p.tokens_per_s < ref.tokens_per_s * gain ** math.log2(p.batch_size / ref.batch_size)
-               for p in points[k:]):
+        if all(doubling_gain(points[j - 1], points[j]) < gain for j in range(k, len(points))):
             return points[k]
     return None

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import platform
 import time
-import weakref
 from typing import TYPE_CHECKING
 
 from pipeline.core.errors import InputError
 from pipeline.core.timing import interleave_less_work
+from pipeline.costs.pass_costs import pass_cost, prefill_cost
+from pipeline.model.dims import ModelDims
 from pipeline.model.interface import LanguageModel
 from pipeline.prompt_cache.scenarios import Prompt, Scenario
 from pipeline.stages.request import ChatRequest, parse_turns
@@ -92,8 +93,7 @@ def serve_prompt(lm: LanguageModel, cache: PrefixCache, prompt: Prompt, measure_
         "stats": stats, "reason": explain(stats, cached_text, new_text),
         "cached_token": cached_text, "new_token": new_text,
         "ttft_cold_s": None, "timing": None, "measured_at": None, "measured_on": None,
-        "flops_computed": 2 * n_params(lm) * stats["tokens_computed"],  # ~2 operations per weight per token
-        "flops_cold": 2 * n_params(lm) * len(ids),
+        **dict(zip(("flops_computed", "flops_cold"), work_flops(lm.dims, stats))),
         "kv_bytes_read": lm.dims.kv_bytes(stats["tokens_reused"]),
         "session_hit_rate": cache.token_hit_rate, "bytes_held": cache.bytes_held,
         "formula_bytes": cache.formula_bytes(lm.dims),
@@ -106,17 +106,13 @@ def serve_prompt(lm: LanguageModel, cache: PrefixCache, prompt: Prompt, measure_
     return row
 
 
-def n_params(lm: LanguageModel) -> int:
-    """Weights the model multiplies per token (embedding lookups excluded: they are reads, not maths)."""
-    model = lm.model
-    if model not in _n_params:  # counted once per network (every scenario row asks)
-        embed = model.get_input_embeddings().weight.numel()
-        tied = model.get_output_embeddings().weight is model.get_input_embeddings().weight
-        _n_params[model] = sum(p.numel() for p in model.parameters()) - (0 if tied else embed)
-    return _n_params[model]
-
-
-_n_params: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # network -> its count
+def work_flops(dims: ModelDims, stats: dict) -> tuple[int, int]:
+    """(FLOPs of the pass this request ran: the tokens after the reused ones, FLOPs of the same prompt cold), both
+    from serving.costs.pass_cost, the one count Prefill & decode uses too (embedding lookups free, the LM head for
+    the last position only)."""
+    n, reused = stats["n_tokens"], stats["tokens_reused"]
+    computed = pass_cost(dims, n - reused, reused).flops if n > reused else 0
+    return computed, prefill_cost(dims, n).flops
 
 
 def compare_texts(lm: LanguageModel, text_a: str, text_b: str, block_size: int = 16, measure_cold: bool = True,

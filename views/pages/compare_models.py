@@ -1,4 +1,5 @@
 """Compare models: the sidebar's request through both models side by side (pipeline/run/compare_models.py)."""
+import time
 from dataclasses import replace
 
 import pandas as pd
@@ -6,6 +7,8 @@ import streamlit as st
 
 from pipeline.core.errors import InputError
 from pipeline.core.timing import Comparison
+from pipeline.costs.named_time import PATH_NAMES, PLAIN, time_label
+from pipeline.costs.verdicts import summary
 from pipeline.run.compare_models import answers_sentence, compare_models_steps
 from pipeline.stages.kv_cache import human_bytes
 from pipeline.stages.tokens import tokenize_request
@@ -19,6 +22,7 @@ from views.model_pair import compared_keys, model_handle
 from views.page_path import back_next
 from views.server_state import APP_MAX_PROMPT_TOKENS
 from views.session_request import current_request, request_key
+from views.verdict_log import history_lines, kept
 
 REPEATS = 3  # timed runs per model, interleaved
 CHIPS_HEIGHT = 220  # px: a long prompt's chips scroll in their own box
@@ -52,7 +56,10 @@ except InputError as e:
     st.error(f"Please fix the request — {markdown_text(e)}")
     end_page()
 
-job = ("compare_models", keys, request_key(request), prompt_format)
+question = ("compare_models", keys, request_key(request), prompt_format)
+if st.session_state.get("cmp_again"):  # the button below was pressed: a new measurement, under a key of its own
+    st.session_state.setdefault("cmp_measured_again", {})[question] = ("again", time.time())
+job = question + st.session_state.get("cmp_measured_again", {}).get(question, ())
 again = stopped_here(job) and st.button("Compare them", key="cmp_start")  # after this session cancelled it
 try:
     finished = long_job(job, lambda: compare_models_steps(request, handles, REPEATS, APP_MAX_PROMPT_TOKENS),
@@ -137,17 +144,25 @@ timing = result.timing
 if timing is None:
     st.info("Not timed.")
 else:
-    st.markdown(f"Measured on the plain serving path, the two models taking turns, {REPEATS} runs each "
-                "(medians and ranges): TTFT is the prompt's pass and the first choice, TPOT the time of each "
-                "further token.")
-    table = [_timing_row("TTFT", timing.ttft)] + ([_timing_row("TPOT", timing.tpot)] if timing.tpot else [])
-    st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch")
-    st.markdown("\n".join(f"- **{name}**: {markdown_text(c.verdict(a.display_name, b.display_name))}"
-                           for name, c in (("TTFT", timing.ttft), ("TPOT", timing.tpot)) if c))
+    path = PATH_NAMES[PLAIN]
+    st.markdown(f"Measured on the {path} (no captures: faster than the captured run other pages show), the two "
+                f"models taking turns, {REPEATS} runs each (medians and ranges): TTFT is the prompt's pass and the "
+                "first choice, TPOT the time of each further token.")
+    named = [(time_label(q, PLAIN), q, c) for q, c in (("TTFT", timing.ttft), ("TPOT", timing.tpot)) if c]
+    st.dataframe(pd.DataFrame([_timing_row(name, c) for name, _, c in named]), hide_index=True, width="stretch")
+    lines = []
+    for name, q, c in named:  # every measurement of this question on this server, kept and dated
+        history = kept(question + (q,), c, finished.made_at)
+        lines.append(f"- **{name}**: {markdown_text(summary(history, a.display_name, b.display_name))}"
+                     + (f"\n{history_lines(history, a.display_name, b.display_name)}" if len(history) > 1 else ""))
+    st.markdown("\n".join(lines))
     if timing.work_differs:
         st.markdown("**The two do different work**, so a speed gap is not a verdict on the models alone:\n"
                     + "\n".join(f"- {markdown_text(w)}" for w in timing.work_differs))
-    st.caption("Measured on this shared machine when the page first ran; the result is kept for everyone.")
+    st.button("Measure the speed again", key="cmp_again",  # read at the top of the page, before the job is asked
+              help="A new interleaved measurement, kept beside the earlier ones (never in their place).")
+    st.caption("A shared machine's load changes from minute to minute: each measurement is kept with its time, for "
+               "everyone, and the verdict above is what all of them agree on.")
 
 stage_link("views/pages/tokens.py", "The same text in both vocabularies: Tokens", "🔤")
 back_next()

@@ -8,8 +8,10 @@ import streamlit as st
 
 from pipeline.costs import ceilings as ceiling_store
 from pipeline.costs.metrics import room_metrics
+from pipeline.costs.named_time import CAPTURED, PATH_NAMES, captured_prefill
 from pipeline.costs.pass_costs import decode_cost, prefill_cost
-from pipeline.costs.roofline import MEMORY, PREFILL_LENGTHS, prefill_curve, trace_points
+from pipeline.costs.regimes import above_a_ceiling, regime_sentence
+from pipeline.costs.roofline import FAR_UNDER, PREFILL_LENGTHS, prefill_curve, trace_points
 from pipeline.costs.sweep import BATCH_SIZES, bend, sweep_steps
 from pipeline.run.record import Trace
 from pipeline.server.run_queue import DECODE_STEP_COST
@@ -20,6 +22,7 @@ from ui.words import plural
 from views.chrome import page_header, stage_link
 from views.long_job import long_job, made_line
 from views.page_path import back_next
+from views.roofline_plain import plain_passes
 from views.room_schedule import room_schedule
 from views.runs import run_for_page
 from views.server_state import get_model, run_store
@@ -84,52 +87,68 @@ def shares(p) -> dict:
 # ---- 2. the run on the roofline ---------------------------------------------------------------------------------
 st.subheader("2. Your run on the roofline")
 prefill, steps = trace_points(trace)
-points = [prefill, *steps]
 st.markdown(
     f"FLOPs and bytes of each pass come from the model's dimensions: every weight is read once per pass "
     f"({prefill.cost.bytes_weights / 1e6:,.0f} MB), the KV cache is read and the new positions written, and attention "
-    f"multiplies every query by every key it is given (the T² term at prefill). The time is the run's own: the "
-    f"captured prefill pass ({trace.timings.prefill_s * 1e3:,.0f} ms, with its recording hooks) and each decode "
-    f"step ({plural(len(steps), 'step')}, each one pass plus choosing the token).")
+    f"multiplies every query by every key it is given (the T² term at prefill). Two paths are timed, and each is "
+    f"named: the **captured run** this page shows (recording hooks on every layer: prefill "
+    f"{captured_prefill(trace).shown}, {plural(len(steps), 'decode step')}, each one pass plus choosing the token), "
+    "and the **plain serving path** (no captures), measured on request.")
+plain = plain_passes(current_request(), len(trace.ids))
+captured_mid = [steps[len(steps) // 2]] if steps else []
+captured = [prefill, *steps]
+plain_points_ = list(plain[:2]) if plain else []
+fixed = plain[2] if plain else None
 fig = go.Figure()
+drawn = [prefill, *steps, *plain_points_] + ([fixed] if fixed else [])
 if roof is not None:
-    x_lo = min(p.cost.intensity for p in points) / 3
+    x_lo = min(p.cost.intensity for p in drawn) / 3
     x_hi = max(prefill.cost.intensity * 3, roof.balance * 3)
     xs = [x_lo * (x_hi / x_lo) ** (i / 60) for i in range(61)]
     fig.add_trace(go.Scatter(x=xs, y=[roof.roof(x) / 1e9 for x in xs], mode="lines", name="ceiling (roofline)",
                              line=dict(color="black")))
-if steps:
-    fig.add_trace(go.Scatter(x=[p.cost.intensity for p in steps], y=[p.flops_per_s / 1e9 for p in steps],
-                             mode="markers", name="decode steps", text=[p.label for p in steps],
-                             hovertemplate="%{text}<br>%{x:.2f} FLOPs/byte<br>%{y:.2f} GFLOP/s<extra></extra>"))
-fig.add_trace(go.Scatter(x=[prefill.cost.intensity], y=[prefill.flops_per_s / 1e9], mode="markers",
-                         marker=dict(size=14, symbol="diamond"), name=prefill.label,
-                         hovertemplate="%{x:.1f} FLOPs/byte<br>%{y:.2f} GFLOP/s<extra></extra>"))
+    fig.add_trace(go.Scatter(x=xs, y=[FAR_UNDER * roof.roof(x) / 1e9 for x in xs], mode="lines",
+                             name=f"{FAR_UNDER:.0%} of the ceiling: below, overhead-bound",
+                             line=dict(color="grey", dash="dot")))
+for name, pts, symbol in ((f"decode steps, {PATH_NAMES[CAPTURED]}", steps, "circle"),
+                          (f"prefill, {PATH_NAMES[CAPTURED]}", [prefill], "diamond"),
+                          ("plain path (prefill, decode step)", plain_points_, "star"),
+                          ("1-token pass, nothing cached", [fixed] if fixed else [], "x")):
+    if pts:
+        fig.add_trace(go.Scatter(x=[p.cost.intensity for p in pts], y=[p.flops_per_s / 1e9 for p in pts],
+                                 mode="markers", name=name, text=[p.label for p in pts],
+                                 marker=dict(size=9 if symbol == "circle" else 14, symbol=symbol),
+                                 hovertemplate="%{text}<br>%{x:.2f} FLOPs/byte<br>%{y:.2f} GFLOP/s<extra></extra>"))
 xs_drawn = [x for tr in fig.data for x in tr.x]
 ys_drawn = [y for tr in fig.data for y in tr.y]
-fig.update_layout(height=380, margin=dict(l=10, r=10, t=10, b=10), font=dict(size=13),
+fig.update_layout(height=400, margin=dict(l=10, r=10, t=10, b=10), font=dict(size=13),
                   xaxis=log_axis(xs_drawn, "arithmetic intensity (FLOPs per byte moved)"),
                   yaxis=log_axis(ys_drawn, "achieved GFLOP/s"))
 st.plotly_chart(fig, width="stretch")
-rows = [prefill] + ([steps[len(steps) // 2]] if steps else [])
+rows = [prefill, *captured_mid, *plain_points_] + ([fixed] if fixed else [])
 st.dataframe(pd.DataFrame([{
     "pass": p.label, "FLOPs": f"{p.cost.flops / 1e6:,.0f} M", "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
     "FLOPs per byte": f"{p.cost.intensity:,.1f}", "time": f"{p.seconds * 1e3:,.1f} ms",
     "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}", **shares(p)} for p in rows]),
              hide_index=True, width="stretch")
-verdicts = {p.verdict(roof) for p in steps} if roof else set()
-if steps and roof:
-    st.markdown(f"The decode steps do {steps[0].cost.intensity:.2f} FLOPs per byte, far left of the balance point "
-                f"({roof.balance:,.0f}): "
-                + ("measured, they use a larger share of the memory ceiling than of the compute ceiling: "
-                   "**memory-bound**, as the article says." if verdicts == {MEMORY} else
-                   "yet measured here, at least one used a larger share of compute than of memory: the machine's load "
-                   "decided, not the work."))
-st.markdown(f"The prefill pass does {prefill.cost.intensity:,.0f} FLOPs per byte: each weight read serves all "
-            f"{plural(len(trace.ids), 'prompt token')}. "
-            + (f"Measured it is **{prefill.verdict(roof)}** here ({prefill.compute_share(roof):.0%} of compute, "
-               f"{prefill.memory_share(roof):.0%} of memory). " if roof else "")
-            + "A short prompt can stay memory-bound; the longer the prompt, the further right it sits.")
+if roof is not None:
+    hooks = "recording every layer's tensors, with eager attention"
+    st.markdown("\n".join(f"- {markdown_text(regime_sentence(p, roof, fixed, hooks if p in captured else ''))}"
+                           for p in rows if p is not fixed))
+    if above_a_ceiling(rows, roof):
+        st.warning("A pass here ran faster than a ceiling allows: the ceilings were measured at a busier moment of "
+                   "this shared machine. Measure them again (section 1) before reading the shares.")
+    st.caption(f"Three regimes: a pass using a larger share of the memory ceiling than of compute is memory-bound, "
+               f"the other way compute-bound; under {FAR_UNDER:.0%} of both, neither holds it: it is overhead-bound, "
+               "and its time follows the number of small operations (layers, hooks), not its bytes. That is why a "
+               "model with fewer layers can take less time per step while reading more bytes. The decode steps do "
+               f"{steps[0].cost.intensity if steps else decode_cost(m, len(trace.ids)).intensity:.2f} FLOPs per byte, "
+               f"far left of the balance point ({roof.balance:,.0f}); the prefill pass "
+               f"{prefill.cost.intensity:,.0f}: each weight read serves all {plural(len(trace.ids), 'prompt token')}.")
+if plain:
+    st.caption(f"Plain path measured at {time.strftime('%H:%M', time.localtime(plain[3]))}: its prefill is timed by "
+               "its TTFT (the pass, the tokenizing and the first choice) and its decode step by its TPOT, medians of "
+               "3 answers; the 1-token pass is the model's forward without captures, median of 7.")
 
 st.markdown("**Prefill throughput against prompt length** (one pass without recording, lengths interleaved):")
 if st.button(f"Measure prefill at {', '.join(map(str, PREFILL_LENGTHS))} tokens", key="pd_prefill"):
@@ -191,8 +210,9 @@ if measured is not None:
         f"At B = {first.batch_size}: {first.tokens_per_s:,.1f} tokens/s, {first.ms_per_token_per_user:,.0f} ms "
         f"per token. " + (f"At B = {pts[-1].batch_size}: {pts[-1].tokens_per_s:,.1f} tokens/s in all, "
                           f"{pts[-1].ms_per_token_per_user:,.0f} ms per token for each user. " if len(pts) > 1 else "")
-        + (f"The curve bends at **B = {knee.batch_size}**: from there on, doubling the batch never again buys 1.5× "
-           "the tokens per second. " if knee else "Over these sizes tokens per second kept growing. ")
+        + (f"The curve bends at **B = {knee.batch_size}**: from there on, no doubling of the batch buys 1.5× the "
+           "tokens per second of the size just before it. " if knee else
+           "Over these sizes tokens per second kept growing: a doubling still bought 1.5× the size before it. ")
         + f"Why: one step reads the {prefill.cost.bytes_weights / 1e6:,.0f} MB of weights once whatever B is, "
           "while its FLOPs grow with B. Once B rows of arithmetic take longer than the read, every extra user "
           "adds time in proportion."
@@ -250,7 +270,8 @@ st.subheader("5. The room now: four numbers")
 traces = [t for t in run_store().values() if isinstance(t, Trace)]
 room = room_metrics(traces)
 st.markdown(f"From the {plural(room.runs, 'finished run')} this server holds in memory (medians; the 95th "
-            "percentile below each).")
+            "percentile below each). These are captured runs, recording every layer: their times compare with "
+            "each other, not with the plain path's (section 2, Generation).")
 
 
 def seconds(v: float) -> str:
@@ -258,7 +279,8 @@ def seconds(v: float) -> str:
 
 
 cols = st.columns(4)
-for col, label, s, what in zip(cols, ("TTFT", "TPOT", "End to end"), (room.ttft_s, room.tpot_s, room.e2e_s),
+for col, label, s, what in zip(cols, ("TTFT (captured runs)", "TPOT (captured runs)", "End to end"),
+                               (room.ttft_s, room.tpot_s, room.e2e_s),
                                ("arrival to the first token: queue wait and prefill",
                                 "between two tokens once streaming: decode", "arrival to the last token")):
     col.metric(label, "—" if s is None else seconds(s.p50), help=what)

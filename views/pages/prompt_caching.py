@@ -6,7 +6,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.core.errors import InputError
-from pipeline.prompt_cache.playback import compare_texts
+from pipeline.costs.verdicts import summary
+from pipeline.prompt_cache.playback import compare_texts, work_flops
 from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from ui.escape import markdown_text, plotly_label
@@ -14,6 +15,7 @@ from views.chrome import page_header
 from views.page_path import back_next
 from views.scenarios import scenario_rows, scenario_rows_timed_again
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
+from views.verdict_log import history_lines, kept
 from views.waiting import wait_for
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
@@ -43,8 +45,9 @@ def measured_when(row: dict) -> str:
 
 def show_request(row: dict) -> None:
     s, timing = row["stats"], row["timing"]
-    work = (f"{row['flops_computed'] / 1e9:,.1f} GFLOP instead of {row['flops_cold'] / 1e9:,.1f} cold"
-            if s["tokens_reused"] else f"{row['flops_cold'] / 1e9:,.1f} GFLOP, as cold")
+    computed, cold = work_flops(lm.dims, s)  # from the stats: a row kept from an older count is counted anew
+    work = (f"{computed / 1e9:,.1f} GFLOP instead of {cold / 1e9:,.1f} cold"
+            if s["tokens_reused"] else f"{cold / 1e9:,.1f} GFLOP, as cold")
     st.markdown(f"**{row['label']}**" + (f" — {row['note']}" if row["note"] else "") +
                 f"  \n{s['n_tokens']} tokens: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
                 + (f"{s['blocks_recomputed']} cached but run again, " if s.get("blocks_recomputed") else "") +
@@ -54,6 +57,11 @@ def show_request(row: dict) -> None:
         when = f" (measured {measured_when(row)})" if row.get("measured_at") else ""
         st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
                    f"{timing.b_median * 1e3:,.0f} ms{when}: {timing.verdict('with the cache', 'cold')}.")
+        history = kept(("prompt cache", tuple(row["ids"]), s["tokens_reused"]), timing, row.get("measured_at") or 0.0)
+        if len(history) > 1:  # timed again: the earlier measurements stay beside the new one
+            st.caption(f"All {len(history)} measurements of this request here: "
+                       f"{markdown_text(summary(history, 'with the cache', 'cold'))}.  \n"
+                       + history_lines(history, "with the cache", "cold"))
     elif not s["tokens_reused"]:
         st.caption(f"Time to first token {s['ttft_s'] * 1e3:,.0f} ms. Nothing was reused, so this request does "
                    "the same work as a cold one: there is no speed difference to measure.")
@@ -107,8 +115,8 @@ rows = scenario_rows(scenario.key, block_size)
 timed = [r["measured_at"] for r in rows if r.get("measured_at")]
 if timed and st.button("⟳ Time these requests again now", key="pc_time_again",
                        help="The times below were measured once, when the scenario was first played here (they are "
-                            "kept with the stored runs), and everyone here sees them. Timing again replaces them "
-                            "for everyone (at most once a minute)."):
+                            "kept with the stored runs), and everyone here sees them. Timing again shows the new "
+                            "times, with the earlier ones listed beside them (at most once a minute)."):
     rows = scenario_rows_timed_again(scenario.key, block_size)
 st.subheader(f"2. {scenario.title}")
 st.markdown({"trap": "**Trap.** ", "fixed": "**Fixed.** "}.get(scenario.kind, "") + scenario.lesson)
@@ -123,7 +131,8 @@ c1.metric("Hit rate over these requests", f"{last['session_hit_rate']:.0%}", hel
 c2.metric("Bytes the cache holds", f"{last['bytes_held'] / 2**20:.1f} MiB")
 c3.metric("KV formula for the same tokens", f"{last['formula_bytes'] / 2**20:.1f} MiB",
           help="2 (K and V) × layers × KV heads × head width × tokens × 4 bytes")
-st.caption("The token counts and the work (GFLOP ≈ 2 × weights × tokens computed) do not depend on how busy this "
+st.caption("The token counts and the work (GFLOP of the layers' matrix multiplies, attention and the LM head for "
+           "the last token, counted as on Prefill & decode) do not depend on how busy this "
            "server is; the times do. Each request is timed again as it met the cache and cold, alternately, three "
            "times each: the bars are medians, the whiskers the range, and a ratio is claimed only when the ranges "
            "do not overlap. A result where the cache came out slower contradicts the work done: it is measured "
