@@ -57,8 +57,8 @@ def run_marker() -> None:
 
 
 def fragment(draw):
-    """st.fragment for a page's controls that redraw one part: its own rerun ends with a run marker (inside the
-    fragment, so it is replaced by the next one); within a whole run, app.py's marker is the one."""
+    """st.fragment for a page's controls that redraw one part: its own rerun updates the link and ends with a
+    run marker (inside the fragment, so it is replaced by the next one); within a whole run, app.py's are the ones."""
     import functools
 
     from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
@@ -74,5 +74,8 @@ def fragment(draw):
             raise
         finally:
             if completed and st.session_state.get("_whole_run") is False:  # its own rerun, in the app (not AppTest)
+                from views import url_state
+
+                url_state.sync()  # the link follows the fragment's controls (app.py's sync is not reached)
                 run_marker()
     return part

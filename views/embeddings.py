@@ -5,6 +5,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.errors import InputError
+from views import url_state
 from views.server_state import get_model
 from views.typed_text import box_error, typed_text
 from views.runs import run_for_page
@@ -42,6 +43,7 @@ T = E.shape[0]
 labels = axis_labels([q.label for q in token_pieces(lm.tokenizer, trace.ids)])  # '토 (1/3)' for part of a character
 first = 0
 if T > ROWS:
+    url_state.keep_in_range("em_rows_start", 0, T - ROWS)
     first = st.slider(f"first token row shown ({ROWS} rows at a time)", 0, T - ROWS, T - ROWS, key="em_rows_start",
                       help="The prompt is long: the heatmap shows a window of rows so it stays one screen tall.")
 rows = slice(first, first + ROWS)

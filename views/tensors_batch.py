@@ -1,4 +1,5 @@
 """Tensors & batch: token ids padded into one rectangle with positions and a mask, as a GPU server does."""
+from views import url_state
 from views.server_state import get_model
 from views.runs import run_for_page
 from views.chrome import end_page, page_header, stage_link
@@ -53,6 +54,7 @@ def column_window(T: int, key: str) -> slice:
     """The token columns the tables show: all of them, or COLUMNS of a long prompt's from a slider."""
     if T <= COLUMNS:
         return slice(0, T)
+    url_state.keep_in_range(key, 0, T - COLUMNS)
     first = st.slider(f"first token column shown ({COLUMNS} at a time)", 0, T - COLUMNS, 0, key=key,
                       help="The prompt is long: the tables show a window of columns so they stay quick to draw.")
     st.caption(f"Columns {first}–{first + COLUMNS - 1} of the {T:,}; move the slider for the others.")

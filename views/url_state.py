@@ -151,29 +151,11 @@ REQUEST = {  # the sidebar's request: the same on every page
 }
 
 def page_params(page: str, L: int, H: int) -> dict[str, Param]:
-    """Each page's own controls, by the page's URL path (ranges from the model: L layers, H heads)."""
-    from pipeline.prompt_cache.scenarios import scenarios
-    from pipeline.stages.attention import SCALES
+    """Each page's own controls, by the page's URL path (views/page_links.py; ranges from the model: L layers,
+    H heads). Their names never share one with the request's."""
+    from views.page_links import page_controls
 
-    return {
-        "attention": {"layer": Param("at_layer", integer(0, L - 1)), "head": Param("at_head", integer(0, H - 1)),
-                      "scale": Param("at_scale", choice(SCALES))},
-        "position": {"layer": Param("rope_layer", integer(0, L - 1)), "head": Param("rope_head", integer(0, H - 1))},
-        **_FIXED_PAGES,
-        "prompt-caching": {"block": Param("pc_block_size", choice([4, 8, 16, 32])),
-                           "scenario": Param("pc_scenario", choice(list(scenarios())))},
-    }.get(page, {})
-
-
-_FIXED_PAGES: dict[str, dict[str, Param]] = {
-    "next-token": {"step": Param("nt_step", integer(0, 4096)), "draws": Param("nt_draws", choice(
-        [10, 30, 100, 300, 1000, 3000, 10000])), "t": Param("nt_temperature", option("temperature"), _num),
-        "top_k": Param("nt_top_k", option("top_k")), "top_p": Param("nt_top_p", option("top_p"), _num),
-        "min_p": Param("nt_min_p", option("min_p"), _num), "seed": Param("nt_seed", option("seed"))},
-    "kv-cache": {"steps": Param("kv_n_steps", integer(2, 32))},
-    "presenter": {"stage": Param("pr_stage", integer(1, 13)), "room": Param("pr_room", room_code),
-                  "key": Param("pr_key", presenter_key, private=True), "follow": Param("pr_follow", room_code)},
-}
+    return page_controls(page, L, H)
 
 
 def restore_model(defaults: dict[str, Any]) -> list[str]:
@@ -215,7 +197,26 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
         st.session_state["_url_from_link"] = set()
         wanted.update(controls)
     query = _link_query(notes) if wanted else {}
+    if controls.keys() & wanted.keys():
+        query = _legacy_names(page, query)
     return _apply(wanted, query, defaults, notes)
+
+
+def _legacy_names(page: str, query: dict[str, str]) -> dict[str, str]:
+    """An older link's names for this page's controls under today's (`step` -> `nt.step`); a name the
+    request has (`top_k`) is the request's, as it always was on every other page."""
+    from views.page_links import LEGACY
+
+    renamed = {new: query[old] for old, new in LEGACY.get(page, {}).items() if old in query and old not in REQUEST}
+    return {**renamed, **query}
+
+
+def keep_in_range(key: str, lo, hi) -> None:
+    """A slider whose range follows the run: a value from a link or an earlier run outside [lo, hi] is
+    dropped before the slider is drawn (Streamlit refuses a value past its ends), so it shows its default."""
+    value = st.session_state.get(key)
+    if value is not None and not lo <= value <= hi:
+        del st.session_state[key]
 
 
 def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str]) -> list[str]:
