@@ -73,9 +73,10 @@ def fragment(draw):
             completed = False
             raise
         finally:
-            if completed and st.session_state.get("_whole_run") is False:  # its own rerun, in the app (not AppTest)
-                from views import url_state
+            if completed:  # the link follows the fragment's controls: app.py's sync is not reached in its own
+                from views import url_state  # rerun, and a fragment fills the share box then only if it did in
 
-                url_state.sync()  # the link follows the fragment's controls (app.py's sync is not reached)
+                url_state.sync()  # the whole run too (Streamlit refuses a fragment's first write to an outer box)
+            if completed and st.session_state.get("_whole_run") is False:  # its own rerun, in the app (not AppTest)
                 run_marker()
     return part

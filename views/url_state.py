@@ -197,18 +197,17 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
         st.session_state["_url_from_link"] = set()
         wanted.update(controls)
     query = _link_query(notes) if wanted else {}
-    if controls.keys() & wanted.keys():
-        query = _legacy_names(page, query)
-    return _apply(wanted, query, defaults, notes)
+    older = _legacy_names(page, query) if controls.keys() & wanted.keys() else {}
+    return _apply(wanted, {**{new: query[old] for new, old in older.items()}, **query}, defaults, notes, older)
 
 
 def _legacy_names(page: str, query: dict[str, str]) -> dict[str, str]:
-    """An older link's names for this page's controls under today's (`step` -> `nt.step`); a name the
-    request has (`top_k`) is the request's, as it always was on every other page."""
+    """Today's name -> the older one this link uses for a control of this page (`nt.step` -> `step`); a
+    name the request has (`top_k`) is the request's, as it always was on every other page."""
     from views.page_links import LEGACY
 
-    renamed = {new: query[old] for old, new in LEGACY.get(page, {}).items() if old in query and old not in REQUEST}
-    return {**renamed, **query}
+    return {new: old for old, new in LEGACY.get(page, {}).items()
+            if old in query and new not in query and old not in REQUEST}
 
 
 def keep_in_range(key: str, lo, hi) -> None:
@@ -219,8 +218,10 @@ def keep_in_range(key: str, lo, hi) -> None:
         del st.session_state[key]
 
 
-def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str]) -> list[str]:
-    """Each wanted parameter the query has into session state, or its default with a note."""
+def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str],
+           said: dict[str, str] | None = None) -> list[str]:
+    """Each wanted parameter the query has into session state, or its default with a note (naming the
+    parameter as the link wrote it: `said`, today's name -> an older link's)."""
     from_link = st.session_state.setdefault("_url_from_link", set())  # the widget keys the link set
     for name, param in wanted.items():
         if name not in query:
@@ -233,7 +234,7 @@ def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, 
             fallback = defaults.get(param.key)
             if fallback is not None:
                 st.session_state[param.key] = fallback
-            notes.append(f"The link's `{name}` was not usable ({markdown_text(e)}); "
+            notes.append(f"The link's `{(said or {}).get(name, name)}` was not usable ({markdown_text(e)}); "
                          + (f"using the default {fallback!r}." if fallback is not None else "ignored."))
     return notes
 
