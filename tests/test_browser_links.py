@@ -91,8 +91,8 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
 MAIN = '[data-testid="stMain"] '
 CONTROLS = ("""() => { const q = s => [...document.querySelectorAll(s)]; const out = [];
   for (const s of q(MAIN + '[role="slider"]')) out.push('slider ' + s.getAttribute('aria-valuetext'));
-  for (const w of q(MAIN + '[data-testid="stSelectbox"], ' + MAIN + '[data-testid="stMultiSelect"]'))
-    out.push('select ' + w.innerText);
+  for (const w of q(MAIN + '[data-testid="stSelectbox"] input')) out.push('select ' + w.value);
+  for (const w of q(MAIN + '[data-testid="stMultiSelect"]')) out.push('multiselect ' + w.innerText);
   for (const w of q(MAIN + 'input[type="radio"], ' + MAIN + 'input[type="checkbox"]')) out.push('check ' + w.checked);
   for (const w of q(MAIN + 'textarea, ' + MAIN + '[data-testid="stTextInput"] input, '
                     + MAIN + '[data-testid="stNumberInput"] input')) out.push('text ' + w.value);
@@ -118,8 +118,8 @@ def set_next_token(page):
 
 
 def set_why_step(page):
-    page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]', has_text="decode step").click()
-    page.locator('li[role="option"]').nth(2).click()
+    page.locator(MAIN + '[data-testid="stSelectbox"]', has_text="decode step").first.click()
+    page.locator('[role="option"]', has_text=re.compile(r"^2: ")).first.click()
 
 
 def set_words(page):
@@ -145,37 +145,49 @@ def share_link(page, path: str) -> str:
     return box.first.inner_text().strip()
 
 
-def test_a_shared_link_opens_the_same_request_controls_and_answer(tiny_server_cache):
-    from urllib.parse import parse_qs, urlparse
+@pytest.fixture(scope="module")
+def server(tiny_server_cache):
+    with app_server("browser-links-views.log", cache_dir=tiny_server_cache) as url:
+        yield url
 
+
+@pytest.fixture(scope="module")
+def chromium(server):
     from playwright.sync_api import sync_playwright
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server("browser-links-views.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
+    with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        for path, (query, change) in VIEWS.items():
-            first = browser.new_context(viewport={"width": 1400, "height": 1600})
-            page = first.new_page()
-            page.goto(f"{url}/{path}?{query}")
-            settle(page, timeout=300)
-            opened = page.evaluate(CONTROLS)
-            change(page)
-            settle(page, timeout=300)
-            controls = page.evaluate(CONTROLS)
-            assert controls != opened, f"{path}: the change moved no control"
-            link = share_link(page, path)
-            second = browser.new_context(viewport={"width": 1400, "height": 1600})  # a fresh browser
-            again = second.new_page()
-            again.goto(link)
-            settle(again, timeout=300)
-            again.screenshot(path=str(SHOTS / f"link_{path}.png"), full_page=True)
-            assert again.locator('[data-testid="stException"]').count() == 0, path
-            assert again.evaluate(REQUEST_BOXES) == page.evaluate(REQUEST_BOXES), (path, link)
-            assert again.evaluate(CONTROLS) == controls, (path, link)
-            assert main_text(again) == main_text(page), (path, link)
-            if path == "next-token":  # the issue's link: the request keeps its top-k and seed, the page its step
-                params = parse_qs(urlparse(link).query)
-                assert params["top_k"] == ["40"] and params["seed"] == ["7"] and params["nt.step"] == ["3"], link
-            first.close()
-            second.close()
+        yield browser
         browser.close()
+
+
+@pytest.mark.parametrize("path", list(VIEWS))
+def test_a_shared_link_opens_the_same_request_controls_and_answer(server, chromium, path):
+    from urllib.parse import parse_qs, urlparse
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    query, change = VIEWS[path]
+    first = chromium.new_context(viewport={"width": 1400, "height": 1600})
+    page = first.new_page()
+    page.goto(f"{server}/{path}?{query}")
+    settle(page, timeout=300)
+    opened = page.evaluate(CONTROLS)
+    change(page)
+    settle(page, timeout=300)
+    controls = page.evaluate(CONTROLS)
+    assert controls != opened, f"{path}: the change moved no control"
+    link = share_link(page, path)
+    second = chromium.new_context(viewport={"width": 1400, "height": 1600})  # a fresh browser: no shared state
+    again = second.new_page()
+    again.goto(link)
+    settle(again, timeout=300)
+    again.screenshot(path=str(SHOTS / f"link_{path}.png"), full_page=True)
+    assert again.locator('[data-testid="stException"]').count() == 0, path
+    assert again.evaluate(REQUEST_BOXES) == page.evaluate(REQUEST_BOXES), (path, link)
+    assert again.evaluate(CONTROLS) == controls, (path, link)
+    assert main_text(again) == main_text(page), (path, link)
+    if path == "next-token":  # the issue's link: the request keeps its top-k and seed, the page its step
+        params = parse_qs(urlparse(link).query)
+        assert params["top_k"] == ["40"] and params["seed"] == ["7"] and params["nt.step"] == ["3"], link
+    first.close()
+    second.close()

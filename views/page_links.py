@@ -10,7 +10,7 @@ Ranges that depend on the run (a step, a token's position) are checked by the pa
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from views.url_state import (MAX_NUMBER_CHARS, Param, _num, choice, integer, number, option, presenter_key, quoted,
                              room_code, text)
@@ -32,13 +32,6 @@ def boolean(s: str) -> bool:
 
 def _bit(v) -> str:
     return "1" if v else "0"
-
-
-def optional(lo: int, hi: int, word: str) -> tuple[Callable[[str], Any], Callable[[Any], str]]:
-    """A whole number, or `word` for a picker's None (why this token's "MLP", "nothing")."""
-    def parse(s: str):
-        return None if s == word else integer(lo, hi)(s)
-    return parse, lambda v: word if v is None else str(v)
 
 
 def numbers_from(options) -> Callable[[str], list[int]]:
@@ -94,12 +87,11 @@ def _next_token(L, H):
 def _why_token(L, H):
     from pipeline.attribution.interventions import MODES
 
-    head = optional(0, H - 1, "mlp")
     return _linked(Param("why_step", integer(0, WIDE)), Param("why_target", integer(0, 1 << 22)),
-                   Param("why_minus", *optional(0, 1 << 22, "none")), Param("why_layer", integer(0, L - 1)),
-                   Param("why_head", *head), Param("why_threshold", number(0.01, 0.5), _num),
+                   Param("why_minus", integer(0, 1 << 22)), Param("why_layer", integer(0, L - 1)),
+                   Param("why_head", integer(0, H)), Param("why_threshold", number(0.01, 0.5), _num),
                    Param("why_cap", integer(2, 32)), Param("why_node", pair(max(L, H)), _pair),
-                   Param("why_ab_layer", integer(0, L - 1)), Param("why_ab_head", *head),
+                   Param("why_ab_layer", integer(0, L - 1)), Param("why_ab_head", integer(0, H)),
                    Param("why_ab_mode", choice(MODES)),
                    Param("why_ig_kind", choice(["integrated gradients", "gradient × input"])),
                    Param("why_corrupted", text()))

@@ -290,8 +290,8 @@ def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
     params = {}
     for name, param in {**REQUEST, **controls}.items():
         if param.key in st.session_state and not param.private:
-            value = st.session_state[param.key]
-            if param.key not in defaults or value != defaults[param.key]:
+            value = st.session_state[param.key]  # None: a picker left at "nothing", its default
+            if value is not None and (param.key not in defaults or value != defaults[param.key]):
                 params[name] = param.show(value)
     # Always sent: after a page switch the browser's address has lost its query string even where
     # the server's copy still holds it, so comparing the two would skip the write.
