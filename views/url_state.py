@@ -3,7 +3,9 @@ both ways. Opening a link in a fresh browser restores the same request and the s
 changing a control rewrites the link. A tampered parameter falls back to its default with a note.
 
 Widgets keep their own session-state keys (`req_question`, `at_layer`, ...); this module only
-copies between those keys and short query parameters (`q`, `layer`, ...).
+copies between those keys and query parameters: the request's have no dot (`q`, `top_k`), a page's
+control is named by views/page_links.py with its page's prefix (`at.layer`, `nt.top_k`), so the two
+never share a name.
 """
 from __future__ import annotations
 
