@@ -52,8 +52,11 @@ def pages() -> list[tuple[str, str]]:
 
 
 def controls(at) -> dict[str, object]:
-    """The page's controls as drawn (the sidebar's request is not the page's): widget key -> value."""
-    return {n.key: n.value for n in at.main if getattr(n, "key", None) and n.type not in ACTIONS}
+    """The page's controls as drawn (the sidebar's request is not the page's): the key a link sets -> value
+    (a widget's own key, or the one its page keeps a per-run picker's value under: page_links.LINKED_AS)."""
+    from views.page_links import linked_key
+
+    return {linked_key(n.key): n.value for n in at.main if getattr(n, "key", None) and n.type not in ACTIONS}
 
 
 def linked_keys(path: str) -> set[str]:
@@ -126,12 +129,14 @@ def query_of(at) -> dict[str, str]:
 def test_a_link_reopens_the_same_request_and_controls(file, path):
     """Every control away from its default (each selectbox to another of its options), the link the page
     writes opened in a fresh session: the same request, the same controls, drawn the same."""
+    from views.page_links import linked_key
+
     at = app_at(file, {})
     for key, value in REQUEST.items():
         at.session_state[key] = value
     drawn = controls(at.run())
     linked = linked_keys(path) & set(drawn)
-    unset = sorted(linked - set(NON_DEFAULT) - {w.key for w in at.selectbox})
+    unset = sorted(linked - set(NON_DEFAULT) - {linked_key(w.key) for w in [*at.selectbox, *at.multiselect]})
     assert not unset, f"{path}: add a value away from the default for {unset} to NON_DEFAULT"
     for _ in range(2):  # twice: a slider whose range follows another control is a new widget after that moves
         for key in sorted(linked & set(NON_DEFAULT)):
@@ -141,6 +146,8 @@ def test_a_link_reopens_the_same_request_and_controls(file, path):
         box = at.selectbox(key=key)
         if len(box.options) > 1:
             box.select_index(0 if box.index else len(box.options) - 1).run()
+    for picker in [w for w in at.multiselect if linked_key(w.key) in linked - set(NON_DEFAULT)]:
+        picker.set_value(picker.value[:2]).run()  # Attention's four tokens by hand: two of them
     assert not at.exception, at.exception
     before = controls(at)
     unchanged = sorted(k for k in linked if before.get(k) == drawn[k] and k not in KEPT)

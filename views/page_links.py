@@ -44,6 +44,16 @@ def numbers_from(options) -> Callable[[str], list[int]]:
     return parse
 
 
+def positions(most: int) -> Callable[[str], list[int]]:
+    """'3,5,9' -> [3, 5, 9]: up to `most` token positions (the page keeps those its run has)."""
+    def parse(s: str) -> list[int]:
+        parts = s.split(",") if len(s) <= MAX_NUMBER_CHARS * most else []
+        if not 1 <= len(parts) <= most:
+            raise ValueError(f"{quoted(s)} must be 1 to {most} token positions, comma-separated")
+        return [integer(0, WIDE)(p) for p in parts]
+    return parse
+
+
 def _joined(v) -> str:
     return ",".join(map(str, v))
 
@@ -74,7 +84,8 @@ def _attention(L, H):
     from pipeline.stages.attention import SCALES
 
     return _linked(Param("at_layer", integer(0, L - 1)), Param("at_head", integer(0, H - 1)),
-                   Param("at_scale", choice(SCALES)), Param("at_row", integer(0, WIDE)))
+                   Param("at_scale", choice(SCALES)), Param("at_row", integer(0, WIDE)),
+                   Param("at_hand", positions(4), _joined))
 
 
 def _next_token(L, H):
@@ -200,10 +211,11 @@ LEGACY = {  # page -> {a name older links used: today's}; the request's own name
     "prompt-caching": {"block": "pc.block_size", "scenario": "pc.scenario"},
 }
 
-NOT_LINKED = {  # widget keys (a key ending in * names every key that starts so) left out of links, and why
-    "at_overview": "a click on the overview chart sets the layer and head, which are linked",
-    "nt_strip": "a click on the strip sets the step, which is linked",
-    "at_hand_tokens_*": "the four tokens by hand: one picker per run, started from the question's last tokens",
+LINKED_AS = {  # a widget whose key names its run (a key ending in * names every key that starts so) -> the session
+    "at_hand_tokens_*": "at_hand",  # key its page keeps its value under for the link, and reads a link's from
+}
+
+NOT_LINKED = {  # widget keys left out of links, and why
     "br_tree": "the branches explored in this session: a link cannot make them again",
     "ca_text": "a pasted log can be megabytes: a link carries the prepared examples only",
     "ca_file": "an uploaded file cannot travel in a link",
@@ -212,4 +224,9 @@ NOT_LINKED = {  # widget keys (a key ending in * names every key that starts so)
 
 
 def not_linked(key: str) -> bool:
-    return key in NOT_LINKED or any(key.startswith(k[:-1]) for k in NOT_LINKED if k.endswith("*"))
+    return key in NOT_LINKED
+
+
+def linked_key(widget_key: str) -> str:
+    """The session key a link sets for this widget: its own, or LINKED_AS's for one whose key names its run."""
+    return next((v for k, v in LINKED_AS.items() if k.endswith("*") and widget_key.startswith(k[:-1])), widget_key)
