@@ -73,7 +73,7 @@ def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
     page.locator("summary", has_text="Share or export this view").first.click()
     link = page.locator('[data-testid="stSidebar"] code').filter(has_text="/attention").first.inner_text().strip()
     params = parse_qs(urlparse(link).query)
-    assert params["q"] == [question] and params["layer"] == ["3"] and params["head"] == ["2"]
+    assert params["q"] == [question] and params["at.layer"] == ["3"] and params["at.head"] == ["2"]
     page.screenshot(path=str(SHOTS / "room_link_source.png"))
     second = browser.new_context(viewport={"width": 1300, "height": 1200})  # a fresh browser: no shared state
     again = visit(second, link)
@@ -115,15 +115,15 @@ def test_links_keep_and_follow_every_control(server, browser):
     assert slider(page, "temperature").get_attribute("aria-valuetext") == "1.00"
     assert slider(page, "top-p").get_attribute("aria-valuetext") == "0.50"
     query = parse_qs(urlparse(page.url).query)
-    assert query["t"] == ["1"] and query["top_p"] == ["0.5"] and query["seed"] == ["7"], page.url
+    assert query["nt.temperature"] == ["1"] and query["top_p"] == ["0.5"] and query["seed"] == ["7"], page.url
     page.goto(f"{server}/next-token?t=0.01")  # finer than the old 0.05 steps
     settle(page)
     assert slider(page, "temperature").get_attribute("aria-valuetext") == "0.01"
     slider(page, "temperature").focus()
     page.keyboard.press("ArrowRight")  # the sampler is a fragment: only it reruns
     settle(page)
-    assert parse_qs(urlparse(page.url).query)["t"] == ["0.02"], page.url
-    assert parse_qs(urlparse(share_link(page, "next-token")).query)["t"] == ["0.02"]
+    assert parse_qs(urlparse(page.url).query)["nt.temperature"] == ["0.02"], page.url
+    assert parse_qs(urlparse(share_link(page, "next-token")).query)["nt.temperature"] == ["0.02"]
 
     page.goto(f"{server}/attention?layer=3&head=2&scale=log")
     settle(page)
@@ -140,7 +140,8 @@ def test_links_keep_and_follow_every_control(server, browser):
     assert "layer 1, head" in chart_titles(page)
     for link in (page.url, share_link(page, "attention")):
         query = parse_qs(urlparse(link).query)
-        assert query["layer"] == ["1"] and query["scale"] == ["log"] and query["q"] == ["Why is the sky blue?"], link
+        assert query["at.layer"] == ["1"] and query["at.scale"] == ["log"] and query["q"] == ["Why is the sky blue?"], \
+            link
     assert "Pick at least two tokens." not in page.inner_text("body")  # attention by hand kept four tokens
     page.screenshot(path=str(SHOTS / "room_links_attention.png"))
     context.close()

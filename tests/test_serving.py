@@ -101,16 +101,18 @@ def test_live_streaming_of_a_long_prompt_is_refused_while_the_queue_is_long(toke
     """The live stream goes through the same refusal as every other model job (it once sent no prompt length)."""
     from types import SimpleNamespace
 
+    from pipeline.server.trace_engine import StreamEngine
     from pipeline.stages.request import ChatRequest
     from views import live_stream
 
-    q = RunQueue()
+    model = SimpleNamespace(tokenizer=tokenizer)
+    q = RunQueue(engines={"stream": StreamEngine(lambda request: model, 4096)})  # it prices the stream's request
     release, block = _gate()
     q.submit("busy", block, cost=1)
     for i in range(LONG_QUEUE - 1):
         q.submit(i, lambda: None, cost=1)
     monkeypatch.setattr(live_stream, "run_queue", lambda: q)
-    monkeypatch.setattr(live_stream, "get_model", lambda: SimpleNamespace(tokenizer=tokenizer))
+    monkeypatch.setattr(live_stream, "get_model", lambda: model)
     long_question = "Why are tomatoes red? " * (LONG_PROMPT_TOKENS // 5)
     try:
         with pytest.raises(InputError) as e:
@@ -288,7 +290,7 @@ def test_a_links_top_k_goes_up_to_the_models_vocabulary(monkeypatch):
     from views import url_state
 
     monkeypatch.setattr(url_state, "_vocab_size", lambda: 262_144)
-    for param in (url_state.REQUEST["top_k"], url_state.page_params("next-token", 30, 9)["top_k"]):
+    for param in (url_state.REQUEST["top_k"], url_state.page_params("next-token", 30, 9)["nt.top_k"]):
         assert param.parse("262144") == 262_144 and param.parse("0") == 0
         with pytest.raises(ValueError):
             param.parse("262145")

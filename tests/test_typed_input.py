@@ -101,9 +101,9 @@ def test_the_tokens_page_cuts_a_long_text_at_its_limit_with_a_note():
     assert tokens * per_token == pytest.approx(4_000, rel=0.01)  # the table counts the text as cut
 
 
-def frames(at: AppTest) -> list[str]:
-    """The page's component frames' HTML."""
-    return [node.proto.srcdoc for node in at._tree if getattr(node, "type", "") == "iframe"]
+def page_scripts(at: AppTest) -> list[str]:
+    """The HTML the page puts in with JavaScript allowed (st.html(..., unsafe_allow_javascript=True))."""
+    return [h.proto.body for h in at.get("html") if h.proto.unsafe_allow_javascript]
 
 
 def test_every_page_carries_the_script_that_removes_lone_surrogates_in_the_browser():
@@ -114,9 +114,9 @@ def test_every_page_carries_the_script_that_removes_lone_surrogates_in_the_brows
     from ui.text_guard import SCRIPT
 
     at = app().run()
-    assert not at.exception and SCRIPT in frames(at)
+    assert not at.exception and SCRIPT in page_scripts(at)
     at.switch_page("views/pages/tokens.py").run()
-    assert not at.exception and SCRIPT in frames(at)
+    assert not at.exception and SCRIPT in page_scripts(at)
 
 
 def test_the_tensors_page_cuts_another_users_question_and_draws_a_window_of_a_long_batch():

@@ -65,8 +65,8 @@ def run_marker() -> None:
 
 
 def fragment(draw):
-    """st.fragment for a page's controls that redraw one part: its own rerun ends with a run marker (inside the
-    fragment, so it is replaced by the next one); within a whole run, app.py's marker is the one."""
+    """st.fragment for a page's controls that redraw one part: its own rerun updates the link and ends with a
+    run marker (inside the fragment, so it is replaced by the next one); within a whole run, app.py's are the ones."""
     import functools
 
     from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
@@ -81,6 +81,10 @@ def fragment(draw):
             completed = False
             raise
         finally:
+            if completed:  # the link follows the fragment's controls: app.py's sync is not reached in its own
+                from views import url_state  # rerun, and a fragment fills the share box then only if it did in
+
+                url_state.sync()  # the whole run too (Streamlit refuses a fragment's first write to an outer box)
             if completed and st.session_state.get("_whole_run") is False:  # its own rerun, in the app (not AppTest)
                 run_marker()
     return part

@@ -3,14 +3,13 @@ both ways. Opening a link in a fresh browser restores the same request and the s
 changing a control rewrites the link. A tampered parameter falls back to its default with a note.
 
 Widgets keep their own session-state keys (`req_question`, `at_layer`, ...); this module only
-copies between those keys and short query parameters (`q`, `layer`, ...).
+copies between those keys and query parameters: the request's have no dot (`q`, `top_k`), a page's
+control is named by views/page_links.py with its page's prefix (`at.layer`, `nt.top_k`), so the two
+never share a name.
 """
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlencode
 
 import streamlit as st
@@ -20,123 +19,9 @@ from pipeline.model.registry import CHAT_FORMATS
 from pipeline.model.weight_formats import WEIGHT_FORMATS
 from pipeline.stages.request import (
     MAX_MESSAGE_CHARS,
-    OPTION_RANGES,
-    GenerationOptions,
-    check_text,
-    check_vocabulary,
-    logit_bias_text,
-    option_ranges,
-    parse_logit_bias,
 )
 from ui.escape import markdown_text
-
-
-@dataclass(frozen=True)
-class Param:
-    key: str  # the widget's session-state key
-    parse: Callable[[str], Any]  # query text -> value; raises ValueError/InputError when invalid
-    show: Callable[[Any], str] = str  # value -> query text
-    private: bool = False  # read from a link on arrival, never written into the address bar or a shared link
-
-
-def text(limit: int = MAX_MESSAGE_CHARS) -> Callable[[str], str]:
-    return lambda s: check_text("link", s, limit)
-
-
-MAX_NUMBER_CHARS = 40  # a link's number is read only up to this length: int() refuses 4,301 digits in its own words
-
-
-def quoted(s: str, limit: int = 80) -> str:
-    """A link's value as a note quotes it: its first `limit` characters. '9' * 5000 -> "'999…999'…"."""
-    return repr(s[:limit]) + ("…" if len(s) > limit else "")
-
-
-def integer(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(s: str) -> int:
-        try:
-            v = int(s) if len(s) <= MAX_NUMBER_CHARS else None
-        except ValueError:
-            v = None
-        if v is None or not lo <= v <= hi:
-            raise ValueError(f"{quoted(s)} must be a whole number from {lo} to {hi}")
-        return v
-    return parse
-
-
-def number(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(s: str) -> float:
-        try:
-            v = float(s) if len(s) <= MAX_NUMBER_CHARS else math.nan
-        except ValueError:
-            v = math.nan
-        if not math.isfinite(v) or not lo <= v <= hi:
-            raise ValueError(f"{quoted(s)} must be from {lo} to {hi}")
-        return v
-    return parse
-
-
-def option(name: str) -> Callable[[str], int | float]:
-    """Query text -> a generation option inside the app's range for it (pipeline.stages.request.option_ranges;
-    top-k's top is the model's vocabulary size)."""
-    def parse(s: str) -> int | float:
-        r = option_ranges(_vocab_size())[name] if name not in OPTION_RANGES else OPTION_RANGES[name]
-        return (integer if isinstance(r.lo, int) else number)(r.lo, r.hi)(s)
-    return parse
-
-
-def _vocab_size() -> int:
-    from views.server_state import get_model  # the model's files only: its dimensions are known before it loads
-
-    return get_model().config_dims.V
-
-
-def logit_bias(s: str) -> str:
-    """'13:-100,7:2' -> '7:2, 13:-100': token ids of this model's vocabulary, biases from -100 to 100."""
-    bias = parse_logit_bias(s)
-    check_vocabulary(GenerationOptions(logit_bias=bias), _vocab_size())
-    return logit_bias_text(bias)
-
-
-def choice(options) -> Callable[[str], Any]:
-    by_text = {str(o): o for o in options}
-
-    def parse(s: str):
-        if s not in by_text:
-            raise ValueError(f"must be one of {', '.join(list(by_text)[:8])}")
-        return by_text[s]
-    return parse
-
-
-def model_name(s: str) -> str:
-    """A model the sidebar offers (views.server_state.offered_models), by key or display name -> its key."""
-    from pipeline.model.registry import resolve
-    from views.server_state import offered_models
-
-    offered = offered_models()[0]
-    try:
-        key = resolve(s).key
-    except InputError:
-        key = None
-    if key not in offered:
-        raise ValueError(f"{quoted(s)} is not a model this server offers ({', '.join(offered)})")
-    return key
-
-
-def room_code(s: str) -> str:
-    if not re.fullmatch(r"[a-z0-9]{4,16}", s):
-        raise ValueError("must be 4 to 16 lower-case letters or digits")
-    return s
-
-
-def presenter_key(s: str) -> str:
-    if not re.fullmatch(r"[0-9a-f]{32}", s):
-        raise ValueError("must be the 32 characters of a presenter link")
-    return s
-
-
-def _num(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
+from views.link_params import Param, _num, choice, logit_bias, model_name, option, text
 
 REQUEST = {  # the sidebar's request: the same on every page
     "model": Param("req_model", model_name),  # restored before the others (restore_model): ranges follow the model
@@ -159,29 +44,11 @@ REQUEST = {  # the sidebar's request: the same on every page
 }
 
 def page_params(page: str, L: int, H: int) -> dict[str, Param]:
-    """Each page's own controls, by the page's URL path (ranges from the model: L layers, H heads)."""
-    from pipeline.prompt_cache.scenarios import scenarios
-    from pipeline.stages.attention import SCALES
+    """Each page's own controls, by the page's URL path (views/page_links.py; ranges from the model: L layers,
+    H heads). Their names never share one with the request's."""
+    from views.page_links import page_controls
 
-    return {
-        "attention": {"layer": Param("at_layer", integer(0, L - 1)), "head": Param("at_head", integer(0, H - 1)),
-                      "scale": Param("at_scale", choice(SCALES))},
-        "position": {"layer": Param("rope_layer", integer(0, L - 1)), "head": Param("rope_head", integer(0, H - 1))},
-        **_FIXED_PAGES,
-        "prompt-caching": {"block": Param("pc_block_size", choice([4, 8, 16, 32])),
-                           "scenario": Param("pc_scenario", choice(list(scenarios())))},
-    }.get(page, {})
-
-
-_FIXED_PAGES: dict[str, dict[str, Param]] = {
-    "next-token": {"step": Param("nt_step", integer(0, 4096)), "draws": Param("nt_draws", choice(
-        [10, 30, 100, 300, 1000, 3000, 10000])), "t": Param("nt_temperature", option("temperature"), _num),
-        "top_k": Param("nt_top_k", option("top_k")), "top_p": Param("nt_top_p", option("top_p"), _num),
-        "min_p": Param("nt_min_p", option("min_p"), _num), "seed": Param("nt_seed", option("seed"))},
-    "kv-cache": {"steps": Param("kv_n_steps", integer(2, 32))},
-    "presenter": {"stage": Param("pr_stage", integer(1, 13)), "room": Param("pr_room", room_code),
-                  "key": Param("pr_key", presenter_key, private=True), "follow": Param("pr_follow", room_code)},
-}
+    return page_controls(page, L, H)
 
 
 def restore_model(defaults: dict[str, Any]) -> list[str]:
@@ -223,11 +90,31 @@ def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> 
         st.session_state["_url_from_link"] = set()
         wanted.update(controls)
     query = _link_query(notes) if wanted else {}
-    return _apply(wanted, query, defaults, notes)
+    older = _legacy_names(page, query) if controls.keys() & wanted.keys() else {}
+    return _apply(wanted, {**{new: query[old] for new, old in older.items()}, **query}, defaults, notes, older)
 
 
-def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str]) -> list[str]:
-    """Each wanted parameter the query has into session state, or its default with a note."""
+def _legacy_names(page: str, query: dict[str, str]) -> dict[str, str]:
+    """Today's name -> the older one this link uses for a control of this page (`nt.step` -> `step`); a
+    name the request has (`top_k`) is the request's, as it always was on every other page."""
+    from views.page_links import LEGACY
+
+    return {new: old for old, new in LEGACY.get(page, {}).items()
+            if old in query and new not in query and old not in REQUEST}
+
+
+def keep_in_range(key: str, lo, hi) -> None:
+    """A slider whose range follows the run: a value from a link or an earlier run outside [lo, hi] is
+    dropped before the slider is drawn (Streamlit refuses a value past its ends), so it shows its default."""
+    value = st.session_state.get(key)
+    if value is not None and not lo <= value <= hi:
+        del st.session_state[key]
+
+
+def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str],
+           said: dict[str, str] | None = None) -> list[str]:
+    """Each wanted parameter the query has into session state, or its default with a note (naming the
+    parameter as the link wrote it: `said`, today's name -> an older link's)."""
     from_link = st.session_state.setdefault("_url_from_link", set())  # the widget keys the link set
     for name, param in wanted.items():
         if name not in query:
@@ -240,7 +127,7 @@ def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, 
             fallback = defaults.get(param.key)
             if fallback is not None:
                 st.session_state[param.key] = fallback
-            notes.append(f"The link's `{name}` was not usable ({markdown_text(e)}); "
+            notes.append(f"The link's `{(said or {}).get(name, name)}` was not usable ({markdown_text(e)}); "
                          + (f"using the default {fallback!r}." if fallback is not None else "ignored."))
     return notes
 
@@ -296,8 +183,8 @@ def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
     params = {}
     for name, param in {**REQUEST, **controls}.items():
         if param.key in st.session_state and not param.private:
-            value = st.session_state[param.key]
-            if param.key not in defaults or value != defaults[param.key]:
+            value = st.session_state[param.key]  # None: a picker left at "nothing", its default
+            if value is not None and (param.key not in defaults or value != defaults[param.key]):
                 params[name] = param.show(value)
     # Always sent: after a page switch the browser's address has lost its query string even where
     # the server's copy still holds it, so comparing the two would skip the write.

@@ -9,6 +9,7 @@ from pipeline.attribution import dla
 from pipeline.attribution import interventions as iv
 from pipeline.attribution.nodes import Node, ablate_node, direct_part, graph_nodes, node_vector
 from pipeline.attribution.qk import grouped, largest_terms, qk_attribution
+from pipeline.model.interface import LanguageModel
 from pipeline.text.token_names import token_text
 from ui.escape import markdown_text, plotly_label
 from ui.plots import TICK_FONT
@@ -22,7 +23,7 @@ def _split(model_name: str, ids: tuple, layer: int, head: int, query: int, _lm, 
     return qk_attribution(_lm, _rec, layer, head, query, top=TOP_KEYS)
 
 
-def qk_panel(lm, rec, layer: int, head: int, query: int, tokens: list[str], key: str) -> None:
+def qk_panel(lm: LanguageModel, rec, layer: int, head: int, query: int, tokens: list[str], key: str) -> None:
     """One head's top keys at one query position, the chosen key's score as a small matrix of terms, in words."""
     qa = _split(lm.dims.name, tuple(rec.ids), int(layer), int(head), int(query), lm, rec)
     names = {k.position: f"({k.position}) {tokens[k.position]}" for k in qa.keys}
@@ -62,7 +63,7 @@ def _node_label(node: Node, tokens: list[str]) -> str:
     return f"token ({node.position}) {tokens[node.position]} · share {node.share:.2f}"
 
 
-def node_panel(lm, rec, g, a, target: int, target_name: str, tokens: list[str]) -> None:
+def node_panel(lm: LanguageModel, rec, g, a, target: int, target_name: str, tokens: list[str]) -> None:
     """A picker of the graph's nodes; the picked one shown in place."""
     nodes = graph_nodes(g)
     if not nodes:

@@ -5,8 +5,8 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository (a str)
 
 
-def app_pages() -> list[str]:
-    """The views/ file names (without .py) of every page in app.py's PAGES, in the app's order (read from the
+def app_page_table() -> list[tuple]:
+    """app.py's PAGES as written: (file, title, icon, url, section) per page, in the app's order (read from the
     source: importing app.py would run the app)."""
     import ast
 
@@ -14,7 +14,12 @@ def app_pages() -> list[str]:
         tree = ast.parse(f.read())
     table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
                  and any(getattr(t, "id", None) == "PAGES" for t in node.targets))
-    return [file.removesuffix(".py") for file, *_ in ast.literal_eval(table)]
+    return ast.literal_eval(table)
+
+
+def app_pages() -> list[str]:
+    """The views/pages/ file names (without .py) of every page in app.py's PAGES, in the app's order."""
+    return [file.removesuffix(".py") for file, *_ in app_page_table()]
 
 
 _source_trees: dict = {}

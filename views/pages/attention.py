@@ -328,8 +328,12 @@ def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
     default = user[-4:] if len(user) >= 4 else offered[-4:]
     # one picker per run: the browser keeps a picker's choice by its labels, and the old prompt's labels
     # match nothing in a new one (it showed an empty picker after a new question)
+    key = f"at_hand_tokens_{trace.request.id}"
+    if url_state.take_from_link(["at_hand"]) and key not in st.session_state:  # a link's four, for this run's picker
+        st.session_state[key] = [i for i in st.session_state["at_hand"] if i in offered][:4]
     chosen = st.multiselect("four tokens (in prompt order)", offered, default=default, max_selections=4,
-                            format_func=plain.__getitem__, key=f"at_hand_tokens_{trace.request.id}")
+                            format_func=plain.__getitem__, key=key)
+    st.session_state["at_hand"] = chosen  # what a link carries (views/page_links.py LINKED_AS)
     if len(chosen) < 2:
         st.info("Pick at least two tokens.")
         return

@@ -9,6 +9,7 @@ from pipeline.stages import embeddings as es
 from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from views import url_state
 from views.chrome import fragment, page_header
 from views.page_path import back_next
 from views.runs import run_for_page
@@ -43,6 +44,7 @@ T = E.shape[0]
 labels = axis_labels([q.label for q in token_pieces(lm.tokenizer, trace.ids)])  # '토 (1/3)' for part of a character
 first = 0
 if T > ROWS:
+    url_state.keep_in_range("em_rows_start", 0, T - ROWS)
     first = st.slider(f"first token row shown ({ROWS} rows at a time)", 0, T - ROWS, T - ROWS, key="em_rows_start",
                       help="The prompt is long: the heatmap shows a window of rows so it stays one screen tall.")
 rows = slice(first, first + ROWS)

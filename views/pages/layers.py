@@ -8,6 +8,7 @@ from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from views import url_state
 from views.chrome import fragment, page_header
 from views.page_path import back_next
 from views.runs import run_for_page
@@ -98,10 +99,13 @@ def logit_lens() -> None:
                "layer, and read the most likely next token. The top row is the real prediction. Early layers mostly "
                "echo the input; the answer forms in the upper layers.")
     c1, c2 = st.columns(2)
+    lo, hi = 4 if T >= 4 else 1, max(min(T, LENS_MAX), 4 if T >= 4 else 1)
+    url_state.keep_in_range("ly_positions", lo, hi)
     show = c1.slider("positions shown", 4 if T >= 4 else 1, max(min(T, LENS_MAX), 4 if T >= 4 else 1),
                      min(T, 16), key="ly_positions")
     end = T
     if T > show:
+        url_state.keep_in_range("ly_lens_end", show, T)
         end = c2.slider("last position shown", show, T, T, key="ly_lens_end",
                         help="Move the window back through a long prompt; each window is read once, then cached.")
     start = end - show

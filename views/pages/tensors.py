@@ -9,6 +9,7 @@ from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, 
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
 from ui.escape import code_span, json_text
+from views import url_state
 from views.chrome import end_page, page_header
 from views.page_path import back_next
 from views.runs import run_for_page
@@ -53,6 +54,7 @@ def column_window(T: int, key: str) -> slice:
     """The token columns the tables show: all of them, or COLUMNS of a long prompt's from a slider."""
     if T <= COLUMNS:
         return slice(0, T)
+    url_state.keep_in_range(key, 0, T - COLUMNS)
     first = st.slider(f"first token column shown ({COLUMNS} at a time)", 0, T - COLUMNS, 0, key=key,
                       help="The prompt is long: the tables show a window of columns so they stay quick to draw.")
     st.caption(f"Columns {first}–{first + COLUMNS - 1} of the {T:,}; move the slider for the others.")

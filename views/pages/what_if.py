@@ -10,6 +10,7 @@ from pipeline.text.pieces import spelled, token_pieces
 from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, markdown_text, plotly_label
 from ui.words import plural
+from views import url_state
 from views.branching import branch_for, branch_label
 from views.chrome import end_page, page_header
 from views.page_path import back_next
@@ -32,6 +33,7 @@ st.subheader("1. Where to branch")
 base = branch_for(original, here) if here else original
 st.caption(f"Branching from: **{markdown_text(branch_label(here, original))}**.")
 S = len(base.steps)
+url_state.keep_in_range("br_step", 0, max(S - 1, 1))
 step = st.slider("step of the answer", 0, max(S - 1, 1), min(st.session_state.get("br_step", 0), S - 1), key="br_step",
                  disabled=S < 2) if S > 1 else 0
 pieces = token_pieces(tok, base.generated_token_ids)  # the answer's tokens placed in their characters ('토 (1/3)')

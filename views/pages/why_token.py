@@ -109,8 +109,9 @@ def promoted_table(layer: int, head: int | None) -> None:
 
 h1, h2 = st.columns(2)
 layer_pick = h1.number_input("layer", 0, L - 1, int(best[0]), key="why_layer")
-head_pick = h2.selectbox("head (or the layer's MLP)", [*range(H), None], index=int(best[1]), key="why_head",
-                         format_func=lambda h: "MLP" if h is None else f"head {h}")
+head_pick = h2.selectbox("head (or the layer's MLP)", range(H + 1), index=int(best[1]), key="why_head",
+                         format_func=lambda h: "MLP" if h == H else f"head {h}")  # H: the MLP (a link can say so)
+head_pick = None if head_pick == H else head_pick
 st.caption("What this part writes, read through the final norm and the output matrix: the tokens it raises most "
            "and lowers most.")
 promoted_table(int(layer_pick), head_pick)
@@ -175,8 +176,9 @@ st.caption("Switch one part off in the real model and run this step's tokens aga
            "average over all positions, keeping its usual size but removing what is special about this text.")
 a1, a2, a3 = st.columns(3)
 ab_layer = a1.number_input("layer ", 0, L - 1, int(best[0]), key="why_ab_layer")
-ab_head = a2.selectbox("part", [*range(H), None], index=int(best[1]), key="why_ab_head",
-                       format_func=lambda h: "MLP" if h is None else f"head {h}")
+ab_head = a2.selectbox("part", range(H + 1), index=int(best[1]), key="why_ab_head",
+                       format_func=lambda h: "MLP" if h == H else f"head {h}")
+ab_head = None if ab_head == H else ab_head
 mode = a3.radio("ablation", iv.MODES, horizontal=True, key="why_ab_mode")
 if st.button("Ablate and run again", key="why_ablate"):
     r = iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits)
