@@ -287,14 +287,14 @@ def test_link_numbers_are_checked(raw, ok):
 
 def test_a_links_top_k_goes_up_to_the_models_vocabulary(monkeypatch):
     """top-k's top is the model's vocabulary size, not SmolLM2's 49,152 written down: Gemma 3 has 262,144."""
-    from views import url_state
+    from views import link_params, url_state
 
-    monkeypatch.setattr(url_state, "_vocab_size", lambda: 262_144)
+    monkeypatch.setattr(link_params, "_vocab_size", lambda: 262_144)
     for param in (url_state.REQUEST["top_k"], url_state.page_params("next-token", 30, 9)["nt.top_k"]):
         assert param.parse("262144") == 262_144 and param.parse("0") == 0
         with pytest.raises(ValueError):
             param.parse("262145")
-    monkeypatch.setattr(url_state, "_vocab_size", lambda: 100)
+    monkeypatch.setattr(link_params, "_vocab_size", lambda: 100)
     with pytest.raises(ValueError):
         url_state.REQUEST["top_k"].parse("101")
 
