@@ -74,7 +74,7 @@ def show_score(score, labels: list[str]) -> None:
     titles = [f"#{t} · not scored" if b is None else
               f"#{t} · p {score.prob(t):.2%} · rank {score.ranks[t]:,} · {b:.2f} bits" for t, b in zip(shown, bits)]
     st.markdown(surprisal_chips([labels[t] for t in shown], [score.ids[t] for t in shown], bits, titles,
-                                max_height=240), unsafe_allow_html=True)
+                                shown=240), unsafe_allow_html=True)
     st.caption("Green: the model expected the token (few bits of surprise); red: it did not (12 bits or more, about "
                "1 chance in 4,000). Grey: not scored. Hover a chip for its numbers.")
     st.dataframe(token_table(score, labels), hide_index=True, width="stretch")

@@ -47,9 +47,7 @@ section(2, "The chat template and the tokenizer", f"The messages are written int
         f"around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, green is "
         f"your question; the small number on each chip is the token id the model actually receives.")
 st.markdown(legend(), unsafe_allow_html=True)
-st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=300), unsafe_allow_html=True)
-if T > 60:
-    st.caption(f"All {T:,} chips are in the box above; scroll inside it.")
+st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=300), unsafe_allow_html=True)
 stage_link("views/tokens.py", "Tokens: chips, other tokenizers, try your own text", "🔤")
 
 section(3, "A place in a batch",

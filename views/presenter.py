@@ -231,7 +231,7 @@ elif stage == 2:
                     unsafe_allow_html=True)
 elif stage == 3:
     st.markdown(f"The tokenizer cuts that text into **{plural(T, 'token')}**; the model only ever sees the ids.")
-    st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=560),
+    st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=400),
                 unsafe_allow_html=True)
 elif stage == 4:
     single = trace.batch["single"]
