@@ -13,13 +13,16 @@ from views.server_state import get_model
 from views.session_request import current_request
 from pipeline.attribution import dla, graph as gr, interventions as iv
 from pipeline.attribution.record import MAX_POSITIONS, record_step, step_ids
+from pipeline.attribution.window import attribution_window
 from pipeline.errors import InputError
+from pipeline.maths import softmax
 from pipeline.stages.tokens import tokenize_request
 from pipeline.text.pieces import token_pieces
 from pipeline.text.token_names import token_text
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.heat import heat_chips
 from ui.plots import TICK_FONT, token_axis
+from ui.words import plural
 
 PATCH_POSITIONS = 48  # activation patching reads at most the last 48 positions: (L + 1) passes of 48 rows
 
@@ -39,11 +42,8 @@ c1, c2, c3 = st.columns(3)
 answer = token_pieces(lm.tokenizer, trace.generated_token_ids)
 step = c1.selectbox("decode step", range(S), format_func=lambda s: f"{s}: {answer[s].label}", key="why_step",
                     help="Step S is scored from the prompt and the first S answer tokens.")
-ids = step_ids(trace.ids, trace.generated_token_ids, step)
-if len(ids) > MAX_POSITIONS:
-    st.warning(f"This step reads {len(ids):,} positions; the attribution here reads at most {MAX_POSITIONS}. "
-               "Pick an earlier step or a shorter prompt.")
-    end_page()
+window = attribution_window(step_ids(trace.ids, trace.generated_token_ids, step))  # at most MAX_POSITIONS
+ids = window.ids
 top = trace.steps[step].top
 choices = [int(c.id) for c in top]
 chosen = int(trace.generated_token_ids[step])
@@ -66,6 +66,13 @@ def step_record(model_name: str, ids: tuple):
 
 
 rec = step_record(m.name, tuple(ids))
+if window.left_out:
+    first, last = window.left_out_span
+    p_run, p_here = softmax(trace.step_logits[step])[chosen], softmax(rec.logits)[chosen]
+    st.info(f"This step reads {window.total:,} positions; attribution holds at most {MAX_POSITIONS}. Everything below "
+            f"reads the first token and the last {MAX_POSITIONS - 1:,}: positions {first:,}–{last:,} "
+            f"({plural(window.left_out, 'token')}) are left out. On this shorter text the model gives "
+            f"“{markdown_text(name[chosen])}” {p_here:.1%} (the whole run: {p_run:.1%}).")
 what = f"“{name[target]}”" + (f" minus “{name[minus]}”" if minus is not None else "")
 a = dla.direct_logit_attribution(rec, lm, target, minus)
 
@@ -196,7 +203,8 @@ def inputs(model_name: str, ids: tuple, target: int, positions: tuple):
 
 
 st.subheader("4. Input attribution: which prompt tokens mattered")
-moving = tuple([t.index for t in trace.tokens if t.role == "user"] + list(range(len(trace.ids), len(ids))))
+moving = tuple(k for k in (window.index_of(i) for i in [t.index for t in trace.tokens if t.role == "user"]
+                            + list(range(len(trace.ids), window.total))) if k is not None)  # window positions
 st.caption("Integrated gradients: slide each input vector of your message (and of the answer so far) from a "
            "neutral one (the end token's embedding) to the real one, the rest of the prompt kept as it is, and add "
            "up how the token's log-probability responds on the way. The parts add up to the whole change in "
@@ -244,7 +252,8 @@ else:
         st.error(markdown_text(e))
 if patched is not None:
     p = patched.value
-    cols = [labels[i] for i in p.positions]
+    prompt_labels = axis_labels([q.label for q in token_pieces(lm.tokenizer, clean_ids)])  # the whole prompt's
+    cols = [prompt_labels[i] for i in p.positions]
     fig = go.Figure(go.Heatmap(z=p.restored, x=cols, y=[f"{i}" for i in range(L + 1)], colorscale="RdBu",
                                zmid=0, reversescale=True, colorbar=dict(title="restored", tickfont=TICK_FONT),
                                hovertemplate="position %{x}<br>before block %{y}<br>%{z:.0%} restored"

@@ -7,6 +7,7 @@ from ..text.token_names import token_text
 from .dla import check_token, direct_logit_attribution, promoted_tokens
 from .graph import contribution_graph
 from .record import record_step, step_ids
+from .window import attribution_window
 
 
 def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], step: int = 0,
@@ -15,13 +16,16 @@ def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], 
             moving: list[int] | None = None) -> dict:
     """Why the model scored `target` (default: the token the run chose at `step`) as it did at decode step `step`.
     `moving`: the prompt positions integrated gradients moves from its baseline (default: all); the answer's
-    tokens before the step always move."""
-    ids = step_ids(prompt_ids, generated_ids, step)
+    tokens before the step always move. A step longer than attribution holds is read on its window (window.py):
+    "left_out" says how many positions were not read."""
+    window = attribution_window(step_ids(prompt_ids, generated_ids, step))
+    ids = window.ids
     target = int(generated_ids[step]) if target is None else check_token("target", target, lm.dims.V)
     rec = record_step(lm, ids)
     dla = direct_logit_attribution(rec, lm, target, minus)
     graph = contribution_graph(rec, lm, threshold, max_nodes)
-    doc = {"step": step, "positions": len(ids), "target_text": token_text(lm.tokenizer, target),
+    doc = {"step": step, "positions": len(ids), "left_out": window.left_out,
+           "target_text": token_text(lm.tokenizer, target),
            "minus_text": None if minus is None else token_text(lm.tokenizer, minus), **dla.to_json(),
            "note": "parts read through the final norm with its scale frozen at this run's value: exact for their "
                    "sum, linear per part",
@@ -34,7 +38,8 @@ def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], 
     if inputs:
         from .gradients import input_attribution
 
-        positions = None if moving is None else list(moving) + list(range(len(prompt_ids), len(ids)))
+        positions = None if moving is None else [k for k in map(window.index_of, list(moving) + list(
+            range(len(prompt_ids), window.total))) if k is not None]
         ia = input_attribution(lm, ids, target, steps=ig_steps, positions=positions)
         doc["inputs"] = {"baseline": ia.baseline, "positions": positions, "steps": ia.steps, "log_prob": ia.log_prob,
                          "baseline_log_prob": ia.baseline_log_prob, "completeness_gap": ia.completeness_gap,
