@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from views.chrome import end_page, fragment, page_header
+from views.kept_result import kept_result
 from views.long_job import long_job, made_line
 from views.runs import run_for_page
 from views.server_state import get_model
@@ -186,8 +187,11 @@ ab_layer = a1.number_input("layer ", 0, L - 1, int(best[0]), key="why_ab_layer")
 ab_head = a2.selectbox("part", [*range(H), None], index=int(best[1]), key="why_ab_head",
                        format_func=lambda h: "MLP" if h is None else f"head {h}")
 mode = a3.radio("ablation", iv.MODES, horizontal=True, key="why_ab_mode")
-if st.button("Ablate and run again", key="why_ablate") or picked is not None:  # or one click on a graph head
-    r = iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits)
+pressed = st.button("Ablate and run again", key="why_ablate") or picked is not None  # or a click on a graph head
+r = kept_result("why_ablation", (m.name, tuple(ids), target, int(ab_layer), ab_head, mode),
+                (lambda: iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits))
+                if pressed else None)  # kept until one of its inputs changes
+if r is not None:
     part = "MLP" if ab_head is None else f"head {ab_head}"
     st.markdown(f"Layer {int(ab_layer)} {part} ({mode}): probability of “{markdown_text(name[target])}” "
                 f"{r.prob_before:.1%} → **{r.prob_after:.1%}**, score {r.logit_before:.2f} → {r.logit_after:.2f}. "
