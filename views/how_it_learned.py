@@ -14,8 +14,9 @@ from pipeline.training.score import MAX_SCORE_CHARS, answer_ids, article_penalty
 from pipeline.training.train_step import DEFAULT_LR, LR_RANGE, run_step, step_memory
 from ui.chips import surprisal_chips
 from ui.escape import axis_labels, markdown_text
+from ui.metric_delta import metric_delta
 from ui.plots import token_axis
-from ui.words import shortened
+from ui.words import plural, shortened
 from views.chrome import page_header
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, picked_model_key
 from views.session_request import current_request
@@ -152,7 +153,8 @@ def answer_section() -> None:
         return
     worst = max(disagreed, key=lambda t: -score.logprobs[t])
     preferred = labels_of([score.top_ids[worst]])[0]
-    st.markdown(f"The model disagreed at {len(disagreed)} of {len(score.scored)} tokens (rank above 1). Most of all "
+    st.markdown(f"The model disagreed at {len(disagreed)} of {plural(len(score.scored), 'token')} (rank above 1). "
+                f"Most of all "
                 f"at **{markdown_text(labels[worst])}** (#{worst}): it gave your token {score.prob(worst):.2%} "
                 f"(rank {score.ranks[worst]:,}) and preferred **{markdown_text(preferred)}** "
                 f"({score.top_probs[worst]:.1%}).")
@@ -219,10 +221,11 @@ def show_step(step: dict, ids: list[int]) -> None:
     other_before, other_after = mean_loss(step["other_before"]), mean_loss(step["other_after"])
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Loss before", f"{step['loss']:.3f}")
-    c2.metric("Loss after one step", f"{loss_after:.3f}", delta=f"{loss_after - step['loss']:+.3f}",
-              delta_color="inverse")
-    c3.metric("Unrelated sentence", f"{other_after:.3f}", delta=f"{other_after - other_before:+.3f}",
-              delta_color="inverse", help=f"its mean loss after the step; {other_before:.3f} before")
+    c2.metric("Loss after one step", f"{loss_after:.3f}",
+              **metric_delta(loss_after - step["loss"], "+.3f", lower_is_better=True))
+    c3.metric("Unrelated sentence", f"{other_after:.3f}",
+              **metric_delta(other_after - other_before, "+.3f", lower_is_better=True),
+              help=f"its mean loss after the step; {other_before:.3f} before")
     c4.metric("Gradient norm", f"{step['grad_norm']:.2f}", help="√(sum of every weight's gradient squared)")
     st.caption(f"The whole step took {step['seconds']:.1f} s: starting the process and loading its copy "
                f"{step['load_s']:.1f} s, the backward pass and the update {step['step_s']:.1f} s, plus the passes "

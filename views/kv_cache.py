@@ -161,7 +161,7 @@ elif st.session_state.get("kv_measured"):
     x = list(range(r["n_steps"]))
     cmp = go.Figure()
     cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in on["seconds"]], name="with cache",
-                         customdata=on["tokens_fed"], hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))
+                         customdata=on["tokens_fed"], hovertemplate="step %{x}: tokens fed %{customdata}, %{y:.0f} ms"))
     cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in off["seconds"]], name="without cache",
                          customdata=off["tokens_fed"],
                          hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))

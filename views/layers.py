@@ -11,6 +11,7 @@ from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from ui.words import plural
 
 LENS_MAX = 48  # most positions the logit lens reads at once: (L+1) x 48 rows of a (D x V) product, ~3 s here
 
@@ -99,10 +100,10 @@ def logit_lens() -> None:
     c1, c2 = st.columns(2)
     show = c1.slider("positions shown", 4 if T >= 4 else 1, max(min(T, LENS_MAX), 4 if T >= 4 else 1),
                      min(T, 16), key="ly_positions")
-    end = T
+    end = T  # positions start..end - 1 are read; the slider names the last one (T - 1 at the most)
     if T > show:
-        end = c2.slider("last position shown", show, T, T, key="ly_lens_end",
-                        help="Move the window back through a long prompt; each window is read once, then cached.")
+        end = 1 + c2.slider("last position shown", show - 1, T - 1, T - 1, key="ly_lens_end",
+                            help="Move the window back through a long prompt; each window is read once, then cached.")
     start = end - show
     ids, probs = lens(tuple(trace.ids), start, end, p.hidden_states)  # (L+1, P, 1) each
     cells = [[plotly_label(continuation_label(lm.tokenizer, trace.ids[:start + j + 1], int(t), short=True))
@@ -121,7 +122,7 @@ def logit_lens() -> None:
     st.plotly_chart(fig, width="stretch", key="ly_lens")
     if T > show:
         st.caption(f"Positions {start}–{end - 1} of {T:,}: the lens reads only the positions shown "
-                   f"({L + 1} layers × {show} positions), so a long prompt stays quick.")
+                   f"({L + 1} layers × {plural(show, 'position')}), so a long prompt stays quick.")
 
 
 logit_lens()

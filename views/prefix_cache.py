@@ -15,6 +15,7 @@ from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from pipeline.errors import InputError
 from ui.escape import markdown_text, plotly_label
+from ui.words import plural
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
                               "conversation every time. A prompt cache keeps the keys and values computed for "
@@ -46,7 +47,7 @@ def show_request(row: dict) -> None:
     work = (f"{row['flops_computed'] / 1e9:,.1f} GFLOP instead of {row['flops_cold'] / 1e9:,.1f} cold"
             if s["tokens_reused"] else f"{row['flops_cold'] / 1e9:,.1f} GFLOP, as cold")
     st.markdown(f"**{row['label']}**" + (f" — {row['note']}" if row["note"] else "") +
-                f"  \n{s['n_tokens']} tokens: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
+                f"  \n{plural(s['n_tokens'], 'token')}: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
                 + (f"{s['blocks_recomputed']} cached but run again, " if s.get("blocks_recomputed") else "") +
                 f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_computed']} computed, "
                 f"{s['tokens_reused']} reused** ({row['kv_bytes_read'] / 2**20:,.1f} MiB of K/V read back) · {work}")

@@ -301,7 +301,7 @@ elif stage == 13:
                 "start it has seen, so only the new part is computed:")
     for r in rows:
         s = r["stats"]
-        st.markdown(f"**{r['label']}**: {s['n_tokens']} tokens, **{s['tokens_reused']} reused**, "
+        st.markdown(f"**{r['label']}**: {plural(s['n_tokens'], 'token')}, **{s['tokens_reused']} reused**, "
                     f"{s['tokens_computed']} computed")
     show_link()
 

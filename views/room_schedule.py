@@ -7,6 +7,7 @@ import streamlit as st
 
 from pipeline.room_schedule import room_rows
 from views.server_state import run_queue
+from ui.words import plural
 
 OWN, OTHER, WAIT, PREFILL = "#f97316", "#0ea5e9", "#e5e7eb", "#a78bfa"
 
@@ -36,7 +37,7 @@ def room_schedule(request_key_of_this_learner) -> None:
                              base=[r["decoding_from_s"] for r in picked], orientation="h",
                              name="your decode steps" if own else "decode steps (in the batch)",
                              marker_color=OWN if own else OTHER,
-                             hovertext=[f"{r['tokens']} tokens; TTFT {r['ttft_s']:.2f} s"
+                             hovertext=[f"{plural(r['tokens'], 'token')}; TTFT {r['ttft_s']:.2f} s"
                                         + (f", TPOT {r['tpot_s'] * 1000:.0f} ms" if r["tpot_s"] else "")
                                         for r in picked], hoverinfo="text"))
     end = max([r["left_s"] or r["decoding_from_s"] for r in rows] + [s["t_s"] for s in data["steps"]])
@@ -54,7 +55,7 @@ def room_schedule(request_key_of_this_learner) -> None:
                             yaxis=dict(title="batch size", rangemode="tozero", dtick=max(1, len(rows) // 8)))
         st.plotly_chart(sizes, width="stretch")
     own, med = data["own"], data["medians"]
-    room = (f"Across the {len(rows)} requests shown: median TTFT "
+    room = (f"Across the {plural(len(rows), 'request')} shown: median TTFT "
             + (f"{med['ttft_s']:.2f} s" if med["ttft_s"] is not None else "—")
             + ", median TPOT " + (f"{med['tpot_s'] * 1000:.0f} ms" if med["tpot_s"] is not None else "—") + ". ")
     mine = ("Your request is not among them: its run was stored before, or ran before the record's window."
