@@ -89,3 +89,12 @@ def test_the_lens_window_slider_names_its_last_position_not_one_past_it(tiny_app
     end.set_value(last - 3).run()
     [caption] = [c.value for c in at.caption if c.value.startswith("Positions ")]
     assert caption.split(" of ")[0].endswith(f"–{last - 3}")
+
+
+def test_first_values_fit_a_narrow_cell():
+    from ui.words import first_values
+
+    ids = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173]  # SmolLM2's prompt ids: 8 of them did not fit
+    assert first_values(ids) == "[1, 9690, 198, 2683, 359, …]" and len(first_values(ids)) <= 30
+    assert first_values(list(range(60))) == "[0, 1, 2, 3, 4, 5, 6, 7, …]"
+    assert first_values([1, 2, 3]) == "[1, 2, 3]"

@@ -4,6 +4,17 @@ from __future__ import annotations
 from pipeline.text.counts import plural  # noqa: F401  (the one plural helper: pages import it from here)
 
 
+def first_values(row: list, chars: int = 28) -> str:
+    """A list's first values that fit in about `chars` characters, '…' for the rest (a narrow table cell):
+    first_values([1, 2, 3]) -> '[1, 2, 3]'; first_values([1, 9690, 198, 2683, 359, 253], 16) -> '[1, 9690, …]'."""
+    shown = []
+    for k, v in enumerate(row):
+        if shown and len(", ".join(shown + [str(v)])) > chars - 2 - (3 if k < len(row) - 1 else 0):
+            return "[" + ", ".join(shown) + ", …]"
+        shown.append(str(v))
+    return "[" + ", ".join(shown) + "]"
+
+
 def shortened(text: str, limit: int = 120) -> str:
     """text, or its first words up to `limit` characters and "…" (a 600-token question quoted in a sentence).
 

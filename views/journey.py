@@ -15,7 +15,7 @@ from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
-from ui.words import plural
+from ui.words import first_values, plural
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        f"Every number below was measured on the real {markdown_text(get_model().name)} "
@@ -47,7 +47,7 @@ section(2, "The chat template and the tokenizer", f"The messages are written int
         f"around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, green is "
         f"your question; the small number on each chip is the token id the model actually receives.")
 st.markdown(legend(), unsafe_allow_html=True)
-st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=300), unsafe_allow_html=True)
+st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=160), unsafe_allow_html=True)
 stage_link("views/tokens.py", "Tokens: chips, other tokenizers, try your own text", "🔤")
 
 section(3, "A place in a batch",
@@ -56,11 +56,6 @@ c1, c2 = st.columns(2)
 c1.code(json_text({"batch": [trace.batch["entry"]]}), language="json", wrap_lines=True)
 single = trace.batch["single"]
 c2.markdown("The row becomes three integer tensors:")
-
-
-def first_values(row: list, n: int = 8) -> str:
-    """[1, 2, 3] -> '[1, 2, 3]'; a row longer than n -> its first n values and '…': '[1, 2, …]'."""
-    return str(row) if len(row) <= n else str(row[:n])[:-1] + ", …]"
 
 
 c2.dataframe(pd.DataFrame([{"tensor": k, "shape (B, T)": str(v["shape"]), "dtype": v["dtype"],

@@ -18,7 +18,7 @@ from pipeline.text.pieces import token_pieces
 from pipeline.stages.tokens import (Token, character_counts, compare, cost_table, encode_model, encode_other,
                                     other_pieces, role_counts, text_tokens)
 
-CHIPS_SHOWN = 300  # chips drawn before the rest fold under "N more tokens below" (a long prompt stays short)
+CHIPS_SHOWN = 200  # chips drawn before the rest fold under "N more tokens below" (a long prompt stays short)
 TEXT_LABEL = "Text to tokenize"
 # The box's limits, in characters and in this model's tokens: the chips of 8 tokenizers are drawn, and the browser
 # takes the time (Chromium on a busy 2-core machine: 4,000 characters of English, 744 tokens, 2.5 s; 4,000 of the
