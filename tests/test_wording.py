@@ -98,3 +98,22 @@ def test_first_values_fit_a_narrow_cell():
     assert first_values(ids) == "[1, 9690, 198, 2683, 359, …]" and len(first_values(ids)) <= 30
     assert first_values(list(range(60))) == "[0, 1, 2, 3, 4, 5, 6, 7, …]"
     assert first_values([1, 2, 3]) == "[1, 2, 3]"
+
+
+def test_logit_lens_cells_hold_labels_that_fit_them(tiny_app):
+    import html
+    import json
+
+    from conftest import page_app
+    from views.layers import CELL_CHARS
+
+    at = page_app("layers")
+    at.run()
+    at.slider(key="ly_positions").set_value(32).run()
+    assert not at.exception, [e.message for e in at.exception]
+    [lens] = [c for c in at.get("plotly_chart") if "next: %{customdata}" in c.proto.spec]
+    trace = json.loads(lens.proto.spec)["data"][0]
+    cells = [html.unescape(c) for row in trace["text"] for c in row]  # as the browser draws them
+    fits = CELL_CHARS // 32
+    assert cells and max(len(c) for c in cells) <= fits, sorted(cells, key=len)[-3:]
+    assert any(len(h) > fits for row in trace["customdata"] for h in row)  # the hover keeps the whole label

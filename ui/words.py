@@ -15,6 +15,12 @@ def first_values(row: list, chars: int = 28) -> str:
     return "[" + ", ".join(shown) + "]"
 
 
+def clipped(text: str, most: int) -> str:
+    """text cut to at most `most` characters, the last one '…' when cut (a heatmap cell's label: the hover has it
+    whole). clipped('<|im_start|>', 5) -> '<|im…'."""
+    return text if len(text) <= most else text[:max(most - 1, 0)] + "…"
+
+
 def shortened(text: str, limit: int = 120) -> str:
     """text, or its first words up to `limit` characters and "…" (a 600-token question quoted in a sentence).
 

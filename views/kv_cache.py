@@ -63,8 +63,8 @@ fig.add_trace(go.Scatter(x=labels, y=[sum(kv_cache.held_bytes(m, n)) for n in st
                          name="formula 2·L·Hkv·Dh·T·bytes" if not sliding else
                          f"formula: Σ over layers 2·Hkv·Dh·bytes × positions held (T, or {m.sliding_window - 1} "
                          "in a sliding layer)"))
-fig.update_layout(height=340, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="cache bytes (all L layers)",
-                  font=dict(size=13))
+fig.update_layout(height=360, margin=dict(l=10, r=10, t=40, b=10), yaxis_title="cache bytes (all L layers)",
+                  font=dict(size=13), legend=dict(orientation="h", y=1.02, yanchor="bottom"))  # not beside the plot
 token_axis(fig, "x", labels, angle=-60, title="decode step (token being chosen)")
 st.plotly_chart(fig, width="stretch")
 

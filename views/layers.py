@@ -11,8 +11,9 @@ from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
-from ui.words import plural
+from ui.words import clipped, plural
 
+CELL_CHARS = 80  # characters of 12 px text across the lens's cells (about 600 px of plot)
 LENS_MAX = 48  # most positions the logit lens reads at once: (L+1) x 48 rows of a (D x V) product, ~3 s here
 
 page_header("Layers", "Each token's vector travels up a stack of L blocks. Every block reads the vector, computes a "
@@ -106,8 +107,9 @@ def logit_lens() -> None:
                             help="Move the window back through a long prompt; each window is read once, then cached.")
     start = end - show
     ids, probs = lens(tuple(trace.ids), start, end, p.hidden_states)  # (L+1, P, 1) each
-    cells = [[plotly_label(continuation_label(lm.tokenizer, trace.ids[:start + j + 1], int(t), short=True))
-              for j, t in enumerate(row[:, 0])] for row in ids]
+    fits = max(2, CELL_CHARS // show)  # characters that fit a cell: a longer label spilled into its neighbours
+    cells = [[plotly_label(clipped(continuation_label(lm.tokenizer, trace.ids[:start + j + 1], int(t), short=True),
+                                   fits)) for j, t in enumerate(row[:, 0])] for row in ids]
     hover = [[plotly_label(continuation_label(lm.tokenizer, trace.ids[:start + j + 1], int(t)))
               for j, t in enumerate(row[:, 0])] for row in ids]
     fig = go.Figure(go.Heatmap(z=probs[:, :, 0], x=labels[start:end], y=layer_names, text=cells, customdata=hover,
