@@ -105,8 +105,8 @@ def test_logit_lens_cells_hold_labels_that_fit_them(tiny_app):
     import json
 
     from conftest import page_app
-    from views.layers import CELL_CHARS
 
+    CELL_CHARS = 80  # views/layers.py's (importing a page module runs the page)
     at = page_app("layers")
     at.run()
     at.slider(key="ly_positions").set_value(32).run()
@@ -117,3 +117,18 @@ def test_logit_lens_cells_hold_labels_that_fit_them(tiny_app):
     fits = CELL_CHARS // 32
     assert cells and max(len(c) for c in cells) <= fits, sorted(cells, key=len)[-3:]
     assert any(len(h) > fits for row in trace["customdata"] for h in row)  # the hover keeps the whole label
+
+
+def test_the_shift_by_one_table_shows_the_end_of_what_the_model_read(tiny_app):
+    from conftest import page_app
+
+    at = page_app("how_it_learned")
+    at.run()
+    READ_CHARS = 36  # views/how_it_learned.py's (importing a page module runs the page)
+    at.text_area(key="learn_text").set_value("The contract between the two parties lasts three years and a day.")
+    [b for b in at.button if b.label == "Score it"][0].click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    [table] = [d.value for d in at.dataframe if "the model read" in d.value.columns]
+    read, guess = list(table["the model read"]), list(table["to guess"])
+    assert max(len(r) for r in read) <= READ_CHARS and read[-1].startswith("…")
+    assert (read[-2] + guess[-2]).endswith(read[-1][-10:])  # each row ends right where the row before it guessed

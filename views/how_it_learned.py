@@ -28,6 +28,7 @@ ANSWER = "Yes. Botanically, tomatoes are fruit."
 ARTICLE = (("Say it: one, two, three.", 0.54), ("A tricycle has three wheels.", 0.05))  # (sentence, the article's p)
 TRAIN_STEP_COST = 4000  # queue units (~5 ms each): starting a process, loading a copy, one step
 SHIFT_ROWS = 12  # rows of the shift-by-one table shown at most
+READ_CHARS = 36  # characters of "the model read" that fit its column: the end of what was read
 TRAIN_CHARS = 2000  # a sentence to learn: a step's activations grow with its length
 
 page_header("How it learned", "A text is its own exercise sheet: at every position the next token is the answer "
@@ -99,12 +100,18 @@ def score_section() -> None:
     show_score(score, labels)
     st.markdown("**Shift by one.** The same text read as the exercises it holds: each row is what the model read "
                 "and the token it had to guess.")
-    rows = [{"the model read": "".join(labels[:t])[-60:], "to guess": labels[t],
+    rows = [{"the model read": tail("".join(labels[:t]), READ_CHARS), "to guess": labels[t],
              "probability it gave": f"{score.prob(t):.2%}", "loss (nats)": round(-score.logprobs[t], 3)}
             for t in list(score.scored)[:SHIFT_ROWS]]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     if len(score.scored) > SHIFT_ROWS:
         st.caption(f"The first {SHIFT_ROWS} of {len(score.scored):,} exercises.")
+
+
+def tail(text: str, most: int) -> str:
+    """The end of `text` (the words just before the guess), '…' in front when cut: a table cuts a long cell at its
+    end, which hid exactly those words."""
+    return text if len(text) <= most else "…" + text[-(most - 1):]
 
 
 def article_section() -> None:
