@@ -23,3 +23,24 @@ def test_the_ablation_result_stays_when_integrated_gradients_is_pressed_and_goes
     at.radio(key="why_ab_mode").set_value("mean").run()  # an input of the ablation changes: its old result goes
     assert ablation_lines(at) == []
     assert any("off by" in c.value for c in at.caption)
+
+
+def test_prefill_and_decode_measurements_are_still_there_after_another_page(tiny_app, monkeypatch):
+    """Through app.py: measure the prefill curve and the batch determinism, visit Journey, come back: both shown.
+    (Already held at this commit, checked in Chromium too; kept as a guard.)"""
+    from pipeline.serving import roofline
+
+    monkeypatch.setattr(roofline, "PREFILL_LENGTHS", (8, 16))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
+    at.run()
+    at.switch_page("views/prefill_decode.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    tables, metrics = len(at.dataframe), len(at.get("metric"))
+    at.button(key="pd_prefill").click().run()
+    at.slider(key="pd_others").set_value(1).run()
+    at.button(key="pd_det").click().run()
+    assert (len(at.dataframe), len(at.get("metric"))) == (tables + 1, metrics + 3)
+    at.switch_page("views/journey.py").run()
+    at.switch_page("views/prefill_decode.py").run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert (len(at.dataframe), len(at.get("metric"))) == (tables + 1, metrics + 3)
