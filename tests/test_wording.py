@@ -132,3 +132,19 @@ def test_the_shift_by_one_table_shows_the_end_of_what_the_model_read(tiny_app):
     read, guess = list(table["the model read"]), list(table["to guess"])
     assert max(len(r) for r in read) <= READ_CHARS and read[-1].startswith("…")
     assert (read[-2] + guess[-2]).endswith(read[-1][-10:])  # each row ends right where the row before it guessed
+
+
+def test_token_axis_ticks_never_pile_up_on_neighbouring_columns():
+    import plotly.graph_objects as go
+
+    from ui.plots import token_axis
+
+    labels = [f"({i})" for i in range(261)]  # 4 sink columns, a summed one, then 256 key positions
+    fig = go.Figure()
+    token_axis(fig, "x", labels, always=range(5))
+    kept = [labels.index(v) for v in fig.layout.xaxis.tickvals]
+    assert 4 in kept and 260 in kept and len(kept) <= 41  # the summed column and the last stay
+    assert min(b - a for a, b in zip(kept, kept[1:])) >= 4  # half of the 7-column spacing, at least
+    few = go.Figure()
+    token_axis(few, "x", labels[:20], always=range(3))
+    assert list(few.layout.xaxis.tickvals) == labels[:20]  # a short axis keeps every label
