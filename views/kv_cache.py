@@ -104,7 +104,8 @@ else:
     st.dataframe(table, hide_index=True, width="stretch", height=35 * (L + 1) + 3,  # every layer, no scrolling
                  column_config={c: st.column_config.NumberColumn(format="localized") for c in table.columns[2:]})
     if n_prompt < w:
-        st.markdown(f"The prompt has {n_prompt:,} tokens, fewer than the window of {w:,}: every layer still holds "
+        st.markdown(f"The prompt has {plural(n_prompt, 'token')}, fewer than the window of {w:,}: every layer still "
+                    f"holds "
                     f"every position ({per_position:,} B each). Ask a question longer than {w:,} tokens to see the "
                     "sliding layers stop.")
     elif max(held) < n_prompt:

@@ -160,7 +160,7 @@ def routes() -> None:
                      tickangle=-60, tickfont=TICK_FONT, title="token position")
     fig.update_yaxes(title="layer (0 = embeddings at the bottom)", range=[-0.5, L + 0.5], tickfont=TICK_FONT)
     st.plotly_chart(fig, width="stretch", key="why_graph")
-    st.caption(f"{len(g.edges)} routes above {threshold:.2f}" + (
+    st.caption(f"{plural(len(g.edges), 'route')} above {threshold:.2f}" + (
         f"; some layers had more positions above it than {cap}: only the strongest are drawn." if g.capped else "."))
     found = sorted({(e["layer"], e["head"]) for e in heads}, key=lambda lh: -max(
         e["share"] for e in heads if (e["layer"], e["head"]) == lh))
