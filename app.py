@@ -140,7 +140,8 @@ def share_and_export(boxes, passes: PassCounter) -> None:
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")
     with after:
-        st.caption(f"Model: {markdown_text(lm.name)} on {lm.device_label}. {passes_caption(passes)}")
+        where = f"on {lm.device_label}" if lm.is_loaded else lm.device_label  # not "on (loading ...)"
+        st.caption(f"Model: {markdown_text(lm.name)} {where}. {passes_caption(passes)}")
         explain_connection_errors()  # while the server is down: "restarting", not "are you connected?"
     add_svg_buttons()
     guard_text_boxes()

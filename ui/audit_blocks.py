@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from pipeline.prompt_cache.audit import RequestRecord
 
 from .escape import html_text, one_html_block, plotly_label
+from .words import plural
 
 HIT, WRITE, MISS = "hit", "write", "miss"
 STATUS_STYLE = {  # background, border: the colours of ui/cache_blocks.py, plus a write colour
@@ -80,7 +81,7 @@ def request_header_html(rec: RequestRecord, provider: str, cost: dict) -> str:
             if rec.trap else f" <span style='color:#475569'>{html_text(rec.cause.replace('_', ' '))}</span>")
     cached = cost["cached_tokens"]
     return one_html_block(
-        f"<div style='margin-top:10px'><b>#{rec.index}</b> · {rec.prompt_tokens:,} tokens · "
+        f"<div style='margin-top:10px'><b>#{rec.index}</b> · {plural(rec.prompt_tokens, 'token')} · "
         f"<b>{cached:,} cached</b> ({PROVIDER_LABEL[provider]}) · ${cost['with_cache']:.4f} "
         f"(${cost['without_cache']:.4f} uncached){when} ·{trap}<br><span style='color:#334155;font-size:0.9em'>"
         f"{html_text(rec.label)}</span></div>")
@@ -118,9 +119,9 @@ def explanation_html(rec: RequestRecord) -> str:
 def tree_figure(rows: list[dict], height: int = 520) -> go.Figure:
     """The prefix tree as an icicle: width = requests through a branch; label = its tokens and first words."""
     labels = [plotly_label(f"{r['tokens']:,} tok · {r['requests']} req") + "<br>" + plotly_label(r["text"][:28])
-              if r["id"] != "root" else f"all {r['requests']} requests" for r in rows]
+              if r["id"] != "root" else f"all {plural(r['requests'], 'request')}" for r in rows]
     hover = [plotly_label(f"{r['text'][:80]}") + f"<br>tokens {r['depth'] - r['tokens']:,}–{r['depth']:,}"
-             f"<br>{r['requests']} requests" for r in rows]
+             f"<br>{plural(r['requests'], 'request')}" for r in rows]
     fig = go.Figure(go.Icicle(ids=[r["id"] for r in rows], parents=[r["parent"] for r in rows],
                               values=[r["requests"] for r in rows], labels=labels, branchvalues="total",
                               hovertext=hover, hoverinfo="text", tiling=dict(orientation="h"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .escape import html_text
+from .more_below import fold
 
 ROLE_COLOURS = {  # background per role; template-added text is grey so the user's own words stand out
     "system": "#dbeafe",
@@ -39,30 +40,30 @@ def surprisal_colour(bits: float | None) -> str:
 
 
 def surprisal_chips(labels: list[str], ids: list[int], bits: list[float | None], titles: list[str],
-                    max_height: int | None = None) -> str:
-    """One chip per token coloured by its surprisal (labels: readable token text; titles: hover text)."""
-    body = "".join(chip(label, i, title=title, background=surprisal_colour(b))
-                   for label, i, b, title in zip(labels, ids, bits, titles))
-    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
-    return f"<div style='line-height:2.1;{scroll}'>{body}</div>"
+                    shown: int | None = None) -> str:
+    """One chip per token coloured by its surprisal (labels: readable token text; titles: hover text).
+    shown: chips drawn before the rest fold under "N more tokens below" (ui/more_below.py)."""
+    body = fold([chip(label, i, title=title, background=surprisal_colour(b))
+                 for label, i, b, title in zip(labels, ids, bits, titles)], shown)
+    return f"<div style='line-height:2.1'>{body}</div>"
 
 
 GROUP_STYLE = ("display:inline-flex;flex-direction:column;align-items:center;vertical-align:bottom;"
                "border:1px dashed #64748b;border-radius:8px;padding:0 2px 1px;margin:2px;background:#f8fafc")
 
 
-def token_chips(tokens, show_ids: bool = True, pieces=None, max_height: int | None = None) -> str:
+def token_chips(tokens, show_ids: bool = True, pieces=None, shown: int | None = None) -> str:
     """tokens: Token records (index, id, text, role, special) -> one HTML block of chips.
 
     pieces (pipeline.text.pieces.Piece per token, optional): tokens that are only parts of one character
     are bracketed together under that character, each chip still showing its own bytes.
-    max_height: a taller block scrolls inside its own box instead of stretching the page.
+    shown: tokens drawn before the rest fold under "N more tokens below" (ui/more_below.py); None: all.
     """
     tokens = list(tokens)
     if pieces is None:
-        body = "".join(_token_chip(t, show_ids) for t in tokens)
+        body = fold([_token_chip(t, show_ids) for t in tokens], shown)
     else:
-        chips, k = [], 0  # joined once: `body += chip` copied the whole block at each of 10,000 chips
+        chips, sizes, k = [], [], 0  # joined once: `body += chip` copied the whole block at each of 10,000 chips
         while k < len(tokens):
             p = pieces[k]
             n = p.parts if p.partial and p.part == 1 else 1
@@ -73,10 +74,10 @@ def token_chips(tokens, show_ids: bool = True, pieces=None, max_height: int | No
                 chips.append(f"<span style='{GROUP_STYLE}' title='{html_text(_group_title(p, tokens[k].index, n))}'>"
                              f"<span style='font-size:1.15em;font-weight:600;color:#111;line-height:1.3'>"
                              f"{html_text(p.group_text)}</span><span style='white-space:nowrap'>{inner}</span></span>")
+            sizes.append(n)
             k += n
-        body = "".join(chips)
-    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
-    return f"<div style='line-height:2.1;{scroll}'>{body}</div>"
+        body = fold(chips, shown, sizes=sizes)
+    return f"<div style='line-height:2.1'>{body}</div>"
 
 
 def _token_chip(t, show_ids: bool, piece=None) -> str:
@@ -93,10 +94,11 @@ def _group_title(piece, first_index: int, n: int) -> str:
             "each token alone is only some of its UTF-8 bytes")
 
 
-def text_spans(pieces, roles=None, max_height: int | None = None) -> str:
+def text_spans(pieces, roles=None, shown: int | None = None) -> str:
     """The original text with each token's stretch highlighted (alternating tints; a character that
-    several tokens spell is one stretch, outlined). pieces: pipeline.text.pieces.Piece per token."""
-    out, k = [], 0
+    several tokens spell is one stretch, outlined). pieces: pipeline.text.pieces.Piece per token.
+    shown: tokens drawn before the rest fold under "N more tokens below"."""
+    out, sizes, k = [], [], 0
     shade = 0
     while k < len(pieces):
         p = pieces[k]
@@ -113,11 +115,11 @@ def text_spans(pieces, roles=None, max_height: int | None = None) -> str:
         body = _visible_breaks(html_text(text))
         out.append(f"<span title='{html_text(tip)}' style='background:{bg};{outline}{special}border-radius:3px'>"
                    f"{body}</span>")
+        sizes.append(n)
         shade += 1
         k += n
-    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
     return ("<div style='font-family:monospace;white-space:pre-wrap;font-size:1em;line-height:1.9;padding:10px;"
-            f"border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111;{scroll}'>" + "".join(out)
+            "border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111'>" + fold(out, shown, sizes=sizes)
             + "</div>")
 
 
@@ -154,9 +156,10 @@ def highlighted_template(segments, special_pieces: list[str]) -> str:
             "border:1px solid #cbd5e1;border-radius:8px;background:#fff;color:#111'>" + "".join(out) + "</div>")
 
 
-def draft_rounds(rounds, max_height: int | None = None) -> str:
+def draft_rounds(rounds, shown: int | None = None) -> str:
     """Speculative decoding's verify passes, one line each: (step, (text, id) fed, [(text, id) accepted],
-    [(text, id) rejected]) -> HTML: the token fed in grey, then its drafts in green (accepted) and red (rejected)."""
+    [(text, id) rejected]) -> HTML: the token fed in grey, then its drafts in green (accepted) and red (rejected).
+    shown: lines drawn before the rest fold under "N more steps below"."""
     lines = []
     for step, (text, tid), accepted, rejected in rounds:
         body = chip(text, tid, role="template", title=f"step {step}: the token fed")
@@ -164,5 +167,4 @@ def draft_rounds(rounds, max_height: int | None = None) -> str:
         body += "".join(chip(t, i, role="rejected", title="rejected: rolled back") for t, i in rejected)
         lines.append(f"<div><span style='color:#64748b;font-size:0.8em;display:inline-block;width:4.5em'>"
                      f"step {int(step)}</span>{body}</div>")
-    scroll = f"max-height:{int(max_height)}px;overflow-y:auto;" if max_height else ""
-    return f"<div style='line-height:2.1;{scroll}'>{''.join(lines)}</div>"
+    return f"<div style='line-height:2.1'>{fold(lines, shown, 'step')}</div>"

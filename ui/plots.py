@@ -9,14 +9,20 @@ MAX_TICKS = 40  # token labels drawn on one axis; the rest are thinned out (all 
 
 def token_axis(fig, axis: str, labels: list[str], max_ticks: int = MAX_TICKS, angle: int | None = None,
                always=(), **kw) -> None:
-    """Show at most `max_ticks` of a category axis's labels, evenly spaced, always keeping the last
-    and the indices in `always` (e.g. a summed column).
+    """Show at most `max_ticks` of a category axis's labels, evenly spaced, keeping the last and the indices in
+    `always` (e.g. a summed column) first, the later ones of them first, as long as no two kept labels are closer
+    than half the spacing (five sink columns side by side drew one pile of labels).
 
     labels: the axis's categories (already escaped, unique). axis: 'x' or 'y'.
     """
     n = len(labels)
     step = max(1, -(-n // max_ticks))
-    keep = sorted(set(range(n - 1, -1, -step)) | {i for i in always if 0 <= i < n})
+    gap = -(-step // 2)
+    keep: list[int] = []
+    for i in [i for i in reversed(list(always)) if 0 <= i < n] + list(range(n - 1, -1, -step)):
+        if all(abs(i - k) >= gap for k in keep):
+            keep.append(i)
+    keep.sort()
     update = dict(tickmode="array", tickvals=[labels[i] for i in keep], ticktext=[labels[i] for i in keep],
                   tickfont=TICK_FONT, type="category", **kw)
     if angle is not None:

@@ -118,7 +118,8 @@ def trace_report(trace) -> str:
                        "ms": round(s.seconds * 1000, 1)} for s in trace.steps])]
     parts += ["<h2>12. The end and clean-up</h2>",
               f"<p>finish_reason <b>{html_text(trace.finish_reason)}</b>; released "
-              f"{trace.cleanup.kv_bytes_released:,} bytes of KV cache for {trace.cleanup.kv_tokens_released} tokens "
+              f"{trace.cleanup.kv_bytes_released:,} bytes of KV cache for "
+              f"{plural(trace.cleanup.kv_tokens_released, 'token')} "
               "(the last chosen token is never fed back).</p>", _pre(trace.events[-1])]
     return ("<!doctype html><html><head><meta charset='utf-8'><title>Token Pipeline Explorer report</title>"
             f"<style>{STYLE}</style><script>{plotly_js()}</script></head><body>"

@@ -1,10 +1,24 @@
 """English the pages and the report write: counts with their noun."""
 from __future__ import annotations
 
+from pipeline.text.counts import plural  # noqa: F401  (the one plural helper: pages import it from here)
 
-def plural(n: int, word: str, many: str | None = None) -> str:
-    """plural(1, 'token') -> '1 token'; plural(2, 'token') -> '2 tokens'; plural(3, 'child', 'children')."""
-    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+def first_values(row: list, chars: int = 28) -> str:
+    """A list's first values that fit in about `chars` characters, '…' for the rest (a narrow table cell):
+    first_values([1, 2, 3]) -> '[1, 2, 3]'; first_values([1, 9690, 198, 2683, 359, 253], 16) -> '[1, 9690, …]'."""
+    shown = []
+    for k, v in enumerate(row):
+        if shown and len(", ".join(shown + [str(v)])) > chars - 2 - (3 if k < len(row) - 1 else 0):
+            return "[" + ", ".join(shown) + ", …]"
+        shown.append(str(v))
+    return "[" + ", ".join(shown) + "]"
+
+
+def clipped(text: str, most: int) -> str:
+    """text cut to at most `most` characters, the last one '…' when cut (a heatmap cell's label: the hover has it
+    whole). clipped('<|im_start|>', 5) -> '<|im…'."""
+    return text if len(text) <= most else text[:max(most - 1, 0)] + "…"
 
 
 def shortened(text: str, limit: int = 120) -> str:

@@ -31,7 +31,7 @@ EXAMPLES = {  # label -> question
     "A new answer (drafting barely helps)": "Write a short poem about the sea.",
 }
 YOURS = "Your request (the sidebar's)"
-ROUNDS_HEIGHT = 360  # px: many passes scroll in their own box
+ROUNDS_SHOWN = 12  # verify passes drawn before the rest fold under "N more steps below"
 
 
 def example_request(question: str) -> ChatRequest:
@@ -68,7 +68,7 @@ def rounds_html(run: SpeculativeRun) -> str:
     text = run.token_texts
     rows = [(r.step, (text[r.token], r.token), [(text[d], d) for d in r.drafts[:r.accepted]],
              [(text[d], d) for d in r.rejected]) for r in run.rounds if r.drafts]
-    return draft_rounds(rows, max_height=ROUNDS_HEIGHT)
+    return draft_rounds(rows, shown=ROUNDS_SHOWN)
 
 
 def speculative_section() -> None:

@@ -39,7 +39,7 @@ def formats_table(report) -> pd.DataFrame:
             "weights": w, "held": human_bytes(row.parameter_bytes), "read per token": human_bytes(row.bytes_per_token),
             f"{time_label('TPOT', PLAIN)}, median (ms)": round(t.median * 1e3, 1),
             "TPOT range (ms)": f"{t.low * 1e3:.1f}–{t.high * 1e3:.1f}",
-            "vs fp32": "—" if vs is None else (f"{vs.ratio:.2f}×" if vs.separated else "ranges overlap"),
+            "vs fp32": "—" if vs is None else (vs.speed() if vs.separated else "ranges overlap"),
             "KL vs fp32 (nats, mean)": f"{row.kl_mean:.2e}", "KL max": f"{row.kl_max:.2e}",
             "top-1 same": f"{row.top1_agreement:.1%}",
             "greedy answer": "the same" if row.same_greedy else f"leaves fp32's at token {row.first_difference}",

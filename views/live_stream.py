@@ -15,6 +15,7 @@ import streamlit as st
 from pipeline.costs.named_time import PLAIN, time_label
 from pipeline.server.run_queue import cost_of
 from pipeline.stages.decode_record import EventKind, StreamEvent
+from ui.words import plural
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
 from views.session_request import request_key
 from views.waiting import result_through_queue
@@ -97,7 +98,8 @@ def compare_paths(request, steps: int = 16, repeats: int = 3) -> None:
     cols = st.columns(2)
     cols[0].metric("plain serving path, ms/token", f"{c.a_median * 1e3:.0f}", help=f"range {ms(c.a_range)} ms")
     cols[1].metric("captured run, ms/token", f"{c.b_median * 1e3:.0f}", help=f"range {ms(c.b_range)} ms")
-    st.markdown(f"Medians of {c.repeats} runs each, interleaved (plain, captured, plain, …), {result['steps']} tokens "
+    st.markdown(f"Medians of {plural(c.repeats, 'run')} each, interleaved (plain, captured, plain, …), "
+                f"{plural(result['steps'], 'token')} "
                 f"per run, measured at {time.strftime('%H:%M:%S', time.localtime(result['measured_at']))} (a click "
                 f"within the same minute shows this measurement again): ranges plain {ms(c.a_range)} ms, "
                 f"captured {ms(c.b_range)} ms. "

@@ -5,7 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.server.room_schedule import room_rows
+from pipeline.server.room_schedule import first_view_start, room_rows
+from ui.words import plural
 from views.server_state import run_queue
 
 OWN, OTHER, WAIT, PREFILL = "#f97316", "#0ea5e9", "#e5e7eb", "#a78bfa"
@@ -36,25 +37,32 @@ def room_schedule(request_key_of_this_learner) -> None:
                              base=[r["decoding_from_s"] for r in picked], orientation="h",
                              name="your decode steps" if own else "decode steps (in the batch)",
                              marker_color=OWN if own else OTHER,
-                             hovertext=[f"{r['tokens']} tokens; TTFT {r['ttft_s']:.2f} s"
+                             hovertext=[f"{plural(r['tokens'], 'token')}; TTFT {r['ttft_s']:.2f} s"
                                         + (f", TPOT {r['tpot_s'] * 1000:.0f} ms" if r["tpot_s"] else "")
                                         for r in picked], hoverinfo="text"))
     end = max([r["left_s"] or r["decoding_from_s"] for r in rows] + [s["t_s"] for s in data["steps"]])
+    start = first_view_start(rows, end)  # a long record opens on its latest requests, not on 1-pixel lines
+    shown = [start - 0.02 * (end - start), end + 0.02 * (end - start)]
     fig.update_layout(barmode="overlay", height=150 + 18 * len(rows), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis=dict(title="seconds since the first request shown arrived", range=[0, end * 1.02]),
+                      xaxis=dict(title="seconds since the first request shown arrived", range=shown),
                       yaxis=dict(autorange="reversed", title=""),
                       legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     st.plotly_chart(fig, width="stretch")
+    if start > 0:
+        later = sum(r["queued_s"] >= start for r in rows)
+        st.caption(f"The chart opens on the last {plural(later, 'request')}, from {start:,.0f} s of {end:,.0f} s: "
+                   f"over the whole record they would be lines a pixel wide. Double-click it to see all "
+                   f"{len(rows)}.")
     if data["steps"]:
         sizes = go.Figure(go.Scatter(x=[s["t_s"] for s in data["steps"]], y=[s["size"] for s in data["steps"]],
                                      mode="lines", line_shape="hv", line_color=OTHER))
         sizes.update_layout(height=200, margin=dict(l=10, r=10, t=30, b=10),
                             title="Requests in the batch, step by step",
-                            xaxis=dict(title="seconds (the same clock)", range=[0, end * 1.02]),
+                            xaxis=dict(title="seconds (the same clock)", range=shown),
                             yaxis=dict(title="batch size", rangemode="tozero", dtick=max(1, len(rows) // 8)))
         st.plotly_chart(sizes, width="stretch")
     own, med = data["own"], data["medians"]
-    room = (f"Across the {len(rows)} requests shown: median TTFT "
+    room = (f"Across the {plural(len(rows), 'request')} shown: median TTFT "
             + (f"{med['ttft_s']:.2f} s" if med["ttft_s"] is not None else "—")
             + ", median TPOT " + (f"{med['tpot_s'] * 1000:.0f} ms" if med["tpot_s"] is not None else "—") + ". ")
     mine = ("Your request is not among them: its run was stored before, or ran before the record's window."

@@ -58,6 +58,8 @@ def cmd_explain(args) -> int:
     what = repr(doc["target_text"]) + (f" minus {doc['minus_text']!r}" if args.minus is not None else "")
     print(f"Step {args.step} ({doc['positions']} positions): logit of {what} (id {doc['target_id']}) "
           f"= {doc['logit']:.3f}")
+    if doc["left_out"]:
+        print(f"  read on the first token and the last {doc['positions'] - 1}: {doc['left_out']} positions left out")
     print(f"  embedding {doc['embedding']:+.3f}; parts sum to {doc['sum_of_parts']:.3f} ({doc['note']})")
     print(f"  {'layer':>5s} {'attention':>10s} {'mlp':>10s}")
     for row in doc["layers"]:

@@ -43,6 +43,15 @@ class Comparison:
             return 1.0 if not self.a_median else float("inf")
         return self.a_median / self.b_median
 
+    def speed(self) -> str:
+        """A's time against B's in words, the ratio always at least 1: '1.8× faster' (a ratio of 0.55), '1.3× slower',
+        'as fast'; a table cell beside a name (not a verdict: overlapping ranges are the caller's to say)."""
+        if self.ratio == 1:
+            return "as fast"
+        if math.isinf(self.ratio) or not self.ratio:
+            return "slower" if self.ratio else "faster"
+        return f"{1 / self.ratio:.1f}× faster" if self.ratio < 1 else f"{self.ratio:.1f}× slower"
+
     def verdict(self, a: str = "A", b: str = "B") -> str:
         if self.noise:
             return (f"noise: {a} does less work, yet measured slower ({_ms(self.a_range)} vs {_ms(self.b_range)}) "

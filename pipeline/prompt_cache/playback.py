@@ -14,6 +14,7 @@ from pipeline.model.interface import LanguageModel
 from pipeline.prompt_cache.scenarios import Prompt, Scenario
 from pipeline.stages.request import ChatRequest, parse_turns
 from pipeline.stages.tokens import tokenize_request
+from pipeline.text.counts import plural
 from pipeline.text.token_names import token_text as _token_text
 
 if TYPE_CHECKING:  # the engine holds tensors: torch is imported when a scenario is played, not with the page
@@ -34,12 +35,12 @@ def explain(stats: dict, cached_text: str, new_text: str) -> str:
     """The reason for the row of blocks, in words."""
     bs, d = stats["block_size"], stats["divergence"]
     tail = stats["n_tokens"] % bs
-    partial = f" The last {tail} tokens fill only part of a block: they are always computed and never stored." \
+    partial = f" The last {plural(tail, 'token')} fill only part of a block: always computed, never stored." \
         if tail else ""
     if d is None:
         again = (" The last block was cached too, but it is run again: the model has to process the last prompt "
                  "token to score the next one.") if stats.get("blocks_recomputed") else ""
-        return f"Every full block was already cached: {stats['tokens_reused']} tokens reused.{again}{partial}"
+        return f"Every full block was already cached: {plural(stats['tokens_reused'], 'token')} reused.{again}{partial}"
     i = d["token_index"]
     if d["kind"] == "cache ends" and i == 0:
         return ("Nothing in the cache starts like this prompt: all of it is computed, and its full blocks are kept."

@@ -25,6 +25,7 @@ from pipeline.model.registry import resolve
 from pipeline.stages.decode_record import FinishReason
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import Token
+from pipeline.text.counts import plural
 
 TOP_CANDIDATES = 5  # first-token candidates kept per model
 TIMING_TOKENS = 16  # answer tokens generated per timed run (TPOT needs a few steps; more costs every repeat)
@@ -257,8 +258,8 @@ def _ending(run: ModelRun, limit: int) -> str:
     if run.finish_reason == FinishReason.LENGTH:
         return f"it did not stop by itself: the {limit}-token limit cut it"
     if run.finish_reason == FinishReason.EOS:
-        return f"it stopped by itself after {run.answer_tokens} tokens, with its end token"
-    return f"it ended after {run.answer_tokens} tokens ({run.finish_reason})"
+        return f"it stopped by itself after {plural(run.answer_tokens, 'token')}, with its end token"
+    return f"it ended after {plural(run.answer_tokens, 'token')} ({run.finish_reason})"
 
 
 def answers_sentence(comparison: ModelComparison) -> str:

@@ -35,3 +35,15 @@ def room_rows(schedule: dict, own_key=None, last: int = LAST_REQUESTS) -> dict:
 
     return {"rows": rows, "steps": steps, "own": next((r for r in rows if r["own"]), None),
             "medians": {"ttft_s": median("ttft_s"), "tpot_s": median("tpot_s")}}
+
+
+def first_view_start(rows: list[dict], end: float, share: float = 0.02) -> float:
+    """Where the schedule's time axis starts when first drawn: 0 (everything) unless a typical request would then
+    be thinner than `share` of the axis (a 4 s request on a 1,900 s axis is a 1-pixel line); then the arrival of
+    the earliest request from which the median time in the room of it and those after it is at least that share of
+    the axis. The reader zooms out for the rest."""
+    spans = [(end if r["left_s"] is None else r["left_s"]) - r["queued_s"] for r in rows]
+    for k, r in enumerate(rows):  # the widest window first
+        if statistics.median(spans[k:]) >= share * max(end - r["queued_s"], 1e-9):
+            return r["queued_s"]
+    return rows[-1]["queued_s"] if rows else 0.0

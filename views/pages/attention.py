@@ -148,7 +148,8 @@ def open_clicked() -> None:
 
 
 st.plotly_chart(over, width="stretch", key="at_overview", on_select=open_clicked, selection_mode="points")
-st.caption(f"Every tile is one head: its attention among the last {n} positions (tokens {T - n}–{T - 1}), on the "
+st.caption(f"Every tile is one head: its attention among the last {plural(n, 'position')} (tokens {T - n}–{T - 1}), "
+           f"on the "
            f"colour scale above. Vertical stripes = a head that keeps reading one token; a bright diagonal = a head "
            f"that reads the token itself or its neighbour. Click a tile (or use the controls below) to open it. "
            f"A new question opens on layer {best_layer}, head {best_head}: of the heads whose favourite is not the "

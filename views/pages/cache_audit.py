@@ -14,6 +14,8 @@ from ui.audit_blocks import (
     tree_figure,
 )
 from ui.escape import markdown_text
+from ui.metric_delta import metric_delta
+from ui.words import plural
 from views.chrome import end_page, page_header
 from views.page_path import back_next
 
@@ -116,8 +118,8 @@ for col, p in zip(cols, ca.PROVIDERS):
     col.metric(f"{PROVIDER_LABEL[p]}: prompt tokens from cache", f"{t['hit_rate']:.0%}",
                help=f"{t['cached_tokens']:,} of {t['prompt_tokens']:,} prompt tokens")
     change = (t["with_cache"] - t["without_cache"]) / t["without_cache"] if t["without_cache"] else 0.0
-    col.metric("Bill with caching", f"${t['with_cache']:.4f}", f"{change:+.0%} vs ${t['without_cache']:.4f} uncached",
-               delta_color="inverse")
+    col.metric("Bill with caching", f"${t['with_cache']:.4f}",
+               **metric_delta(change, "+.0%", f" vs ${t['without_cache']:.4f} uncached", lower_is_better=True))
     col.caption(f"Prefill time saved: {t['latency_saved_s']:.1f} s at {tps[p]:,.0f} tokens/s (a stand-in: "
                 f"edit it under 'Prefill speed')")
 for warning in report.warnings:
@@ -134,7 +136,7 @@ table = pd.DataFrame([{
 st.dataframe(table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)))
 traps = sorted({r.trap for r in requests if r.trap})
 for trap in traps:
-    st.warning(f"**Trap: {ca.TRAPS[trap][0]}** in {sum(r.trap == trap for r in requests)} requests. "
+    st.warning(f"**Trap: {ca.TRAPS[trap][0]}** in {plural(sum(r.trap == trap for r in requests), 'request')}. "
                f"Fix: {ca.TRAPS[trap][1]}")
 
 st.subheader("4. Request by request")
@@ -150,7 +152,7 @@ for i in shown[(page - 1) * size:page * size]:
     st.markdown(request_header_html(rec, provider, costs["requests"][i][provider]), unsafe_allow_html=True)
     st.markdown(request_row_html(rec, provider), unsafe_allow_html=True)
     st.markdown(divergence_html(rec) + explanation_html(rec), unsafe_allow_html=True)
-st.caption(f"Showing {min(size, max(0, len(shown) - (page - 1) * size))} of {len(shown)} requests "
+st.caption(f"Showing {min(size, max(0, len(shown) - (page - 1) * size))} of {plural(len(shown), 'request')} "
            f"({len(requests)} in the log).")
 
 st.subheader("5. The prefix tree")
@@ -166,7 +168,7 @@ if st.toggle("Show the log with the fixes applied", key="ca_fixes"):
     result = with_fixes(text, provider, breakpoints)
     after = ca.bill(result["after"], edited.to_dict(orient="index"), tps, int(out_tokens))
     changed = {n: c for n, c in result["changes"].items() if c}
-    st.markdown(f"{len(changed)} of {len(requests)} requests changed.")
+    st.markdown(f"{len(changed)} of {plural(len(requests), 'request')} changed.")
     st.dataframe(pd.DataFrame([{
         "provider": PROVIDER_LABEL[p],
         "hit rate before": f"{costs['totals'][p]['hit_rate']:.0%}",

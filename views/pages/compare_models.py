@@ -25,7 +25,7 @@ from views.session_request import current_request, request_key
 from views.verdict_log import history_lines, kept
 
 REPEATS = 3  # timed runs per model, interleaved
-CHIPS_HEIGHT = 220  # px: a long prompt's chips scroll in their own box
+CHIPS_SHOWN = 160  # chips drawn in a half-width column; a longer prompt folds the rest under "N more below"
 TEXT_HEIGHT = 300  # px: the same for a long prompt's text and a long answer
 
 
@@ -91,7 +91,7 @@ for col, run, handle in zip(st.columns(2), result.runs, handles):
         st.markdown(f"**{markdown_text(run.display_name)}: {plural(run.template_tokens, 'token')}**")
         text_box(run.template_text)
         st.markdown(token_chips(list(run.tokens), pieces=token_pieces(handle.tokenizer, run.ids),
-                                max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+                                shown=CHIPS_SHOWN), unsafe_allow_html=True)
 
 st.subheader("3. The first token's top candidates")
 st.markdown("What each model thought most likely right after the prompt, before anything was chosen "

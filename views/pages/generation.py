@@ -87,7 +87,7 @@ st.markdown("Each token that completes some text is sent as a small `text_delta`
             "middle of a multi-byte character waits until the character is complete.")
 rows = pd.DataFrame([{"step": e["step"], "delta": e["delta"], "token": answer[e["step"]].with_bytes,
                       "token id": trace.steps[e["step"]].token_id,
-                      "ms since previous token": round(secs.get(e["step"], 0.0) * 1000, 1)} for e in deltas])
+                      "ms after the last": round(secs.get(e["step"], 0.0) * 1000)} for e in deltas])  # fits its column
 c1, c2 = st.columns([1, 1])
 c1.code(json_text(deltas[:4]), language="json", wrap_lines=True)
 c2.dataframe(rows, hide_index=True, width="stretch", height=300)

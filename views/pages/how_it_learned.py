@@ -14,8 +14,9 @@ from pipeline.training.score import MAX_SCORE_CHARS, answer_ids, article_penalty
 from pipeline.training.train_step import DEFAULT_LR, LR_RANGE, run_step, step_memory
 from ui.chips import surprisal_chips
 from ui.escape import axis_labels, markdown_text
+from ui.metric_delta import metric_delta
 from ui.plots import token_axis
-from ui.words import shortened
+from ui.words import plural, shortened
 from views.chrome import page_header
 from views.page_path import back_next
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, picked_model_key
@@ -28,6 +29,7 @@ ANSWER = "Yes. Botanically, tomatoes are fruit."
 ARTICLE = (("Say it: one, two, three.", 0.54), ("A tricycle has three wheels.", 0.05))  # (sentence, the article's p)
 TRAIN_STEP_COST = 4000  # queue units (~5 ms each): starting a process, loading a copy, one step
 SHIFT_ROWS = 12  # rows of the shift-by-one table shown at most
+READ_CHARS = 36  # characters of "the model read" that fit its column: the end of what was read
 TRAIN_CHARS = 2000  # a sentence to learn: a step's activations grow with its length
 
 page_header("How it learned", "A text is its own exercise sheet: at every position the next token is the answer "
@@ -75,7 +77,7 @@ def show_score(score, labels: list[str]) -> None:
     titles = [f"#{t} · not scored" if b is None else
               f"#{t} · p {score.prob(t):.2%} · rank {score.ranks[t]:,} · {b:.2f} bits" for t, b in zip(shown, bits)]
     st.markdown(surprisal_chips([labels[t] for t in shown], [score.ids[t] for t in shown], bits, titles,
-                                max_height=240), unsafe_allow_html=True)
+                                shown=240), unsafe_allow_html=True)
     st.caption("Green: the model expected the token (few bits of surprise); red: it did not (12 bits or more, about "
                "1 chance in 4,000). Grey: not scored. Hover a chip for its numbers.")
     st.dataframe(token_table(score, labels), hide_index=True, width="stretch")
@@ -99,12 +101,18 @@ def score_section() -> None:
     show_score(score, labels)
     st.markdown("**Shift by one.** The same text read as the exercises it holds: each row is what the model read "
                 "and the token it had to guess.")
-    rows = [{"the model read": "".join(labels[:t])[-60:], "to guess": labels[t],
+    rows = [{"the model read": tail("".join(labels[:t]), READ_CHARS), "to guess": labels[t],
              "probability it gave": f"{score.prob(t):.2%}", "loss (nats)": round(-score.logprobs[t], 3)}
             for t in list(score.scored)[:SHIFT_ROWS]]
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     if len(score.scored) > SHIFT_ROWS:
         st.caption(f"The first {SHIFT_ROWS} of {len(score.scored):,} exercises.")
+
+
+def tail(text: str, most: int) -> str:
+    """The end of `text` (the words just before the guess), '…' in front when cut: a table cuts a long cell at its
+    end, which hid exactly those words."""
+    return text if len(text) <= most else "…" + text[-(most - 1):]
 
 
 def article_section() -> None:
@@ -153,7 +161,8 @@ def answer_section() -> None:
         return
     worst = max(disagreed, key=lambda t: -score.logprobs[t])
     preferred = labels_of([score.top_ids[worst]])[0]
-    st.markdown(f"The model disagreed at {len(disagreed)} of {len(score.scored)} tokens (rank above 1). Most of all "
+    st.markdown(f"The model disagreed at {len(disagreed)} of {plural(len(score.scored), 'token')} (rank above 1). "
+                f"Most of all "
                 f"at **{markdown_text(labels[worst])}** (#{worst}): it gave your token {score.prob(worst):.2%} "
                 f"(rank {score.ranks[worst]:,}) and preferred **{markdown_text(preferred)}** "
                 f"({score.top_probs[worst]:.1%}).")
@@ -220,10 +229,11 @@ def show_step(step: dict, ids: list[int]) -> None:
     other_before, other_after = mean_loss(step["other_before"]), mean_loss(step["other_after"])
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Loss before", f"{step['loss']:.3f}")
-    c2.metric("Loss after one step", f"{loss_after:.3f}", delta=f"{loss_after - step['loss']:+.3f}",
-              delta_color="inverse")
-    c3.metric("Unrelated sentence", f"{other_after:.3f}", delta=f"{other_after - other_before:+.3f}",
-              delta_color="inverse", help=f"its mean loss after the step; {other_before:.3f} before")
+    c2.metric("Loss after one step", f"{loss_after:.3f}",
+              **metric_delta(loss_after - step["loss"], "+.3f", lower_is_better=True))
+    c3.metric("Unrelated sentence", f"{other_after:.3f}",
+              **metric_delta(other_after - other_before, "+.3f", lower_is_better=True),
+              help=f"its mean loss after the step; {other_before:.3f} before")
     c4.metric("Gradient norm", f"{step['grad_norm']:.2f}", help="√(sum of every weight's gradient squared)")
     st.caption(f"The whole step took {step['seconds']:.1f} s: starting the process and loading its copy "
                f"{step['load_s']:.1f} s, the backward pass and the update {step['step_s']:.1f} s, plus the passes "

@@ -12,7 +12,7 @@ from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.chips import legend, token_chips
 from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
-from ui.words import plural
+from ui.words import first_values, plural
 from views.chrome import page_header, stage_link
 from views.model_kind_note import base_model_note
 from views.page_path import architecture_map, back_next
@@ -55,9 +55,7 @@ section(2, "The chat template and the tokenizer", f"The messages are written int
         f"around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, green is "
         f"your question; the small number on each chip is the token id the model actually receives.")
 st.markdown(legend(), unsafe_allow_html=True)
-st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=300), unsafe_allow_html=True)
-if T > 60:
-    st.caption(f"All {T:,} chips are in the box above; scroll inside it.")
+st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=160), unsafe_allow_html=True)
 stage_link("views/pages/tokens.py", "Tokens: chips, other tokenizers, try your own text", "🔤")
 
 section(3, "A place in a batch",
@@ -66,11 +64,6 @@ c1, c2 = st.columns(2)
 c1.code(json_text({"batch": [trace.batch["entry"]]}), language="json", wrap_lines=True)
 single = trace.batch["single"]
 c2.markdown("The row becomes three integer tensors:")
-
-
-def first_values(row: list, n: int = 8) -> str:
-    """[1, 2, 3] -> '[1, 2, 3]'; a row longer than n -> its first n values and '…': '[1, 2, …]'."""
-    return str(row) if len(row) <= n else str(row[:n])[:-1] + ", …]"
 
 
 c2.dataframe(pd.DataFrame([{"tensor": k, "shape (B, T)": str(v["shape"]), "dtype": v["dtype"],

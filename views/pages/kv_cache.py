@@ -63,8 +63,8 @@ fig.add_trace(go.Scatter(x=labels, y=[sum(kv_cache.held_bytes(m, n)) for n in st
                          name="formula 2·L·Hkv·Dh·T·bytes" if not sliding else
                          f"formula: Σ over layers 2·Hkv·Dh·bytes × positions held (T, or {m.sliding_window - 1} "
                          "in a sliding layer)"))
-fig.update_layout(height=340, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="cache bytes (all L layers)",
-                  font=dict(size=13))
+fig.update_layout(height=360, margin=dict(l=10, r=10, t=40, b=10), yaxis_title="cache bytes (all L layers)",
+                  font=dict(size=13), legend=dict(orientation="h", y=1.02, yanchor="bottom"))  # not beside the plot
 token_axis(fig, "x", labels, angle=-60, title="decode step (token being chosen)")
 st.plotly_chart(fig, width="stretch")
 
@@ -104,7 +104,8 @@ else:
     st.dataframe(table, hide_index=True, width="stretch", height=35 * (L + 1) + 3,  # every layer, no scrolling
                  column_config={c: st.column_config.NumberColumn(format="localized") for c in table.columns[2:]})
     if n_prompt < w:
-        st.markdown(f"The prompt has {n_prompt:,} tokens, fewer than the window of {w:,}: every layer still holds "
+        st.markdown(f"The prompt has {plural(n_prompt, 'token')}, fewer than the window of {w:,}: every layer still "
+                    f"holds "
                     f"every position ({per_position:,} B each). Ask a question longer than {w:,} tokens to see the "
                     "sliding layers stop.")
     elif max(held) < n_prompt:
@@ -161,7 +162,7 @@ elif st.session_state.get("kv_measured"):
     x = list(range(r["n_steps"]))
     cmp = go.Figure()
     cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in on["seconds"]], name="with cache",
-                         customdata=on["tokens_fed"], hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))
+                         customdata=on["tokens_fed"], hovertemplate="step %{x}: tokens fed %{customdata}, %{y:.0f} ms"))
     cmp.add_trace(go.Bar(x=x, y=[s * 1000 for s in off["seconds"]], name="without cache",
                          customdata=off["tokens_fed"],
                          hovertemplate="step %{x}: %{customdata} tokens fed, %{y:.0f} ms"))

@@ -8,12 +8,14 @@ from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
+from ui.words import clipped, plural
 from views import url_state
 from views.chrome import fragment, page_header
 from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 
+CELL_CHARS = 80  # characters of 12 px text across the lens's cells (about 600 px of plot)
 LENS_MAX = 48  # most positions the logit lens reads at once: (L+1) x 48 rows of a (D x V) product, ~3 s here
 
 page_header("Layers", "Each token's vector travels up a stack of L blocks. Every block reads the vector, computes a "
@@ -103,15 +105,16 @@ def logit_lens() -> None:
     url_state.keep_in_range("ly_positions", lo, hi)
     show = c1.slider("positions shown", 4 if T >= 4 else 1, max(min(T, LENS_MAX), 4 if T >= 4 else 1),
                      min(T, 16), key="ly_positions")
-    end = T
+    end = T  # positions start..end - 1 are read; the slider names the last one (T - 1 at the most)
     if T > show:
-        url_state.keep_in_range("ly_lens_end", show, T)
-        end = c2.slider("last position shown", show, T, T, key="ly_lens_end",
-                        help="Move the window back through a long prompt; each window is read once, then cached.")
+        url_state.keep_in_range("ly_lens_end", show - 1, T - 1)
+        end = 1 + c2.slider("last position shown", show - 1, T - 1, T - 1, key="ly_lens_end",
+                            help="Move the window back through a long prompt; each window is read once, then cached.")
     start = end - show
     ids, probs = lens(tuple(trace.ids), start, end, p.hidden_states)  # (L+1, P, 1) each
-    cells = [[plotly_label(continuation_label(lm.tokenizer, trace.ids[:start + j + 1], int(t), short=True))
-              for j, t in enumerate(row[:, 0])] for row in ids]
+    fits = max(2, CELL_CHARS // show)  # characters that fit a cell: a longer label spilled into its neighbours
+    cells = [[plotly_label(clipped(continuation_label(lm.tokenizer, trace.ids[:start + j + 1], int(t), short=True),
+                                   fits)) for j, t in enumerate(row[:, 0])] for row in ids]
     hover = [[plotly_label(continuation_label(lm.tokenizer, trace.ids[:start + j + 1], int(t)))
               for j, t in enumerate(row[:, 0])] for row in ids]
     fig = go.Figure(go.Heatmap(z=probs[:, :, 0], x=labels[start:end], y=layer_names, text=cells, customdata=hover,
@@ -126,7 +129,7 @@ def logit_lens() -> None:
     st.plotly_chart(fig, width="stretch", key="ly_lens")
     if T > show:
         st.caption(f"Positions {start}–{end - 1} of {T:,}: the lens reads only the positions shown "
-                   f"({L + 1} layers × {show} positions), so a long prompt stays quick.")
+                   f"({L + 1} layers × {plural(show, 'position')}), so a long prompt stays quick.")
 
 
 logit_lens()

@@ -212,7 +212,7 @@ def sampler() -> None:
     names = [plotly_label(f"{name(i)} ({i})") for i in possible] + (["all others"] if rest_theory > 1e-9 else [])
     theory = list(final[possible]) + ([rest_theory] if rest_theory > 1e-9 else [])
     seen = list(freq[possible]) + ([rest_seen] if rest_theory > 1e-9 else [])
-    fig = go.Figure([go.Bar(name=f"share of {n:,} draws", x=names, y=seen, marker_color="#f4a261"),
+    fig = go.Figure([go.Bar(name=f"share of {plural(n, 'draw')}", x=names, y=seen, marker_color="#f4a261"),
                      go.Scatter(name="theoretical probability", x=names, y=theory, mode="markers",
                                 marker=dict(symbol="line-ew-open", size=28, line=dict(width=3), color="#264653"))])
     fig.update_layout(height=380, margin=dict(t=30, b=10), yaxis_tickformat=".0%", legend=dict(orientation="h", y=1.12),

@@ -253,7 +253,7 @@ elif stage == 2:
                     unsafe_allow_html=True)
 elif stage == 3:
     st.markdown(f"The tokenizer cuts that text into **{plural(T, 'token')}**; the model only ever sees the ids.")
-    st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), max_height=560),
+    st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=400),
                 unsafe_allow_html=True)
 elif stage == 4:
     single = trace.batch["single"]
@@ -324,7 +324,7 @@ elif stage == 13:
                 "start it has seen, so only the new part is computed:")
     for r in rows:
         s = r["stats"]
-        st.markdown(f"**{r['label']}**: {s['n_tokens']} tokens, **{s['tokens_reused']} reused**, "
+        st.markdown(f"**{r['label']}**: {plural(s['n_tokens'], 'token')}, **{s['tokens_reused']} reused**, "
                     f"{s['tokens_computed']} computed")
     show_link()
 

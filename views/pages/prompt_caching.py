@@ -11,6 +11,7 @@ from pipeline.prompt_cache.playback import compare_texts, work_flops
 from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2, TRAPS, scenarios
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from ui.escape import markdown_text, plotly_label
+from ui.words import plural
 from views.chrome import page_header
 from views.page_path import back_next
 from views.scenarios import scenario_rows, scenario_rows_timed_again
@@ -49,7 +50,7 @@ def show_request(row: dict) -> None:
     work = (f"{computed / 1e9:,.1f} GFLOP instead of {cold / 1e9:,.1f} cold"
             if s["tokens_reused"] else f"{cold / 1e9:,.1f} GFLOP, as cold")
     st.markdown(f"**{row['label']}**" + (f" — {row['note']}" if row["note"] else "") +
-                f"  \n{s['n_tokens']} tokens: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
+                f"  \n{plural(s['n_tokens'], 'token')}: {s['blocks_hit']} blocks hit, {s['blocks_missed']} missed, "
                 + (f"{s['blocks_recomputed']} cached but run again, " if s.get("blocks_recomputed") else "") +
                 f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_computed']} computed, "
                 f"{s['tokens_reused']} reused** ({row['kv_bytes_read'] / 2**20:,.1f} MiB of K/V read back) · {work}")

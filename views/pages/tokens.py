@@ -27,7 +27,7 @@ from views.runs import run_for_page
 from views.server_state import get_model
 from views.typed_text import typed_text
 
-CHIPS_HEIGHT = 380  # px: a long prompt's chips scroll in their own box instead of stretching the page
+CHIPS_SHOWN = 200  # chips drawn before the rest fold under "N more tokens below" (a long prompt stays short)
 TEXT_LABEL = "Text to tokenize"
 # The box's limits, in characters and in this model's tokens: the chips of 8 tokenizers are drawn, and the browser
 # takes the time (Chromium on a busy 2-core machine: 4,000 characters of English, 744 tokens, 2.5 s; 4,000 of the
@@ -80,14 +80,14 @@ st.markdown("Each chip is one token; the small number is its id. `␣` marks a s
             "character they spell. Red boxes are special marker tokens. Hover a chip for its bytes.")
 pieces = token_pieces(lm.tokenizer, trace.ids)  # one Piece per token: its bytes and the character(s) it spells
 st.markdown(legend(), unsafe_allow_html=True)
-st.markdown(token_chips(trace.tokens, pieces=pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+st.markdown(token_chips(trace.tokens, pieces=pieces, shown=CHIPS_SHOWN), unsafe_allow_html=True)
 explain_split(character_counts(pieces), "Your whole prompt",  # the Request & template page counts letters
               "as a reader counts them, template included; each marker"
               + (f" such as {code_span(markers.start)}" if markers.start else "") + " counts as one")
 with st.expander("The same tokens over the original text (each token's stretch highlighted)"):
     st.caption("Alternating tints mark where one token ends and the next begins; a dashed outline is one "
                "character spelled by several tokens. Hover a stretch to see its tokens.")
-    st.markdown(text_spans(pieces, [t.role for t in trace.tokens], max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+    st.markdown(text_spans(pieces, [t.role for t in trace.tokens], shown=CHIPS_SHOWN), unsafe_allow_html=True)
 counts = role_counts(trace.tokens)
 cols = st.columns(len(counts) + 1)
 cols[0].metric("Tokens in the prompt", len(trace.tokens))
@@ -102,10 +102,10 @@ if safe_ids != naive_ids:
                "end of their turn or a system message.")
     c1, c2 = st.columns(2)
     c1.markdown(f"**Safe: {plural(len(safe_ids), 'token')}**")
-    c1.markdown(token_chips([t for t in trace.tokens if t.role != "template"], max_height=CHIPS_HEIGHT),
+    c1.markdown(token_chips([t for t in trace.tokens if t.role != "template"], shown=CHIPS_SHOWN),
                 unsafe_allow_html=True)
     c2.markdown(f"**Naive: {plural(len(naive_ids), 'token')}**")
-    c2.markdown(token_chips([t for t in trace.naive_tokens if t.role != "template"], max_height=CHIPS_HEIGHT),
+    c2.markdown(token_chips([t for t in trace.naive_tokens if t.role != "template"], shown=CHIPS_SHOWN),
                 unsafe_allow_html=True)
 else:
     st.markdown("Your messages contain no special-token look-alikes, so safe and naive tokenization agree."
@@ -127,15 +127,15 @@ if len(safe) > TEXT_TOKENS:
 safe_pieces = token_pieces(lm.tokenizer, [t.id for t in safe])
 st.markdown(f"**{markdown_text(trace.dims.name)}: {plural(len(safe), 'token')}** (special-token look-alikes kept as "
             "text)")
-st.markdown(token_chips(safe, pieces=safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
-st.markdown(text_spans(safe_pieces, max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+st.markdown(token_chips(safe, pieces=safe_pieces, shown=CHIPS_SHOWN), unsafe_allow_html=True)
+st.markdown(text_spans(safe_pieces, shown=CHIPS_SHOWN), unsafe_allow_html=True)
 explain_split(character_counts(safe_pieces), "This text", "as a reader counts them")
 naive = model_pieces(text, False)
 if [t.id for t in naive] != [t.id for t in safe]:
     st.markdown(f"Tokenized naively the same text gives **{plural(len(naive), 'token')}**, with real control "
                 "tokens in red:")
     st.markdown(token_chips(naive, pieces=token_pieces(lm.tokenizer, [t.id for t in naive]),
-                            max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+                            shown=CHIPS_SHOWN), unsafe_allow_html=True)
 
 
 def both_vocabularies(pair: list) -> None:
@@ -152,7 +152,7 @@ def both_vocabularies(pair: list) -> None:
             st.markdown(f"**{markdown_text(handle.name)}** ({handle.config_dims.V:,} pieces): "
                         f"**{plural(len(mine), 'token')}**")
             st.markdown(token_chips(mine, pieces=token_pieces(handle.tokenizer, [t.id for t in mine]),
-                                    max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+                                    shown=CHIPS_SHOWN), unsafe_allow_html=True)
     question = trace.request.messages[-1][1]  # the sidebar's question, the last user message
     st.dataframe(pd.DataFrame([{"text": name, **{h.name: len(model_pieces_of(h.spec.key, sample)) for h in pair}}
                                for name, sample in {"your question": question, **samples}.items()]),
@@ -183,7 +183,7 @@ st.plotly_chart(fig, width="stretch")
 for r in results[1:]:
     st.markdown(f"**{r.name}** ({plural(r.count, 'token')})")
     st.markdown(token_chips([Token(n, i, p, "assistant", False) for n, (i, p) in enumerate(zip(r.ids, r.pieces))],
-                            pieces=other_pieces(r.name, r.ids), max_height=CHIPS_HEIGHT), unsafe_allow_html=True)
+                            pieces=other_pieces(r.name, r.ids), shown=CHIPS_SHOWN), unsafe_allow_html=True)
 
 st.subheader("6. Capitals and spaces change the token")
 st.markdown("The same word is a different token depending on a leading space or a capital letter. To the model "

@@ -10,15 +10,19 @@ from pipeline.attribution import dla
 from pipeline.attribution import graph as gr
 from pipeline.attribution import interventions as iv
 from pipeline.attribution.record import MAX_POSITIONS, record_step, step_ids
+from pipeline.attribution.window import attribution_window
 from pipeline.core.errors import InputError
+from pipeline.core.maths import softmax
 from pipeline.stages.tokens import tokenize_request
 from pipeline.text.pieces import token_pieces
 from pipeline.text.token_names import token_text
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.heat import heat_chips
 from ui.plots import TICK_FONT, token_axis
+from ui.words import plural
 from views import why_qk
 from views.chrome import end_page, fragment, page_header
+from views.kept_result import kept_result
 from views.long_job import long_job, made_line
 from views.page_path import back_next
 from views.runs import run_for_page
@@ -43,11 +47,8 @@ c1, c2, c3 = st.columns(3)
 answer = token_pieces(lm.tokenizer, trace.generated_token_ids)
 step = c1.selectbox("decode step", range(S), format_func=lambda s: f"{s}: {answer[s].label}", key="why_step",
                     help="Step S is scored from the prompt and the first S answer tokens.")
-ids = step_ids(trace.ids, trace.generated_token_ids, step)
-if len(ids) > MAX_POSITIONS:
-    st.warning(f"This step reads {len(ids):,} positions; the attribution here reads at most {MAX_POSITIONS}. "
-               "Pick an earlier step or a shorter prompt.")
-    end_page()
+window = attribution_window(step_ids(trace.ids, trace.generated_token_ids, step))  # at most MAX_POSITIONS
+ids = window.ids
 top = trace.steps[step].top
 choices = [int(c.id) for c in top]
 chosen = int(trace.generated_token_ids[step])
@@ -70,6 +71,13 @@ def step_record(model_name: str, ids: tuple):
 
 
 rec = step_record(m.name, tuple(ids))
+if window.left_out:
+    first, last = window.left_out_span
+    p_run, p_here = softmax(trace.step_logits[step])[chosen], softmax(rec.logits)[chosen]
+    st.info(f"This step reads {window.total:,} positions; attribution holds at most {MAX_POSITIONS}. Everything below "
+            f"reads the first token and the last {MAX_POSITIONS - 1:,}: positions {first:,}–{last:,} "
+            f"({plural(window.left_out, 'token')}) are left out. On this shorter text the model gives "
+            f"“{markdown_text(name[chosen])}” {p_here:.1%} (the whole run: {p_run:.1%}).")
 what = f"“{name[target]}”" + (f" minus “{name[minus]}”" if minus is not None else "")
 a = dla.direct_logit_attribution(rec, lm, target, minus)
 
@@ -163,7 +171,7 @@ def routes() -> None:
                      tickangle=-60, tickfont=TICK_FONT, title="token position")
     fig.update_yaxes(title="layer (0 = embeddings at the bottom)", range=[-0.5, L + 0.5], tickfont=TICK_FONT)
     st.plotly_chart(fig, width="stretch", key="why_graph")
-    st.caption(f"{len(g.edges)} routes above {threshold:.2f}" + (
+    st.caption(f"{plural(len(g.edges), 'route')} above {threshold:.2f}" + (
         f"; some layers had more positions above it than {cap}: only the strongest are drawn." if g.capped else "."))
     st.markdown("**One node at a time**: pick a head, an MLP or an input token the routes pass through.")
     why_qk.node_panel(lm, rec, g, a, target, name[target], plain_tokens)
@@ -180,8 +188,11 @@ ab_head = a2.selectbox("part", range(H + 1), index=int(best[1]), key="why_ab_hea
                        format_func=lambda h: "MLP" if h == H else f"head {h}")
 ab_head = None if ab_head == H else ab_head
 mode = a3.radio("ablation", iv.MODES, horizontal=True, key="why_ab_mode")
-if st.button("Ablate and run again", key="why_ablate"):
-    r = iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits)
+pressed = st.button("Ablate and run again", key="why_ablate")
+r = kept_result("why_ablation", (m.name, tuple(ids), target, int(ab_layer), ab_head, mode),
+                (lambda: iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits))
+                if pressed else None)  # kept until one of its inputs changes
+if r is not None:
     part = "MLP" if ab_head is None else f"head {ab_head}"
     st.markdown(f"Layer {int(ab_layer)} {part} ({mode}): probability of “{markdown_text(name[target])}” "
                 f"{r.prob_before:.1%} → **{r.prob_after:.1%}**, score {r.logit_before:.2f} → {r.logit_after:.2f}. "
@@ -197,7 +208,8 @@ def inputs(model_name: str, ids: tuple, target: int, positions: tuple):
 
 
 st.subheader("4. Input attribution: which prompt tokens mattered")
-moving = tuple([t.index for t in trace.tokens if t.role == "user"] + list(range(len(trace.ids), len(ids))))
+moving = tuple(k for k in (window.index_of(i) for i in [t.index for t in trace.tokens if t.role == "user"]
+                            + list(range(len(trace.ids), window.total))) if k is not None)  # window positions
 st.caption("Integrated gradients: slide each input vector of your message (and of the answer so far) from a "
            "neutral one (the end token's embedding) to the real one, the rest of the prompt kept as it is, and add "
            "up how the token's log-probability responds on the way. The parts add up to the whole change in "
@@ -245,7 +257,8 @@ else:
         st.error(markdown_text(e))
 if patched is not None:
     p = patched.value
-    cols = [labels[i] for i in p.positions]
+    prompt_labels = axis_labels([q.label for q in token_pieces(lm.tokenizer, clean_ids)])  # the whole prompt's
+    cols = [prompt_labels[i] for i in p.positions]
     fig = go.Figure(go.Heatmap(z=p.restored, x=cols, y=[f"{i}" for i in range(L + 1)], colorscale="RdBu",
                                zmid=0, reversescale=True, colorbar=dict(title="restored", tickfont=TICK_FONT),
                                hovertemplate="position %{x}<br>before block %{y}<br>%{z:.0%} restored"

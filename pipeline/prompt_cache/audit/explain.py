@@ -10,6 +10,7 @@ from pipeline.prompt_cache.audit.records import Divergence, Measured, Why
 from pipeline.prompt_cache.audit.rules import openai_cached, request_ttl
 from pipeline.prompt_cache.audit.tokens import TokenMemo, token_ids
 from pipeline.prompt_cache.audit.traps import OTHER_FIXES, Finding, Side, classify, where
+from pipeline.text.counts import plural
 
 CONTEXT_TOKENS = 8  # tokens shown each side of a divergence
 
@@ -36,7 +37,7 @@ def explain(replay: Replay, i: int, rec: Measured, closest: Cut) -> Why:
     other = requests[j].number if j >= 0 else None
     finding = classify(r, o, pos, other)
     if finding.trap is None and _expiry_cost(rec, provider, pos, rules):
-        finding = Finding("expired", None, f"Request {other} shares {pos:,} tokens with this one, "
+        finding = Finding("expired", None, f"Request {other} shares {plural(pos, 'token')} with this one, "
                                            f"but that prefix was last used {_ago(replay.times[i] - last_used)} before "
                                            f"and the cache entry had expired ({rules['providers'][provider]['label']} "
                                            f"keeps one {_ago(request_ttl(provider, requests[i], replay.ttls, rules))} "

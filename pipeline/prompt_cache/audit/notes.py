@@ -5,6 +5,7 @@ from __future__ import annotations
 from pipeline.prompt_cache.audit.log import LogRequest
 from pipeline.prompt_cache.audit.records import RequestRecord
 from pipeline.prompt_cache.audit.rules import PROVIDERS
+from pipeline.text.counts import plural
 
 
 def warnings(records: list[RequestRecord], rules: dict) -> list[str]:
@@ -19,14 +20,14 @@ def warnings(records: list[RequestRecord], rules: dict) -> list[str]:
         elif a.below_minimum:
             low[(a.model, a.min_tokens)] = low.get((a.model, a.min_tokens), 0) + 1
     for (model, least), k in low.items():
-        out.append(f"Anthropic: {k} of {n} requests have every breakpoint before {model}'s minimum cacheable length "
-                   f"({least:,} tokens), so nothing of them is cached or written.")
+        out.append(f"Anthropic: in {k} of {plural(n, 'request')}, every breakpoint is before {model}'s minimum "
+                   f"cacheable length ({least:,} tokens), so nothing of them is cached or written.")
     for reason, k in refused.items():
-        out.append(f"Anthropic would refuse {k} of {n} requests: {reason}. Nothing of them is cached here.")
+        out.append(f"Anthropic would refuse {k} of {plural(n, 'request')}: {reason}. Nothing of them is cached here.")
     short = sum(rec.prompt_tokens < rules["providers"]["openai"]["min_tokens"] for rec in records)
     if short:
-        out.append(f"OpenAI: {short} of {n} requests are under {rules['providers']['openai']['min_tokens']:,} tokens, "
-                   f"so OpenAI caches nothing of them.")
+        out.append(f"OpenAI caches nothing of {short} of {plural(n, 'request')}: under "
+                   f"{rules['providers']['openai']['min_tokens']:,} tokens, the least it caches.")
     return out
 
 
@@ -37,8 +38,8 @@ def notes(requests: list[LogRequest], records: list[RequestRecord], tokenizer: s
         out.append("The log has no timestamps: requests are taken as sent back to back, so nothing expires.")
     added = sum(1 for rec in records if rec.anthropic.breakpoints_added)
     if added:
-        out.append(f"{added} of {len(records)} requests carry no cache_control: for the Anthropic column they get "
-                   f"the breakpoints the docs recommend: end of tools/system, the block before the last, "
+        out.append(f"No cache_control in {added} of {plural(len(records), 'request')}: for the Anthropic column "
+                   f"they get the breakpoints the docs recommend: end of tools/system, the block before the last, "
                    f"the last block.")
     return out
 

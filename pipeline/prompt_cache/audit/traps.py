@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pipeline.prompt_cache.audit import volatile
 from pipeline.prompt_cache.audit.log import LogRequest
 from pipeline.prompt_cache.prefix import common_prefix_len
+from pipeline.text.counts import plural
 
 TRAPS = {  # the classic traps: key -> (name, the fix in words)
     "date_or_id": ("a date, time or ID near the start",
@@ -169,7 +170,7 @@ def classify(r: Side, o: Side | None, pos: int, other_number: int | None) -> Fin
         words = _volatile_words(*shown, ref)
         if lost >= LOST_FOR_TRAP:
             return _trap("date_or_id", f"{place} starts to differ at token {pos:,} on a date, time or ID: "
-                                       f"{words}. The {lost:,} tokens after it are the same in both, but are "
+                                       f"{words}. The {plural(lost, 'token')} after it are the same in both, but are "
                                        f"recomputed.")
         return Finding("volatile_late", None, f"A date, time or ID differs from {ref} at token {pos:,} ({words}), "
                                               f"late enough that nothing stable follows it: only the rest of the "
