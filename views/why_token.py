@@ -1,27 +1,21 @@
 """Why this token: which parts of the network pushed the chosen token's score, and proof by changing them."""
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
 from views.chrome import end_page, fragment, page_header
-from views.long_job import long_job, made_line
 from views.runs import run_for_page
 from views.server_state import get_model
+from views.why_patching import patching_section
 from views.session_request import current_request
 from pipeline.attribution import dla, graph as gr, interventions as iv
 from pipeline.attribution.record import MAX_POSITIONS, record_step, step_ids
-from pipeline.errors import InputError
-from pipeline.stages.tokens import tokenize_request
 from pipeline.text.pieces import token_pieces
 from pipeline.text.token_names import token_text
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.heat import heat_chips
-from ui.plots import TICK_FONT, token_axis
-
-PATCH_POSITIONS = 48  # activation patching reads at most the last 48 positions: (L + 1) passes of 48 rows
+from ui.plots import TICK_FONT
 
 page_header("Why this token", "The model gave its chosen token the highest score. Which layers, heads and "
             "input tokens pushed that score up? This page splits the score into parts, draws the routes the "
@@ -214,46 +208,4 @@ if st.button("Compute integrated gradients", key="why_ig") or st.session_state.g
                f"(off by {ia.completeness_gap:.1%}).")
 
 
-st.subheader("5. Activation patching: a clean and a corrupted question")
-st.caption("Run a corrupted question of the same length, then copy one layer × position of the clean run's "
-           "vector into it. Where the copy brings the clean answer back, that position at that layer carries "
-           "what decides the answer. About 1.5 min on the real model here, in passes of up to 12 positions run "
-           "one at a time behind the room's questions; the result is kept for everyone who patches the same two.")
-request = current_request()
-question = request.messages[-1][1]
-default = question.replace("tomatoes", "carrots") if "tomatoes" in question else question
-corrupted = st.text_input("corrupted question (same number of tokens)", default, key="why_corrupted")
-
-
-clicked = st.button("Patch", key="why_patch")
-patched = None
-try:
-    bad_ids = tokenize_request(lm.tokenizer, replace(request, messages=request.messages[:-1]
-                                                     + (("user", corrupted),))).ids
-    clean_ids = list(trace.ids)
-    positions = tuple(range(max(0, len(clean_ids) - PATCH_POSITIONS), len(clean_ids)))
-    steps = iv.patch_residual_steps(lm, clean_ids, bad_ids, list(positions))  # checked now, run in the queue
-except InputError as e:  # said when Patch is pressed
-    if clicked:
-        st.error(markdown_text(e))
-else:
-    try:
-        patched = long_job(("patching", tuple(clean_ids), tuple(bad_ids), positions), lambda: steps,
-                           "activation patching", start=clicked)
-    except InputError as e:
-        st.error(markdown_text(e))
-if patched is not None:
-    p = patched.value
-    cols = [labels[i] for i in p.positions]
-    fig = go.Figure(go.Heatmap(z=p.restored, x=cols, y=[f"{i}" for i in range(L + 1)], colorscale="RdBu",
-                               zmid=0, reversescale=True, colorbar=dict(title="restored", tickfont=TICK_FONT),
-                               hovertemplate="position %{x}<br>before block %{y}<br>%{z:.0%} restored"
-                                             "<extra></extra>"))
-    fig.update_layout(height=max(420, 16 * L + 160), margin=dict(t=30, b=10))
-    token_axis(fig, "x", cols, angle=-60, title="position patched")
-    fig.update_yaxes(title=f"stream before block (L = {L}: after the last)", autorange="reversed",
-                     type="category", tickfont=TICK_FONT)
-    st.plotly_chart(fig, width="stretch", key="why_patching")
-    st.caption(f"1 = the clean answer's lead of “{token_text(lm.tokenizer, p.clean_id)}” over "
-               f"“{token_text(lm.tokenizer, p.corrupted_id)}” fully back ({p.clean_diff:+.2f} clean, "
-               f"{p.corrupted_diff:+.2f} corrupted). First answer step only. {made_line(patched)}")
+patching_section(lm, current_request(), list(trace.ids), labels)
