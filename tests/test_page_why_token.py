@@ -120,8 +120,8 @@ def test_patching_shows_its_progress_and_the_one_who_started_it_can_cancel_it(ti
     [job] = patching_jobs()
     at.run()
     [text] = progress_texts(at)
-    assert text.startswith(f"⏳ Patching: 2 of {job.progress.total} parts done (the corrupted question run, forward and "
-                           "backward)")
+    assert text.startswith(f"⏳ Patching: 2 of {job.progress.total} parts done (the corrupted question run, "
+                           "forward and backward)")
     cancel = [b for b in at.button if b.label == "Cancel"]
     assert len(cancel) == 1 and not any(c.value.startswith("1 = the clean answer") for c in at.caption)
     cancel[0].click().run()
@@ -168,3 +168,17 @@ def test_two_sessions_patching_the_same_share_one_run_and_its_result_with_when_i
     np.testing.assert_array_equal(charts[0], charts[1])
     np.testing.assert_array_equal(charts[0], charts[2])
     assert runs == [1]
+
+
+def test_neurons_table_adds_up_to_the_mlps_bar(tiny_app):
+    """The MLP's neurons on the page: by default the layer whose MLP moved the score most, the last position; the
+    caption's sum of every neuron is that MLP's bar of the chart."""
+    at = run_page()
+    mlp_bars = np.asarray(chart_data(at.get("plotly_chart")[0])[1]["y"])
+    layer = int(np.argmax(np.abs(mlp_bars)))
+    assert at.number_input(key="why_neuron_layer").value == layer
+    [line] = [c.value for c in at.caption if c.value.startswith(f"Layer {layer}'s MLP adds")]
+    assert float(line.split("neurons add up to ")[1].split(",")[0]) == pytest.approx(mlp_bars[layer], abs=2e-3)
+    at.selectbox(key="why_neuron_position").set_value(0).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any(c.value.startswith(f"Layer {layer}'s MLP adds") and "at position 0" in c.value for c in at.caption)

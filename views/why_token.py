@@ -7,6 +7,7 @@ import streamlit as st
 from views.chrome import end_page, fragment, page_header
 from views.runs import run_for_page
 from views.server_state import get_model
+from views.why_neurons import neurons_section
 from views.why_patching import patching_section
 from views.session_request import current_request
 from pipeline.attribution import dla, graph as gr, interventions as iv
@@ -104,6 +105,7 @@ head_pick = h2.selectbox("head (or the layer's MLP)", [*range(H), None], index=i
 st.caption("What this part writes, read through the final norm and the output matrix: the tokens it raises most "
            "and lowers most.")
 promoted_table(int(layer_pick), head_pick)
+neurons_section(lm, rec, target, a.mlp, plain_tokens)
 
 
 @fragment
@@ -182,7 +184,7 @@ if st.button("Ablate and run again", key="why_ablate") or picked is not None:  #
                    if r.answer_changes else "The top token stays the same."))
 
 
-@st.cache_data(max_entries=8, show_spinner="Integrated gradients: the model forward and backward, 30 times...")
+@st.cache_data(max_entries=8, show_spinner="Integrated gradients: the model forward and backward, 30 times or more...")
 def inputs(model_name: str, ids: tuple, target: int, positions: tuple):
     from pipeline.attribution.gradients import input_attribution
 
@@ -194,7 +196,9 @@ moving = tuple([t.index for t in trace.tokens if t.role == "user"] + list(range(
 st.caption("Integrated gradients: slide each input vector of your message (and of the answer so far) from a "
            "neutral one (the end token's embedding) to the real one, the rest of the prompt kept as it is, and add "
            "up how the token's log-probability responds on the way. The parts add up to the whole change in "
-           "log-probability, up to the error of the 30-step integral (said under the chips).")
+           "log-probability, up to the error of the integral: it starts with 30 points on the way and adds more "
+           "where the parts of the way miss their own change, until the whole misses by under 4 % (said under the "
+           "chips).")
 ig_key = (m.name, tuple(ids), target)
 if st.button("Compute integrated gradients", key="why_ig") or st.session_state.get("why_ig_done") == ig_key:
     st.session_state["why_ig_done"] = ig_key
@@ -205,7 +209,7 @@ if st.button("Compute integrated gradients", key="why_ig") or st.session_state.g
     st.html(heat_chips([plain_tokens[i] for i in shown], values[shown]))
     st.caption(f"Red raises the log-probability of “{name[target]}”, blue lowers it (hover a chip for its value). "
                f"Sum {ia.integrated.sum():+.3f} against the change {ia.log_prob - ia.baseline_log_prob:+.3f} "
-               f"(off by {ia.completeness_gap:.1%}).")
+               f"(off by {ia.completeness_gap:.1%}, with {ia.steps} points on the way in {ia.panels} parts).")
 
 
 patching_section(lm, current_request(), list(trace.ids), labels)
