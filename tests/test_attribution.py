@@ -213,3 +213,20 @@ def test_explain_document_has_the_cli_keys(tiny_models, tokenizer):
     assert doc["inputs"]["positions"] == [1, 2, len(prompt), len(prompt) + 1]
     ig = np.array(doc["inputs"]["integrated_gradients"])
     assert set(np.flatnonzero(ig)) == set(doc["inputs"]["positions"])
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("which", ["lm", "gemma_lm"])
+def test_real_models_integrated_gradients_within_five_percent(which, request):
+    """The page's case (the default question, its first token, the user's tokens moving from the end token's
+    embedding): the attributions add up to the change in log-probability within 5 %. A fixed 30-node rule missed by
+    5.7 % on SmolLM2 and 15.9 % on Gemma 3 (60 nodes: 20 %); the adaptive rule halves the panels that miss."""
+    from pipeline.run.trace import run_trace
+    from pipeline.stages.request import ChatRequest
+
+    lm = request.getfixturevalue(which)
+    trace = run_trace(ChatRequest.from_question("Are tomatoes fruit?"), lm)
+    moving = [t.index for t in trace.tokens if t.role == "user"]
+    ia = input_attribution(lm, list(trace.ids), trace.generated_token_ids[0], steps=30, positions=moving)
+    assert ia.completeness_gap < 0.05, (ia.completeness_gap, ia.steps, ia.panels)
+    assert set(np.flatnonzero(ia.integrated)) <= set(moving)

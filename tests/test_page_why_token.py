@@ -50,6 +50,10 @@ def test_buttons_ablate_patch_and_integrate(tiny_app):
     at.button(key="why_patch").click().run()
     assert not at.exception, [e.message for e in at.exception]
     assert any(c.value.startswith("1 = the clean answer") for c in at.caption)
+    assert any(m.value.startswith("Agreement over the 12 parts patched for real") for m in at.markdown)
+    at.button(key="why_patch_map").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any(c.value.startswith("The full map: ") for c in at.caption)
     at.text_input(key="why_corrupted").set_value("Are carrots a kind of fruit?").run()
     at.button(key="why_patch").click().run()
     assert any("corrupted: must have as many tokens" in e.value for e in at.error)
@@ -60,10 +64,10 @@ def held_patching(monkeypatch):
     stand-in for a long job on the real model): returns (held, go_on, runs) events and the list of runs made."""
     import threading
 
-    from pipeline.attribution import interventions as iv
+    from pipeline.attribution import component_patching as cp
 
     held, go_on, runs = threading.Event(), threading.Event(), []
-    real = iv.patch_residual_steps
+    real = cp.estimate_steps
 
     def steps(*args, **kw):
         inner = real(*args, **kw)  # the input is checked now, as on the page
@@ -77,14 +81,14 @@ def held_patching(monkeypatch):
             return (yield from inner)
         return chunks()
 
-    monkeypatch.setattr(iv, "patch_residual_steps", steps)
+    monkeypatch.setattr(cp, "estimate_steps", steps)
     return held, go_on, runs
 
 
 def patching_jobs():
     from views.server_state import run_queue
 
-    return [t for t in run_queue().long_jobs() if "patching" in t.key]
+    return [t for t in run_queue().long_jobs() if "component patching" in t.key]
 
 
 def progress_texts(at) -> list[str]:
@@ -109,12 +113,13 @@ def test_patching_shows_its_progress_and_the_one_who_started_it_can_cancel_it(ti
     [job] = patching_jobs()
     at.run()
     [text] = progress_texts(at)
-    assert text.startswith(f"⏳ Activation patching: 2 of {job.progress.total} parts done (the corrupted question run)")
+    assert text.startswith(f"⏳ Patching: 2 of {job.progress.total} parts done (the corrupted question run, "
+                           "forward and backward)")
     cancel = [b for b in at.button if b.label == "Cancel"]
     assert len(cancel) == 1 and not any(c.value.startswith("1 = the clean answer") for c in at.caption)
     cancel[0].click().run()
     assert not at.exception, [e.message for e in at.exception]
-    stopped = f"You stopped activation patching after 2 of its {job.progress.total} parts."
+    stopped = f"You stopped patching after 2 of its {job.progress.total} parts."
     assert any(i.value == stopped for i in at.info), [i.value for i in at.info]
     assert not progress_texts(at) and not [b for b in at.button if b.label == "Cancel"]
     go_on.set()
@@ -151,7 +156,22 @@ def test_two_sessions_patching_the_same_share_one_run_and_its_result_with_when_i
         assert not at.exception, [e.message for e in at.exception]
         [caption] = [c.value for c in at.caption if c.value.startswith("1 = the clean answer")]
         assert "Made at " in caption and "kept for everyone who asks the same" in caption
-        charts.append(np.asarray(chart_data(at.get("plotly_chart")[-1])[0]["z"]))
+        [chart] = [c for c in at.get("plotly_chart") if "attribution patching" in c.proto.spec]
+        charts.append(np.asarray(chart_data(chart)[0]["z"]))
     np.testing.assert_array_equal(charts[0], charts[1])
     np.testing.assert_array_equal(charts[0], charts[2])
     assert runs == [1]
+
+
+def test_neurons_table_adds_up_to_the_mlps_bar(tiny_app):
+    """The MLP's neurons on the page: by default the layer whose MLP moved the score most, the last position; the
+    caption's sum of every neuron is that MLP's bar of the chart."""
+    at = run_page("why_token")
+    mlp_bars = np.asarray(chart_data(at.get("plotly_chart")[0])[1]["y"])
+    layer = int(np.argmax(np.abs(mlp_bars)))
+    assert at.number_input(key="why_neuron_layer").value == layer
+    [line] = [c.value for c in at.caption if c.value.startswith(f"Layer {layer}'s MLP adds")]
+    assert float(line.split("neurons add up to ")[1].split(",")[0]) == pytest.approx(mlp_bars[layer], abs=2e-3)
+    at.selectbox(key="why_neuron_position").set_value(0).run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any(c.value.startswith(f"Layer {layer}'s MLP adds") and "at position 0" in c.value for c in at.caption)

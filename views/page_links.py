@@ -117,6 +117,8 @@ def _why_token(L, H):
                    Param("why_ab_mode", choice(MODES)),
                    Param("why_ig_kind", choice(["integrated gradients", "gradient × input"])),
                    Param("why_corrupted", text()), Param("why_qk_query", integer(0, WIDE)),
+                   Param("why_neuron_layer", integer(0, L - 1)), Param("why_neuron_position", integer(0, WIDE)),
+                   Param("why_patch_top", integer(0, 48)),  # component_patching.MAX_CHECKED
                    Param("why_node_mode", choice(MODES)))
 
 

@@ -59,7 +59,8 @@ def explain(lm: LanguageModel, prompt_ids: list[int], generated_ids: list[int], 
         positions = None if moving is None else [k for k in map(window.index_of, list(moving) + list(
             range(len(prompt_ids), window.total))) if k is not None]
         ia = input_attribution(lm, ids, target, steps=ig_steps, positions=positions)
-        doc["inputs"] = {"baseline": ia.baseline, "positions": positions, "steps": ia.steps, "log_prob": ia.log_prob,
+        doc["inputs"] = {"baseline": ia.baseline, "positions": positions, "steps": ia.steps, "panels": ia.panels,
+                         "log_prob": ia.log_prob,
                          "baseline_log_prob": ia.baseline_log_prob, "completeness_gap": ia.completeness_gap,
                          "grad_x_input": ia.grad_x_input.tolist(), "integrated_gradients": ia.integrated.tolist()}
     return doc

@@ -8,6 +8,13 @@ IntegratedGradients do; Captum itself is not a dependency).
 Completeness: the IG attributions sum to f(E) - f(E0), up to the quadrature's error
 (`InputAttribution.completeness_gap` says how far off a run is).
 
+The rule, adaptive: [0, 1] is cut into panels of NODES nodes each (Gauss-Legendre on each), `steps` nodes in all to
+start with. On each panel [lo, hi] the same completeness holds and can be checked: its share of the integral must
+equal f(lo + ...) at hi minus at lo, both known from a plain evaluation (one more batch row per panel end). While
+the panels' gaps add up to more than GAP_TARGET of |f(E) - f(E0)| (an upper bound of the whole gap), the panels
+with the largest gaps are halved, until MAX_STEPS nodes are spent. A smooth path stays at `steps` nodes; a path
+with a sharp bend gets its nodes where it bends (SmolLM2's default question: 30 nodes on one panel missed by 5.7 %).
+
 The baseline E0. Captum's default is 0 (`baseline="zero"` here), but in these models the path from 0 starts at
 a point the network treats specially: every RMSNorm divides out the scale a of its input until a is so small
 that its epsilon takes over, and with several norms in a row (four per Gemma block) f jumps between a = 0 and
@@ -29,7 +36,10 @@ import numpy as np
 from pipeline.core.errors import InputError
 from pipeline.model.interface import LanguageModel
 
-MAX_STEPS = 128
+MAX_STEPS = 128  # the most nodes one call starts with
+MAX_NODES = 256  # the most gradient evaluations the adaptive rule spends in all (panel ends not counted)
+NODES = 6  # Gauss-Legendre nodes per panel
+GAP_TARGET = 0.04  # halve panels until their gaps add up to under this share of |f(E) - f(E0)|
 BATCH_ROWS = 2048  # positions per pass (steps x T): bounds memory on a long prompt
 BASELINES = ("reference", "zero")
 PANELS = (0.0, 1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # the zero baseline's quadrature
@@ -43,26 +53,14 @@ class InputAttribution:
     baseline_log_prob: float  # f(E0)
     grad_x_input: np.ndarray  # (T,)
     integrated: np.ndarray  # (T,)
-    steps: int
+    steps: int  # gradient evaluations spent (halved panels' nodes included)
+    panels: int = 1  # the panels the rule ended with
 
     @property
     def completeness_gap(self) -> float:
         """|sum IG - (f(E) - f(E0))| / |f(E) - f(E0)|: 0 for an exact integral."""
         want = self.log_prob - self.baseline_log_prob
         return abs(float(self.integrated.sum()) - want) / max(abs(want), 1e-12)
-
-
-def quadrature(steps: int, panels: tuple = (0.0, 1.0)) -> tuple[np.ndarray, np.ndarray]:
-    """(steps,) nodes in [0, 1] and their weights (summing to 1): Gauss-Legendre on each panel, the steps
-    shared between the panels (at least one node each)."""
-    n = len(panels) - 1
-    per = [steps // n + (1 if k < steps % n else 0) for k in range(n)]
-    nodes, weights = [], []
-    for (lo, hi), k in zip(zip(panels, panels[1:]), per):
-        x, w = np.polynomial.legendre.leggauss(max(k, 1))
-        nodes.append(lo + (x + 1) / 2 * (hi - lo))
-        weights.append(w / 2 * (hi - lo))
-    return np.concatenate(nodes), np.concatenate(weights)
 
 
 def reference_id(lm: LanguageModel) -> int:
@@ -119,12 +117,59 @@ def input_attribution(lm: LanguageModel, ids: list[int], target_id: int, steps: 
     lp, grad = _log_prob_and_grad(lm, e.to(dtype), target_id)
     gxi = (e * grad.float()).sum(-1)[0].cpu().numpy()
     base_lp, _ = _log_prob_and_grad(lm, e0.to(dtype), target_id)
-    alphas, w = quadrature(steps, PANELS if baseline == "zero" else (0.0, 1.0))
-    total = torch.zeros_like(e[0])
-    per = max(1, BATCH_ROWS // len(ids))
-    for start in range(0, steps, per):
-        a = torch.tensor(alphas[start:start + per], dtype=e.dtype, device=e.device)[:, None, None]
-        _, g = _log_prob_and_grad(lm, (e0 + a * (e - e0)).to(dtype), target_id)
-        total += (g.float() * torch.tensor(w[start:start + per], dtype=e.dtype, device=e.device)[:, None, None]).sum(0)
+    bounds = PANELS if baseline == "zero" else tuple(np.linspace(0.0, 1.0, max(1, round(steps / NODES)) + 1))
+    per_panel = max(1, steps // (len(bounds) - 1))
+    f = {0.0: float(base_lp[0]), 1.0: float(lp[0])}
+    panels = _panels(lm, e, e0, target_id, list(zip(bounds, bounds[1:])), per_panel, f)
+    spent = len(panels) * per_panel
+    want = abs(f[1.0] - f[0.0])
+    while sum(p[2] for p in panels.values()) > GAP_TARGET * max(want, 1e-12):
+        worst = sorted(panels, key=lambda k: -panels[k][2])
+        split, left = [], sum(p[2] for p in panels.values())
+        for lo, hi in worst:  # the worst panels, until what is left is under half the target
+            if left <= GAP_TARGET * want / 2 or spent + 2 * (len(split) + 1) * per_panel > MAX_NODES:
+                break
+            split.append((lo, hi))
+            left -= panels[lo, hi][2]
+        if not split:
+            break
+        for k in split:
+            del panels[k]
+        halves = [h for lo, hi in split for h in ((lo, (lo + hi) / 2), ((lo + hi) / 2, hi))]
+        panels.update(_panels(lm, e, e0, target_id, halves, per_panel, f))
+        spent += len(halves) * per_panel
+    total = sum(p[0] for p in panels.values())
     ig = ((e - e0)[0] * total).sum(-1).cpu().numpy()
-    return InputAttribution(int(target_id), baseline, float(lp[0]), float(base_lp[0]), gxi, ig, steps)
+    return InputAttribution(int(target_id), baseline, float(lp[0]), float(base_lp[0]), gxi, ig, spent, len(panels))
+
+
+def _panels(lm: LanguageModel, e, e0, target_id: int, spans: list[tuple[float, float]], nodes: int, f: dict) -> dict:
+    """{(lo, hi): (the panel's integral of the gradient (T, D), its quadrature of df along the path, its gap
+    |that - (f(hi) - f(lo))|)} for each span, Gauss-Legendre with `nodes` nodes; `f` ({alpha: f}) gains the
+    panel ends it lacked (evaluated in the same batches as the nodes)."""
+    import torch
+
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    ends = sorted({a for span in spans for a in span} - set(f))
+    alphas = [lo + (x + 1) / 2 * (hi - lo) for lo, hi in spans]
+    rows = np.concatenate(alphas + [np.array(ends)])
+    weights = np.concatenate([w / 2 * (hi - lo) for lo, hi in spans] + [np.zeros(len(ends))])
+    panel_of = np.concatenate([np.full(nodes, k) for k in range(len(spans))] + [np.full(len(ends), -1)])
+    integrals = torch.zeros((len(spans),) + tuple(e.shape[1:]), dtype=e.dtype, device=e.device)
+    lps = []
+    per = max(1, BATCH_ROWS // e.shape[1])
+    for start in range(0, len(rows), per):
+        a = torch.tensor(rows[start:start + per], dtype=e.dtype, device=e.device)[:, None, None]
+        lp, g = _log_prob_and_grad(lm, (e0 + a * (e - e0)).to(lm.model.get_input_embeddings().weight.dtype), target_id)
+        for r in range(len(a)):  # each node's weighted gradient into its panel's integral (the panel ends: none)
+            if panel_of[start + r] >= 0:
+                integrals[panel_of[start + r]] += float(weights[start + r]) * g[r].float()
+        lps.append(lp.float().cpu().numpy())
+    lp = np.concatenate(lps)
+    f.update({a: float(v) for a, v in zip(ends, lp[len(rows) - len(ends):])})
+    out = {}
+    for k, (lo, hi) in enumerate(spans):
+        integral = integrals[k]
+        quad = float(((e - e0)[0] * integral).sum())
+        out[lo, hi] = (integral, quad, abs(quad - (f[hi] - f[lo])))
+    return out

@@ -141,13 +141,25 @@ def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[
     return run_to_end(patch_residual_steps(lm, clean_ids, corrupted_ids, positions, layers))
 
 
+def check_pair(clean_ids: list[int], corrupted_ids: list[int]) -> None:
+    """Patching copies position by position: the two prompts must have as many tokens."""
+    if len(clean_ids) != len(corrupted_ids):
+        raise InputError("corrupted", f"must have as many tokens as the clean prompt ({len(clean_ids)}), "
+                                      f"has {len(corrupted_ids)}: change a word for a word of the same length.")
+
+
+def contrast(clean: np.ndarray, corrupted: np.ndarray) -> tuple[int, int]:
+    """The two answers patching measures between, from the two runs' last logits: (the clean run's top token, the
+    corrupted run's top token, or the clean run's runner-up when both runs agree)."""
+    a, b = int(clean.argmax()), int(corrupted.argmax())
+    return (a, int(np.argsort(clean)[-2])) if b == a else (a, b)
+
+
 def patch_residual_steps(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
                          positions: list[int] | None = None, layers: list[int] | None = None) -> Steps[Patching]:
     """patch_residual as a long job: the input is checked now (InputError naming the field), the work runs a
     chunk per next(): the clean and the corrupted runs, one per layer patched, the whole last stream."""
-    if len(clean_ids) != len(corrupted_ids):
-        raise InputError("corrupted", f"must have as many tokens as the clean prompt ({len(clean_ids)}), "
-                                      f"has {len(corrupted_ids)}: change a word for a word of the same length.")
+    check_pair(clean_ids, corrupted_ids)
     T, L = len(clean_ids), lm.dims.L
     positions = list(range(T)) if positions is None else sorted(set(positions))
     if not positions or not all(0 <= p < T for p in positions):
@@ -175,10 +187,7 @@ def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[i
     corrupted = _last_logits(lm, corrupted_ids)
     yield Progress(2, total, "the corrupted question run")
     clean = clean.numpy()
-    a = int(clean.argmax())
-    b = int(corrupted.argmax())
-    if b == a:
-        b = int(np.argsort(clean)[-2])
+    a, b = contrast(clean, corrupted)
     diff = lambda lg: lg[..., a] - lg[..., b]  # noqa: E731
     d_clean, d_bad = float(diff(clean)), float(diff(corrupted))
     span = d_clean - d_bad if abs(d_clean - d_bad) > 1e-9 else 1e-9

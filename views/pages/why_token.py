@@ -1,6 +1,4 @@
 """Why this token: which parts of the network pushed the chosen token's score, and proof by changing them."""
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -11,25 +9,22 @@ from pipeline.attribution import graph as gr
 from pipeline.attribution import interventions as iv
 from pipeline.attribution.record import MAX_POSITIONS, record_step, step_ids
 from pipeline.attribution.window import attribution_window
-from pipeline.core.errors import InputError
 from pipeline.core.maths import softmax
-from pipeline.stages.tokens import tokenize_request
 from pipeline.text.pieces import token_pieces
 from pipeline.text.token_names import token_text
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.heat import heat_chips
-from ui.plots import TICK_FONT, token_axis
+from ui.plots import TICK_FONT
 from ui.words import plural
 from views import why_qk
 from views.chrome import end_page, fragment, page_header
 from views.kept_result import kept_result
-from views.long_job import long_job, made_line
 from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.session_request import current_request
-
-PATCH_POSITIONS = 48  # activation patching reads at most the last 48 positions: (L + 1) passes of 48 rows
+from views.why_neurons import neurons_section
+from views.why_patching import patching_section
 
 page_header("Why this token", "The model gave its chosen token the highest score. Which layers, heads and "
             "input tokens pushed that score up? This page splits the score into parts, draws the routes the "
@@ -129,6 +124,7 @@ if head_pick is not None:
                          format_func=lambda t: f"({t}) {plain_tokens[t]}" + (" · the last" if t == len(ids) - 1
                                                                             else ""))
     why_qk.qk_panel(lm, rec, int(layer_pick), head_pick, int(query), plain_tokens, "why_qk")
+neurons_section(lm, rec, target, a.mlp, plain_tokens)
 
 
 @fragment
@@ -200,7 +196,7 @@ if r is not None:
                    if r.answer_changes else "The top token stays the same."))
 
 
-@st.cache_data(max_entries=8, show_spinner="Integrated gradients: the model forward and backward, 30 times...")
+@st.cache_data(max_entries=8, show_spinner="Integrated gradients: the model forward and backward, 30 times or more...")
 def inputs(model_name: str, ids: tuple, target: int, positions: tuple):
     from pipeline.attribution.gradients import input_attribution
 
@@ -213,7 +209,9 @@ moving = tuple(k for k in (window.index_of(i) for i in [t.index for t in trace.t
 st.caption("Integrated gradients: slide each input vector of your message (and of the answer so far) from a "
            "neutral one (the end token's embedding) to the real one, the rest of the prompt kept as it is, and add "
            "up how the token's log-probability responds on the way. The parts add up to the whole change in "
-           "log-probability, up to the error of the 30-step integral (said under the chips).")
+           "log-probability, up to the error of the integral: it starts with 30 points on the way and adds more "
+           "where the parts of the way miss their own change, until the whole misses by under 4 % (said under the "
+           "chips).")
 ig_key = (m.name, tuple(ids), target)
 if st.button("Compute integrated gradients", key="why_ig") or st.session_state.get("why_ig_done") == ig_key:
     st.session_state["why_ig_done"] = ig_key
@@ -224,51 +222,8 @@ if st.button("Compute integrated gradients", key="why_ig") or st.session_state.g
     st.html(heat_chips([plain_tokens[i] for i in shown], values[shown]))
     st.caption(f"Red raises the log-probability of “{name[target]}”, blue lowers it (hover a chip for its value). "
                f"Sum {ia.integrated.sum():+.3f} against the change {ia.log_prob - ia.baseline_log_prob:+.3f} "
-               f"(off by {ia.completeness_gap:.1%}).")
+               f"(off by {ia.completeness_gap:.1%}, with {ia.steps} points on the way in {ia.panels} parts).")
 
 
-st.subheader("5. Activation patching: a clean and a corrupted question")
-st.caption("Run a corrupted question of the same length, then copy one layer × position of the clean run's "
-           "vector into it. Where the copy brings the clean answer back, that position at that layer carries "
-           "what decides the answer. About 1.5 min on the real model here, in passes of up to 12 positions run "
-           "one at a time behind the room's questions; the result is kept for everyone who patches the same two.")
-request = current_request()
-question = request.messages[-1][1]
-default = question.replace("tomatoes", "carrots") if "tomatoes" in question else question
-corrupted = st.text_input("corrupted question (same number of tokens)", default, key="why_corrupted")
-
-
-clicked = st.button("Patch", key="why_patch")
-patched = None
-try:
-    bad_ids = tokenize_request(lm.tokenizer, replace(request, messages=request.messages[:-1]
-                                                     + (("user", corrupted),))).ids
-    clean_ids = list(trace.ids)
-    positions = tuple(range(max(0, len(clean_ids) - PATCH_POSITIONS), len(clean_ids)))
-    steps = iv.patch_residual_steps(lm, clean_ids, bad_ids, list(positions))  # checked now, run in the queue
-except InputError as e:  # said when Patch is pressed
-    if clicked:
-        st.error(markdown_text(e))
-else:
-    try:
-        patched = long_job(("patching", tuple(clean_ids), tuple(bad_ids), positions), lambda: steps,
-                           "activation patching", start=clicked)
-    except InputError as e:
-        st.error(markdown_text(e))
-if patched is not None:
-    p = patched.value
-    prompt_labels = axis_labels([q.label for q in token_pieces(lm.tokenizer, clean_ids)])  # the whole prompt's
-    cols = [prompt_labels[i] for i in p.positions]
-    fig = go.Figure(go.Heatmap(z=p.restored, x=cols, y=[f"{i}" for i in range(L + 1)], colorscale="RdBu",
-                               zmid=0, reversescale=True, colorbar=dict(title="restored", tickfont=TICK_FONT),
-                               hovertemplate="position %{x}<br>before block %{y}<br>%{z:.0%} restored"
-                                             "<extra></extra>"))
-    fig.update_layout(height=max(420, 16 * L + 160), margin=dict(t=30, b=10))
-    token_axis(fig, "x", cols, angle=-60, title="position patched")
-    fig.update_yaxes(title=f"stream before block (L = {L}: after the last)", autorange="reversed",
-                     type="category", tickfont=TICK_FONT)
-    st.plotly_chart(fig, width="stretch", key="why_patching")
-    st.caption(f"1 = the clean answer's lead of “{token_text(lm.tokenizer, p.clean_id)}” over "
-               f"“{token_text(lm.tokenizer, p.corrupted_id)}” fully back ({p.clean_diff:+.2f} clean, "
-               f"{p.corrupted_diff:+.2f} corrupted). First answer step only. {made_line(patched)}")
+patching_section(lm, current_request(), list(trace.ids), labels)
 back_next()

@@ -1,0 +1,39 @@
+"""Why this token: the MLP's neurons that moved the token most at one layer and position
+(pipeline.attribution.neurons), each with its activation and the tokens it promotes."""
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from pipeline.attribution.neurons import neuron_contributions, promoted_by_neuron
+from pipeline.model.interface import LanguageModel
+from pipeline.text.token_names import token_text
+from ui.escape import markdown_text
+
+SHOWN = 10
+
+
+def neurons_section(lm: LanguageModel, rec, target: int, mlp_parts: np.ndarray, token_labels: list[str]) -> None:
+    """mlp_parts: (L,) each MLP's part of the score (the direct logit attribution's MLP bars), for the default layer."""
+    L, T = lm.dims.L, len(rec.ids)
+    st.markdown("**The MLP's neurons.** An MLP is a few thousand neurons; each writes a fixed direction, scaled by "
+                "its activation. Read through the final norm and the output matrix, each neuron's part of the score "
+                "is its activation × what its direction adds per unit; the parts add up to the MLP's bar.")
+    n1, n2 = st.columns(2)
+    layer = int(n1.number_input("MLP of layer", 0, L - 1, int(np.argmax(np.abs(mlp_parts))), key="why_neuron_layer"))
+    position = n2.selectbox("position", range(T - 1, -1, -1), key="why_neuron_position",
+                            format_func=lambda p: f"{p}: {token_labels[p]}" + (" (the last: this score)"
+                                                                               if p == T - 1 else ""),
+                            help="An earlier position reads that position's own next-token score (the logit lens).")
+    nc = neuron_contributions(rec, lm, layer, target, position)
+    rows = []
+    for n in nc.top(SHOWN):
+        up = promoted_by_neuron(rec, lm, nc, n)
+        rows.append({"neuron": n, "activation": round(float(nc.activations[n]), 3),
+                     "adds to the score": round(float(nc.contributions[n]), 3),
+                     "its write promotes": ", ".join(token_text(lm.tokenizer, t) for t, _ in up)})
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    c = nc.contributions
+    st.caption(f"Layer {layer}'s MLP adds **{nc.mlp_part:+.3f}** to the score of "
+               f"“{markdown_text(token_text(lm.tokenizer, target))}” at position {position}; its {len(c):,} neurons "
+               f"add up to {c.sum():+.3f}, the {SHOWN} above to {c[nc.top(SHOWN)].sum():+.3f} "
+               f"(pushing up: {int((c > 0).sum()):,}, down: {int((c < 0).sum()):,}).")
