@@ -76,6 +76,40 @@ def test_static_step_reads_its_token_and_position_from_tensors_and_rolls_back(to
     torch.testing.assert_close(decoder.logits, first, rtol=0, atol=0)
 
 
+def launched_ops(decoder: GraphedDecoder, token: int, position: int) -> list[tuple[str, tuple]]:
+    """Every ATen op the static step runs for this token at this position, with its tensors' shapes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Log(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            shapes = tuple(tuple(a.shape) for a in tree_leaves((args, kwargs or {})) if isinstance(a, torch.Tensor))
+            self.ops.append((str(func), shapes))
+            return func(*args, **(kwargs or {}))
+
+    with torch.inference_mode():
+        decoder.token.fill_(token)
+        decoder.position.fill_(position)
+        with Log() as log:
+            decoder.static_step()
+    return log.ops
+
+
+def test_the_static_step_runs_the_same_ops_on_the_same_shapes_at_every_position(tiny_lm, tokenizer):
+    """What a CUDA graph needs, checked on the CPU: another token at another position runs the very same ops on
+    the very same shapes, and no op reads a value back to the host (`.item()`), so one capture serves every step."""
+    ids = tokenizer("Are tomatoes fruit?")["input_ids"]
+    decoder = GraphedDecoder(tiny_lm, len(ids) + 16)
+    decoder.prefill(ids)
+    early, late = launched_ops(decoder, 42, len(ids)), launched_ops(decoder, 7, len(ids) + 11)
+    assert early == late and len(early) > 10 * tiny_lm.dims.L
+    assert not [op for op, _ in early if "_local_scalar_dense" in op or "item" in op]
+
+
 def test_the_cpu_keeps_the_plain_decoder(tiny_lm):
     """Off CUDA nothing changes: open_decoder gives PlainDecoder itself."""
     assert not captures_graphs(tiny_lm)
