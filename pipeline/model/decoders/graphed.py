@@ -97,7 +97,7 @@ class GraphedDecoder(PlainDecoder):
                 self.static_step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.static_step()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads' CUDA calls (a server's
+            self.static_step()  # sampler, another request's prefill) may go on during the capture
         self.graph, self.captures = graph, self.captures + 1
         graph.replay()
