@@ -96,12 +96,26 @@ def trace_inputs(args) -> tuple[ChatRequest, dict[int, int]]:
     return request_from_args(args, options), parse_force(args.force, options.max_new_tokens)
 
 
-def trace_from_args(args, request: ChatRequest, force: dict[int, int]):
-    """(model, trace): the model --model names runs the request, --force's tokens put at their steps."""
+def started_model(args):
+    """(model, startup_s): the model --model names, loaded and warmed up (pipeline.model.warm_up); startup_s is
+    the seconds both took, which a first request's TTFT then leaves out (on CUDA: the context, cuBLAS, kernels)."""
+    import time
+
+    from pipeline.model.warm_up import warm_up
+
+    t0 = time.perf_counter()
+    lm = model_from_args(args)
+    warm_up(lm)
+    return lm, time.perf_counter() - t0
+
+
+def trace_from_args(args, request: ChatRequest, force: dict[int, int], lm=None):
+    """(model, trace): the model --model names (or `lm`, loaded already) runs the request, --force's tokens put
+    at their steps."""
     from pipeline.model.capture import layout_for
     from pipeline.run.trace import run_trace
 
-    lm = model_from_args(args)
+    lm = model_from_args(args) if lm is None else lm
     layout_for(lm.model)  # an architecture the capture does not know is refused here, naming what it lacks
     bad = [t for t in force.values() if t >= lm.dims.V]
     if bad:
@@ -117,13 +131,16 @@ def cmd_trace(args) -> int:
     from pipeline.model.prefill import top_per_position
     from pipeline.model.registry import resolve
 
-    lm, trace = trace_from_args(args, request, force)
+    lm, startup_s = started_model(args)
+    lm, trace = trace_from_args(args, request, force, lm)
     spec = resolve(args.model)
     if spec.instruct is False:
         print(f"Note on {spec.display_name}: {spec.note}")
     print_trace(trace)
+    print(f"  start-up {startup_s * 1000:.0f} ms before the request (model load and first-call warm-up; not in TTFT)")
     if args.json_file:
         out = trace.to_json(include_tensors=args.tensors)
+        out["startup_s"] = startup_s  # the process's, before the request arrived; timings.ttft_s is the request's
         if args.tensors:  # the model's best next tokens after every prompt position, from the captured final norm
             top_ids, _, top_probs = top_per_position(lm, trace.prefill.final_norm)
             out["tensors"].update(top_ids=top_ids.tolist(), top_probs=top_probs.tolist())

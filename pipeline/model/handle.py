@@ -138,8 +138,10 @@ class ModelHandle:
         self._loader.start()
 
     def _load_quietly(self) -> None:
+        from pipeline.model.warm_up import warm_cuda
+
         try:
-            self.loaded()
+            warm_cuda(self.loaded())  # a server's start: CUDA's first-call set-up here, not in a first request
         except Exception as e:  # kept for the page that needs the model: it raises it again
             self.load_error = e
 
