@@ -3,8 +3,8 @@ HF generate's, on the tiny model here (the step run eagerly), on SmolLM2 (model 
 captured as a CUDA graph (skipped without CUDA)."""
 import pytest
 import torch
-
 from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm, prompt_ids
+
 from pipeline.model.decoders.factory import captures_graphs, open_decoder
 from pipeline.model.decoders.graphed import GraphedDecoder
 from pipeline.model.decoders.plain import PlainDecoder, rollback

@@ -5,8 +5,8 @@ import time
 
 import pytest
 import torch
-
 from kit.cli import run_cli
+
 from pipeline.model import loader
 from pipeline.model.warm_up import warm_cuda, warm_up
 
@@ -71,6 +71,7 @@ def test_a_servers_background_load_warms_the_model_it_loaded(tiny_lm, monkeypatc
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_cuda_a_server_start_warms_the_device(tokenizer):
     from kit.tiny_models import make_tiny_lm
+
     from pipeline.model.loader import LoadedModel
 
     tiny = make_tiny_lm(tokenizer)
