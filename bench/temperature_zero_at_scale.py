@@ -15,7 +15,7 @@ import os
 import platform
 import time
 
-from pipeline.cli.temperature_zero import print_result
+from pipeline.cli.temperature_zero import print_result, run_printing
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     import torch
 
     from pipeline.cli.arguments import write_json
-    from pipeline.costs.temperature_zero import temperature_zero
+    from pipeline.costs.temperature_zero import temperature_zero_steps
     from pipeline.model.loader import shared_model
 
     if args.threads:
@@ -41,15 +41,8 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
           f"load {load:.1f}, torch {torch.__version__} ({torch.get_num_threads()} threads), device {lm.device}")
-    t0, shown = time.perf_counter(), [0]
-
-    def progress(admitted: int, finished: int) -> None:  # a line every 100 runs done
-        if finished >= shown[0] + 100:
-            shown[0] = finished - finished % 100
-            print(f"  {finished} runs done, {admitted} admitted, {time.perf_counter() - t0:.0f} s", flush=True)
-
-    result = temperature_zero(lm, args.requests, args.new_tokens, args.max_batch, args.fillers, args.seed,
-                              progress=progress)
+    steps = temperature_zero_steps(lm, args.requests, args.new_tokens, args.max_batch, args.fillers, args.seed)
+    result = run_printing(steps, every=100)
     print_result(result.to_json(variants=False))
     print(f"load at the end {os.getloadavg()[0]:.1f}")
     if args.json:

@@ -141,3 +141,28 @@ def test_cli_refuses_bad_input_before_loading(argv, field, monkeypatch, tmp_path
     code, _out, err = run_cli(tmp_path, "temperature-zero", *argv)
     assert code == 2
     assert f"error: {field}:" in err
+
+
+def test_prefill_decode_page_runs_the_question_many_times(tiny_app, monkeypatch):
+    """The page's button runs the long job (small here) and shows the pipeline's own count and answers."""
+    from kit.paths import ROOT
+    from streamlit.testing.v1 import AppTest
+
+    from views import temperature_zero_runs as panel
+
+    monkeypatch.setattr(panel, "RUN_COUNTS", (6, 9))
+    monkeypatch.setattr(panel, "NEW_TOKENS", 3)
+    at = AppTest.from_file(f"{ROOT}/views/pages/prefill_decode.py", default_timeout=300)
+    at.session_state["req_max_new_tokens"] = 2
+    at.run()
+    assert not at.exception, at.exception
+    at.select_slider(key="pd_t0_n").set_value(9)
+    at.button(key="pd_t0").click().run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    distinct = int(metrics["Different answers"].split(" of ")[0])
+    assert metrics["Different answers"] == f"{distinct} of 9"
+    table = at.dataframe[-1].value
+    assert list(table.columns) == ["runs", "parts from the most common at step", "answer"]
+    assert table["runs"].sum() == 9 and len(table) == distinct
+    assert any("batch histories among 9 runs" in c.value for c in at.caption)

@@ -37,13 +37,14 @@ def cmd_temperature_zero(args) -> int:
     check_text("question", args.question)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    from pipeline.costs.temperature_zero import temperature_zero
+    from pipeline.costs.temperature_zero import temperature_zero_steps
     from pipeline.model.loader import load_model, shared_model
     from pipeline.model.registry import resolve
 
     lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
-    result = temperature_zero(lm, args.requests, args.new_tokens, args.max_batch, args.filler_share, args.seed,
-                              args.question, progress=print_progress if args.progress else None)
+    steps = temperature_zero_steps(lm, args.requests, args.new_tokens, args.max_batch, args.filler_share, args.seed,
+                                   args.question)
+    result = run_printing(steps, every=1 if args.progress else None)
     print_result(result.to_json(variants=False))
     if args.json_file:
         write_json(args.json_file, result.to_json(), "the result")
@@ -51,8 +52,18 @@ def cmd_temperature_zero(args) -> int:
     return 0
 
 
-def print_progress(admitted: int, finished: int) -> None:
-    print(f"\r{finished} runs done, {admitted} admitted", end="", file=sys.stderr, flush=True)
+def run_printing(steps, every: int | None):
+    """Run a long job's chunks to its result, printing its progress on stderr each time `every` more runs are
+    done (None: silent)."""
+    shown = 0
+    while True:
+        try:
+            p = next(steps)
+        except StopIteration as end:
+            return end.value
+        if every is not None and p.done >= shown + every:
+            shown = p.done - p.done % every
+            print(p.note, file=sys.stderr, flush=True)
 
 
 def print_result(r: dict) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pipeline.core.checks import integer, number
+from pipeline.core.long_jobs import Progress, Steps, run_to_end
 from pipeline.costs.batched import QUESTIONS
 from pipeline.costs.parting import Pass, Tally, TopScores, tally
 from pipeline.model.interface import LanguageModel
@@ -93,14 +94,25 @@ def _prefill(lm: LanguageModel, prompts: list[list[int]]) -> list:
 
 
 def temperature_zero(lm: LanguageModel, requests: int = 1000, new_tokens: int = 24, max_batch: int = 32,
-                     filler_share: float = 0.25, seed: int = 0, question: str = QUESTIONS[0],
-                     progress=None) -> TemperatureZero:
-    """The same greedy request `requests` times, each run in its own batch mix (see the module's note).
-    progress: called with (runs admitted, runs finished) after every step, e.g. to print or to update a page."""
+                     filler_share: float = 0.25, seed: int = 0, question: str = QUESTIONS[0]) -> TemperatureZero:
+    """The same greedy request `requests` times, each run in its own batch mix (see the module's note)."""
+    return run_to_end(temperature_zero_steps(lm, requests, new_tokens, max_batch, filler_share, seed, question))
+
+
+def temperature_zero_steps(lm: LanguageModel, requests: int = 1000, new_tokens: int = 24, max_batch: int = 32,
+                           filler_share: float = 0.25, seed: int = 0, question: str = QUESTIONS[0]
+                           ) -> Steps[TemperatureZero]:
+    """temperature_zero as a long job (pipeline.core.long_jobs): the arguments are checked now, then each decode
+    step of the running batch (with the arrivals' prefill before it) is a chunk; progress counts the runs done."""
+    check_arguments(requests, new_tokens, max_batch, filler_share, seed)
+    return _steps(lm, requests, new_tokens, max_batch, filler_share, seed, question)
+
+
+def _steps(lm: LanguageModel, requests: int, new_tokens: int, max_batch: int, filler_share: float, seed: int,
+           question: str):
     from pipeline.stages.batched_decoding import BatchDecoder
     from pipeline.stages.tokens import tokenize_request
 
-    check_arguments(requests, new_tokens, max_batch, filler_share, seed)
     rng = np.random.default_rng(seed)
     tokenize = lambda q: tokenize_request(lm.tokenizer, ChatRequest.from_question(q)).ids  # noqa: E731
     mine = tokenize(question)
@@ -146,8 +158,8 @@ def temperature_zero(lm: LanguageModel, requests: int = 1000, new_tokens: int = 
         for row in batch.solo:  # a run decoded on its own (a sliding window shorter than the batch needs)
             if isinstance(row.answer, WatchedAnswer):
                 row.answer.passes.append((1, 0, 0))
-        if progress is not None:
-            progress(admitted, ended)
+        yield Progress(ended, requests, f"{ended} of {requests} runs done, {admitted} admitted; a batch of "
+                                        f"{len(batch)}")
     seconds = time.perf_counter() - t0
     t = tally([a.generated for a in runs], [a.tops for a in runs], [a.passes for a in runs])
     texts = [lm.tokenizer.decode(c.token_ids) for c in t.completions]
