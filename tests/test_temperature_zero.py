@@ -81,6 +81,16 @@ def test_runs_a_batch_changed_part_where_it_changed_them(tiny_lm, monkeypatch):
     assert t.largest_top2_difference == 0.0  # the reference's top two tokens were never moved
 
 
+def test_a_model_whose_window_is_shorter_than_the_prompt_runs_each_request_alone(tiny_models):
+    """The tiny Gemma's sliding window (4) is shorter than the prompt: the room prefills and decodes each such request
+    on its own, so every run's passes are alone and of the same shapes, and their scores are equal to the bit."""
+    from pipeline.costs.temperature_zero import temperature_zero
+
+    t = temperature_zero(tiny_models["gemma"], requests=6, new_tokens=3, max_batch=4, seed=0).tally
+    assert all(p == (1, 0, 0) for v in t.variants for p in v.passes)
+    assert t.distinct == 1 and t.largest_top2_difference == 0.0
+
+
 def test_tally_counts_orders_and_finds_the_first_difference():
     def top(*pairs):  # (id, score) best first
         return [p[0] for p in pairs], [p[1] for p in pairs]

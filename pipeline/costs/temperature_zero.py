@@ -84,13 +84,15 @@ def check_arguments(requests, new_tokens, max_batch, filler_share, seed) -> None
     integer("seed", seed, 0, 2**32 - 1)
 
 
-def _prefill(lm: LanguageModel, prompts: list[list[int]]) -> list:
-    """The arrivals' prefill as the room runs it (pipeline.run.trace._prefill_together): one pass when it can."""
+def _prefill(lm: LanguageModel, prompts: list[list[int]]) -> tuple[list, list[Pass]]:
+    """The arrivals' prefill as the room runs it (pipeline.run.trace._prefill_together): one pass when it can, else
+    one each. Also each prompt's pass: (rows in it, its row, its padding: a batched prefill pads on the right)."""
     from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
 
     if can_batch_prefill(lm, prompts):
-        return run_prefill_batch(lm, prompts)
-    return [run_prefill(lm, p) for p in prompts]
+        width = max(len(p) for p in prompts)
+        return run_prefill_batch(lm, prompts), [(len(prompts), k, width - len(p)) for k, p in enumerate(prompts)]
+    return [run_prefill(lm, p) for p in prompts], [(1, 0, 0)] * len(prompts)
 
 
 def temperature_zero(lm: LanguageModel, requests: int = 1000, new_tokens: int = 24, max_batch: int = 32,
@@ -139,15 +141,14 @@ def _steps(lm: LanguageModel, requests: int, new_tokens: int, max_batch: int, fi
                 if admitted == requests:
                     break
         if arriving:
-            started = _prefill(lm, [ids for ids, _, _ in arriving])
-            width = max(len(ids) for ids, _, _ in arriving)
-            for k, ((ids, opts, watched), s) in enumerate(zip(arriving, started)):
+            started, prefill_passes = _prefill(lm, [ids for ids, _, _ in arriving])
+            for (ids, opts, watched), s, prefilled in zip(arriving, started, prefill_passes):
                 now = time.perf_counter()
                 kind = WatchedAnswer if watched else Answer
                 answer = kind(lm, s.last_logits, opts, f"r{len(runs)}", now, record=False, prompt_ids=ids)
                 batch.join(answer, s.kv_cache)
                 if watched:
-                    answer.passes.append((len(arriving), k, width - len(ids)))  # prefilled right-padded
+                    answer.passes.append(prefilled)
                     runs.append(answer)
         ended += sum(isinstance(r.answer, WatchedAnswer) for r in batch.step())
         steps += 1
