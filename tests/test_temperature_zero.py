@@ -141,7 +141,8 @@ def test_cli_writes_every_run(tiny_lm, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv, field", [(["--requests", "0"], "requests"), (["--new-tokens", "0"], "new_tokens"),
-                                         (["--max-batch", "0"], "max_batch"), (["--fillers", "1.5"], "fillers")])
+                                         (["--max-batch", "0"], "max_batch"), (["--fillers", "1.5"], "fillers"),
+                                         (["--question", ""], "question")])
 def test_cli_refuses_bad_input_before_loading(argv, field, monkeypatch, tmp_path):
     from kit.cli import run_cli
 

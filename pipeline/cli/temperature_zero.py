@@ -30,11 +30,15 @@ def add_temperature_zero_args(sub) -> None:
 
 def cmd_temperature_zero(args) -> int:
     from pipeline.core.files import check_output_file
+    from pipeline.core.errors import InputError
     from pipeline.costs.temperature_zero import check_arguments
-    from pipeline.stages.request import check_text
+    from pipeline.stages.request import ChatRequest
 
     check_arguments(args.requests, args.new_tokens, args.max_batch, args.filler_share, args.seed)
-    check_text("question", args.question)
+    try:
+        ChatRequest.from_question(args.question)  # the request each run makes, checked before the model loads
+    except InputError as e:
+        raise InputError("question", e.message) from None
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
     from pipeline.costs.temperature_zero import temperature_zero_steps
