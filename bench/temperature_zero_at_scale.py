@@ -3,7 +3,7 @@ each run in another batch mix, and the number of distinct completions (Thinking 
 1,000 on a 235B model served by vLLM, 1,000 tokens each).
 
   .venv/bin/python bench/temperature_zero_at_scale.py [--requests 1000] [--new-tokens 24] [--max-batch 32]
-      [--threads 1] [--json out.json] [--model gemma-3-270m]
+      [--threads 1] [--question TEXT] [--json out.json] [--model gemma-3-270m]
 
 The same code runs on a GPU (the model's device decides). --threads: torch's CPU threads (on a shared, loaded
 machine one thread is faster than two). Prints the summary `python -m pipeline temperature-zero` prints.
@@ -25,6 +25,7 @@ def main() -> None:
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--fillers", type=float, default=0.25)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--question", default="Are tomatoes fruit?")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--model", default=None)
@@ -41,7 +42,8 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, {platform.node()}, {os.cpu_count()} CPUs, "
           f"load {load:.1f}, torch {torch.__version__} ({torch.get_num_threads()} threads), device {lm.device}")
-    steps = temperature_zero_steps(lm, args.requests, args.new_tokens, args.max_batch, args.fillers, args.seed)
+    steps = temperature_zero_steps(lm, args.requests, args.new_tokens, args.max_batch, args.fillers, args.seed,
+                                   args.question)
     result = run_printing(steps, every=100)
     print_result(result.to_json(variants=False))
     print(f"load at the end {os.getloadavg()[0]:.1f}")
