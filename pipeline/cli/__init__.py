@@ -1,5 +1,5 @@
-"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|serving|score|explain|speculate ...`
-(`COMMANDS`).
+"""Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|serving|score|explain|speculate|
+temperature-zero ...` (`COMMANDS`).
 
 What a user typed is checked before torch is imported or the model is loaded, so bad input is
 refused at once with exit code 2 and one short line naming the option (pipeline.cli.parser); only a
@@ -22,6 +22,7 @@ from pipeline.cli.arguments import check_model_arg, request_from_args, write_jso
 from pipeline.cli.parser import REQUEST_FIELDS, CliParser, error_line, field_as_typed
 from pipeline.cli.serving import add_serving_args, cmd_serving
 from pipeline.cli.speculate import add_speculate_args, cmd_speculate
+from pipeline.cli.temperature_zero import add_temperature_zero_args, cmd_temperature_zero
 from pipeline.cli.terminal import safe_output
 from pipeline.core.checks import integer, shown, typed_count
 from pipeline.core.errors import InputError
@@ -255,12 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     score_cli.add_parser(sub)
     explain.add_args(sub.add_parser("explain", help="why the model chose a token: logit attribution, routes, inputs"))
     add_speculate_args(sub)
+    add_temperature_zero_args(sub)
     return parser
 
 
 COMMANDS = {"trace": cmd_trace, "tokens": cmd_tokens, "cache-demo": cmd_cache_demo, "cache-audit": cmd_cache_audit,
             "serving": cmd_serving, "score": score_cli.cmd_score, "explain": explain.cmd_explain,
-            "speculate": cmd_speculate}
+            "speculate": cmd_speculate, "temperature-zero": cmd_temperature_zero}
 
 
 def main(argv=None) -> int:

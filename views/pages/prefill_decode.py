@@ -27,6 +27,7 @@ from views.room_schedule import room_schedule
 from views.runs import run_for_page
 from views.server_state import get_model, run_store
 from views.session_request import current_request, request_key
+from views.temperature_zero_runs import temperature_zero_runs
 from views.waiting import result_through_queue, waiting_time
 
 page_header("Prefill & decode", "Two phases, two limits. Prefill pushes the whole prompt through the model in one "
@@ -264,6 +265,7 @@ if asked_n:
                    "the matrix multiplies (cuBLAS picks a different split of the inner sum by batch size) and the "
                    "attention kernel (flash attention splits by sequence length). Batch-invariant kernels give a "
                    "difference of exactly 0 at every step.")
+temperature_zero_runs(lm)
 
 # ---- 5. the room ---------------------------------------------------------------------------------------------------
 st.subheader("5. The room now: four numbers")
