@@ -128,7 +128,7 @@ def test_options_are_found_in_the_parsers():
     """The fuzz covers what the parsers hold: every command, and options added by helpers (add_trace_args)."""
     found = set(OPTIONS)
     assert {c for c, _ in found} == {"trace", "tokens", "cache-demo", "cache-audit", "serving", "score", "explain",
-                                     "speculate", "report"}
+                                     "speculate", "report", "temperature-zero"}
     assert {("trace", "--logit-bias"), ("trace", "--force"), ("serving", "--batch-sizes"), ("report", "--html"),
             ("report", "--force"), ("cache-audit", "--prefill-tps"), ("cache-audit", "file")} <= found
 

@@ -21,7 +21,7 @@ NON_DEFAULT = {
     "nt_step": 2, "nt_draws": 100, "nt_temperature": 0.5, "nt_top_k": 7, "nt_top_p": 0.8, "nt_min_p": 0.1,
     "nt_seed": 3, "nt_allowed": "Yes, Maybe",
     "why_layer": 1, "why_head": 2, "why_ab_layer": 3, "why_ab_head": 3, "why_ab_mode": "mean", "why_threshold": 0.1,
-    "why_node_mode": "mean", "why_neuron_layer": 2, "why_patch_top": 6,
+    "why_node_mode": "mean", "why_neuron_layer": 2, "why_patch_top": 6, "pd_t0_n": 200,
     "why_cap": 5,
     "why_corrupted": "Are pears fruit?",
     "br_step": 1, "br_typed": " maybe",

@@ -180,8 +180,10 @@ def _cache_audit(L, H):
 
 def _prefill_decode(L, H):
     from pipeline.costs.sweep import BATCH_SIZES
+    from views.temperature_zero_runs import RUN_COUNTS
 
-    return _linked(Param("pd_sizes", numbers_from(BATCH_SIZES), _joined), Param("pd_others", integer(1, 31)))
+    return _linked(Param("pd_sizes", numbers_from(BATCH_SIZES), _joined), Param("pd_others", integer(1, 31)),
+                   Param("pd_t0_n", choice(RUN_COUNTS)))
 
 
 _PAGES: dict[str, Callable[[int, int], dict[str, Param]]] = {

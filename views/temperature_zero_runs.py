@@ -7,6 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from pipeline.costs.batched import QUESTIONS
+from pipeline.model.interface import LanguageModel
 from views.long_job import long_job, made_line
 
 RUN_COUNTS = (50, 100, 200, 500)
@@ -14,7 +15,7 @@ NEW_TOKENS, MAX_BATCH = 24, 32
 SHOWN = 8  # answers listed
 
 
-def temperature_zero_runs(lm) -> None:
+def temperature_zero_runs(lm: LanguageModel) -> None:
     from pipeline.costs.temperature_zero import temperature_zero_steps
 
     st.markdown(f"**At scale.** Ask one question ({QUESTIONS[0]!r}) many times at temperature 0 while other "

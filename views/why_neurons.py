@@ -20,9 +20,9 @@ def neurons_section(lm: LanguageModel, rec, target: int, mlp_parts: np.ndarray, 
                 "is its activation × what its direction adds per unit; the parts add up to the MLP's bar.")
     n1, n2 = st.columns(2)
     layer = int(n1.number_input("MLP of layer", 0, L - 1, int(np.argmax(np.abs(mlp_parts))), key="why_neuron_layer"))
-    position = n2.selectbox("position", range(T - 1, -1, -1), key="why_neuron_position",
-                            format_func=lambda p: f"{p}: {token_labels[p]}" + (" (the last: this score)"
-                                                                               if p == T - 1 else ""),
+    # an option's label never depends on the step (a label that did stayed stale in the browser once the step moved)
+    position = n2.selectbox(f"position (the last, {T - 1}, reads this score)", range(T - 1, -1, -1),
+                            key="why_neuron_position", format_func=lambda p: f"{p}: {token_labels[p]}",
                             help="An earlier position reads that position's own next-token score (the logit lens).")
     nc = neuron_contributions(rec, lm, layer, target, position)
     rows = []

@@ -27,6 +27,7 @@ from pipeline.cli.terminal import safe_output
 from pipeline.core.checks import integer, shown, typed_count
 from pipeline.core.errors import InputError
 from pipeline.core.files import check_input_file, check_output_file
+from pipeline.model.interface import LanguageModel
 from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions, check_text, parse_logit_bias
 
 DEFAULTS = GenerationOptions()
@@ -110,7 +111,7 @@ def started_model(args):
     return lm, time.perf_counter() - t0
 
 
-def trace_from_args(args, request: ChatRequest, force: dict[int, int], lm=None):
+def trace_from_args(args, request: ChatRequest, force: dict[int, int], lm: LanguageModel | None = None):
     """(model, trace): the model --model names (or `lm`, loaded already) runs the request, --force's tokens put
     at their steps."""
     from pipeline.model.capture import layout_for

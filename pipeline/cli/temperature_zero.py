@@ -29,8 +29,8 @@ def add_temperature_zero_args(sub) -> None:
 
 
 def cmd_temperature_zero(args) -> int:
-    from pipeline.core.files import check_output_file
     from pipeline.core.errors import InputError
+    from pipeline.core.files import check_output_file
     from pipeline.costs.temperature_zero import check_arguments
     from pipeline.stages.request import ChatRequest
 

@@ -120,9 +120,10 @@ st.caption("What this part writes, read through the final norm and the output ma
 promoted_table(int(layer_pick), head_pick)
 if head_pick is not None:
     st.markdown(f"**Why layer {int(layer_pick)} head {head_pick} attends where it does**")
-    query = st.selectbox("looking from (query position)", range(len(ids) - 1, -1, -1), key="why_qk_query",
-                         format_func=lambda t: f"({t}) {plain_tokens[t]}" + (" · the last" if t == len(ids) - 1
-                                                                            else ""))
+    # an option's label never depends on the step: a picked position keeps its label when the step moves (a label
+    # that did, "· the last", stayed stale in the browser after the step changed)
+    query = st.selectbox(f"looking from (query position; the last is {len(ids) - 1})", range(len(ids) - 1, -1, -1),
+                         key="why_qk_query", format_func=lambda t: f"({t}) {plain_tokens[t]}")
     why_qk.qk_panel(lm, rec, int(layer_pick), head_pick, int(query), plain_tokens, "why_qk")
 neurons_section(lm, rec, target, a.mlp, plain_tokens)
 
