@@ -9,23 +9,16 @@ part whose two runs are equal changes nothing), pandas' own Spearman correlation
 import numpy as np
 import pandas as pd
 import pytest
-import torch
+from kit.texts import CLEAN, CORRUPTED
 
 from pipeline.attribution import component_patching as cp
 from pipeline.core.errors import InputError
-from pipeline.model.loader import LoadedModel
-
-CLEAN, CORRUPTED = "Are tomatoes fruit? Yes, they", "Are carrots fruit? Yes, they"
 
 
 @pytest.fixture(scope="module", params=["llama", "gemma"])
-def tiny(request, tokenizer):
-    from kit.tiny_models import make_tiny_lm, tiny_gemma3
-
-    if request.param == "llama":
-        return make_tiny_lm(tokenizer, seed=1, num_hidden_layers=3, hidden_size=32, intermediate_size=64)
-    return LoadedModel(model=tiny_gemma3(tokenizer).eval(), tokenizer=tokenizer, name="tiny-gemma",
-                       device=torch.device("cpu"))
+def tiny(request, tiny_models):
+    """The tiny Llama, then the tiny Gemma 3 (kit.model_fixtures.tiny_models)."""
+    return tiny_models[request.param]
 
 
 def pandas_spearman(x, y) -> float:

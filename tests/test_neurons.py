@@ -14,17 +14,12 @@ from pipeline.attribution.dla import direct_logit_attribution
 from pipeline.attribution.neurons import neuron_contributions, promoted_by_neuron
 from pipeline.attribution.record import is_gemma, record_step
 from pipeline.core.errors import InputError
-from pipeline.model.loader import LoadedModel
 
 
 @pytest.fixture(scope="module", params=["llama", "gemma"])
-def tiny(request, tokenizer):
-    from kit.tiny_models import make_tiny_lm, tiny_gemma3
-
-    if request.param == "llama":
-        return make_tiny_lm(tokenizer, seed=1, num_hidden_layers=3, hidden_size=32, intermediate_size=64)
-    return LoadedModel(model=tiny_gemma3(tokenizer).eval(), tokenizer=tokenizer, name="tiny-gemma",
-                       device=torch.device("cpu"))
+def tiny(request, tiny_models):
+    """The tiny Llama, then the tiny Gemma 3 (kit.model_fixtures.tiny_models)."""
+    return tiny_models[request.param]
 
 
 def hooked_activations(lm, ids, layer) -> np.ndarray:
