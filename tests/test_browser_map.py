@@ -4,22 +4,17 @@ small map with that part lit, and ends with Back and Next."""
 import os
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, question_shown, settle
+from kit.browser import CHROMIUM, SHOTS, question_shown, server_and_page, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 
 def test_a_part_of_the_map_opens_its_page_with_the_request(tiny_server_cache, tiny_app_model):
-    from playwright.sync_api import sync_playwright
-
     from views.page_path import neighbours
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
     L = tiny_app_model[1].dims.L
-    with app_server("browser-map.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    with server_and_page("browser-map.log", tiny_server_cache, height=1200) as (url, page):
         page.goto(f"{url}/?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
         settle(page, timeout=300)
         page.screenshot(path=str(SHOTS / "map_start.png"))
@@ -35,4 +30,3 @@ def test_a_part_of_the_map_opens_its_page_with_the_request(tiny_server_cache, ti
         links = page.locator('[data-testid="stPageLink"]').all_inner_texts()
         assert any(f"Back: {before.title}" in t for t in links) and any(f"Next: {after.title}" in t for t in links)
         page.screenshot(path=str(SHOTS / "map_attention.png"))
-        browser.close()

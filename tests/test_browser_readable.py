@@ -5,7 +5,7 @@ import os
 import urllib.parse
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from kit.browser import CHROMIUM, SHOTS, server_and_page, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -27,12 +27,7 @@ SHOWN_SHARES = """() => [...document.querySelectorAll('[data-testid="stMain"] sp
 
 
 def test_the_korean_question_shows_in_both_columns_of_compare(tiny_server_cache):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server("browser-readable.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    with server_and_page("browser-readable.log", tiny_server_cache, height=1000) as (url, page):
         page.goto(f"{url}/compare-models?{urllib.parse.urlencode({'q': KOREAN})}")
         settle(page)
         main = page.locator('[data-testid="stMain"]')
@@ -44,4 +39,3 @@ def test_the_korean_question_shows_in_both_columns_of_compare(tiny_server_cache)
         shares = page.evaluate(SHOWN_SHARES)
         assert len(shares) >= 2 * 7, shares  # both columns: at least one chip per character of the question
         assert min(shares) > 0.99, f"user chips clipped: {shares}"
-        browser.close()
