@@ -125,18 +125,21 @@ def share_and_export(boxes, passes: PassCounter) -> None:
     url_state.sync()  # the address bar and the share box
     with exports:
         trace = stored_sidebar_run()
-        if trace is not None:  # built only when clicked (callable data). Streamlit keeps the callables a
-            # while after the page: they hold the run's key, not the run (657 MB at 4,000 tokens), so a run
-            # the store has dropped is not kept alive by an old button.
+        if trace is not None:  # built only when clicked (callable data), and a click runs nothing else
+            # (on_click="ignore"). With Streamlit's default the click also reran the page, which replaced the
+            # button's callable while the browser still asked for the old one: on a busy machine the download
+            # could fail ("Failed to generate file"; the likely cause of a CI run with no report downloaded).
+            # Streamlit keeps the callables a while after the page: they hold the run's key, not the run
+            # (657 MB at 4,000 tokens), so a run the store has dropped is not kept alive by an old button.
             key = request_key(current_request())
             st.download_button("Download the run as JSON",
                                lambda: stored_download(key, lambda run: json.dumps(run.to_json(), ensure_ascii=False,
                                                                                    indent=1)),
                                file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
-                               width="stretch")
+                               width="stretch", on_click="ignore")
             st.download_button("Download a report (one HTML file that opens offline)",
                                lambda: stored_download(key, trace_report), file_name=f"{trace.request.id}.html",
-                               mime="text/html", key="dl_html", width="stretch")
+                               mime="text/html", key="dl_html", width="stretch", on_click="ignore")
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")
     with after:

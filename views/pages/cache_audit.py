@@ -184,7 +184,7 @@ if st.toggle("Show the log with the fixes applied", key="ca_fixes"):
         "trap after": a.trap or ""} for b, a in zip(requests, result["after"].requests)]),
         hide_index=True, width="stretch", height=min(400, 38 + 35 * len(requests)))
     st.download_button("Download the fixed log (JSONL)", result["fixed_log"], "fixed_log.jsonl",
-                       "application/jsonl", key="ca_download")
+                       "application/jsonl", key="ca_download", on_click="ignore")
 
 with st.expander("The rules, where each comes from, and what is an estimate"):
     for p in ca.PROVIDERS:
