@@ -106,8 +106,15 @@ def settle(page, timeout: float = 400) -> None:
     except PlaywrightTimeout:
         marks = page.evaluate("() => [...document.querySelectorAll('.tpe-run-done')].map(m => m.dataset.session "
                               "+ ':' + m.dataset.run)")
+        # what tells "the action ran nothing" from "a run is still going" (Streamlit's running indicator, a
+        # queue's place shown on the page) and which element held the keys
+        running = page.locator('[data-testid="stStatusWidget"]').all_inner_texts()
+        alerts = [a[:120] for a in page.locator('[data-testid="stAlert"]').all_inner_texts()]
+        focus = page.evaluate("() => { const e = document.activeElement; return e ? e.tagName + "
+                              "(e.getAttribute('aria-label') ? ' ' + e.getAttribute('aria-label') : '') : ''; }")
         raise AssertionError(f"no run completed in {timeout:.0f} s after the mark {before!r} ({page.url}); the page "
-                             f"holds the marks {marks}") from None
+                             f"holds the marks {marks}; running indicator {running}; alerts {alerts}; "
+                             f"focus on {focus!r}") from None
     _seen[id(page)] = (page, run_mark(page))
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".every(p => p.querySelector('.main-svg'))", timeout=30_000)
