@@ -77,7 +77,7 @@ def served_medians(groups: list[dict]) -> str:
         return "none has finished yet."
     parts = [f"median {g['ttft_label']} " + ("—" if g["ttft_s"] is None else f"{g['ttft_s']:.2f} s")
              + f", {g['tpot_label']} " + ("—" if g["tpot_s"] is None else f"{g['tpot_s'] * 1000:.0f} ms")
-             + (f" on {g['device']}" if g["device"] else "") + f" ({plural(g['requests'], 'request')})"
-             for g in groups]
+             + (f" on {g['device']}" if g["device"] else "")
+             + (f" ({plural(g['requests'], 'request')})" if len(groups) > 1 else "") for g in groups]
     kept_apart = "times of different paths are kept apart: " if len(groups) > 1 else ""
     return kept_apart + "; ".join(parts) + "."
