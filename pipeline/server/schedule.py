@@ -21,7 +21,11 @@ def served_by(engine, handle) -> dict:
     """{prefill_path, decode_path, device} of a request the engine started (its served_by; None each where the
     engine has none): the schedule's times are named by them."""
     said = getattr(engine, "served_by", None)
-    return dict(NOT_SAID) if said is None else {**NOT_SAID, **said(handle)}
+    try:
+        return dict(NOT_SAID) if said is None else {**NOT_SAID, **said(handle)}
+    except Exception:  # the record goes without its names; the request is served all the same
+        log.exception("the engine could not say what served a request")
+        return dict(NOT_SAID)
 
 
 class Schedule:
