@@ -37,8 +37,8 @@ def room_schedule(request_key_of_this_learner) -> None:
                              base=[r["decoding_from_s"] for r in picked], orientation="h",
                              name="your decode steps" if own else "decode steps (in the batch)",
                              marker_color=OWN if own else OTHER,
-                             hovertext=[f"{plural(r['tokens'], 'token')}; TTFT {r['ttft_s']:.2f} s"
-                                        + (f", TPOT {r['tpot_s'] * 1000:.0f} ms" if r["tpot_s"] else "")
+                             hovertext=[f"{plural(r['tokens'], 'token')}; {r['ttft_label']} {r['ttft_s']:.2f} s"
+                                        + (f", {r['tpot_label']} {r['tpot_s'] * 1000:.0f} ms" if r["tpot_s"] else "")
                                         for r in picked], hoverinfo="text"))
     end = max([r["left_s"] or r["decoding_from_s"] for r in rows] + [s["t_s"] for s in data["steps"]])
     start = first_view_start(rows, end)  # a long record opens on its latest requests, not on 1-pixel lines
@@ -61,13 +61,23 @@ def room_schedule(request_key_of_this_learner) -> None:
                             xaxis=dict(title="seconds (the same clock)", range=shown),
                             yaxis=dict(title="batch size", rangemode="tozero", dtick=max(1, len(rows) // 8)))
         st.plotly_chart(sizes, width="stretch")
-    own, med = data["own"], data["medians"]
-    room = (f"Across the {plural(len(rows), 'request')} shown: median TTFT "
-            + (f"{med['ttft_s']:.2f} s" if med["ttft_s"] is not None else "—")
-            + ", median TPOT " + (f"{med['tpot_s'] * 1000:.0f} ms" if med["tpot_s"] is not None else "—") + ". ")
+    own = data["own"]
     mine = ("Your request is not among them: its run was stored before, or ran before the record's window."
             if own is None else f"Yours waited {own['prefill_at_s'] - own['queued_s']:.2f} s in line, took "
-            f"{own['prefill_s']:.2f} s of prefill, then TTFT {own['ttft_s'] or 0:.2f} s"
-            + (f" and TPOT {own['tpot_s'] * 1000:.0f} ms." if own["tpot_s"] else "."))
-    st.caption(room + mine + " TTFT counts from arrival in the queue; TPOT is the mean time between two of a "
-               "request's tokens, which grows with the batch: each step does the work of every request in it.")
+            f"{own['prefill_s']:.2f} s of prefill, then {own['ttft_label']} {own['ttft_s'] or 0:.2f} s"
+            + (f" and {own['tpot_label']} {own['tpot_s'] * 1000:.0f} ms." if own["tpot_s"] else "."))
+    st.caption(f"Across the {plural(len(rows), 'request')} shown: " + served_medians(data["groups"]) + " " + mine
+               + " TTFT counts from arrival in the queue; TPOT is the mean time between two of a request's tokens, "
+               "which grows with the batch: each step does the work of every request in it.")
+
+
+def served_medians(groups: list[dict]) -> str:
+    """The medians of each way of serving, named by its paths and device; never one median over several."""
+    if not groups:
+        return "none has finished yet."
+    parts = [f"median {g['ttft_label']} " + ("—" if g["ttft_s"] is None else f"{g['ttft_s']:.2f} s")
+             + f", {g['tpot_label']} " + ("—" if g["tpot_s"] is None else f"{g['tpot_s'] * 1000:.0f} ms")
+             + (f" on {g['device']}" if g["device"] else "")
+             + (f" ({plural(g['requests'], 'request')})" if len(groups) > 1 else "") for g in groups]
+    kept_apart = "times of different paths are kept apart: " if len(groups) > 1 else ""
+    return kept_apart + "; ".join(parts) + "."

@@ -45,7 +45,7 @@ from typing import Callable, Hashable
 from pipeline.core.checks import integer
 from pipeline.core.errors import InputError
 from pipeline.core.long_jobs import Progress, Steps
-from pipeline.server.schedule import Schedule
+from pipeline.server.schedule import Schedule, served_by
 from pipeline.server.tickets import LongTicket, StepEngine, Ticket
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,8 @@ class RunQueue:
     def schedule(self) -> dict:
         """The running batch's recent record as plain data: {"steps": [{step, t_s, seconds, members}],
         "requests": [{id, key, queued_s, prefill_at_s, prefill_s, joined_step, first_step, first_token_s,
-        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join}],
+        left_step, left_s, tokens, ttft_s, tpot_s, first_after_prefill_s, first_step_s, batch_at_join,
+        prefill_path, decode_path, device}],
         "chunks": [{key, chunk, at_s, seconds}]} (ids are anonymous numbers; `key` is the request's or the long
         job's queue key; chunk: its number within its job)."""
         with self._lock:
@@ -366,7 +367,7 @@ class RunQueue:
         with self._lock:
             self._running_since = self._running_since if self._members else t
             self._members[(kind, handle)] = ticket
-            ticket.rid = self._schedule.admitted(ticket, t, took)
+            ticket.rid = self._schedule.admitted(ticket, t, took, served_by(self.engines[kind], handle))
             if ticket.reserved[0]:
                 self._speeds.append(took / ticket.reserved[0])
 
@@ -400,7 +401,7 @@ class RunQueue:
             for ticket, handle in joined:
                 self._running_since = self._running_since if self._members else t
                 self._members[(kind, handle)] = ticket
-                ticket.rid = self._schedule.admitted(ticket, t, took)
+                ticket.rid = self._schedule.admitted(ticket, t, took, served_by(self.engines[kind], handle))
             prompt_tokens = sum(ticket.reserved[0] for ticket, _ in joined)
             if prompt_tokens:
                 self._speeds.append(took / prompt_tokens)

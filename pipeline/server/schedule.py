@@ -14,6 +14,18 @@ log = logging.getLogger("pipeline.server.run_queue")  # the queue's log: these l
 SCHEDULE_STEPS = 2000  # decode steps the schedule record keeps (the oldest go first)
 SCHEDULE_REQUESTS = 200  # requests it keeps
 SCHEDULE_CHUNKS = 2000  # long jobs' chunks it keeps
+NOT_SAID = {"prefill_path": None, "decode_path": None, "device": None}  # an engine that does not name its paths
+
+
+def served_by(engine, handle) -> dict:
+    """{prefill_path, decode_path, device} of a request the engine started (its served_by; None each where the
+    engine has none): the schedule's times are named by them."""
+    said = getattr(engine, "served_by", None)
+    try:
+        return dict(NOT_SAID) if said is None else {**NOT_SAID, **said(handle)}
+    except Exception:  # the record goes without its names; the request is served all the same
+        log.exception("the engine could not say what served a request")
+        return dict(NOT_SAID)
 
 
 class Schedule:
@@ -36,14 +48,16 @@ class Schedule:
         self.chunks.append({"key": ticket.key, "chunk": ticket.chunks, "at_s": round(started - self.t0, 4),
                             "seconds": round(seconds, 4)})
 
-    def admitted(self, ticket: Ticket, prefill_started: float, prefill_s: float) -> int:
+    def admitted(self, ticket: Ticket, prefill_started: float, prefill_s: float, served: dict = NOT_SAID) -> int:
+        """served: the paths and device that ran it (served_by)."""
         self.admissions += 1
         rid = self.admissions
         self.requests[rid] = {"id": rid, "key": ticket.key, "queued_s": round(ticket.submitted_at - self.t0, 4),
                               "prefill_s": round(prefill_s, 4), "prefill_at_s": round(prefill_started - self.t0, 4),
                               "joined_step": self.count, "first_step": None, "first_token_s": None, "left_step": None,
                               "left_s": None, "tokens": 0, "ttft_s": None, "tpot_s": None,
-                              "first_after_prefill_s": None, "first_step_s": None, "batch_at_join": None}
+                              "first_after_prefill_s": None, "first_step_s": None, "batch_at_join": None,
+                              **NOT_SAID, **served}
         while len(self.requests) > SCHEDULE_REQUESTS:
             self.requests.pop(next(iter(self.requests)))
         return rid

@@ -26,6 +26,8 @@ class StepEngine(Protocol):
     An engine may also offer start_together(payloads, contexts) -> [handle or the error that refused it]: the
     requests admitted in one gap between steps, prefilled together (TraceEngine: one batched pass); the queue
     uses it for two or more, with each payload's caller's context (whose pass counter its passes count for).
+    An engine may name what ran a started request, served_by(handle) -> {prefill_path, decode_path, device}
+    (paths as pipeline.costs.named_time names them): the schedule's TTFT and TPOT are named by them.
     `start` runs in its caller's context, `step` in the first member's: an engine that runs several callers'
     requests in one pass names them (pipeline.model.passes.passes_for)."""
 

@@ -20,6 +20,8 @@ import threading
 from concurrent.futures import Executor
 from typing import Callable, Hashable
 
+from pipeline.costs.ceilings import device_name
+from pipeline.costs.named_time import BATCHED, CAPTURED, PLAIN
 from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import counter_in, current_counter
 from pipeline.server.run_queue import cost_of
@@ -41,6 +43,8 @@ PRICED_REQUESTS = 256  # prompt lengths an engine remembers (a request is priced
 
 class _Engine:
     """Requests of several models: one BatchDecoder per model, all stepped in one queue step."""
+
+    prefill_path = PLAIN  # the path its prefills run on (pipeline.costs.named_time)
 
     def __init__(self, lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int | None = None):
         self.lm_for, self.max_prompt_tokens = lm_for, max_prompt_tokens
@@ -87,6 +91,13 @@ class _Engine:
         self.started[handle] = (lm, row, extra)
         return handle
 
+    def served_by(self, handle: Hashable) -> dict:
+        """The paths a started request runs on, named as pipeline.costs.named_time names them, and the device:
+        its prefill's, and its decode steps' (batched: in the batch's one pass; plain: a decoder of its own)."""
+        lm, row, _ = self.started[handle]
+        return {"prefill_path": self.prefill_path, "decode_path": BATCHED if row.decoder is None else PLAIN,
+                "device": device_name(lm.device)}
+
     def step(self) -> list[tuple[Hashable, object]]:
         ended = set()
         try:
@@ -114,6 +125,8 @@ class TraceEngine(_Engine):
     running batch's next step does not wait for it (~70 ms a request on two CPU cores: stacking 64 steps'
     scores, pickling the run to the disk store); its step then hands the queue a Future of the Trace.
     Without one, the Trace is made in the step."""
+
+    prefill_path = CAPTURED  # every layer's tensors recorded (pipeline.model.prefill)
 
     def __init__(self, lm_for, max_prompt_tokens=None, on_trace: Callable[[Hashable, object], None] | None = None,
                  finisher: Executor | None = None):

@@ -1,6 +1,6 @@
-"""One server's parts wired together: the queue with its two step engines, the store of finished runs and the
-store of other results. The app (views/server_state.py) and the benches (bench/room_cpu.py,
-bench/long_job_wait.py) build them here, so a bench measures the server as it runs.
+"""One server's parts wired together: the queue with its two step engines, the store of finished runs, the
+store of other results and the file of speed verdicts. The app (views/server_state.py) and the benches
+(bench/room_cpu.py, bench/long_job_wait.py) build them here, so a bench measures the server as it runs.
 
     queue = server_queue(lambda request: lm, max_prompt_tokens=4096, on_trace=runs.put)
 """
@@ -15,6 +15,7 @@ from pipeline.model.interface import LanguageModel
 from pipeline.server.run_queue import RunQueue
 from pipeline.server.store.memory import RunStore, deep_size
 from pipeline.server.store.shared import results_store, runs_store
+from pipeline.server.store.verdict_file import VerdictFile
 from pipeline.server.trace_engine import StreamEngine, TraceEngine
 from pipeline.stages.request import ChatRequest
 
@@ -53,3 +54,9 @@ def other_results(cache: Path, is_shared_key: Callable[[Hashable], bool]) -> Run
     """Results of other model runs, 256 MB at most in memory by their real size; those is_shared_key picks are
     kept behind it on disk under cache/results (or in the room's Redis)."""
     return RunStore(max_bytes=RESULT_MAX_BYTES, size_of=deep_size, disk=results_store(is_shared_key, cache / "results"))
+
+
+def speed_verdicts(cache: Path) -> VerdictFile:
+    """Every speed verdict shown, dated, in cache/verdicts.json: a restart and the other servers sharing the folder
+    find them (pipeline.server.store.verdict_file)."""
+    return VerdictFile(cache / "verdicts.json")

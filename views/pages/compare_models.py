@@ -162,7 +162,7 @@ else:
     st.button("Measure the speed again", key="cmp_again",  # read at the top of the page, before the job is asked
               help="A new interleaved measurement, kept beside the earlier ones (never in their place).")
     st.caption("A shared machine's load changes from minute to minute: each measurement is kept with its time, for "
-               "everyone, and the verdict above is what all of them agree on.")
+               "everyone (a restart keeps them), and the verdict above is what all of them agree on.")
 
 stage_link("views/pages/tokens.py", "The same text in both vocabularies: Tokens", "🔤")
 back_next()
