@@ -207,7 +207,7 @@ def test_a_trace_engine_with_a_finisher_makes_the_same_traces_as_without(tiny_lm
         handles = {engine.start((i, r, None)): i for i, r in enumerate(requests)}
         futures = {}
         while len(futures) < len(requests):
-            futures.update((handles[h], f) for h, f in engine.step())
+            futures.update((handles[h], f.complete(None)) for h, f in engine.step())  # as the queue does
         assert all(isinstance(f, Future) for f in futures.values())
         traces = [futures[i].result(30) for i in range(len(requests))]
     assert [t.decode.generated_ids for t in traces] == [t.decode.generated_ids for t in inline]
@@ -225,7 +225,7 @@ def staggered(lm, requests, join_at):
         for i, request in enumerate(requests):
             if join_at[i] == step:
                 handles[engine.start((i, request, None))] = i
-        results.update((handles[h], trace) for h, trace in engine.step())
+        results.update((handles[h], made.complete(None)) for h, made in engine.step())  # as the queue does
         step += 1
     return [results[i] for i in range(len(requests))]
 

@@ -82,6 +82,6 @@ def test_the_schedule_shows_each_median_named_by_its_path(monkeypatch):
     assert not at.exception
     caption = next(c.value for c in at.caption if "median" in c.value)
     assert ("median TTFT (captured run) 2.00 s, TPOT (batched) 300 ms on cpu (x86_64, 2 threads) (2 requests); "
-            "median TTFT (plain path) 0.20 s, TPOT (plain path) 40 ms") in caption
+            "median TTFT (plain path) 200 ms, TPOT (plain path) 40 ms") in caption
     assert "then TTFT (captured run) 1.00 s and TPOT (batched) 200 ms." in caption  # the learner's own
     assert "kept apart" in caption

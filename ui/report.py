@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
+from pipeline.costs.named_time import tpot, ttft
 from pipeline.stages.attention import attention_for_layer
 from pipeline.stages.next_token import filter_stages
 
@@ -109,7 +110,9 @@ def trace_report(trace) -> str:
     deltas = [e for e in trace.events if e["event"] == "text_delta"]
     parts += ["<h2>10. Detokenize and stream</h2>",
               f"<p>{plural(len(deltas), 'text_delta event')} for {plural(S, 'token')}; first token after "
-              f"{trace.timings.ttft_s:.2f} s, then {(trace.timings.tpot_s or 0) * 1000:.0f} ms per token.</p>",
+              f"{html_text(ttft(trace).shown)} ({html_text(ttft(trace).label)})"
+              + (f", then {html_text(tpot(trace).shown)} per token ({html_text(tpot(trace).label)})" if tpot(trace)
+                 else "") + ".</p>",
               f"<pre>{html_text(trace.text or '(empty answer)')}</pre>"]
     parts += ["<h2>11. The decode loop and the KV cache</h2>",
               _fig(go.Figure(go.Scatter(y=[s.kv_cache_bytes / 2**20 for s in trace.steps], mode="lines+markers"))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
-from pipeline.costs.named_time import PLAIN, time_label
+from pipeline.costs.named_time import PLAIN, NamedTime, time_label
 from pipeline.server.run_queue import cost_of
 from pipeline.stages.decode_record import EventKind, StreamEvent
 from ui.words import plural
@@ -47,8 +47,9 @@ def prompt_length(request) -> int:
     return len(tokenize_request(get_model().tokenizer, request).ids)
 
 
-def stream_live(request, captured_tpot_s: float | None) -> Answer:
-    """Queue the request on the plain path and draw its text as it arrives. Returns the finished answer."""
+def stream_live(request, recorded_tpot: NamedTime | None) -> Answer:
+    """Queue the request on the plain path and draw its text as it arrives. Returns the finished answer.
+    recorded_tpot: the stored run's TPOT (pipeline.costs.named_time.tpot), named by its path."""
     from pipeline.faster.fast_path import generate  # torch: imported when a stream starts, not with the page
 
     live = LiveAnswer()
@@ -76,9 +77,9 @@ def stream_live(request, captured_tpot_s: float | None) -> Answer:
         if done:
             break
     answer = ticket.result()  # raises the run's error, if any
-    if answer.tpot_s and captured_tpot_s:
-        st.markdown(f"Just now on the plain serving path: **{answer.tpot_s * 1000:.0f} ms/token**. The captured "
-                    f"run recorded {captured_tpot_s * 1000:.0f} ms/token when it ran — at another moment of a shared "
+    if answer.tpot_s and recorded_tpot:
+        st.markdown(f"Just now on the plain serving path: **{answer.tpot_s * 1000:.0f} ms/token**. The stored run "
+                    f"recorded {recorded_tpot.label} {recorded_tpot.shown} when it ran — at another moment of a shared "
                     "machine (other sessions, your own browser drawing the stream), so the two are not a fair "
                     "comparison: **Compare the two paths now** measures both, interleaved.")
     return answer

@@ -5,6 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from pipeline.costs.named_time import shown
 from pipeline.server.room_schedule import first_view_start, room_rows
 from ui.words import plural
 from views.server_state import run_queue
@@ -37,14 +38,14 @@ def room_schedule(request_key_of_this_learner) -> None:
                              base=[r["decoding_from_s"] for r in picked], orientation="h",
                              name="your decode steps" if own else "decode steps (in the batch)",
                              marker_color=OWN if own else OTHER,
-                             hovertext=[f"{plural(r['tokens'], 'token')}; {r['ttft_label']} {r['ttft_s']:.2f} s"
-                                        + (f", {r['tpot_label']} {r['tpot_s'] * 1000:.0f} ms" if r["tpot_s"] else "")
+                             hovertext=[f"{plural(r['tokens'], 'token')}; {r['ttft_label']} {shown(r['ttft_s'])}"
+                                        + (f", {r['tpot_label']} {shown(r['tpot_s'])}" if r["tpot_s"] else "")
                                         for r in picked], hoverinfo="text"))
     end = max([r["left_s"] or r["decoding_from_s"] for r in rows] + [s["t_s"] for s in data["steps"]])
     start = first_view_start(rows, end)  # a long record opens on its latest requests, not on 1-pixel lines
-    shown = [start - 0.02 * (end - start), end + 0.02 * (end - start)]
+    window = [start - 0.02 * (end - start), end + 0.02 * (end - start)]
     fig.update_layout(barmode="overlay", height=150 + 18 * len(rows), margin=dict(l=10, r=10, t=40, b=10),
-                      xaxis=dict(title="seconds since the first request shown arrived", range=shown),
+                      xaxis=dict(title="seconds since the first request shown arrived", range=window),
                       yaxis=dict(autorange="reversed", title=""),
                       legend=dict(orientation="h", y=1.02, yanchor="bottom"))
     st.plotly_chart(fig, width="stretch")
@@ -58,25 +59,26 @@ def room_schedule(request_key_of_this_learner) -> None:
                                      mode="lines", line_shape="hv", line_color=OTHER))
         sizes.update_layout(height=200, margin=dict(l=10, r=10, t=30, b=10),
                             title="Requests in the batch, step by step",
-                            xaxis=dict(title="seconds (the same clock)", range=shown),
+                            xaxis=dict(title="seconds (the same clock)", range=window),
                             yaxis=dict(title="batch size", rangemode="tozero", dtick=max(1, len(rows) // 8)))
         st.plotly_chart(sizes, width="stretch")
     own = data["own"]
     mine = ("Your request is not among them: its run was stored before, or ran before the record's window."
             if own is None else f"Yours waited {own['prefill_at_s'] - own['queued_s']:.2f} s in line, took "
-            f"{own['prefill_s']:.2f} s of prefill, then {own['ttft_label']} {own['ttft_s'] or 0:.2f} s"
-            + (f" and {own['tpot_label']} {own['tpot_s'] * 1000:.0f} ms." if own["tpot_s"] else "."))
+            f"{own['prefill_s']:.2f} s of prefill, then {own['ttft_label']} {shown(own['ttft_s'] or 0)}"
+            + (f" and {own['tpot_label']} {shown(own['tpot_s'])}." if own["tpot_s"] else "."))
     st.caption(f"Across the {plural(len(rows), 'request')} shown: " + served_medians(data["groups"]) + " " + mine
-               + " TTFT counts from arrival in the queue; TPOT is the mean time between two of a request's tokens, "
-               "which grows with the batch: each step does the work of every request in it.")
+               + " TTFT counts from arrival in the queue (loading the model comes before and is not in it); TPOT is "
+               "the mean time between two of a request's tokens, which grows with the batch: each step does the "
+               "work of every request in it. Each request's stored run records these same times.")
 
 
 def served_medians(groups: list[dict]) -> str:
     """The medians of each way of serving, named by its paths and device; never one median over several."""
     if not groups:
         return "none has finished yet."
-    parts = [f"median {g['ttft_label']} " + ("—" if g["ttft_s"] is None else f"{g['ttft_s']:.2f} s")
-             + f", {g['tpot_label']} " + ("—" if g["tpot_s"] is None else f"{g['tpot_s'] * 1000:.0f} ms")
+    parts = [f"median {g['ttft_label']} " + ("—" if g["ttft_s"] is None else shown(g["ttft_s"]))
+             + f", {g['tpot_label']} " + ("—" if g["tpot_s"] is None else shown(g["tpot_s"]))
              + (f" on {g['device']}" if g["device"] else "")
              + (f" ({plural(g['requests'], 'request')})" if len(groups) > 1 else "") for g in groups]
     kept_apart = "times of different paths are kept apart: " if len(groups) > 1 else ""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from pipeline.costs.named_time import tpot, ttft
 from pipeline.run.record import Trace
 
 
@@ -38,9 +39,9 @@ def print_trace(t: Trace) -> None:
         print(f"  step {s.step:3d}  {s.token_id:6d} {s.token_text:14s} cache {s.kv_cache_tokens:5d} tok "
               f"{s.kv_cache_bytes:>11,} B  {s.seconds * 1000:6.1f} ms  [{top}]")
     _h("7. Completed")
-    tpot = t.timings.tpot_s
-    tpot_text = f"TPOT {tpot * 1000:.0f} ms" if tpot else "TPOT n/a (one token)"
-    print(f"  finish_reason={t.finish_reason}  TTFT {t.timings.ttft_s * 1000:.0f} ms  {tpot_text}")
+    first, per_token = ttft(t), tpot(t)
+    tpot_text = f"{per_token.label} {per_token.seconds * 1000:.0f} ms" if per_token else "TPOT n/a (one token)"
+    print(f"  finish_reason={t.finish_reason}  {first.label} {first.seconds * 1000:.0f} ms  {tpot_text}")
     print(f"  usage {t.usage.to_json()}")
     print(f"  released {t.cleanup.kv_bytes_released:,} bytes of KV cache")
     print(f"  text: {t.text}")

@@ -6,13 +6,17 @@
 - throughput: output tokens per second of the model's busy time. A run decoded in a batch of B shared
   its steps with B - 1 others, so it is given 1/B of its time (the batch size of each step is recorded).
 
-Each as the median and the 95th percentile over the runs (nearest rank: with 3 runs, p95 is the largest).
+Each as the median and the 95th percentile over the runs (nearest rank: with 3 runs, p95 is the largest), over
+runs served the same way only (room_metrics_by_path): TTFT and TPOT are each run's own, as recorded on it
+(pipeline.costs.named_time.served_times), named by the paths that ran it.
 """
 from __future__ import annotations
 
 import math
 import statistics
 from dataclasses import dataclass
+
+from pipeline.costs.named_time import time_label
 
 
 @dataclass(frozen=True)
@@ -65,3 +69,16 @@ def room_metrics(traces: list) -> RoomMetrics:
         throughput_tokens_per_s=tokens / busy if busy > 0 else None,
         output_tokens=tokens,
     )
+
+
+def room_metrics_by_path(traces: list) -> list[dict]:
+    """The runs grouped by how they were served (the path of their prefill, which names TTFT; of their decode steps,
+    which names TPOT; the device), largest group first: [{ttft_label, tpot_label, device, metrics}]. Times of
+    different paths are never pooled into one median."""
+    groups: dict[tuple, list] = {}
+    for t in traces:
+        timings = t.timings
+        key = (time_label("TTFT", timings.prefill_path), time_label("TPOT", timings.decode_path), timings.device)
+        groups.setdefault(key, []).append(t)
+    return [{"ttft_label": ttft, "tpot_label": tpot, "device": device, "metrics": room_metrics(runs)}
+            for (ttft, tpot, device), runs in sorted(groups.items(), key=lambda g: -len(g[1]))]

@@ -4,8 +4,15 @@ about 40 ms on the plain serving path: two different measurements, never one fig
 TTFT or TPOT takes it (or its label) from here, and a ratio is only formed between times of the same path
 (Generation's interleaved comparison of the two paths is the one place both are measured side by side).
 
-    t = captured_tpot(trace)          # NamedTime('TPOT', 'captured', 0.175)
-    t.name                            # 'TPOT, captured run (recording hooks on)'
+A request's TTFT and TPOT have one definition, `served_times`: from its arrival to its first token, and the mean
+gap between its tokens after the first. The queue's schedule computes them with it from the queue's clock and
+records them on the request's Trace (pipeline.run.record.Timings) with the path that ran its prefill and the one
+that ran its decode steps; a run made outside the server uses its own clock. Pages read them with `ttft` and
+`tpot`, named by those recorded paths. Loading the model is not in TTFT: it happens once per server, before the
+request arrives.
+
+    t = tpot(trace)                   # NamedTime('TPOT', 'batched', 0.084): its steps ran in the server's batch
+    t.name                            # 'TPOT, batched decode'
     time_label("TPOT", PLAIN)              # 'TPOT (plain path)'
 """
 from __future__ import annotations
@@ -21,6 +28,13 @@ PATH_NAMES = {
     BATCHED: "batched decode",  # pipeline.costs.batched: B requests in one pass
 }
 PATH_SHORT = {CAPTURED: "captured run", PLAIN: "plain path", BATCHED: "batched"}
+MEANS = {  # what a request's TTFT and TPOT measure (served_times), for a metric's help
+    "TTFT": "From the request's arrival in the server's queue (a run made alone: its start) to its first token: "
+            "its wait in line, its prompt's pass, its first step. Loading the model comes before, once per server, "
+            "and is not in it",
+    "TPOT": "The mean gap between two of the request's tokens after the first (the steps of everyone in its batch "
+            "included)",
+}
 
 
 def time_label(quantity: str, path: str) -> str:
@@ -35,6 +49,7 @@ class NamedTime:
     seconds: float
     low: float | None = None  # the range over repeats, when measured more than once
     high: float | None = None
+    device: str | None = None  # where it ran, as pipeline.costs.ceilings.device_name says, when recorded
 
     def __post_init__(self):
         if self.path not in PATH_NAMES:
@@ -50,19 +65,38 @@ class NamedTime:
         return time_label(self.quantity, self.path)
 
     @property
+    def help(self) -> str:
+        """What it measured and what ran it: 'The mean gap ... Ran on: batched decode, cpu (x86_64, 2 threads).'"""
+        means = MEANS.get(self.quantity, self.quantity)
+        return f"{means}. Ran on: {PATH_NAMES[self.path]}" + (f", {self.device}" if self.device else "") + "."
+
+    @property
     def shown(self) -> str:
-        """'175 ms' under a second, '1.24 s' from there on."""
-        return f"{self.seconds * 1e3:,.0f} ms" if self.seconds < 1 else f"{self.seconds:,.2f} s"
+        return shown(self.seconds)
 
 
-def captured_ttft(trace) -> NamedTime:
-    return NamedTime("TTFT", CAPTURED, trace.timings.ttft_s)
+def shown(seconds: float) -> str:
+    """How every page writes a time: '175 ms' under a second, '1.24 s' from there on."""
+    return f"{seconds * 1e3:,.0f} ms" if seconds < 1 else f"{seconds:,.2f} s"
 
 
-def captured_tpot(trace) -> NamedTime | None:
-    """The captured run's mean time per token after the first (None: a one-token answer)."""
+def served_times(arrived_at: float, first_token_at: float, last_token_at: float, tokens: int
+                 ) -> tuple[float, float | None]:
+    """(TTFT, TPOT) of a request from one clock's readings: arrival -> first token, and the mean gap between its
+    tokens after the first (None with one token). arrived 0, first 1.5, last 2.1, 4 tokens -> (1.5, 0.2)."""
+    ttft = first_token_at - arrived_at
+    return ttft, (last_token_at - first_token_at) / (tokens - 1) if tokens > 1 else None
+
+
+def ttft(trace) -> NamedTime:
+    """The run's TTFT as recorded on it, named by the path its prefill ran on."""
+    return NamedTime("TTFT", trace.timings.prefill_path, trace.timings.ttft_s, device=trace.timings.device)
+
+
+def tpot(trace) -> NamedTime | None:
+    """The run's TPOT as recorded on it, named by the path its decode steps ran on (None: a one-token answer)."""
     t = trace.timings.tpot_s
-    return None if t is None else NamedTime("TPOT", CAPTURED, t)
+    return None if t is None else NamedTime("TPOT", trace.timings.decode_path, t, device=trace.timings.device)
 
 
 def captured_prefill(trace) -> NamedTime:

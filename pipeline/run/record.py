@@ -8,10 +8,11 @@ The records hold numpy arrays and plain values only: a stored run unpickles and 
 without importing torch."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from pipeline.costs.named_time import CAPTURED
 from pipeline.model.dims import ModelDims
 from pipeline.model.prefill_record import Prefill
 from pipeline.stages.decode_record import Decode, FinishReason, Step
@@ -42,10 +43,18 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class Timings:
-    ttft_s: float  # arrival -> first token chosen
-    tpot_s: float | None  # mean of the decode steps after the first (None with one token)
+    """The run's times (pipeline.costs.named_time.served_times: the one definition of TTFT and TPOT) and what ran
+    it. Served by the server: the queue's clock, arrival in its line -> the end of the step that made the token;
+    a run made on its own (`python -m pipeline trace`): its own clock from the request's check. Runs stored before
+    the paths were recorded load with the defaults: captured prefill, captured decode steps, device unknown."""
+
+    ttft_s: float  # arrival -> first token
+    tpot_s: float | None  # mean gap between tokens after the first (None with one token)
     prefill_s: float  # the prompt's forward pass alone
-    total_s: float
+    total_s: float  # arrival -> last token
+    prefill_path: str = CAPTURED  # the path that ran its prefill (pipeline.costs.named_time), which TTFT is named by
+    decode_path: str = CAPTURED  # the path that ran its decode steps, which TPOT is named by
+    device: str | None = None  # as pipeline.costs.ceilings.device_name names it
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ class Trace:
             "generated_token_ids": self.generated_token_ids,
             "text": self.text,
             "finish_reason": self.finish_reason,
-            "timings": self.timings.__dict__.copy(),
+            "timings": asdict(self.timings),  # a stored run's defaults too
             "events": self.events,
             "usage": self.usage.to_json(),
             "cleanup": self.cleanup.__dict__.copy(),

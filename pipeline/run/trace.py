@@ -5,11 +5,12 @@ The functions that run the model import their stages when called, so this module
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pipeline.core.errors import InputError
+from pipeline.costs.named_time import BATCHED, CAPTURED, served_times
 from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import PassCounter, current_counter, passes_for
 from pipeline.model.prefill_record import Prefill
@@ -109,12 +110,20 @@ def _checked(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
     return _Checked(request, t0, rid, state, tokenized, time.perf_counter())
 
 
-def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0) -> Trace:
+def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0, served: dict | None = None,
+            decode_path: str = CAPTURED) -> Trace:
+    """The request's Trace. served: how the server's queue served it, {ttft_s, tpot_s, total_s, prefill_path,
+    decode_path, device} (pipeline.server.schedule: its clock, its paths), recorded as they are; None: a run made
+    outside the server, timed on its own clock from its arrival s.t0 (served_times), its steps on decode_path."""
+    from pipeline.costs.ceilings import device_name
     from pipeline.stages import batch as batching
 
     s.state.advance(RequestStatus.COMPLETED)
     ids, request = s.tokenized.ids, s.request
-    decode_times = decode.step_seconds[1:]
+    if served is None:
+        ttft_s, tpot_s = served_times(s.t0, decode.first_token_at, decode.last_token_at, len(decode.generated_ids))
+        served = {"ttft_s": ttft_s, "tpot_s": tpot_s, "total_s": time.perf_counter() - s.t0,
+                  "prefill_path": CAPTURED, "decode_path": decode_path, "device": device_name(lm.device)}
     return Trace(
         request=RequestRecord(s.rid, openai_style(request), anthropic_style(request), request.options,
                               s.state.history),
@@ -124,9 +133,9 @@ def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0
                "entry": {"request_id": s.rid, "batch_index": batch_index, "phase": "prefill", "token_count": len(ids)}},
         prefill=s.prefill,
         decode=decode,
-        timings=Timings(ttft_s=decode.first_token_at - s.t0,
-                        tpot_s=float(np.mean(decode_times)) if decode_times else None,
-                        prefill_s=s.prefill.seconds, total_s=time.perf_counter() - s.t0),
+        timings=Timings(ttft_s=served["ttft_s"], tpot_s=served["tpot_s"], prefill_s=s.prefill.seconds,
+                        total_s=served["total_s"], prefill_path=served["prefill_path"],
+                        decode_path=served["decode_path"], device=served["device"]),
         usage=Usage(len(ids), len(decode.generated_ids)),
         cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
     )
@@ -170,7 +179,7 @@ def run_traces(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens
         else:
             s, decode = next(done)
             s.kv_cache = None
-            out.append(_finish(s, decode, lm, batch_index=ok.index(s)))
+            out.append(_finish(s, decode, lm, batch_index=ok.index(s), decode_path=BATCHED))
     return out
 
 
@@ -187,8 +196,8 @@ def branch_trace(trace: Trace, step: int, token_id: int, lm: LanguageModel) -> T
     return Trace(
         request=RequestRecord(rid, trace.request.openai, trace.request.anthropic, trace.request.options, states),
         tokenized=trace.tokenized, dims=trace.dims, batch=trace.batch, prefill=trace.prefill, decode=decode,
-        timings=Timings(ttft_s=trace.timings.ttft_s, tpot_s=float(np.mean(decode_times)) if decode_times else None,
-                        prefill_s=trace.timings.prefill_s, total_s=time.perf_counter() - t0),
+        timings=replace(trace.timings, tpot_s=float(np.mean(decode_times)) if decode_times else None,
+                        total_s=time.perf_counter() - t0, decode_path=CAPTURED),
         usage=Usage(len(trace.ids), len(decode.generated_ids)),
         cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
     )

@@ -46,7 +46,7 @@ from pipeline.core.checks import integer
 from pipeline.core.errors import InputError
 from pipeline.core.long_jobs import Progress, Steps
 from pipeline.server.schedule import Schedule, served_by
-from pipeline.server.tickets import LongTicket, StepEngine, Ticket
+from pipeline.server.tickets import LongTicket, StepEngine, Ticket, as_future
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +420,7 @@ class RunQueue:
                 log.exception("a decode step of kind %s failed", kind)
                 ended += [((k, h), e) for (k, h), _ in members if k == kind]
         took = self.clock() - t
-        finishing: list[tuple[Ticket, Future]] = []
+        finishing: list[tuple[Ticket, object]] = []
         with self._lock:
             left = []
             for member, result in ended:
@@ -428,17 +428,14 @@ class RunQueue:
                 if ticket is None:
                     continue
                 left.append(ticket.rid)  # it leaves the batch (and the KV budget) now ...
-                if isinstance(result, Future):  # ... and its caller hears once the engine has finished its record
-                    finishing.append((ticket, result))
-                    continue
-                ticket._finish(error=result) if isinstance(result, BaseException) else ticket._finish(result=result)
-                self._done(ticket)
-            self._schedule.stepped([ticket.rid for _, ticket in members], took, left)
+                finishing.append((ticket, result))
+            served = self._schedule.stepped([ticket.rid for _, ticket in members], took, left)
             self._batch_s_since_chunk += took
             self._speeds.append(took / (DECODE_STEP_COST * len(members)))
             if not self._members:
                 log.info("the batch emptied; %d waiting", len(self._waiting))
-        for ticket, record in finishing:  # outside the lock: a Future already done calls back at once
+        for ticket, result in finishing:  # outside the lock: a Future already done calls back at once
+            record = as_future(result, served.get(ticket.rid))  # an Unfinished one is told how it was served
             record.add_done_callback(lambda f, ticket=ticket: self._finished_record(ticket, f))
 
     def _finished_record(self, ticket: Ticket, record: Future) -> None:

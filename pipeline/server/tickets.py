@@ -42,7 +42,31 @@ class StepEngine(Protocol):
 
     def step(self) -> list[tuple[Hashable, object]]:
         """One decode step of every started request; (handle, result) of those that ended in it (a result
-        may be a concurrent.futures.Future of it, made elsewhere)."""
+        may be a concurrent.futures.Future of it, made elsewhere, or an Unfinished one)."""
+
+
+class Unfinished:
+    """A step engine's result for a request that left the batch, made once the queue has measured how it was
+    served: complete(served) -> the result, or a concurrent.futures.Future of it. served: what the queue's
+    schedule measured, {ttft_s, tpot_s, total_s, prefill_path, decode_path, device} (pipeline.server.schedule),
+    or None where its record was already dropped. The TraceEngine records it on the request's Trace."""
+
+    def __init__(self, complete: Callable[[dict | None], object]):
+        self.complete = complete
+
+
+def as_future(result, served: dict | None) -> Future:
+    """A step engine's result for a request that left the batch (a value, an error, a Future or an Unfinished one,
+    completed here with `served`) as a Future of its result."""
+    try:
+        result = result.complete(served) if isinstance(result, Unfinished) else result
+    except BaseException as e:  # its caller hears it
+        result = e
+    if isinstance(result, Future):
+        return result
+    done = Future()
+    done.set_exception(result) if isinstance(result, BaseException) else done.set_result(result)
+    return done
 
 
 class Ticket(Future):

@@ -25,6 +25,7 @@ from pipeline.costs.named_time import BATCHED, CAPTURED, PLAIN
 from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import counter_in, current_counter
 from pipeline.server.run_queue import cost_of
+from pipeline.server.tickets import Unfinished
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
 
@@ -123,8 +124,8 @@ class TraceEngine(_Engine):
 
     finisher: an executor (one thread) that assembles each ended request's Trace and calls on_trace, so the
     running batch's next step does not wait for it (~70 ms a request on two CPU cores: stacking 64 steps'
-    scores, pickling the run to the disk store); its step then hands the queue a Future of the Trace.
-    Without one, the Trace is made in the step."""
+    scores, pickling the run to the disk store); the queue then gets a Future of the Trace. Without one, the
+    Trace is made in the queue's thread. Either way once the queue has told it the request's times (Unfinished)."""
 
     prefill_path = CAPTURED  # every layer's tensors recorded (pipeline.model.prefill)
 
@@ -180,15 +181,20 @@ class TraceEngine(_Engine):
         return out
 
     def _finished(self, lm: LanguageModel, row, extra):
-        if self.finisher is not None:
-            return self.finisher.submit(self._trace, lm, row, extra)
-        return self._trace(lm, row, extra)
+        """Unfinished until the queue has measured how the request was served (pipeline.server.schedule): its
+        Trace records those times and paths, so the schedule and the stored run show the same figures."""
+        return Unfinished(lambda served: self._complete(lm, row, extra, served))
 
-    def _trace(self, lm: LanguageModel, row, extra):
+    def _complete(self, lm: LanguageModel, row, extra, served: dict | None):
+        if self.finisher is not None:
+            return self.finisher.submit(self._trace, lm, row, extra, served)
+        return self._trace(lm, row, extra, served)
+
+    def _trace(self, lm: LanguageModel, row, extra, served: dict | None):
         from pipeline.run.trace import _finish
 
         key, s = extra
-        trace = _finish(s, row.result, lm)
+        trace = _finish(s, row.result, lm, served=served, decode_path=BATCHED if row.decoder is None else PLAIN)
         if self.on_trace is not None:
             self.on_trace(key, trace)
         return trace

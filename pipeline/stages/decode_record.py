@@ -91,6 +91,7 @@ class Decode:
     kv_bytes_at_end: int
     kv_tokens_at_end: int
     first_token_at: float = 0.0  # perf_counter timestamp of the first chosen token
+    last_token_at: float = 0.0  # ... and of the last (0.0 in runs stored before it was kept)
 
     @property
     def step_seconds(self) -> list[float]:

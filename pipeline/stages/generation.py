@@ -77,7 +77,7 @@ class Answer:
         self.kth: float | None = None  # the TOP_CANDIDATES-th best of those scores, when the batch found it
         self.started_at = started_at
         self.t_prev = started_at
-        self.first_at = 0.0
+        self.first_at = self.last_at = 0.0
         self.finish_reason: FinishReason | None = None  # set once the answer has ended
         self.closed = False
 
@@ -127,7 +127,7 @@ class Answer:
         step = len(self.generated)
         token, logits, probs, raw = self._pick(step, allowed)
         now = time.perf_counter()
-        self.first_at = self.first_at or now
+        self.first_at, self.last_at = self.first_at or now, now
         self.step_seconds.append(now - self.t_prev)
         self.generated.append(token)
         if self.record:
@@ -175,7 +175,8 @@ class Answer:
         return Decode(steps=self.steps, step_logits=np.stack(self.logits_rows), generated_ids=self.generated,
                       text=self.text, finish_reason=self.finish_reason,
                       events=[e for e in self.events if e.kind == EventKind.TEXT_DELTA],
-                      kv_bytes_at_end=kv_bytes_at_end, kv_tokens_at_end=kv_tokens_at_end, first_token_at=self.first_at)
+                      kv_bytes_at_end=kv_bytes_at_end, kv_tokens_at_end=kv_tokens_at_end, first_token_at=self.first_at,
+                      last_token_at=self.last_at)
 
     def _send(self, delta: str, step: int, now: float) -> None:
         if delta:

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.core.errors import InputError
-from pipeline.costs.named_time import CAPTURED, captured_tpot, captured_ttft, time_label
+from pipeline.costs.named_time import tpot, ttft
 from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, json_text, markdown_text
 from ui.plots import token_axis
@@ -31,12 +31,11 @@ answer = token_pieces(lm.tokenizer, trace.generated_token_ids)  # '토 (1/3)' fo
 st.subheader("1. What you would see")
 base_model_note()
 c1, c2, c3, c4 = st.columns(4)
-ttft, tpot = captured_ttft(trace), captured_tpot(trace)
-c1.metric(ttft.label, f"{ttft.seconds:.2f} s", help="From arrival to the first chosen token: mostly the prefill "
-          "pass over the whole prompt. Timed on the captured run, which records every layer's tensors.")
-c2.metric(time_label("TPOT", CAPTURED), tpot.shown if tpot else "—",
-          help="Average time between two tokens once streaming has started, on the captured run (recording hooks on "
-               "every layer). The plain serving path is faster: run it live or compare the two paths below.")
+first, per_token = ttft(trace), tpot(trace)
+c1.metric(first.label, f"{first.seconds:.2f} s", help=first.help + " Its prompt's pass recorded every layer.")
+c2.metric(per_token.label if per_token else "TPOT", per_token.shown if per_token else "—",
+          help=(per_token.help if per_token else "One token: no gap between tokens.")
+          + " The plain serving path is faster: run it live or compare the two paths below.")
 c3.metric("Tokens generated", len(trace.steps))
 c4.metric("Finish reason", trace.finish_reason)
 if trace.finish_reason == "length":
@@ -60,7 +59,7 @@ if compare:
         st.warning(markdown_text(e))
 if live:
     try:
-        stream_live(current_request(), t.tpot_s)
+        stream_live(current_request(), per_token)
     except InputError as e:  # a long prompt while the queue is long
         st.warning(markdown_text(e))
 elif replay:

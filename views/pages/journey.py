@@ -3,7 +3,7 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
-from pipeline.costs.named_time import CAPTURED, captured_tpot, captured_ttft, time_label
+from pipeline.costs.named_time import tpot, ttft
 from pipeline.model.prefill_record import PREFILL_CHUNK, prefill_passes
 from pipeline.stages.decode_record import silent_steps
 from pipeline.text.pieces import token_pieces
@@ -31,8 +31,8 @@ with st.expander("The model this request goes through, part by part (each part o
     architecture_map(dims=m)
 
 
-CAPTURED_HELP = ("Timed on the captured run, which records every layer's tensors for these pages: slower than the "
-                 "plain serving path. Generation measures both, side by side.")
+PATHS_HELP = (" The captured run records every layer's tensors for these pages: slower than the plain serving "
+              "path. Generation measures both, side by side.")
 
 
 def section(n: int, title: str, what: str) -> None:
@@ -125,8 +125,8 @@ if S:
 stage_link("views/pages/next_token.py", "Next token: temperature, top-k, top-p, draws", "🎲")
 
 section(6, "Streaming: one small event per token", f"The chosen token is turned back into text and sent to your screen "
-        f"right away. The first one arrived after **{trace.timings.ttft_s:.2f} s** (time to first token, on the "
-        f"captured run that records every layer); the "
+        f"right away. The first one arrived after **{ttft(trace).shown}** ({ttft(trace).label}: time to first "
+        f"token); the "
         f"model then fed each new token back in and produced {plural(S, 'token')} in all. A token that is only part "
         f"of a character (Korean, emoji) sends no text until the character is complete, and the end token sends "
         f"none, so there can be fewer `text_delta` events than tokens.")
@@ -149,9 +149,10 @@ if S != len(deltas):
 c1, c2 = st.columns(2)
 c1.code(json_text(deltas[:3]), language="json", wrap_lines=True)
 with c2:
-    ttft, tpot = captured_ttft(trace), captured_tpot(trace)
-    st.metric(ttft.label, f"{ttft.seconds:.2f} s", help=CAPTURED_HELP)
-    st.metric(time_label("TPOT", CAPTURED), tpot.shown if tpot else "—", help=CAPTURED_HELP)
+    first, per_token = ttft(trace), tpot(trace)
+    st.metric(first.label, f"{first.seconds:.2f} s", help=first.help + PATHS_HELP)
+    st.metric(per_token.label if per_token else "TPOT", per_token.shown if per_token else "—",
+              help=(per_token.help if per_token else "One token: no gap between tokens.") + PATHS_HELP)
     st.metric("text_delta events", len(deltas))
 stage_link("views/pages/generation.py", "Generation: replay the stream, timeline", "⏩")
 

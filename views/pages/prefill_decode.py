@@ -7,8 +7,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.costs import ceilings as ceiling_store
-from pipeline.costs.metrics import room_metrics
-from pipeline.costs.named_time import CAPTURED, PATH_NAMES, captured_prefill
+from pipeline.costs.metrics import room_metrics, room_metrics_by_path
+from pipeline.costs.named_time import CAPTURED, MEANS, PATH_NAMES, captured_prefill, shown
 from pipeline.costs.pass_costs import decode_cost, prefill_cost
 from pipeline.costs.regimes import above_a_ceiling, regime_sentence
 from pipeline.costs.roofline import FAR_UNDER, PREFILL_LENGTHS, prefill_curve, trace_points
@@ -270,30 +270,32 @@ temperature_zero_runs(lm)
 # ---- 5. the room ---------------------------------------------------------------------------------------------------
 st.subheader("5. The room now: four numbers")
 traces = [t for t in run_store().values() if isinstance(t, Trace)]
-room = room_metrics(traces)
-st.markdown(f"From the {plural(room.runs, 'finished run')} this server holds in memory (medians; the 95th "
-            "percentile below each). These are captured runs, recording every layer: their times compare with "
-            "each other, not with the plain path's (section 2, Generation).")
+groups = room_metrics_by_path(traces)
+st.markdown(f"From the {plural(len(traces), 'finished run')} this server holds in memory (medians; the 95th "
+            "percentile below each). Each time is named by the path that ran it: its prompt's pass (TTFT) and its "
+            "decode steps (TPOT). Times of different paths are never pooled" + (", so each way of serving has its "
+                                                                                "own row." if len(groups) > 1 else "."))
 
 
-def seconds(v: float) -> str:
-    return f"{v * 1e3:,.0f} ms" if v < 1 else f"{v:,.2f} s"
-
-
-cols = st.columns(4)
-for col, label, s, what in zip(cols, ("TTFT (captured runs)", "TPOT (captured runs)", "End to end"),
-                               (room.ttft_s, room.tpot_s, room.e2e_s),
-                               ("arrival to the first token: queue wait and prefill",
-                                "between two tokens once streaming: decode", "arrival to the last token")):
-    col.metric(label, "—" if s is None else seconds(s.p50), help=what)
-    if s is not None:
-        col.caption(f"p95 {seconds(s.p95)} over {plural(s.n, 'run')}")
-throughput = room.throughput_tokens_per_s
-# the unit in the label: "15.3 tokens/s" as the value was cut to "15.3 token…" in a quarter of the page
-cols[3].metric("Throughput (tokens/s)", "—" if throughput is None else f"{throughput:,.1f}",
-               help="output tokens per second of the model's time (a run decoded in a batch of B: 1/B of its time)")
+for group in groups or [{"ttft_label": "TTFT", "tpot_label": "TPOT", "device": None, "metrics": room_metrics([])}]:
+    room = group["metrics"]
+    if len(groups) > 1:
+        st.caption(f"{plural(room.runs, 'run')} served this way"
+                   + (f" on {group['device']}" if group["device"] else ""))
+    cols = st.columns(4)
+    for col, label, s, what in zip(cols, (group["ttft_label"], group["tpot_label"], "End to end"),
+                                   (room.ttft_s, room.tpot_s, room.e2e_s),
+                                   (MEANS["TTFT"] + ".", MEANS["TPOT"] + ".", "Arrival to the last token.")):
+        col.metric(label, "—" if s is None else shown(s.p50), help=what)
+        if s is not None:
+            col.caption(f"p95 {shown(s.p95)} over {plural(s.n, 'run')}")
+    throughput = room.throughput_tokens_per_s
+    # the unit in the label: "15.3 tokens/s" as the value was cut to "15.3 token…" in a quarter of the page
+    cols[3].metric("Throughput (tokens/s)", "—" if throughput is None else f"{throughput:,.1f}",
+                   help="output tokens per second of the model's time (a run decoded in a batch of B: 1/B of its time)")
 st.caption("The first two are what a user feels; throughput is what the machine's owner pays for. A bigger batch "
-           "raises throughput and TPOT together (section 3).")
+           "raises throughput and TPOT together (section 3). A request the queue served shows the same times in "
+           "the schedule below: one measurement, on the queue's clock.")
 
 # ---- 6. the room's schedule ----------------------------------------------------------------------------------------
 st.subheader("6. The room's schedule: continuous batching")

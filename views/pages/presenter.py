@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import segno
 import streamlit as st
 
+from pipeline.costs.named_time import ttft
 from pipeline.server.room import PUBLIC_URL_ENV, new_driver_id, public_base, room_store
 from pipeline.stages.next_token import filter_stages
 from pipeline.text.pieces import token_pieces
@@ -303,8 +304,8 @@ elif stage == 9:
 elif stage == 10:
     deltas = [e for e in trace.events if e["event"] == "text_delta"]
     st.markdown(f"Each chosen token is turned back into text and sent at once: {plural(len(deltas), 'event')} "
-                f"for {plural(S, 'token')}. First token after **{trace.timings.ttft_s:.2f} s** "
-                "(on the captured run, which records every layer: the plain serving path is faster).")
+                f"for {plural(S, 'token')}. First token after **{ttft(trace).shown}** ({ttft(trace).label}; "
+                "the captured run records every layer: the plain serving path is faster).")
     st.code(trace.text or "(empty answer)", language=None, wrap_lines=True)
 elif stage == 11:
     st.markdown(f"Each new token is fed back; the KV cache keeps every earlier token's keys and values, so only "
