@@ -110,14 +110,14 @@ def test_a_time_says_its_path():
     from pipeline.costs.named_time import BATCHED, CAPTURED, PLAIN, NamedTime, time_label, tpot, ttft
 
     trace = SimpleNamespace(timings=SimpleNamespace(tpot_s=0.175, ttft_s=0.9, prefill_s=0.8, prefill_path=CAPTURED,
-                                                    decode_path=CAPTURED))
+                                                    decode_path=CAPTURED, device=None))
     t = tpot(trace)
     assert (t.quantity, t.path, t.seconds) == ("TPOT", CAPTURED, 0.175)
     assert t.label == "TPOT (captured run)" and "recording hooks" in t.name and t.shown == "175 ms"
     assert time_label("TPOT", PLAIN) == "TPOT (plain path)" != t.label
     served = SimpleNamespace(timings=SimpleNamespace(tpot_s=0.084, ttft_s=11.1, prefill_path=CAPTURED,
-                                                     decode_path=BATCHED))
+                                                     decode_path=BATCHED, device="cpu"))
     assert (ttft(served).label, tpot(served).label) == ("TTFT (captured run)", "TPOT (batched)")
-    assert tpot(SimpleNamespace(timings=SimpleNamespace(tpot_s=None, decode_path=CAPTURED))) is None
+    assert tpot(SimpleNamespace(timings=SimpleNamespace(tpot_s=None, decode_path=CAPTURED, device=None))) is None
     with pytest.raises(InputError):
         NamedTime("TPOT", "guessed", 0.1)

@@ -381,7 +381,7 @@ def test_generation_page_streams_live(tiny_app):
     at.button(key="gen_live").click().run()
     assert not at.exception
     assert any(c.value.startswith("TTFT (plain path)") and "TPOT (plain path)" in c.value for c in at.caption)
-    assert any("plain serving" in m.value and "captured run" in m.value for m in at.markdown)
+    assert any("plain serving" in m.value and "stored run recorded TPOT (" in m.value for m in at.markdown)
 
 
 @pytest.mark.parametrize("weights", ["fp32", "bf16"])
