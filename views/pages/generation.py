@@ -99,25 +99,25 @@ fig = go.Figure()
 fig.add_trace(go.Bar(y=["request"], x=[prefill_end], base=[0.0], orientation="h", name="queue + prefill",
                      marker_color="#f97316", hovertext=[f"{len(trace.tokens)} prompt tokens, {t.prefill_s:.3f} s of "
                                                         f"model time"], hoverinfo="text+x"))
-start = prefill_end
 labels = axis_labels([q.label for q in answer])
-for s, label in zip(trace.steps[1:], labels[1:]):
-    fig.add_trace(go.Bar(y=["request"], x=[s.seconds], base=[start], orientation="h", showlegend=False,
-                         marker_color="#0ea5e9", marker_line_color="white", marker_line_width=1,
-                         hovertext=[f"decode step {s.step}: {label}"], hoverinfo="text+x"))
-    start += s.seconds
-fig.add_trace(go.Bar(y=["request"], x=[0], base=[0], orientation="h", name="decode steps", marker_color="#0ea5e9"))
+if len(trace.steps) > 1:  # the recorded times: the first token at TTFT, the last at the end (TPOT: the mean gap)
+    fig.add_trace(go.Bar(y=["request"], x=[t.total_s - prefill_end], base=[prefill_end], orientation="h",
+                         name="decode steps", marker_color="#0ea5e9",
+                         hovertext=[f"{plural(len(trace.steps) - 1, 'more token')}, {per_token.label} "
+                                    f"{per_token.shown}" if per_token else ""], hoverinfo="text+x"))
 fig.update_layout(barmode="overlay", height=220, margin=dict(l=10, r=10, t=10, b=10),
                   xaxis_title="seconds since the request arrived", yaxis_title="")
 st.plotly_chart(fig, width="stretch")
 per_step = go.Figure(go.Bar(x=labels, y=[s.seconds * 1000 for s in trace.steps],
                             marker_color=["#f97316"] + ["#0ea5e9"] * (len(trace.steps) - 1)))
 per_step.update_layout(height=320, margin=dict(l=10, r=10, t=40, b=10), yaxis_title="ms for this token",
-                       title="Time spent choosing each token after the previous one", font=dict(size=13))
+                       title="The model's time for each token (its pass and the choice; waits between steps left "
+                             "out)", font=dict(size=13))
 token_axis(per_step, "x", labels, angle=-60, title="generated token (step)")
 st.plotly_chart(per_step, width="stretch")
 st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {plural(len(trace.tokens), 'token')}. "
-           f"Total: {t.total_s:.2f} s. "
+           f"Arrival to the last token: {t.total_s:.2f} s ({first.label} {first.shown}"
+           + (f", then {per_token.label} {per_token.shown} on average" if per_token else "") + "). "
            "Timings are measured on this shared CPU and vary from run to run.")
 
 st.subheader("4. The end")
