@@ -120,10 +120,11 @@ def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0
 
     s.state.advance(RequestStatus.COMPLETED)
     ids, request = s.tokenized.ids, s.request
+    own = {"prefill_path": CAPTURED, "decode_path": decode_path, "device": device_name(lm.device)}
     if served is None:
         ttft_s, tpot_s = served_times(s.t0, decode.first_token_at, decode.last_token_at, len(decode.generated_ids))
-        served = {"ttft_s": ttft_s, "tpot_s": tpot_s, "total_s": decode.last_token_at - s.t0,
-                  "prefill_path": CAPTURED, "decode_path": decode_path, "device": device_name(lm.device)}
+        served = {"ttft_s": ttft_s, "tpot_s": tpot_s, "total_s": decode.last_token_at - s.t0}
+    served = {**own, **{k: v for k, v in served.items() if v is not None or k == "tpot_s"}}  # a name not said: ours
     return Trace(
         request=RequestRecord(s.rid, openai_style(request), anthropic_style(request), request.options,
                               s.state.history),
