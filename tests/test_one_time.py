@@ -118,3 +118,20 @@ def test_prefill_and_decode_names_the_room_numbers_by_the_recorded_path(tiny_app
     assert any("p95" in c.value and "over 1 run" in c.value for c in at.caption)
     said = " ".join(c.value for c in at.caption)
     assert f"then {first.label} {first.shown} and {per_token.label} {per_token.shown}." in said  # section 6
+
+
+def test_the_room_numbers_are_taken_per_way_of_serving():
+    """Runs of different recorded paths get their own medians (pipeline.costs.metrics.room_metrics_by_path)."""
+    from types import SimpleNamespace
+
+    from pipeline.costs.metrics import room_metrics_by_path
+    from pipeline.run.record import Timings
+
+    def run(ttft_s, tpot_s, decode_path):
+        return SimpleNamespace(timings=Timings(ttft_s, tpot_s, 0.1, ttft_s + 3 * tpot_s, CAPTURED, decode_path, "cpu"),
+                               steps=[], usage=SimpleNamespace(completion_tokens=4))
+
+    groups = room_metrics_by_path([run(1.0, 0.2, BATCHED), run(3.0, 0.4, BATCHED), run(0.5, 0.9, CAPTURED)])
+    assert [(g["ttft_label"], g["tpot_label"], g["metrics"].runs, g["metrics"].ttft_s.p50, g["metrics"].tpot_s.p50)
+            for g in groups] == [("TTFT (captured run)", "TPOT (batched)", 2, 2.0, pytest.approx(0.3)),
+                                 ("TTFT (captured run)", "TPOT (captured run)", 1, 0.5, 0.9)]
