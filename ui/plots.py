@@ -30,6 +30,15 @@ def token_axis(fig, axis: str, labels: list[str], max_ticks: int = MAX_TICKS, an
     (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**update)
 
 
+def step_axis(fig, axis: str, labels: list[str], angle: int = -60, **kw) -> None:
+    """A category axis of token labels whose ticks plotly thins to the axis's drawn length, so that they never
+    overlap at any page width (token_axis keeps a fixed count: 40 labels piled up in a narrow column). Every
+    label stays in the hover text. labels: the axis's categories (already escaped, unique). axis: 'x' or 'y'."""
+    update = dict(tickmode="auto", nticks=0, type="category", categoryorder="array", categoryarray=labels,
+                  tickfont=TICK_FONT, tickangle=angle, **kw)
+    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**update)
+
+
 def log_axis(values, title: str, **kw) -> dict:
     """A log axis ticked at 1, 2 and 5 times the powers of ten that span `values` (every label a plain number:
     plotly's own minor labels read "10, 2, 3" for 10, 20, 30 over a short range).
