@@ -1,0 +1,21 @@
+"""Tables that show every row and their first column whole (found in the walk of every page in Chromium): How it
+learned's table of model sizes scrolled its last row out of sight in a box of default height and cut the loaded
+model's name ("SmolLM2-135M-Instruct (loa"). What the page asks st.dataframe for is recorded (the drawn grid is a
+canvas)."""
+from kit.apptest import page_app
+
+ROW_PX = 35  # Streamlit's dataframe row (and header) height
+
+
+def test_how_it_learned_memory_table_shows_every_model_whole(tiny_app, monkeypatch):
+    import streamlit as st
+
+    asked, draw = [], st.dataframe
+    monkeypatch.setattr(st, "dataframe", lambda data, **kw: asked.append((data, kw)) or draw(data, **kw))
+    at = page_app("how_it_learned").run()
+    assert not at.exception, at.exception
+    table, kw = next((d, kw) for d, kw in asked if "training ÷ inference" in d.columns)
+    assert len(table) >= 10 and isinstance(kw.get("height"), int) and kw["height"] >= ROW_PX * (len(table) + 1), kw
+    width = kw["column_config"]["model"]["width"]
+    longest = max(len(name) for name in table["model"])
+    assert width >= 7 * longest, (width, longest)  # about 7 px a character at the table's font
