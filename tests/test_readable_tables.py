@@ -7,11 +7,20 @@ from kit.apptest import page_app
 ROW_PX = 35  # Streamlit's dataframe row (and header) height
 
 
-def test_how_it_learned_memory_table_shows_every_model_whole(tiny_app, monkeypatch):
+def record_tables(monkeypatch) -> list:
+    """[(data, keyword arguments)] of every st.dataframe call from now on, in the page or in a column."""
     import streamlit as st
+    from streamlit.delta_generator import DeltaGenerator
 
-    asked, draw = [], st.dataframe
+    asked, draw, draw_in = [], st.dataframe, DeltaGenerator.dataframe
     monkeypatch.setattr(st, "dataframe", lambda data, **kw: asked.append((data, kw)) or draw(data, **kw))
+    monkeypatch.setattr(DeltaGenerator, "dataframe",
+                        lambda self, data, **kw: asked.append((data, kw)) or draw_in(self, data, **kw))
+    return asked
+
+
+def test_how_it_learned_memory_table_shows_every_model_whole(tiny_app, monkeypatch):
+    asked = record_tables(monkeypatch)
     at = page_app("how_it_learned").run()
     assert not at.exception, at.exception
     table, kw = next((d, kw) for d, kw in asked if "training ÷ inference" in d.columns)
@@ -19,3 +28,13 @@ def test_how_it_learned_memory_table_shows_every_model_whole(tiny_app, monkeypat
     width = kw["column_config"]["model"]["width"]
     longest = max(len(name) for name in table["model"])
     assert width >= 7 * longest, (width, longest)  # about 7 px a character at the table's font
+
+
+def test_generation_event_table_shows_a_korean_token_and_its_bytes_whole(tiny_app, monkeypatch):
+    """Its token column read '토 (3/3) · bytes <0x' in a column sized to the header."""
+    asked = record_tables(monkeypatch)
+    at = page_app("generation", req_question="토마토는 과일이야?").run()
+    assert not at.exception, at.exception
+    table, kw = next((d, kw) for d, kw in asked if "ms after the last" in d.columns)
+    longest = max(len(t) for t in table["token"])
+    assert kw["column_config"]["token"]["width"] >= 7 * longest, (kw, longest)
