@@ -38,3 +38,16 @@ def test_generation_event_table_shows_a_korean_token_and_its_bytes_whole(tiny_ap
     table, kw = next((d, kw) for d, kw in asked if "ms after the last" in d.columns)
     longest = max(len(t) for t in table["token"])
     assert kw["column_config"]["token"]["width"] >= 7 * longest, (kw, longest)
+
+
+def test_cache_audit_side_by_side_tables_fit_the_page(tiny_app, monkeypatch):
+    """Its one table of 15 columns showed the first 7 in the page's width: 'vLLM cached' was cut, the divergence,
+    cause, trap and the three bills out of sight."""
+    asked = record_tables(monkeypatch)
+    at = page_app("cache_audit").run()
+    assert not at.exception, at.exception
+    side = [(d, kw) for d, kw in asked if "#" in d.columns]
+    columns = [c for d, _ in side for c in d.columns]
+    assert {"vLLM cached", "diverges at", "cause", "trap", "request"} <= set(columns)
+    assert all(len(d.columns) <= 8 for d, _ in side), [list(d.columns) for d, _ in side]
+    assert all(kw["column_config"]["request"]["width"] <= 300 for d, kw in side if "request" in d.columns)
