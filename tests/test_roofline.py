@@ -311,6 +311,7 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     assert metrics["Memory ceiling"] == f"{measured[0].bytes_per_s / 1e9:,.2f} GB/s"
     table = at.dataframe[1].value
     assert set(table["verdict (measured)"]) <= {"compute-bound", "memory-bound", "overhead-bound"}
+    assert list(table.columns)[:2] == ["pass", "verdict (measured)"]  # in sight: the far right was cut by the page
     said = " ".join(m.value for m in at.markdown)
     assert "captured run:" in said and "-bound" in said  # a regime said for each pass, by its path
 

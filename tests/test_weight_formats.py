@@ -201,6 +201,13 @@ def test_the_faster_decode_page_measures_every_format(tiny_app, monkeypatch):
     assert any("int8 + scales" in m.label for m in at.metric)
     at.button(key="fd_measure").click().run()
     assert not at.exception, at.exception
-    table = at.dataframe[0].value
-    assert list(table["weights"]) == ["fp32", "bf16", "int8"]
-    assert table["KL vs fp32 (nats, mean)"][0] == "0.00e+00" and table["greedy answer"][0] == "the same"
+    speed, quality = at.dataframe[0].value, at.dataframe[1].value  # two tables, each whole in the page's width
+    assert list(speed["weights"]) == list(quality["weights"]) == ["fp32", "bf16", "int8"]
+    assert len(speed.columns) <= 6 and len(quality.columns) <= 6  # ten columns in one ran past the right edge
+    assert quality["KL vs fp32 (nats, mean)"][0] == "0.00e+00" and quality["greedy answer"][0] == "the same"
+    answers = at.expander[0]  # each answer under its format, its verdict and its length beside it
+    assert "mid-sentence" in answers.label
+    said = [m.value for m in answers.markdown]
+    assert said[0] == "**fp32** (6 tokens): the same", said  # quality_rows' greedy answer: 2 x STEPS tokens
+    assert all(v.startswith(f"**{w}** (") for w, v in zip(["fp32", "bf16", "int8"], said))
+    assert len(answers.code) == 3 and all(c.value for c in answers.code)

@@ -46,11 +46,13 @@ def block_row_html(row: dict) -> str:
         mark = DIVERGENT_STYLE if b == marked else ""
         flag = f" ▼{d['token_index']}" if b == marked else ""
         boxes.append(
-            f"<div title='{html_text(f'block {b} ({span}), {status}: {text}')}' style='width:92px;height:46px;"
+            f"<div title='{html_text(f'block {b} ({span}), {status}: {text}')}' style='min-width:92px;height:46px;"
             f"background:{bg};border:{border};{mark}border-radius:6px;padding:2px 4px;overflow:hidden;color:#111'>"
-            f"<div style='font-size:0.7em;font-weight:600'>#{b} {html_text(status)}{html_text(flag)}</div>"
-            f"<div style='font-family:monospace;font-size:0.62em;white-space:nowrap;overflow:hidden;"
-            f"text-overflow:ellipsis'>{html_text(text)}</div></div>")
+            # the status on one line, the box as wide as it ('not cacheable' wrapped and pushed the tokens out)
+            f"<div style='font-size:0.7em;font-weight:600;white-space:nowrap'>#{b} {html_text(status)}"
+            f"{html_text(flag)}</div>"  # the tokens below take the box's width and never widen it (width:0)
+            f"<div style='font-family:monospace;font-size:0.62em;white-space:nowrap;overflow:hidden;width:0;"
+            f"min-width:100%;text-overflow:ellipsis'>{html_text(text)}</div></div>")
     return "<div style='display:flex;flex-wrap:wrap;gap:5px;margin:4px 0'>" + "".join(boxes) + "</div>"
 
 

@@ -11,13 +11,14 @@ def token_axis(fig, axis: str, labels: list[str], max_ticks: int = MAX_TICKS, an
                always=(), **kw) -> None:
     """Show at most `max_ticks` of a category axis's labels, evenly spaced, keeping the last and the indices in
     `always` (e.g. a summed column) first, the later ones of them first, as long as no two kept labels are closer
-    than half the spacing (five sink columns side by side drew one pile of labels).
+    than the spacing (five sink columns side by side drew one pile of labels; at half the spacing the first token
+    and the summed column of a long prompt's attention still overlapped).
 
     labels: the axis's categories (already escaped, unique). axis: 'x' or 'y'.
     """
     n = len(labels)
     step = max(1, -(-n // max_ticks))
-    gap = -(-step // 2)
+    gap = step
     keep: list[int] = []
     for i in [i for i in reversed(list(always)) if 0 <= i < n] + list(range(n - 1, -1, -step)):
         if all(abs(i - k) >= gap for k in keep):
@@ -27,6 +28,15 @@ def token_axis(fig, axis: str, labels: list[str], max_ticks: int = MAX_TICKS, an
                   tickfont=TICK_FONT, type="category", **kw)
     if angle is not None:
         update["tickangle"] = angle
+    (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**update)
+
+
+def step_axis(fig, axis: str, labels: list[str], angle: int = -60, **kw) -> None:
+    """A category axis of token labels whose ticks plotly thins to the axis's drawn length, so that they never
+    overlap at any page width (token_axis keeps a fixed count: 40 labels piled up in a narrow column). Every
+    label stays in the hover text. labels: the axis's categories (already escaped, unique). axis: 'x' or 'y'."""
+    update = dict(tickmode="auto", nticks=0, type="category", categoryorder="array", categoryarray=labels,
+                  tickfont=TICK_FONT, tickangle=angle, **kw)
     (fig.update_xaxes if axis == "x" else fig.update_yaxes)(**update)
 
 

@@ -11,6 +11,7 @@ from pipeline.model.kv_int8 import attention_error
 from pipeline.model.weight_formats import FORMAT_NOTES, NOT_BUILT, WEIGHT_FORMATS
 from pipeline.stages.kv_cache import human_bytes
 from ui.escape import markdown_text
+from ui.words import plural
 from views.server_state import get_model
 from views.waiting import result_through_queue
 
@@ -30,21 +31,29 @@ def measure_now(question: str):
     return result_through_queue(("weight formats", question, STEPS, REPEATS), compute, cost=40_000)
 
 
-def formats_table(report) -> pd.DataFrame:
-    rows = []
+def greedy_verdict(row) -> str:
+    """How a format's greedy answer compares with fp32's: 'the same' or 'leaves fp32's at token 7'."""
+    return "the same" if row.same_greedy else f"leaves fp32's at token {row.first_difference}"
+
+
+def formats_tables(report) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(speed, quality): two tables of one row per format, each narrow enough to show whole in the page's
+    column (one table of ten columns ran past its right edge and hid the greedy answers' verdicts)."""
+    speed, quality = [], []
     for w, row in report.rows.items():
         t = report.tpot[w]
         vs = report.vs_fp32.get(w)
-        rows.append({
+        speed.append({
             "weights": w, "held": human_bytes(row.parameter_bytes), "read per token": human_bytes(row.bytes_per_token),
             f"{time_label('TPOT', PLAIN)}, median (ms)": round(t.median * 1e3, 1),
             "TPOT range (ms)": f"{t.low * 1e3:.1f}–{t.high * 1e3:.1f}",
             "vs fp32": "—" if vs is None else (vs.speed() if vs.separated else "ranges overlap"),
-            "KL vs fp32 (nats, mean)": f"{row.kl_mean:.2e}", "KL max": f"{row.kl_max:.2e}",
-            "top-1 same": f"{row.top1_agreement:.1%}",
-            "greedy answer": "the same" if row.same_greedy else f"leaves fp32's at token {row.first_difference}",
         })
-    return pd.DataFrame(rows)
+        quality.append({
+            "weights": w, "KL vs fp32 (nats, mean)": f"{row.kl_mean:.2e}", "KL max": f"{row.kl_max:.2e}",
+            "top-1 same": f"{row.top1_agreement:.1%}", "greedy answer": greedy_verdict(row),
+        })
+    return pd.DataFrame(speed), pd.DataFrame(quality)
 
 
 def weight_formats_section() -> None:
@@ -72,12 +81,13 @@ def weight_formats_section() -> None:
         except InputError as e:
             st.warning(markdown_text(e))
         else:
-            st.dataframe(formats_table(report), hide_index=True, width="stretch")
-            answers = {w: r.greedy_text for w, r in report.rows.items()}
-            with st.expander("The greedy answers"):
-                for w, text in answers.items():
-                    st.markdown(f"**{w}**")
-                    st.code(text, language=None, wrap_lines=True)
+            speed, quality = formats_tables(report)
+            st.dataframe(speed, hide_index=True, width="stretch")
+            st.dataframe(quality, hide_index=True, width="stretch")
+            with st.expander("The greedy answers: each stops at a fixed length, so it may end mid-sentence"):
+                for w, row in report.rows.items():
+                    st.markdown(f"**{w}** ({plural(len(row.greedy_ids), 'token')}): {greedy_verdict(row)}")
+                    st.code(row.greedy_text, language=None, wrap_lines=True)
             st.caption("KL: how far a format's next-token probabilities are from fp32's (0 = the same). "
                        "'ranges overlap': the machine's noise is larger than the gap, so no ratio is given.")
     kv_section(trace)

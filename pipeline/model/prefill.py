@@ -22,7 +22,9 @@ from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHU
 from pipeline.model.rope import rotate, signed_sin
 
 # Past FULL_ATTENTION_MAX_TOKENS the captures are stored in float16 (half the memory; shown values keep 3
-# significant digits, plenty for charts). Shorter prompts keep exact float32.
+# significant digits, plenty for charts). Shorter prompts keep exact float32. A capture with a value past float16's
+# range (Gemma 3's residual stream reaches ~10^5 on a few tokens) stays float32: in float16 it became inf, and
+# Layers' cosines and norms nan.
 COMPACT_DTYPE = torch.float16
 
 
@@ -41,27 +43,33 @@ def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x.view(T, n_heads, width // n_heads).transpose(0, 1)
 
 
-def _np_dtype(t: torch.Tensor):
-    return np.float16 if t.dtype == torch.float16 else np.float32
+def _fits_compact(t: torch.Tensor) -> bool:
+    """Whether every finite value of t is finite in COMPACT_DTYPE too."""
+    return bool((torch.isfinite(t.to(COMPACT_DTYPE)) | ~torch.isfinite(t)).all())
 
 
 class _Filler:
-    """Preallocated (n, T, ...) arrays filled chunk by chunk along the positions axis."""
+    """Preallocated (n, T, ...) arrays filled chunk by chunk along the positions axis: float32, or float16 when
+    `compact` for each field whose values all fit in it (a field is widened to float32 when a chunk does not)."""
 
-    def __init__(self, T: int):
+    def __init__(self, T: int, compact: bool = False):
         self.T = T
+        self.compact = compact
         self.arrays: dict[str, np.ndarray] = {}
 
     def put(self, field: str, start: int, rows: list[torch.Tensor], axis: int) -> None:
-        """rows: one tensor per block, each with the chunk's positions on `axis` (after the block axis)."""
+        """rows: one float32 tensor per block, each with the chunk's positions on `axis` (after the block axis)."""
+        wide = not self.compact or not all(_fits_compact(t) for t in rows)
+        if field in self.arrays and wide and self.arrays[field].dtype != np.float32:
+            self.arrays[field] = self.arrays[field].astype(np.float32)
         for i, t in enumerate(rows):
             if field not in self.arrays:
                 shape = list(t.shape)
                 shape[axis] = self.T
-                self.arrays[field] = np.empty((len(rows), *shape), dtype=_np_dtype(t))
+                self.arrays[field] = np.empty((len(rows), *shape), dtype=np.float32 if wide else np.float16)
             index = [i] + [slice(None)] * t.dim()
             index[1 + axis] = slice(start, start + t.shape[axis])
-            self.arrays[field][tuple(index)] = t.numpy()
+            self.arrays[field][tuple(index)] = t.float().numpy()
 
 
 @dataclass(frozen=True)
@@ -85,12 +93,11 @@ def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None =
     T = len(ids)
     long_prompt = T > FULL_ATTENTION_MAX_TOKENS
     keep_attention = not long_prompt if keep_attention is None else keep_attention
-    store = COMPACT_DTYPE if long_prompt else torch.float32
     chunk = T if keep_attention else PREFILL_CHUNK
     names = _hook_names(layout, lm.model, lm.dims.L, keep_attention)
-    fill, kv_cache, seconds = _Filler(T), None, 0.0
+    fill, kv_cache, seconds = _Filler(T, compact=long_prompt), None, 0.0
     for start in range(0, T, chunk):
-        with capture(lm, names, store_dtype=store) as rec:
+        with capture(lm, names, store_dtype=torch.float32) as rec:  # one chunk; _Filler stores it compact
             t0 = time.perf_counter()
             out = lm.forward([ids[start:start + chunk]], cache=kv_cache,
                              attention="eager" if keep_attention else "sdpa")  # ids (1, chunk)

@@ -126,14 +126,17 @@ for warning in report.warnings:
     st.warning(markdown_text(warning))
 
 st.subheader("3. The three providers side by side")
-table = pd.DataFrame([{
+tables = [pd.DataFrame([{  # two tables, each whole in the page's width: in one of 15 columns the last 8 were cut
     "#": r.index, "request": r.label[:60], "tokens": r.prompt_tokens, "shared": r.shared_prefix_tokens,
     "OpenAI cached": r.cached_tokens["openai"], "Anthropic read": r.anthropic.cache_read_input_tokens,
     "Anthropic write": r.anthropic.cache_creation_input_tokens, "vLLM cached": r.cached_tokens["vllm"],
-    "diverges at": r.first_divergent_index, "cause": r.cause, "trap": r.trap or "",
+} for r in requests]), pd.DataFrame([{
+    "#": r.index, "diverges at": r.first_divergent_index, "cause": r.cause, "trap": r.trap or "",
     **{f"{PROVIDER_LABEL[p]} $": costs["requests"][i][p]["with_cache"] for p in ca.PROVIDERS},
-} for i, r in enumerate(requests)])
-st.dataframe(table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)))
+} for i, r in enumerate(requests)])]
+for table in tables:
+    st.dataframe(table, hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table)),
+                 column_config={"request": st.column_config.TextColumn(width=300)})
 traps = sorted({r.trap for r in requests if r.trap})
 for trap in traps:
     st.warning(f"**Trap: {ca.TRAPS[trap][0]}** in {plural(sum(r.trap == trap for r in requests), 'request')}. "

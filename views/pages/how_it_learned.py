@@ -284,7 +284,8 @@ def memory_section() -> None:
         rows.append({"model": name, **{k: gib(v) for k, v in train.parts().items()},
                      "training step": gib(train.total), "inference": gib(infer.total),
                      "training ÷ inference": f"{train.total / infer.total:.1f}×"})
-    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", height=35 * (len(rows) + 1) + 3,  # every row
+                 column_config={"model": st.column_config.TextColumn(width=250)})  # the loaded model's name whole
     st.caption("One sequence, no activation recomputation. The public configurations list neither the model width "
                "nor the vocabulary: width is taken as heads × head width, and their logits are not counted. "
                "Inference: the weights, the KV cache of one sequence (sliding layers keep only their window, in the "

@@ -8,7 +8,7 @@ from pipeline.stages import kv_cache
 from pipeline.stages.kv_cache import GIB, NO_CACHE_MAX_TOKENS, bytes_per_token, fit, human_bytes, load_configs
 from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels
-from ui.plots import token_axis
+from ui.plots import step_axis
 from ui.words import plural
 from views.chrome import page_header
 from views.page_path import back_next
@@ -65,7 +65,7 @@ fig.add_trace(go.Scatter(x=labels, y=[sum(kv_cache.held_bytes(m, n)) for n in st
                          "in a sliding layer)"))
 fig.update_layout(height=360, margin=dict(l=10, r=10, t=40, b=10), yaxis_title="cache bytes (all L layers)",
                   font=dict(size=13), legend=dict(orientation="h", y=1.02, yanchor="bottom"))  # not beside the plot
-token_axis(fig, "x", labels, angle=-60, title="decode step (token being chosen)")
+step_axis(fig, "x", labels, title="decode step (token being chosen)")
 st.plotly_chart(fig, width="stretch")
 
 per_layer = np.array([s.kv_bytes_per_layer for s in trace.steps])  # (S, L)
@@ -76,11 +76,13 @@ else:
     st.markdown("The dotted formula line lies exactly on the measured bytes. Every layer keeps its own cache, and "
                 "here they differ: a sliding-window layer stops growing at its window while a full layer keeps "
                 "every position:")
-heat = go.Figure(go.Heatmap(z=per_layer.T, x=labels, y=[f"layer {i}" for i in range(L)], colorscale="Blues",
+layer_names = [f"layer {i}" + ("" if not sliding else " · full" if w is None else " · sliding")
+               for i, w in enumerate(windows)]  # Gemma: which layers stop at their window
+heat = go.Figure(go.Heatmap(z=per_layer.T, x=labels, y=layer_names, colorscale="Blues",
                             colorbar_title="bytes", hovertemplate="%{y}, %{x}<br>%{z:,} B<extra></extra>"))
 heat.update_layout(height=460, margin=dict(l=10, r=10, t=10, b=10), yaxis_title="layer (L)",
                    yaxis_autorange="reversed", font=dict(size=13))
-token_axis(heat, "x", labels, angle=-60, title="decode step")
+step_axis(heat, "x", labels, title="decode step")
 st.plotly_chart(heat, width="stretch")
 
 st.markdown("#### Per layer, from the real cache tensors")
