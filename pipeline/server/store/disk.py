@@ -38,7 +38,8 @@ from typing import Callable, Hashable
 from pipeline.core.files import remove_stale_temporaries, temporary_path, write_atomic
 from pipeline.server.store import moved_classes
 
-FORMAT = 8  # bump when the stored classes change shape; older files are then simply not found
+FORMAT = 9  # bump when the stored classes change shape or stored values were wrong; older files are then simply
+# not found. 9: long-prompt captures stored in float16 held inf where Gemma 3's residual stream passes 65,504.
 SUFFIX = ".run.pkl"
 PENDING_MAX_BYTES = 256 * 2**20  # runs that wait in memory for the folder to take them again
 RETRY_S = (1.0, 60.0)  # first wait before trying the waiting runs again, longest wait
