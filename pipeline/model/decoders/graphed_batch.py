@@ -14,7 +14,8 @@ tensor the step touches has a shape fixed by the bucket alone:
 Every bucket's cache is a view of one flat buffer (the largest bucket so far, grown by doubling): a bucket change
 moves the live rows through a copy (GraphedBatchDecoder does). Growing the buffer drops the graphs captured on the
 old one. On a CPU the same step runs eagerly (tested there); on CUDA a bucket's first step warms it up on a side
-stream, captures it into a torch.cuda.CUDAGraph (all graphs in one memory pool) and later steps replay it; the
+stream, captures it into a torch.cuda.CUDAGraph and later steps replay it (all graphs share one memory pool: a step
+keeps nothing it allocates past its own end, its outputs go into the bucket's tensors, and steps never overlap); the
 graphs are kept by this object, so a new request in a bucket that was seen before does not capture again.
 
     graphs = GraphedBatch(lm)
