@@ -54,18 +54,21 @@ def test_bucket_choice():
 
 
 def test_rows_joining_and_leaving_get_the_eager_batchs_ids_and_their_ids_alone(app_lm):
-    """Five greedy requests join a running batch at different steps and leave at their own ends (the batch goes
-    1 -> 2 -> 4 -> 5 rows and down again, through the buckets 1, 2, 4, 8): each one's ids and scores equal the
+    """Six greedy requests join a running batch at different steps and leave at their own ends (the batch goes
+    1 -> 2 -> 4 -> 5 rows and down again, through the buckets 1, 2, 4, 8; rows leave in place inside a bucket too;
+    the last one's 40 new tokens move every row from 64 to 128 positions): each one's ids and scores equal the
     eager batched path's (HF's forward over the left-padded cache) and the request run alone."""
-    requests = greedy_requests()
-    join_at = [0, 1, 2, 2, 3]
+    requests = greedy_requests() + [ChatRequest.from_question("Tell me a story.",
+                                                              options=GenerationOptions(max_new_tokens=40))]
+    join_at = [0, 1, 2, 2, 3, 5]
     static, engine = staggered(app_lm, requests, join_at, static=True)
     eager, _ = staggered(app_lm, requests, join_at, static=False)
     assert [t.generated_token_ids for t in static] == [t.generated_token_ids for t in eager]
     assert_alone_equal(app_lm, static, requests)  # ids, scores within 1e-4, KV use per step
     assert [[s.batch_size for s in t.steps] for t in static] == [[s.batch_size for s in t.steps] for t in eager]
     graphs = engine.graphs[id(app_lm)]
-    assert {B for B, _ in graphs.buckets} == {8, 4, 2, 1}  # those made since the buffer last grew (to 8 rows)
+    assert max(s.batch_size for t in static for s in t.steps) == 5  # in the bucket of 8 rows
+    assert set(graphs.buckets) == {(4, 128), (2, 128), (1, 128)}  # made since the buffer grew to 128 positions
     assert graphs.captures == 0  # nothing captured off CUDA
 
 
