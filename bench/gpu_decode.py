@@ -9,6 +9,9 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
 - plain decode: PlainDecoder (the plain serving path's steps) in fp32, and in bf16;
 - graphed decode: GraphedDecoder, the static-shape step (a replayed CUDA graph on CUDA, eager elsewhere);
 - captured decode: the trace's recording path (hooks on every layer), fp32;
+- the room's batched decode step at B = 1, 4, 16 rows (prompts of different lengths): BatchDecoder (HF's forward
+  over the joined, left-padded cache) against GraphedBatchDecoder (the static batched step, one bucket: a replayed
+  CUDA graph on CUDA, eager elsewhere), ms per step, through the room's own merge and pass (no sampler);
 - prefill at T = 16 / 64 / 256: the plain path's prefill against HF's forward over the same T ids;
 - the floor: the weight bytes a decode step reads (pipeline.model.weight_formats.bytes_per_token) over this device's
   measured copy bandwidth (pipeline.costs.ceilings), fp32 and bf16.
@@ -29,11 +32,13 @@ import torch
 
 from pipeline.costs.ceilings import ceilings, device_name, measure
 from pipeline.model.decoders.graphed import GraphedDecoder
+from pipeline.model.decoders.graphed_batch import GraphedBatch
 from pipeline.model.decoders.plain import PlainDecoder
 from pipeline.model.loader import LoadedModel, converted_copy, shared_model
 from pipeline.model.weight_formats import bytes_per_token
 
 PREFILL_T = (16, 64, 256)
+ROOM_ROWS = (1, 4, 16)
 QUICK_LAYOUT = dict(num_hidden_layers=4, num_attention_heads=9, num_key_value_heads=3, hidden_size=72,
                     intermediate_size=144, tie_word_embeddings=True, vocab_size=49152)
 
@@ -102,6 +107,39 @@ def captured_decode_s(lm: LoadedModel, n: int) -> float:
 
     request = ChatRequest.from_question("Are tomatoes fruit?", options=GenerationOptions(max_new_tokens=n))
     return run_trace(request, lm).timings.tpot_s
+
+
+def room_step_s(lm: LoadedModel, prompts: list[list[int]], n: int, static: bool, out: list | None = None) -> float:
+    """Seconds per step of the room's batched decode: the prompts prefilled, joined by the decoder's own merge,
+    then n greedy steps of its pass (BatchDecoder._forward, or GraphedBatchDecoder's static step), the argmax of
+    each row fed back. The rows' ids go into `out`."""
+    from types import SimpleNamespace
+
+    from pipeline.model.kv_tensors import cache_layers
+    from pipeline.stages.batched_decoding import BatchDecoder, BatchRow
+    from pipeline.stages.graphed_batch_decoding import GraphedBatchDecoder
+
+    batch = GraphedBatchDecoder(lm, GraphedBatch(lm)) if static else BatchDecoder(lm)
+    joining, tokens = [], []
+    for ids in prompts:
+        logits, cache = lm.forward_chunked(ids)
+        answer = SimpleNamespace(options=SimpleNamespace(max_new_tokens=n + 1), generated=[])
+        joining.append((BatchRow(answer, len(ids), []), cache_layers(cache)))
+        tokens.append(int(logits.argmax()))
+    batch._merge([], joining)
+    chosen = [tokens]
+    sync(lm.device)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        logits = batch._forward(tokens)
+        for r in batch.rows:
+            r.length += 1
+        tokens = logits.argmax(-1).tolist()  # read back each step, as the room does
+        chosen.append(tokens)
+    sync(lm.device)
+    if out is not None:
+        out[:] = chosen
+    return (time.perf_counter() - t0) / n
 
 
 PREFILL_CALLS = 3  # prefills timed per round (their mean): one alone is mostly the scheduler on a busy machine
@@ -180,6 +218,13 @@ def main() -> int:
     for T in PREFILL_T:
         decode[f"prefill T={T}, plain path"] = lambda T=T: prefill_s(lm, prompt[:T])
         decode[f"prefill T={T}, HF forward"] = lambda T=T: hf_prefill_s(lm, prompt[:T])
+    room_ids = {}
+    for B in ROOM_ROWS:
+        rows = [prompt[7 * i:7 * i + 40 - 3 * (i % 5)] for i in range(B)]  # 28-40 tokens: rows at other lengths
+        for kind, static in (("eager", False), ("static", True)):
+            got = room_ids.setdefault((B, kind), [])
+            decode[f"room step B={B}, {kind}"] = lambda rows=rows, static=static, got=got: room_step_s(
+                lm, rows, n, static, got)
     times = rounds(decode, repeats)
 
     print(f"{device_name(device)}, torch {torch.__version__}, model {lm.name}; {n} greedy tokens after a "
@@ -197,6 +242,12 @@ def main() -> int:
                 print(row(name, times[name], hf, hf_static))
     for kind in ("plain decode", "graphed decode"):
         print(f"  {kind}: bf16 / fp32 = {med[f'{kind}, bf16'] / med[f'{kind}, fp32']:.2f}")
+    for B in ROOM_ROWS:
+        eager = med[f"room step B={B}, eager"]
+        for kind in ("eager", "static"):
+            print(row(f"room step B={B}, {kind} (x eager)", times[f"room step B={B}, {kind}"], eager, None))
+    same_room = all(room_ids[(B, "eager")] == room_ids[(B, "static")] for B in ROOM_ROWS)
+    print(f"room steps: greedy ids of every row, eager and static, {'the same' if same_room else 'DIFFER'}")
     for T in PREFILL_T:
         hf_t = med[f"prefill T={T}, HF forward"]
         for kind in ("plain path", "HF forward"):
@@ -208,7 +259,7 @@ def main() -> int:
               f"{roof.bytes_per_s / 1e9:,.1f} GB/s copy = {floor * 1e3:.4f} ms; "
               f"x HF eager {floor / med[f'HF generate, eager, {precision}']:.3f}, "
               f"plain decode is {med[f'plain decode, {precision}'] / floor:,.1f}x the floor")
-    return 0 if same else 1
+    return 0 if same and same_room else 1
 
 
 if __name__ == "__main__":

@@ -112,7 +112,7 @@ def temperature_zero_steps(lm: LanguageModel, requests: int = 1000, new_tokens: 
 
 def _steps(lm: LanguageModel, requests: int, new_tokens: int, max_batch: int, filler_share: float, seed: int,
            question: str):
-    from pipeline.stages.batched_decoding import BatchDecoder
+    from pipeline.stages.graphed_batch_decoding import open_batch
     from pipeline.stages.tokens import tokenize_request
 
     rng = np.random.default_rng(seed)
@@ -120,7 +120,7 @@ def _steps(lm: LanguageModel, requests: int, new_tokens: int, max_batch: int, fi
     mine = tokenize(question)
     others = [tokenize(q) for q in QUESTIONS if q != question]
     options = GenerationOptions(max_new_tokens=new_tokens)
-    batch, runs, ended = BatchDecoder(lm), [], 0
+    batch, runs, ended = open_batch(lm), [], 0  # the trace engine's decoder: BatchDecoder, static on CUDA
     admitted = fillers = steps = 0
     rate = 0.0
     t0 = time.perf_counter()

@@ -47,9 +47,13 @@ class _Engine:
 
     prefill_path = PLAIN  # the path its prefills run on (pipeline.costs.named_time)
 
-    def __init__(self, lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int | None = None):
-        self.lm_for, self.max_prompt_tokens = lm_for, max_prompt_tokens
+    def __init__(self, lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int | None = None,
+                 static_batch: bool | None = None):
+        """static_batch: whether the batch steps through the static batched step (graphed_batch_decoding); None:
+        where it is captured as CUDA graphs (CUDA) only; True: anywhere (a test runs it on a CPU)."""
+        self.lm_for, self.max_prompt_tokens, self.static_batch = lm_for, max_prompt_tokens, static_batch
         self.batches: dict[int, object] = {}  # id(lm) -> BatchDecoder
+        self.graphs: dict[int, object] = {}  # id(lm) -> GraphedBatch (CUDA): its buckets' graphs outlive a batch
         self.started: dict[Hashable, tuple] = {}  # handle -> (lm, row, what finishing it needs)
         self._ids = itertools.count()
         self._prompt_tokens: dict[tuple[int, ChatRequest], int] = {}  # (id(lm), request) -> its prompt's tokens
@@ -81,10 +85,10 @@ class _Engine:
         return kv_reserve(self.lm_for(request), request, self.prompt_tokens(payload))
 
     def _batch(self, lm: LanguageModel):
-        from pipeline.stages.batched_decoding import BatchDecoder
+        from pipeline.stages.graphed_batch_decoding import open_batch
 
-        if id(lm) not in self.batches:
-            self.batches[id(lm)] = BatchDecoder(lm)
+        if id(lm) not in self.batches:  # on CUDA the batch's static step, its graphs kept in self.graphs
+            self.batches[id(lm)] = open_batch(lm, self.graphs, self.static_batch)
         return self.batches[id(lm)]
 
     def _add(self, lm: LanguageModel, row, extra) -> Hashable:
@@ -131,8 +135,8 @@ class TraceEngine(_Engine):
     prefill_path = CAPTURED  # every layer's tensors recorded (pipeline.model.prefill)
 
     def __init__(self, lm_for, max_prompt_tokens=None, on_trace: Callable[[Hashable, object], None] | None = None,
-                 finisher: Executor | None = None):
-        super().__init__(lm_for, max_prompt_tokens)
+                 finisher: Executor | None = None, static_batch: bool | None = None):
+        super().__init__(lm_for, max_prompt_tokens, static_batch)
         self.on_trace, self.finisher = on_trace, finisher
 
     @staticmethod

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Hashable
 
 from pipeline.model.interface import LanguageModel
+from pipeline.server.kv_budget import KVBudget, kv_budget
 from pipeline.server.run_queue import RunQueue
 from pipeline.server.store.memory import RunStore, deep_size
 from pipeline.server.store.shared import results_store, runs_store
@@ -33,14 +34,20 @@ def log_queue_on_console() -> None:
 
 
 def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int,
-                 on_trace: Callable[[Hashable, object], None] | None = None, finish_inline: bool = False) -> RunQueue:
+                 on_trace: Callable[[Hashable, object], None] | None = None, finish_inline: bool = False,
+                 budget: KVBudget | None = None) -> RunQueue:
     """The one line in front of the model. Chat requests (captured runs: "trace"; live streams: "stream") are
     scheduled per decode step (pipeline.server.run_queue, pipeline.server.trace_engine). Each ended run's record
     is assembled and handed to on_trace on a thread of its own (the batch steps on meanwhile), or in the
-    queue's own thread with finish_inline."""
+    queue's own thread with finish_inline. budget: the KV bytes the batch may reserve (default: kv_budget on the
+    device the models load on: the fixed budget on a CPU, the free memory less a margin on CUDA)."""
+    from pipeline.model.loader import pick_device  # torch: not at import
+
+    budget = budget or kv_budget(pick_device())
+    logging.getLogger("pipeline.server.run_queue").info("admission: %s", budget.describe())
     finisher = None if finish_inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")
     return RunQueue(engines={"trace": TraceEngine(lm_for, max_prompt_tokens, on_trace=on_trace, finisher=finisher),
-                             "stream": StreamEngine(lm_for, max_prompt_tokens)})
+                             "stream": StreamEngine(lm_for, max_prompt_tokens)}, kv_budget_bytes=budget.bytes)
 
 
 def finished_runs(cache: Path) -> RunStore:

@@ -126,17 +126,12 @@ class BatchDecoder:
                         [(r, layers) for r, layers in self.joining if not r.ended])
         t_fed = time.perf_counter()
         if self.rows:
-            self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=self.mask.dtype,
-                                                         device=self.mask.device)], dim=1)
-            positions = torch.tensor([[r.length] for r in self.rows],  # (B, 1) each row's own next position
-                                     device=self.mask.device)
             for r in self.rows:
                 r.answer.t_prev = t_fed
-                r.length += 1
             with passes_for([r.counter for r in self.rows]):  # one pass for every row's caller
-                out = self.lm.forward([[tokens[id(r)]] for r in self.rows], cache=self.cache,
-                                      attention_mask=self.mask, position_ids=positions)
-            last = out.logits[:, -1].float()  # (B, V)
+                last = self._forward([tokens[id(r)] for r in self.rows])  # (B, V)
+            for r in self.rows:
+                r.length += 1
             logits = last.cpu().numpy()
             kth = [None] * len(self.rows)
             if any(r.answer.record for r in self.rows):  # every row's k-th best score in one pass: 1.1 ms for
@@ -150,6 +145,16 @@ class BatchDecoder:
                 r.answer.fed(r.decoder.step(tokens[id(r)]))
             r.length += 1
         return ended
+
+    def _forward(self, tokens: list[int]) -> torch.Tensor:
+        """The joined rows' tokens through the model in one pass, each row at its own next position (its `length`).
+        Returns the logits (B, V) float32."""
+        self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=self.mask.dtype,
+                                                     device=self.mask.device)], dim=1)
+        positions = torch.tensor([[r.length] for r in self.rows], device=self.mask.device)  # (B, 1)
+        out = self.lm.forward([[t] for t in tokens], cache=self.cache, attention_mask=self.mask,
+                              position_ids=positions)
+        return out.logits[:, -1].float()
 
     def _merge(self, keep: list[int], joining: list[tuple[BatchRow, list]]) -> None:
         """The joined cache of rows `keep` then the `joining` ones. In place when the cache has room for them
