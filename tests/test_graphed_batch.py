@@ -33,7 +33,7 @@ def staggered(lm, requests, join_at, static: bool):
         for i, request in enumerate(requests):
             if join_at[i] == step:
                 handles[engine.start((i, request, None))] = i
-        results.update((handles[h], trace) for h, trace in engine.step())
+        results.update((handles[h], made.complete(None)) for h, made in engine.step())  # as the queue does
         step += 1
     return [results[i] for i in range(len(requests))], engine
 
