@@ -64,8 +64,9 @@ def room_schedule(request_key_of_this_learner) -> None:
         st.plotly_chart(sizes, width="stretch")
     own = data["own"]
     mine = ("Your request is not among them: its run was stored before, or ran before the record's window."
-            if own is None else f"Yours waited {own['prefill_at_s'] - own['queued_s']:.2f} s in line, took "
-            f"{own['prefill_s']:.2f} s of prefill, then {own['ttft_label']} {shown(own['ttft_s'] or 0)}"
+            if own is None else f"Yours waited {own['prefill_at_s'] - own['queued_s']:.2f} s in line, spent "
+            f"{own['prefill_s']:.2f} s in its prefill step (the model's pass and what the step records around it), "
+            f"then {own['ttft_label']} {shown(own['ttft_s'] or 0)}"
             + (f" and {own['tpot_label']} {shown(own['tpot_s'])}." if own["tpot_s"] else "."))
     st.caption(f"Across the {plural(len(rows), 'request')} shown: " + served_medians(data["groups"]) + " " + mine
                + " TTFT counts from arrival in the queue (loading the model comes before and is not in it); TPOT is "
