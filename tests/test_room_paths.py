@@ -33,6 +33,7 @@ def test_the_queue_records_the_trace_engines_paths_and_device(tiny_lm):
     for key in "ab":
         assert (records[key]["prefill_path"], records[key]["decode_path"]) == (CAPTURED, BATCHED)
         assert records[key]["device"] == device_name(tiny_lm.device) and records[key]["device"].startswith("cpu")
+        assert records[key]["model"] == tiny_lm.name
     room = room_rows(q.schedule(), own_key="a")
     assert (room["own"]["ttft_label"], room["own"]["tpot_label"]) == ("TTFT (captured run)", "TPOT (batched)")
 
@@ -64,6 +65,16 @@ def test_times_of_different_paths_are_kept_apart():
         (time_label("TTFT", CAPTURED), time_label("TPOT", BATCHED), 2, 2.0, pytest.approx(0.30)),
         (time_label("TTFT", PLAIN), time_label("TPOT", PLAIN), 1, 0.2, 0.04),
         ("TTFT (path not recorded)", "TPOT (path not recorded)", 1, 9.0, 0.9)]
+
+
+def test_times_of_different_models_are_kept_apart():
+    """A room serves both models in one queue: the same paths on another model are another figure (a median over
+    a SmolLM2 request and a Gemma one was shown as one TTFT)."""
+    schedule = {"steps": [], "requests": [{**_request("a", 0.0, 1.0, 0.10, CAPTURED, BATCHED), "model": "SmolLM2"},
+                                          {**_request("b", 1.0, 5.0, 0.30, CAPTURED, BATCHED), "model": "Gemma"},
+                                          {**_request("c", 2.0, 2.0, 0.20, CAPTURED, BATCHED), "model": "SmolLM2"}]}
+    groups = room_rows(schedule)["groups"]
+    assert [(g["model"], g["requests"], g["ttft_s"]) for g in groups] == [("SmolLM2", 2, 1.5), ("Gemma", 1, 5.0)]
 
 
 def _schedule_page():

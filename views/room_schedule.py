@@ -7,6 +7,7 @@ import streamlit as st
 
 from pipeline.costs.named_time import shown
 from pipeline.server.room_schedule import first_view_start, room_rows
+from ui.escape import markdown_text
 from ui.words import plural
 from views.server_state import run_queue
 
@@ -75,12 +76,14 @@ def room_schedule(request_key_of_this_learner) -> None:
 
 
 def served_medians(groups: list[dict]) -> str:
-    """The medians of each way of serving, named by its paths and device; never one median over several."""
+    """The medians of each model and way of serving, named by its model, paths and device; never one median over
+    several."""
     if not groups:
         return "none has finished yet."
-    parts = [f"median {g['ttft_label']} " + ("—" if g["ttft_s"] is None else shown(g["ttft_s"]))
+    parts = [(f"{markdown_text(g['model'])}: " if g.get("model") else "")
+             + f"median {g['ttft_label']} " + ("—" if g["ttft_s"] is None else shown(g["ttft_s"]))
              + f", {g['tpot_label']} " + ("—" if g["tpot_s"] is None else shown(g["tpot_s"]))
              + (f" on {g['device']}" if g["device"] else "")
              + (f" ({plural(g['requests'], 'request')})" if len(groups) > 1 else "") for g in groups]
-    kept_apart = "times of different paths are kept apart: " if len(groups) > 1 else ""
+    kept_apart = "times of different models and paths are kept apart: " if len(groups) > 1 else ""
     return kept_apart + "; ".join(parts) + "."

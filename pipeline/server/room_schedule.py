@@ -22,9 +22,10 @@ def served_label(quantity: str, path: str | None) -> str:
 
 def room_rows(schedule: dict, own_key=None, last: int = LAST_REQUESTS) -> dict:
     """rows: {label, own, queued_s, prefill_at_s, prefill_s, decoding_from_s, left_s, ttft_s, tpot_s, tokens,
-    ttft_label, tpot_label, device} in arrival order (times in seconds since the first request shown arrived);
-    steps: {t_s, size}; groups: one per way of serving (prefill path, decode path, device) among the finished
-    requests shown, {ttft_label, tpot_label, device, requests, ttft_s, tpot_s} with their medians (None: none)."""
+    ttft_label, tpot_label, device, model} in arrival order (times in seconds since the first request shown
+    arrived); steps: {t_s, size}; groups: one per model and way of serving (prefill path, decode path, device)
+    among the finished requests shown, {ttft_label, tpot_label, device, model, requests, ttft_s, tpot_s} with their
+    medians (None: none)."""
     requests = schedule["requests"][-last:]
     t0 = min((r["queued_s"] for r in requests), default=0.0)
     rows, n = [], 0
@@ -38,26 +39,28 @@ def room_rows(schedule: dict, own_key=None, last: int = LAST_REQUESTS) -> dict:
                      "left_s": None if r["left_s"] is None else r["left_s"] - t0,
                      "ttft_s": r["ttft_s"], "tpot_s": r["tpot_s"], "tokens": r["tokens"],
                      "ttft_label": served_label("TTFT", r.get("prefill_path")),
-                     "tpot_label": served_label("TPOT", r.get("decode_path")), "device": r.get("device")})
+                     "tpot_label": served_label("TPOT", r.get("decode_path")), "device": r.get("device"),
+                     "model": r.get("model")})
     steps = [{"t_s": s["t_s"] - t0, "size": len(s["members"])} for s in schedule["steps"] if s["t_s"] >= t0]
     return {"rows": rows, "steps": steps, "own": next((r for r in rows if r["own"]), None),
             "groups": served_groups([r for r in rows if r["left_s"] is not None])}
 
 
 def served_groups(done: list[dict]) -> list[dict]:
-    """The finished rows by how they were served (TTFT's path, TPOT's path, device), largest group first, each
-    with its median TTFT and TPOT: times of different paths or devices are never pooled into one figure."""
+    """The finished rows by how they were served (model, TTFT's path, TPOT's path, device), largest group first,
+    each with its median TTFT and TPOT: times of different models, paths or devices are never pooled into one
+    figure (a room serves both models in one queue)."""
     groups: dict[tuple, list[dict]] = {}
     for r in done:
-        groups.setdefault((r["ttft_label"], r["tpot_label"], r["device"]), []).append(r)
+        groups.setdefault((r["ttft_label"], r["tpot_label"], r["device"], r.get("model")), []).append(r)
 
     def median(rows, name):
         values = [r[name] for r in rows if r[name] is not None]
         return statistics.median(values) if values else None
 
-    return [{"ttft_label": ttft, "tpot_label": tpot, "device": device, "requests": len(rows),
+    return [{"ttft_label": ttft, "tpot_label": tpot, "device": device, "model": model, "requests": len(rows),
              "ttft_s": median(rows, "ttft_s"), "tpot_s": median(rows, "tpot_s")}
-            for (ttft, tpot, device), rows in sorted(groups.items(), key=lambda g: -len(g[1]))]
+            for (ttft, tpot, device, model), rows in sorted(groups.items(), key=lambda g: -len(g[1]))]
 
 
 def first_view_start(rows: list[dict], end: float, share: float = 0.02) -> float:

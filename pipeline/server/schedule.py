@@ -20,11 +20,11 @@ log = logging.getLogger("pipeline.server.run_queue")  # the queue's log: these l
 SCHEDULE_STEPS = 2000  # decode steps the schedule record keeps (the oldest go first)
 SCHEDULE_REQUESTS = 200  # requests it keeps
 SCHEDULE_CHUNKS = 2000  # long jobs' chunks it keeps
-NOT_SAID = {"prefill_path": None, "decode_path": None, "device": None}  # an engine that does not name its paths
+NOT_SAID = {"prefill_path": None, "decode_path": None, "device": None, "model": None}  # an engine that names none
 
 
 def served_by(engine, handle) -> dict:
-    """{prefill_path, decode_path, device} of a request the engine started (its served_by; None each where the
+    """{prefill_path, decode_path, device, model} of a request the engine started (its served_by; None each where the
     engine has none): the schedule's times are named by them."""
     said = getattr(engine, "served_by", None)
     try:

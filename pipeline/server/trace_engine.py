@@ -97,11 +97,12 @@ class _Engine:
         return handle
 
     def served_by(self, handle: Hashable) -> dict:
-        """The paths a started request runs on, named as pipeline.costs.named_time names them, and the device:
+        """The paths a started request runs on, named as pipeline.costs.named_time names them, the device and the
+        model:
         its prefill's, and its decode steps' (batched: in the batch's one pass; plain: a decoder of its own)."""
         lm, row, _ = self.started[handle]
         return {"prefill_path": self.prefill_path, "decode_path": BATCHED if row.decoder is None else PLAIN,
-                "device": device_name(lm.device)}
+                "device": device_name(lm.device), "model": lm.name}
 
     def step(self) -> list[tuple[Hashable, object]]:
         ended = set()
