@@ -127,11 +127,14 @@ def test_the_room_numbers_are_taken_per_way_of_serving():
     from pipeline.costs.metrics import room_metrics_by_path
     from pipeline.run.record import Timings
 
-    def run(ttft_s, tpot_s, decode_path):
+    def run(ttft_s, tpot_s, decode_path, model="SmolLM2"):
         return SimpleNamespace(timings=Timings(ttft_s, tpot_s, 0.1, ttft_s + 3 * tpot_s, CAPTURED, decode_path, "cpu"),
-                               steps=[], usage=SimpleNamespace(completion_tokens=4))
+                               steps=[], usage=SimpleNamespace(completion_tokens=4), dims=SimpleNamespace(name=model))
 
-    groups = room_metrics_by_path([run(1.0, 0.2, BATCHED), run(3.0, 0.4, BATCHED), run(0.5, 0.9, CAPTURED)])
-    assert [(g["ttft_label"], g["tpot_label"], g["metrics"].runs, g["metrics"].ttft_s.p50, g["metrics"].tpot_s.p50)
-            for g in groups] == [("TTFT (captured run)", "TPOT (batched)", 2, 2.0, pytest.approx(0.3)),
-                                 ("TTFT (captured run)", "TPOT (captured run)", 1, 0.5, 0.9)]
+    groups = room_metrics_by_path([run(1.0, 0.2, BATCHED), run(3.0, 0.4, BATCHED), run(0.5, 0.9, CAPTURED),
+                                   run(7.0, 0.8, BATCHED, "Gemma")])  # the same paths on the other model: apart
+    assert [(g["model"], g["ttft_label"], g["tpot_label"], g["metrics"].runs, g["metrics"].ttft_s.p50,
+             g["metrics"].tpot_s.p50) for g in groups] == [
+        ("SmolLM2", "TTFT (captured run)", "TPOT (batched)", 2, 2.0, pytest.approx(0.3)),
+        ("SmolLM2", "TTFT (captured run)", "TPOT (captured run)", 1, 0.5, 0.9),
+        ("Gemma", "TTFT (captured run)", "TPOT (batched)", 1, 7.0, 0.8)]

@@ -72,13 +72,15 @@ def room_metrics(traces: list) -> RoomMetrics:
 
 
 def room_metrics_by_path(traces: list) -> list[dict]:
-    """The runs grouped by how they were served (the path of their prefill, which names TTFT; of their decode steps,
-    which names TPOT; the device), largest group first: [{ttft_label, tpot_label, device, metrics}]. Times of
-    different paths are never pooled into one median."""
+    """The runs grouped by model and by how they were served (the path of their prefill, which names TTFT; of their
+    decode steps, which names TPOT; the device), largest group first: [{ttft_label, tpot_label, device, model,
+    metrics}]. Times of different models or paths are never pooled into one median (a server holds both models'
+    runs)."""
     groups: dict[tuple, list] = {}
     for t in traces:
         timings = t.timings
-        key = (time_label("TTFT", timings.prefill_path), time_label("TPOT", timings.decode_path), timings.device)
+        key = (time_label("TTFT", timings.prefill_path), time_label("TPOT", timings.decode_path), timings.device,
+               t.dims.name)
         groups.setdefault(key, []).append(t)
-    return [{"ttft_label": ttft, "tpot_label": tpot, "device": device, "metrics": room_metrics(runs)}
-            for (ttft, tpot, device), runs in sorted(groups.items(), key=lambda g: -len(g[1]))]
+    return [{"ttft_label": ttft, "tpot_label": tpot, "device": device, "model": model, "metrics": room_metrics(runs)}
+            for (ttft, tpot, device, model), runs in sorted(groups.items(), key=lambda g: -len(g[1]))]

@@ -273,14 +273,15 @@ traces = [t for t in run_store().values() if isinstance(t, Trace)]
 groups = room_metrics_by_path(traces)
 st.markdown(f"From the {plural(len(traces), 'finished run')} this server holds in memory (medians; the 95th "
             "percentile below each). Each time is named by the path that ran it: its prompt's pass (TTFT) and its "
-            "decode steps (TPOT). Times of different paths are never pooled" + (", so each way of serving has its "
-                                                                                "own row." if len(groups) > 1 else "."))
+            "decode steps (TPOT). Times of different models or paths are never pooled"
+            + (", so each model and way of serving has its own row." if len(groups) > 1 else "."))
 
 
-for group in groups or [{"ttft_label": "TTFT", "tpot_label": "TPOT", "device": None, "metrics": room_metrics([])}]:
+for group in groups or [{"ttft_label": "TTFT", "tpot_label": "TPOT", "device": None, "model": None,
+                         "metrics": room_metrics([])}]:
     room = group["metrics"]
     if len(groups) > 1:
-        st.caption(f"{plural(room.runs, 'run')} served this way"
+        st.caption(f"{plural(room.runs, 'run')} of {markdown_text(group['model'])} served this way"
                    + (f" on {group['device']}" if group["device"] else ""))
     cols = st.columns(4)
     for col, label, s, what in zip(cols, (group["ttft_label"], group["tpot_label"], "End to end"),
