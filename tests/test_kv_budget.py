@@ -49,3 +49,26 @@ def test_the_server_queue_admits_by_the_budget_it_is_given_and_by_the_cpus_by_de
     budget = kv_budget("cuda:0", mem_get_info=info)
     queue = server_queue(lambda r: tiny_lm, 64, finish_inline=True, budget=budget)
     assert queue.kv_budget_bytes == 42 * GiB == budget.bytes
+
+
+def test_a_server_on_cuda_keeps_the_models_weights_out_of_its_budget(tmp_path, monkeypatch):
+    """The queue is built before the models load: on CUDA the budget it takes leaves out the converted weights'
+    bytes (their files in the weights cache), on a CPU nothing (the fixed budget)."""
+    from pipeline.model import loader
+    from pipeline.model.registry import GEMMA3, SMOLLM2
+    from pipeline.model.weights_cache import weights_cache_dir
+    from pipeline.server import wiring
+
+    monkeypatch.setenv("TPE_CACHE_DIR", str(tmp_path))
+    for spec, size in ((SMOLLM2, 3000), (GEMMA3, 5000)):
+        weights_cache_dir(spec).mkdir(parents=True)
+        (weights_cache_dir(spec) / "model.safetensors").write_bytes(b"\0" * size)
+    (weights_cache_dir(SMOLLM2) / "tokenizer.json").write_bytes(b"\0" * 700)  # not weights
+    assert wiring.stored_weights_bytes() == 8000
+    asked = []
+    monkeypatch.setattr(wiring, "kv_budget", lambda device, weights=0: asked.append((str(device), weights))
+                        or KVBudget(GiB, str(device)))
+    for device in ("cuda", "cpu"):
+        monkeypatch.setattr(loader, "pick_device", lambda d=device: torch.device(d))
+        wiring.server_queue(lambda r: None, 64, finish_inline=True)
+    assert asked == [("cuda", 8000), ("cpu", 0)]

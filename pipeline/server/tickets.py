@@ -60,7 +60,7 @@ def as_future(result, served: dict | None) -> Future:
     completed here with `served`) as a Future of its result."""
     try:
         result = result.complete(served) if isinstance(result, Unfinished) else result
-    except BaseException as e:  # its caller hears it
+    except Exception as e:  # its caller hears it (an interrupt is not a ticket's error)
         result = e
     if isinstance(result, Future):
         return result

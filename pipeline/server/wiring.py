@@ -43,11 +43,24 @@ def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_toke
     device the models load on: the fixed budget on a CPU, the free memory less a margin on CUDA)."""
     from pipeline.model.loader import pick_device  # torch: not at import
 
-    budget = budget or kv_budget(pick_device())
+    if budget is None:
+        device = pick_device()
+        budget = kv_budget(device, stored_weights_bytes() if str(device).startswith("cuda") else 0)
     logging.getLogger("pipeline.server.run_queue").info("admission: %s", budget.describe())
     finisher = None if finish_inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")
     return RunQueue(engines={"trace": TraceEngine(lm_for, max_prompt_tokens, on_trace=on_trace, finisher=finisher),
                              "stream": StreamEngine(lm_for, max_prompt_tokens)}, kv_budget_bytes=budget.bytes)
+
+
+def stored_weights_bytes() -> int:
+    """The bytes of the registry's models' converted weights (their files in the weights cache, float32 as loaded):
+    what the models will take on the device once loaded. The queue is built before they load, so on CUDA its
+    budget keeps them out of the free memory it measures (a model not converted yet counts nothing)."""
+    from pipeline.model.registry import MODELS
+    from pipeline.model.weights_cache import weights_cache_dir
+
+    return sum(f.stat().st_size for spec in MODELS.values() if weights_cache_dir(spec).is_dir()
+               for f in weights_cache_dir(spec).glob("*.safetensors"))
 
 
 def finished_runs(cache: Path) -> RunStore:

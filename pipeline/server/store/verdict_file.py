@@ -59,6 +59,9 @@ class VerdictFile:
     def add(self, key: Hashable, comparison: Comparison, at: float) -> History:
         """The history of `key` with this measurement in it (added once, however often it is shown)."""
         qid = question_id(key)
+        shown = () if self._unsaved else self.history(key)  # a page shows a measurement again on every rerun:
+        if any(d.at == at for d in shown):  # then no file lock and no write (the file is replaced whole, atomically)
+            return shown
         with self._lock, self._file_lock():
             kept = self._read()
             for unsaved in list(self._unsaved):  # what the folder did not take before goes in with this one
@@ -74,9 +77,9 @@ class VerdictFile:
             try:
                 write_atomic(self.path, lambda f: json.dump(self._as_data(kept), f), text=True)
                 self._unsaved.clear()  # every unsaved one was merged in and written
-            except OSError as e:
+            except (OSError, TypeError, ValueError) as e:  # a folder that takes no file; a value JSON cannot hold
                 log.warning("the speed verdicts could not be written to %s (%s): kept in this server's memory",
-                            self.path, e.strerror or e)
+                            self.path, getattr(e, "strerror", None) or e)
                 self._unsaved[qid] = history
             return history
 
