@@ -47,6 +47,10 @@ def test_kv_cache_step_ticks_never_overlap_on_gemma(tiny_server_cache, width):
         assert page.locator('[data-testid="stException"]').count() == 0
         page.get_by_text("1. How the cache grows").wait_for(timeout=60_000)
         page.screenshot(path=str(SHOTS / f"kv_ticks_{width}.png"))
+        try:  # plotly lays out a chart's ticks after its SVG exists (settle waits for the SVG): wait for the ticks
+            page.wait_for_function(f"() => ({TICKS})().filter(t => t.length > 3).length >= 2", timeout=60_000)
+        except Exception:  # the assert below says what was drawn
+            pass
         charts = [ticks for ticks in page.evaluate(TICKS) if len(ticks) > 3][:2]  # growth, then per layer
         assert len(charts) == 2, charts
         layers = page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stMain\"] .ytick text')]"
