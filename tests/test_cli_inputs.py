@@ -138,7 +138,8 @@ def test_options_are_found_in_the_parsers():
 # is seconds; the 5,000-character values are left out (a 5,000-digit question is 5,000 tokens: minutes of CPU).
 CHEAP = {"trace": ("--max-new-tokens=1",), "report": ("--max-new-tokens=1",),
          "speculate": ("--max-new-tokens=2", "--repeats=1"), "cache-demo": ("--scenario=conversation", "--no-cold"),
-         "serving": ("--batch-sizes=1", "--steps=2", "--repeats=1")}
+         "serving": ("--batch-sizes=1", "--steps=2", "--repeats=1"),
+         "temperature-zero": ("--requests=2", "--new-tokens=2", "--max-batch=2")}  # its default: 1,000 x 24 tokens
 
 
 def accepted_values(command: str, tmp_path: Path) -> dict[argparse.Action, str]:
