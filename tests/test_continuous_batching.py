@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from kit.batching import FakeEngine, assert_alone_equal, three_requests
+from kit.batching import FakeEngine, assert_alone_equal, staggered, three_requests
 
 from pipeline.core.errors import InputError
 from pipeline.model.passes import PassCounter, counting_passes
@@ -200,7 +200,7 @@ def test_a_trace_engine_with_a_finisher_makes_the_same_traces_as_without(tiny_lm
     from pipeline.server.trace_engine import TraceEngine
 
     requests = three_requests()
-    inline = staggered(tiny_lm, requests, [0, 0, 0])  # all three in the batch from the start, as below
+    inline = staggered(tiny_lm, requests, [0, 0, 0])[0]  # all three in the batch from the start, as below
     stored = {}
     with ThreadPoolExecutor(max_workers=1) as finisher:
         engine = TraceEngine(lambda r: tiny_lm, on_trace=stored.__setitem__, finisher=finisher)
@@ -216,23 +216,11 @@ def test_a_trace_engine_with_a_finisher_makes_the_same_traces_as_without(tiny_lm
 
 
 # ---- the batched decode step on tiny random-weight models ----------------------------------------
-def staggered(lm, requests, join_at):
-    """Each request started (prefilled) before step join_at[i] of one running TraceEngine batch; the Traces."""
-    from pipeline.server.trace_engine import TraceEngine
-
-    engine, handles, results, step = TraceEngine(lambda r: lm), {}, {}, 0
-    while len(results) < len(requests):
-        for i, request in enumerate(requests):
-            if join_at[i] == step:
-                handles[engine.start((i, request, None))] = i
-        results.update((handles[h], made.complete(None)) for h, made in engine.step())  # as the queue does
-        step += 1
-    return [results[i] for i in range(len(requests))]
 
 
 def test_requests_joining_a_running_batch_get_the_tokens_they_get_alone(tiny_lm):
     requests = three_requests()
-    traces = staggered(tiny_lm, requests, join_at=[0, 2, 3])  # the longer prompt joins later: the rows re-pad
+    traces = staggered(tiny_lm, requests, join_at=[0, 2, 3])[0]  # the longer prompt joins later: the rows re-pad
     assert_alone_equal(tiny_lm, traces, requests)
     assert [s.batch_size for s in traces[0].steps] == [1, 1, 2, 3, 3, 3]  # B joined at step 2, C at 3
     assert [s.batch_size for s in traces[1].steps] == [2, 3, 3, 3, 1, 1, 1, 1]  # A and C left at their ends
@@ -335,7 +323,7 @@ def test_gemma_requests_joining_a_running_batch_get_the_tokens_they_get_alone(ge
         block.self_attn.sliding_window = 64 if block.self_attn.sliding_window else None
     lm = wrap(model, gemma_tokenizer, "tiny-gemma3")
     requests = three_requests()
-    traces = staggered(lm, requests, join_at=[0, 1, 1])
+    traces = staggered(lm, requests, join_at=[0, 1, 1])[0]
     assert_alone_equal(lm, traces, requests)
 
 
@@ -363,7 +351,7 @@ def test_continuously_batched_greedy_answers_equal_each_request_alone(model, req
     requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=n)) for q, n in [
         ("Are tomatoes fruit?", 8), ("Explain in two sentences why the sky is blue during the day.", 6),
         ("Hi", 3)]]
-    for joined, r in zip(staggered(lm, requests, join_at=[0, 2, 3]), requests):
+    for joined, r in zip(staggered(lm, requests, join_at=[0, 2, 3])[0], requests):
         alone = run_trace(r, lm)
         flip = first_flip(joined, alone)
         n = min(len(alone.steps), len(joined.steps))

@@ -4,7 +4,8 @@ alone, rows joining and leaving between steps; the step's shapes depend on the b
 on CUDA each bucket captured once and replayed (skipped without CUDA)."""
 import pytest
 import torch
-from kit.batching import assert_alone_equal
+from kit.batching import assert_alone_equal, staggered
+from kit.tensor_ops import logged_ops
 from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm
 
 from pipeline.model.decoders.graphed_batch import GraphedBatch, batch_bucket, position_bucket
@@ -21,21 +22,6 @@ QUESTIONS = [("Hi", 6), ("Are tomatoes fruit? Botanically, yes: a tomato is a fr
 
 def greedy_requests(n: int = len(QUESTIONS)) -> list[ChatRequest]:
     return [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=k)) for q, k in QUESTIONS[:n]]
-
-
-def staggered(lm, requests, join_at, static: bool):
-    """Each request started before step join_at[i] of one TraceEngine batch (static: through the static batched
-    step, here on the CPU); the Traces, and the engine."""
-    from pipeline.server.trace_engine import TraceEngine
-
-    engine, handles, results, step = TraceEngine(lambda r: lm, static_batch=static), {}, {}, 0
-    while len(results) < len(requests):
-        for i, request in enumerate(requests):
-            if join_at[i] == step:
-                handles[engine.start((i, request, None))] = i
-        results.update((handles[h], made.complete(None)) for h, made in engine.step())  # as the queue does
-        step += 1
-    return [results[i] for i in range(len(requests))], engine
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +47,8 @@ def test_rows_joining_and_leaving_get_the_eager_batchs_ids_and_their_ids_alone(a
     requests = greedy_requests() + [ChatRequest.from_question("Tell me a story.",
                                                               options=GenerationOptions(max_new_tokens=40))]
     join_at = [0, 1, 2, 2, 3, 5]
-    static, engine = staggered(app_lm, requests, join_at, static=True)
-    eager, _ = staggered(app_lm, requests, join_at, static=False)
+    static, engine = staggered(app_lm, requests, join_at, static_batch=True)
+    eager, _ = staggered(app_lm, requests, join_at, static_batch=False)
     assert [t.generated_token_ids for t in static] == [t.generated_token_ids for t in eager]
     assert_alone_equal(app_lm, static, requests)  # ids, scores within 1e-4, KV use per step
     assert [[s.batch_size for s in t.steps] for t in static] == [[s.batch_size for s in t.steps] for t in eager]
@@ -91,25 +77,12 @@ def test_a_second_batch_reuses_the_buckets_the_first_made(app_lm):
 
 def launched_shapes(graphs: GraphedBatch, bucket, tokens, positions) -> list[tuple[str, tuple]]:
     """Every ATen op bucket's step runs for these tokens at these positions, with its tensors' shapes."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
-
-    class Log(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            shapes = tuple(tuple(a.shape) for a in tree_leaves((args, kwargs or {})) if isinstance(a, torch.Tensor))
-            self.ops.append((str(func), shapes))
-            return func(*args, **(kwargs or {}))
-
     with torch.inference_mode():
         bucket.tokens.copy_(torch.tensor(tokens))
         bucket.positions.copy_(torch.tensor(positions))
-        with Log() as log:
+        with logged_ops() as ops:
             graphs.static_step(bucket)
-    return log.ops
+    return ops
 
 
 def test_the_steps_shapes_depend_only_on_the_bucket(tiny_lm):
@@ -168,8 +141,8 @@ def test_on_cuda_each_bucket_is_captured_once_and_replays_the_same_ids(tokenizer
     lm = LoadedModel(model=tiny.model.to("cuda"), tokenizer=tokenizer, name="tiny-cuda", device=torch.device("cuda"))
     assert type(open_batch(lm)) is GraphedBatchDecoder
     requests, join_at = greedy_requests(), [0, 1, 2, 2, 3]
-    static, engine = staggered(lm, requests, join_at, static=None)
-    eager, _ = staggered(lm, requests, join_at, static=False)
+    static, engine = staggered(lm, requests, join_at, static_batch=None)
+    eager, _ = staggered(lm, requests, join_at, static_batch=False)
     assert [t.generated_token_ids for t in static] == [t.generated_token_ids for t in eager]
     assert_alone_equal(lm, static, requests)
     graphs = engine.graphs[id(lm)]
@@ -180,7 +153,7 @@ def test_on_cuda_each_bucket_is_captured_once_and_replays_the_same_ids(tokenizer
 def test_on_smollm2_the_static_batch_gives_the_eager_batchs_and_alone_ids(lm):
     """The real model (captured on CUDA, eager on a CPU): three requests joining at different steps."""
     requests, join_at = greedy_requests(3), [0, 1, 2]
-    static, _ = staggered(lm, requests, join_at, static=True)
-    eager, _ = staggered(lm, requests, join_at, static=False)
+    static, _ = staggered(lm, requests, join_at, static_batch=True)
+    eager, _ = staggered(lm, requests, join_at, static_batch=False)
     assert [t.generated_token_ids for t in static] == [t.generated_token_ids for t in eager]
     assert_alone_equal(lm, static, requests)

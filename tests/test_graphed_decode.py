@@ -3,6 +3,7 @@ HF generate's, on the tiny model here (the step run eagerly), on SmolLM2 (model 
 captured as a CUDA graph (skipped without CUDA)."""
 import pytest
 import torch
+from kit.tensor_ops import logged_ops
 from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm, prompt_ids
 
 from pipeline.model.decoders.factory import captures_graphs, open_decoder
@@ -78,25 +79,12 @@ def test_static_step_reads_its_token_and_position_from_tensors_and_rolls_back(to
 
 def launched_ops(decoder: GraphedDecoder, token: int, position: int) -> list[tuple[str, tuple]]:
     """Every ATen op the static step runs for this token at this position, with its tensors' shapes."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
-
-    class Log(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            shapes = tuple(tuple(a.shape) for a in tree_leaves((args, kwargs or {})) if isinstance(a, torch.Tensor))
-            self.ops.append((str(func), shapes))
-            return func(*args, **(kwargs or {}))
-
     with torch.inference_mode():
         decoder.token.fill_(token)
         decoder.position.fill_(position)
-        with Log() as log:
+        with logged_ops() as ops:
             decoder.static_step()
-    return log.ops
+    return ops
 
 
 def test_the_static_step_runs_the_same_ops_on_the_same_shapes_at_every_position(tiny_lm, tokenizer):

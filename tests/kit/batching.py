@@ -59,3 +59,19 @@ def assert_alone_equal(lm, traces, requests):
         assert np.abs(joined.step_logits - alone.step_logits).max() < 1e-4
         assert [s.kv_cache_tokens for s in joined.steps] == [s.kv_cache_tokens for s in alone.steps]
         assert [s.kv_bytes_per_layer for s in joined.steps] == [s.kv_bytes_per_layer for s in alone.steps]
+
+
+def staggered(lm, requests, join_at, static_batch: bool | None = None):
+    """Each request started (prefilled) before step join_at[i] of one running TraceEngine batch, its results
+    completed as the queue does; (the Traces in request order, the engine). static_batch: the engine's switch for
+    the static batched step (None: its own choice, the CUDA graphs' step on CUDA only)."""
+    from pipeline.server.trace_engine import TraceEngine
+
+    engine, handles, results, step = TraceEngine(lambda r: lm, static_batch=static_batch), {}, {}, 0
+    while len(results) < len(requests):
+        for i, request in enumerate(requests):
+            if join_at[i] == step:
+                handles[engine.start((i, request, None))] = i
+        results.update((handles[h], made.complete(None)) for h, made in engine.step())
+        step += 1
+    return [results[i] for i in range(len(requests))], engine
