@@ -8,7 +8,7 @@ import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, question_shown, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, events, question_shown, settle, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -51,7 +51,7 @@ def chart_titles(page) -> str:
 
 
 def visit(context, url: str):
-    page = context.new_page()
+    page = watch(context.new_page())
     page.goto(url)
     settle(page)
     return page
@@ -262,7 +262,8 @@ def test_the_html_report_opens_from_disk_with_the_network_blocked(server, browse
     except PlaywrightTimeout:
         page.screenshot(path=str(SHOTS / "room_report_no_download.png"), full_page=True)
         shown = page.locator('[data-testid="stDownloadButtonError"]').all_inner_texts()
-        raise AssertionError(f"no report downloaded; the button said {shown}, the console said {said}") from None
+        raise AssertionError(f"no report downloaded; the button said {shown}, the console said {said}; "
+                             f"page events {events(page)}") from None
     download.value.save_as(path)
     context.close()
     offline = browser.new_context(offline=True)

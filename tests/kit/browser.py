@@ -51,6 +51,31 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
             proc.wait(timeout=30)
 
 
+def watch(page):
+    """Record on the page what a failure message needs and the page does not keep: each websocket to the app opened
+    or closed (seconds since the watch began) and the console's errors and warnings. Streamlit disables every
+    widget while its socket is down, so a click then does nothing; `events(page)` says whether that happened."""
+    start = time.monotonic()
+    page.tpe_events = []
+
+    def note(text: str) -> None:
+        page.tpe_events.append(f"{time.monotonic() - start:.1f} s {text}")
+
+    def socket(ws) -> None:
+        note(f"socket opened {ws.url.split('/')[-1]}")
+        ws.on("close", lambda _ws: note("socket closed"))
+        ws.on("socketerror", lambda error: note(f"socket error {error}"))
+
+    page.on("websocket", socket)
+    page.on("console", lambda m: note(f"console {m.type}: {m.text[:160]}") if m.type in ("error", "warning") else None)
+    return page
+
+
+def events(page) -> list[str]:
+    """What `watch` recorded on the page (empty for a page not watched)."""
+    return list(getattr(page, "tpe_events", []))
+
+
 SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 
 
@@ -114,7 +139,7 @@ def settle(page, timeout: float = 400) -> None:
                               "(e.getAttribute('aria-label') ? ' ' + e.getAttribute('aria-label') : '') : ''; }")
         raise AssertionError(f"no run completed in {timeout:.0f} s after the mark {before!r} ({page.url}); the page "
                              f"holds the marks {marks}; running indicator {running}; alerts {alerts}; "
-                             f"focus on {focus!r}") from None
+                             f"focus on {focus!r}; page events {events(page)}") from None
     _seen[id(page)] = (page, run_mark(page))
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".every(p => p.querySelector('.main-svg'))", timeout=30_000)
@@ -145,6 +170,6 @@ def server_and_page(log_name: str, cache_dir: Path | None = None, height: int = 
     with app_server(log_name, cache_dir=cache_dir) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield url, browser.new_page(viewport={"width": 1400, "height": height})
+            yield url, watch(browser.new_page(viewport={"width": 1400, "height": height}))
         finally:
             browser.close()
