@@ -118,17 +118,26 @@ def sidebar(pages: list):
         return exports, st.container()
 
 
-def report_button(key: tuple, trace) -> None:
-    """The report, made on a click and kept for this request (a few MB; made in 0.2-0.4 s), then an ordinary download
-    of the file. A download whose file is made when clicked (callable data, like the JSON's) brought no file in
-    two whole-suite runs (CI included) while passing alone and in the browser tier: that path is not trusted for
-    the file a teacher hands out."""
-    made = st.session_state.get("report_made")
+def run_json(run) -> str:
+    return json.dumps(run.to_json(), ensure_ascii=False, indent=1)
+
+
+def download_buttons(key: tuple, trace) -> None:
+    """The run's two files, the JSON and the report, made on one click and kept for this request (together a few MB;
+    0.2-0.4 s), then ordinary downloads of those files. A download whose file is made when clicked (callable data)
+    brought no file in two whole-suite runs (CI included) while passing alone and in the browser tier: that path is
+    not trusted for the files a teacher hands out, and no button here uses it."""
+    made = st.session_state.get("downloads_made")
     if made is None or made[0] != key:
-        st.button("Make a report (one HTML file that opens offline)", key="make_report", width="stretch",
-                  on_click=lambda: st.session_state.update(report_made=(key, stored_download(key, trace_report))))
+        st.button("Make the downloads (the run as JSON; a report, one HTML file that opens offline)",
+                  key="make_downloads", width="stretch",
+                  on_click=lambda: st.session_state.update(downloads_made=(
+                      key, stored_download(key, run_json), stored_download(key, trace_report))))
         return
-    st.download_button("Download the report", made[1], file_name=f"{trace.request.id}.html", mime="text/html",
+    _, as_json, report = made
+    st.download_button("Download the run as JSON", as_json, file_name=f"{trace.request.id}.json",
+                       mime="application/json", key="dl_json", width="stretch", on_click="ignore")
+    st.download_button("Download the report", report, file_name=f"{trace.request.id}.html", mime="text/html",
                        key="dl_html", width="stretch", on_click="ignore")
 
 
@@ -139,19 +148,8 @@ def share_and_export(boxes, passes: PassCounter) -> None:
     url_state.sync()  # the address bar and the share box
     with exports:
         trace = stored_sidebar_run()
-        if trace is not None:  # built only when clicked (callable data), and a click runs nothing else
-            # (on_click="ignore"). With Streamlit's default the click also reran the page, which replaced the
-            # button's callable while the browser still asked for the old one: on a busy machine the download
-            # could fail ("Failed to generate file"; the likely cause of a CI run with no report downloaded).
-            # Streamlit keeps the callables a while after the page: they hold the run's key, not the run
-            # (657 MB at 4,000 tokens), so a run the store has dropped is not kept alive by an old button.
-            key = request_key(current_request())
-            st.download_button("Download the run as JSON",
-                               lambda: stored_download(key, lambda run: json.dumps(run.to_json(), ensure_ascii=False,
-                                                                                   indent=1)),
-                               file_name=f"{trace.request.id}.json", mime="application/json", key="dl_json",
-                               width="stretch", on_click="ignore")
-            report_button(key, trace)
+        if trace is not None:
+            download_buttons(request_key(current_request()), trace)
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "
                    "an SVG, both drawn in your browser.")
     with after:

@@ -3,8 +3,10 @@ report, and no request to any host but the app's own (Debian's chromium through 
 tiny random-weight model (conftest's `tiny_server_cache`), except for the Korean presenter walk, which checks the
 real model's first answer token (part of a Korean character) and then that every page naming tokens shows the Korean
 question's tokens as characters."""
+import json
 import os
 import re
+from pathlib import Path
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
@@ -239,32 +241,44 @@ def reads_as_korean(page, path: str) -> None:
     page.close()
 
 
-def test_the_html_report_opens_from_disk_with_the_network_blocked(server, browser, tmp_path):
+def download(page, button, name: str, said: list[str]):
+    """The file a click on `button` downloads, told apart from a click that brings none."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    context = browser.new_context(accept_downloads=True)
-    page = visit(context, f"{server}/journey")
-    said = []  # what the page's console said, for a download that never came
-    page.on("console", lambda m: said.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    page.locator("summary", has_text="Share or export this view").first.click()
-    path = tmp_path / "report.html"
-    page.get_by_role("button", name=re.compile("Make a report")).click()  # made on the server, for this request
-    settle(page)
-    button = page.get_by_role("button", name=re.compile("Download the report"))
-    try:  # drawn once the report is made; told apart from a click that brings no file
-        button.wait_for(state="visible", timeout=60_000)
-    except PlaywrightTimeout:
-        page.screenshot(path=str(SHOTS / "room_report_no_button.png"), full_page=True)
-        raise AssertionError(f"no report button in the sidebar's export box; the console said {said}") from None
-    try:  # an ordinary download of the file made above; the click runs nothing else
+    try:  # an ordinary download of a file made before; the click runs nothing else
         with page.expect_download(timeout=120_000) as download:
             button.click()
     except PlaywrightTimeout:
-        page.screenshot(path=str(SHOTS / "room_report_no_download.png"), full_page=True)
+        page.screenshot(path=str(SHOTS / f"room_{name}_no_download.png"), full_page=True)
         shown = page.locator('[data-testid="stDownloadButtonError"]').all_inner_texts()
-        raise AssertionError(f"no report downloaded; the button said {shown}, the console said {said}; "
+        raise AssertionError(f"no {name} downloaded; the button said {shown}, the console said {said}; "
                              f"page events {events(page)}") from None
-    download.value.save_as(path)
+    return download.value
+
+
+def test_the_json_and_the_html_report_download_and_the_report_opens_with_the_network_blocked(server, browser,
+                                                                                             tmp_path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    context = browser.new_context(accept_downloads=True)
+    question = "Are tomatoes fruit?"
+    page = visit(context, f"{server}/journey?{urlencode({'q': question})}")
+    said = []  # what the page's console said, for a download that never came
+    page.on("console", lambda m: said.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.locator("summary", has_text="Share or export this view").first.click()
+    page.get_by_role("button", name=re.compile("Make the downloads")).click()  # made on the server, for this request
+    settle(page)
+    as_json = page.get_by_role("button", name=re.compile("Download the run as JSON"))
+    try:  # drawn once the files are made
+        as_json.wait_for(state="visible", timeout=60_000)
+    except PlaywrightTimeout:
+        page.screenshot(path=str(SHOTS / "room_downloads_no_button.png"), full_page=True)
+        raise AssertionError(f"no download buttons in the sidebar's export box; the console said {said}; "
+                             f"page events {events(page)}") from None
+    run = json.loads(Path(download(page, as_json, "JSON", said).path()).read_text(encoding="utf-8"))
+    assert run["request"]["openai"]["messages"][-1]["content"] == question  # the run of the request shown
+    path = tmp_path / "report.html"
+    download(page, page.get_by_role("button", name=re.compile("Download the report")), "report", said).save_as(path)
     context.close()
     offline = browser.new_context(offline=True)
     asked = []

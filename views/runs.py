@@ -71,7 +71,7 @@ RUN_GONE = ("This run is no longer stored on the server (it keeps the most recen
 
 
 def stored_download(key: tuple, render) -> str:
-    """A download button's content, made when clicked: `render(run)` of the run stored under `key`, or a note
-    saying it is gone (the button outlives the page; it holds the key, not the run)."""
+    """A download's content, made when the sidebar's Make button is clicked: `render(run)` of the run stored under
+    `key`, or a note saying it is gone (the button outlives the page; it holds the key, not the run)."""
     run = run_store().peek(key, disk=True)
     return render(run) if run is not None else RUN_GONE
