@@ -11,7 +11,7 @@ import re
 from urllib.parse import urlparse
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, events, settle, watch
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, choose, settle, watch
 
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 
@@ -94,20 +94,8 @@ def test_temperature_slider_and_1000_draws_do_not_run_the_model(browser_page):
 
 def test_select_a_head(browser_page):
     open_page(browser_page, "Attention")
-    from playwright.sync_api import expect
-
     box = browser_page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]', has_text="query head").first
-    # Streamlit disables its widgets while the page's socket is down (a click then opens nothing): wait for the
-    # picker to take input, open it, and say what the page saw if its list never shows
-    expect(box.locator("input").first).to_be_enabled(timeout=120_000)
-    box.click()
-    option = browser_page.locator('[role="option"]', has_text="head 4").first
-    try:
-        option.wait_for(state="visible", timeout=30_000)
-    except Exception:
-        browser_page.screenshot(path=str(SHOTS / "attention_head_list_not_open.png"))
-        raise AssertionError(f"the head picker's list did not open; page events {events(browser_page)}") from None
-    option.click()
+    choose(browser_page, box, "head 4", shot=SHOTS / "attention_head_list_not_open.png")
     # the head picker reruns its fragment only; that rerun was seen to draw no end-of-run mark (a slider's does),
     # so wait for what it draws: the chart's title for head 4
     title = re.compile(r"layer \d+, head 4 \((full attention|sliding window of [\d,]+)\): attention weights")

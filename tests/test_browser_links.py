@@ -3,7 +3,7 @@ import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, choose, settle, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -66,7 +66,7 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
         assert wait_healthy(f"http://localhost:{port}")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1200, "height": 3000})
+            page = watch(browser.new_page(viewport={"width": 1200, "height": 3000}))
             page.goto(f"http://localhost:{port}")
             settle(page, timeout=120)
             page.screenshot(path=str(SHOTS / "hostile_markdown.png"), full_page=True)
@@ -126,8 +126,7 @@ def set_next_token(page):
 
 
 def set_why_step(page):
-    page.locator(MAIN + '[data-testid="stSelectbox"]', has_text="decode step").first.click()
-    page.locator('[role="option"]', has_text=re.compile(r"^2: ")).first.click()
+    choose(page, page.locator(MAIN + '[data-testid="stSelectbox"]', has_text="decode step").first, re.compile(r"^2: "))
 
 
 def set_words(page):
@@ -176,7 +175,7 @@ def test_a_shared_link_opens_the_same_request_controls_and_answer(server, chromi
     SHOTS.mkdir(parents=True, exist_ok=True)
     query, change = VIEWS[path]
     first = chromium.new_context(viewport={"width": 1400, "height": 1600})
-    page = first.new_page()
+    page = watch(first.new_page())
     page.goto(f"{server}/{path}?{query}")
     settle(page, timeout=300)
     opened = page.evaluate(CONTROLS)
@@ -186,7 +185,7 @@ def test_a_shared_link_opens_the_same_request_controls_and_answer(server, chromi
     assert controls != opened, f"{path}: the change moved no control"
     link = share_link(page, path)
     second = chromium.new_context(viewport={"width": 1400, "height": 1600})  # a fresh browser: no shared state
-    again = second.new_page()
+    again = watch(second.new_page())
     again.goto(link)
     settle(again, timeout=300)
     again.screenshot(path=str(SHOTS / f"link_{path}.png"), full_page=True)

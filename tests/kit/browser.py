@@ -76,6 +76,26 @@ def events(page) -> list[str]:
     return list(getattr(page, "tpe_events", []))
 
 
+def choose(page, box, option, shot: Path | None = None) -> None:
+    """Pick `option` (an option's text or a pattern) in the selectbox `box` (a locator of its stSelectbox). Streamlit
+    disables its widgets while the page's socket is down, and a click on a disabled picker opens nothing: wait until
+    it takes input, open it, and if its list never shows, say what the page saw (watch) and save a screenshot."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    from playwright.sync_api import expect
+
+    expect(box.locator("input").first).to_be_enabled(timeout=120_000)
+    box.click()
+    item = page.locator('[role="option"]', has_text=option).first
+    try:
+        item.wait_for(state="visible", timeout=30_000)
+    except PlaywrightTimeout:
+        if shot is not None:
+            page.screenshot(path=str(shot))
+        raise AssertionError(f"the picker's list did not open (or has no {option!r}); page events {events(page)}"
+                             ) from None
+    item.click()
+
+
 SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 
 
