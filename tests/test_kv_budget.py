@@ -72,3 +72,55 @@ def test_a_server_on_cuda_keeps_the_models_weights_out_of_its_budget(tmp_path, m
         monkeypatch.setattr(loader, "pick_device", lambda d=device: torch.device(d))
         wiring.server_queue(lambda r: None, 64, finish_inline=True)
     assert asked == [("cuda", 8000), ("cpu", 0)]
+
+
+def test_a_static_batch_is_admitted_by_the_padded_bucket_it_will_allocate(tiny_lm):
+    """The static batched step pads its rows to a bucket (rows to a power of two, every row to the longest need's
+    power of two of positions) and keeps its buffer: the queue admits by what it will hold. Two short requests
+    whose own caches fit a budget together, but whose bucket does not, decode one after the other through the static
+    step and together through the eager batch; the bytes admission predicted are the buffer the static step then
+    really allocated; and the eager engine's figure is reserve's, as before (the CPU path unchanged)."""
+    import threading
+
+    from pipeline.server.run_queue import RunQueue
+    from pipeline.server.trace_engine import TraceEngine, kv_reserve
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+
+    requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=k))
+                for q, k in (("Hi", 4), ("Why is the sky blue?", 5))]
+    payloads = [(f"r{i}", r, None) for i, r in enumerate(requests)]
+    own = [kv_reserve(tiny_lm, r)[1] for r in requests]
+    eager, static = TraceEngine(lambda r: tiny_lm, static_batch=False), TraceEngine(lambda r: tiny_lm, static_batch=True)
+    assert eager.held_bytes(payloads) == sum(own)
+    padded = static.held_bytes(payloads)  # 2 rows x 64 positions in every layer: more than both own caches
+    assert padded > sum(own) and static.held_bytes(payloads[:1]) < padded
+    budget = (sum(own) + padded) // 2
+
+    def served_together(engine) -> list[int]:
+        q = RunQueue(engines={"trace": engine}, kv_budget_bytes=budget)
+        release = threading.Event()
+        q.submit("gate", lambda: release.wait(10), cost=1)  # both wait, so both are offered in the same gap
+        tickets = [q.submit(key, lambda: pytest.fail("stepped"), batch=("trace", payload))
+                   for (key, _, _), payload in zip(payloads, payloads)]
+        release.set()
+        return [max(s.batch_size for s in t.result(60).steps) for t in tickets]
+
+    assert served_together(eager) == [2, 2]
+    assert served_together(static) == [1, 1]  # the second waited for the first to leave
+    graphs = static.graphs[id(tiny_lm)]
+    assert graphs.buffer.numel() * graphs.buffer.element_size() == static.held_bytes(payloads[:1])
+    # the buffer is kept after the batch: admitting again counts at least what it holds
+    assert static.held_bytes(payloads[1:]) >= graphs.buffer.numel() * graphs.buffer.element_size()
+
+
+def test_the_bucket_bytes_by_hand():
+    """SmolLM2 in float32: 30 layers, 3 KV heads of 64 values, 4 bytes: 1,536 B a position in a layer. Twenty rows,
+    the longest needing 4,100 positions, step in the bucket of 32 rows x 8,192 positions: 30 x 32 x 8,192 x 1,536 B
+    = 12,079,595,520 B, where 20 rows of 4,100 positions would hold 3,778,560,000 B."""
+    from types import SimpleNamespace
+
+    from pipeline.stages.graphed_batch_decoding import bucket_bytes
+
+    dims = SimpleNamespace(L=30, Hkv=3, Dh=64, bytes_per_value=4)
+    assert bucket_bytes(SimpleNamespace(dims=dims), 20, 4_100) == 30 * 32 * 8_192 * 1_536 == 12_079_595_520
+    assert bucket_bytes(SimpleNamespace(dims=dims), 20, 4_100, max_batch=24) == 30 * 24 * 8_192 * 1_536

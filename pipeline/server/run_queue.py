@@ -46,7 +46,7 @@ from pipeline.core.checks import integer
 from pipeline.core.errors import InputError
 from pipeline.core.long_jobs import Progress, Steps
 from pipeline.server.schedule import Schedule, served_by
-from pipeline.server.tickets import LongTicket, StepEngine, Ticket, as_future
+from pipeline.server.tickets import LongTicket, StepEngine, Ticket, as_future, held_if_admitted
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +311,6 @@ class RunQueue:
             job.started_at = self.clock()
             return job, []
         admitted, tokens = [], 0
-        reserved = sum(t.reserved[1] for t in self._members.values())
         while line and self._is_stepped(line[0]) and len(self._members) + len(admitted) < self.max_batch:
             head = line[0]
             try:
@@ -323,15 +322,16 @@ class RunQueue:
                 head._finish(error=e)
                 continue
             first = not self._members and not admitted
-            if not first and (reserved + kv > self.kv_budget_bytes or (admitted and tokens + prompt >
-                                                                         self.prefill_tokens_per_step)):
+            held = 0 if first else held_if_admitted(self.engines, [*self._members.values(), *admitted], head, kv)
+            if not first and (held > self.kv_budget_bytes or (admitted and tokens + prompt >
+                                                              self.prefill_tokens_per_step)):
                 break  # the budget is full (or this step's prefill is): the head waits, nobody overtakes it
             line.popleft()
             head.started_at = self.clock()
             head.reserved = (prompt, kv)
             head.set_running_or_notify_cancel()
             admitted.append(head)
-            reserved, tokens = reserved + kv, tokens + prompt
+            tokens += prompt
         return None, admitted
 
     def _run_whole(self, ticket: Ticket) -> None:

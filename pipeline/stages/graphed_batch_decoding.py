@@ -24,6 +24,7 @@ from pipeline.model.decoders.graphed_batch import Bucket, GraphedBatch, batch_bu
 from pipeline.model.decoders.plain import supports
 from pipeline.model.interface import LanguageModel
 from pipeline.stages.batched_decoding import BatchDecoder, BatchRow
+from pipeline.stages.kv_cache import held_bytes, position_bytes
 
 
 def uses_graphed_batch(lm: LanguageModel) -> bool:
@@ -32,17 +33,46 @@ def uses_graphed_batch(lm: LanguageModel) -> bool:
     return captures_graphs(lm) and supports(lm.model)
 
 
+def steps_static(lm: LanguageModel, static: bool | None = None) -> bool:
+    """Whether lm's room batch steps through the static batched step: where uses_graphed_batch (static None), or
+    static=True for a Llama on any device (a test on a CPU)."""
+    return uses_graphed_batch(lm) if static is None else bool(static) and supports(lm.model)
+
+
 def open_batch(lm: LanguageModel, graphs: dict[int, GraphedBatch] | None = None,
                static: bool | None = None) -> BatchDecoder:
-    """The room's batched decoder for lm: GraphedBatchDecoder where uses_graphed_batch (or static=True, for a Llama
-    on any device), else BatchDecoder. graphs: the caller's {id(lm): GraphedBatch}, kept across batches so a
-    bucket is captured once per model."""
-    if not (uses_graphed_batch(lm) if static is None else static and supports(lm.model)):
+    """The room's batched decoder for lm: GraphedBatchDecoder where steps_static, else BatchDecoder. graphs: the
+    caller's {id(lm): GraphedBatch}, kept across batches so a bucket is captured once per model."""
+    if not steps_static(lm, static):
         return BatchDecoder(lm)
     graphs = {} if graphs is None else graphs
     if id(lm) not in graphs:
         graphs[id(lm)] = GraphedBatch(lm)
     return GraphedBatchDecoder(lm, graphs[id(lm)])
+
+
+def bucket_bytes(lm: LanguageModel, rows: int, longest: int, max_batch: int | None = None) -> int:
+    """The key and value bytes of the bucket `rows` rows step in when the longest needs `longest` positions: every
+    layer, the rows padded to batch_bucket, each row to position_bucket. By hand, SmolLM2 in float32 (30 layers,
+    1,536 B a position in a layer), 20 rows, one of them needing 4,100 positions: 30 x 32 x 8,192 x 1,536 B =
+    12.1 GB, where those rows' own positions may take a tenth of it."""
+    return lm.dims.L * batch_bucket(rows, max_batch) * position_bucket(longest) * position_bytes(lm.dims)
+
+
+def batch_held_bytes(lm: LanguageModel, rows: list[tuple[int, int]], graphs: GraphedBatch | None = None,
+                     static: bool | None = None) -> int:
+    """The KV bytes lm's rows (prompt tokens, max new tokens) hold together in the room's batch at their longest.
+    BatchDecoder: each row its own cache (kv_cache.held_bytes at prompt + max new tokens). The static batched step:
+    its bucket (bucket_bytes, the longest need as decoding's `need` counts it), or the buffer lm's GraphedBatch
+    already keeps if that is larger (it is kept after its batch ends, for the next one)."""
+    if not rows:
+        return 0
+    if not steps_static(lm, static):
+        return sum(sum(held_bytes(lm.dims, prompt + new)) for prompt, new in rows)
+    padded = bucket_bytes(lm, len(rows), max(prompt + new + 1 for prompt, new in rows),
+                          graphs.max_batch if graphs is not None else None)
+    kept = graphs.buffer.numel() * graphs.buffer.element_size() if graphs is not None else 0
+    return max(padded, kept)
 
 
 def need(row: BatchRow) -> int:
