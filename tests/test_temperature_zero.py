@@ -57,6 +57,22 @@ def test_when_no_batch_can_move_a_choice_every_run_agrees(tiny_lm, monkeypatch):
     assert t.completions[0].text == tiny_lm.tokenizer.decode(t.completions[0].token_ids)
 
 
+def test_through_the_static_step_the_runs_agree_with_the_eager_batch_and_record_their_padding(tiny_lm):
+    """The runs through the static batched step (what the room's decode is on CUDA, run eagerly here) give the
+    eager batch's completions, and each pass records the slots the bucket ran beyond the run's own positions
+    (before: the eager batch's mask width was read, absent there, and every padding came out negative)."""
+    from pipeline.costs.temperature_zero import temperature_zero
+    from pipeline.model.decoders.graphed_batch import MIN_POSITIONS
+
+    runs = {static: temperature_zero(tiny_lm, requests=6, new_tokens=3, max_batch=4, seed=1, static=static)
+            for static in (False, True)}
+    assert [c.token_ids for c in runs[True].tally.completions] == [c.token_ids for c in runs[False].tally.completions]
+    length = request_len(tiny_lm)
+    padding = [p[2] for v in runs[True].tally.variants for p in v.passes[1:]]  # the decode passes
+    # a run's k-th decode pass holds its prompt and k tokens, in a bucket of 64 slots (these runs need fewer)
+    assert all(MIN_POSITIONS - length - 3 <= pad <= MIN_POSITIONS - length - 1 for pad in padding), padding
+
+
 def test_runs_a_batch_changed_part_where_it_changed_them(tiny_lm, monkeypatch):
     """The change: FORCED wins step 2 in every decode pass of 5 rows or more. Exactly the runs whose step-2 pass
     had 5 rows or more (as the run recorded them, and as many as the forward pass hit) part there."""

@@ -96,22 +96,25 @@ def _prefill(lm: LanguageModel, prompts: list[list[int]]) -> tuple[list, list[Pa
 
 
 def temperature_zero(lm: LanguageModel, requests: int = 1000, new_tokens: int = 24, max_batch: int = 32,
-                     filler_share: float = 0.25, seed: int = 0, question: str = QUESTIONS[0]) -> TemperatureZero:
-    """The same greedy request `requests` times, each run in its own batch mix (see the module's note)."""
-    return run_to_end(temperature_zero_steps(lm, requests, new_tokens, max_batch, filler_share, seed, question))
+                     filler_share: float = 0.25, seed: int = 0, question: str = QUESTIONS[0],
+                     static: bool | None = None) -> TemperatureZero:
+    """The same greedy request `requests` times, each run in its own batch mix (see the module's note). static:
+    the batch's step as open_batch takes it (None: the trace engine's choice, the static step on CUDA only)."""
+    return run_to_end(temperature_zero_steps(lm, requests, new_tokens, max_batch, filler_share, seed, question,
+                                             static))
 
 
 def temperature_zero_steps(lm: LanguageModel, requests: int = 1000, new_tokens: int = 24, max_batch: int = 32,
-                           filler_share: float = 0.25, seed: int = 0, question: str = QUESTIONS[0]
-                           ) -> Steps[TemperatureZero]:
+                           filler_share: float = 0.25, seed: int = 0, question: str = QUESTIONS[0],
+                           static: bool | None = None) -> Steps[TemperatureZero]:
     """temperature_zero as a long job (pipeline.core.long_jobs): the arguments are checked now, then each decode
     step of the running batch (with the arrivals' prefill before it) is a chunk; progress counts the runs done."""
     check_arguments(requests, new_tokens, max_batch, filler_share, seed)
-    return _steps(lm, requests, new_tokens, max_batch, filler_share, seed, question)
+    return _steps(lm, requests, new_tokens, max_batch, filler_share, seed, question, static)
 
 
 def _steps(lm: LanguageModel, requests: int, new_tokens: int, max_batch: int, filler_share: float, seed: int,
-           question: str):
+           question: str, static: bool | None):
     from pipeline.stages.graphed_batch_decoding import open_batch
     from pipeline.stages.tokens import tokenize_request
 
@@ -120,7 +123,7 @@ def _steps(lm: LanguageModel, requests: int, new_tokens: int, max_batch: int, fi
     mine = tokenize(question)
     others = [tokenize(q) for q in QUESTIONS if q != question]
     options = GenerationOptions(max_new_tokens=new_tokens)
-    batch, runs, ended = open_batch(lm), [], 0  # the trace engine's decoder: BatchDecoder, static on CUDA
+    batch, runs, ended = open_batch(lm, static=static), [], 0  # as the trace engine's: static on CUDA
     admitted = fillers = steps = 0
     rate = 0.0
     t0 = time.perf_counter()
@@ -152,10 +155,9 @@ def _steps(lm: LanguageModel, requests: int, new_tokens: int, max_batch: int, fi
                     runs.append(answer)
         ended += sum(isinstance(r.answer, WatchedAnswer) for r in batch.step())
         steps += 1
-        T = batch.mask.shape[1] if batch.mask is not None else 0
         for i, row in enumerate(batch.rows):  # the pass just run, in its row order
             if isinstance(row.answer, WatchedAnswer):
-                row.answer.passes.append((len(batch.rows), i, T - row.length))
+                row.answer.passes.append((len(batch.rows), i, batch.padding(row)))
         for row in batch.solo:  # a run decoded on its own (a sliding window shorter than the batch needs)
             if isinstance(row.answer, WatchedAnswer):
                 row.answer.passes.append((1, 0, 0))

@@ -108,6 +108,10 @@ class BatchDecoder:
         self.joining.append((row, cache_layers(cache)))
         return row
 
+    def padding(self, row: BatchRow) -> int:
+        """Positions the last pass ran for `row` beyond its own: the left padding up to the longest row."""
+        return (self.mask.shape[1] if self.mask is not None else row.length) - row.length
+
     def step(self) -> list[BatchRow]:
         """Every answer chooses its next token; those that ended leave (`ended`, their `result` ready, returned);
         the others' tokens go through the model: one pass for the joined rows, one each for the solo ones."""

@@ -119,6 +119,10 @@ class GraphedBatchDecoder(BatchDecoder):
                     b.keys[i, slot, :, :row.length], b.values[i, slot, :, :row.length] = k[0], v[0]
         self.rows = rows
 
+    def padding(self, row: BatchRow) -> int:
+        """Slots of the bucket the last pass ran for `row` beyond its own positions (masked: after its position)."""
+        return (self.bucket.T if self.bucket is not None else row.length) - row.length
+
     def _forward(self, tokens: list[int]) -> torch.Tensor:
         """The rows' tokens at their own positions through the bucket's step (the padding rows: token 0 at 0)."""
         b, pad = self.bucket, self.bucket.B - len(tokens)
