@@ -90,7 +90,8 @@ def test_a_static_batch_is_admitted_by_the_padded_bucket_it_will_allocate(tiny_l
                 for q, k in (("Hi", 4), ("Why is the sky blue?", 5))]
     payloads = [(f"r{i}", r, None) for i, r in enumerate(requests)]
     own = [kv_reserve(tiny_lm, r)[1] for r in requests]
-    eager, static = TraceEngine(lambda r: tiny_lm, static_batch=False), TraceEngine(lambda r: tiny_lm, static_batch=True)
+    eager = TraceEngine(lambda r: tiny_lm, static_batch=False)
+    static = TraceEngine(lambda r: tiny_lm, static_batch=True)
     assert eager.held_bytes(payloads) == sum(own)
     padded = static.held_bytes(payloads)  # 2 rows x 64 positions in every layer: more than both own caches
     assert padded > sum(own) and static.held_bytes(payloads[:1]) < padded
