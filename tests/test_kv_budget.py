@@ -89,12 +89,12 @@ def test_a_static_batch_is_admitted_by_the_padded_bucket_it_will_allocate(tiny_l
     requests = [ChatRequest.from_question(q, options=GenerationOptions(max_new_tokens=k))
                 for q, k in (("Hi", 4), ("Why is the sky blue?", 5))]
     payloads = [(f"r{i}", r, None) for i, r in enumerate(requests)]
-    own = [kv_reserve(tiny_lm, r)[1] for r in requests]
+    prompts, own = zip(*(kv_reserve(tiny_lm, r) for r in requests))
     eager = TraceEngine(lambda r: tiny_lm, static_batch=False)
     static = TraceEngine(lambda r: tiny_lm, static_batch=True)
-    assert eager.held_bytes(payloads) == sum(own)
-    padded = static.held_bytes(payloads)  # 2 rows x 64 positions in every layer: more than both own caches
-    assert padded > sum(own) and static.held_bytes(payloads[:1]) < padded
+    assert eager.held_bytes(payloads, prompts) == sum(own)
+    padded = static.held_bytes(payloads, prompts)  # 2 rows x 64 positions in every layer: more than both own caches
+    assert padded > sum(own) and static.held_bytes(payloads[:1], prompts[:1]) < padded
     budget = (sum(own) + padded) // 2
 
     def served_together(engine) -> list[int]:
@@ -109,9 +109,9 @@ def test_a_static_batch_is_admitted_by_the_padded_bucket_it_will_allocate(tiny_l
     assert served_together(eager) == [2, 2]
     assert served_together(static) == [1, 1]  # the second waited for the first to leave
     graphs = static.graphs[id(tiny_lm)]
-    assert graphs.buffer.numel() * graphs.buffer.element_size() == static.held_bytes(payloads[:1])
+    assert graphs.buffer.numel() * graphs.buffer.element_size() == static.held_bytes(payloads[:1], prompts[:1])
     # the buffer is kept after the batch: admitting again counts at least what it holds
-    assert static.held_bytes(payloads[1:]) >= graphs.buffer.numel() * graphs.buffer.element_size()
+    assert static.held_bytes(payloads[1:], prompts[1:]) >= graphs.buffer.numel() * graphs.buffer.element_size()
 
 
 def test_the_bucket_bytes_by_hand():

@@ -322,7 +322,8 @@ class RunQueue:
                 head._finish(error=e)
                 continue
             first = not self._members and not admitted
-            held = 0 if first else held_if_admitted(self.engines, [*self._members.values(), *admitted], head, kv)
+            held = 0 if first else held_if_admitted(self.engines, [*self._members.values(), *admitted], head,
+                                                    (prompt, kv))
             if not first and (held > self.kv_budget_bytes or (admitted and tokens + prompt >
                                                               self.prefill_tokens_per_step)):
                 break  # the budget is full (or this step's prefill is): the head waits, nobody overtakes it

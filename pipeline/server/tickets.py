@@ -28,8 +28,8 @@ class StepEngine(Protocol):
     uses it for two or more, with each payload's caller's context (whose pass counter its passes count for).
     An engine may name what ran a started request, served_by(handle) -> {prefill_path, decode_path, device}
     (paths as pipeline.costs.named_time names them): the schedule's TTFT and TPOT are named by them.
-    An engine may say what its requests hold together, held_bytes(payloads) -> KV bytes (a static batch pads
-    them to its bucket): admission then counts that (held_if_admitted), else the sum of reserve's bytes.
+    An engine may say what its requests hold together, held_bytes(payloads, prompt_tokens) -> KV bytes (a static
+    batch pads them to its bucket): admission then counts that (held_if_admitted), else the sum of reserve's bytes.
     `start` runs in its caller's context, `step` in the first member's: an engine that runs several callers'
     requests in one pass names them (pipeline.model.passes.passes_for)."""
 
@@ -47,17 +47,18 @@ class StepEngine(Protocol):
         may be a concurrent.futures.Future of it, made elsewhere, or an Unfinished one)."""
 
 
-def held_if_admitted(engines: dict, running: list, head, head_kv: int) -> int:
-    """The KV bytes the batch would hold with `head` (a Ticket, reserve's bytes head_kv) admitted beside `running`
-    (the Tickets in the batch or admitted in this gap): per engine its held_bytes of its requests where it has
-    one, else their reserved bytes."""
-    by_engine: dict[str, list[tuple[object, int]]] = {}
-    for ticket, kv in [*((t, t.reserved[1]) for t in running), (head, head_kv)]:
-        by_engine.setdefault(ticket.batch[0], []).append((ticket.batch[1], kv))
+def held_if_admitted(engines: dict, running: list, head, head_reserved: tuple[int, int]) -> int:
+    """The KV bytes the batch would hold with `head` (a Ticket; reserve's (prompt tokens, KV bytes) for it)
+    admitted beside `running` (the Tickets in the batch or admitted in this gap, each with its own `reserved`): per
+    engine its held_bytes of its requests where it has one, else their reserved bytes."""
+    by_engine: dict[str, list[tuple[object, tuple[int, int]]]] = {}
+    for ticket, reserved in [*((t, t.reserved) for t in running), (head, head_reserved)]:
+        by_engine.setdefault(ticket.batch[0], []).append((ticket.batch[1], reserved))
     total = 0
     for name, members in by_engine.items():
         held = getattr(engines[name], "held_bytes", None)
-        total += held([payload for payload, _ in members]) if held else sum(kv for _, kv in members)
+        total += (held([payload for payload, _ in members], [prompt for _, (prompt, _) in members]) if held
+                  else sum(kv for _, (_, kv) in members))
     return total
 
 

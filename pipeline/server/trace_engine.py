@@ -84,18 +84,18 @@ class _Engine:
         request = self._request(payload)
         return kv_reserve(self.lm_for(request), request, self.prompt_tokens(payload))
 
-    def held_bytes(self, payloads: list) -> int:
-        """The KV bytes these requests hold together at their longest when they run in this engine's batch, per
-        model as its batch holds them (graphed_batch_decoding.batch_held_bytes: each its own cache, or the static
-        step's padded bucket). What the queue admits by."""
+    def held_bytes(self, payloads: list, prompt_tokens: list[int]) -> int:
+        """The KV bytes these requests (with their prompts' tokens, as reserve counted them) hold together at their
+        longest when they run in this engine's batch, per model as its batch holds them
+        (graphed_batch_decoding.batch_held_bytes: each its own cache, or the static step's padded bucket). What the
+        queue admits by."""
         from pipeline.stages.graphed_batch_decoding import batch_held_bytes
 
         rows: dict[int, tuple[LanguageModel, list]] = {}
-        for payload in payloads:
+        for payload, prompt in zip(payloads, prompt_tokens, strict=True):
             request = self._request(payload)
             lm = self.lm_for(request)
-            rows.setdefault(id(lm), (lm, []))[1].append((self.prompt_tokens(payload),
-                                                         request.options.max_new_tokens))
+            rows.setdefault(id(lm), (lm, []))[1].append((prompt, request.options.max_new_tokens))
         return sum(batch_held_bytes(lm, needs, self.graphs.get(key), self.static_batch)
                    for key, (lm, needs) in rows.items())
 
