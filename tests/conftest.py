@@ -26,7 +26,8 @@ from kit.process_setup import prepare_test_process
 
 prepare_test_process()
 
-pytest_plugins = ["kit.hypothesis_profiles", "kit.model_fixtures", "kit.app_fixtures", "kit.tiers"]
+pytest_plugins = ["kit.hypothesis_profiles", "kit.model_fixtures", "kit.app_fixtures", "kit.tiers",
+                  "kit.browser_report"]
 
 
 def _files_needing_absent_streamlit() -> list[str]:

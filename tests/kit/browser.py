@@ -16,6 +16,16 @@ from pipeline.server.health import free_port, wait_healthy
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "artifacts" / "browser"
 CHROMIUM = "/usr/bin/chromium"
+# For a failed test's report (kit.browser_report): the pages `watch` follows and the app servers started, each
+# {"name", "events" or "log", "ended": monotonic time or None}; kept while open and for the test that closed them.
+_followed: list[dict] = []
+
+
+def forget_ended_before(moment: float) -> None:
+    """Drop the pages and servers that ended before `moment` (a test's start): only the test that closed them
+    reports them."""
+    _followed[:] = [f for f in _followed if f["ended"] is None or f["ended"] >= moment]
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
@@ -42,11 +52,14 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         url = f"http://{host}:{port}"
+        followed = {"name": f"server {url}", "log": ROOT / "artifacts" / log_name, "ended": None}
+        _followed.append(followed)
         try:
             if not wait_healthy(url):
                 pytest.fail("the Streamlit server did not start")
             yield url
         finally:
+            followed["ended"] = time.monotonic()
             proc.terminate()
             proc.wait(timeout=30)
 
@@ -68,12 +81,34 @@ def watch(page):
 
     page.on("websocket", socket)
     page.on("console", lambda m: note(f"console {m.type}: {m.text[:160]}") if m.type in ("error", "warning") else None)
+    followed = {"name": "page", "events": page.tpe_events, "ended": None}
+    page.on("framenavigated", lambda frame: followed.update(name=f"page {frame.url}") if frame == page.main_frame
+            else None)
+    page.on("close", lambda _page: followed.update(ended=time.monotonic()))
+    _followed.append(followed)
     return page
 
 
 def events(page) -> list[str]:
     """What `watch` recorded on the page (empty for a page not watched)."""
     return list(getattr(page, "tpe_events", []))
+
+
+def failure_context(log_lines: int = 30) -> str:
+    """For a failed browser test's report (kit.browser_report): each watched page open now or closed during the
+    test (its address and events) and the last lines of each app server's log, running or stopped during the test."""
+    parts = []
+    for f in list(_followed):
+        state = "" if f["ended"] is None else " (closed)"
+        if "events" in f:
+            parts.append(f"{f['name']}{state}\n  " + ("\n  ".join(f["events"]) or "(no socket or console events)"))
+            continue
+        try:
+            tail = f["log"].read_text(encoding="utf-8", errors="replace").splitlines()[-log_lines:]
+        except OSError as e:
+            tail = [f"(unreadable: {e})"]
+        parts.append(f"{f['name']}{state}, the last {len(tail)} lines of {f['log'].name}:\n  " + "\n  ".join(tail))
+    return "\n".join(parts)
 
 
 def choose(page, box, option, shot: Path | None = None) -> None:
