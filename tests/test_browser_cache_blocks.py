@@ -5,7 +5,7 @@ size and line height (16 px, 1.6)."""
 import os
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -28,7 +28,7 @@ def test_every_block_box_shows_its_status_and_its_tokens():
     html = block_row_html(row)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 900, "height": 400})
+        page = watch(browser.new_page(viewport={"width": 900, "height": 400}))
         page.set_content(f"<html><body style='font-family:sans-serif;font-size:16px;line-height:1.6'>{html}"
                          "</body></html>")
         boxes = page.evaluate(BOXES)

@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle, watch
 
 from ui.connection_notice import NOTE
 
@@ -30,7 +30,7 @@ def test_a_killed_server_is_said_to_be_restarting_not_the_internet(tiny_server_c
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page = watch(browser.new_page(viewport={"width": 1400, "height": 900}))
                 page.goto(url)
                 settle(page, timeout=300)
                 # the watcher runs in the page: its script is started by the page's run, not necessarily before the

@@ -17,7 +17,7 @@ def test_a_tampered_parameter_shows_its_text_not_a_link(tiny_server_cache):
     SHOTS.mkdir(parents=True, exist_ok=True)
     with app_server("browser-links.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1600})
+        page = watch(browser.new_page(viewport={"width": 1400, "height": 1600}))
         page.goto(f"{url}/journey?{PHISHING_QUERY}")
         settle(page, timeout=300)
         page.screenshot(path=str(SHOTS / "phishing_link.png"))

@@ -180,7 +180,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     assert "only listens on this computer" in page.inner_text("body")  # this test server binds to localhost
     if walk == "long":
         assert "link=" in journey and len(journey) < 100  # a short link the server resolves
-    learner = browser.new_context(viewport={"width": 1300, "height": 1000}).new_page()
+    learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
     learner.goto(follow)
     # The follow page's first run takes the presenter's request and reruns (url_state.switch_request): settle()
     # waits for the run after it, the one that completes.
@@ -209,7 +209,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     wait_for_stage(page, 12, timeout_s=60)
     settle(page)  # the link is rewritten once the screen has run
     assert "stage=12" in page.url
-    opened = context.new_page()  # the Journey link (short for the long question) opens the same request
+    opened = watch(context.new_page())  # the Journey link (short for the long question) opens the same request
     opened.goto(journey)
     settle(opened)
     assert question_shown(opened) == WALKS[walk]["q"]
@@ -351,7 +351,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
              f"{server}/presenter?room={code}&key={hashlib.sha256(f'room:{code}'.encode()).hexdigest()[:32]}",
              f"{server}/presenter?follow={code}&room={code}&key={code * 6}&stage=9"]
     for n, url in enumerate(tries):
-        learn = learner.new_page()
+        learn = watch(learner.new_page())
         learn.goto(url)
         learn.wait_for_selector("h1", timeout=300_000)
         settle(learn)
@@ -385,7 +385,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     assert key not in body and key not in page.url  # not on the projected screen until the presenter opens it
     page.locator("summary", has_text="Your presenter link").first.click()  # closed again
     other = browser.new_context()  # the presenter's private link, opened in another browser
-    tab = other.new_page()
+    tab = watch(other.new_page())
     tab.goto(private.replace("stage=1", "stage=5"))  # the same request, another stage
     wait_for_stage(tab, 5, timeout_s=300)
     settle(tab)

@@ -5,7 +5,7 @@ import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, open_page, settle
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, open_page, settle, watch
 from kit.texts import KOREAN, LONG_QUESTION
 
 SERVER_LOG = ROOT / "artifacts" / "browser-what-if.log"  # app_server's log of this file's server
@@ -74,7 +74,7 @@ def test_what_if_with_a_korean_and_a_long_question():
     SHOTS.mkdir(parents=True, exist_ok=True)
     with app_server("browser-what-if.log") as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        page = watch(browser.new_page(viewport={"width": 1400, "height": 2400}))
         failed = []  # what the browser could not fetch (once, a chart's code: every chart on the page said so)
         page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})"))
         page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url} (HTTP {r.status})"))

@@ -754,7 +754,7 @@ def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
 def test_page_in_chromium_draws_no_link_from_the_log(tiny_server_cache):
     """Streamlit's own Markdown (GFM) in Debian's Chromium: a `ts` holding a link and a user message holding
     one show as text; a Claude Haiku 4.5 log says why nothing is cached. Screenshots in artifacts/browser/."""
-    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle
+    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle, watch
 
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed")
@@ -765,7 +765,7 @@ def test_page_in_chromium_draws_no_link_from_the_log(tiny_server_cache):
     SHOTS.mkdir(parents=True, exist_ok=True)
     with app_server("cache-audit-browser.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 3000})
+        page = watch(browser.new_page(viewport={"width": 1400, "height": 3000}))
         page.goto(f"{url}/cache-audit")
         settle(page)
         page.get_by_text("Paste", exact=True).click()

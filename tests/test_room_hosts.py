@@ -15,7 +15,7 @@ import time
 from urllib.parse import quote
 
 import pytest
-from kit.browser import CHROMIUM, ROOT, open_page, question_shown
+from kit.browser import CHROMIUM, ROOT, open_page, question_shown, watch
 
 from pipeline.server.health import free_port, wait_healthy
 
@@ -192,7 +192,7 @@ def _on(browser, url: str, replica: str):
     """A learner whose browser the balancer already sent to `replica` (its sticky cookie)."""
     context = browser.new_context()
     context.add_cookies([{"name": "TPE_REPLICA", "value": replica, "url": url}])
-    return context, context.new_page()
+    return context, watch(context.new_page())
 
 
 def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_restart(room):

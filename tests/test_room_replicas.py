@@ -11,7 +11,7 @@ import time
 from urllib.parse import quote
 
 import pytest
-from kit.browser import CHROMIUM, ROOT, open_page, question_shown
+from kit.browser import CHROMIUM, ROOT, open_page, question_shown, watch
 
 from pipeline.server.health import wait_healthy
 
@@ -122,7 +122,7 @@ def test_sessions_stick_and_survive_a_killed_replica(room, room_env):
         contexts, pages = [], []
         for q in QUESTIONS:
             context = browser.new_context()
-            page = context.new_page()
+            page = watch(context.new_page())
             page.goto(f"{url}/journey?q={quote(q)}&max_new_tokens=4")
             contexts.append(context)
             pages.append(page)

@@ -1,4 +1,4 @@
-"""A failed browser test's report says what the pages and the servers saw (a pytest plugin): each watched page's
+"""A failed test's report says what the pages and the servers saw (a pytest plugin): each watched page's
 address, socket opens and closes and console errors (kit.browser.watch), and the tail of each app server's log,
 those open now and those the test closed. A failure seen only in CI can then be told apart: a socket that dropped,
 a server error, or a page that simply did not do what was asked."""
@@ -19,7 +19,7 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.failed and item.get_closest_marker("browser") is not None:
+    if report.failed:  # any test: the room's tests drive Chromium and servers outside the browser tier too
         from kit.browser import failure_context
 
         try:
