@@ -76,17 +76,22 @@ def instrument(parts: Parts) -> None:
     from pipeline.model.handle import ModelHandle
     from pipeline.run import trace as trace_module
     from pipeline.server.run_queue import RunQueue
-    from pipeline.stages import generation
+    from pipeline.stages.batched_decoding import BatchDecoder
+    from pipeline.stages.generation import Answer
+    from pipeline.stages.graphed_batch_decoding import GraphedBatchDecoder
 
     parts.wrap(RunQueue, "_start", "queue: admit (tokenize, Answer, join)")
     parts.wrap(RunQueue, "_step", "queue: step (the rest)")
     parts.wrap(trace_module, "_prefill", "captured prefill")
-    parts.wrap(generation.BatchDecoder, "step", lambda self: f"decode step, rest (B={len(self.rows):>2})")
-    for attr in ("_merge", "_rebuild", "_leave"):  # the joined cache made anew (this code's, or a06ce48's two)
-        if hasattr(generation.BatchDecoder, attr):
-            parts.wrap(generation.BatchDecoder, attr, f"joined cache: {attr.strip('_')} (join/leave)")
-    parts.wrap(generation.Answer, "choose", "choose + record a token")
-    parts.wrap(generation.Answer, "result", "Decode assembly")
+    parts.wrap(trace_module, "_prefill_together", "captured prefill (arrivals together)")
+    # the static batched step (CUDA) runs its pass inside this part: ModelHandle.forward below is HF's forward only
+    parts.wrap(BatchDecoder, "step", lambda self: f"decode step, rest (B={len(self.rows):>2})")
+    for owner in (BatchDecoder, GraphedBatchDecoder):  # the joined cache made anew, or the rows moved in a bucket
+        if "_merge" in vars(owner):
+            static = " in the static bucket" if owner is GraphedBatchDecoder else ""
+            parts.wrap(owner, "_merge", f"joined cache: merge (join/leave){static}")
+    parts.wrap(Answer, "choose", "choose + record a token")
+    parts.wrap(Answer, "result", "Decode assembly")
     parts.wrap(trace_module, "_finish", "Trace assembly")
     forward = ModelHandle.forward
 
