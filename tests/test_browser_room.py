@@ -246,14 +246,14 @@ def download(page, button, name: str, said: list[str]):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:  # an ordinary download of a file made before; the click runs nothing else
-        with page.expect_download(timeout=120_000) as download:
+        with page.expect_download(timeout=120_000) as info:
             button.click()
     except PlaywrightTimeout:
         page.screenshot(path=str(SHOTS / f"room_{name}_no_download.png"), full_page=True)
         shown = page.locator('[data-testid="stDownloadButtonError"]').all_inner_texts()
         raise AssertionError(f"no {name} downloaded; the button said {shown}, the console said {said}; "
                              f"page events {events(page)}") from None
-    return download.value
+    return info.value
 
 
 def test_the_json_and_the_html_report_download_and_the_report_opens_with_the_network_blocked(server, browser,

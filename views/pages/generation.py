@@ -32,7 +32,7 @@ st.subheader("1. What you would see")
 base_model_note()
 c1, c2, c3, c4 = st.columns(4)
 first, per_token = ttft(trace), tpot(trace)
-c1.metric(first.label, f"{first.seconds:.2f} s", help=first.help + " Its prompt's pass recorded every layer.")
+c1.metric(first.label, first.shown, help=first.help + " Its prompt's pass recorded every layer.")
 c2.metric(per_token.label if per_token else "TPOT", per_token.shown if per_token else "—",
           help=(per_token.help if per_token else "One token: no gap between tokens.")
           + " The plain serving path is faster: run it live or compare the two paths below.")

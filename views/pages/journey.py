@@ -150,7 +150,7 @@ c1, c2 = st.columns(2)
 c1.code(json_text(deltas[:3]), language="json", wrap_lines=True)
 with c2:
     first, per_token = ttft(trace), tpot(trace)
-    st.metric(first.label, f"{first.seconds:.2f} s", help=first.help + PATHS_HELP)
+    st.metric(first.label, first.shown, help=first.help + PATHS_HELP)
     st.metric(per_token.label if per_token else "TPOT", per_token.shown if per_token else "—",
               help=(per_token.help if per_token else "One token: no gap between tokens.") + PATHS_HELP)
     st.metric("text_delta events", len(deltas))
