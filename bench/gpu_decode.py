@@ -14,7 +14,12 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
   CUDA graph on CUDA, eager elsewhere), ms per step, through the room's own merge and pass (no sampler);
 - prefill at T = 16 / 64 / 256: the plain path's prefill against HF's forward over the same T ids;
 - the floor: the weight bytes a decode step reads (pipeline.model.weight_formats.bytes_per_token) over this device's
-  measured copy bandwidth (pipeline.costs.ceilings), fp32 and bf16.
+  measured copy bandwidth (pipeline.costs.ceilings), fp32 and bf16;
+- the operations each decode step dispatches (pipeline.costs.launches), plain, graphed and captured, fp32 and bf16:
+  on a GPU each is a kernel launch, except inside a replayed graph;
+- on CUDA, why one step takes what it takes (issue 40's item 2: bf16 was 3x slower than fp32 there): torch's
+  profiler over 8 plain steps in each format, the kernels each step launched, their summed GPU time beside the
+  step's wall time (far under it: the GPU waits for launches) and the five kernels that took the most.
 The measurements run interleaved (one of each per round), so a busy machine slows them alike; one warm-up of each
 first (a graph's capture and HF's compilation happen there). The greedy ids of the plain, graphed and HF paths are
 checked equal. --quick: a random-weight Llama with SmolLM2's heads at a tiny width (no weights files needed), fewer
@@ -165,6 +170,55 @@ def hf_prefill_s(lm: LoadedModel, ids: list[int]) -> float:
     return (time.perf_counter() - t0) / PREFILL_CALLS
 
 
+def _decoder_after_two_steps(lm: LoadedModel, kind, ids: list[int]):
+    """A decoder of `kind` (a class, or 'captured': HF's forward over a cache) past its prefill and first two steps
+    (where a graph is captured), with the token to feed next."""
+    from pipeline.model.decoders.protocol import CacheDecoder
+
+    if kind == "captured":
+        logits, cache = lm.forward_chunked(ids)
+        decoder = CacheDecoder(lm, cache)
+    else:
+        decoder = kind(lm, len(ids) + 16)
+        logits = decoder.prefill(ids)
+    token = int(logits.argmax())
+    for _ in range(2):
+        token = int(decoder.step(token).argmax())
+    return decoder, token
+
+
+def step_operations(lm: LoadedModel, kind, ids: list[int]) -> int:
+    """The operations one decode step dispatches (a replayed graph dispatches its inputs' copies and the replay)."""
+    from pipeline.costs.launches import operations
+
+    decoder, token = _decoder_after_two_steps(lm, kind, ids)
+    return operations(lambda: decoder.step(token)).total
+
+
+def kernel_profile(lm: LoadedModel, kind, ids: list[int], steps: int = 8) -> str:
+    """On CUDA: kernels a step launched, their GPU time a step, the step's wall time, and the five costliest."""
+    from collections import Counter
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    decoder, token = _decoder_after_two_steps(lm, kind, ids)
+    sync(lm.device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            token = int(decoder.step(token).argmax())
+        sync(lm.device)
+        wall = (time.perf_counter() - t0) / steps
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    gpu_us = Counter()
+    for e in kernels:
+        gpu_us[e.name] += getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)
+    top = ", ".join(f"{name[:60]} {us / steps:,.0f} us" for name, us in gpu_us.most_common(5))
+    return (f"{len(kernels) / steps:,.0f} kernels a step, GPU busy {sum(gpu_us.values()) / steps / 1e3:.3f} ms of "
+            f"{wall * 1e3:.3f} ms (profiled); the costliest: {top}")
+
+
 def rounds(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
     """Each run once to warm up, then `repeats` rounds of one of each, in order."""
     for run in runs.values():
@@ -252,6 +306,19 @@ def main() -> int:
         hf_t = med[f"prefill T={T}, HF forward"]
         for kind in ("plain path", "HF forward"):
             print(row(f"prefill T={T}, {kind}", times[f"prefill T={T}, {kind}"], hf_t, None))
+    kinds = (("plain", PlainDecoder), ("graphed", GraphedDecoder)) + (
+        (("captured", "captured"),) if lm.tokenizer is not None else ())
+    for precision, model in (("fp32", lm), ("bf16", bf16)):
+        counts = "; ".join(f"{name} {step_operations(model, kind, ids):,}" for name, kind in kinds)
+        print(f"  operations a decode step dispatches, {precision}: {counts}")
+    for precision, model in (("fp32", lm), ("bf16", bf16)):
+        if device.type == "cuda":
+            try:
+                print(f"  plain decode, {precision}, profiled: {kernel_profile(model, PlainDecoder, ids)}")
+            except Exception as e:  # the profiler is the diagnosis, not the measurement: report and go on
+                print(f"  plain decode, {precision}, profiled: the profiler failed ({type(e).__name__}: {e})")
+        else:
+            print(f"  plain decode, {precision}, profiled: on CUDA only (the kernels and their GPU time)")
     roof = measure(lm.dims, device, repeats=3) if args.quick else ceilings(lm.dims, device)
     for precision, model in (("fp32", lm), ("bf16", bf16)):
         floor = bytes_per_token(model.model) / roof.bytes_per_s

@@ -254,6 +254,8 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
     f = r["fixed_cost"]  # a pass at almost no work, with what the ceilings do not explain
     assert f["flops"] == pass_cost(tiny.dims, 1, 0).flops and len(f["runs_s"]) == 7
     assert f["verdict"] in ("compute-bound", "memory-bound", "overhead-bound") and f["overhead_s"] >= 0
+    assert f["operations"] == sum(f["operations_by_name"].values()) > 10 * tiny.dims.L  # dozens a layer
+    assert f["operations_by_name"]["scaled_dot_product_attention"] == tiny.dims.L  # one attention per layer
     assert "batched decode" in r["decode"]["label"]
 
 

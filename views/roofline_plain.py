@@ -16,8 +16,9 @@ REPEATS = 3  # plain answers of the request, each PLAIN_STEPS tokens
 
 
 def plain_passes(request, n_prompt: int):
-    """(placed plain prefill, placed plain decode step, placed 1-token pass, measured at) once measured (its
-    button), else None. Kept per request for everyone; a new click in a later minute measures again."""
+    """(placed plain prefill, placed plain decode step, placed 1-token pass, measured at, the operations that pass
+    runs) once measured (its button), else None. Kept per request for everyone; a new click in a later minute
+    measures again."""
     from_button = st.button("Measure the plain path and a pass at almost no work", key="pd_plain",
                             help=f"The request answered {REPEATS} times on the plain serving path ({PLAIN_STEPS} "
                                  "tokens each) and a 1-token pass timed 7 times.")
@@ -32,7 +33,8 @@ def plain_passes(request, n_prompt: int):
 
         lm = get_model()
         run = plain_points(lm, request, PLAIN_STEPS, REPEATS, APP_MAX_PROMPT_TOKENS)
-        return (*place_plain(run, lm.dims), fixed_cost(lm).placed, run.measured_at)
+        probe = fixed_cost(lm)
+        return (*place_plain(run, lm.dims), probe.placed, run.measured_at, probe.operations.total)
 
     return result_through_queue(("plain passes", request_key(request), asked), measure,
                                 cost=cost_of(REPEATS * n_prompt + 1, REPEATS * PLAIN_STEPS), prompt_tokens=n_prompt)

@@ -5,7 +5,9 @@ cost of a pass (the overhead that an overhead-bound pass is held by).
   its TTFT stands for the prefill pass (it adds the tokenizing and the first choice: a little over the pass)
   and its TPOT for one decode step (one pass and the choosing), medians with their range.
 - `fixed_cost`: a pass at almost no work, one token with nothing cached, through the model's forward without
-  captures. Its time minus what the ceilings allow for its bytes and FLOPs is what any pass pays on top here.
+  captures. Its time minus what the ceilings allow for its bytes and FLOPs is what any pass pays on top here; the
+  operations it runs (pipeline.costs.launches) say where that goes: about a thousand small ones, each paid whatever
+  its size.
 
     run = plain_points(lm, request); place_plain(run, lm.dims)   # (placed prefill, placed decode step)
     probe = fixed_cost(lm); probe.placed.overhead_s(roof)        # seconds a pass pays beyond the ceilings
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 
 from pipeline.core.checks import integer
 from pipeline.core.errors import InputError
+from pipeline.costs.launches import Operations, operations
 from pipeline.costs.named_time import PLAIN, NamedTime, of_runs
 from pipeline.costs.pass_costs import decode_cost, pass_cost, prefill_cost
 from pipeline.costs.roofline import Placed, place
@@ -41,6 +44,7 @@ class FixedCost:
     placed: Placed  # the 1-token pass at its median time
     runs: tuple[float, ...]  # seconds of each repeat
     measured_at: float
+    operations: Operations  # what the pass runs, op by op (pipeline.costs.launches): a kernel launch each on a GPU
 
 
 def plain_points(lm: LanguageModel, request, steps: int = PLAIN_STEPS, repeats: int = 3,
@@ -73,10 +77,11 @@ def fixed_cost(lm: LanguageModel, repeats: int = 7) -> FixedCost:
     integer("repeats", repeats, 1, 100)
     token = [[min(1000, lm.dims.V - 1)]]
     lm.forward(token).logits.float().cpu()  # warm-up: the first call pays for allocations
+    ops = operations(lambda: lm.forward(token))  # counted apart: counting slows the pass it counts
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         lm.forward(token).logits.float().cpu()  # .cpu() waits for a GPU
         runs.append(time.perf_counter() - t0)
     return FixedCost(place(pass_cost(lm.dims, 1, 0), statistics.median(runs), "1-token pass, nothing cached"),
-                     tuple(runs), time.time())
+                     tuple(runs), time.time(), ops)

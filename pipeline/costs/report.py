@@ -29,7 +29,8 @@ def measure_all(lm: LanguageModel, sizes, steps: int = 8, repeats: int = 3, dete
                        bytes_per_token=first.cost.bytes / first.batch_size),
         "sweep": [p.to_json() for p in points],
         "bend": None if knee is None else knee.batch_size,
-        "fixed_cost": dict(probe.placed.to_json(roof), runs_s=list(probe.runs)),  # a pass at almost no work
+        "fixed_cost": dict(probe.placed.to_json(roof), runs_s=list(probe.runs),  # a pass at almost no work
+                           operations=probe.operations.total, operations_by_name=probe.operations.by_name),
     }
     if determinism_n is not None:
         from pipeline.costs.determinism import determinism

@@ -100,6 +100,7 @@ captured_mid = [steps[len(steps) // 2]] if steps else []
 captured = [prefill, *steps]
 plain_points_ = list(plain[:2]) if plain else []
 fixed = plain[2] if plain else None
+fixed_ops = plain[4] if plain else None  # the operations the 1-token pass runs
 fig = go.Figure()
 drawn = [prefill, *steps, *plain_points_] + ([fixed] if fixed else [])
 if roof is not None:
@@ -134,8 +135,8 @@ st.dataframe(pd.DataFrame([{  # the verdict next to its pass: at the far right i
              hide_index=True, width="stretch")
 if roof is not None:
     hooks = "recording every layer's tensors, with eager attention"
-    st.markdown("\n".join(f"- {markdown_text(regime_sentence(p, roof, fixed, hooks if p in captured else ''))}"
-                           for p in rows if p is not fixed))
+    said = (regime_sentence(p, roof, fixed, hooks if p in captured else "", fixed_ops) for p in rows if p is not fixed)
+    st.markdown("\n".join(f"- {markdown_text(line)}" for line in said))
     if above_a_ceiling(rows, roof):
         st.warning("A pass here ran faster than a ceiling allows: the ceilings were measured at a busier moment of "
                    "this shared machine. Measure them again (section 1) before reading the shares.")

@@ -1,0 +1,77 @@
+"""How many separate operations a pass runs. Each is one trip through torch's dispatcher on a CPU and at least one
+kernel launch on a GPU, whatever its size, so a small model's decode step, about a thousand of them for a few
+million multiply-adds each, can be held by their count rather than by its bytes or FLOPs: the launch-bound regime
+(what a CUDA graph removes: its replay launches the whole step at once).
+
+    ops = operations(lambda: lm.forward([[token]]))   # Operations: .total 1,098 for SmolLM2, .by_name {'mul': 275, ...}
+    ops.per_layer(lm.dims.L)                          # 36.6
+
+Counted: every ATen op that computes or copies (a matmul, an add, a norm's mean, a cast to another dtype).
+Not counted: views (a transpose, a slice, a reshape that keeps its storage), a cast to the dtype a tensor already
+has, bare allocations: they launch nothing. An op whose kernel launches several (a split matmul) counts once, so the
+total is a floor on the launches. The count depends on the code and the layer count, not on the device or width.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "lift_fresh", "detach", "detach_", "alias",
+                       "_local_scalar_dense", "set_", "resize_", "_reshape_alias", "is_same_size", "size", "stride",
+                       "_unsafe_view"})  # _unsafe_view: a view made without the view's bookkeeping
+DEVICES = frozenset({"cpu", "cuda", "mps", "xpu"})
+MAYBE_VIEW = frozenset({"to", "_to_copy", "reshape", "contiguous", "flatten", "type_as"})  # a view or a copy
+
+
+@dataclass(frozen=True)
+class Operations:
+    by_name: dict[str, int]  # op name -> times run; a cast is named by its target: 'to bfloat16'
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_name.values())
+
+    def per_layer(self, layers: int) -> float:
+        return self.total / layers
+
+    def casts(self) -> int:
+        """The ops that change a tensor's dtype."""
+        return sum(n for name, n in self.by_name.items() if name.startswith("to ") and name[3:] not in DEVICES)
+
+
+def _is_copy(out, first) -> bool:
+    import torch
+
+    if not isinstance(out, torch.Tensor) or not isinstance(first, torch.Tensor):
+        return False
+    return out.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+
+
+def _copy_name(name: str, out, first) -> str:
+    """'to bfloat16' for a cast, 'to cpu' for a move between devices, else 'clone' (a reshape's copy)."""
+    if out.dtype != first.dtype:
+        return f"to {str(out.dtype).removeprefix('torch.')}"
+    return f"to {out.device.type}" if out.device != first.device else "clone"
+
+
+def operations(run: Callable[[], object]) -> Operations:
+    """The operations `run()` makes torch run (see the module's docstring for what counts)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: Counter[str] = Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func._opname
+            if name in MAYBE_VIEW:
+                if args and _is_copy(out, args[0]):
+                    seen[_copy_name(name, out, args[0])] += 1
+            elif not func.is_view and name not in NO_KERNEL:
+                seen[name] += 1
+            return out
+
+    with Count():
+        run()
+    return Operations(dict(seen))
