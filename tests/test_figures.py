@@ -68,7 +68,7 @@ def test_a_pass_far_under_both_ceilings_is_overhead_bound():
 
 def test_an_overhead_bound_pass_says_what_the_overhead_is_here():
     from pipeline.costs.pass_costs import pass_cost
-    from pipeline.costs.regimes import above_a_ceiling, regime_sentence
+    from pipeline.costs.regimes import above_a_ceiling, operations_sentence, regime_sentence
     from pipeline.costs.roofline import place
 
     r = roof()
@@ -79,9 +79,9 @@ def test_an_overhead_bound_pass_says_what_the_overhead_is_here():
     busy_probe = place(idle, 0.120, "1-token pass, nothing cached")  # far over its ceilings: the fixed cost
     said = regime_sentence(slow, r, busy_probe)
     assert "overhead-bound" in said and "takes 120 ms" in said and "the framework's many small operations" in said
-    assert "separate operations" not in said  # no count given, none said
-    said = regime_sentence(slow, r, busy_probe, fixed_ops=1_200)
-    assert "runs 1,200 separate operations, about 100 µs each" in said  # 120 ms / 1,200
+    assert operations_sentence(busy_probe, 1_200, 30).startswith(
+        "The pass at almost no work (1-token pass, nothing cached) runs 1,200 separate operations (40 a layer), "
+        "100 µs each on average.")
     quick_probe = place(idle, idle.bytes / r.bytes_per_s * 1.1, "1-token pass, nothing cached")  # near its ceiling
     said = regime_sentence(slow, r, quick_probe, "recording every layer's tensors")
     assert "this path's own (recording every layer's tensors)" in said

@@ -323,6 +323,9 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     assert any(p.endswith("plain path") for p in passes) and "1-token pass, nothing cached" in passes
     said = " ".join(m.value for m in at.markdown)
     assert "decode step, plain path:" in said
+    from pipeline.costs.launches import operations  # the probe's count, as the page says it: counted here again
+    ops = operations(lambda: tiny_app.forward([[min(1000, tiny_app.dims.V - 1)]])).total
+    assert f"runs {ops:,} separate operations ({ops / tiny_app.model.config.num_hidden_layers:,.0f} a layer)" in said
 
     at.button(key="pd_prefill").click().run()
     assert not at.exception, at.exception

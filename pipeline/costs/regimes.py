@@ -15,12 +15,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms" if seconds < 0.1 else f"{seconds * 1e3:,.0f} ms"
 
 
-def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path_cost: str = "",
-                    fixed_ops: int | None = None) -> str:
+def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path_cost: str = "") -> str:
     """The pass's shares, its regime, and for an overhead-bound pass what the overhead is here: the fixed cost of
-    any pass (`fixed`, when it is itself overhead-bound; `fixed_ops`: the operations that pass runs,
-    pipeline.costs.launches), else what its own path adds (`path_cost`, in words: 'recording every layer's
-    tensors')."""
+    any pass (`fixed`, when it is itself overhead-bound), else what its own path adds (`path_cost`, in words:
+    'recording every layer's tensors')."""
     shares = f"{p.memory_share(roof):.0%} of the memory ceiling, {p.compute_share(roof):.0%} of compute"
     verdict = p.verdict(roof)
     if verdict == MEMORY:
@@ -36,10 +34,6 @@ def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path
         said += (f" Here a pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, "
                  f"{_ms(fixed.overhead_s(roof))} more than its ceilings allow: the framework's many small "
                  "operations per layer, whatever the work.")
-        if fixed_ops:
-            said += (f" That pass runs {fixed_ops:,} separate operations, about {fixed.seconds / fixed_ops * 1e6:,.0f} "
-                     "µs each: each is dispatched on its own (on a GPU, a kernel launch of its own) however little it "
-                     "computes.")
     elif fixed is not None:
         said += (f" A pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, close to what its "
                  "ceilings allow, so the fixed cost of a pass is small here: the overhead is "
@@ -47,6 +41,14 @@ def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path
     elif path_cost:
         said += f" On this path that is {path_cost}."
     return said
+
+
+def operations_sentence(fixed: Placed, operations: int, layers: int) -> str:
+    """Where a pass's fixed cost goes: the count of operations it runs (pipeline.costs.launches) and their mean."""
+    return (f"The pass at almost no work ({fixed.label}) runs {operations:,} separate operations "
+            f"({operations / layers:,.0f} a layer), {fixed.seconds / operations * 1e6:,.0f} µs each on average. "
+            "Each is dispatched on its own however little it computes (on a GPU, each is a kernel launch of its "
+            "own), so a pass's fixed cost follows the number of layers, not their width.")
 
 
 def above_a_ceiling(points: list[Placed], roof: Ceilings) -> list[Placed]:

@@ -10,7 +10,7 @@ from pipeline.costs import ceilings as ceiling_store
 from pipeline.costs.metrics import room_metrics, room_metrics_by_path
 from pipeline.costs.named_time import CAPTURED, MEANS, PATH_NAMES, captured_prefill, shown
 from pipeline.costs.pass_costs import decode_cost, prefill_cost
-from pipeline.costs.regimes import above_a_ceiling, regime_sentence
+from pipeline.costs.regimes import above_a_ceiling, operations_sentence, regime_sentence
 from pipeline.costs.roofline import FAR_UNDER, PREFILL_LENGTHS, prefill_curve, trace_points
 from pipeline.costs.sweep import BATCH_SIZES, bend, sweep_steps
 from pipeline.run.record import Trace
@@ -135,8 +135,10 @@ st.dataframe(pd.DataFrame([{  # the verdict next to its pass: at the far right i
              hide_index=True, width="stretch")
 if roof is not None:
     hooks = "recording every layer's tensors, with eager attention"
-    said = (regime_sentence(p, roof, fixed, hooks if p in captured else "", fixed_ops) for p in rows if p is not fixed)
-    st.markdown("\n".join(f"- {markdown_text(line)}" for line in said))
+    st.markdown("\n".join(f"- {markdown_text(regime_sentence(p, roof, fixed, hooks if p in captured else ''))}"
+                           for p in rows if p is not fixed))
+    if fixed is not None and fixed_ops:
+        st.markdown(markdown_text(operations_sentence(fixed, fixed_ops, m.L)))
     if above_a_ceiling(rows, roof):
         st.warning("A pass here ran faster than a ceiling allows: the ceilings were measured at a busier moment of "
                    "this shared machine. Measure them again (section 1) before reading the shares.")
