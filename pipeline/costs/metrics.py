@@ -16,7 +16,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from pipeline.costs.named_time import time_label
+from pipeline.costs.named_time import ServedAs, grouped_by_serving, time_label
 
 
 @dataclass(frozen=True)
@@ -76,11 +76,10 @@ def room_metrics_by_path(traces: list) -> list[dict]:
     decode steps, which names TPOT; the device), largest group first: [{ttft_label, tpot_label, device, model,
     metrics}]. Times of different models or paths are never pooled into one median (a server holds both models'
     runs)."""
-    groups: dict[tuple, list] = {}
-    for t in traces:
+    def served_as(t) -> ServedAs:
         timings = t.timings
-        key = (time_label("TTFT", timings.prefill_path), time_label("TPOT", timings.decode_path), timings.device,
-               t.dims.name)
-        groups.setdefault(key, []).append(t)
-    return [{"ttft_label": ttft, "tpot_label": tpot, "device": device, "model": model, "metrics": room_metrics(runs)}
-            for (ttft, tpot, device, model), runs in sorted(groups.items(), key=lambda g: -len(g[1]))]
+        return ServedAs(time_label("TTFT", timings.prefill_path), time_label("TPOT", timings.decode_path),
+                        timings.device, t.dims.name)
+
+    return [{**served._asdict(), "metrics": room_metrics(runs)}
+            for served, runs in grouped_by_serving(traces, served_as)]

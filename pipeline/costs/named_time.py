@@ -18,8 +18,11 @@ request arrives.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 from pipeline.core.errors import InputError
+
+T = TypeVar("T")
 
 CAPTURED, PLAIN, BATCHED = "captured", "plain", "batched"
 PATH_NAMES = {
@@ -120,3 +123,21 @@ def of_runs(quantity: str, path: str, runs: list[float] | tuple[float, ...]) -> 
     if not runs:
         raise InputError("timing", "give at least one measured time.")
     return NamedTime(quantity, path, statistics.median(runs), min(runs), max(runs))
+
+
+class ServedAs(NamedTuple):
+    """How runs were served, the key their times are grouped by: the names of TTFT and TPOT (the paths of the
+    prefill and of the decode steps), the device and the model."""
+    ttft_label: str
+    tpot_label: str
+    device: str
+    model: str | None
+
+
+def grouped_by_serving(items: Iterable[T], served_as: Callable[[T], ServedAs]) -> list[tuple[ServedAs, list[T]]]:
+    """`items` grouped by how each was served, the largest group first (ties in order of first appearance): times of
+    different models, paths or devices are never pooled into one figure (a server holds both models' runs)."""
+    groups: dict[ServedAs, list[T]] = {}
+    for item in items:
+        groups.setdefault(served_as(item), []).append(item)
+    return sorted(groups.items(), key=lambda group: -len(group[1]))

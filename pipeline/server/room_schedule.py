@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from pipeline.costs.named_time import time_label
+from pipeline.costs.named_time import ServedAs, grouped_by_serving, time_label
 
 LAST_REQUESTS = 40  # requests drawn at most: the most recent ones
 
@@ -50,17 +50,15 @@ def served_groups(done: list[dict]) -> list[dict]:
     """The finished rows by how they were served (model, TTFT's path, TPOT's path, device), largest group first,
     each with its median TTFT and TPOT: times of different models, paths or devices are never pooled into one
     figure (a room serves both models in one queue)."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in done:
-        groups.setdefault((r["ttft_label"], r["tpot_label"], r["device"], r.get("model")), []).append(r)
-
     def median(rows, name):
         values = [r[name] for r in rows if r[name] is not None]
         return statistics.median(values) if values else None
 
-    return [{"ttft_label": ttft, "tpot_label": tpot, "device": device, "model": model, "requests": len(rows),
-             "ttft_s": median(rows, "ttft_s"), "tpot_s": median(rows, "tpot_s")}
-            for (ttft, tpot, device, model), rows in sorted(groups.items(), key=lambda g: -len(g[1]))]
+    def served_as(r: dict) -> ServedAs:
+        return ServedAs(r["ttft_label"], r["tpot_label"], r["device"], r.get("model"))
+
+    return [{**served._asdict(), "requests": len(rows), "ttft_s": median(rows, "ttft_s"),
+             "tpot_s": median(rows, "tpot_s")} for served, rows in grouped_by_serving(done, served_as)]
 
 
 def first_view_start(rows: list[dict], end: float, share: float = 0.02) -> float:
