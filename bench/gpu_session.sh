@@ -14,8 +14,9 @@
 #                   bash -c 'bench/gpu_session.sh keep && bench/gpu_session.sh run measure'
 #
 # measure, most wanted first, each step under its own time limit: the device; the conversion; bench/gpu_decode.py
-# (every row of issue 40's table against HF on the device); rooms of 30, 100 and 300 learners (bench/room_cpu.py,
-# admitted by the device's budget). tests: temperature-zero at 1,000 requests, the CUDA-only tests and the model
+# (every row of issue 40's table against HF on the device, the operations per step and the kernel profiles); rooms
+# of 30, 100 and 300 learners (bench/room_cpu.py, admitted by the device's budget); the serving command's sweep to
+# B = 512. tests: temperature-zero at 1,000 requests, the CUDA-only tests and the model
 # tier (SmolLM2, without the browser and the app).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +71,7 @@ step() {  # step NAME SECONDS COMMAND...: its output into $RESULTS/NAME.log, one
   echo "$name: exit $rc after $(( SECONDS - start )) s (limit $limit s)" | tee -a "$RESULTS/summary.txt"
   tail -n 25 "$RESULTS/$name.log" >> "$RESULTS/summary.txt"
   echo >> "$RESULTS/summary.txt"
+  cp "$RESULTS/summary.txt" "$OUT/summary.txt"  # a call cut off by its limit still brings back the steps done
 }
 
 site_ready() {  # the wheels and the GGUF in $SITE (kept on a machine still warm from an earlier call)
@@ -93,8 +95,9 @@ run() {  # run measure | run tests: each fits one call of 600 s (the steps' limi
   site_ready > "$RESULTS/site.log" 2>&1 || { cp "$RESULTS/site.log" "$OUT/summary.txt"; cat "$OUT/summary.txt"; return 1; }
   export PYTHONPATH=$SITE:$ROOT TPE_CACHE_DIR=/tmp/tpe HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
   local tokens=32 repeats=5 requests=1000 rooms="30:0.3:40 100:0.05:50 300:0.02:70" quick=() tier="not gemma"
+  local sizes=""  # the serving sweep's default on the device: to B = 512 on a GPU
   if [ -n "$QUICK" ]; then
-    tokens=4 repeats=2 requests=8 rooms="3:0.3:120" quick=(--quick) tier="not gemma and test_graphed"
+    tokens=4 repeats=2 requests=8 rooms="3:0.3:120" quick=(--quick) tier="not gemma and test_graphed" sizes=1,2
   fi
   case "$1" in
     measure)
@@ -105,14 +108,17 @@ run() {  # run measure | run tests: each fits one call of 600 s (the steps' limi
       for room in $rooms; do
         IFS=: read -r learners gap limit <<< "$room"
         step "room_$learners" "$limit" "$PYTHON" bench/room_cpu.py --sessions "$learners" --gap "$gap"
-      done ;;
+      done
+      # the roofline's points, the fixed cost and its operations, and the batching sweep to B = 512
+      step serving 40 "$PYTHON" -m pipeline serving ${sizes:+--batch-sizes "$sizes"} --steps 4 --repeats 2 \
+        --json "$RESULTS/serving.json" ;;
     tests)
-      step convert 120 "$PYTHON" -c 'from pipeline.model.weights_cache import ensure_weights_cache; print(ensure_weights_cache())'
+      step convert 60 "$PYTHON" -c 'from pipeline.model.weights_cache import ensure_weights_cache; print(ensure_weights_cache())'
       step temperature_zero 90 "$PYTHON" -m pipeline temperature-zero --requests "$requests" \
         --json "$RESULTS/temperature_zero.json"
       step cuda_tests 120 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_graphed_decode.py \
         tests/test_graphed_batch.py tests/test_startup.py tests/test_kv_budget.py
-      step model_tier 300 "$PYTHON" -m pytest -q -p no:cacheprovider -m "model and not app and not browser" \
+      step model_tier 260 "$PYTHON" -m pytest -q -p no:cacheprovider -m "model and not app and not browser" \
         -k "$tier" --maxfail=10 ;;
     *) echo "run measure | run tests"; return 2 ;;
   esac

@@ -122,6 +122,17 @@ def test_the_request_and_the_pages_own_top_k_travel_side_by_side():
     assert at.number_input(key="nt_top_k").value == 5
 
 
+@pytest.mark.parametrize("sizes, shown", [("4,512", [4]), ("256,512", None)])
+def test_a_link_with_batch_sizes_only_a_gpu_offers_opens_on_a_cpu(sizes, shown):
+    """Prefill & decode's sweep offers up to 512 rows on a GPU, 32 on a CPU: a link made on a GPU server keeps the
+    sizes this device offers, or shows the default when it offers none of them (Streamlit refuses the others)."""
+    from pipeline.costs.sweep import BATCH_SIZES
+
+    at = app_at("prefill_decode.py", {"pd.sizes": sizes})
+    assert at.multiselect(key="pd_sizes").value == (shown or list(BATCH_SIZES))
+    assert at.multiselect(key="pd_sizes").options == [str(b) for b in BATCH_SIZES]
+
+
 def query_of(at) -> dict[str, str]:
     return {k: (v[-1] if isinstance(v, list) else v) for k, v in dict(at.query_params).items()}
 

@@ -198,10 +198,20 @@ def test_bad_batch_sizes_are_refused_naming_the_field():
     from pipeline.costs.sweep import parse_batch_sizes
 
     assert parse_batch_sizes(" 8,1, 2") == (1, 2, 8)
-    for bad in ("", "1,,x", "0,2", "1,1", "2,999", "-1", "²"):
+    assert parse_batch_sizes("256,512") == (256, 512)  # a GPU's sweep goes to 512 (batch_sizes("cuda"))
+    for bad in ("", "1,,x", "0,2", "1,1", "2,999", "2,513", "-1", "²"):
         with pytest.raises(InputError) as e:
             parse_batch_sizes(bad)
         assert e.value.field == "batch_sizes"
+
+
+def test_the_sweep_offers_a_gpu_batches_past_a_cpus():
+    from pipeline.costs.sweep import BATCH_SIZES, batch_sizes
+
+    assert batch_sizes("cpu") == BATCH_SIZES and BATCH_SIZES[-1] == 32
+    gpu = batch_sizes("cuda:0")
+    assert gpu[:len(BATCH_SIZES)] == BATCH_SIZES and gpu[-1] == 512
+    assert all(b == 2 * a for a, b in zip(gpu, gpu[1:]))  # doublings: where a doubling stops paying is the bend
 
 
 def test_determinism_report_on_a_tiny_model(tiny):

@@ -179,10 +179,11 @@ def _cache_audit(L, H):
 
 
 def _prefill_decode(L, H):
-    from pipeline.costs.sweep import BATCH_SIZES
+    from pipeline.costs.sweep import GPU_BATCH_SIZES
     from views.temperature_zero_runs import RUN_COUNTS
 
-    return _linked(Param("pd_sizes", numbers_from(BATCH_SIZES), _joined), Param("pd_others", integer(1, 31)),
+    # every size any device offers; the page keeps those its own device does (url_state.keep_offered)
+    return _linked(Param("pd_sizes", numbers_from(GPU_BATCH_SIZES), _joined), Param("pd_others", integer(1, 31)),
                    Param("pd_t0_n", choice(RUN_COUNTS)))
 
 

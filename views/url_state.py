@@ -103,6 +103,18 @@ def _legacy_names(page: str, query: dict[str, str]) -> dict[str, str]:
             if old in query and new not in query and old not in REQUEST}
 
 
+def keep_offered(key: str, options) -> None:
+    """A multiselect whose options follow the device: values from a link that it does not offer here are dropped
+    before it is drawn (Streamlit refuses them), and it shows its default if none is left."""
+    value = st.session_state.get(key)
+    if value is not None and not set(value) <= set(options):
+        kept = [v for v in value if v in options]
+        if kept:
+            st.session_state[key] = kept
+        else:
+            del st.session_state[key]
+
+
 def keep_in_range(key: str, lo, hi) -> None:
     """A slider whose range follows the run: a value from a link or an earlier run outside [lo, hi] is
     dropped before the slider is drawn (Streamlit refuses a value past its ends), so it shows its default."""

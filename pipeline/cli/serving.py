@@ -6,12 +6,13 @@ import argparse
 
 from pipeline.cli.arguments import check_model_arg, write_json
 from pipeline.core.errors import InputError
-from pipeline.costs.sweep import BATCH_SIZES, parse_batch_sizes
+from pipeline.costs.sweep import BATCH_SIZES, GPU_BATCH_SIZES, batch_sizes, parse_batch_sizes
 
 
 def add_serving_args(sub) -> None:
     p: argparse.ArgumentParser = sub.add_parser("serving", help="prefill and decode on the roofline, batching measured")
-    p.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)), help="requests decoded together")
+    p.add_argument("--batch-sizes", default=None, help="requests decoded together (default: "
+                   f"{','.join(map(str, BATCH_SIZES))} on a CPU, {','.join(map(str, GPU_BATCH_SIZES))} on a GPU)")
     p.add_argument("--steps", type=int, default=8, help="decode steps measured per batch")
     p.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each measurement")
     p.add_argument("--determinism", type=int, default=None, metavar="N",
@@ -30,7 +31,7 @@ def _count(field: str, value, lo: int, hi: int) -> int:
 def cmd_serving(args) -> int:
     from pipeline.core.files import check_output_file
 
-    sizes = parse_batch_sizes(args.batch_sizes)
+    sizes = None if args.batch_sizes is None else parse_batch_sizes(args.batch_sizes)
     _count("steps", args.steps, 2, 1000)
     _count("repeats", args.repeats, 1, 100)
     if args.determinism is not None:
@@ -42,7 +43,7 @@ def cmd_serving(args) -> int:
     from pipeline.model.registry import resolve
 
     lm = load_model(args.model) if args.model and resolve(args.model).is_local else shared_model(args.model)
-    report = measure_all(lm, sizes, args.steps, args.repeats, args.determinism, args.refresh_ceilings)
+    report = measure_all(lm, sizes or batch_sizes(lm.dims.device), args.steps, args.repeats, args.determinism, args.refresh_ceilings)
     print_report(report)
     if args.json_file:
         write_json(args.json_file, report, "the serving report")
@@ -73,7 +74,8 @@ def print_report(r: dict) -> None:
     f = r["fixed_cost"]
     print(f"\nA pass at almost no work ({f['label']}): {f['seconds'] * 1e3:.1f} ms, "
           f"{f['overhead_s'] * 1e3:.1f} ms of it beyond what the ceilings allow (a pass under "
-          f"{FAR_UNDER:.0%} of both ceilings is overhead-bound)")
+          f"{FAR_UNDER:.0%} of both ceilings is overhead-bound); it runs {f['operations']:,} separate operations, "
+          f"{f['seconds'] / f['operations'] * 1e6:,.0f} µs each on average")
     print("\nBatching (greedy, all rows in one pass per step):")
     print("      B   tokens/s   ms/token/user   (range ms)        roofline bound ms")
     for p in r["sweep"]:

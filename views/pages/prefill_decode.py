@@ -12,7 +12,7 @@ from pipeline.costs.named_time import CAPTURED, MEANS, PATH_NAMES, captured_pref
 from pipeline.costs.pass_costs import decode_cost, prefill_cost
 from pipeline.costs.regimes import above_a_ceiling, operations_sentence, regime_sentence
 from pipeline.costs.roofline import FAR_UNDER, PREFILL_LENGTHS, prefill_curve, trace_points
-from pipeline.costs.sweep import BATCH_SIZES, bend, sweep_steps
+from pipeline.costs.sweep import batch_sizes, bend, sweep_steps
 from pipeline.run.record import Trace
 from pipeline.server.run_queue import DECODE_STEP_COST
 from pipeline.text.token_names import token_text
@@ -28,6 +28,7 @@ from views.runs import run_for_page
 from views.server_state import get_model, run_store
 from views.session_request import current_request, request_key
 from views.temperature_zero_runs import temperature_zero_runs
+from views.url_state import keep_offered
 from views.waiting import result_through_queue, waiting_time
 
 page_header("Prefill & decode", "Two phases, two limits. Prefill pushes the whole prompt through the model in one "
@@ -171,7 +172,9 @@ if st.session_state.get("pd_prefill_asked"):
 st.subheader("3. Batching, live")
 st.markdown("Since decode rereads every weight for one token, servers move many users forward with that one read: "
             "B requests in the same pass. It raises the total tokens per second, and slows each user a little.")
-sizes = tuple(st.multiselect("Batch sizes", BATCH_SIZES, default=list(BATCH_SIZES), key="pd_sizes")) or (1,)
+offered = batch_sizes(m.device)  # up to 32 on a CPU, 512 on a GPU
+keep_offered("pd_sizes", offered)
+sizes = tuple(st.multiselect("Batch sizes", offered, default=list(offered), key="pd_sizes")) or (1,)
 step_s = sorted(p.seconds for p in steps)[len(steps) // 2] if steps else trace.timings.prefill_s
 n_prompt = len(trace.ids)
 if roof is not None:  # the roofline's bound per step, scaled to what this run's own steps took
