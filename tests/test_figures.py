@@ -66,10 +66,10 @@ def test_a_pass_far_under_both_ceilings_is_overhead_bound():
     assert place(step, at_memory).overhead_s(r) == 0.0
 
 
-def test_an_overhead_bound_pass_says_what_the_overhead_is_here():
+def test_a_pass_is_placed_against_three_ceilings_and_says_what_holds_it():
     from pipeline.costs.pass_costs import pass_cost
     from pipeline.costs.regimes import above_a_ceiling, operations_sentence, regime_sentence
-    from pipeline.costs.roofline import place
+    from pipeline.costs.roofline import FIXED, OVERHEAD, place
 
     r = roof()
     step = decode_cost(SMALL, 5)
@@ -77,14 +77,22 @@ def test_an_overhead_bound_pass_says_what_the_overhead_is_here():
     slow = place(step, 0.175, "decode step 3, captured run")
     idle = pass_cost(SMALL, 1, 0)
     busy_probe = place(idle, 0.120, "1-token pass, nothing cached")  # far over its ceilings: the fixed cost
-    said = regime_sentence(slow, r, busy_probe)
-    assert "overhead-bound" in said and "takes 120 ms" in said and "the framework's many small operations" in said
+    assert slow.verdict(r) == OVERHEAD  # against compute and memory alone
+    said = regime_sentence(slow, r, busy_probe)  # the probe takes 120 of its 175 ms: the third ceiling holds it
+    assert slow.verdict(r, busy_probe) == FIXED and busy_probe.verdict(r, busy_probe) == busy_probe.verdict(r)
+    assert "69% of a pass at almost no work: fixed-cost-bound" in said  # 120 / 175
+    assert "takes 120 ms here and this one 175 ms: its own FLOPs and bytes add 55.0 ms" in said
+    said = regime_sentence(place(step, 0.123, "decode step, plain path"), r, busy_probe)
+    assert "its own FLOPs and bytes add nothing measurable" in said  # 3 ms over 120: within 5 %
     assert operations_sentence(busy_probe, 1_200, 30).startswith(
         "The pass at almost no work (1-token pass, nothing cached) runs 1,200 separate operations (40 a layer), "
         "100 µs each on average.")
     quick_probe = place(idle, idle.bytes / r.bytes_per_s * 1.1, "1-token pass, nothing cached")  # near its ceiling
     said = regime_sentence(slow, r, quick_probe, "recording every layer's tensors")
-    assert "this path's own (recording every layer's tensors)" in said
+    assert "each under 25%: overhead-bound" in said and slow.verdict(r, quick_probe) == OVERHEAD
+    assert "the rest is this path's own (recording every layer's tensors)" in said
+    said = regime_sentence(slow, r, None, "recording every layer's tensors")
+    assert "both under 25%: overhead-bound" in said and "On this path that is recording every layer's tensors" in said
     assert regime_sentence(place(step, at_memory / 0.6, "decode step, plain path"), r).startswith(
         "decode step, plain path: 60% of the memory ceiling")
     assert above_a_ceiling([slow, place(step, at_memory / 1.6, "too fast")], r)[0].label == "too fast"

@@ -1,14 +1,15 @@
-"""What holds a placed pass back, in one plain sentence: the ceiling it presses against, or, far under both, the
-fixed cost of a pass on this machine (measured: a 1-token pass with nothing cached, plain_steps.fixed_cost).
+"""What holds a placed pass back, in one plain sentence: the ceiling it presses against (compute, memory, or the
+measured cost of a pass at almost no work: a 1-token pass with nothing cached, plain_steps.fixed_cost), or, far
+under all three, its own path's overhead.
 
     regime_sentence(step, roof, probe)
-    # 'decode step, captured run: 8 % of the memory ceiling, 1 % of compute: overhead-bound. The ceilings allow
-    #  14 ms for its bytes and FLOPs; it took 175 ms. ...'
+    # 'decode step, plain path: 33% of the memory ceiling, 5% of compute, 100% of a pass at almost no work:
+    #  fixed-cost-bound. A pass with almost nothing to compute (1-token pass, nothing cached) takes 41.7 ms ...'
 """
 from __future__ import annotations
 
 from pipeline.costs.ceilings import Ceilings
-from pipeline.costs.roofline import COMPUTE, FAR_UNDER, MEMORY, OVERHEAD, Placed
+from pipeline.costs.roofline import COMPUTE, FAR_UNDER, FIXED, MEMORY, Placed
 
 
 def _ms(seconds: float) -> str:
@@ -16,28 +17,34 @@ def _ms(seconds: float) -> str:
 
 
 def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path_cost: str = "") -> str:
-    """The pass's shares, its regime, and for an overhead-bound pass what the overhead is here: the fixed cost of
-    any pass (`fixed`, when it is itself overhead-bound), else what its own path adds (`path_cost`, in words:
-    'recording every layer's tensors')."""
+    """The pass's shares of the ceilings, its regime and what sets its time. `fixed`: the pass at almost no work,
+    measured (the third ceiling: pipeline.costs.roofline); `path_cost`: what this pass's path adds, in words
+    ('recording every layer's tensors'), said of an overhead-bound pass."""
+    third = fixed is not None and fixed is not p
     shares = f"{p.memory_share(roof):.0%} of the memory ceiling, {p.compute_share(roof):.0%} of compute"
-    verdict = p.verdict(roof)
+    if third:
+        shares += f", {p.fixed_share(fixed):.0%} of a pass at almost no work"
+    verdict = p.verdict(roof, fixed)
     if verdict == MEMORY:
         return (f"{p.label}: {shares}: memory-bound; reading the weights and the cache sets its time "
                 f"({_ms(p.seconds)}, the ceiling allows {_ms(p.bound_s(roof))}).")
     if verdict == COMPUTE:
         return (f"{p.label}: {shares}: compute-bound; the arithmetic sets its time "
                 f"({_ms(p.seconds)}, the ceiling allows {_ms(p.bound_s(roof))}).")
-    said = (f"{p.label}: {shares}, both under {FAR_UNDER:.0%}: overhead-bound. Its bytes and FLOPs need "
-            f"{_ms(p.bound_s(roof))} at the ceilings; it took {_ms(p.seconds)}, so {_ms(p.overhead_s(roof))} is "
-            "neither memory nor arithmetic but the fixed cost of running the pass.")
-    if fixed is not None and fixed.verdict(roof) == OVERHEAD:
-        said += (f" Here a pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, "
-                 f"{_ms(fixed.overhead_s(roof))} more than its ceilings allow: the framework's many small "
-                 "operations per layer, whatever the work.")
-    elif fixed is not None:
-        said += (f" A pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, close to what its "
-                 "ceilings allow, so the fixed cost of a pass is small here: the overhead is "
-                 + (f"this path's own ({path_cost})." if path_cost else "this path's own."))
+    if verdict == FIXED:
+        extra = p.seconds - fixed.seconds
+        own = (f"its own FLOPs and bytes add {_ms(extra)}" if extra > 0.05 * fixed.seconds
+               else "its own FLOPs and bytes add nothing measurable")
+        return (f"{p.label}: {shares}: fixed-cost-bound. A pass with almost nothing to compute ({fixed.label}) takes "
+                f"{_ms(fixed.seconds)} here and this one {_ms(p.seconds)}: {own}. Less work would barely shorten "
+                "it; a cheaper pass would (fewer separate operations, or on a GPU all of them launched at once as "
+                "one CUDA graph).")
+    said = (f"{p.label}: {shares}, {'each' if third else 'both'} under {FAR_UNDER:.0%}: overhead-bound. Its bytes "
+            f"and FLOPs need {_ms(p.bound_s(roof))} at the ceilings; it took {_ms(p.seconds)}, so "
+            f"{_ms(p.overhead_s(roof))} is neither memory nor arithmetic but the cost of running the pass.")
+    if third:
+        said += (f" A pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, under a quarter of that: "
+                 "the rest is " + (f"this path's own ({path_cost})." if path_cost else "this path's own."))
     elif path_cost:
         said += f" On this path that is {path_cost}."
     return said

@@ -4,7 +4,14 @@ read from those shares, not assumed: the larger share is the ceiling the pass is
 both are far below their ceilings (under FAR_UNDER): then neither arithmetic nor memory sets the time, the
 pass's fixed cost does (Python, kernel launches, a recording hook per layer): overhead-bound.
 
-    place(prefill_cost(m, 40), 0.12).verdict(roof)   # 'compute-bound', 'memory-bound' or 'overhead-bound'
+The third ceiling is measured, not computed: the time of a pass at almost no work (one token, nothing cached:
+pipeline.costs.plain_steps.fixed_cost). No pass of this model runs faster here, whatever its FLOPs and bytes. Given
+it, each pass is placed against all three, each share being the least time that ceiling allows over the time taken,
+and a pass whose largest share is the fixed cost's is fixed-cost-bound: adding work to it barely costs time. On a
+GPU that is the launch-bound regime (a step's thousand operations each launch a kernel: pipeline.costs.launches).
+
+    place(prefill_cost(m, 40), 0.12).verdict(roof)          # 'compute-bound', 'memory-bound' or 'overhead-bound'
+    place(decode_cost(m, 40), 0.04).verdict(roof, probe)    # ... or 'fixed-cost-bound', probe: the 1-token pass
 """
 from __future__ import annotations
 
@@ -16,7 +23,7 @@ from pipeline.costs.ceilings import Ceilings
 from pipeline.costs.pass_costs import PassCost, decode_cost, prefill_cost
 from pipeline.model.interface import LanguageModel
 
-COMPUTE, MEMORY, OVERHEAD = "compute-bound", "memory-bound", "overhead-bound"
+COMPUTE, MEMORY, OVERHEAD, FIXED = "compute-bound", "memory-bound", "overhead-bound", "fixed-cost-bound"
 FAR_UNDER = 0.25  # both shares below this: the ceilings explain under a quarter of the time
 PREFILL_LENGTHS = (16, 64, 256)
 
@@ -49,17 +56,27 @@ class Placed:
         """The time neither ceiling explains: measured minus the ceilings' bound (0 when at or past the bound)."""
         return max(0.0, self.seconds - self.bound_s(roof))
 
-    def verdict(self, roof: Ceilings) -> str:
-        compute, memory = self.compute_share(roof), self.memory_share(roof)
-        if max(compute, memory) < FAR_UNDER:
-            return OVERHEAD
-        return COMPUTE if compute >= memory else MEMORY
+    def fixed_share(self, fixed: "Placed") -> float:
+        """The third ceiling's share: the time of a pass at almost no work (`fixed`) over this pass's time."""
+        return fixed.seconds / self.seconds
 
-    def to_json(self, roof: Ceilings) -> dict:
-        return {"label": self.label, "seconds": self.seconds, "flops": self.cost.flops, "bytes": self.cost.bytes,
-                "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
-                "compute_share": self.compute_share(roof), "memory_share": self.memory_share(roof),
-                "overhead_s": self.overhead_s(roof), "verdict": self.verdict(roof)}
+    def verdict(self, roof: Ceilings, fixed: "Placed | None" = None) -> str:
+        """The ceiling with the largest share; with `fixed` (the pass at almost no work, itself excluded) the
+        third ceiling counts too. Under FAR_UNDER on every one: overhead-bound (this path's own)."""
+        shares = {COMPUTE: self.compute_share(roof), MEMORY: self.memory_share(roof)}
+        if fixed is not None and fixed is not self:
+            shares[FIXED] = self.fixed_share(fixed)
+        largest = max(shares, key=shares.get)  # ties: compute, then memory, then the fixed cost
+        return OVERHEAD if shares[largest] < FAR_UNDER else largest
+
+    def to_json(self, roof: Ceilings, fixed: "Placed | None" = None) -> dict:
+        out = {"label": self.label, "seconds": self.seconds, "flops": self.cost.flops, "bytes": self.cost.bytes,
+               "flops_per_s": self.flops_per_s, "bytes_per_s": self.bytes_per_s,
+               "compute_share": self.compute_share(roof), "memory_share": self.memory_share(roof),
+               "overhead_s": self.overhead_s(roof), "verdict": self.verdict(roof, fixed)}
+        if fixed is not None and fixed is not self:
+            out["fixed_share"] = self.fixed_share(fixed)
+        return out
 
 
 def place(cost: PassCost, seconds: float, label: str = "") -> Placed:

@@ -78,12 +78,14 @@ else:
                "folder and reused until measured again. The machine is shared, so the ranges are wide.")
 
 
-def shares(p) -> dict:
-    """A placed pass's shares of the two ceilings and the verdict they give (blank until measured)."""
+def shares(p, fixed=None) -> dict:
+    """A placed pass's shares of the ceilings and the verdict they give (blank until measured); with `fixed` (the
+    pass at almost no work, once measured) the third ceiling's share too."""
     if roof is None:
         return {}
-    return {"verdict (measured)": p.verdict(roof), "share of compute": f"{p.compute_share(roof):.0%}",
-            "share of memory": f"{p.memory_share(roof):.0%}"}
+    third = {"share of a pass at almost no work": "" if p is fixed else f"{p.fixed_share(fixed):.0%}"} if fixed else {}
+    return {"verdict (measured)": p.verdict(roof, fixed), "share of compute": f"{p.compute_share(roof):.0%}",
+            "share of memory": f"{p.memory_share(roof):.0%}", **third}
 
 
 # ---- 2. the run on the roofline ---------------------------------------------------------------------------------
@@ -111,8 +113,12 @@ if roof is not None:
     fig.add_trace(go.Scatter(x=xs, y=[roof.roof(x) / 1e9 for x in xs], mode="lines", name="ceiling (roofline)",
                              line=dict(color="black")))
     fig.add_trace(go.Scatter(x=xs, y=[FAR_UNDER * roof.roof(x) / 1e9 for x in xs], mode="lines",
-                             name=f"{FAR_UNDER:.0%} of the ceiling: below, overhead-bound",
+                             name=f"{FAR_UNDER:.0%} of the ceiling" + ("" if fixed else ": below, overhead-bound"),
                              line=dict(color="grey", dash="dot")))
+    if fixed is not None and steps:  # the third ceiling, for a decode step's FLOPs: no step runs faster than that pass
+        fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[steps[0].cost.flops / fixed.seconds / 1e9] * 2, mode="lines",
+                                 name="a decode step in the time of a pass at almost no work",
+                                 line=dict(color="firebrick", dash="dash")))
 for name, pts, symbol in ((f"decode steps, {PATH_NAMES[CAPTURED]}", steps, "circle"),
                           (f"prefill, {PATH_NAMES[CAPTURED]}", [prefill], "diamond"),
                           ("plain path (prefill, decode step)", plain_points_, "star"),
@@ -130,7 +136,8 @@ fig.update_layout(height=400, margin=dict(l=10, r=10, t=10, b=10), font=dict(siz
 st.plotly_chart(fig, width="stretch")
 rows = [prefill, *captured_mid, *plain_points_] + ([fixed] if fixed else [])
 st.dataframe(pd.DataFrame([{  # the verdict next to its pass: at the far right it was cut off by the page's edge
-    "pass": p.label, **shares(p), "FLOPs": f"{p.cost.flops / 1e6:,.0f} M", "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
+    "pass": p.label, **shares(p, fixed), "FLOPs": f"{p.cost.flops / 1e6:,.0f} M",
+    "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
     "FLOPs per byte": f"{p.cost.intensity:,.1f}", "time": f"{p.seconds * 1e3:,.1f} ms",
     "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}"} for p in rows]),
              hide_index=True, width="stretch")
@@ -143,10 +150,14 @@ if roof is not None:
     if above_a_ceiling(rows, roof):
         st.warning("A pass here ran faster than a ceiling allows: the ceilings were measured at a busier moment of "
                    "this shared machine. Measure them again (section 1) before reading the shares.")
-    st.caption(f"Three regimes: a pass using a larger share of the memory ceiling than of compute is memory-bound, "
-               f"the other way compute-bound; under {FAR_UNDER:.0%} of both, neither holds it: it is overhead-bound, "
-               "and its time follows the number of small operations (layers, hooks), not its bytes. That is why a "
-               "model with fewer layers can take less time per step while reading more bytes. The decode steps do "
+    st.caption("Each pass is placed against three ceilings, each share being the least time that ceiling allows "
+               "over the time the pass took: compute (its FLOPs at the measured matmul speed), memory (its bytes at "
+               "the measured copy speed) and, once measured, a pass at almost no work (no pass of this model runs "
+               "faster here). The largest share names what holds the pass: compute-bound, memory-bound or "
+               f"fixed-cost-bound; under {FAR_UNDER:.0%} of every one, it is overhead-bound: its own path's cost "
+               "(hooks, eager attention). A fixed-cost-bound pass's time follows its number of small operations "
+               "(layers), not its bytes: that is why a model with fewer layers can take less time per step while "
+               "reading more bytes. The decode steps do "
                f"{steps[0].cost.intensity if steps else decode_cost(m, len(trace.ids)).intensity:.2f} FLOPs per byte, "
                f"far left of the balance point ({roof.balance:,.0f}); the prefill pass "
                f"{prefill.cost.intensity:,.0f}: each weight read serves all {plural(len(trace.ids), 'prompt token')}.")
