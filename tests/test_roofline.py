@@ -267,8 +267,8 @@ def test_serving_command_writes_the_json(tiny, tmp_path, monkeypatch):
     assert f["operations"] == sum(f["operations_by_name"].values()) > 10 * tiny.dims.L  # dozens a layer
     assert f["operations_by_name"]["scaled_dot_product_attention"] == tiny.dims.L  # one attention per layer
     assert "batched decode" in r["decode"]["label"]
-    d = r["decode"]  # placed against the third ceiling too: the probe's time over the step's
-    assert d["fixed_share"] == pytest.approx(f["seconds"] / d["seconds"])
+    d = r["decode"]  # placed against the third ceiling too: the probe's fixed cost over the step's time
+    assert d["fixed_share"] == pytest.approx(f["overhead_s"] / d["seconds"])
     assert "fixed_share" not in f and all("fixed_share" in p for p in r["prefill"])
 
 
@@ -335,7 +335,7 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     passes = list(at.dataframe[1].value["pass"])
     assert any(p.endswith("plain path") for p in passes) and "1-token pass, nothing cached" in passes
     table = at.dataframe[1].value  # every pass against the third ceiling too, but the probe itself
-    third = dict(zip(table["pass"], table["share of a pass at almost no work"]))
+    third = dict(zip(table["pass"], table["share in the fixed cost of a pass"]))
     assert third.pop("1-token pass, nothing cached") == "" and all(v.endswith("%") for v in third.values())
     said = " ".join(m.value for m in at.markdown)
     assert "decode step, plain path:" in said

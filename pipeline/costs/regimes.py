@@ -3,8 +3,9 @@ measured cost of a pass at almost no work: a 1-token pass with nothing cached, p
 under all three, its own path's overhead.
 
     regime_sentence(step, roof, probe)
-    # 'decode step, plain path: 33% of the memory ceiling, 5% of compute, 100% of a pass at almost no work:
-    #  fixed-cost-bound. A pass with almost nothing to compute (1-token pass, nothing cached) takes 41.7 ms ...'
+    # 'decode step, plain path: 33% of the memory ceiling, 5% of compute, 72% in the fixed cost of a pass:
+    #  fixed-cost-bound. A pass with almost nothing to compute (1-token pass, nothing cached) takes 41.7 ms here,
+    #  28.7 ms of it neither memory nor arithmetic: that is the fixed cost every pass pays, and it is most of ...'
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ def _ms(seconds: float) -> str:
 
 def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path_cost: str = "") -> str:
     """The pass's shares of the ceilings, its regime and what sets its time. `fixed`: the pass at almost no work,
-    measured (the third ceiling: pipeline.costs.roofline); `path_cost`: what this pass's path adds, in words
-    ('recording every layer's tensors'), said of an overhead-bound pass."""
+    measured (its fixed cost is the third ceiling: pipeline.costs.roofline); `path_cost`: what this pass's path
+    adds, in words ('recording every layer's tensors'), said of an overhead-bound pass."""
     third = fixed is not None and fixed is not p
     shares = f"{p.memory_share(roof):.0%} of the memory ceiling, {p.compute_share(roof):.0%} of compute"
     if third:
-        shares += f", {p.fixed_share(fixed):.0%} of a pass at almost no work"
+        shares += f", {p.fixed_share(roof, fixed):.0%} in the fixed cost of a pass"
     verdict = p.verdict(roof, fixed)
     if verdict == MEMORY:
         return (f"{p.label}: {shares}: memory-bound; reading the weights and the cache sets its time "
@@ -31,20 +32,19 @@ def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path
     if verdict == COMPUTE:
         return (f"{p.label}: {shares}: compute-bound; the arithmetic sets its time "
                 f"({_ms(p.seconds)}, the ceiling allows {_ms(p.bound_s(roof))}).")
+    fixed_said = (f"A pass with almost nothing to compute ({fixed.label}) takes {_ms(fixed.seconds)} here, "
+                  f"{_ms(fixed.overhead_s(roof))} of it neither memory nor arithmetic: that is the fixed cost every "
+                  "pass pays" if third else "")
     if verdict == FIXED:
-        extra = p.seconds - fixed.seconds
-        own = (f"its own FLOPs and bytes add {_ms(extra)}" if extra > 0.05 * fixed.seconds
-               else "its own FLOPs and bytes add nothing measurable")
-        return (f"{p.label}: {shares}: fixed-cost-bound. A pass with almost nothing to compute ({fixed.label}) takes "
-                f"{_ms(fixed.seconds)} here and this one {_ms(p.seconds)}: {own}. Less work would barely shorten "
-                "it; a cheaper pass would (fewer separate operations, or on a GPU all of them launched at once as "
-                "one CUDA graph).")
-    said = (f"{p.label}: {shares}, {'each' if third else 'both'} under {FAR_UNDER:.0%}: overhead-bound. Its bytes "
+        return (f"{p.label}: {shares}: fixed-cost-bound. {fixed_said}, and it is most of this pass's "
+                f"{_ms(p.seconds)}. Less work would barely shorten it; a cheaper pass would (fewer separate "
+                "operations, or on a GPU all of them launched at once as one CUDA graph).")
+    said = (f"{p.label}: {shares}: overhead-bound (memory and compute both under {FAR_UNDER:.0%}). Its bytes "
             f"and FLOPs need {_ms(p.bound_s(roof))} at the ceilings; it took {_ms(p.seconds)}, so "
-            f"{_ms(p.overhead_s(roof))} is neither memory nor arithmetic but the cost of running the pass.")
+            f"{_ms(p.overhead_s(roof))} is neither memory nor arithmetic.")
     if third:
-        said += (f" A pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, under a quarter of that: "
-                 "the rest is " + (f"this path's own ({path_cost})." if path_cost else "this path's own."))
+        said += (f" {fixed_said}; the rest is " + (f"this path's own ({path_cost})." if path_cost else
+                                                   "this path's own."))
     elif path_cost:
         said += f" On this path that is {path_cost}."
     return said

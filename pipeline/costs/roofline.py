@@ -4,11 +4,12 @@ read from those shares, not assumed: the larger share is the ceiling the pass is
 both are far below their ceilings (under FAR_UNDER): then neither arithmetic nor memory sets the time, the
 pass's fixed cost does (Python, kernel launches, a recording hook per layer): overhead-bound.
 
-The third ceiling is measured, not computed: the time of a pass at almost no work (one token, nothing cached:
-pipeline.costs.plain_steps.fixed_cost). No pass of this model runs faster here, whatever its FLOPs and bytes. Given
-it, each pass is placed against all three, each share being the least time that ceiling allows over the time taken,
-and a pass whose largest share is the fixed cost's is fixed-cost-bound: adding work to it barely costs time. On a
-GPU that is the launch-bound regime (a step's thousand operations each launch a kernel: pipeline.costs.launches).
+The third ceiling is measured, not computed: the fixed cost of a pass, what a pass at almost no work (one token,
+nothing cached: pipeline.costs.plain_steps.fixed_cost) takes beyond what its own FLOPs and bytes need. Every pass of
+this model pays it here. Given it, each pass is placed against all three, each share being the time that ceiling
+accounts for over the time the pass took; a pass that spends most of its time (FIXED_HOLDS) on the fixed cost, more
+than on its bytes or FLOPs, is fixed-cost-bound: less work would barely shorten it. On a GPU that is the
+launch-bound regime (a step's thousand operations each launch a kernel: pipeline.costs.launches).
 
     place(prefill_cost(m, 40), 0.12).verdict(roof)          # 'compute-bound', 'memory-bound' or 'overhead-bound'
     place(decode_cost(m, 40), 0.04).verdict(roof, probe)    # ... or 'fixed-cost-bound', probe: the 1-token pass
@@ -25,6 +26,7 @@ from pipeline.model.interface import LanguageModel
 
 COMPUTE, MEMORY, OVERHEAD, FIXED = "compute-bound", "memory-bound", "overhead-bound", "fixed-cost-bound"
 FAR_UNDER = 0.25  # both shares below this: the ceilings explain under a quarter of the time
+FIXED_HOLDS = 0.5  # the fixed cost of a pass is at least this share of a pass's time: it is what holds the pass
 PREFILL_LENGTHS = (16, 64, 256)
 
 
@@ -56,18 +58,23 @@ class Placed:
         """The time neither ceiling explains: measured minus the ceilings' bound (0 when at or past the bound)."""
         return max(0.0, self.seconds - self.bound_s(roof))
 
-    def fixed_share(self, fixed: "Placed") -> float:
-        """The third ceiling's share: the time of a pass at almost no work (`fixed`) over this pass's time."""
-        return fixed.seconds / self.seconds
+    def fixed_share(self, roof: Ceilings, fixed: "Placed") -> float:
+        """The third ceiling's share: the fixed cost of a pass (what the pass at almost no work, `fixed`, takes
+        beyond its own ceilings) over this pass's time."""
+        return fixed.overhead_s(roof) / self.seconds
 
     def verdict(self, roof: Ceilings, fixed: "Placed | None" = None) -> str:
-        """The ceiling with the largest share; with `fixed` (the pass at almost no work, itself excluded) the
-        third ceiling counts too. Under FAR_UNDER on every one: overhead-bound (this path's own)."""
-        shares = {COMPUTE: self.compute_share(roof), MEMORY: self.memory_share(roof)}
+        """Compute- or memory-bound by the larger share; overhead-bound under FAR_UNDER on both. With `fixed` (the
+        pass at almost no work, itself excluded): fixed-cost-bound when that cost is most of the pass's time and
+        more than either other share."""
+        compute, memory = self.compute_share(roof), self.memory_share(roof)
         if fixed is not None and fixed is not self:
-            shares[FIXED] = self.fixed_share(fixed)
-        largest = max(shares, key=shares.get)  # ties: compute, then memory, then the fixed cost
-        return OVERHEAD if shares[largest] < FAR_UNDER else largest
+            share = self.fixed_share(roof, fixed)
+            if share >= FIXED_HOLDS and share >= max(compute, memory):
+                return FIXED
+        if max(compute, memory) < FAR_UNDER:
+            return OVERHEAD
+        return COMPUTE if compute >= memory else MEMORY
 
     def to_json(self, roof: Ceilings, fixed: "Placed | None" = None) -> dict:
         out = {"label": self.label, "seconds": self.seconds, "flops": self.cost.flops, "bytes": self.cost.bytes,
@@ -75,7 +82,7 @@ class Placed:
                "compute_share": self.compute_share(roof), "memory_share": self.memory_share(roof),
                "overhead_s": self.overhead_s(roof), "verdict": self.verdict(roof, fixed)}
         if fixed is not None and fixed is not self:
-            out["fixed_share"] = self.fixed_share(fixed)
+            out["fixed_share"] = self.fixed_share(roof, fixed)
         return out
 
 

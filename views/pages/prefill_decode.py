@@ -83,7 +83,8 @@ def shares(p, fixed=None) -> dict:
     pass at almost no work, once measured) the third ceiling's share too."""
     if roof is None:
         return {}
-    third = {"share of a pass at almost no work": "" if p is fixed else f"{p.fixed_share(fixed):.0%}"} if fixed else {}
+    third = ({"share in the fixed cost of a pass": "" if p is fixed else f"{p.fixed_share(roof, fixed):.0%}"}
+             if fixed else {})
     return {"verdict (measured)": p.verdict(roof, fixed), "share of compute": f"{p.compute_share(roof):.0%}",
             "share of memory": f"{p.memory_share(roof):.0%}", **third}
 
@@ -117,7 +118,7 @@ if roof is not None:
                              line=dict(color="grey", dash="dot")))
     if fixed is not None and steps:  # the third ceiling, for a decode step's FLOPs: no step runs faster than that pass
         fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[steps[0].cost.flops / fixed.seconds / 1e9] * 2, mode="lines",
-                                 name="a decode step in the time of a pass at almost no work",
+                                 name="a decode step in the time of a pass at almost no work (none is faster)",
                                  line=dict(color="firebrick", dash="dash")))
 for name, pts, symbol in ((f"decode steps, {PATH_NAMES[CAPTURED]}", steps, "circle"),
                           (f"prefill, {PATH_NAMES[CAPTURED]}", [prefill], "diamond"),
@@ -150,14 +151,13 @@ if roof is not None:
     if above_a_ceiling(rows, roof):
         st.warning("A pass here ran faster than a ceiling allows: the ceilings were measured at a busier moment of "
                    "this shared machine. Measure them again (section 1) before reading the shares.")
-    st.caption("Each pass is placed against three ceilings, each share being the least time that ceiling allows "
+    st.caption("Each pass is placed against three ceilings, each share being the time that ceiling accounts for "
                "over the time the pass took: compute (its FLOPs at the measured matmul speed), memory (its bytes at "
-               "the measured copy speed) and, once measured, a pass at almost no work (no pass of this model runs "
-               "faster here). The largest share names what holds the pass: compute-bound, memory-bound or "
-               f"fixed-cost-bound; under {FAR_UNDER:.0%} of every one, it is overhead-bound: its own path's cost "
-               "(hooks, eager attention). A fixed-cost-bound pass's time follows its number of small operations "
-               "(layers), not its bytes: that is why a model with fewer layers can take less time per step while "
-               "reading more bytes. The decode steps do "
+               "the measured copy speed) and, once measured, the fixed cost of a pass (what a pass at almost no work "
+               "takes beyond its own bytes and FLOPs: every pass pays it). The larger of the first two names what "
+               f"holds the pass, compute or memory; under {FAR_UNDER:.0%} of both, it is overhead-bound. When the "
+               "fixed cost is most of a pass's time, and more than either, the pass is fixed-cost-bound: its time "
+               "follows its number of small operations, not its bytes. The decode steps do "
                f"{steps[0].cost.intensity if steps else decode_cost(m, len(trace.ids)).intensity:.2f} FLOPs per byte, "
                f"far left of the balance point ({roof.balance:,.0f}); the prefill pass "
                f"{prefill.cost.intensity:,.0f}: each weight read serves all {plural(len(trace.ids), 'prompt token')}.")
