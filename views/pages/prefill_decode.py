@@ -118,7 +118,7 @@ if roof is not None:
                              line=dict(color="grey", dash="dot")))
     if fixed is not None and steps:  # the third ceiling, for a decode step's FLOPs: no step runs faster than that pass
         fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[steps[0].cost.flops / fixed.seconds / 1e9] * 2, mode="lines",
-                                 name="a decode step in the time of a pass at almost no work (none is faster)",
+                                 name="a decode step in the time of a pass at almost no work",
                                  line=dict(color="firebrick", dash="dash")))
 for name, pts, symbol in ((f"decode steps, {PATH_NAMES[CAPTURED]}", steps, "circle"),
                           (f"prefill, {PATH_NAMES[CAPTURED]}", [prefill], "diamond"),
