@@ -120,3 +120,23 @@ def test_on_cuda_the_step_is_captured_once_and_replays_the_same_ids(tokenizer):
 def test_on_smollm2_the_static_step_gives_hf_generates_greedy_ids(lm):
     """The real model, on whichever device it loaded (captured on CUDA): 32 tokens of the default question."""
     check_against_plain_and_hf(lm, prompt_ids(lm), 32)
+
+
+@needs_cuda
+def test_on_cuda_a_replayed_step_dispatches_a_handful_of_operations_not_a_thousand(tokenizer):
+    """What the graph is for (docs/gpu.md): the eager step dispatches every operation, one kernel launch each; a
+    replay dispatches the copies of its token and position and launches the recorded step at once."""
+    from pipeline.costs.launches import operations
+
+    tiny = make_tiny_lm(tokenizer, seed=3, **TINY_APP_LAYOUT)
+    lm = LoadedModel(model=tiny.model.to("cuda"), tokenizer=tokenizer, name="tiny-cuda", device=torch.device("cuda"))
+    ids = prompt_ids(lm)
+    counts = {}
+    for kind in (PlainDecoder, GraphedDecoder):
+        decoder = kind(lm, len(ids) + 8)
+        token = int(decoder.prefill(ids).argmax())
+        for _ in range(2):  # the graph is captured at the first step
+            token = int(decoder.step(token).argmax())
+        counts[kind] = operations(lambda: decoder.step(token)).total
+    assert counts[PlainDecoder] > 10 * TINY_APP_LAYOUT["num_hidden_layers"]  # dozens a layer
+    assert counts[GraphedDecoder] <= 10, counts
