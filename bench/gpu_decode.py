@@ -16,10 +16,10 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
 - the floor: the weight bytes a decode step reads (pipeline.model.weight_formats.bytes_per_token) over this device's
   measured copy bandwidth (pipeline.costs.ceilings), fp32 and bf16;
 - the operations each decode step dispatches (pipeline.costs.launches), plain, graphed and captured, fp32 and bf16:
-  on a GPU each is a kernel launch, except inside a replayed graph;
+  on a GPU each is a kernel launch, except inside a replayed graph; and the values each reads back to the host;
 - on CUDA, why one step takes what it takes (issue 40's item 2: bf16 was 3x slower than fp32 there): torch's
-  profiler over 8 plain steps in each format, the kernels each step launched, their summed GPU time beside the
-  step's wall time (far under it: the GPU waits for launches) and the five kernels that took the most.
+  profiler over 8 plain steps in each format, the GPU activities each step ran (kernels, copies), their summed GPU
+  time beside the step's profiled wall time (far under it: the GPU waits for launches) and the five that took most.
 The measurements run interleaved (one of each per round), so a busy machine slows them alike; one warm-up of each
 first (a graph's capture and HF's compilation happen there). The greedy ids of the plain, graphed and HF paths are
 checked equal. --quick: a random-weight Llama with SmolLM2's heads at a tiny width (no weights files needed), fewer
@@ -187,16 +187,19 @@ def _decoder_after_two_steps(lm: LoadedModel, kind, ids: list[int]):
     return decoder, token
 
 
-def step_operations(lm: LoadedModel, kind, ids: list[int]) -> int:
-    """The operations one decode step dispatches (a replayed graph dispatches its inputs' copies and the replay)."""
+def step_operations(lm: LoadedModel, kind, ids: list[int]) -> str:
+    """The operations one decode step dispatches (a replayed graph: its inputs' copies and its output's) and the
+    values it reads back to the host, each a wait for a GPU."""
     from pipeline.costs.launches import operations
 
     decoder, token = _decoder_after_two_steps(lm, kind, ids)
-    return operations(lambda: decoder.step(token)).total
+    ops = operations(lambda: decoder.step(token))
+    return f"{ops.total:,} ({ops.host_reads} host reads)"
 
 
 def kernel_profile(lm: LoadedModel, kind, ids: list[int], steps: int = 8) -> str:
-    """On CUDA: kernels a step launched, their GPU time a step, the step's wall time, and the five costliest."""
+    """On CUDA: the GPU activities a step ran (kernels and copies), their GPU time a step beside the step's wall time
+    under the profiler (which adds to it), and the five costliest."""
     from collections import Counter
 
     from torch.autograd import DeviceType
@@ -215,8 +218,9 @@ def kernel_profile(lm: LoadedModel, kind, ids: list[int], steps: int = 8) -> str
     for e in kernels:
         gpu_us[e.name] += getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)
     top = ", ".join(f"{name[:60]} {us / steps:,.0f} us" for name, us in gpu_us.most_common(5))
-    return (f"{len(kernels) / steps:,.0f} kernels a step, GPU busy {sum(gpu_us.values()) / steps / 1e3:.3f} ms of "
-            f"{wall * 1e3:.3f} ms (profiled); the costliest: {top}")
+    return (f"{len(kernels) / steps:,.0f} GPU activities a step (kernels, copies), GPU busy "
+            f"{sum(gpu_us.values()) / steps / 1e3:.3f} ms of {wall * 1e3:.3f} ms (wall, profiled); "
+            f"the costliest: {top}")
 
 
 def rounds(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
@@ -309,7 +313,7 @@ def main() -> int:
     kinds = (("plain", PlainDecoder), ("graphed", GraphedDecoder)) + (
         (("captured", "captured"),) if lm.tokenizer is not None else ())
     for precision, model in (("fp32", lm), ("bf16", bf16)):
-        counts = "; ".join(f"{name} {step_operations(model, kind, ids):,}" for name, kind in kinds)
+        counts = "; ".join(f"{name} {step_operations(model, kind, ids)}" for name, kind in kinds)
         print(f"  operations a decode step dispatches, {precision}: {counts}")
     for precision, model in (("fp32", lm), ("bf16", bf16)):
         if device.type == "cuda":

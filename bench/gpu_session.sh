@@ -104,21 +104,21 @@ run() {  # run measure | run tests: each fits one call of 600 s (the steps' limi
       step device 20 sh -c "nvidia-smi || true; $PYTHON -c 'import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.is_available() and torch.cuda.get_device_name())'"
       step convert 120 "$PYTHON" -c 'from pipeline.model.weights_cache import ensure_weights_cache; print(ensure_weights_cache())'
       # HF's static-cache rows compile their forward on CUDA (in the warm-up): the longest step
-      step gpu_decode 220 "$PYTHON" bench/gpu_decode.py "${quick[@]}" --tokens "$tokens" --repeats "$repeats"
+      step gpu_decode 200 "$PYTHON" bench/gpu_decode.py "${quick[@]}" --tokens "$tokens" --repeats "$repeats"
       for room in $rooms; do
         IFS=: read -r learners gap limit <<< "$room"
         step "room_$learners" "$limit" "$PYTHON" bench/room_cpu.py --sessions "$learners" --gap "$gap"
       done
       # the roofline's points, the fixed cost and its operations, and the batching sweep to B = 512
-      step serving 40 "$PYTHON" -m pipeline serving ${sizes:+--batch-sizes "$sizes"} --steps 4 --repeats 2 \
+      step serving 60 "$PYTHON" -m pipeline serving ${sizes:+--batch-sizes "$sizes"} --steps 2 --repeats 1 \
         --json "$RESULTS/serving.json" ;;
     tests)
-      step convert 60 "$PYTHON" -c 'from pipeline.model.weights_cache import ensure_weights_cache; print(ensure_weights_cache())'
+      step convert 90 "$PYTHON" -c 'from pipeline.model.weights_cache import ensure_weights_cache; print(ensure_weights_cache())'
       step temperature_zero 90 "$PYTHON" -m pipeline temperature-zero --requests "$requests" \
         --json "$RESULTS/temperature_zero.json"
       step cuda_tests 120 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_graphed_decode.py \
         tests/test_graphed_batch.py tests/test_startup.py tests/test_kv_budget.py
-      step model_tier 260 "$PYTHON" -m pytest -q -p no:cacheprovider -m "model and not app and not browser" \
+      step model_tier 230 "$PYTHON" -m pytest -q -p no:cacheprovider -m "model and not app and not browser" \
         -k "$tier" --maxfail=10 ;;
     *) echo "run measure | run tests"; return 2 ;;
   esac

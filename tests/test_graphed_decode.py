@@ -128,8 +128,11 @@ def test_on_cuda_a_replayed_step_dispatches_a_handful_of_operations_not_a_thousa
     replay dispatches the copies of its token and position and launches the recorded step at once."""
     from pipeline.costs.launches import operations
 
+    import copy
+
     tiny = make_tiny_lm(tokenizer, seed=3, **TINY_APP_LAYOUT)
-    lm = LoadedModel(model=tiny.model.to("cuda"), tokenizer=tokenizer, name="tiny-cuda", device=torch.device("cuda"))
+    lm = LoadedModel(model=copy.deepcopy(tiny.model).to("cuda"), tokenizer=tokenizer, name="tiny-cuda",
+                     device=torch.device("cuda"))
     ids = prompt_ids(lm)
     counts = {}
     for kind in (PlainDecoder, GraphedDecoder):
@@ -140,3 +143,8 @@ def test_on_cuda_a_replayed_step_dispatches_a_handful_of_operations_not_a_thousa
         counts[kind] = operations(lambda: decoder.step(token)).total
     assert counts[PlainDecoder] > 10 * TINY_APP_LAYOUT["num_hidden_layers"]  # dozens a layer
     assert counts[GraphedDecoder] <= 10, counts
+    on_cpu = PlainDecoder(tiny, len(ids) + 8)  # the same model on the CPU: the count does not depend on the device
+    token = int(on_cpu.prefill(ids).argmax())
+    for _ in range(2):
+        token = int(on_cpu.step(token).argmax())
+    assert operations(lambda: on_cpu.step(token)).total == counts[PlainDecoder]

@@ -33,6 +33,9 @@ def test_views_and_casts_to_the_same_dtype_launch_nothing():
     cast = operations(lambda: x.to(torch.bfloat16))
     assert cast.by_name == {"to bfloat16": 1} and cast.casts() == 1
     assert operations(lambda: (x * 2 + 1).sum()).by_name == {"mul": 1, "add": 1, "sum": 1}
+    read = operations(lambda: int(x.argmax()) + float(x.sum()))  # two values read on the host: two waits on a GPU
+    assert read.by_name == {"argmax": 1, "sum": 1} and read.host_reads == 2
+    assert operations(lambda: x.argmax()).host_reads == 0
     with torch.inference_mode():  # composite ops are not split into their parts there: still one each
         assert operations(lambda: x @ y).total == 1 and operations(lambda: x.t().reshape(-1)).by_name == {"clone": 1}
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import streamlit as st
 
 from pipeline.costs.plain_steps import PLAIN_STEPS
+from pipeline.costs.roofline import Placed
 from pipeline.server.run_queue import cost_of
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
 from views.session_request import request_key
@@ -15,10 +17,17 @@ from views.waiting import result_through_queue
 REPEATS = 3  # plain answers of the request, each PLAIN_STEPS tokens
 
 
-def plain_passes(request, n_prompt: int):
-    """(placed plain prefill, placed plain decode step, placed 1-token pass, measured at, the operations that pass
-    runs) once measured (its button), else None. Kept per request for everyone; a new click in a later minute
-    measures again."""
+class PlainPasses(NamedTuple):
+    prefill: Placed  # the plain path's prefill, at its TTFT
+    decode: Placed  # a plain decode step, at its TPOT
+    fixed: Placed  # the 1-token pass at almost no work
+    measured_at: float
+    fixed_operations: int  # the operations that pass runs (pipeline.costs.launches)
+
+
+def plain_passes(request, n_prompt: int) -> PlainPasses | None:
+    """The plain path's passes and a pass at almost no work once measured (its button), else None. Kept per request
+    for everyone; a new click in a later minute measures again."""
     from_button = st.button("Measure the plain path and a pass at almost no work", key="pd_plain",
                             help=f"The request answered {REPEATS} times on the plain serving path ({PLAIN_STEPS} "
                                  "tokens each) and a 1-token pass timed 7 times.")
@@ -34,7 +43,7 @@ def plain_passes(request, n_prompt: int):
         lm = get_model()
         run = plain_points(lm, request, PLAIN_STEPS, REPEATS, APP_MAX_PROMPT_TOKENS)
         probe = fixed_cost(lm)
-        return (*place_plain(run, lm.dims), probe.placed, run.measured_at, probe.operations.total)
+        return PlainPasses(*place_plain(run, lm.dims), probe.placed, run.measured_at, probe.operations.total)
 
     return result_through_queue(("plain passes", request_key(request), asked), measure,
                                 cost=cost_of(REPEATS * n_prompt + 1, REPEATS * PLAIN_STEPS), prompt_tokens=n_prompt)

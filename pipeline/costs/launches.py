@@ -3,7 +3,7 @@ kernel launch on a GPU, whatever its size, so a small model's decode step, about
 million multiply-adds each, can be held by their count rather than by its bytes or FLOPs: the launch-bound regime
 (what a CUDA graph removes: its replay launches the whole step at once).
 
-    ops = operations(lambda: lm.forward([[token]]))   # Operations: .total 1,098 for SmolLM2, .by_name {'mul': 275, ...}
+    ops = operations(lambda: lm.forward([[token]]))   # Operations: .total 1,097 for SmolLM2, .by_name {'mul': 275, ...}
     ops.per_layer(lm.dims.L)                          # 36.6
 
 Counted: every ATen op that computes or copies (a matmul, an add, a norm's mean, a cast to another dtype).
@@ -17,8 +17,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
+HOST_READ = "_local_scalar_dense"  # a tensor's value read on the host (.item(), int(t)): on a GPU, a wait for it
 NO_KERNEL = frozenset({"empty", "empty_strided", "empty_like", "lift_fresh", "detach", "detach_", "alias",
-                       "_local_scalar_dense", "set_", "resize_", "_reshape_alias", "is_same_size", "size", "stride",
+                       HOST_READ, "set_", "resize_", "_reshape_alias", "is_same_size", "size", "stride",
                        "_unsafe_view"})  # _unsafe_view: a view made without the view's bookkeeping
 DEVICES = frozenset({"cpu", "cuda", "mps", "xpu"})
 MAYBE_VIEW = frozenset({"to", "_to_copy", "reshape", "contiguous", "flatten", "type_as"})  # a view or a copy
@@ -27,6 +28,7 @@ MAYBE_VIEW = frozenset({"to", "_to_copy", "reshape", "contiguous", "flatten", "t
 @dataclass(frozen=True)
 class Operations:
     by_name: dict[str, int]  # op name -> times run; a cast is named by its target: 'to bfloat16'
+    host_reads: int = 0  # values read back on the host (not counted as operations): each waits for a GPU
 
     @property
     def total(self) -> int:
@@ -68,10 +70,13 @@ def operations(run: Callable[[], object]) -> Operations:
             if name in MAYBE_VIEW:
                 if args and _is_copy(out, args[0]):
                     seen[_copy_name(name, out, args[0])] += 1
+            elif name == HOST_READ:
+                reads[0] += 1
             elif not func.is_view and name not in NO_KERNEL:
                 seen[name] += 1
             return out
 
+    reads = [0]
     with Count():
         run()
-    return Operations(dict(seen))
+    return Operations(dict(seen), reads[0])

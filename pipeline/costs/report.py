@@ -20,10 +20,10 @@ def measure_all(lm: LanguageModel, sizes, steps: int = 8, repeats: int = 3, dete
     report = {
         "model": lm.name, "device": roof.device,
         "ceilings": roof.to_json(),
-        "prefill": [dict(placed.to_json(roof, probe.placed), tokens=T, tokens_per_s=T / placed.seconds,
-                         seconds_range=list(r)) for T, placed, r in prefill],
-        "decode": dict(place(first.cost, first.step_s, f"decode step, {PATH_NAMES[BATCHED]}, B = {first.batch_size}")
-                       .to_json(roof, probe.placed),
+        "prefill": [dict(placed.to_json(roof), tokens=T, tokens_per_s=T / placed.seconds, seconds_range=list(r))
+                    for T, placed, r in prefill],
+        "decode": dict(place(first.cost, first.step_s,
+                             f"decode step, {PATH_NAMES[BATCHED]}, B = {first.batch_size}").to_json(roof),
                        batch_size=first.batch_size, past=first.past,
                        flops_per_token=first.cost.flops / first.batch_size,
                        bytes_per_token=first.cost.bytes / first.batch_size),

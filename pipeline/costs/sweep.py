@@ -61,7 +61,7 @@ class Point:
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4); each a whole number from 1 to 256, no repeats."""
+    """'1,2,4' -> (1, 2, 4); each a whole number from 1 to MAX_BATCH (512), no repeats."""
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
     if not parts or not all(p.isascii() and p.isdigit() for p in parts):
         raise InputError("batch_sizes", f"{shown(text)} must be whole numbers separated by commas, e.g. 1,2,4,8.")

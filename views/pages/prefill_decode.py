@@ -78,15 +78,12 @@ else:
                "folder and reused until measured again. The machine is shared, so the ranges are wide.")
 
 
-def shares(p, fixed=None) -> dict:
-    """A placed pass's shares of the ceilings and the verdict they give (blank until measured); with `fixed` (the
-    pass at almost no work, once measured) the third ceiling's share too."""
+def shares(p) -> dict:
+    """A placed pass's shares of the two ceilings and the verdict they give (blank until measured)."""
     if roof is None:
         return {}
-    third = ({"share in the fixed cost of a pass": "" if p is fixed else f"{p.fixed_share(roof, fixed):.0%}"}
-             if fixed else {})
-    return {"verdict (measured)": p.verdict(roof, fixed), "share of compute": f"{p.compute_share(roof):.0%}",
-            "share of memory": f"{p.memory_share(roof):.0%}", **third}
+    return {"verdict (measured)": p.verdict(roof), "share of compute": f"{p.compute_share(roof):.0%}",
+            "share of memory": f"{p.memory_share(roof):.0%}"}
 
 
 # ---- 2. the run on the roofline ---------------------------------------------------------------------------------
@@ -102,9 +99,9 @@ st.markdown(
 plain = plain_passes(current_request(), len(trace.ids))
 captured_mid = [steps[len(steps) // 2]] if steps else []
 captured = [prefill, *steps]
-plain_points_ = list(plain[:2]) if plain else []
-fixed = plain[2] if plain else None
-fixed_ops = plain[4] if plain else None  # the operations the 1-token pass runs
+plain_points_ = [plain.prefill, plain.decode] if plain else []
+fixed = plain.fixed if plain else None
+fixed_ops = plain.fixed_operations if plain else None
 fig = go.Figure()
 drawn = [prefill, *steps, *plain_points_] + ([fixed] if fixed else [])
 if roof is not None:
@@ -114,12 +111,8 @@ if roof is not None:
     fig.add_trace(go.Scatter(x=xs, y=[roof.roof(x) / 1e9 for x in xs], mode="lines", name="ceiling (roofline)",
                              line=dict(color="black")))
     fig.add_trace(go.Scatter(x=xs, y=[FAR_UNDER * roof.roof(x) / 1e9 for x in xs], mode="lines",
-                             name=f"{FAR_UNDER:.0%} of the ceiling" + ("" if fixed else ": below, overhead-bound"),
+                             name=f"{FAR_UNDER:.0%} of the ceiling: below, overhead-bound",
                              line=dict(color="grey", dash="dot")))
-    if fixed is not None and steps:  # the third ceiling, for a decode step's FLOPs: no step runs faster than that pass
-        fig.add_trace(go.Scatter(x=[xs[0], xs[-1]], y=[steps[0].cost.flops / fixed.seconds / 1e9] * 2, mode="lines",
-                                 name="a decode step in the time of a pass at almost no work",
-                                 line=dict(color="firebrick", dash="dash")))
 for name, pts, symbol in ((f"decode steps, {PATH_NAMES[CAPTURED]}", steps, "circle"),
                           (f"prefill, {PATH_NAMES[CAPTURED]}", [prefill], "diamond"),
                           ("plain path (prefill, decode step)", plain_points_, "star"),
@@ -137,8 +130,7 @@ fig.update_layout(height=400, margin=dict(l=10, r=10, t=10, b=10), font=dict(siz
 st.plotly_chart(fig, width="stretch")
 rows = [prefill, *captured_mid, *plain_points_] + ([fixed] if fixed else [])
 st.dataframe(pd.DataFrame([{  # the verdict next to its pass: at the far right it was cut off by the page's edge
-    "pass": p.label, **shares(p, fixed), "FLOPs": f"{p.cost.flops / 1e6:,.0f} M",
-    "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
+    "pass": p.label, **shares(p), "FLOPs": f"{p.cost.flops / 1e6:,.0f} M", "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
     "FLOPs per byte": f"{p.cost.intensity:,.1f}", "time": f"{p.seconds * 1e3:,.1f} ms",
     "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}"} for p in rows]),
              hide_index=True, width="stretch")
@@ -147,24 +139,22 @@ if roof is not None:
     st.markdown("\n".join(f"- {markdown_text(regime_sentence(p, roof, fixed, hooks if p in captured else ''))}"
                            for p in rows if p is not fixed))
     if fixed is not None and fixed_ops:
-        st.markdown(markdown_text(operations_sentence(fixed, fixed_ops, m.L)))
+        st.markdown(markdown_text(operations_sentence(fixed, fixed_ops, m.L, roof)))
     if above_a_ceiling(rows, roof):
         st.warning("A pass here ran faster than a ceiling allows: the ceilings were measured at a busier moment of "
                    "this shared machine. Measure them again (section 1) before reading the shares.")
-    st.caption("Each pass is placed against three ceilings, each share being the time that ceiling accounts for "
-               "over the time the pass took: compute (its FLOPs at the measured matmul speed), memory (its bytes at "
-               "the measured copy speed) and, once measured, the fixed cost of a pass (what a pass at almost no work "
-               "takes beyond its own bytes and FLOPs: every pass pays it). The larger of the first two names what "
-               f"holds the pass, compute or memory; under {FAR_UNDER:.0%} of both, it is overhead-bound. When the "
-               "fixed cost is most of a pass's time, and more than either, the pass is fixed-cost-bound: its time "
-               "follows its number of small operations, not its bytes. The decode steps do "
+    st.caption(f"Three regimes: a pass using a larger share of the memory ceiling than of compute is memory-bound, "
+               f"the other way compute-bound; under {FAR_UNDER:.0%} of both, neither holds it: it is overhead-bound, "
+               "and its time follows the number of small operations (layers, hooks), not its bytes. That is why a "
+               "model with fewer layers can take less time per step while reading more bytes. The decode steps do "
                f"{steps[0].cost.intensity if steps else decode_cost(m, len(trace.ids)).intensity:.2f} FLOPs per byte, "
                f"far left of the balance point ({roof.balance:,.0f}); the prefill pass "
                f"{prefill.cost.intensity:,.0f}: each weight read serves all {plural(len(trace.ids), 'prompt token')}.")
 if plain:
-    st.caption(f"Plain path measured at {time.strftime('%H:%M', time.localtime(plain[3]))}: its prefill is timed by "
-               "its TTFT (the pass, the tokenizing and the first choice) and its decode step by its TPOT, medians of "
-               "3 answers; the 1-token pass is the model's forward without captures, median of 7.")
+    at = time.strftime('%H:%M', time.localtime(plain.measured_at))
+    st.caption(f"Plain path measured at {at}: its prefill is timed by its TTFT (the pass, the tokenizing and the "
+               "first choice) and its decode step by its TPOT, medians of 3 answers; the 1-token pass is the model's "
+               "forward without captures, median of 7.")
 
 st.markdown("**Prefill throughput against prompt length** (one pass without recording, lengths interleaved):")
 if st.button(f"Measure prefill at {', '.join(map(str, PREFILL_LENGTHS))} tokens", key="pd_prefill"):
@@ -183,7 +173,7 @@ if st.session_state.get("pd_prefill_asked"):
 st.subheader("3. Batching, live")
 st.markdown("Since decode rereads every weight for one token, servers move many users forward with that one read: "
             "B requests in the same pass. It raises the total tokens per second, and slows each user a little.")
-offered = batch_sizes(m.device)  # up to 32 on a CPU, 512 on a GPU
+offered = batch_sizes(lm.dims.device)  # where the sweep runs (not where the run was made): 32 on a CPU, 512 on a GPU
 keep_offered("pd_sizes", offered)
 sizes = tuple(st.multiselect("Batch sizes", offered, default=list(offered), key="pd_sizes")) or (1,)
 step_s = sorted(p.seconds for p in steps)[len(steps) // 2] if steps else trace.timings.prefill_s
