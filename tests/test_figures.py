@@ -82,6 +82,16 @@ def test_an_overhead_bound_pass_says_what_the_overhead_is_here():
     quick_probe = place(idle, idle.bytes / r.bytes_per_s * 1.1, "1-token pass, nothing cached")  # near its ceiling
     said = regime_sentence(slow, r, quick_probe, "recording every layer's tensors")
     assert "this path's own (recording every layer's tensors)" in said
+    # a probe a third of the way to its memory ceiling (as Gemma's on this CPU): two thirds of it is still overhead,
+    # and the sentence says so, with what this pass pays beyond it (before: "close to what its ceilings allow")
+    idle_memory = place(idle, 1.0).bound_s(r)
+    third_probe = place(idle, idle_memory * 3, "1-token pass, nothing cached")
+    said = regime_sentence(place(step, 20 * idle_memory, "decode step 4, captured run"), r, third_probe, "hooks")
+    assert f"{third_probe.overhead_s(r) * 1e3:,.1f} ms of it beyond its ceilings" in said
+    assert "more than that: this path's own (hooks)" in said and "close to" not in said
+    quarter_probe = place(idle, idle_memory * 4, "1-token pass, nothing cached")
+    said = regime_sentence(place(step, 4.5 * idle_memory, "decode step, plain path"), r, quarter_probe)
+    assert "overhead-bound" in said and "more than that" not in said  # about the probe's overhead: none of its own
     # the probe's operations: its time beyond its bytes and FLOPs shared out over them (by hand: ~120 ms / 1,200)
     said = operations_sentence(busy_probe, 1_200, 30, r)
     assert said.startswith("The pass at almost no work (1-token pass, nothing cached) runs 1,200 separate "

@@ -8,7 +8,7 @@ fixed cost of a pass on this machine (measured: a 1-token pass with nothing cach
 from __future__ import annotations
 
 from pipeline.costs.ceilings import Ceilings
-from pipeline.costs.roofline import COMPUTE, FAR_UNDER, MEMORY, OVERHEAD, Placed
+from pipeline.costs.roofline import COMPUTE, FAR_UNDER, MEMORY, Placed
 
 
 def _ms(seconds: float) -> str:
@@ -16,9 +16,9 @@ def _ms(seconds: float) -> str:
 
 
 def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path_cost: str = "") -> str:
-    """The pass's shares, its regime, and for an overhead-bound pass what the overhead is here: the fixed cost of
-    any pass (`fixed`, when it is itself overhead-bound), else what its own path adds (`path_cost`, in words:
-    'recording every layer's tensors')."""
+    """The pass's shares, its regime, and for an overhead-bound pass what the overhead is here: what a pass at
+    almost no work (`fixed`) pays beyond its ceilings, and what this pass pays beyond that: its own path's
+    (`path_cost`, in words: 'recording every layer's tensors')."""
     shares = f"{p.memory_share(roof):.0%} of the memory ceiling, {p.compute_share(roof):.0%} of compute"
     verdict = p.verdict(roof)
     if verdict == MEMORY:
@@ -29,15 +29,14 @@ def regime_sentence(p: Placed, roof: Ceilings, fixed: Placed | None = None, path
                 f"({_ms(p.seconds)}, the ceiling allows {_ms(p.bound_s(roof))}).")
     said = (f"{p.label}: {shares}, both under {FAR_UNDER:.0%}: overhead-bound. Its bytes and FLOPs need "
             f"{_ms(p.bound_s(roof))} at the ceilings; it took {_ms(p.seconds)}, so {_ms(p.overhead_s(roof))} is "
-            "neither memory nor arithmetic but the fixed cost of running the pass.")
-    if fixed is not None and fixed.verdict(roof) == OVERHEAD:
-        said += (f" Here a pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, "
-                 f"{_ms(fixed.overhead_s(roof))} more than its ceilings allow: the framework's many small "
-                 "operations per layer, whatever the work.")
-    elif fixed is not None:
-        said += (f" A pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, close to what its "
-                 "ceilings allow, so the fixed cost of a pass is small here: the overhead is "
-                 + (f"this path's own ({path_cost})." if path_cost else "this path's own."))
+            "neither memory nor arithmetic but the cost of running the pass.")
+    if fixed is not None:
+        fixed_over = fixed.overhead_s(roof)
+        said += (f" Here a pass at almost no work ({fixed.label}) takes {_ms(fixed.seconds)}, {_ms(fixed_over)} of "
+                 "it beyond its ceilings: the framework's many small operations per layer, whatever the work.")
+        if p.overhead_s(roof) > 1.5 * fixed_over:
+            said += (f" This pass pays {_ms(p.overhead_s(roof) - fixed_over)} more than that: "
+                     + (f"this path's own ({path_cost})." if path_cost else "this path's own."))
     elif path_cost:
         said += f" On this path that is {path_cost}."
     return said
