@@ -4,12 +4,13 @@ million multiply-adds each, can be held by their count rather than by its bytes 
 (what a CUDA graph removes: its replay launches the whole step at once).
 
     ops = operations(lambda: lm.forward([[token]]))   # Operations: .total 1,097 for SmolLM2, .by_name {'mul': 275, ...}
-    ops.per_layer(lm.dims.L)                          # 36.6
+    ops.total / lm.dims.L                             # 36.6 a layer
 
 Counted: every ATen op that computes or copies (a matmul, an add, a norm's mean, a cast to another dtype).
 Not counted: views (a transpose, a slice, a reshape that keeps its storage), a cast to the dtype a tensor already
 has, bare allocations: they launch nothing. An op whose kernel launches several (a split matmul) counts once, so the
-total is a floor on the launches. The count depends on the code and the layer count, not on the device or width.
+total is a floor on the launches. The count follows the code and the layer count, not the width
+(tests/test_launches.py); it should not depend on the device either (a CUDA test checks that where one runs).
 """
 from __future__ import annotations
 
@@ -33,9 +34,6 @@ class Operations:
     @property
     def total(self) -> int:
         return sum(self.by_name.values())
-
-    def per_layer(self, layers: int) -> float:
-        return self.total / layers
 
     def casts(self) -> int:
         """The ops that change a tensor's dtype."""
