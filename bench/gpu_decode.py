@@ -8,7 +8,8 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
 (`cache_implementation="static"`; on CUDA transformers compiles that forward, CUDA graphs included):
 - plain decode: PlainDecoder (the plain serving path's steps) in fp32, and in bf16;
 - graphed decode: GraphedDecoder, the static-shape step (a replayed CUDA graph on CUDA, eager elsewhere);
-- captured decode: the trace's recording path (hooks on every layer), fp32;
+- captured decode: the trace's recording path (hooks on every layer), fp32 and bf16 (issue 40 measured bf16 3.3x
+  slower there on the H200);
 - the room's batched decode step at B = 1, 4, 16 rows (prompts of different lengths): BatchDecoder (HF's forward
   over the joined, left-padded cache) against GraphedBatchDecoder (the static batched step, one bucket: a replayed
   CUDA graph on CUDA, eager elsewhere), ms per step, through the room's own merge and pass (no sampler);
@@ -18,16 +19,14 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
 - the operations each decode step dispatches (pipeline.costs.launches), plain, graphed and captured, fp32 and bf16:
   on a GPU each is a kernel launch, except inside a replayed graph; and the values each reads back to the host;
 - on CUDA, why one step takes what it takes (issue 40's item 2: bf16 was 3x slower than fp32 there): torch's
-  profiler over 8 plain steps in each format, the GPU activities each step ran (kernels, copies), their summed GPU
-  time beside the step's profiled wall time (far under it: the GPU waits for launches) and the five that took most.
-The measurements run interleaved (one of each per round), so a busy machine slows them alike; one warm-up of each
-first (a graph's capture and HF's compilation happen there). The greedy ids of the plain, graphed and HF paths are
-checked equal. --quick: a random-weight Llama with SmolLM2's heads at a tiny width (no weights files needed), fewer
-tokens and rounds: small enough for CI on a CPU.
+  profiler over 8 plain steps and 8 of HF's forward (the captured path's) in each format: the GPU activities each
+  step ran (kernels, copies), their summed GPU time beside the step's profiled wall time (far under it: the GPU
+  waits for launches) and the five that took most.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -273,6 +272,7 @@ def main() -> int:
     }
     if lm.tokenizer is not None:
         decode["captured decode (the trace), fp32"] = lambda: captured_decode_s(lm, n)
+        decode["captured decode (the trace), bf16"] = lambda: captured_decode_s(bf16, n)
     for T in PREFILL_T:
         decode[f"prefill T={T}, plain path"] = lambda T=T: prefill_s(lm, prompt[:T])
         decode[f"prefill T={T}, HF forward"] = lambda T=T: hf_prefill_s(lm, prompt[:T])
@@ -298,8 +298,9 @@ def main() -> int:
             name = f"{kind}, {precision}"
             if name in times:
                 print(row(name, times[name], hf, hf_static))
-    for kind in ("plain decode", "graphed decode"):
-        print(f"  {kind}: bf16 / fp32 = {med[f'{kind}, bf16'] / med[f'{kind}, fp32']:.2f}")
+    for kind in ("plain decode", "graphed decode", "captured decode (the trace)"):
+        if f"{kind}, bf16" in med:
+            print(f"  {kind}: bf16 / fp32 = {med[f'{kind}, bf16'] / med[f'{kind}, fp32']:.2f}")
     for B in ROOM_ROWS:
         eager = med[f"room step B={B}, eager"]
         for kind in ("eager", "static"):
@@ -315,14 +316,16 @@ def main() -> int:
     for precision, model in (("fp32", lm), ("bf16", bf16)):
         counts = "; ".join(f"{name} {step_operations(model, kind, ids)}" for name, kind in kinds)
         print(f"  operations a decode step dispatches, {precision}: {counts}")
-    for precision, model in (("fp32", lm), ("bf16", bf16)):
-        if device.type == "cuda":
-            try:
-                print(f"  plain decode, {precision}, profiled: {kernel_profile(model, PlainDecoder, ids)}")
-            except Exception as e:  # the profiler is the diagnosis, not the measurement: report and go on
-                print(f"  plain decode, {precision}, profiled: the profiler failed ({type(e).__name__}: {e})")
-        else:
-            print(f"  plain decode, {precision}, profiled: on CUDA only (the kernels and their GPU time)")
+    profiled = (("plain decode", PlainDecoder),) + ((("captured decode (HF's forward)", "captured"),)
+                                                     if lm.tokenizer is not None else ())
+    for (name, kind), (precision, model) in itertools.product(profiled, (("fp32", lm), ("bf16", bf16))):
+        if device.type != "cuda":
+            print(f"  {name}, {precision}, profiled: on CUDA only (the GPU's activities and their time)")
+            continue
+        try:
+            print(f"  {name}, {precision}, profiled: {kernel_profile(model, kind, ids)}")
+        except Exception as e:  # the profiler is the diagnosis, not the measurement: report and go on
+            print(f"  {name}, {precision}, profiled: the profiler failed ({type(e).__name__}: {e})")
     roof = measure(lm.dims, device, repeats=3) if args.quick else ceilings(lm.dims, device)
     for precision, model in (("fp32", lm), ("bf16", bf16)):
         floor = bytes_per_token(model.model) / roof.bytes_per_s
