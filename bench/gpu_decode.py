@@ -22,6 +22,10 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
   profiler over 8 plain steps and 8 of HF's forward (the captured path's) in each format: the GPU activities each
   step ran (kernels, copies), their summed GPU time beside the step's profiled wall time (far under it: the GPU
   waits for launches) and the five that took most.
+The measurements run interleaved (one of each per round), so a busy machine slows them alike; one warm-up of each
+first (a graph's capture and HF's compilation happen there). The greedy ids of the plain, graphed and HF paths are
+checked equal. --quick: a random-weight Llama with SmolLM2's heads at a tiny width (no weights files needed), fewer
+tokens and rounds: small enough for CI on a CPU.
 """
 from __future__ import annotations
 

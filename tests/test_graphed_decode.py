@@ -126,25 +126,23 @@ def test_on_smollm2_the_static_step_gives_hf_generates_greedy_ids(lm):
 def test_on_cuda_a_replayed_step_dispatches_a_handful_of_operations_not_a_thousand(tokenizer):
     """What the graph is for (docs/gpu.md): the eager step dispatches every operation, one kernel launch each; a
     replay dispatches the copies of its token and position and launches the recorded step at once."""
+    import copy
+
     from pipeline.costs.launches import operations
 
-    import copy
+    def one_step(lm, kind) -> int:
+        """The operations of a step after the first two (where the graph is captured)."""
+        decoder = kind(lm, len(ids) + 8)
+        token = int(decoder.prefill(ids).argmax())
+        for _ in range(2):
+            token = int(decoder.step(token).argmax())
+        return operations(lambda: decoder.step(token)).total
 
     tiny = make_tiny_lm(tokenizer, seed=3, **TINY_APP_LAYOUT)
     lm = LoadedModel(model=copy.deepcopy(tiny.model).to("cuda"), tokenizer=tokenizer, name="tiny-cuda",
                      device=torch.device("cuda"))
     ids = prompt_ids(lm)
-    counts = {}
-    for kind in (PlainDecoder, GraphedDecoder):
-        decoder = kind(lm, len(ids) + 8)
-        token = int(decoder.prefill(ids).argmax())
-        for _ in range(2):  # the graph is captured at the first step
-            token = int(decoder.step(token).argmax())
-        counts[kind] = operations(lambda: decoder.step(token)).total
+    counts = {kind: one_step(lm, kind) for kind in (PlainDecoder, GraphedDecoder)}
     assert counts[PlainDecoder] > 10 * TINY_APP_LAYOUT["num_hidden_layers"]  # dozens a layer
     assert counts[GraphedDecoder] <= 10, counts
-    on_cpu = PlainDecoder(tiny, len(ids) + 8)  # the same model on the CPU: the count does not depend on the device
-    token = int(on_cpu.prefill(ids).argmax())
-    for _ in range(2):
-        token = int(on_cpu.step(token).argmax())
-    assert operations(lambda: on_cpu.step(token)).total == counts[PlainDecoder]
+    assert one_step(tiny, PlainDecoder) == counts[PlainDecoder]  # on the CPU: the count does not follow the device

@@ -6,7 +6,8 @@ name: a Next token link carries the request's top-k and the page's own top-k sid
 room names (`room`, `key`, `follow`, `stage`) stay as they are: they are printed as QR codes and in docs.
 
 Ranges that depend on the run (a step, a token's position) are checked by the page when it draws
-(url_state.keep_in_range); a selectbox or radio given a value it does not offer shows its own default.
+(url_state.keep_in_range), and so are options that depend on the device (url_state.keep_offered: the sweep's batch
+sizes); a selectbox or radio given a value it does not offer shows its own default.
 """
 from __future__ import annotations
 
