@@ -251,8 +251,22 @@ def test_an_idle_replica_notices_the_restart_by_its_watcher(server):
     runs.put("kept", b"a run")
     server.kill()
     server.start()
-    assert store.wait_resent(1, timeout=60)
+    assert store.wait_resent(1, timeout=60), state_of(store, server)
     assert RedisStore(server.url).get("kept") == b"a run"
+
+
+def state_of(store: RedisStore, server: Server) -> str:
+    """What a failed wait saw (it failed once in a whole-suite run, never alone): the store's view, whether the
+    server is ours and alive, and whether a fresh client with our password gets an answer from that port."""
+    import redis
+
+    try:
+        fresh = str(server.client().ping())
+    except redis.RedisError as e:
+        fresh = f"{type(e).__name__}: {e}"
+    return (f"problem={store.problem!r}, skipped for {store._skip_until - time.monotonic():.1f} s more, "
+            f"resends={store.resends}, server pid {server.proc.pid} exit code {server.proc.poll()}, "
+            f"a fresh client's ping: {fresh}")
 
 
 def room_store(tmp_path, port: int) -> subprocess.Popen:
