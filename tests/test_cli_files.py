@@ -193,10 +193,13 @@ def test_disk_store_removes_temporaries_of_dead_writers_at_start_and_keeps_live_
     assert not dead.exists() and live.exists() and stranger.exists()
 
 
-def test_room_store_removes_temporaries_of_dead_writers_too(tmp_path):
+def test_room_store_removes_temporaries_of_dead_writers_too(tmp_path, monkeypatch):
     """Short links and rooms are written the same way as runs; a replica killed mid-write left its
-    temporary in the room folder for ever (only the disk store of runs cleaned)."""
+    temporary in the room folder for ever (only the disk store of runs cleaned). The store lists its folder again
+    at most once a minute (pipeline/server/room_index.py), and cleans then: here at every write."""
     from pipeline.server.room import RoomStore
+
+    monkeypatch.setattr("pipeline.server.room_index.RESCAN_S", 0.0)
 
     dead = tmp_path / f".link-abc.json.{dead_pid()}.140001.tmp"
     dead.write_text("{")

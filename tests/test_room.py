@@ -124,6 +124,15 @@ def presenter(stage: int, **state):
     return at
 
 
+def started(stage: int, **state):
+    """A presenter who pressed Start presenting: the room exists from then on (a visit alone makes none)."""
+    at = presenter(stage, **state)
+    at.button(key="pr_start").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["pr_room"], [e.value for e in at.error]
+    return at
+
+
 @pytest.mark.app
 def test_presenter_names_a_korean_first_token_by_its_character():
     at = presenter(8, req_question=KOREAN, req_system=KOREAN_SYSTEM)
@@ -138,7 +147,7 @@ def test_presenter_survives_a_question_too_long_for_a_qr_code(tiny_app):
     question = "Tell me everything about tomatoes, please. " * 68  # ~2,900 characters, ~600 tokens
     with pytest.raises(segno.DataOverflowError):  # what the page used to put in its QR code
         segno.make(f"http://localhost:8501/journey?q={question}", error="m")
-    at = presenter(1, req_question=question)
+    at = started(1, req_question=question)
     links = [c.value for c in at.code if "/journey?" in c.value]
     assert links and "link=" in links[0] and len(links[0]) < 100, links
     assert len(at.get("image")) == 1  # the QR code of the follow-along link
@@ -154,7 +163,7 @@ def test_stage_12_keeps_the_token_ids_on_one_line(tiny_app):
 
 
 def test_a_learner_follows_the_presenters_stage_and_request(tiny_app):
-    at = presenter(3, req_question=KOREAN)
+    at = started(3, req_question=KOREAN)
     room = at.session_state["pr_room"]  # the code learners get; the presenter's key stays in their session
     learner = presenter(1, pr_follow=room)  # a fresh session: default request, stage 1
     assert learner.title[0].value == "3. Tokens"
@@ -164,9 +173,9 @@ def test_a_learner_follows_the_presenters_stage_and_request(tiny_app):
     at.run()
     learner.run()  # what its 3-second fragment does when the presenter's stage changed
     assert learner.title[0].value == "7. Attention"
-    learner.button(key="pr_unfollow").click().run()  # and back to presenting on their own
+    learner.button(key="pr_unfollow").click().run()  # and back to the walk on their own, in no room yet
     assert "pr_follow" not in learner.session_state and learner.button(key="pr_next").label == "Next"
-    assert learner.session_state["pr_room"] != room  # in a room of their own
+    assert "pr_room" not in learner.session_state and [b for b in learner.button if b.key == "pr_start"]
     learner.button(key="pr_next").click().run()
     assert room_store().room(room)["stage"] == 7
 
@@ -174,7 +183,7 @@ def test_a_learner_follows_the_presenters_stage_and_request(tiny_app):
 def test_a_learner_with_the_room_code_cannot_drive_the_room(tiny_app):
     """Every way a learner holding only the code could try: the code as the room, with made-up or derived keys,
     with a stage and question, and then Next; the presenter's room stays where the presenter left it."""
-    at = presenter(4, req_question=KOREAN)
+    at = started(4, req_question=KOREAN)
     room, key = at.session_state["pr_room"], at.session_state["pr_key"]
     left = room_store().room(room)
     assert left["stage"] == 4 and left["query"]["q"] == KOREAN
@@ -186,10 +195,13 @@ def test_a_learner_with_the_room_code_cannot_drive_the_room(tiny_app):
         if learner.session_state["pr_follow"] if "pr_follow" in learner.session_state else False:
             assert [b.key for b in learner.button] == ["pr_unfollow"], state  # following: nothing to press
         else:
+            assert "pr_room" not in learner.session_state, state  # no room until they start one
+            learner.button(key="pr_start").click().run()
             assert learner.session_state["pr_room"] != room, state  # a room of their own
             learner.button(key="pr_next").click().run()
         if "pr_unfollow" in [b.key for b in learner.button]:  # stop following: a room of their own, not this one
             learner.button(key="pr_unfollow").click().run()
+            learner.button(key="pr_start").click().run()
             assert learner.session_state["pr_room"] != room, state
             learner.button(key="pr_next").click().run()
         assert room_store().room(room) == left, state
@@ -197,7 +209,7 @@ def test_a_learner_with_the_room_code_cannot_drive_the_room(tiny_app):
 
 
 def test_the_presenter_sees_when_someone_else_drives_their_room(tiny_app):
-    at = presenter(1)
+    at = started(1)
     room, key = at.session_state["pr_room"], at.session_state["pr_key"]
     shown = [c.value for c in at.code if key in c.value]
     assert len(shown) == 1 and f"key={key}" in shown[0]  # only in the private link's box
@@ -219,7 +231,7 @@ def test_a_read_only_room_folder_is_said_on_both_screens_and_the_room_works_from
     blocker.write_text("not a folder")
     store = RoomStore(blocker / "room")
     monkeypatch.setattr(pipeline.server.room, "room_store", lambda: store)
-    at = presenter(3)
+    at = started(3)
     assert [w for w in at.warning if "cannot write its room folder" in w.value], [w.value for w in at.warning]
     learner = presenter(1, pr_follow=at.session_state["pr_room"])
     assert learner.title[0].value == "3. Tokens"  # on this server the room works from memory

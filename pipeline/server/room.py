@@ -3,8 +3,10 @@ for views whose query string is too long for a QR code, and the presenter's curr
 
 Short links and rooms are small JSON files under the cache folder, written atomically (temporary
 file, then rename), so every replica behind the balancer reads what another one wrote. Temporaries a
-killed writer left are removed when the store starts and after each write (as the disk store of runs).
-Only the server makes a room, and only the holder of its presenter key (128 random bits) moves it.
+killed writer left are removed when the store starts and when it lists its folder again (as the disk store of runs).
+Only the server makes a room, only when someone starts to present, and only the holder of its presenter key
+(128 random bits) moves it. Which files are kept, and for how long, is `room_index`'s policy: a room seen in the
+last hours is never removed to make space.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import os
 import re
 import secrets
 import socket
@@ -22,7 +25,8 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.core.files import remove_stale_temporaries, write_atomic
+from pipeline.core.files import write_atomic
+from pipeline.server.room_index import LIVE_S, FolderIndex
 
 PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. the LAN address and port, or https://llm-workshop.example.org
 CODE = re.compile(r"[a-z0-9]{4,16}")
@@ -32,8 +36,12 @@ KEY_BYTES = 16  # the presenter key: 128 random bits, kept by the presenter's se
 KEY = re.compile(r"[0-9a-f]{32}")
 CODE_LETTERS = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: a room code is read out loud
 CODE_LENGTH = 6
-MAX_FILES = 5000  # links and rooms kept on disk (the least recently written go first)
+MAX_FILES = 5000  # links and rooms kept on disk (the least recently written go first, never a live room)
+MAX_FILES_ENV = "TPE_ROOM_MAX_FILES"  # a smaller bound, for a test that floods the store
 MAX_BYTES = 64 * 2**20
+MAX_ROOMS = 1000  # live rooms at once (a server serves a few workshops, not a thousand): then a new one is refused
+PER_CLIENT = 10  # live rooms one client address may start: a curious class behind one address still fits
+TOUCH_S = 60.0  # a room's "seen" time is written at most this often per process (the pages poll every 3 s)
 MAX_LINK_BYTES = 2 * 2**20  # one short link's query: the app's longest request (384,000 characters) fits
 MEMORY_ENTRIES = 2000  # links and rooms kept in memory when the folder takes no file
 
@@ -107,18 +115,15 @@ class RoomStore:
     says `saved: False`, so both screens can say that other replicas and a restart will not see it.
     """
 
-    def __init__(self, folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES):
+    def __init__(self, folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES,
+                 max_rooms: int = MAX_ROOMS, per_client: int = PER_CLIENT):
         self.folder = Path(folder)
         self.max_files, self.max_bytes = max_files, max_bytes
-        self._lock = threading.Lock()
+        self.max_rooms, self.per_client = max_rooms, per_client
+        self._lock = threading.RLock()  # a write reads first, under the same lock
         self._memory: OrderedDict[str, dict] = OrderedDict()  # name -> data the folder did not take
-        self._remove_stale_temporaries()
-
-    def _remove_stale_temporaries(self) -> None:
-        try:
-            remove_stale_temporaries(self.folder)
-        except OSError:  # no folder yet (nothing written), or one that cannot be listed
-            pass
+        self._touched: dict[str, float] = {}  # room file -> when this process last wrote its "seen" time
+        self.index = FolderIndex(self.folder)  # lists the folder once (and its dead writers' temporaries)
 
     def _write(self, name: str, data: dict) -> bool:
         """Write one file; False when the folder takes no file (read-only, full): the data is then kept in
@@ -133,30 +138,10 @@ class RoomStore:
                 self._memory.popitem(last=False)
             return False
         self._memory.pop(name, None)
-        self._remove_stale_temporaries()
-        self._bound()
+        self.index.rescan_if_due()
+        self.index.wrote(name, str(data.get("client", "")))
+        self.index.bound(self.max_files, self.max_bytes)
         return True
-
-    def _bound(self) -> None:
-        """Remove the least recently written links and rooms past max_files or max_bytes."""
-        try:
-            files = []
-            for p in self.folder.iterdir():
-                if p.name.endswith(".json") and p.name.startswith(("link-", "room-")):
-                    s = p.stat()
-                    files.append((s.st_mtime, s.st_size, p))
-        except OSError:
-            return
-        files.sort(key=lambda f: f[0])
-        count, size = len(files), sum(f[1] for f in files)
-        for _, n, p in files:
-            if count <= self.max_files and size <= self.max_bytes:
-                break
-            try:
-                p.unlink()
-            except OSError:
-                continue
-            count, size = count - 1, size - n
 
     def _read(self, name: str) -> dict | None:
         """The data of one file, the memory's copy first (it is newer than a file the folder refused to replace)."""
@@ -166,7 +151,11 @@ class RoomStore:
             data = json.loads((self.folder / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        with self._lock:
+            self.index.found(name)  # another replica wrote it: counted here too, without listing the folder
+        return data
 
     def put_link(self, query: dict[str, str]) -> str | None:
         """A short code for these query parameters (the same parameters always give the same code), or None
@@ -188,18 +177,29 @@ class RoomStore:
         query = data.get("query") if data else None
         return {str(k): str(v) for k, v in query.items()} if isinstance(query, dict) else None
 
-    def create_room(self, stage: int, query: dict[str, str], driver: str) -> tuple[str, str, bool]:
+    def create_room(self, stage: int, query: dict[str, str], driver: str, client: str = "") -> tuple[str, str, bool]:
         """A new room at `stage` of the request `query`: (code for learners, the presenter's key, saved on disk).
-        The code is random too (not derived from the key): knowing it gives the right to follow, nothing more."""
+        The code is random too (not derived from the key): knowing it gives the right to follow, nothing more.
+        `client` is the address asking (its digest is kept, to count its rooms). Raises RoomRefused when live rooms
+        are at their bound, or this client already started `per_client` live rooms: no live room is removed."""
         key = secrets.token_hex(KEY_BYTES)
+        who = _digest(f"client:{client}")[:16]
         with self._lock:
+            self.index.rescan_if_due()
+            if self.index.live_rooms(who) >= self.per_client:
+                raise RoomRefused(f"{plural_rooms(self.per_client)} were started from this address in the last "
+                                  f"{LIVE_S // 3600} hours and are still kept for their learners: present in one of "
+                                  "them (its presenter link), or try again later.")
+            if self.index.live_rooms() >= self.max_rooms:
+                raise RoomRefused(f"This server keeps {plural_rooms(self.max_rooms)} in use now, its most: a new one "
+                                  "can start once one of them has been left for a few hours.")
             while True:
                 code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
                 if self._read(f"room-{code}.json") is None:
                     break
             saved = self._write(f"room-{code}.json", {
                 "key_sha256": _digest(key), "stage": int(stage), "query": dict(query), "driver": driver,
-                "moved_at": time.time()})
+                "moved_at": time.time(), "client": who})
         return code, key, saved
 
     def may_drive(self, code: str, key: str) -> bool:
@@ -223,19 +223,37 @@ class RoomStore:
             return self._write(f"room-{code}.json", {**data, "stage": int(stage), "query": dict(query),
                                                     "driver": driver, "moved_at": time.time()})
 
-    def room(self, code: str) -> dict | None:
+    def room(self, code: str, seen: bool = False) -> dict | None:
         """{"stage", "query", "driver", "moved_at", "saved"} as the presenter last left it, or None.
         `driver` names the presenter's browser session that moved it last; `saved` is False for a room this
-        process keeps in memory only (its folder took no file)."""
+        process keeps in memory only (its folder took no file). `seen`: a page of the room asks (a presenter's or a
+        follower's poll), which keeps the room live; its file's time is touched at most once every TOUCH_S."""
         if not CODE.fullmatch(code or ""):
             return None
         name = f"room-{code}.json"
         data = self._read(name)
         if not data or not isinstance(data.get("stage"), int) or not isinstance(data.get("query"), dict):
             return None
+        if seen and name not in self._memory:
+            with self._lock:
+                now = time.monotonic()
+                if now - self._touched.get(name, float("-inf")) >= TOUCH_S:
+                    self._touched[name] = now
+                    if len(self._touched) > MEMORY_ENTRIES:  # forget the oldest touches (rooms long gone)
+                        for old in sorted(self._touched, key=self._touched.get)[:len(self._touched) // 2]:
+                            del self._touched[old]
+                    self.index.touch(name)
         return {"stage": data["stage"], "query": {str(k): str(v) for k, v in data["query"].items()},
                 "driver": str(data.get("driver", "")), "moved_at": float(data.get("moved_at") or 0),
                 "saved": name not in self._memory}
+
+
+class RoomRefused(Exception):
+    """No new room now (the message says why, for the presenter's screen)."""
+
+
+def plural_rooms(n: int) -> str:
+    return f"{n:,} room" + ("" if n == 1 else "s")
 
 
 def _digest(key: str) -> str:
@@ -249,7 +267,8 @@ def new_driver_id() -> str:
 
 @lru_cache(maxsize=1)
 def _store(folder: str) -> RoomStore:
-    return RoomStore(Path(folder))
+    bound = os.environ.get(MAX_FILES_ENV, "")
+    return RoomStore(Path(folder), max_files=int(bound) if bound.isdigit() and int(bound) > 0 else MAX_FILES)
 
 
 def room_store() -> RoomStore:

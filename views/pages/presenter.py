@@ -15,14 +15,14 @@ import segno
 import streamlit as st
 
 from pipeline.costs.named_time import ttft
-from pipeline.server.room import PUBLIC_URL_ENV, new_driver_id, public_base, room_store
+from pipeline.server.room import PUBLIC_URL_ENV, RoomRefused, new_driver_id, public_base, room_store
 from pipeline.stages.next_token import filter_stages
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
 from ui.chips import highlighted_template, token_chips
 from ui.escape import axis_labels, code_span, json_text, plotly_label
 from ui.words import plural
-from views import url_state
+from views import room_key, url_state
 from views.chrome import end_page, stage_link
 from views.page_path import back_next
 from views.runs import run_for_page
@@ -83,9 +83,10 @@ def question_box() -> None:
 
 @st.fragment(run_every=FOLLOW_EVERY_S)
 def watch_room(code: str, shown) -> None:
-    """Both screens: when the room moves (stage, request, or who moved it), draw the page again. A learner's page
-    turns with the presenter's; a presenter's page notices a move made elsewhere with its key."""
-    now = room_store().room(code)
+    """Both screens: when the room moves (stage, request, or who moved it) or goes, draw the page again. A learner's
+    page turns with the presenter's; a presenter's page notices a move made elsewhere with its key. Each poll tells the
+    store the room is seen, which keeps it (a touch of its file at most once a minute)."""
+    now = room_store().room(code, seen=True)
     if (None if now is None else (now["stage"], now["query"], now["driver"])) != shown:
         st.rerun()
 
@@ -94,9 +95,26 @@ def room_state(room: dict | None):
     return None if room is None else (room["stage"], room["query"], room["driver"])
 
 
-def present(stage: int, query: dict[str, str]) -> str:
-    """This session's room code, made by the server on the first visit. A link's `room=` opens a room only with
-    its presenter key (`key=`, from the presenter's private link); without it the page follows that room."""
+def start_presenting() -> None:
+    """The Start button's callback: the server makes a room at this stage of this request, with a key that this
+    session (and, for reloads, this browser's cookie) holds. A room is made only here, never by a visit."""
+    ss = st.session_state
+    ss.setdefault("pr_driver", new_driver_id())
+    stage, params = min(max(int(ss.get("pr_stage", 1)), 1), N), url_state.request_params()
+    try:
+        code, key, _ = room_store().create_room(stage, params, ss.pr_driver, client=st.context.ip_address or "")
+    except RoomRefused as e:
+        ss.pr_refused = str(e)
+        return
+    ss.pr_room, ss.pr_key, ss.pr_sent = code, key, (stage, params)
+
+
+def go_on_presenting(code: str, key: str) -> None:
+    st.session_state.update(pr_room=code, pr_key=key, pr_adopt=True)
+
+
+def present() -> str | None:
+    """This session's room when it holds the key of a room the server keeps, else None (not presenting yet)."""
     ss = st.session_state
     ss.setdefault("pr_driver", new_driver_id())
     code, key = ss.get("pr_room"), ss.get("pr_key")
@@ -104,86 +122,124 @@ def present(stage: int, query: dict[str, str]) -> str:
         return code
     if code and key:
         st.warning(f"This presenter link does not open room {code} (its key is not that room's, or this server "
-                   "no longer keeps the room): you present in a new room of your own.", icon="🔑")
-    code, key, _ = room_store().create_room(stage, query, ss.pr_driver)
-    ss.pr_room, ss.pr_key = code, key
-    ss.pr_sent = (stage, query)
-    return code
+                   "no longer keeps the room). Start presenting makes a new room of your own.", icon="🔑")
+        room_key.forget_key(code)
+        ss.pop("pr_room", None)
+        ss.pop("pr_key", None)
+    return None
 
 
-if st.session_state.get("pr_room") and not st.session_state.get("pr_key"):
-    # /presenter?room=CODE without the presenter key: the room is followed, never driven (and once this page
-    # stops following, it presents in a room of its own)
-    named = st.session_state.pop("pr_room")
-    if not st.session_state.get("pr_follow"):
-        st.session_state.pr_follow = named
-        st.info(f"This link names room {named} without its presenter key, so this page follows that room. Its "
-                "presenter drives it from their private presenter link.", icon="🔑")
+def not_presenting_yet() -> None:
+    """Before the Start button: the walk works, no room exists; a room this browser presented offers to go on."""
+    refused = st.session_state.pop("pr_refused", None)
+    if refused:
+        st.error(f"No new room now: {refused}", icon="🚫")
+    c1, c2 = st.columns([3, 2])
+    c1.button("Start presenting: make a room learners can follow", key="pr_start", type="primary",
+              on_click=start_presenting, width="stretch")
+    for code, key in room_key.kept_rooms():
+        if room_store().may_drive(code, key):
+            c2.button(f"Go on presenting room {code}", key=f"pr_resume_{code}", on_click=go_on_presenting,
+                      args=(code, key), width="stretch")
 
-following = st.session_state.get("pr_follow")
+
+ss = st.session_state
+if ss.get("pr_room") and not ss.get("pr_key"):
+    # /presenter?room=CODE without the key in the link: a reload or a second tab of the presenter's browser drives
+    # it with the key its cookie keeps (views/room_key.py); any other browser follows it, never drives it
+    kept = room_key.kept_key(ss.pr_room)
+    if kept and room_store().may_drive(ss.pr_room, kept):
+        ss.pr_key, ss.pr_adopt = kept, True
+    else:
+        named = ss.pop("pr_room")
+        if not ss.get("pr_follow"):
+            ss.pr_follow = named
+            st.info(f"This link names room {named} without its presenter key, so this page follows that room. Its "
+                    "presenter drives it from their own browser, or from their private presenter link opened on "
+                    "this computer.", icon="🔑")
+
+following = ss.get("pr_follow")
 if following:  # a learner following a presenter's room
-    room = room_store().room(following)
+    room = room_store().room(following, seen=True)
+    seen_before = ss.setdefault("pr_seen_rooms", set())
     if room is None:
         st.title("Presenter mode")
-        st.info(f"Waiting for the presenter of room {following}: this page opens their stage as soon as they "
-                "start. (If this lasts, the room may not be kept where this server can read it: the presenter's "
-                "screen says so.)")
-        watch_room(following, None)
+        if following in seen_before:  # it was there: the server removed it (left for hours, or its store cleared)
+            st.warning(f"Room {following} has ended: this server no longer keeps it. Ask the presenter for the "
+                       "link on their screen (a new room has a new code).", icon="🚪")
+        else:
+            st.warning(f"There is no room {following} on this server: the code may be mistyped, or the room has "
+                       "ended. Ask the presenter for the link on their screen. (This page opens the room if it "
+                       "appears.)", icon="🔎")
+            watch_room(following, None)
+        st.button("Stop following", key="pr_unfollow", on_click=lambda: ss.pop("pr_follow", None))
         end_page()
-    if room["query"] != url_state.request_params() and room["query"] != st.session_state.get("pr_switched"):
-        st.session_state.pr_switched = room["query"]  # once per request: no loop if one would not apply
+    seen_before.add(following)
+    if room["query"] != url_state.request_params() and room["query"] != ss.get("pr_switched"):
+        ss.pr_switched = room["query"]  # once per request: no loop if one would not apply
         url_state.switch_request(room["query"])
-    st.session_state.pr_stage = room["stage"]
+    ss.pr_stage = room["stage"]
     watch_room(following, room_state(room))
 
-st.session_state.setdefault("pr_stage", 1)
-stage = min(max(int(st.session_state.pr_stage), 1), N)
+if ss.pop("pr_adopt", False) and not following:
+    # this browser's key took the room up again (a reload, a second tab, Go on presenting): the screen opens where
+    # the room is, and its first run takes the room back without a warning (it is the same presenter)
+    kept_room = room_store().room(ss.get("pr_room", ""))
+    if kept_room is not None:
+        ss.pr_stage, ss.pr_take_back = kept_room["stage"], True
+        if kept_room["query"] != url_state.request_params():
+            url_state.switch_request(kept_room["query"])
+ss.setdefault("pr_stage", 1)
+stage = min(max(int(ss.pr_stage), 1), N)
 trace = run_for_page()
 tok = get_model().tokenizer
 m, T, S = trace.dims, len(trace.tokens), len(trace.steps)
 title, full_page = STAGES[stage - 1]
+code = None
 if following:
     nav = st.columns([6, 1])
     nav[0].progress(stage / N, text=f"Stage {stage} of {N} — following the presenter (room {following}); this "
                                     "page turns with theirs.")
     nav[1].button("Stop following", key="pr_unfollow", width="stretch",
-                  on_click=lambda: st.session_state.pop("pr_follow", None))
+                  on_click=lambda: ss.pop("pr_follow", None))
     if not room["saved"]:
         st.caption("This room is kept in this server's memory only (its folder takes no file): a restart of the "
                    "server loses it.")
 else:
     params = url_state.request_params()
-    code = present(stage, params)
-    room = room_store().room(code)
-    ss = st.session_state
+    code = present()
+    room = room_store().room(code) if code else None
+    take_back = ss.pop("pr_take_back", False)
     if (room is not None and room["driver"] != ss.pr_driver and ss.get("pr_sent") == (stage, params)
-            and not ss.pop("pr_take_back", False)):
+            and not take_back):
         # someone else holding this room's key moved it; this screen has not moved since: say so, do not undo it
-        st.warning(f"At {time.strftime('%H:%M:%S', time.localtime(room['moved_at']))} someone else holding this "
-                   f"room's presenter link moved your learners to stage {room['stage']}"
+        st.warning(f"At {time.strftime('%H:%M:%S', time.localtime(room['moved_at']))} another screen holding this "
+                   "room's key (another tab of yours, or someone else with your presenter link) moved your "
+                   f"learners to stage {room['stage']}"
                    + (" with another request" if room["query"] != params else "") + ". Your screen did not move; "
                    "your next move (or the button) takes the room back.", icon="⚠️")
         st.button("Take the room back", key="pr_take", on_click=lambda: ss.update(pr_take_back=True))
-    else:
+    elif room is not None:
         try:
             saved = room_store().set_stage(code, ss.pr_key, stage, params, ss.pr_driver)
-        except PermissionError:  # the room was removed meanwhile (bounded store): a new one
-            ss.pop("pr_room", None)
-            code = present(stage, params)
-            saved = room_store().room(code)["saved"]
+        except PermissionError:  # removed in between: the next run says so and offers a new room
+            saved, code = True, None
         ss.pr_sent = (stage, params)
-        room = room_store().room(code)
+        room = room_store().room(code) if code else None
         if not saved:
             st.warning("This server cannot write its room folder, so this room lives in its memory only: learners "
                        "on this server follow, learners on another replica of the room do not, and a restart of "
                        "the server forgets it.", icon="💾")
-    watch_room(code, room_state(room))
+    if code:
+        watch_room(code, room_state(room))
     nav = st.columns([1, 6, 1])
     nav[0].button("Previous", on_click=go_to, args=(stage - 1,), disabled=stage == 1, shortcut="ArrowLeft",
                   key="pr_prev", width="stretch")
-    nav[1].progress(stage / N, text=f"Stage {stage} of {N}")
+    nav[1].progress(stage / N, text=f"Stage {stage} of {N}" + (f" — room {code}" if code else ""))
     nav[2].button("Next", on_click=go_to, args=(stage + 1,), disabled=stage == N, shortcut="ArrowRight",
                   key="pr_next", width="stretch")
+    if not code:
+        not_presenting_yet()
     question_box()
 st.title(f"{stage}. {title}")
 
@@ -211,36 +267,41 @@ def qr_png(link: str) -> bytes | None:
 
 def show_link() -> None:
     """Links for learners, by the address the room reaches: one that follows the presenter, and one to
-    explore the same request alone (a short link when the request would make it too long)."""
+    explore the same request alone (a short link when the request would make it too long). Before the room exists
+    (nothing started yet), only the second."""
     base, note = public_base(st.context.url or "", st.get_option("server.address") or "",
                              os.environ.get(PUBLIC_URL_ENV))
-    room = following or st.session_state.pr_room
-    follow = f"{base}/presenter?follow={room}"
+    room = following or code
     params = url_state.request_params()
     journey = f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
-    code = room_store().put_link(params) if len(journey) > LONG_LINK else None
-    if code is not None:
-        journey = f"{base}/journey?link={code}"
+    short = room_store().put_link(params) if len(journey) > LONG_LINK else None
+    if short is not None:
+        journey = f"{base}/journey?link={short}"
     c1, c2 = st.columns([3, 1])
-    c1.markdown(f"**Follow along on your own laptop** (room {room}) — this page turns with the presenter's:")
-    c1.code(follow, language=None, wrap_lines=True)
+    if room:
+        follow = f"{base}/presenter?follow={room}"
+        c1.markdown(f"**Follow along on your own laptop** (room {room}) — this page turns with the presenter's:")
+        c1.code(follow, language=None, wrap_lines=True)
+        png = qr_png(follow)
+        if png is None:
+            c2.caption("This address is too long for a QR code: type the link instead.")
+        else:
+            c2.image(png, caption="the follow-along link as a QR code", width=220)
+    else:
+        c1.markdown("**Start presenting** (the button above) to give learners a link and a QR code that follow "
+                    "your screen.")
     c1.markdown("Or explore the same request on your own:")
     c1.code(journey, language=None, wrap_lines=True)
-    png = qr_png(follow)
-    if png is None:
-        c2.caption("This address is too long for a QR code: type the link instead.")
-    else:
-        c2.image(png, caption="the follow-along link as a QR code", width=220)
     if note:
         st.warning(note, icon="📡")
-    if not following:
+    if code:
         with st.expander("Your presenter link: keep it private, do not project it", icon="🔑"):
-            st.caption("Only this link moves room " + room + ": open it to present from another tab or after a "
-                       "reload. Anyone holding it can turn your learners' pages (this screen tells you if someone "
-                       "does).")
-            private = {**params, "room": room, "key": st.session_state.pr_key, "stage": stage}
+            st.caption(f"This browser keeps your right to move room {room}: a reload or a second tab here still "
+                       "presents. To present from another computer, open this link there (it carries the key; that "
+                       "browser then keeps it too). Anyone holding it can turn your learners' pages (this screen "
+                       "tells you if someone does).")
+            private = {**params, "room": room, "key": ss.pr_key, "stage": stage}
             st.code(f"{base}/presenter?{urlencode(private)}", language=None, wrap_lines=True)
-
 
 if stage == 1:
     st.markdown("An app sends the **whole conversation** as one JSON body. Nothing is remembered between calls.")
@@ -331,4 +392,6 @@ elif stage == 13:
 
 stage_link(full_page, f"Open the full page: {title}", "🔎")
 stage_link("views/pages/start.py", "Leave presenter mode", "🚪")
+if code:  # after the page: this browser keeps the key, so a reload or a second tab presents too
+    room_key.keep_key(code, ss.pr_key)
 back_next()
