@@ -115,7 +115,11 @@ def sidebar(pages: list):
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")
             url_state.share_box(st.empty())  # filled after the page has run, and by fragments with controls
             exports = st.container()
-        return exports, st.container()
+        after = st.container()
+        # Before the page runs: a server killed during a page's first (slow) run must find them already in the page
+        explain_connection_errors()  # while the server is down: "restarting", not "are you connected?"
+        guard_text_boxes()  # no lone surrogate is sent from a text box
+        return exports, after
 
 
 def run_json(run) -> str:
@@ -155,9 +159,7 @@ def share_and_export(boxes, passes: PassCounter) -> None:
     with after:
         where = f"on {lm.device_label}" if lm.is_loaded else lm.device_label  # not "on (loading ...)"
         st.caption(f"Model: {markdown_text(lm.name)} {where}. {passes_caption(passes)}")
-        explain_connection_errors()  # while the server is down: "restarting", not "are you connected?"
     add_svg_buttons()
-    guard_text_boxes()
 
 
 init_state()

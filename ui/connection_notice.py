@@ -60,7 +60,8 @@ SCRIPT = """<script>
 
 
 def explain_connection_errors() -> None:
-    """Call once per page run (app.py does): the page says the server is restarting while it is down."""
+    """Call once per page run, before the page's own content (app.py does, in the sidebar): the page says the
+    server is restarting while it is down, also when the server dies during a page's first, slow run."""
     import streamlit as st
 
     st.html(SCRIPT, unsafe_allow_javascript=True)

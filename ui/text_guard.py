@@ -52,7 +52,8 @@ SCRIPT = "<script>\n" + GUARD + "\n</script>"
 
 
 def guard_text_boxes() -> None:
-    """Call once per page run (app.py does): every text box of the page drops lone surrogates, with a note."""
+    """Call once per page run, before the page's own content (app.py does, in the sidebar): every text box of the
+    page drops lone surrogates, with a note, from the moment the box is drawn."""
     import streamlit as st
 
     st.html(SCRIPT, unsafe_allow_javascript=True)
