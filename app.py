@@ -5,9 +5,10 @@ Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/c
 import json
 from pathlib import Path
 
-from pipeline.server.process import give_freed_arrays_back, wait_passively
+from pipeline.server.process import give_freed_arrays_back, quiet_library_noise, wait_passively
 
 wait_passively()  # before torch loads
+quiet_library_noise()  # before torch and transformers log their import-time lines to the server's log
 give_freed_arrays_back()  # before the model and a run's captures
 
 import streamlit as st

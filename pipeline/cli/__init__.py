@@ -27,6 +27,7 @@ from pipeline.cli.terminal import safe_output
 from pipeline.core.checks import integer, shown, typed_count
 from pipeline.core.errors import InputError
 from pipeline.core.files import check_input_file, check_output_file
+from pipeline.server.process import quiet_library_noise
 from pipeline.model.interface import LanguageModel
 from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions, check_text, parse_logit_bias
 
@@ -274,6 +275,7 @@ def run_command(parser: argparse.ArgumentParser, commands: dict, argv=None) -> i
     """Parse argv and run its command: bad input exits 2 with a message naming the field (also `python -m ui`)."""
     # transformers' progress bars redraw with '\r', which the terminal filter shows escaped; loading takes ~1 s
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    quiet_library_noise()  # torchao's and torch's import-time lines: stderr shows only what concerns the user
     with safe_output():
         args = parser.parse_args(argv)
         try:

@@ -27,3 +27,42 @@ def give_freed_arrays_back() -> None:
             ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 128 * 1024)  # fixed (no dynamic raise)
         except (OSError, AttributeError):
             pass
+
+
+# Lines libraries log at import that concern no user of this app: (logger, start of the message). Each is matched
+# exactly, so any other line from the same logger (a real problem) still shows.
+#   torchao: its optional CUDA kernels (_C_mxfp8, _C_cutlass_90a) do not load on a machine without CUDA 12.8+;
+#            the int8 weights this app builds do not use them.
+#   torch's _pytree: torchao registers its enums the way torch 2.11 deprecated; nothing the user can change.
+LIBRARY_NOISE = (
+    ("torchao", "Failed to load "),
+    ("torch.utils._pytree", "%s is an Enum subclass and is now natively supported by torch.compile"),
+)
+
+
+class _DropLines:
+    """A logging filter that drops the records whose message (before % formatting) starts with `start`; for
+    torchao's line, only about one of its own kernel libraries (.so files in its folder)."""
+
+    def __init__(self, start: str):
+        self.start = start
+
+    def filter(self, record) -> bool:
+        message = str(record.msg)
+        if not message.startswith(self.start):
+            return True
+        if self.start == "Failed to load ":
+            return not ("torchao" in message and "/_C" in message and ".so" in message)
+        return False
+
+
+def quiet_library_noise() -> None:
+    """Drop LIBRARY_NOISE from the command line's stderr and the server's log (once per process; before torch or
+    transformers is imported, since the lines come at import). A filter on each logger, not a level: every other
+    warning of torch and torchao still shows."""
+    import logging
+
+    for name, start in LIBRARY_NOISE:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropLines) and f.start == start for f in logger.filters):
+            logger.addFilter(_DropLines(start))
