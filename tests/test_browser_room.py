@@ -16,10 +16,16 @@ pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 
+ROOM_BOUND = 30  # the room store's bound in files on this module's tiny server (5,000 by default), so a flood of a
+# few dozen visits passes it
+
+
 @pytest.fixture(scope="module")
 def server(tiny_server_cache):
-    with app_server("browser-room-server.log", cache_dir=tiny_server_cache) as url:
-        yield url
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TPE_ROOM_MAX_FILES", str(ROOM_BOUND))
+        with app_server("browser-room-server.log", cache_dir=tiny_server_cache) as url:
+            yield url
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +161,15 @@ WALKS = {  # a question whose first answer token is part of a Korean character, 
 }
 
 
+def start_presenting(page) -> str:
+    """Press Start presenting (a visit makes no room) and return the learners' follow link once it is drawn."""
+    page.get_by_role("button", name=re.compile("Start presenting")).click()
+    settle(page)
+    follow = page.locator('[data-testid="stMain"] code', has_text="follow=").first
+    follow.wait_for(timeout=60_000)  # a finished run's code blocks can still be mounting (lazy-loaded)
+    return follow.inner_text().strip()
+
+
 def wait_for_stage(page, n: int, timeout_s: float) -> None:
     """Wait until the presenter page's title is stage `n`'s ('3. Tokens ...')."""
     page.wait_for_function("n => document.querySelector('h1') && "
@@ -170,6 +185,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     assert page.locator("h1").first.inner_text().startswith("1.")
     assert page.locator('[data-testid="stSidebar"]').is_hidden()
     assert page.locator('[data-testid="stException"]').count() == 0
+    start_presenting(page)
     # a finished run's code blocks can still be mounting (lazy-loaded): wait for the two links themselves
     page.locator('[data-testid="stMain"] code', has_text="/journey").first.wait_for(timeout=60_000)
     page.locator('[data-testid="stMain"] img').first.wait_for(timeout=60_000)
@@ -333,9 +349,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
 
     presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = visit(presenter, f"{server}/presenter?q=Why+is+the+sky+blue%3F&max_new_tokens=4")
-    follow = page.locator('[data-testid="stMain"] code', has_text="follow=").first
-    follow.wait_for(timeout=60_000)  # a finished run's code blocks can still be mounting (lazy-loaded)
-    follow = follow.inner_text().strip()
+    follow = start_presenting(page)
     code = parse_qs(urlparse(follow).query)["follow"][0]
     page.keyboard.press("ArrowRight")
     wait_for_stage(page, 2, timeout_s=120)
@@ -395,4 +409,119 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     assert "moved your learners to stage 5." in page.inner_text("body")  # the same request: only the stage moved
     page.screenshot(path=str(SHOTS / "room_presenter_told_of_another_driver.png"))
     other.close()
+    presenter.close()
+
+
+def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(server, browser):
+    """A reload used to give the presenter's own screen `?room=CODE` without the key: a follower with no Previous or
+    Next. The browser keeps the key in a cookie for that room (views/room_key.py); the key is in neither the address
+    nor the page's text, and a learner's browser given the same address only follows."""
+    presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = visit(presenter, f"{server}/presenter?q=Why+is+the+sky+blue%3F&max_new_tokens=4")
+    code = parse_qs(urlparse(start_presenting(page)).query)["follow"][0]
+    page.locator("summary", has_text="Your presenter link").first.click()
+    private = page.locator('[data-testid="stMain"] code').filter(has_text="key=").first.inner_text().strip()
+    key = parse_qs(urlparse(private).query)["key"][0]
+    page.locator("summary", has_text="Your presenter link").first.click()  # closed again
+    page.wait_for_function("code => document.cookie.includes('tpe_presenter_' + code + '=')", arg=code,
+                           timeout=30_000)  # what a reload needs: the browser holds the room's key
+    learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
+    learner.goto(f"{server}/presenter?follow={code}")
+    wait_for_stage(learner, 1, timeout_s=300)
+    settle(learner)
+
+    page.keyboard.press("ArrowRight")
+    wait_for_stage(page, 2, timeout_s=120)
+    settle(page)
+    page.reload()  # F5 on the projector's laptop
+    settle(page)
+    assert page.get_by_role("button", name="Stop following").count() == 0
+    page.keyboard.press("ArrowRight")
+    wait_for_stage(page, 3, timeout_s=120)
+    settle(page)
+    wait_for_stage(learner, 3, timeout_s=60)
+
+    tab = watch(presenter.new_page())  # a second tab of the same browser, on the address the first one shows
+    tab.goto(page.url)
+    wait_for_stage(tab, 3, timeout_s=300)
+    settle(tab)
+    tab.keyboard.press("ArrowRight")
+    wait_for_stage(tab, 4, timeout_s=120)
+    settle(tab)
+    wait_for_stage(learner, 4, timeout_s=60)
+    for shown in (page, tab):
+        assert shown.get_by_role("button", name="Stop following").count() == 0
+        assert key not in shown.url and key not in shown.inner_text("body")
+    stranger = watch(browser.new_context().new_page())  # the same address in a browser without the key: follows
+    stranger.goto(tab.url)
+    wait_for_stage(stranger, 4, timeout_s=300)
+    settle(stranger)
+    assert stranger.get_by_role("button", name=re.compile("Next")).count() == 0
+    tab.screenshot(path=str(SHOTS / "room_presenter_second_tab.png"))
+    for context in (stranger.context, learner.context, presenter):
+        context.close()
+
+
+async def _visit_presenter(url: str, n: int, at_once: int = 4) -> list[str]:
+    """`n` visits to /presenter over Streamlit's websocket (each a fresh session: no browser, as a script would
+    flood), `at_once` at a time; returns each visit's error, if any."""
+    import asyncio
+
+    import websockets
+    from streamlit.proto.BackMsg_pb2 import BackMsg
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    stream = url.replace("http", "ws", 1) + "/_stcore/stream"
+    gate, errors = asyncio.Semaphore(at_once), []
+
+    async def one() -> None:
+        async with gate:
+            try:
+                async with websockets.connect(stream, subprotocols=["streamlit"], max_size=None) as ws:
+                    back = BackMsg()
+                    back.rerun_script.page_name = "presenter"
+                    await ws.send(back.SerializeToString())
+                    while True:
+                        msg = ForwardMsg()
+                        msg.ParseFromString(await asyncio.wait_for(ws.recv(), 120))
+                        if msg.WhichOneof("type") == "script_finished":
+                            return
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                errors.append(f"{type(e).__name__}: {e}")
+
+    await asyncio.gather(*(one() for _ in range(n)))
+    return errors
+
+
+def test_a_flood_of_presenter_visits_leaves_the_live_room_and_a_removed_room_tells_its_followers(
+        server, browser, tiny_server_cache):
+    """5,100 visits to /presenter over the websocket used to make 5,100 room files and push a live room out of the
+    store (5,000 files), its followers left 'Waiting for the presenter' for ever. Here the bound is ROOM_BOUND."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
+    page = visit(presenter, f"{server}/presenter?q=Is+a+tomato+a+fruit%3F&max_new_tokens=4")
+    code = parse_qs(urlparse(start_presenting(page)).query)["follow"][0]
+    learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
+    learner.goto(f"{server}/presenter?follow={code}")
+    wait_for_stage(learner, 1, timeout_s=300)
+    settle(learner)
+    folder = tiny_server_cache / "room"
+    rooms = set(folder.glob("room-*.json"))
+    with ThreadPoolExecutor(1) as apart:  # Playwright's sync API holds this thread's event loop
+        errors = apart.submit(asyncio.run, _visit_presenter(server, ROOM_BOUND + 10)).result()
+    assert errors == []
+    assert set(folder.glob("room-*.json")) == rooms  # a visit makes no room
+    assert (folder / f"room-{code}.json").exists()
+    page.keyboard.press("ArrowRight")
+    wait_for_stage(page, 2, timeout_s=120)
+    wait_for_stage(learner, 2, timeout_s=60)  # the room still turns its learners' pages
+
+    (folder / f"room-{code}.json").unlink()  # what the bound does to a room nobody has seen for hours
+    learner.wait_for_function("code => document.body.innerText.includes('Room ' + code + ' has ended')", arg=code,
+                              timeout=60_000)
+    assert "Waiting for the presenter" not in learner.inner_text("body")
+    learner.screenshot(path=str(SHOTS / "room_follower_told_the_room_ended.png"))
+    learner.context.close()
     presenter.close()

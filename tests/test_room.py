@@ -236,3 +236,34 @@ def test_a_read_only_room_folder_is_said_on_both_screens_and_the_room_works_from
     learner = presenter(1, pr_follow=at.session_state["pr_room"])
     assert learner.title[0].value == "3. Tokens"  # on this server the room works from memory
     assert [c for c in learner.caption if "memory only" in c.value]
+
+
+def test_a_visit_makes_no_room_until_the_presenter_starts(tiny_app):
+    """Every visit to /presenter used to make a room file: 5,100 visits pushed a live room out of the store."""
+    before = set(room_store().folder.glob("room-*.json"))
+    at = presenter(1)
+    at.button(key="pr_next").click().run()  # the walk works before a room exists
+    assert at.title[0].value.startswith("2.") and "pr_room" not in at.session_state
+    assert set(room_store().folder.glob("room-*.json")) == before
+    assert not [c for c in at.code if "follow=" in c.value]
+    at.button(key="pr_start").click().run()
+    room = at.session_state["pr_room"]
+    assert room_store().room(room)["stage"] == 2 and set(room_store().folder.glob("room-*.json")) - before
+
+
+def test_a_removed_room_tells_its_followers(tiny_app):
+    """A room the store removed used to leave its followers on 'Waiting for the presenter' for ever."""
+    at = started(3)
+    room = at.session_state["pr_room"]
+    learner = presenter(1, pr_follow=room)
+    assert learner.title[0].value == "3. Tokens"
+    (room_store().folder / f"room-{room}.json").unlink()  # what the store's bound does to a room left for hours
+    learner.run()  # the follower's 3-second poll sees it go and draws the page again
+    said = [w.value for w in learner.warning]
+    assert any(f"Room {room} has ended" in w for w in said), said
+    assert not [m for m in learner.markdown if "Waiting for the presenter" in m.value]
+    stranger = presenter(1, pr_follow="zzzzzz")  # a code never seen by this page: said as such, not a wait
+    assert any("There is no room zzzzzz" in w.value for w in stranger.warning), [w.value for w in stranger.warning]
+    at.run()  # the presenter's own screen: the room is gone, a new one is one press away
+    assert any(f"does not open room {room}" in w.value for w in at.warning), [w.value for w in at.warning]
+    assert [b for b in at.button if b.key == "pr_start"]
