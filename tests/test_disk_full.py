@@ -19,7 +19,7 @@ def test_a_run_finished_on_a_full_disk_reaches_it_once_there_is_room(tmp_path):
         fill(disk)
         store.put("answer", run)  # never raises
         assert store.waiting == 1 and "No space left on device" in store.problem
-        assert "1 run wait" in store.problem
+        assert "1 run waits in memory and is written" in store.problem  # not "1 run wait ... are written"
         assert os.listdir(disk / "runs") == []  # no half file, no temporary
         assert store.get("answer") == run  # still served while it waits
         assert DiskStore(disk / "runs").get("answer") is None  # not on disk yet (another process would not find it)
@@ -50,7 +50,7 @@ def test_a_write_that_fails_half_way_leaves_nothing_and_the_next_write_that_succ
     first, second = {"ids": list(range(1000))}, b"s" * 100_000
     store.put("first", first)
     store.put("second", second)
-    assert store.waiting == 2 and "2 runs wait" in store.problem
+    assert store.waiting == 2 and "2 runs wait in memory and are written" in store.problem
     assert os.listdir(tmp_path) == []  # the temporaries went with their failed writes: nothing half-written
     monkeypatch.setattr(disk_store, "write_atomic", write_atomic)  # room again
     store.put("third", b"t")  # succeeds, and hands the waiting ones to the retry thread

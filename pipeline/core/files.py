@@ -124,8 +124,22 @@ def _check_writable(path: str, field: str) -> None:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         probe.unlink()
     except OSError as e:
-        raise InputError(field, f"{path} cannot be written: the folder {real.parent} takes no new file "
-                                f"({e.strerror}).") from None
+        raise InputError(field, f"{path} cannot be written: {no_new_file(path, real, e)}.") from None
+
+
+SYSTEM_FOLDERS = ("/proc", "/sys")  # files the kernel makes up as they are read: nothing can be saved there
+
+
+def no_new_file(path: str, real: Path, e: OSError) -> str:
+    """Why a file cannot be saved at `path` (resolved: `real`) when no new file can be made beside it, in words that
+    name what was typed, not the folder a link leads to (/proc/self is /proc/4340, a number the user never typed).
+    A file is saved whole: written as a new file in its folder, then renamed over the old one."""
+    top = next((t for t in SYSTEM_FOLDERS if str(real) == t or str(real).startswith(t + "/")), None)
+    if top is not None:
+        return (f"it is under {top}, where the system shows its own state as files; nothing can be saved "
+                "there. Give a file in a folder of your own")
+    return (f"its folder ({os.path.dirname(os.path.abspath(path)) or '.'}) does not let a new file be made in it "
+            f"({e.strerror}), and a file is saved by writing a new one beside it, then renaming it")
 
 
 def unusable_name(e: OSError | ValueError) -> str:

@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, json_error
 from pipeline.core.maths import softmax
 from pipeline.model.interface import LanguageModel
 from pipeline.stages.decode_record import Decode
@@ -60,8 +60,7 @@ def check_spec(kind: str, spec) -> str:
         try:
             schema = json.loads(spec)
         except json.JSONDecodeError as e:
-            raise InputError("json_schema",
-                             f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}).") from None
+            raise InputError("json_schema", f"is not valid JSON: {json_error(e)}.") from None
         if not isinstance(schema, dict):
             raise InputError("json_schema", "must be a JSON object, e.g. {\"type\": \"object\", ...}.")
         _check_schema(schema)

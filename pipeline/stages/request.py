@@ -131,6 +131,9 @@ def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
             value = float(bias)
         except ValueError:
             raise InputError("logit_bias", f"{shown(item)}: the bias must be a number from -100 to 100.") from None
+        if not math.isfinite(value) or abs(value) > LOGIT_BIAS_LIMIT:  # '9' * 5000 reads as inf: say what was typed
+            raise InputError("logit_bias", f"the bias of token {shown(token)} must be from -{LOGIT_BIAS_LIMIT} to "
+                                           f"{LOGIT_BIAS_LIMIT}, got {shown(bias)}.")
         pairs.append((typed_count("logit_bias", token, "a token id", MAX_TOKEN_ID), value))
     return _bias_tuple(pairs)
 

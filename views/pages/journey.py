@@ -171,8 +171,18 @@ if cut:
             "text ends on the last whole character instead of '�'.", icon="✂️")
 st.code(json_text(completed), language="json", wrap_lines=True)
 chunks = prefill_passes(T)  # long prompts: prefill in chunks
+
+
+def fed_back(steps: int) -> str:
+    """The decode passes after the prefill, in words: every chosen token but the last is fed back once."""
+    if steps <= 1:
+        return ", and no decode pass: the one token chosen is never fed back" if steps else ""
+    if steps == 2:
+        return ", then one decode pass for the first chosen token, fed back"
+    return f", then one decode pass for each of the {steps - 1:,} tokens fed back"
+
+
 st.caption(f"This run took {plural(S - 1 + chunks, 'forward pass', 'forward passes')}: "
            + ("one prefill" if chunks == 1 else f"a prefill in {chunks} chunks of up to {PREFILL_CHUNK} tokens")
-           + f" over the {T:,}-token prompt, then one decode pass for each of the "
-           f"{plural(max(S - 1, 0), 'token')} fed back.")
+           + f" over the {T:,}-token prompt" + fed_back(S) + ".")
 back_next()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.core.errors import InputError
+from pipeline.core.errors import InputError, json_error
 from pipeline.prompt_cache.audit.render import Block, clean, kind_of, read_ttl, render_blocks
 
 MAX_LOG_BYTES = 50 * 2**20  # a pasted or uploaded log; a bigger one is refused, not read
@@ -78,8 +78,8 @@ def read_entries(text: str, max_bytes: int | None = MAX_LOG_BYTES) -> list[tuple
         try:
             value, end = decoder.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            raise InputError("log", f"line {e.lineno}, column {e.colno}: not valid JSON ({e.msg}). Give one "
-                                    f"request body per line (JSONL) or a JSON array of bodies.") from None
+            raise InputError("log", f"not valid JSON: {json_error(e)}. Give one request body per line (JSONL) "
+                                    f"or a JSON array of bodies.") from None
         except RecursionError:
             raise InputError("log", f"line {line}: JSON nested too deeply to be a request body.") from None
         except ValueError as e:  # e.g. an integer of more than 4,300 digits

@@ -37,6 +37,7 @@ from typing import Callable, Hashable
 
 from pipeline.core.files import remove_stale_temporaries, temporary_path, write_atomic
 from pipeline.server.store import moved_classes
+from pipeline.text.counts import plural
 
 FORMAT = 9  # bump when the stored classes change shape or stored values were wrong; older files are then simply
 # not found. 9: long-prompt captures stored in float16 held inf where Gemma 3's residual stream passes 65,504.
@@ -147,8 +148,9 @@ class DiskStore:
     def _say_waiting(self, error: OSError) -> None:
         """Pending lock held."""
         n = len(self._pending)
-        self.problem = (f"the last run could not be written ({error.strerror}); {n} run{'s' if n != 1 else ''} "
-                        "wait in memory and are written once the folder takes files again")
+        waits = "waits in memory and is" if n == 1 else "wait in memory and are"
+        self.problem = (f"the last run could not be written ({error.strerror}); {plural(n, 'run')} {waits} written "
+                        "once the folder takes files again")
 
     def _keep_for_later(self, path: Path, obj, error: OSError) -> None:
         from pipeline.server.store.memory import deep_size
