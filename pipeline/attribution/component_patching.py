@@ -11,6 +11,9 @@ read as the share of the clean run's lead that comes back: (patched - corrupted)
              clean pass, one corrupted pass with one backward pass gives every head's and MLP's estimate.
   real       activation patching of the chosen components (one batch row each, at most PATCH_ROWS_PER_PASS a pass).
 
+Every pass starts at the first token where the two questions differ (prefix.py): before it both runs are the same,
+so a patch there changes nothing and the estimate's terms are 0; the shared part is run once, as a KV cache.
+
 `patching_steps` is both as one long job (pipeline.core.long_jobs): the clean run, the corrupted run with its backward
 pass, then real patching of the `top` components with the largest estimates (by size), a pass per chunk.
 The estimate is linear: it is exact for a change the rest of the network answers linearly, and misses where the
@@ -22,9 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.attribution import prefix as px
 from pipeline.attribution.interventions import PATCH_ROWS_PER_PASS, check_pair, contrast
 from pipeline.core.errors import InputError
-from pipeline.core.long_jobs import Progress, Steps, run_to_end
+from pipeline.core.long_jobs import Steps, run_to_end
 from pipeline.model.interface import LanguageModel
 
 MAX_CHECKED = 48  # real patching of at most this many components: 4 passes of 12 rows
@@ -95,24 +99,30 @@ def _capture_hooks(lm: LanguageModel, into: dict, detach: bool) -> list:
     return handles
 
 
-def _clean_run(lm: LanguageModel, ids: list[int]) -> tuple[np.ndarray, dict]:
-    """The clean run's last logits (V,) and every layer's z and MLP output (1, T, ...)."""
+def _clean_run(lm: LanguageModel, ids: list[int], start: int = 0, prefix=None) -> tuple[np.ndarray, dict]:
+    """The clean run's last logits (V,) and every layer's z and MLP output (1, T - start, ...) at positions start..T-1
+    (`prefix`: the KV cache of ids[:start]; made here when None and start > 0)."""
     import torch
 
+    if prefix is None and start:
+        prefix = px.prefix_cache(lm, ids[:start])
     acts: dict = {}
     with lm.lock:
         handles = _capture_hooks(lm, acts, detach=True)
         try:
-            logits = lm.forward(torch.tensor([ids], device=lm.device), use_cache=False).logits[0, -1]
+            logits = lm.forward(torch.tensor([ids[start:]], device=lm.device), cache=px.row_cache(prefix, 1),
+                                use_cache=prefix is not None).logits[0, -1]
         finally:
             for h in handles:
                 h.remove()
     return logits.float().cpu().numpy(), acts
 
 
-def _corrupted_gradients(lm: LanguageModel, ids: list[int]):
-    """One corrupted pass with gradients on: its last logits (V,) and every layer's z and MLP output, still in the
-    autograd graph (the backward pass is the caller's, once it knows the metric)."""
+def _corrupted_gradients(lm: LanguageModel, ids: list[int], start: int = 0, prefix=None):
+    """One corrupted pass over positions start..T-1 (after `prefix`, the KV cache of ids[:start]) with gradients on:
+    its last logits (V,) and every layer's z and MLP output there, still in the autograd graph (the backward pass is
+    the caller's, once it knows the metric). Positions before `start` need no gradient: the clean and corrupted
+    activations there are the same, so their terms of the estimate are 0."""
     import torch
 
     acts: dict = {}
@@ -120,9 +130,10 @@ def _corrupted_gradients(lm: LanguageModel, ids: list[int]):
     with lm.lock, torch.enable_grad():
         handles = _capture_hooks(lm, acts, detach=False)
         try:
-            x = emb(torch.tensor([ids], device=lm.device)).detach().requires_grad_(True)
+            x = emb(torch.tensor([ids[start:]], device=lm.device)).detach().requires_grad_(True)
             lm.count_pass()
-            logits = lm.model(inputs_embeds=x, use_cache=False, logits_to_keep=1).logits[0, -1].float()
+            logits = lm.model(inputs_embeds=x, cache=px.row_cache(prefix, 1), use_cache=prefix is not None,
+                              logits_to_keep=1).logits[0, -1].float()
         finally:
             for h in handles:
                 h.remove()
@@ -149,11 +160,16 @@ def _chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], t
     import torch
 
     L, H, Dh = lm.dims.L, lm.dims.H, lm.dims.Dh
-    passes = -(-top // PATCH_ROWS_PER_PASS)
-    total = 2 + passes
-    clean, clean_acts = _clean_run(lm, clean_ids)
-    yield Progress(1, total, "the clean question run")
-    logits, acts = _corrupted_gradients(lm, corrupted_ids)
+    T, s = len(clean_ids), px.start_of(clean_ids, corrupted_ids)  # both runs agree before s (prefix.py)
+    n, rows = T - s, px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS)
+    sizes = [min(rows, top - k) for k in range(0, top, rows)]
+    work = px.Work([px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s),
+                    (1 + px.BACKWARD_COST) * px.pass_work(lm, 1, n, s)]
+                   + [px.pass_work(lm, size, n, s) for size in sizes])
+    prefix = px.prefix_cache(lm, clean_ids[:s])  # = corrupted_ids[:s]
+    clean, clean_acts = _clean_run(lm, clean_ids, s, prefix)
+    yield work.step("the clean question run")
+    logits, acts = _corrupted_gradients(lm, corrupted_ids, s, prefix)
     corrupted = logits.detach().cpu().numpy()
     a, b = contrast(clean, corrupted)
     d_clean, d_bad = float(clean[a] - clean[b]), float(corrupted[a] - corrupted[b])
@@ -163,29 +179,34 @@ def _chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], t
         grads = torch.autograd.grad(logits[a] - logits[b], [acts[k] for k in keys])
     heads, mlp = np.zeros((L, H)), np.zeros(L)
     for k, g in zip(keys, grads):
-        delta = (clean_acts[k].float() - acts[k].detach().float()) * g.float()  # (1, T, width)
+        delta = (clean_acts[k].float() - acts[k].detach().float()) * g.float()  # (1, T - s, width)
         if k[0] == "z":
             heads[k[1]] = delta[0].reshape(-1, H, Dh).sum((0, 2)).cpu().numpy() / span
         else:
             mlp[k[1]] = float(delta.sum()) / span
     del acts, grads
-    yield Progress(2, total, "the corrupted question run, forward and backward")
+    yield work.step("the corrupted question run, forward and backward")
     parts = [(i, h, heads[i, h]) for i in range(L) for h in range(H)] + [(i, None, mlp[i]) for i in range(L)]
     chosen = sorted(parts, key=lambda p: -abs(p[2]))[:top]
     checked: list[Checked] = []
-    for k in range(passes):
-        group = chosen[k * PATCH_ROWS_PER_PASS:(k + 1) * PATCH_ROWS_PER_PASS]
-        out = _patched_logits(lm, corrupted_ids, clean_acts, [(i, h) for i, h, _ in group])
+    for k, size in enumerate(sizes):
+        group = chosen[k * rows:k * rows + size]
+        out = _patched_logits(lm, corrupted_ids, clean_acts, [(i, h) for i, h, _ in group], s, prefix)
         checked += [Checked(i, h, float(e), float((out[r, a] - out[r, b] - d_bad) / span))
                     for r, (i, h, e) in enumerate(group)]
-        yield Progress(3 + k, total, f"{len(checked)} of {top} components patched for real")
+        yield work.step(f"{len(checked)} of {top} components patched for real")
     return ComponentPatching(a, b, d_clean, d_bad, heads, mlp, checked)
 
 
-def _patched_logits(lm: LanguageModel, ids: list[int], clean_acts: dict, rows: list[tuple[int, int | None]]):
+def _patched_logits(lm: LanguageModel, ids: list[int], clean_acts: dict, rows: list[tuple[int, int | None]],
+                    start: int = 0, prefix=None):
     """One pass of len(rows) copies of `ids`, row r with component rows[r] (layer, head or None: the MLP) taken
-    from the clean run at every position: (rows, V) last logits."""
+    from the clean run at every position from `start` (clean_acts hold positions start..T-1; `prefix`: the corrupted
+    run's KV cache of ids[:start], made here when None and start > 0): (rows, V) last logits."""
     import torch
+
+    if prefix is None and start:
+        prefix = px.prefix_cache(lm, ids[:start])
 
     Dh = lm.dims.Dh
     layers = lm.model.model.layers
@@ -215,7 +236,8 @@ def _patched_logits(lm: LanguageModel, ids: list[int], clean_acts: dict, rows: l
             for i in sorted({layer for layer, _ in rows}):
                 handles.append(layers[i].self_attn.o_proj.register_forward_pre_hook(patch_z(i)))
                 handles.append(layers[i].mlp.register_forward_hook(patch_mlp(i)))
-            out = lm.forward(torch.tensor([ids] * len(rows), device=lm.device), use_cache=False).logits[:, -1]
+            out = lm.forward(torch.tensor([ids[start:]] * len(rows), device=lm.device),
+                             cache=px.row_cache(prefix, len(rows)), use_cache=prefix is not None).logits[:, -1]
         finally:
             for h in handles:
                 h.remove()

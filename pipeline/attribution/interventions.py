@@ -7,9 +7,10 @@
            same length and copy one layer x position of the clean run's residual stream into it; how much of
            the clean answer comes back, (patched - corrupted) / (clean - corrupted) of the logit difference
            clean answer - corrupted answer (1 = all of it). Batched passes per layer (one row per position, at
-           most PATCH_ROWS_PER_PASS rows a pass). `patch_residual_steps` is the same work as a long job of short
-           chunks (pipeline.core.long_jobs): the two plain runs, each pass of each layer, the whole last stream, each
-           yielding its progress.
+           most PATCH_ROWS_PER_PASS rows a pass), each from the first patched position on after a shared KV cache
+           (prefix.py); positions before the first differing token restore exactly 0 and run no pass.
+           `patch_residual_steps` is the same work as a long job of short chunks (pipeline.core.long_jobs): the two
+           plain runs, each pass of each layer, the whole last stream, each yielding its progress (with its work).
 Passes go through `lm.forward` (the lock, the pass counter); the hooks are registered under the lock.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.core.errors import InputError
-from pipeline.core.long_jobs import Progress, Steps, run_to_end
+from pipeline.core.long_jobs import Steps, run_to_end
 from pipeline.core.maths import softmax
 from pipeline.model.interface import LanguageModel
 
@@ -118,20 +119,26 @@ def _stream_module(lm: LanguageModel, layer: int):
     return body.embed_tokens if layer == 0 else body.layers[layer - 1]
 
 
-def _forward_patched(lm: LanguageModel, ids: list[int], layer: int, values, rows: list[list[int]]):
-    """One pass, batch row b with the stream at positions rows[b] replaced by values[positions] (T, D)."""
+def _forward_patched(lm: LanguageModel, ids: list[int], layer: int, values, rows: list[list[int]], start: int = 0,
+                     prefix=None):
+    """One pass, batch row b with the stream at positions rows[b] replaced by values[positions] (T, D). From
+    `start` on (rows' positions >= start): the pass runs ids[start:] after `prefix`, the KV cache of ids[:start]."""
     import torch
+
+    from pipeline.attribution.prefix import row_cache
 
     def hook(_m, _args, out):
         h = out[0] if isinstance(out, tuple) else out
         h = h.clone()
         for b, positions in enumerate(rows):
-            h[b, positions] = values[positions].to(h.device, h.dtype)  # captured on the CPU, h on the model's device
+            at = [p - start for p in positions]
+            h[b, at] = values[positions].to(h.device, h.dtype)  # captured on the CPU, h on the model's device
         return (h,) + tuple(out[1:]) if isinstance(out, tuple) else h
 
-    batch = torch.tensor([ids] * len(rows), device=lm.device)
+    batch = torch.tensor([ids[start:]] * len(rows), device=lm.device)
+    cache = row_cache(prefix, len(rows))
     with _hooked(lm, _stream_module(lm, layer), hook):
-        return lm.forward(batch, use_cache=False).logits[:, -1].float().cpu().numpy()
+        return lm.forward(batch, cache=cache, use_cache=cache is not None).logits[:, -1].float().cpu().numpy()
 
 
 def patch_residual(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
@@ -174,18 +181,26 @@ def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[i
                   layers: list[int]) -> Steps[Patching]:
     import torch
 
+    from pipeline.attribution import prefix as px
     from pipeline.model.capture import block_names, capture
 
     T, L = len(clean_ids), lm.dims.L
-    parts = -(-len(positions) // PATCH_ROWS_PER_PASS)  # passes per layer, of nearly equal rows
-    groups = [positions[i::parts] for i in range(parts)]  # positions[i::parts]: every parts-th, evenly spread
-    total = 2 + len(layers) * parts + 1
+    d = px.first_difference(clean_ids, corrupted_ids)
+    run = [p for p in positions if p >= d]  # before d both streams are the same: a patch there restores 0
+    s = px.start_of(clean_ids, corrupted_ids, positions[0])  # patched passes run positions s..T-1 (prefix.py)
+    n = T - s
+    rows = px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS)
+    parts = -(-len(run) // rows)  # passes per layer, of nearly equal rows
+    groups = [run[i::parts] for i in range(parts)]  # run[i::parts]: every parts-th, evenly spread
+    work = px.Work([px.pass_work(lm, 1, T, 0), px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s)]
+                   + [px.pass_work(lm, len(g), n, s) for _ in layers for g in groups] + [px.pass_work(lm, 1, n, s)])
     with capture(lm, ["embeddings"] + block_names(L, "hidden_states")) as rec:
         clean = lm.forward(torch.tensor([clean_ids], device=lm.device), use_cache=False).logits[0, -1].float().cpu()
     streams = [rec["embeddings"][0][0]] + [rec[f"blocks.{i}.hidden_states"][0][0] for i in range(L)]
-    yield Progress(1, total, "the clean question run")
-    corrupted = _last_logits(lm, corrupted_ids)
-    yield Progress(2, total, "the corrupted question run")
+    yield work.step("the clean question run")
+    prefix = px.prefix_cache(lm, corrupted_ids[:s])
+    corrupted = _forward_patched(lm, corrupted_ids, 0, streams[0], [[]], s, prefix)[0]  # nothing patched
+    yield work.step("the corrupted question run")
     clean = clean.numpy()
     a, b = contrast(clean, corrupted)
     diff = lambda lg: lg[..., a] - lg[..., b]  # noqa: E731
@@ -193,13 +208,12 @@ def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[i
     span = d_clean - d_bad if abs(d_clean - d_bad) > 1e-9 else 1e-9
     restored = np.full((L + 1, len(positions)), np.nan)
     column = {p: j for j, p in enumerate(positions)}
-    done = 2
+    restored[np.ix_(layers, [column[p] for p in positions if p < d])] = 0.0
     for layer in layers:
         where = f"the stream before block {layer}" if layer < L else "the stream after the last block"
         for k, group in enumerate(groups):
-            out = _forward_patched(lm, corrupted_ids, layer, streams[layer], [[p] for p in group])
+            out = _forward_patched(lm, corrupted_ids, layer, streams[layer], [[p] for p in group], s, prefix)
             restored[layer, [column[p] for p in group]] = (diff(out) - d_bad) / span
-            done += 1
-            yield Progress(done, total, f"{where} patched" + (f", pass {k + 1} of {parts}" if parts > 1 else ""))
-    whole = _forward_patched(lm, corrupted_ids, L, streams[L], [list(range(T))])[0]
+            yield work.step(f"{where} patched" + (f", pass {k + 1} of {parts}" if parts > 1 else ""))
+    whole = _forward_patched(lm, corrupted_ids, L, streams[L], [list(range(s, T))], s, prefix)[0]
     return Patching(a, b, d_clean, d_bad, restored, positions, whole)

@@ -23,6 +23,9 @@ class Progress:
     done: int  # chunks finished
     total: int  # chunks in all
     note: str = ""  # what the last chunk did, in words ("layer 3 of 30 patched")
+    # (work done, work in all) in one unit of the job's own, where its chunks cost unequal amounts (a plain run, then
+    # patched passes 12 times as long): the time left is then foreseen from the work, not the count of chunks
+    work: tuple[float, float] | None = None
 
     @property
     def fraction(self) -> float:

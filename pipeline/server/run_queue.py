@@ -175,13 +175,17 @@ class RunQueue:
 
     def estimate_s(self, ticket: Ticket) -> float | None:
         """The work of everything running and ahead of it, and its own, at the recent seconds per unit. A long
-        job: its chunks left at its own seconds per chunk, times the long jobs taking turns (None: no chunk yet)."""
+        job: its chunks left at its own seconds per chunk (or, where its progress counts work, the work left at its own
+        seconds per unit of work), times the long jobs taking turns (None: no chunk yet)."""
         with self._lock:
             if isinstance(ticket, LongTicket):
                 if ticket.progress is None or not ticket.chunks:
                     return None
-                left = max(0, ticket.progress.total - ticket.progress.done)
-                return left * ticket.chunk_seconds / ticket.chunks * max(1, len(self._long))
+                p, turns = ticket.progress, max(1, len(self._long))
+                if p.work is not None and p.work[0] > 0:  # the work left at this job's own seconds per unit so far
+                    return max(0.0, p.work[1] - p.work[0]) * ticket.chunk_seconds / p.work[0] * turns
+                left = max(0, p.total - p.done)
+                return left * ticket.chunk_seconds / ticket.chunks * turns
             speed = statistics.median(self._speeds)
             line = list(self._waiting) + list(self._background)
             ahead = line[:line.index(ticket) + 1] if ticket in line else []
