@@ -6,6 +6,7 @@ Pure logic (fast tier): no model weights; the page's AppTests run on the tiny mo
 """
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -270,6 +271,54 @@ def test_system_prompt_changed_and_date_late_are_told_apart():
                               chat(rules + "\nToday is 2025-03-15.", "hi")))
     assert late.requests[1].cause == "volatile_late" and late.requests[1].trap is None
 
+
+
+def test_a_weekday_alone_is_what_a_question_asks_not_a_date_that_changes():
+    """'opening hours on Sunday?' after '... on Saturday?' is a new last message (the walk saw it flagged as a date or
+    id); a weekday with its date, an ISO date and a UUID still are dates and ids."""
+    rules = "\n".join(f"Rule {k}: answer politely and check the order number first." for k in range(150))
+    days = ca.audit_log(jsonl(chat(rules, "What are your opening hours on Saturday?"),
+                              chat(rules, "What are your opening hours on Sunday?")))
+    assert days.requests[1].cause == "new_content" and days.requests[1].trap is None
+    assert volatile.volatile_near("What are your opening hours on Sunday?", 33) is None
+    assert volatile.volatile_near("Today is Sunday, 16 March 2025.", 12) == "Sunday, 16 March 2025"
+    stamped = ca.audit_log(jsonl(chat("Today is Friday 14 March 2025.\n" + rules, "hi"),
+                                 chat("Today is Saturday 15 March 2025.\n" + rules, "hi")))
+    assert stamped.requests[1].trap == "date_or_id"
+
+
+def test_causes_are_shown_in_words_from_one_mapping():
+    assert ca.cause_words("new_content") == "new last message"
+    assert ca.cause_words("date_or_id") == ca.TRAPS["date_or_id"][0]
+    seen = {r.cause for name in ca.EXAMPLES for r in ca.audit_log(ca.example_text(name)).requests}
+    assert {"first", "new_content"} <= seen
+    assert not [c for c in seen if "_" in ca.cause_words(c) or not ca.cause_words(c)], seen
+
+
+def test_page_table_shows_no_code_names_and_no_none(tiny_app, monkeypatch):
+    """The side-by-side table: 'diverges at' was None for the first request, the cause 'new_content'."""
+    import streamlit as st
+    from kit.apptest import page_app
+    from streamlit.delta_generator import DeltaGenerator
+
+    asked, draw, draw_in = [], st.dataframe, DeltaGenerator.dataframe
+    monkeypatch.setattr(st, "dataframe", lambda data, **kw: asked.append(data) or draw(data, **kw))
+    monkeypatch.setattr(DeltaGenerator, "dataframe", lambda self, data, **kw: asked.append(data) or draw_in(self, data,
+                                                                                                            **kw))
+    at = page_app("cache_audit", ca_source="Paste")
+    at.run()
+    rules = "\n".join(f"Rule {k}: answer politely." for k in range(100))
+    at.text_area(key="ca_text").set_value(jsonl(chat(rules, "Opening hours on Saturday?"),
+                                                chat(rules, "Opening hours on Sunday?"),
+                                                chat("Today is 2025-03-14.\n" + rules, "hi")))
+    at.button(key="ca_go").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    table = next(d for d in reversed(asked) if "diverges at" in d.columns)
+    assert list(table["diverges at"])[0] == "—" and list(table["diverges at"])[1].startswith("token ")
+    assert list(table["cause"]) == ["the first request", "new last message", "a trap"], list(table["cause"])
+    assert list(table["trap"])[2] == ca.TRAPS["date_or_id"][0]
+    headers = [m.value for m in at.markdown if "<b>#" in m.value]
+    assert headers and not [h for h in headers if re.search(r"\b[a-z]+_[a-z_]+\b", h)], headers
 
 # ---- the bill -------------------------------------------------------------------------------------
 def test_the_bill_by_hand():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from pipeline.prompt_cache.audit import RequestRecord
+from pipeline.prompt_cache.audit import RequestRecord, cause_words
 
 from .escape import html_text, one_html_block, plotly_label
 from .words import plural
@@ -77,8 +77,8 @@ def request_header_html(rec: RequestRecord, provider: str, cost: dict) -> str:
     """'#3 · 2,115 tokens · 1,792 cached (OpenAI) · at 0:42 · label' with the trap in red."""
     t = rec.time_s
     when = f" · at {int(t // 60)}:{int(t % 60):02d}" if t else ""
-    trap = (f" <span style='color:#b91c1c;font-weight:600'>trap: {html_text(rec.trap.replace('_', ' '))}</span>"
-            if rec.trap else f" <span style='color:#475569'>{html_text(rec.cause.replace('_', ' '))}</span>")
+    trap = (f" <span style='color:#b91c1c;font-weight:600'>trap: {html_text(cause_words(rec.trap))}</span>"
+            if rec.trap else f" <span style='color:#475569'>{html_text(cause_words(rec.cause))}</span>")
     cached = cost["cached_tokens"]
     return one_html_block(
         f"<div style='margin-top:10px'><b>#{rec.index}</b> · {plural(rec.prompt_tokens, 'token')} · "

@@ -214,7 +214,7 @@ def cmd_cache_audit(args) -> int:
         div = "-" if rec.first_divergent_index is None else str(rec.first_divergent_index)
         print(f"{rec.index:4d} {rec.prompt_tokens:6d} {rec.shared_prefix_tokens:6d} {c['openai']:6d} "
               f"{c['anthropic']:6d} {rec.anthropic.cache_creation_input_tokens:6d} {c['vllm']:6d} {div:>7s}  "
-              f"{rec.cause}" + (f"  TRAP: {ca.TRAPS[rec.trap][0]}" if rec.trap else ""))
+              + (f"TRAP: {ca.TRAPS[rec.trap][0]}" if rec.trap else ca.cause_words(rec.cause)))
     print(f"\n{'provider':10s} {'hit rate':>8s} {'cached':>10s} {'no cache $':>11s} {'cached $':>10s} {'saved $':>9s} "
           f"{'prefill saved':>13s}")
     for p, t in costs["totals"].items():

@@ -131,7 +131,8 @@ tables = [pd.DataFrame([{  # two tables, each whole in the page's width: in one 
     "OpenAI cached": r.cached_tokens["openai"], "Anthropic read": r.anthropic.cache_read_input_tokens,
     "Anthropic write": r.anthropic.cache_creation_input_tokens, "vLLM cached": r.cached_tokens["vllm"],
 } for r in requests]), pd.DataFrame([{
-    "#": r.index, "diverges at": r.first_divergent_index, "cause": r.cause, "trap": r.trap or "",
+    "#": r.index, "diverges at": "—" if r.first_divergent_index is None else f"token {r.first_divergent_index:,}",
+    "cause": "a trap" if r.trap else ca.cause_words(r.cause), "trap": ca.TRAPS[r.trap][0] if r.trap else "",
     **{f"{PROVIDER_LABEL[p]} $": costs["requests"][i][p]["with_cache"] for p in ca.PROVIDERS},
 } for i, r in enumerate(requests)])]
 for table in tables:

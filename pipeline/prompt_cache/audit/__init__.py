@@ -35,11 +35,11 @@ from pipeline.prompt_cache.audit.rules import (
                     vllm_cached,
 )
 from pipeline.prompt_cache.audit.tokens import encoding
-from pipeline.prompt_cache.audit.traps import TRAPS
+from pipeline.prompt_cache.audit.traps import CAUSES, TRAPS, cause_words
 
-__all__ = ["AnthropicResult", "AuditReport", "Divergence", "EXAMPLES", "EXAMPLES_DIR", "EXAMPLE_TRAPS", "FIX_WORDS",
-           "LogRequest", "MAX_LOG_BYTES", "PROVIDERS", "PrefixTree", "RequestRecord", "TRAPS", "anthropic_min_tokens",
-           "audit_fixes", "audit_log", "audit_requests", "bill", "check_prices", "default_prefill_tps",
-           "default_prices", "encoding", "example_text", "fix_requests", "fixed_log_text", "load_rules",
-           "openai_cached", "parse_log", "prefill_speeds", "read_log_file", "report_json", "request_cost",
-           "vllm_cached"]
+__all__ = ["AnthropicResult", "AuditReport", "CAUSES", "Divergence", "EXAMPLES", "EXAMPLES_DIR", "EXAMPLE_TRAPS",
+           "FIX_WORDS", "LogRequest", "MAX_LOG_BYTES", "PROVIDERS", "PrefixTree", "RequestRecord", "TRAPS",
+           "anthropic_min_tokens", "audit_fixes", "audit_log", "audit_requests", "bill", "cause_words", "check_prices",
+           "default_prefill_tps", "default_prices", "encoding", "example_text", "fix_requests", "fixed_log_text",
+           "load_rules", "openai_cached", "parse_log", "prefill_speeds", "read_log_file", "report_json",
+           "request_cost", "vllm_cached"]

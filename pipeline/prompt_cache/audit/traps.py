@@ -30,13 +30,23 @@ OTHER_FIXES = {
     "expired": "Requests came further apart than the cache lives: for Anthropic use the 1-hour TTL; for OpenAI "
                "the extended retention where the model offers it; or send while the cache is warm.",
 }
+CAUSES = {  # every other cause a Finding names -> the words the page and the command line show for it
+    "first": "the first request",
+    "identical": "sent before, identical",
+    "prefix": "sent before, as the start of a longer request",
+    "extends": "an earlier request with more added",
+    "new_content": "new last message",
+    "volatile_late": "a late date, time or ID",
+    "different": "different text",
+    "expired": "the cache entry had expired",
+    "tools_changed": "the tool list changed",
+}
 LOST_FOR_TRAP = 64  # tokens the same in both requests after a difference, recomputed: enough to call it a trap
 
 
 @dataclass(frozen=True)
 class Finding:
-    cause: str  # first | identical | prefix | extends | new_content | volatile_late | different | expired |
-    #             tools_changed | a trap key
+    cause: str  # one of CAUSES, or a trap key (cause_words: either in words)
     trap: str | None  # one of TRAPS, or None
     explanation: str
     fix: str = ""
@@ -187,6 +197,12 @@ def classify(r: Side, o: Side | None, pos: int, other_number: int | None) -> Fin
                                             f"new input, expected to be computed.")
     return Finding("different", None, f"Differs from {ref} from token {pos:,}, in {place}: another conversation "
                                       f"or prompt from here.")
+
+
+def cause_words(cause: str) -> str:
+    """A Finding's cause in words: 'new_content' -> 'new last message'; a trap's key -> the trap's name
+    ('date_or_id' -> 'a date, time or ID near the start')."""
+    return CAUSES[cause] if cause in CAUSES else TRAPS[cause][0]
 
 
 def _trap(key: str, text: str) -> Finding:

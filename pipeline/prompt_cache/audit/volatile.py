@@ -8,7 +8,9 @@ _MONTHS = "January|February|March|April|May|June|July|August|September|October|N
 VOLATILE = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?)?"  # ISO date (and time)
     r"|\b\d{1,2}:\d{2}(?::\d{2})?\b"  # a time
-    r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b,?(?: \d{1,2}(?: (?:" + _MONTHS + r"))?(?: \d{4})?)?"
+    # a weekday with its date ('Friday 14 March 2025', 'Sunday, 3'): a weekday alone ('open on Sunday?') is what a
+    # question is about, not a stamp that changes with every request
+    r"|\b(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day\b,? \d{1,2}\b(?: (?:" + _MONTHS + r"))?(?: \d{4})?"
     r"|\b\d{1,2} (?:" + _MONTHS + r")(?: \d{4})?|\b(?:" + _MONTHS + r") \d{1,2}(?:, \d{4})?"
     r"|\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"  # a UUID
     r"|\b(?=[0-9a-f]*\d)[0-9a-f]{12,}\b|\b\d{6,}\b"  # a hex ID, an epoch or a long number
