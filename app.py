@@ -19,6 +19,7 @@ from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.connection_notice import explain_connection_errors
 from ui.escape import markdown_text
+from ui.history_entries import one_entry_per_page
 from ui.report import trace_report
 from ui.text_guard import guard_text_boxes
 from views import url_state
@@ -120,6 +121,7 @@ def sidebar(pages: list):
         # Before the page runs: a server killed during a page's first (slow) run must find them already in the page
         explain_connection_errors()  # while the server is down: "restarting", not "are you connected?"
         guard_text_boxes()  # no lone surrogate is sent from a text box
+        one_entry_per_page()  # Back and Forward move between pages, not between a page's addresses
         return exports, after
 
 
@@ -174,6 +176,7 @@ controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
 notes = list(dict.fromkeys(notes + url_state.restore(page_path, SESSION_DEFAULTS, controls)))
 url_state.bind(page_path, SESSION_DEFAULTS, controls)
 after = sidebar(pages)
+url_state.sync()  # the address holds the request before the page runs: a reload during a long run keeps the question
 for note in notes:
     st.warning(note, icon="🔗")
 

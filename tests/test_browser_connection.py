@@ -48,63 +48,35 @@ def test_a_killed_server_is_said_to_be_restarting_not_the_internet(tiny_server_c
                 browser.close()
 
 
-# The app itself, its page slowed: views.chrome.page_header sleeps after drawing the title, so the first run is
-# still going (the sidebar and the title drawn, the page's end not reached) for as long as the test needs.
-SLOW_APP = """
-import runpy, sys, time
-sys.path.insert(0, {root!r})
-import views.chrome as chrome
-if not getattr(chrome, "_tpe_slowed", False):
-    drawn = chrome.page_header
-    def slow_header(*args, **kwargs):
-        drawn(*args, **kwargs)
-        time.sleep(600)
-    chrome.page_header, chrome._tpe_slowed = slow_header, True
-runpy.run_path({app!r}, run_name="__main__")
-"""
-
 
 def test_a_server_killed_during_a_pages_first_run_is_said_to_be_restarting(tiny_server_cache, tmp_path):
     """Issue 45: the dialog's rewrite (and the text boxes' guard) is in the page before the page's own content, so
-    a server that dies while the first run is still going leaves a page that says so, not "are you connected?"."""
-    import sys
-
-    from kit.browser import ROOT, run_mark
+    a server that dies while the first run is still going leaves a page that says so, not "are you connected?".
+    The page is slowed (kit.slow_app): its first run is still going when the server is killed."""
+    from kit.browser import run_mark
+    from kit.slow_app import slowed_app_server
     from playwright.sync_api import sync_playwright
 
-    from pipeline.server.health import free_port, wait_healthy
-
     SHOTS.mkdir(parents=True, exist_ok=True)
-    script = tmp_path / "slow_app.py"
-    script.write_text(SLOW_APP.format(root=str(ROOT), app=str(ROOT / "app.py")))
-    port = free_port()
-    env = {**os.environ, "TPE_CACHE_DIR": str(tiny_server_cache), "TPE_WARM_UP": "request"}
-    with open(ROOT / "artifacts" / "browser-connection-slow.log", "w") as log:
-        server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port)],
-                                  cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-        try:
-            assert wait_healthy(f"http://127.0.0.1:{port}"), "the Streamlit server did not start"
-            with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                try:
-                    page = watch(browser.new_page(viewport={"width": 1400, "height": 900}))
-                    page.goto(f"http://127.0.0.1:{port}/")
-                    page.wait_for_selector("h1", timeout=300_000)  # the page has begun: its title is drawn
-                    # the scripts run once their elements are drawn (Streamlit fetches st.html's code on first use):
-                    # in place during the first run, not only after it (before the fix: after, so this wait failed)
-                    page.wait_for_function("() => window.__tpeConnectionNotice === true && "
-                                           "window.__tpeTextGuard === true", timeout=60_000)
-                    assert run_mark(page) == "", "the first run ended: it was to be still going"
-                    os.kill(server.pid, signal.SIGKILL)
-                    page.wait_for_function("() => { const d = document.querySelector('[data-testid=\"stDialog\"]');"
-                                           " return d && /restarting|internet|Streamlit still running/"
-                                           ".test(d.innerText); }", timeout=120_000)  # from its sixth failed ping
-                    page.screenshot(path=str(SHOTS / "connection-error-first-run.png"))
-                    said = page.locator(DIALOG).inner_text()
-                    assert "Connection error" in said and NOTE in said, said
-                    assert "internet" not in said and "Streamlit" not in said, said
-                finally:
-                    browser.close()
-        finally:
-            server.kill()
-            server.wait(timeout=30)
+    with slowed_app_server(tmp_path, "browser-connection-slow.log", tiny_server_cache) as (url, server):
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = watch(browser.new_page(viewport={"width": 1400, "height": 900}))
+                page.goto(url)
+                page.wait_for_selector("h1", timeout=300_000)  # the page has begun: its title is drawn
+                # the scripts run once their elements are drawn (Streamlit fetches st.html's code on first use):
+                # in place during the first run, not only after it (before the fix: after, so this wait failed)
+                page.wait_for_function("() => window.__tpeConnectionNotice === true && "
+                                       "window.__tpeTextGuard === true", timeout=60_000)
+                assert run_mark(page) == "", "the first run ended: it was to be still going"
+                os.kill(server.pid, signal.SIGKILL)
+                page.wait_for_function("() => { const d = document.querySelector('[data-testid=\"stDialog\"]');"
+                                       " return d && /restarting|internet|Streamlit still running/"
+                                       ".test(d.innerText); }", timeout=120_000)  # from its sixth failed ping
+                page.screenshot(path=str(SHOTS / "connection-error-first-run.png"))
+                said = page.locator(DIALOG).inner_text()
+                assert "Connection error" in said and NOTE in said, said
+                assert "internet" not in said and "Streamlit" not in said, said
+            finally:
+                browser.close()

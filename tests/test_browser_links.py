@@ -1,9 +1,12 @@
-"""Issue 19 in a real browser: the phishing link from the report shows its text literally, with no live link."""
+"""Links in a real browser: issue 19's phishing link shows its text literally, with no live link; issue 37's shared
+links reproduce a view; issue 45's Back and Forward move between pages, and a reload during a run keeps the question
+typed."""
 import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, choose, settle, watch
+from kit.browser import (CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, choose, question_shown, run_mark, settle,
+                         watch)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -198,3 +201,69 @@ def test_a_shared_link_opens_the_same_request_controls_and_answer(server, chromi
         assert params["top_k"] == ["40"] and params["seed"] == ["7"] and params["nt.step"] == ["3"], link
     first.close()
     second.close()
+
+
+def page_shown(page) -> tuple[str, str]:
+    """(the address's path, the page's title) once the run that drew it has ended."""
+    return page.evaluate("() => location.pathname"), page.locator("h1").first.inner_text()
+
+
+def test_back_and_forward_move_between_pages(server, chromium):
+    """Issue 45: Journey → Tokens → Attention, then Back twice lands on Journey (drawn again, its map and first
+    section there), and Forward on Tokens. Before, each run's writes to the address added entries of the same page
+    (ui/history_entries.py), so Back stayed on Attention."""
+    from kit.browser import open_page
+
+    context = chromium.new_context(viewport={"width": 1400, "height": 1200})
+    page = watch(context.new_page())
+    page.goto(f"{server}/journey?max_new_tokens=3")
+    settle(page, timeout=300)
+    for title in ("Tokens", "Attention"):
+        open_page(page, title)
+        settle(page, timeout=300)
+    assert page_shown(page) == ("/attention", "Attention")
+    page.go_back()
+    settle(page, timeout=300)
+    assert page_shown(page) == ("/tokens", "Tokens")
+    page.go_back()
+    settle(page, timeout=300)
+    assert page_shown(page) == ("/journey", "Journey")
+    assert page.locator(".tpe-map[data-size='full']").count() == 1
+    assert page.locator("h3", has_text="1. The app sends a request").count() == 1
+    assert "max_new_tokens=3" in page.url  # the address as it was left
+    page.go_forward()
+    settle(page, timeout=300)
+    assert page_shown(page) == ("/tokens", "Tokens")
+    context.close()
+
+
+SLOW = "(a slow run)"  # a question holding it runs slowly on the slowed server (kit.slow_app)
+
+
+@pytest.fixture(scope="module")
+def slowed_server(tiny_server_cache, tmp_path_factory):
+    from kit.slow_app import slowed_app_server
+
+    with slowed_app_server(tmp_path_factory.mktemp("slowed"), "browser-links-slowed.log", tiny_server_cache,
+                           mark=SLOW, host="localhost") as (url, _):
+        yield url
+
+
+def test_a_reload_during_a_run_brings_back_the_question_typed(slowed_server, chromium):
+    """Issue 45: the address holds the request from the start of the run the form started, so a reload while that
+    run is still going (a slow one) brings back the question typed, not the one before. Before, the address was
+    written only after the page had run."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1200})
+    page = watch(context.new_page())
+    page.goto(f"{slowed_server}/tokens?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
+    settle(page, timeout=300)
+    typed = f"Is a kiwi a berry? {SLOW}"
+    box = page.locator('[data-testid="stSidebar"] textarea').first
+    box.fill(typed)
+    before = run_mark(page)
+    page.locator('[data-testid="stSidebar"] button', has_text="Run the model").click()
+    page.wait_for_function("q => new URLSearchParams(location.search).get('q') === q", arg=typed, timeout=60_000)
+    assert run_mark(page) == before, "the run ended: it was to be still going"
+    page.reload()
+    assert question_shown(page) == typed
+    context.close()
