@@ -174,3 +174,48 @@ def test_a_scenarios_stored_rows_are_keyed_by_its_text(monkeypatch):
     monkeypatch.setattr(defined, "scenarios", edited)
     assert scenario_key("conversation") != before and scenario_key("conversation")[:3] == before[:3]
     assert scenario_key("conversation", 32) != scenario_key("conversation")
+
+
+def compare_rows(at: AppTest) -> dict[str, str]:
+    """Section 3's rows by request ('Request A', 'Request B'): the row's line of counts."""
+    return {label: m.value for m in at.markdown for label in ("Request A", "Request B")
+            if m.value.startswith(f"**{label}**")}
+
+
+def test_compare_runs_the_picked_model(tiny_app, tiny_app_gemma):
+    """With Gemma picked, section 3 ran the server's default model: its queue work called get_model() in the
+    queue's thread, where no session says which model is picked."""
+    import pytest
+
+    if tiny_app_gemma is None:
+        pytest.skip("Gemma's tokenizer is not converted yet: ./run.sh converts it")
+    from pipeline.prompt_cache.playback import prompt_tokens
+    from pipeline.prompt_cache.scenarios import Prompt
+    from pipeline.stages.request import parse_turns
+
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / "prompt_caching.py"), default_timeout=600)
+    at.session_state["req_model"] = "gemma-3-270m"
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    text_a = at.text_area(key="pc_text_a").value
+    prompt = Prompt("Request A", parse_turns(text_a, "request A", first_role="user"))
+    gemma_n, smol_n = len(prompt_tokens(tiny_app_gemma, prompt)[0]), len(prompt_tokens(tiny_app, prompt)[0])
+    assert gemma_n != smol_n  # the two tokenizers tell the models apart
+    assert compare_rows(at)["Request A"].split("\n")[-1].startswith(f"{gemma_n} tokens:"), compare_rows(at)
+
+
+def test_your_own_requests_are_not_pooled_with_other_sessions_measurements(tiny_app):
+    """Section 3 is one visitor's own comparison: another session that compares the same text later (after the
+    page's cache of comparisons has moved on) measures it anew, and sees its own measurement, not 'All 2
+    measurements of this request here'."""
+    from kit.apptest import clear_streamlit_caches
+
+    first = run_page()
+    assert "Request B" in compare_rows(first)
+    clear_streamlit_caches()  # the comparisons' cache forgot it (16 entries), as a busy room's does
+    second = run_page()
+    captions = [c.value for c in second.caption]
+    timed = [i for i, c in enumerate(captions) if c.startswith("Time to first token, with the cache")]
+    assert len(timed) == 3 + 1  # turns 2-4 of the scenario, then request B
+    after_b = captions[timed[-1] + 1:timed[-1] + 2]
+    assert not [c for c in after_b if c.startswith("All ")], after_b

@@ -15,7 +15,14 @@ from ui.words import plural
 from views.chrome import page_header
 from views.page_path import back_next
 from views.scenarios import scenario_rows, scenario_rows_timed_again
-from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue
+from views.server_state import (
+    APP_MAX_PROMPT_TOKENS,
+    get_model,
+    picked_model_key,
+    picked_weights,
+    run_queue,
+    using_model,
+)
 from views.verdict_log import history_lines, kept
 from views.waiting import wait_for
 
@@ -27,10 +34,13 @@ SCENARIOS = scenarios()
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def compared(text_a: str, text_b: str, block_size: int) -> list[dict]:
-    work = lambda: compare_texts(get_model(), text_a, text_b, block_size,  # noqa: E731
-                                 max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
-    return wait_for(run_queue().submit(("compare", text_a, text_b, block_size), work, cost=4000))
+def compared(model: str, weights: str, text_a: str, text_b: str, block_size: int) -> list[dict]:
+    """Requests A then B on `model` in `weights`: the queue's thread has no session, so the model is named (an
+    unnamed get_model() there is the server's default model)."""
+    def work() -> list[dict]:
+        with using_model(model, weights):
+            return compare_texts(get_model(), text_a, text_b, block_size, max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
+    return wait_for(run_queue().submit(("compare", model, weights, text_a, text_b, block_size), work, cost=4000))
 
 
 def measured_when(row: dict) -> str:
@@ -44,7 +54,16 @@ def measured_when(row: dict) -> str:
     return f"at {day}{time.strftime('%H:%M', at)} on {where}"
 
 
-def show_request(row: dict) -> None:
+def history_key(row: dict) -> tuple:
+    """Where a scenario request's measurements are kept (views.verdict_log): the same token ids on the same model, in
+    the same weight format and block size, reusing as much."""
+    return ("prompt cache", picked_model_key(), picked_weights(), row["stats"]["block_size"], tuple(row["ids"]),
+            row["stats"]["tokens_reused"])
+
+
+def show_request(row: dict, shared: bool = True) -> None:
+    """One request's row. shared: a scenario's, measured for everyone and kept with its earlier measurements; else a
+    visitor's own request (section 3), shown with its own measurement only."""
     s, timing = row["stats"], row["timing"]
     computed, cold = work_flops(lm.dims, s)  # from the stats: a row kept from an older count is counted anew
     work = (f"{computed / 1e9:,.1f} GFLOP instead of {cold / 1e9:,.1f} cold"
@@ -58,7 +77,7 @@ def show_request(row: dict) -> None:
         when = f" (measured {measured_when(row)})" if row.get("measured_at") else ""
         st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
                    f"{timing.b_median * 1e3:,.0f} ms{when}: {timing.verdict('with the cache', 'cold')}.")
-        history = kept(("prompt cache", tuple(row["ids"]), s["tokens_reused"]), timing, row.get("measured_at") or 0.0)
+        history = kept(history_key(row), timing, row.get("measured_at") or 0.0) if shared else []
         if len(history) > 1:  # timed again: the earlier measurements stay beside the new one
             st.caption(f"All {len(history)} measurements of this request here: "
                        f"{markdown_text(summary(history, 'with the cache', 'cold'))}.  \n"
@@ -152,8 +171,8 @@ with st.form("pc_compare"):
     text_b = b.text_area("Request B", default.replace(QUESTION_1, QUESTION_2), height=220, key="pc_text_b")
     st.form_submit_button("Compare", type="primary", key="pc_compare_go")
 try:
-    for row in compared(text_a, text_b, block_size):
-        show_request(row)
+    for row in compared(picked_model_key(), picked_weights(), text_a, text_b, block_size):
+        show_request(row, shared=False)
 except InputError as e:
     st.error(f"Please fix the requests — {markdown_text(e)}")
 back_next()
