@@ -64,8 +64,9 @@ def block_parts(dims: ModelDims) -> tuple[MapPart, ...]:
     return norm("norm.attention_in", "norm"), attention, norm("norm.mlp_in", "norm"), mlp
 
 
-def model_map(dims: ModelDims) -> ModelMap:
-    """The map of `dims`' model (a ModelDims, e.g. a run's trace.dims)."""
+def model_map(dims: ModelDims, plain: bool = False) -> ModelMap:
+    """The map of `dims`' model (a ModelDims, e.g. a run's trace.dims); plain: the request is sent as plain text (no
+    chat template), as the sidebar's prompt format can say for a base model."""
     blocks = []
     for i in range(dims.L):
         window = dims.window(i)
@@ -73,7 +74,8 @@ def model_map(dims: ModelDims) -> ModelMap:
         reach = f"sliding: the last {window:,} positions" if window else "full: every earlier position"
         blocks.append(MapBlock(i, kind, f"block {i}, {reach}, RoPE base {dims.rope_base_of(i):,.0f}", "layers"))
     before = (
-        MapPart("request", "request", "the messages as one text (chat template)", "request"),
+        MapPart("request", "request", "the messages' text as typed (plain text: no chat template)"
+                if plain else "the messages as one text (chat template)", "request"),
         MapPart("tokens", "tokens", f"ids from a vocabulary of {dims.V:,}", "tokens"),
         MapPart("embeddings", "embeddings", f"a row of {dims.D} numbers per token",
                 "embeddings"),

@@ -18,6 +18,7 @@ from views.model_kind_note import base_model_note
 from views.page_path import architecture_map, back_next
 from views.runs import run_for_page
 from views.server_state import get_model
+from views.session_request import current_request
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        f"Every number below was measured on the real {markdown_text(get_model().name)} "
@@ -51,9 +52,15 @@ with c2:
                  hide_index=True, width="stretch")
 stage_link("views/pages/request.py", "Request & template: both JSON styles", "📨")
 
-section(2, "The chat template and the tokenizer", f"The messages are written into one long text with marker tokens "
-        f"around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, green is "
-        f"your question; the small number on each chip is the token id the model actually receives.")
+if current_request().prompt_format == "plain":
+    section(2, "Plain text and the tokenizer", "The request is sent as plain text (sidebar): the messages' text as "
+            "it is, with no chat template and no turn markers, after the model's start token if it has one, then cut "
+            f"into **{plural(T, 'token')}**. Grey parts were added by the app, green is your question; the small "
+            "number on each chip is the token id the model actually receives.")
+else:
+    section(2, "The chat template and the tokenizer", f"The messages are written into one long text with marker "
+            f"tokens around each turn, then cut into **{plural(T, 'token')}**. Grey parts were added by the template, "
+            f"green is your question; the small number on each chip is the token id the model actually receives.")
 st.markdown(legend(), unsafe_allow_html=True)
 st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=160), unsafe_allow_html=True)
 stage_link("views/pages/tokens.py", "Tokens: chips, other tokenizers, try your own text", "🔤")
