@@ -202,3 +202,65 @@ def test_measuring_the_speed_again_keeps_both_verdicts(tiny_app):
     [both] = timing_lines()
     assert re.search(r"(in each of|in any of|the|of) 2 measurements", both), both
     assert len(re.findall(r"\n  - \d\d:\d\d: ", both)) == 2  # each measurement listed with its time
+
+
+def test_candidate_label_names_a_character_part_as_journey_does(tokenizer):
+    """SmolLM2's vocabulary spells '토' in three byte tokens: the chosen one reads '토 (1/3)' as Journey's title and
+    chips read it, another candidate what it would start."""
+    from pipeline.text.unfinished import candidate_label
+
+    ids = tokenizer("토마토", add_special_tokens=False)["input_ids"]
+    assert len(ids) > 3  # byte tokens, three a character
+    assert candidate_label(tokenizer, [1, 2], ids[0], ids) == "토 (1/3) · bytes <0xED>"
+    assert candidate_label(tokenizer, [1, 2], ids[0]) == "<0xED> (byte 1 of 3)"  # not chosen
+    whole = tokenizer(" fruit", add_special_tokens=False)["input_ids"]
+    assert candidate_label(tokenizer, [1, 2], whole[0], whole) == "␣fruit"
+
+
+LONG_QUESTION = "\n".join(f"Line {k}: a tomato?" for k in range(30))  # 30 lines, within the tiny model's 512 tokens
+
+
+def compare_page(monkeypatch, question: str):
+    from kit.apptest import page_app
+    from kit.table_width import record_tables
+
+    asked = record_tables(monkeypatch)
+    from views.server_state import run_queue
+
+    at = page_app("compare_models", req_question=question, req_max_new_tokens=3).run()
+    assert not at.exception, at.exception
+    for job in [t for t in run_queue().long_jobs() if "compare_models" in t.key]:
+        job.result(300)  # still running when the page looked (past its own wait): wait for it, then look again
+        at.run()
+    assert any(s.value.startswith("3. The first token") for s in at.subheader), "the comparison did not finish"
+    return at, asked
+
+
+def test_compare_pages_tables_name_tokens_readably_and_fit_the_page(tiny_app, monkeypatch):
+    """The first token's table showed repr(text) ('<0xED>' in quotes); the shape table and the timing table (two
+    columns per model) ran past the page's right edge."""
+    from kit.table_width import too_wide
+
+    at, asked = compare_page(monkeypatch, "토마토는 과일이야?")
+    candidates = [d for d, _ in asked if "probability" in d.columns]
+    assert len(candidates) == 2
+    assert not [t for d in candidates for t in d["token"] if t.startswith(("'", '"'))], [list(d["token"]) for d in
+                                                                                         candidates]
+    assert not too_wide([(d, kw) for d, kw in asked if "probability" in d.columns], share=0.5)
+    assert not too_wide([(d, kw) for d, kw in asked if "probability" not in d.columns]), \
+        [d.to_dict() for d, _ in asked if "probability" not in d.columns]
+
+
+def test_a_long_prompt_shows_its_start_whole_and_says_how_much_more_there_is(tiny_app, monkeypatch):
+    """The prompt boxes scrolled at a fixed height, cut mid-line with nothing to say there was more."""
+    at, _ = compare_page(monkeypatch, LONG_QUESTION)
+    more = [e for e in at.expander if "more line" in e.label]
+    assert len(more) == 2, [e.label for e in at.expander]  # each model's prompt
+    heads = [c.value for c in at.code if "Line 0:" in c.value]
+    assert len(heads) == 2 and all("Line 29:" not in h for h in heads)
+    for head in heads:  # the start ends where a line of the question ends, not inside one
+        last = head.split("\n")[-1]
+        assert not last.startswith("Line") or last.endswith("a tomato?"), last
+    for box in more:
+        rest = box.code[0].value
+        assert "Line 29:" in rest and box.label.startswith(f"{rest.count(chr(10)) + 1} more lines below"), box.label

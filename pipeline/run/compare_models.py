@@ -104,6 +104,7 @@ class ModelRun:
     dims: ModelDims
     parameters: int
     embedding_parameters: int
+    answer_ids: tuple[int, ...] = ()  # the answer's token ids (a run stored before they were kept: none)
 
     @property
     def template_tokens(self) -> int:
@@ -165,7 +166,8 @@ def model_run(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | 
         first_candidates=tuple(Candidate(c.text, c.id, c.prob) for c in first),
         answer=trace.text, answer_tokens=trace.usage.completion_tokens, finish_reason=trace.finish_reason,
         kv=kv_footprint(trace.dims, trace.prefill.kv_bytes_per_layer, len(trace.ids)),
-        attention=attention_kinds(trace.dims), dims=trace.dims, parameters=total, embedding_parameters=embedding)
+        attention=attention_kinds(trace.dims), dims=trace.dims, parameters=total, embedding_parameters=embedding,
+        answer_ids=tuple(trace.generated_token_ids))
 
 
 def _spec_of(lm: LanguageModel):

@@ -53,3 +53,13 @@ def unfinished_end(tokenizer, ids) -> bytes:
     ids = list(ids)[-4:]  # a UTF-8 character has at most 4 bytes, so at most 4 tokens matter
     return _unfinished_tail(b"".join(p.raw for p in token_pieces(tokenizer, ids) if not p.special))
 
+
+
+def candidate_label(tokenizer, context_ids, token_id: int, answer_ids=()) -> str:
+    """A first-token candidate named as Journey names it: the token the answer began with as its piece of the answer
+    ('토 (1/3) · bytes <0xED>': the next tokens spell the rest of the character), any other after the prompt
+    (continuation_label: '<0xEC> (byte 1 of 3)'; '␣the' stays '␣the')."""
+    answer_ids = list(answer_ids)
+    if answer_ids and token_id == answer_ids[0]:
+        return token_pieces(tokenizer, answer_ids[:4])[0].with_bytes  # a character has at most 4 bytes
+    return continuation_label(tokenizer, context_ids, token_id)

@@ -13,6 +13,7 @@ from pipeline.run.compare_models import answers_sentence, compare_models_steps
 from pipeline.stages.kv_cache import human_bytes
 from pipeline.stages.tokens import tokenize_request
 from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import candidate_label
 from ui.chips import token_chips
 from ui.escape import markdown_text
 from ui.words import plural
@@ -26,15 +27,32 @@ from views.verdict_log import history_lines, kept
 
 REPEATS = 3  # timed runs per model, interleaved
 CHIPS_SHOWN = 160  # chips drawn in a half-width column; a longer prompt folds the rest under "N more below"
-TEXT_HEIGHT = 300  # px: the same for a long prompt's text and a long answer
-
+TEXT_LINES, TEXT_CHARS = 12, 600  # a longer prompt or answer shows its start, the rest folded under a cue
 
 
 def text_box(text: str) -> None:
-    """`text` shown literally (a code block escapes everything); a long one scrolls in a box of its own."""
-    long = len(text) > 600 or text.count("\n") > 12
-    with st.container(height=TEXT_HEIGHT if long else "content", border=False):
-        st.code(text, language=None, wrap_lines=True)
+    """`text` shown literally (a code block escapes everything). A long one shows its first whole lines (or words),
+    and the rest under a cue that counts it: a scrolling box cut its text mid-line with nothing to say there was
+    more."""
+    head, rest = text_head(text)
+    st.code(head, language=None, wrap_lines=True)
+    if rest:
+        lines = rest.rstrip("\n").count("\n") + 1  # a text ending in a line break has no line after it
+        with st.expander(f"{plural(lines, 'more line')} below ({len(rest):,} characters)"):
+            st.code(rest, language=None, wrap_lines=True)
+
+
+def text_head(text: str) -> tuple[str, str]:
+    """(what shows at once, the rest): at most TEXT_LINES lines and about TEXT_CHARS characters, cut at a line's end,
+    else at a space; ('' rest when it all fits). The rest starts on the line or word after the cut."""
+    lines = text.split("\n")
+    head = "\n".join(lines[:TEXT_LINES])
+    if len(head) > TEXT_CHARS:
+        end = head.rfind("\n", 0, TEXT_CHARS)
+        end = end if end > 0 else head.rfind(" ", 0, TEXT_CHARS)
+        head = head[:end] if end > 0 else head[:TEXT_CHARS]
+    rest = text[len(head):]
+    return (head, rest.removeprefix("\n")) if rest.strip() else (text, "")
 
 
 page_header("Compare models", "The same request through two different models: how each one writes it down, "
@@ -96,17 +114,21 @@ for col, run, handle in zip(st.columns(2), result.runs, handles):
 st.subheader("3. The first token's top candidates")
 st.markdown("What each model thought most likely right after the prompt, before anything was chosen "
             "(probabilities over its whole vocabulary).")
-for col, run in zip(st.columns(2), result.runs):
+for col, run, handle in zip(st.columns(2), result.runs, handles):  # each token named as Journey names it
     col.markdown(f"**{markdown_text(run.display_name)}**")
-    col.dataframe(pd.DataFrame([{"token": repr(c.text), "id": c.token_id, "probability": f"{c.prob:.1%}"}
+    col.dataframe(pd.DataFrame([{"token": candidate_label(handle.tokenizer, run.ids, c.token_id, run.answer_ids),
+                                 "id": c.token_id, "probability": f"{c.prob:.1%}"}
                                 for c in run.first_candidates]), hide_index=True, width="stretch")
+st.caption("␣ is a space. A token that is only part of a character is named as on Journey: the one chosen by the "
+           "character the answer goes on to spell (`토 (1/3)`: the first of its three bytes), any other by what it "
+           "would start (`<0xEC> (byte 1 of 3)`).")
 
 
 def _layers(run) -> str:
     kinds = run.attention
     if not kinds.sliding_layers:
-        return f"all {kinds.full_layers} full (every earlier token)"
-    return f"{kinds.sliding_layers} sliding ({kinds.window:,} positions), {kinds.full_layers} full"
+        return f"all {kinds.full_layers} full"
+    return f"{kinds.sliding_layers} sliding (window {kinds.window:,}), {kinds.full_layers} full"
 
 
 st.subheader("4. Shape, attention and KV cache")
@@ -114,12 +136,11 @@ rows = {}
 for run in result.runs:
     d, kinds, kv = run.dims, run.attention, run.kv
     rows[run.display_name] = {
-        "parameters": f"{run.parameters / 1e6:,.0f}M ({run.embedding_parameters / 1e6:,.0f}M in the embedding table)",
+        "parameters": f"{run.parameters / 1e6:,.0f}M ({run.embedding_parameters / 1e6:,.0f}M embedding)",
         "vocabulary": f"{d.V:,}",
         "layers × width": f"{d.L} × {d.D}",
         "attention layers": _layers(run),
-        "query heads : K/V heads":
-            f"{kinds.H} : {kinds.Hkv} ({kinds.sharing}: {kinds.group} query heads share each K/V head)",
+        "query heads : K/V heads": f"{kinds.H} : {kinds.Hkv} ({kinds.sharing})",
         "KV bytes per token, one layer": f"{kv.per_layer_bytes[0]:,} B (2 × {d.Hkv} × {d.Dh} × {d.bytes_per_value} B)",
         "… read from the real cache": ", ".join(sorted({f"{m:,.0f} B" for m in kv.measured_per_layer_bytes})),
         "KV bytes per token, all layers": f"{human_bytes(kv.per_token_bytes)} (× {d.L} layers)",
@@ -127,16 +148,18 @@ for run in result.runs:
         "KV cache for 8,000 tokens": human_bytes(kv.bytes_at(8000)),
     }
 st.dataframe(pd.DataFrame(rows), width="stretch")
-st.caption("K and V are stored for every layer and every K/V head. The figure read from the real cache is each "
+st.caption("Parameters: the embedding table's share in brackets. A full layer attends to every earlier token, a "
+           "sliding one to its last `window` positions. Query heads : K/V heads: H / Hkv query heads share each K/V "
+           "head (multi-query: one K/V head for all; multi-head: one each). K and V are stored for every layer and every K/V head. The figure read from the real cache is each "
            "layer's tensor bytes after this prompt, divided by the positions that layer holds. A sliding-window "
            "layer keeps only its last window of positions, so past it only the full layers grow.")
 
 
 def _timing_row(name: str, c: Comparison) -> dict:
-    return {"": name, f"{a.display_name} median": f"{c.a_median * 1e3:,.0f} ms",
-            f"{a.display_name} range": f"{c.a_range[0] * 1e3:,.0f}–{c.a_range[1] * 1e3:,.0f} ms",
-            f"{b.display_name} median": f"{c.b_median * 1e3:,.0f} ms",
-            f"{b.display_name} range": f"{c.b_range[0] * 1e3:,.0f}–{c.b_range[1] * 1e3:,.0f} ms"}
+    """One time, a column per model: 'median (range)' (five columns, two headers per model, ran past the page)."""
+    return {"": name,
+            a.display_name: f"{c.a_median * 1e3:,.0f} ms ({c.a_range[0] * 1e3:,.0f}–{c.a_range[1] * 1e3:,.0f})",
+            b.display_name: f"{c.b_median * 1e3:,.0f} ms ({c.b_range[0] * 1e3:,.0f}–{c.b_range[1] * 1e3:,.0f})"}
 
 
 st.subheader("5. Time to first token and per token")
@@ -147,7 +170,7 @@ else:
     path = PATH_NAMES[PLAIN]
     st.markdown(f"Measured on the {path} (no captures: faster than the captured run other pages show), the two "
                 f"models taking turns, {REPEATS} runs each (medians and ranges): TTFT is the prompt's pass and the "
-                "first choice, TPOT the time of each further token.")
+                "first choice, TPOT the time of each further token. Each cell: the median, the range in brackets.")
     named = [(time_label(q, PLAIN), q, c) for q, c in (("TTFT", timing.ttft), ("TPOT", timing.tpot)) if c]
     st.dataframe(pd.DataFrame([_timing_row(name, c) for name, _, c in named]), hide_index=True, width="stretch")
     lines = []
