@@ -150,9 +150,10 @@ for run in result.runs:
 st.dataframe(pd.DataFrame(rows), width="stretch")
 st.caption("Parameters: the embedding table's share in brackets. A full layer attends to every earlier token, a "
            "sliding one to its last `window` positions. Query heads : K/V heads: H / Hkv query heads share each K/V "
-           "head (multi-query: one K/V head for all; multi-head: one each). K and V are stored for every layer and every K/V head. The figure read from the real cache is each "
-           "layer's tensor bytes after this prompt, divided by the positions that layer holds. A sliding-window "
-           "layer keeps only its last window of positions, so past it only the full layers grow.")
+           "head (multi-query: one K/V head for all; multi-head: one each). K and V are stored for every layer and "
+           "every K/V head. The figure read from the real cache is each layer's tensor bytes after this prompt, "
+           "divided by the positions that layer holds. A sliding-window layer keeps only its last window of "
+           "positions, so past it only the full layers grow.")
 
 
 def _timing_row(name: str, c: Comparison) -> dict:
