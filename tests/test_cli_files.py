@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 import pytest
+from kit.tolerance import any_logit_tolerance, assert_within, float32_tolerance, lens_tolerance
 from kit.cli import run_cli
 from kit.disk import fill, tiny_tmpfs
 from kit.paths import ROOT
@@ -456,5 +457,12 @@ def test_trace_tensors_json_has_the_best_next_tokens_after_every_prompt_position
     assert top_ids[-1, 0] == j["generated_token_ids"][0]  # greedy: the first answer token is the best one
     assert np.all(np.diff(top_probs, axis=1) <= 0) and np.all((top_probs > 0) & (top_probs <= 1))
     lens_ids, lens_probs = logit_lens(lm, np.array(j["tensors"]["hidden_states"], dtype=np.float32), k=1)
-    np.testing.assert_array_equal(lens_ids[-1, :, 0], top_ids[:, 0])
-    np.testing.assert_allclose(lens_probs[-1, :, 0], top_probs[:, 0], rtol=1e-3)
+    # the lens recomputes the final norm and the head (kit.tolerance); a probability p moves by p (2 d + the
+    # softmax's sum of V terms); the JSON keeps no logits, so a best token may differ only where its probability
+    # is within that of the next one
+    final = np.array(j["tensors"]["final_norm"], dtype=np.float32) if "final_norm" in j["tensors"] else None
+    d = lens_tolerance(lm, final) if final is not None else any_logit_tolerance(lm, T)
+    rtol = 2 * d + float32_tolerance(lm.dims.V, 1.0, depth=2)
+    assert_within(lens_probs[-1, :, 0], top_probs[:, 0], rtol * top_probs[:, 0], "the lens's last layer")
+    tie = top_probs[:, 0] - top_probs[:, 1] <= 2 * rtol * top_probs[:, 0]
+    assert np.all((lens_ids[-1, :, 0] == top_ids[:, 0]) | tie)

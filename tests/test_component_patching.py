@@ -40,7 +40,7 @@ def test_each_estimate_is_the_derivative_of_real_patching(tiny, tokenizer):
     _, bad_acts = cp._clean_run(tiny, bad)
     a, b = p.clean_id, p.corrupted_id
     span = p.clean_diff - p.corrupted_diff
-    tol = logits_tolerance(tiny, bad, [a, b])
+    tol = logits_tolerance(tiny, bad, [a, b]).sum()
     L, H = tiny.dims.L, tiny.dims.H
     for layer, head in [(0, 0), (L - 1, H - 1), (1, None), (L - 1, None)]:
         eps = 1e-2
@@ -84,7 +84,7 @@ def test_patching_a_question_into_itself_restores_nothing_and_bad_input_is_named
     # 1e-9 when the two runs' differences are as close as that)
     d = same.clean_diff - same.corrupted_diff
     span = d if abs(d) > 1e-9 else 1e-9
-    tol = logits_tolerance(tiny, ids, [same.clean_id, same.corrupted_id])
+    tol = logits_tolerance(tiny, ids, [same.clean_id, same.corrupted_id]).sum()  # a difference of two logits
     for c in same.checked:
         assert_within(c.real * span, 0.0, tol, f"patched into itself: {c.layer, c.head}")
 

@@ -5,6 +5,7 @@ import re
 import jsonschema
 import numpy as np
 import pytest
+from kit.tolerance import float32_tolerance
 
 from pipeline.core.errors import InputError
 from pipeline.run.trace import run_constrained_trace
@@ -52,7 +53,8 @@ def _every_choice_was_allowed(lm, trace, kind: str, source: str):
         assert not allowed[mask.best_refused_id] and mask.best_refused_id == int(np.argmax(refused))
         raw = np.exp(logits.astype(np.float64) - logits.max())
         raw /= raw.sum()  # softmax at T = 1 over all V, computed here
-        assert mask.mass_removed == pytest.approx(raw[~allowed].sum(), rel=1e-4)
+        # the same float32 scores, softmax and sums in float32 there (V terms twice), float64 here
+        assert mask.mass_removed == pytest.approx(raw[~allowed].sum(), rel=float32_tolerance(V, 1.0, depth=3))
         for c in step.top:  # the ten best raw scores: refused ones the model wanted, drawn with probability 0
             if not allowed[c.id]:
                 assert c.prob_after_filters == 0 and c.prob > 0, c

@@ -4,6 +4,7 @@ alone, rows joining and leaving between steps; the step's shapes depend on the b
 on CUDA each bucket captured once and replayed (skipped without CUDA)."""
 import pytest
 import torch
+from kit.tolerance import any_logit_tolerance, assert_within
 from kit.batching import assert_alone_equal, staggered
 from kit.tensor_ops import logged_ops
 from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm
@@ -118,7 +119,7 @@ def test_a_row_reads_only_its_own_cache_row_and_positions(tiny_lm):
         b.tokens.copy_(torch.tensor([7, 99, 3, 5]))
         b.positions.copy_(torch.tensor([12, 60, 0, 33]))
     again = graphs.step(b)
-    torch.testing.assert_close(again[0], first[0], rtol=0, atol=1e-5)
+    assert_within(again[0], first[0], any_logit_tolerance(tiny_lm, 64), "row 0")  # the batch's matmuls' rounding
     assert not torch.allclose(again[1], first[1])
 
 

@@ -3,6 +3,7 @@ HF generate's, on the tiny model here (the step run eagerly), on SmolLM2 (model 
 captured as a CUDA graph (skipped without CUDA)."""
 import pytest
 import torch
+from kit.tolerance import agreed_steps, any_logit_tolerance, assert_within
 from kit.tensor_ops import logged_ops
 from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm, prompt_ids
 
@@ -38,10 +39,14 @@ def check_against_plain_and_hf(lm, ids: list[int], n: int) -> GraphedDecoder:
     mine, my_logits = greedy(graphed, ids, n)
     plain, plain_logits = greedy(PlainDecoder(lm, len(ids) + n), ids, n)
     reference = hf_greedy(lm, ids, n)
-    assert mine == plain
+    # the same dot products in another layout (attention also sums the masked zeros): float32 rounding apart
+    # (kit.tolerance), the same ids unless a step's two best scores tie within it
+    tol = any_logit_tolerance(lm, len(ids) + n)
+    agreed = agreed_steps(mine, plain, torch.stack(plain_logits).numpy(), tol, "graphed against plain")
+    assert agreed == len(plain)
     assert mine[:len(reference)] == reference  # generate stops at an end-of-turn token
-    for a, b in zip(my_logits, plain_logits):  # the same arithmetic; attention sums over masked zeros too
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-4 * float(b.abs().max()))
+    for a, b in zip(my_logits, plain_logits):
+        assert_within(a, b, tol, "step scores")
     return graphed
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from kit.apptest import chart_data, run_page
+from kit.tolerance import assert_within, float32_tolerance, heads_tolerance, parts_tolerance, reading
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,12 +25,18 @@ def test_logit_parts_on_the_page_add_up_to_the_runs_own_score(tiny_app):
     heads = np.asarray(chart_data(at.get("plotly_chart")[1])[0]["z"])
     L = tiny_app.dims.L
     assert len(bars[0]["y"]) == L and heads.shape == (L, tiny_app.dims.H)
-    np.testing.assert_allclose(heads.sum(1), bars[0]["y"], atol=1e-5)  # the heads make up their layer's bar
+    from pipeline.attribution.record import record_step
+
+    rec = record_step(tiny_app, trace.ids)  # the step's record: what its parts' rounding is sized by
+    u = reading(rec, tiny_app, chosen)
+    heads_tol = np.array([heads_tolerance(rec, tiny_app, i) @ u for i in range(L)])
+    assert_within(heads.sum(1), bars[0]["y"], heads_tol, "the heads make up their layer's bar")
     text = " ".join(m.value for m in at.markdown)
     assert f"**{trace.step_logits[0][chosen]:.3f}**" in text  # the score shown is the run's own logit
     embedding = float(at.get("plotly_chart")[0].proto.spec.split("the embedding adds ")[1].split('"')[0])
+    # the embedding's part printed to 3 decimals (5e-4), the parts within float32 rounding of the logit
     assert embedding + np.sum(bars[0]["y"]) + np.sum(bars[1]["y"]) == pytest.approx(
-        float(trace.step_logits[0][chosen]), abs=2e-3)
+        float(trace.step_logits[0][chosen]), abs=5e-4 + parts_tolerance(rec, u))
     at.slider(key="why_threshold").set_value(0.3).run()  # a higher threshold keeps fewer routes
     assert not at.exception
     few = [c.value for c in at.caption if " routes above " in c.value and c.value[0].isdigit()][0]
@@ -171,7 +178,22 @@ def test_neurons_table_adds_up_to_the_mlps_bar(tiny_app):
     layer = int(np.argmax(np.abs(mlp_bars)))
     assert at.number_input(key="why_neuron_layer").value == layer
     [line] = [c.value for c in at.caption if c.value.startswith(f"Layer {layer}'s MLP adds")]
-    assert float(line.split("neurons add up to ")[1].split(",")[0]) == pytest.approx(mlp_bars[layer], abs=2e-3)
+    from kit.texts import DEFAULT_QUESTION
+
+    from pipeline.attribution.neurons import neuron_contributions
+    from pipeline.attribution.record import record_step
+    from pipeline.run.trace import run_trace
+    from pipeline.stages.request import ChatRequest
+
+    trace = run_trace(ChatRequest.from_question(DEFAULT_QUESTION), tiny_app)
+    rec = record_step(tiny_app, trace.ids)
+    nc = neuron_contributions(rec, tiny_app, layer, trace.generated_token_ids[0])
+    # printed to 3 decimals (5e-4); the activations recomputed from one position (two dot products of D terms
+    # after the input norm) then summed over I neurons, on the contributions' own absolute sum (kit.tolerance)
+    d = tiny_app.dims
+    recomputed = float32_tolerance(max(d.D, d.D_mlp), np.abs(nc.contributions).sum(), depth=3)
+    shown = float(line.split("neurons add up to ")[1].split(",")[0])
+    assert shown == pytest.approx(mlp_bars[layer], abs=5e-4 + recomputed)
     at.selectbox(key="why_neuron_position").set_value(0).run()
     assert not at.exception, [e.message for e in at.exception]
     assert any(c.value.startswith(f"Layer {layer}'s MLP adds") and "at position 0" in c.value for c in at.caption)

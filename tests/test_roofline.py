@@ -4,6 +4,7 @@ import json
 import re
 
 import pytest
+from kit.tolerance import any_logit_tolerance, assert_within
 import torch
 from kit.apptest import chart_data
 from torch.utils.flop_counter import FlopCounterMode
@@ -105,8 +106,11 @@ def test_real_model_alone_and_in_a_batch(lm):
     is reported with its gap (a near-tie), never raised."""
     from pipeline.costs.determinism import determinism
 
+    from pipeline.costs.batched import request_ids
+
     d = determinism(lm, others=2, steps=4)
-    assert d.padding > 0 and d.max_abs_logit_diff < 1e-2
+    positions = max(map(len, request_ids(lm, 3))) + 4  # the longest prompt and its steps
+    assert d.padding > 0 and d.max_abs_logit_diff <= any_logit_tolerance(lm, positions)
     for f in d.flips:
         assert abs(f.gap_alone) <= 2 * d.per_step[f.step] + 1e-6
 
@@ -146,7 +150,7 @@ def test_batched_rows_decode_as_each_request_alone(tiny_models, which):
         alone = decode_rows(lm, [p], steps=4, keep_row=0)
         assert together.tokens[row].tolist() == alone.tokens[0].tolist()
         if row == 1:
-            assert abs(together.logits - alone.logits).max() < 1e-3
+            assert_within(together.logits, alone.logits, any_logit_tolerance(lm, len(p) + 4), "row 1's scores")
 
 
 def test_sweep_json_shape_and_sanity(tiny):
@@ -223,7 +227,11 @@ def test_determinism_report_on_a_tiny_model(tiny):
     out = d.to_json()
     assert {"batch_size", "max_abs_logit_diff", "flipped_steps"} <= out.keys()
     assert d.batch_size == 4 and d.padding > 0 and len(d.per_step) == 4
-    assert d.max_abs_logit_diff == max(d.per_step) < 1e-3  # a broken padding mask moves logits by whole units
+    # float32 rounding of padded rows against one row (kit.tolerance); a broken padding mask moves logits by whole
+    # units
+    from pipeline.costs.batched import request_ids
+
+    assert d.max_abs_logit_diff == max(d.per_step) <= any_logit_tolerance(tiny, max(map(len, request_ids(tiny, 4))) + 4)
     for f in d.flips:
         assert abs(f.gap_alone) <= 2 * d.per_step[f.step] + 1e-6
 

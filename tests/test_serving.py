@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 import pytest
+from kit.tolerance import (abs_dot, agreed_steps, any_logit_tolerance, assert_within, float32_tolerance,
+                           logits_tolerance)
 
 from pipeline.core.errors import InputError
 from pipeline.core.timing import compare_runs
@@ -321,13 +323,16 @@ def test_batched_runs_equal_single_runs(lm):
     batch = run_traces(requests, lm)
     for request, b in zip(requests, batch):
         a = run_trace(request, lm)
-        assert b.generated_token_ids == a.generated_token_ids and b.finish_reason == a.finish_reason
-        assert b.text == a.text
-        n = len(a.steps)
-        assert np.abs(a.step_logits[:n] - b.step_logits[:n]).max() < 1e-3
+        # padded rows and one row: float32 rounding apart (kit.tolerance); the same answer unless a step's two best
+        # scores tie within it
+        tol = any_logit_tolerance(lm, len(a.ids) + len(a.generated_token_ids))
+        n = agreed_steps(b.generated_token_ids, a.generated_token_ids, a.step_logits, tol, str(request.messages))
+        assert_within(b.step_logits[:n], a.step_logits[:n], tol, "step scores")
+        if n == len(a.generated_token_ids) == len(b.generated_token_ids):
+            assert b.finish_reason == a.finish_reason and b.text == a.text
+            assert b.steps[-1].kv_cache_bytes == a.steps[-1].kv_cache_bytes  # its own rows, not the padding
         assert b.steps[0].batch_size == 3
-        assert [s.kv_cache_tokens for s in b.steps] == [s.kv_cache_tokens for s in a.steps]
-        assert b.steps[-1].kv_cache_bytes == a.steps[-1].kv_cache_bytes  # its own rows, not the padding
+        assert [s.kv_cache_tokens for s in b.steps[:n]] == [s.kv_cache_tokens for s in a.steps[:n]]
 
 
 @pytest.mark.model
@@ -489,8 +494,8 @@ def _request_ids(lm, question: str, n: int):
 
 def test_plain_decoder_row_blocks_give_linear_s_exact_outputs_at_smollm2_shapes():
     """The decoder runs each projection as a bmm over row blocks of the weight (both cores read it);
-    at SmolLM2's shapes that must be F.linear's result (to the bit on this machine), or greedy tokens
-    could drift."""
+    at SmolLM2's shapes one block is F.linear's result to the bit, and more blocks the same dot products
+    within float32 rounding (kit.tolerance: d terms each; another kernel may add them in another order)."""
     import torch
     import torch.nn.functional as F
 
@@ -501,9 +506,9 @@ def test_plain_decoder_row_blocks_give_linear_s_exact_outputs_at_smollm2_shapes(
         w, x = torch.randn(n, d, generator=g), torch.randn(1, d, generator=g)
         reference = F.linear(x, w)
         assert torch.equal(project(x, row_blocks(w, 1)), reference)  # one block: the Linear itself
-        for k in (2, 3):  # the same dot products; the same bits here (a CPU with other kernels may round
-            # the last bit differently, so the test allows that and no more)
-            assert torch.allclose(project(x, row_blocks(w, k)), reference, rtol=0, atol=1e-5), (n, d, k)
+        tol = float32_tolerance(d, 1.0) * abs_dot(x.numpy(), w.numpy())  # (1, n)
+        for k in (2, 3):  # the same dot products, maybe another kernel's order
+            assert_within(project(x, row_blocks(w, k)), reference, tol, f"{(n, d, k)}")
     assert row_blocks(torch.zeros(7, 4), 2).shape == (1, 4, 7)  # rows that do not divide: one block
 
 
@@ -527,7 +532,7 @@ def test_plain_decoder_follows_hf_on_a_tiny_llama(tokenizer, tiny_lm):
             with torch.inference_mode():
                 x = torch.tensor([seq], device=lm.device)
                 full = lm.model(input_ids=x).logits[0, -1]  # (V,) the whole sequence again
-            torch.testing.assert_close(logits, full, rtol=0, atol=1e-4 * float(full.abs().max()))
+            assert_within(logits, full, logits_tolerance(lm, seq), f"{kind.__name__} at {len(seq)}")
             seq.append(int(logits.argmax()))
             logits = decoder.step(seq[-1])
     plain = PlainDecoder(tiny_lm, len(ids) + 1)
@@ -556,7 +561,7 @@ def test_plain_decoder_logits_match_hf_full_forward(lm):
             if step in checked:
                 with lm.lock, torch.inference_mode():
                     full = lm.model(input_ids=torch.tensor([seq], device=lm.device)).logits[0, -1]  # (V,)
-                torch.testing.assert_close(logits, full, rtol=0, atol=1e-4 * float(full.abs().max()))
+                assert_within(logits, full, logits_tolerance(lm, seq), f"step {step}")
             seq.append(int(logits.argmax()))
             with counting_passes(PassCounter()) as mine:  # this thread's passes (a warm-up may share the model)
                 logits = decoder.step(seq[-1])

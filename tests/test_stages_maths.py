@@ -5,6 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from kit.tolerance import (U32, abs_dot, assert_same_best, assert_within, attention_tolerance, float64_tolerance,
+                           lens_tolerance, logits_tolerance, rope_tolerance)
 
 from pipeline.model.capture import block_names, capture, hook_points
 from pipeline.model.prefill import run_prefill, top_per_position
@@ -64,8 +66,9 @@ def test_attention_for_layer_recomputes_the_brute_force_pattern():
     q, k = rng.normal(size=(2, 4, 7, 8)).astype(np.float32), rng.normal(size=(2, 2, 7, 8)).astype(np.float32)
     prefill = SimpleNamespace(attention=None, q_rot=q, k_rot=k)
     ref = brute_attention(q[1].astype(np.float64), k[1].astype(np.float64))
-    np.testing.assert_allclose(attention_for_layer(prefill, 1), ref, atol=1e-5)
-    np.testing.assert_allclose(attention_for_layer(prefill, 1, first_row=4), ref[:, 4:], atol=1e-5)
+    tol = attention_tolerance(q[1], k[1], 8 ** -0.5, 7)  # ours float32, the reference float64
+    assert_within(attention_for_layer(prefill, 1), ref, tol, "every row")
+    assert_within(attention_for_layer(prefill, 1, first_row=4), ref[:, 4:], tol, "from row 4")
 
 
 def test_attention_by_hand_on_chosen_positions():
@@ -74,9 +77,12 @@ def test_attention_by_hand_on_chosen_positions():
     out = attention_by_hand(q, k, v, head=3, positions=[7, 1, 4])
     assert out["positions"].tolist() == [1, 4, 7] and out["kv_head"] == 1
     ref = brute_attention(q[3:4, [1, 4, 7]], k[1:2, [1, 4, 7]])[0]
-    np.testing.assert_allclose(out["weights"], ref, atol=1e-12)
+    # float64 both: scores of 8 terms (|q| |k| / sqrt(8) bounds them), a softmax of 3, a mix of 3 values
+    score = float64_tolerance(8, np.linalg.norm(q[3], axis=-1).max() * np.linalg.norm(k[1], axis=-1).max() / 8 ** 0.5)
+    assert_within(out["weights"], ref, 2 * score + float64_tolerance(3, 1.0, depth=2), "weights")
     assert np.isneginf(out["masked"][np.triu_indices(3, 1)]).all()
-    np.testing.assert_allclose(out["mixed"], ref @ v[1, [1, 4, 7]], atol=1e-12)
+    values = v[1, [1, 4, 7]]
+    assert_within(out["mixed"], ref @ values, float64_tolerance(3, abs_dot(ref, values.T), depth=2), "mixed")
 
 
 def test_layer_statistics_by_hand():
@@ -146,11 +152,12 @@ def test_prefill_on_the_tiny_model(tiny_lm):
     assert p.q_rot.shape == (d.L, d.H, T, d.Dh) and p.k_rot.shape == (d.L, d.Hkv, T, d.Dh)
     with torch.inference_mode():
         full = tiny_lm.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]
-    torch.testing.assert_close(last, full.float(), atol=1e-5, rtol=0)
-    np.testing.assert_allclose(p.attention[1], brute_attention(p.q_rot[1].astype(np.float64),
-                                                               p.k_rot[1].astype(np.float64)), atol=1e-5)
+    assert_within(last, full.float(), logits_tolerance(tiny_lm, ids), "last logits")  # the capture's pass and this
+    assert_within(p.attention[1], brute_attention(p.q_rot[1].astype(np.float64), p.k_rot[1].astype(np.float64)),
+                  attention_tolerance(p.q_rot[1], p.k_rot[1], d.Dh ** -0.5, T), "layer 1's attention")
     lens_ids, _ = la.logit_lens(tiny_lm, p.hidden_states, k=1, chunk_rows=5)
-    np.testing.assert_array_equal(lens_ids[-1, :, 0], top_per_position(tiny_lm, p.final_norm)[0][:, 0])
+    top_ids, top_logits, _ = top_per_position(tiny_lm, p.final_norm)
+    assert_same_best(lens_ids[-1, :, 0], top_ids[:, 0], top_logits[:, :2], lens_tolerance(tiny_lm, p.final_norm))
     assert tiny_lm.model.config._attn_implementation == "sdpa"  # the eager capture put the kernel back
     assert sum(p.kv_bytes_per_layer) == d.kv_bytes(T)
     assert run.kv_cache.get_seq_length() == T  # the decode continues after the whole prompt
@@ -161,12 +168,13 @@ def test_residual_stream_identity(tiny_lm):
     block i is the stream before it plus that block's attention output plus its MLP output, and the stream
     starts at the embeddings. Each term is far above the tolerance, so a capture that drops one fails."""
     p = run_prefill(tiny_lm, tiny_lm.tokenizer("Are tomatoes fruit? Botanically, yes.")["input_ids"]).prefill
-    atol = 1e-6  # float32 sums of values below 1: the identity holds to ~1e-8
     np.testing.assert_array_equal(p.hidden_states[0], p.embeddings)
+    h = p.hidden_states.astype(np.float64)
     for i in range(tiny_lm.dims.L):
-        assert np.abs(p.attn_out[i]).max() > 100 * atol and np.abs(p.mlp_out[i]).max() > 100 * atol
-        np.testing.assert_allclose(p.hidden_states[i + 1], p.hidden_states[i] + p.attn_out[i] + p.mlp_out[i],
-                                   rtol=0, atol=atol, err_msg=f"block {i}")
+        # the block's two float32 additions, each rounded once (kit.tolerance's u): exact in float64 here
+        tol = U32 * (np.abs(h[i] + p.attn_out[i]) + np.abs(h[i + 1]))
+        assert np.abs(p.attn_out[i]).max() > 100 * tol.max() and np.abs(p.mlp_out[i]).max() > 100 * tol.max()
+        assert_within(h[i + 1], h[i] + p.attn_out[i] + p.mlp_out[i], tol, f"block {i}")
 
 
 def test_one_rope_equals_hf_to_the_bit_on_torch_and_numpy(tiny_lm):
@@ -185,8 +193,9 @@ def test_one_rope_equals_hf_to_the_bit_on_torch_and_numpy(tiny_lm):
     assert torch.equal(one_rope.rotate(q, ours_cos, ours_sin), hf_q)  # same bits
     assert torch.equal(one_rope.rotate(k, cos[0], one_rope.signed_sin(sin[0])), hf_k)
     np_cos, np_sin = one_rope.cos_sin(np.arange(P), d.Dh, d.rope_base)  # float64, from the base alone
-    np.testing.assert_allclose(np_cos, cos[0].numpy(), atol=1e-6)
-    np.testing.assert_allclose(np_sin, sin[0].numpy(), atol=1e-6)
+    angle = U32 * (2 * P + 4)  # HF's float32 angle p f (off by 2 u p at most) and its cos and sin (u each)
+    assert_within(np_cos, cos[0].numpy(), angle, "cos")
+    assert_within(np_sin, sin[0].numpy(), angle, "sin")
     as_np = one_rope.rotate(q.numpy().astype(np.float64), np_cos, one_rope.signed_sin(np_sin))
-    np.testing.assert_allclose(as_np, hf_q.numpy(), atol=1e-5)
+    assert_within(as_np, hf_q.numpy(), rope_tolerance(q, P), "rotated in float64 and by HF")
     np.testing.assert_array_equal(rope.rotate(q.numpy(), np.arange(P), d.rope_base), as_np)  # the stage's is this one

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from kit.tolerance import float32_tolerance, logprob_tolerance
 
 from pipeline.core.errors import InputError
 from pipeline.training import memory, train_step
@@ -37,9 +38,10 @@ def test_score_equals_hf_loss_on_tiny_model(tiny_lm):
     score = score_ids(tiny_lm, ids)
     loss, logprobs = hf_token_logprobs(tiny_lm.model, ids)
     assert score.logprobs[0] is None and len(score.logprobs) == len(ids)
-    assert score.logprobs[1:] == pytest.approx(logprobs, abs=1e-5)
-    assert score.mean_loss == pytest.approx(loss, abs=1e-5)
-    assert score.perplexity == pytest.approx(math.exp(loss), rel=1e-5)
+    tol = logprob_tolerance(tiny_lm, len(ids))  # ours and HF's pass: float32 rounding apart (kit.tolerance)
+    assert score.logprobs[1:] == pytest.approx(logprobs, abs=tol)
+    assert score.mean_loss == pytest.approx(loss, abs=tol)
+    assert score.perplexity == pytest.approx(math.exp(loss), rel=2 * tol)
     for t in score.scored:  # rank 1 is the model's own top choice; surprisal is -log2 p
         assert (score.ranks[t] == 1) == (score.top_ids[t] == ids[t])
         assert score.surprisal_bits(t) == pytest.approx(-math.log2(score.prob(t)))
@@ -55,7 +57,8 @@ def test_answer_is_scored_after_the_templated_question(tiny_lm):
     score = score_ids(tiny_lm, ids, start)
     assert score.logprobs[:start] == [None] * start
     _, logprobs = hf_token_logprobs(tiny_lm.model, ids)
-    assert score.mean_loss == pytest.approx(-sum(logprobs[start - 1:]) / (len(ids) - start), abs=1e-5)
+    want = -sum(logprobs[start - 1:]) / (len(ids) - start)
+    assert score.mean_loss == pytest.approx(want, abs=logprob_tolerance(tiny_lm, len(ids)))
 
 
 @pytest.mark.parametrize("text, field, says", [
@@ -90,7 +93,9 @@ def test_one_step_lowers_the_loss_and_leaves_the_original_untouched(tiny_lm):
     for optimizer, lr in (("sgd", 0.5), ("adam", 1e-3)):
         result = train_step.take_step(copy.deepcopy(tiny_lm.model), ids, other, optimizer, lr)
         assert -sum(result["logprobs_after"]) < -sum(result["logprobs_before"])
-        assert result["loss"] == pytest.approx(-sum(result["logprobs_before"]) / (len(ids) - 1), abs=1e-5)
+        # the same logits, HF's cross entropy against our log-softmax: each a log-sum-exp of V terms
+        lse = float32_tolerance(tiny_lm.dims.V, 1.0, depth=2) * (1 + abs(result["loss"]))
+        assert result["loss"] == pytest.approx(-sum(result["logprobs_before"]) / (len(ids) - 1), abs=lse)
         assert set(result["grad_norms"]) == {"embeddings", "layer 0", "layer 1", "final norm", "head"}
         assert result["grad_norm"] == pytest.approx(math.sqrt(sum(v * v for v in result["grad_norms"].values())))
     assert weights_hash(tiny_lm.model) == before
@@ -142,8 +147,9 @@ def test_score_equals_hf_loss_on_real_models(lm, gemma_lm):
         ids = text_ids(model, SENTENCE)
         score = score_ids(model, ids)
         loss, logprobs = hf_token_logprobs(model.model, ids)
-        assert score.logprobs[1:] == pytest.approx(logprobs, abs=1e-4)
-        assert score.mean_loss == pytest.approx(loss, abs=1e-5)
+        tol = logprob_tolerance(model, len(ids))
+        assert score.logprobs[1:] == pytest.approx(logprobs, abs=tol)
+        assert score.mean_loss == pytest.approx(loss, abs=tol)
 
 
 @pytest.mark.model
@@ -153,7 +159,8 @@ def test_real_step_in_a_child_lowers_loss_and_leaves_the_shared_model_bit_identi
     params = sum(p.numel() for p in lm.model.parameters())
     result = train_step.run_step("smollm2-135m", ids, other, "sgd", 0.01, params, lm.dims)
     assert sum(result["logprobs_after"]) > sum(result["logprobs_before"])
-    assert score_ids(lm, ids).mean_loss == pytest.approx(result["loss"], abs=1e-4)  # the child started from ours
+    # the child started from ours (its own process and threads: maybe other kernels, float32 rounding apart)
+    assert score_ids(lm, ids).mean_loss == pytest.approx(result["loss"], abs=logprob_tolerance(lm, len(ids)))
     assert weights_hash(lm.model) == before
     assert len([k for k in result["grad_norms"] if k.startswith("layer ")]) == lm.dims.L
 
@@ -204,8 +211,9 @@ def test_cli_score_json(lm, tmp_path):
     loss, logprobs = hf_token_logprobs(lm.model, doc["ids"])
     assert doc["ids"] == lm.tokenizer(SENTENCE)["input_ids"] and doc["tokens"][0]["logprob"] is None
     assert [t["id"] for t in doc["tokens"]] == doc["ids"]
-    assert [t["logprob"] for t in doc["tokens"][1:]] == pytest.approx(logprobs, abs=1e-4)
-    assert doc["mean_loss"] == pytest.approx(loss, abs=1e-5)
+    tol = logprob_tolerance(lm, len(doc["ids"]))
+    assert [t["logprob"] for t in doc["tokens"][1:]] == pytest.approx(logprobs, abs=tol)
+    assert doc["mean_loss"] == pytest.approx(loss, abs=tol)
     assert main(["score", "Yes, they are.", "--answer-to", "Are tomatoes fruit?", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     start = doc["scored_from"]

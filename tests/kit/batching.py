@@ -1,5 +1,5 @@
 """A fake step engine for the queue, and three requests checked against their runs alone."""
-import numpy as np
+from kit.tolerance import agreed_steps, any_logit_tolerance, assert_within
 
 from pipeline.core.errors import InputError
 from pipeline.model.passes import note_pass
@@ -55,10 +55,13 @@ def assert_alone_equal(lm, traces, requests):
 
     for request, joined in zip(requests, traces):
         alone = run_trace(request, lm)
-        assert joined.generated_token_ids == alone.generated_token_ids
-        assert np.abs(joined.step_logits - alone.step_logits).max() < 1e-4
-        assert [s.kv_cache_tokens for s in joined.steps] == [s.kv_cache_tokens for s in alone.steps]
-        assert [s.kv_bytes_per_layer for s in joined.steps] == [s.kv_bytes_per_layer for s in alone.steps]
+        # the same answer (unless a step's two best scores tie within rounding), each shared step's scores within
+        # float32 rounding of a pass over that many positions (kit.tolerance)
+        tol = any_logit_tolerance(lm, len(alone.ids) + len(alone.generated_token_ids))
+        n = agreed_steps(joined.generated_token_ids, alone.generated_token_ids, alone.step_logits, tol, "joined")
+        assert_within(joined.step_logits[:n], alone.step_logits[:n], tol, "step scores")
+        assert [s.kv_cache_tokens for s in joined.steps[:n]] == [s.kv_cache_tokens for s in alone.steps[:n]]
+        assert [s.kv_bytes_per_layer for s in joined.steps[:n]] == [s.kv_bytes_per_layer for s in alone.steps[:n]]
 
 
 def staggered(lm, requests, join_at, static_batch: bool | None = None):

@@ -41,20 +41,24 @@ U64 = 2.0 ** -53  # float64's
 LAM = 8.0  # a chance bound: 2 exp(-LAM^2 / 2) = 2.5e-14 per compared value
 
 
-def _tolerance(u: float, n_terms: int, magnitude: float, depth: int) -> float:
-    if n_terms < 1 or depth < 1 or not magnitude >= 0:
+def _tolerance(u: float, n_terms: int, magnitude, depth: int):
+    """One tolerance, or one per magnitude where magnitude is an array (each value's own sum of terms)."""
+    m = np.asarray(magnitude, dtype=np.float64)
+    if n_terms < 1 or depth < 1 or not np.all(m >= 0):
         raise ValueError(f"n_terms and depth at least 1, magnitude at least 0: {n_terms}, {depth}, {magnitude}")
-    return LAM * math.sqrt(2 * n_terms * depth) * u * float(magnitude)
+    t = LAM * math.sqrt(2 * n_terms * depth) * u * m
+    return float(t) if t.ndim == 0 else t
 
 
-def float32_tolerance(n_terms: int, magnitude: float, depth: int = 1) -> float:
+def float32_tolerance(n_terms: int, magnitude, depth: int = 1):
     """The most two float32 computations of one value may differ by: sums of `n_terms` terms whose absolute
-    values add up to at most `magnitude`, `depth` of them chained. E.g. one dot product of width 576 with
+    values add up to at most `magnitude` (a number, or an array: a tolerance per value), `depth` of them chained.
+    E.g. one dot product of width 576 with
     |x| . |w| = 8: float32_tolerance(576, 8) = 8 * sqrt(1152) * 2^-24 * 8 = 1.3e-4."""
     return _tolerance(U32, n_terms, magnitude, depth)
 
 
-def float64_tolerance(n_terms: int, magnitude: float, depth: int = 1) -> float:
+def float64_tolerance(n_terms: int, magnitude, depth: int = 1):
     """float32_tolerance's formula with float64's roundoff: a comparison computed in float64 throughout."""
     return _tolerance(U64, n_terms, magnitude, depth)
 
@@ -93,35 +97,183 @@ def assert_within(actual, expected, tol, what: str = "") -> None:
     bad = ~(diff <= t)  # NaN counts as outside
     _log_margin(what, diff, t)
     if bad.any():
-        i = np.unravel_index(int(np.argmax(np.where(bad, diff / np.maximum(t, 1e-300), 0))), a.shape) if a.ndim else ()
+        worst = int(np.argmax(np.where(bad, diff / np.maximum(t, 1e-300), 0)))
+        i = tuple(int(k) for k in np.unravel_index(worst, a.shape))
         raise AssertionError(f"{what}: {int(bad.sum())} of {a.size} values differ beyond the tolerance; worst at "
-                             f"{i}: {a[i]!r} against {e[i]!r}, off by {diff[i]:.3g}, tolerance {t[i]:.3g}")
+                             f"{i}: {float(a[i])!r} against {float(e[i])!r}, off by {float(diff[i]):.3g}, "
+                             f"tolerance {float(t[i]):.3g}")
 
 
 def _log_margin(what: str, diff: np.ndarray, tol: np.ndarray) -> None:
-    """With TPE_TOLERANCE_LOG=FILE: append the largest share of its tolerance a comparison used (how much room the
-    derived tolerance leaves on this CPU; docs/testing.md)."""
+    """With TPE_TOLERANCE_LOG=FILE: append the test, the comparison, the largest share of its tolerance it used (how
+    much room the derived tolerance leaves on this CPU; docs/testing.md), the largest difference and tolerance."""
     path = os.environ.get("TPE_TOLERANCE_LOG")
     if path and diff.size:
         used = float(np.max(diff / np.maximum(tol, 1e-300)))
         with open(path, "a") as f:
-            f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]}\t{what}\t{used:.3g}\n")
+            f.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '?').split(' ')[0]}\t{what}\t{used:.3g}\t"
+                    f"{float(diff.max()):.3g}\t{float(tol.max()):.3g}\n")
 
 
-def logits_tolerance(lm, ids, tokens, position: int = -1) -> float:
-    """How far two float32 passes of `ids` through `lm` may put the logits of `tokens` at `position` apart (each
-    of them, or any difference of them): forward_tolerance with magnitude |x| . (|W_U[t_1]| + ...), x the final
-    norm's output there (what the unembedding reads, caught by a hook on it)."""
+def final_norm_output(lm, ids, position: int = -1) -> np.ndarray:
+    """(D,) what the unembedding reads at `position` in a plain pass of `ids` (a hook on it), float64."""
     import torch
 
     seen = []
-    head = lm.model.get_output_embeddings()
-    handle = head.register_forward_pre_hook(lambda _m, args: seen.append(args[0][0, position].detach()))
+    handle = lm.model.get_output_embeddings().register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0][0, position].detach()))
     try:
         with torch.no_grad():
             lm.model(torch.tensor([list(ids)], device=lm.device), use_cache=False)
     finally:
         handle.remove()
-    x = seen[0].double().cpu().numpy()
-    w = head.weight[list(tokens)].detach().double().cpu().numpy()
-    return forward_tolerance(lm.dims, float(np.abs(x) @ np.abs(w).sum(0)), len(ids))
+    return seen[0].double().cpu().numpy()
+
+
+def unembedding_magnitude(lm, x, tokens=None) -> np.ndarray:
+    """|x| . |W_U[t]| for every token t (or those of `tokens`): each logit's terms' absolute sum for the final norm's
+    output x, (D,) -> (V,) or (n, D) -> (n, V) (in chunks of rows: Gemma's W_U is 262,144 x 640)."""
+    import torch
+
+    w = lm.model.get_output_embeddings().weight.detach()
+    rows = list(range(w.shape[0])) if tokens is None else list(tokens)
+    x = np.asarray(x, dtype=np.float32)
+    ax = torch.from_numpy(np.abs(x.reshape(-1, x.shape[-1]))).to(w.device)  # (n, D)
+    out = np.concatenate([(w[rows[i:i + 16384]].abs().float() @ ax.T).double().cpu().numpy()
+                          for i in range(0, len(rows), 16384)])  # (V, n)
+    return out[:, 0] if x.ndim == 1 else out.T.reshape(*x.shape[:-1], len(rows))
+
+
+def logits_tolerance(lm, ids, tokens=None, position: int = -1) -> np.ndarray:
+    """How far two float32 passes of `ids` through `lm` may put each logit at `position` apart ((V,), or one per
+    token of `tokens`; a difference of two logits: their sum): forward_tolerance with magnitude |x| . |W_U[t]|."""
+    x = final_norm_output(lm, ids, position)
+    return forward_tolerance(lm.dims, 1.0, len(ids)) * unembedding_magnitude(lm, x, tokens)
+
+
+def attention_tolerance(q, k, scale: float, positions: int, input_error: float = 0.0) -> float:
+    """How far two float32 computations of softmax(q . k * scale) over `positions` keys may differ: a score has
+    Dh terms, |q . k| <= |q| |k| bounds their absolute sum (plus `input_error`, a relative error q and k each
+    carry: float16 storage 2^-11, another pass's forward_tolerance(dims, 1, T, layers)); a weight p moves by at
+    most p (ds_i + max ds) <= 2 max ds, and the softmax's own sum of `positions` terms (each at most 1) rounds
+    once more."""
+    qn = float(np.linalg.norm(np.asarray(_numpy(q), dtype=np.float64), axis=-1).max())
+    kn = float(np.linalg.norm(np.asarray(_numpy(k), dtype=np.float64), axis=-1).max())
+    Dh = np.shape(q)[-1]
+    score = float32_tolerance(Dh, qn * kn * scale) + 2 * input_error * qn * kn * scale
+    return 2 * score + float32_tolerance(positions, 1.0, depth=2)
+
+
+U16 = 2.0 ** -11  # float16's unit roundoff: what storing a float32 value compactly costs it, relative
+
+
+def assert_same_best(ids, reference_ids, reference_top2, tol, what: str = "") -> None:
+    """The same best token at each position as the reference (ids (P,), reference_top2 (P, 2) its two best
+    logits), except where the reference's two best are within 2 tol of each other: there two correct float32
+    computations may choose either."""
+    ids, ref, top2 = np.asarray(ids), np.asarray(reference_ids), np.asarray(reference_top2, dtype=np.float64)
+    differ = ids != ref
+    tie = top2[:, 0] - top2[:, 1] <= 2 * np.asarray(tol)
+    assert not np.any(differ & ~tie), f"{what}: other best tokens at {np.flatnonzero(differ & ~tie).tolist()}"
+
+
+def lens_tolerance(lm, final_norm) -> float:
+    """How far a logit from the final norm and the head, recomputed (the norm's mean over D, then D terms), may be
+    from the model's: the largest |x| . |W_U[t]| over the positions of `final_norm` (P, D) and every token."""
+    return float32_tolerance(lm.dims.D, 1.0, depth=2) * float(unembedding_magnitude(lm, final_norm).max())
+
+
+def any_logit_tolerance(lm, positions: int) -> float:
+    """logits_tolerance for any position and token, from the weights alone: the final norm's output x has
+    |x| <= sqrt(D) max|g| (an RMSNorm's output before its gain g has norm sqrt(D) at most), so
+    |x| . |W_U[t]| <= |x| |W_U[t]| <= sqrt(D) max|g| max_t |W_U[t]| (Cauchy-Schwarz). For scores of many steps
+    (a decode's step logits), where each step's own pass is not at hand."""
+    import torch
+
+    from pipeline.model.capture import final_norm_scale
+
+    g = float(final_norm_scale(lm.model).detach().abs().max())
+    w = float(torch.linalg.vector_norm(lm.model.get_output_embeddings().weight.detach().float(), dim=1).max())
+    return forward_tolerance(lm.dims, math.sqrt(lm.dims.D) * g * w, positions)
+
+
+def agreed_steps(tokens, reference, reference_scores, tol, what: str = "") -> int:
+    """Two greedy answers of one prompt by two float32 computations: the same tokens, except that from a step
+    where the reference's two best scores (reference_scores (steps, V)) are within 2 tol of each other either may
+    be chosen and the answers part. The number of steps they share (compare scores over those only)."""
+    tokens, reference = list(tokens), list(reference)
+    n = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), min(len(tokens), len(reference)))
+    if n < max(len(tokens), len(reference)):
+        if n == min(len(tokens), len(reference)):  # one ended where the other went on: the end token's own choice
+            step = np.asarray(reference_scores[min(n, len(reference_scores) - 1)], dtype=np.float64)
+        else:
+            step = np.asarray(reference_scores[n], dtype=np.float64)
+        best2 = np.sort(step)[-2:]
+        assert best2[1] - best2[0] <= 2 * tol, (f"{what}: the answers part at step {n} ({tokens[n:n + 3]} against "
+                                                f"{reference[n:n + 3]}), where the best score leads by "
+                                                f"{best2[1] - best2[0]:.3g}, beyond rounding ({2 * tol:.3g})")
+    return n
+
+
+def rope_tolerance(x, positions: int) -> float:
+    """How far a float32 RoPE rotation of x (..., Dh) over `positions` positions may be from an exact one: the
+    angle p f is a float32 product (p < positions, f <= 1: off by 2 u p at most) whose cos and sin round once
+    more (u each), turning each pair (|pair| <= sqrt 2 max|x|) by that much, and x cos + y sin rounds twice."""
+    return U32 * (2 * positions + 4) * math.sqrt(2) * scale(x)
+
+
+def attention_write_magnitude(rec, lm, layer: int, position: int = -1) -> np.ndarray:
+    """(D,) the absolute sum of the terms of layer's attention write at `position` in an attribution record
+    (pipeline.attribution.record): sum over h, k, s of |W_O[d, hk]| a_hs |v_s,hk| (times Gemma's frozen
+    post-norm scale), which bounds both routes to it: z = sum_s a_s v_s through W_O, and each source through W_O."""
+    from pipeline.attribution.record import weights
+
+    _, _, _, w_o, post = weights(lm)
+    H, Hkv, Dh = lm.dims.H, lm.dims.Hkv, lm.dims.Dh
+    t = position % rec.resid.shape[1]
+    v = np.abs(rec.v[layer, :t + 1].astype(np.float64)).reshape(t + 1, Hkv, Dh)[:, np.arange(H) // (H // Hkv)]
+    a = rec.pattern[layer, :, t, :t + 1].astype(np.float64)  # (H, T)
+    av = np.einsum("hs,shk->hk", a, v).reshape(-1)  # (H Dh,)
+    m = np.abs(w_o[layer].numpy().astype(np.float64)) @ av
+    return m if post is None else m * np.abs(rec.post_scale[layer, t] * post[layer].numpy())
+
+
+def stream_tolerance(rec, position: int = -1) -> np.ndarray:
+    """(D,) how far the model's own last stream may be from the exact sum of the record's parts (embedding, each
+    block's attention and MLP writes): each block adds its two writes with two float32 roundings, u |h + attn| and
+    u |h + attn + mlp|."""
+    h = rec.resid[:, position].astype(np.float64)  # (L + 1, D)
+    return (U32 * (np.abs(h[:-1] + rec.attn[:, position]) + np.abs(h[1:]))).sum(0)
+
+
+def parts_tolerance(rec, u, position: int = -1) -> float:
+    """How far the parts of an attribution read through u (D,) (float64) may add up from the model's own logit:
+    the stream's additions (stream_tolerance), then the model's final norm (a mean over D) and head (D terms)."""
+    au = np.abs(np.asarray(u, dtype=np.float64))
+    last = np.abs(rec.resid[-1, position].astype(np.float64))
+    return float(stream_tolerance(rec, position) @ au) + float32_tolerance(len(au), float(last @ au), depth=2)
+
+
+def reading(rec, lm, *tokens) -> np.ndarray:
+    """(D,) |W_U[t1]| + ... through an attribution record's frozen final norm (r g at its last position): what the
+    absolute terms of a part read as a logit (or a difference of logits) are multiplied by (parts_tolerance's u)."""
+    from pipeline.attribution.dla import frozen_norm
+
+    w = lm.model.get_output_embeddings().weight.detach()
+    return sum(np.abs(w[t].double().cpu().numpy()) for t in tokens) * np.abs(frozen_norm(rec, lm))
+
+
+def logprob_tolerance(lm, positions: int) -> float:
+    """How far two float32 passes may put a token's log-probability (or a mean of them, a loss) apart: its logit
+    and the largest other one each within any_logit_tolerance, and the log-sum-exp's own sum of V terms."""
+    return 2 * any_logit_tolerance(lm, positions) + float32_tolerance(lm.dims.V, 1.0, depth=2)
+
+
+def heads_tolerance(rec, lm, layer) -> np.ndarray:
+    """(D,) the heads' writes (float64 from z) against the attention's own (the model's float32: z sums T
+    sources, o_proj H Dh terms; Gemma: then its post-norm, a mean over D) at the last position."""
+    from pipeline.attribution.record import is_gemma
+
+    T, HDh = rec.resid.shape[1], lm.dims.H * lm.dims.Dh
+    norm = float32_tolerance(lm.dims.D, 1.0, depth=2) * np.abs(rec.attn[layer, -1]) if is_gemma(lm) else 0.0
+    return float32_tolerance(max(T, HDh), 1.0, depth=2) * attention_write_magnitude(rec, lm, layer) + norm
