@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
-from kit.tolerance import any_logit_tolerance, assert_within, float32_tolerance, lens_tolerance
 from kit.cli import run_cli
 from kit.disk import fill, tiny_tmpfs
 from kit.paths import ROOT
+from kit.tolerance import any_logit_tolerance, assert_within, float32_tolerance, lens_tolerance
 
 from pipeline.cli.terminal import safe_output, terminal_text
 from pipeline.core.errors import InputError

@@ -4,10 +4,10 @@ alone, rows joining and leaving between steps; the step's shapes depend on the b
 on CUDA each bucket captured once and replayed (skipped without CUDA)."""
 import pytest
 import torch
-from kit.tolerance import any_logit_tolerance, assert_within
 from kit.batching import assert_alone_equal, staggered
 from kit.tensor_ops import logged_ops
 from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm
+from kit.tolerance import any_logit_tolerance, assert_within
 
 from pipeline.model.decoders.graphed_batch import GraphedBatch, batch_bucket, position_bucket
 from pipeline.model.loader import LoadedModel

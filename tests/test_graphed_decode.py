@@ -3,9 +3,9 @@ HF generate's, on the tiny model here (the step run eagerly), on SmolLM2 (model 
 captured as a CUDA graph (skipped without CUDA)."""
 import pytest
 import torch
-from kit.tolerance import agreed_steps, any_logit_tolerance, assert_within
 from kit.tensor_ops import logged_ops
 from kit.tiny_models import TINY_APP_LAYOUT, make_tiny_lm, prompt_ids
+from kit.tolerance import agreed_steps, any_logit_tolerance, assert_within
 
 from pipeline.model.decoders.factory import captures_graphs, open_decoder
 from pipeline.model.decoders.graphed import GraphedDecoder

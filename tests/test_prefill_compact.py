@@ -3,8 +3,8 @@ residual stream passes 65,504 on a few tokens of a 600-token prompt, where float
 "Mean over tokens: ... middle nan, last nan". Tiny model, one embedding row made huge."""
 import numpy as np
 import torch
-from kit.tolerance import U16
 from kit.tiny_models import make_tiny_lm
+from kit.tolerance import U16
 
 import pipeline.model.prefill as prefill_module
 

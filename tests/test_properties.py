@@ -7,11 +7,11 @@ import unicodedata
 
 import numpy as np
 import pytest
-from kit.tolerance import assert_within, logits_tolerance
 import torch
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from kit.hypothesis_profiles import examples
+from kit.tolerance import assert_within, logits_tolerance
 
 from pipeline.core.errors import InputError
 from pipeline.prompt_cache.engine import (

@@ -4,9 +4,9 @@ import json
 import re
 
 import pytest
-from kit.tolerance import any_logit_tolerance, assert_within
 import torch
 from kit.apptest import chart_data
+from kit.tolerance import any_logit_tolerance, assert_within
 from torch.utils.flop_counter import FlopCounterMode
 
 from pipeline.costs.pass_costs import decode_cost, pass_cost, prefill_cost
