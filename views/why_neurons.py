@@ -12,17 +12,20 @@ from ui.escape import markdown_text
 SHOWN = 10
 
 
-def neurons_section(lm: LanguageModel, rec, target: int, mlp_parts: np.ndarray, token_labels: list[str]) -> None:
-    """mlp_parts: (L,) each MLP's part of the score (the direct logit attribution's MLP bars), for the default layer."""
+def neurons_section(lm: LanguageModel, rec, target: int, mlp_parts: np.ndarray, token_labels: list[str],
+                    positions: tuple[int, ...] | None = None) -> None:
+    """mlp_parts: (L,) each MLP's part of the score (the direct logit attribution's MLP bars), for the default layer.
+    positions: each window position's place in the whole prompt (shown; default: the same)."""
     L, T = lm.dims.L, len(rec.ids)
+    at = tuple(range(T)) if positions is None else positions
     st.markdown("**The MLP's neurons.** An MLP is a few thousand neurons; each writes a fixed direction, scaled by "
                 "its activation. Read through the final norm and the output matrix, each neuron's part of the score "
                 "is its activation × what its direction adds per unit; the parts add up to the MLP's bar.")
     n1, n2 = st.columns(2)
     layer = int(n1.number_input("MLP of layer", 0, L - 1, int(np.argmax(np.abs(mlp_parts))), key="why_neuron_layer"))
     # an option's label never depends on the step (a label that did stayed stale in the browser once the step moved)
-    position = n2.selectbox(f"position (the last, {T - 1}, reads this score)", range(T - 1, -1, -1),
-                            key="why_neuron_position", format_func=lambda p: f"{p}: {token_labels[p]}",
+    position = n2.selectbox(f"position (the last, {at[-1]}, reads this score)", range(T - 1, -1, -1),
+                            key="why_neuron_position", format_func=lambda p: f"{at[p]}: {token_labels[p]}",
                             help="An earlier position reads that position's own next-token score (the logit lens).")
     nc = neuron_contributions(rec, lm, layer, target, position)
     rows = []
@@ -34,6 +37,6 @@ def neurons_section(lm: LanguageModel, rec, target: int, mlp_parts: np.ndarray, 
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
     c = nc.contributions
     st.caption(f"Layer {layer}'s MLP adds **{nc.mlp_part:+.3f}** to the score of "
-               f"“{markdown_text(token_text(lm.tokenizer, target))}” at position {position}; its {len(c):,} neurons "
-               f"add up to {c.sum():+.3f}, the {SHOWN} above to {c[nc.top(SHOWN)].sum():+.3f} "
+               f"“{markdown_text(token_text(lm.tokenizer, target))}” at position {at[position]}; its "
+               f"{len(c):,} neurons add up to {c.sum():+.3f}, the {SHOWN} above to {c[nc.top(SHOWN)].sum():+.3f} "
                f"(pushing up: {int((c > 0).sum()):,}, down: {int((c < 0).sum()):,}).")

@@ -55,26 +55,30 @@ def qk_panel(lm: LanguageModel, rec, layer: int, head: int, query: int, tokens: 
                "“other parts”, so the cells still add up to the score.")
 
 
-def _node_label(node: Node, tokens: list[str]) -> str:
+def _node_label(node: Node, tokens: list[str], positions: tuple[int, ...]) -> str:
     if node.kind == "head":
         return f"layer {node.layer} head {node.head} · share {node.share:.2f}"
     if node.kind == "mlp":
         return f"layer {node.layer} MLP · share {node.share:.2f}"
-    return f"token ({node.position}) {tokens[node.position]} · share {node.share:.2f}"
+    return f"token ({positions[node.position]}) {tokens[node.position]} · share {node.share:.2f}"
 
 
-def node_panel(lm: LanguageModel, rec, g, a, target: int, target_name: str, tokens: list[str]) -> None:
-    """A picker of the graph's nodes; the picked one shown in place."""
+def node_panel(lm: LanguageModel, rec, g, a, target: int, target_name: str, tokens: list[str],
+               positions: tuple[int, ...] | None = None) -> None:
+    """A picker of the graph's nodes (a click on the graph sets it: views.why_graph); the picked one shown in place.
+    positions: each window position's place in the whole prompt (default: the same)."""
     nodes = graph_nodes(g)
     if not nodes:
         return
+    positions = tuple(range(len(tokens))) if positions is None else positions
     node = st.selectbox("a node of the graph (strongest route first)", nodes, key="why_node_pick",
-                        format_func=lambda n: _node_label(n, tokens))
+                        format_func=lambda n: _node_label(n, tokens, positions))
     last = len(rec.ids) - 1
     part = direct_part(a, node, last)
     share = f"Strongest route through it: share {node.share:.2f}"
     if node.kind == "head":
-        share += f" (from ({node.source}) {tokens[node.source]} into ({node.position}) {tokens[node.position]})"
+        share += (f" (from ({positions[node.source]}) {tokens[node.source]} into ({positions[node.position]}) "
+                  f"{tokens[node.position]})")
     if part is not None:
         share += f"; it adds {part:+.3f} to the score of “{target_name}” ({a.logit:.3f}) directly"
     st.markdown(markdown_text(share) + ".")

@@ -28,7 +28,7 @@ import numpy as np
 from pipeline.attribution import prefix as px
 from pipeline.attribution.interventions import PATCH_ROWS_PER_PASS, check_pair, contrast
 from pipeline.core.errors import InputError
-from pipeline.core.long_jobs import Steps, run_to_end
+from pipeline.core.long_jobs import Progress, Steps, run_to_end
 from pipeline.model.interface import LanguageModel
 
 MAX_CHECKED = 48  # real patching of at most this many components: 4 passes of 12 rows
@@ -147,7 +147,8 @@ def estimate_steps(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[
     check_pair(clean_ids, corrupted_ids)
     if not 0 <= top <= MAX_CHECKED:
         raise InputError("top", f"must be between 0 and {MAX_CHECKED}, got {top}.")
-    return _chunks(lm, list(clean_ids), list(corrupted_ids), int(top))
+    plan = _plan(lm, list(clean_ids), list(corrupted_ids), int(top))[3]
+    return px.measured(lm, plan, _chunks(lm, list(clean_ids), list(corrupted_ids), int(top)))
 
 
 def estimate_and_check(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
@@ -156,19 +157,32 @@ def estimate_and_check(lm: LanguageModel, clean_ids: list[int], corrupted_ids: l
     return run_to_end(estimate_steps(lm, clean_ids, corrupted_ids, top))
 
 
+def _plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], top: int):
+    """(s: where passes start, rows: the most a pass takes, each real pass's rows, the plan: each part's kind and
+    work units, prefix.py)."""
+    T, s = len(clean_ids), px.start_of(clean_ids, corrupted_ids)  # both runs agree before s (prefix.py)
+    n, rows = T - s, px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS)
+    sizes = [min(rows, top - k) for k in range(0, top, rows)]
+    plan = ([("plain", px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s)),
+             ("backward", (1 + px.BACKWARD_COST) * px.pass_work(lm, 1, n, s))]
+            + [("patched", px.pass_work(lm, size, n, s)) for size in sizes])
+    return s, rows, sizes, plan
+
+
+def patching_plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], top: int) -> list[px.Part]:
+    """The job's parts, each (kind, work units): what its progress counts and the page's expected time reads."""
+    return _plan(lm, list(clean_ids), list(corrupted_ids), int(top))[3]
+
+
 def _chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], top: int) -> Steps[ComponentPatching]:
     import torch
 
     L, H, Dh = lm.dims.L, lm.dims.H, lm.dims.Dh
-    T, s = len(clean_ids), px.start_of(clean_ids, corrupted_ids)  # both runs agree before s (prefix.py)
-    n, rows = T - s, px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS)
-    sizes = [min(rows, top - k) for k in range(0, top, rows)]
-    work = px.Work([px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s),
-                    (1 + px.BACKWARD_COST) * px.pass_work(lm, 1, n, s)]
-                   + [px.pass_work(lm, size, n, s) for size in sizes])
+    s, rows, sizes, plan = _plan(lm, clean_ids, corrupted_ids, top)
+    total = len(plan)
     prefix = px.prefix_cache(lm, clean_ids[:s])  # = corrupted_ids[:s]
     clean, clean_acts = _clean_run(lm, clean_ids, s, prefix)
-    yield work.step("the clean question run")
+    yield Progress(1, total, "the clean question run")
     logits, acts = _corrupted_gradients(lm, corrupted_ids, s, prefix)
     corrupted = logits.detach().cpu().numpy()
     a, b = contrast(clean, corrupted)
@@ -185,7 +199,7 @@ def _chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], t
         else:
             mlp[k[1]] = float(delta.sum()) / span
     del acts, grads
-    yield work.step("the corrupted question run, forward and backward")
+    yield Progress(2, total, "the corrupted question run, forward and backward")
     parts = [(i, h, heads[i, h]) for i in range(L) for h in range(H)] + [(i, None, mlp[i]) for i in range(L)]
     chosen = sorted(parts, key=lambda p: -abs(p[2]))[:top]
     checked: list[Checked] = []
@@ -194,7 +208,7 @@ def _chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], t
         out = _patched_logits(lm, corrupted_ids, clean_acts, [(i, h) for i, h, _ in group], s, prefix)
         checked += [Checked(i, h, float(e), float((out[r, a] - out[r, b] - d_bad) / span))
                     for r, (i, h, e) in enumerate(group)]
-        yield work.step(f"{len(checked)} of {top} components patched for real")
+        yield Progress(3 + k, total, f"{len(checked)} of {top} components patched for real")
     return ComponentPatching(a, b, d_clean, d_bad, heads, mlp, checked)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.core.errors import InputError
-from pipeline.core.long_jobs import Steps, run_to_end
+from pipeline.core.long_jobs import Progress, Steps, run_to_end
 from pipeline.core.maths import softmax
 from pipeline.model.interface import LanguageModel
 
@@ -174,7 +174,35 @@ def patch_residual_steps(lm: LanguageModel, clean_ids: list[int], corrupted_ids:
     layers = list(range(L + 1)) if layers is None else list(layers)
     if not all(0 <= i <= L for i in layers):
         raise InputError("layers", f"must be layers between 0 and {L}.")
-    return _patch_chunks(lm, list(clean_ids), list(corrupted_ids), positions, layers)
+    from pipeline.attribution.prefix import measured
+
+    plan = _map_plan(lm, clean_ids, corrupted_ids, positions, layers)[4]
+    return measured(lm, plan, _patch_chunks(lm, list(clean_ids), list(corrupted_ids), positions, layers))
+
+
+def _map_plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], positions: list[int],
+              layers: list[int]):
+    """(d: the first differing token, s: where passes start, the positions run, their groups (one pass each per
+    layer), the plan: each part's kind and work units, prefix.py)."""
+    from pipeline.attribution import prefix as px
+
+    T = len(clean_ids)
+    d = px.first_difference(clean_ids, corrupted_ids)
+    run = [p for p in positions if p >= d]  # before d both streams are the same: a patch there restores 0
+    s = px.start_of(clean_ids, corrupted_ids, positions[0])  # patched passes run positions s..T-1 (prefix.py)
+    n = T - s
+    parts = -(-len(run) // px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS))  # passes per layer, of nearly equal rows
+    groups = [run[i::parts] for i in range(parts)]  # run[i::parts]: every parts-th, evenly spread
+    plan = ([("plain", px.pass_work(lm, 1, T, 0)), ("plain", px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s))]
+            + [("patched", px.pass_work(lm, len(g), n, s)) for _ in layers for g in groups]
+            + [("patched", px.pass_work(lm, 1, n, s))])
+    return d, s, run, groups, plan
+
+
+def map_plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], positions: list[int]) -> list:
+    """The full map's parts over `positions`, every layer, each (kind, work units): what the page's expected time
+    reads."""
+    return _map_plan(lm, list(clean_ids), list(corrupted_ids), sorted(set(positions)), list(range(lm.dims.L + 1)))[4]
 
 
 def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], positions: list[int],
@@ -185,22 +213,15 @@ def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[i
     from pipeline.model.capture import block_names, capture
 
     T, L = len(clean_ids), lm.dims.L
-    d = px.first_difference(clean_ids, corrupted_ids)
-    run = [p for p in positions if p >= d]  # before d both streams are the same: a patch there restores 0
-    s = px.start_of(clean_ids, corrupted_ids, positions[0])  # patched passes run positions s..T-1 (prefix.py)
-    n = T - s
-    rows = px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS)
-    parts = -(-len(run) // rows)  # passes per layer, of nearly equal rows
-    groups = [run[i::parts] for i in range(parts)]  # run[i::parts]: every parts-th, evenly spread
-    work = px.Work([px.pass_work(lm, 1, T, 0), px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s)]
-                   + [px.pass_work(lm, len(g), n, s) for _ in layers for g in groups] + [px.pass_work(lm, 1, n, s)])
+    d, s, run, groups, plan = _map_plan(lm, clean_ids, corrupted_ids, positions, layers)
+    total, done = len(plan), 2
     with capture(lm, ["embeddings"] + block_names(L, "hidden_states")) as rec:
         clean = lm.forward(torch.tensor([clean_ids], device=lm.device), use_cache=False).logits[0, -1].float().cpu()
     streams = [rec["embeddings"][0][0]] + [rec[f"blocks.{i}.hidden_states"][0][0] for i in range(L)]
-    yield work.step("the clean question run")
+    yield Progress(1, total, "the clean question run")
     prefix = px.prefix_cache(lm, corrupted_ids[:s])
     corrupted = _forward_patched(lm, corrupted_ids, 0, streams[0], [[]], s, prefix)[0]  # nothing patched
-    yield work.step("the corrupted question run")
+    yield Progress(2, total, "the corrupted question run")
     clean = clean.numpy()
     a, b = contrast(clean, corrupted)
     diff = lambda lg: lg[..., a] - lg[..., b]  # noqa: E731
@@ -214,6 +235,8 @@ def _patch_chunks(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[i
         for k, group in enumerate(groups):
             out = _forward_patched(lm, corrupted_ids, layer, streams[layer], [[p] for p in group], s, prefix)
             restored[layer, [column[p] for p in group]] = (diff(out) - d_bad) / span
-            yield work.step(f"{where} patched" + (f", pass {k + 1} of {parts}" if parts > 1 else ""))
+            done += 1
+            yield Progress(done, total, f"{where} patched" + (f", pass {k + 1} of {len(groups)}" if len(groups) > 1
+                                                              else ""))
     whole = _forward_patched(lm, corrupted_ids, L, streams[L], [list(range(s, T))], s, prefix)[0]
     return Patching(a, b, d_clean, d_bad, restored, positions, whole)

@@ -14,20 +14,25 @@ Work is counted in one unit, the same for every part of a job, so a part's time 
                                     parameters): ~3,100 positions on SmolLM2
     a backward pass               = BACKWARD_COST x its forward (two matmuls per forward matmul)
 
-SmolLM2 on this 2-core CPU: the units of one job's parts took within ~1.5x of one another's seconds per unit
-(bench/RESULTS.md), where counting parts alone put a patched pass at 12x a plain one.
+A job's plan lists its parts as (kind, work units); `measured` times each part as it runs and forecasts the
+seconds left from the kinds' measured seconds per unit (`forecast`: a patched pass has a fixed cost a plain run
+spreads over many more tokens, so each kind keeps its own rate); `expected_s` says before a job starts how long it
+should take, from the latest job's rates (bench/long_patching_bench.py measures how far off both were).
 """
 from __future__ import annotations
 
 import copy
+import time
+from dataclasses import replace
 
-from pipeline.core.long_jobs import Progress
+from pipeline.core.long_jobs import Steps
 from pipeline.model.interface import LanguageModel
 
 BACKWARD_COST = 2.0  # a backward pass: about twice its forward's multiply-adds (gradients of inputs and weights)
 # The batch rows' copies of the shared KV cache, at most this many bytes a pass (rows = this / one row's cache):
 # 12 rows of a 600-token SmolLM2 prefix would copy 330 MB.
 KV_COPY_BYTES = 128 * 2**20
+_rates: dict[tuple[str, str], float] = {}  # (model name, part kind) -> seconds per work unit, latest measured
 
 
 def first_difference(a: list[int], b: list[int]) -> int:
@@ -81,13 +86,58 @@ def row_cache(prefix, rows: int):
     return cache
 
 
-class Work:
-    """A job's progress in parts and in work units: `step(note, units)` after each part, the Progress to yield."""
+Part = tuple[str, float]  # (kind: "plain", "backward" or "patched", work units): one part of a job's plan
 
-    def __init__(self, parts: list[float]):
-        self.parts = parts  # each part's work units, in order
-        self.done = 0
 
-    def step(self, note: str) -> Progress:
-        self.done += 1
-        return Progress(self.done, len(self.parts), note, work=(sum(self.parts[:self.done]), sum(self.parts)))
+def forecast(plan: list[Part], seconds: list[float]) -> float:
+    """The seconds the parts of `plan` after the first len(seconds) will take, from those parts' measured seconds:
+    a part of a kind already run at that kind's measured seconds per unit, one of a kind not run yet at the seconds
+    per unit of all the parts so far. Passes of one kind cost in proportion to their work; kinds can differ (a pass
+    has a fixed cost too, larger under load, so many short patched passes cost more per unit than one long run).
+
+        forecast([("plain", 10), ("patched", 20), ("patched", 20)], [1.0, 4.0]) -> 4.0"""
+    done = plan[:len(seconds)]
+    overall = sum(seconds) / max(sum(w for _, w in done), 1e-12)
+    rates = {}
+    for kind in {k for k, _ in done}:
+        units = sum(w for k, w in done if k == kind)
+        rates[kind] = sum(t for (k, _), t in zip(done, seconds) if k == kind) / max(units, 1e-12)
+    return sum(w * rates.get(k, overall) for k, w in plan[len(seconds):])
+
+
+def measured(lm: LanguageModel, plan: list[Part], steps: Steps) -> Steps:
+    """`steps` (a job that yields one Progress per part of `plan`), each part timed while it runs (not while the job
+    waits in the queue), its Progress given the work done and the forecast of the seconds left; each kind's seconds
+    per unit kept as this model's latest measure (expected_s)."""
+    seconds: list[float] = []
+    total = sum(w for _, w in plan)
+    try:
+        while True:
+            t = time.perf_counter()
+            try:
+                p = next(steps)
+            except StopIteration as end:
+                return end.value
+            seconds.append(time.perf_counter() - t)
+            kind, units = plan[len(seconds) - 1]
+            if units > 0:
+                _rates[lm.dims.name, kind] = seconds[-1] / units
+            yield replace(p, work=(sum(w for _, w in plan[:len(seconds)]), total), left_s=forecast(plan, seconds))
+    finally:
+        steps.close()
+
+
+def measured_here(lm: LanguageModel) -> bool:
+    """Whether a patching job of this model has run here (expected_s then reads its rates, not the fallback)."""
+    return any(name == lm.dims.name for name, _ in _rates)
+
+
+def expected_s(lm: LanguageModel, plan: list[Part], fallback: float | None = None) -> float | None:
+    """The seconds `plan` should take here, before it starts: each part at its kind's seconds per unit measured in
+    this model's latest patching job here, else at any kind's, else at `fallback` seconds per unit (None: nothing
+    measured yet)."""
+    mine = {k: r for (name, k), r in _rates.items() if name == lm.dims.name}
+    if not mine and fallback is None:
+        return None
+    any_rate = max(mine.values()) if mine else fallback
+    return sum(w * mine.get(k, any_rate) for k, w in plan)

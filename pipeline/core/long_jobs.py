@@ -23,12 +23,16 @@ class Progress:
     done: int  # chunks finished
     total: int  # chunks in all
     note: str = ""  # what the last chunk did, in words ("layer 3 of 30 patched")
-    # (work done, work in all) in one unit of the job's own, where its chunks cost unequal amounts (a plain run, then
-    # patched passes 12 times as long): the time left is then foreseen from the work, not the count of chunks
+    # Where chunks cost unequal amounts (a plain run, then patched passes 12 times as long): (work done, work in all)
+    # in a unit of the job's own, which the bar follows, and the job's own forecast of the seconds its chunks left
+    # will take, from its chunks' measured times (pipeline.attribution.prefix.forecast); the queue reads it.
     work: tuple[float, float] | None = None
+    left_s: float | None = None
 
     @property
     def fraction(self) -> float:
+        if self.work is not None and self.work[1] > 0:
+            return min(1.0, self.work[0] / self.work[1])
         return min(1.0, self.done / self.total) if self.total > 0 else 0.0
 
 

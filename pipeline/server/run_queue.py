@@ -175,15 +175,15 @@ class RunQueue:
 
     def estimate_s(self, ticket: Ticket) -> float | None:
         """The work of everything running and ahead of it, and its own, at the recent seconds per unit. A long
-        job: its chunks left at its own seconds per chunk (or, where its progress counts work, the work left at its own
-        seconds per unit of work), times the long jobs taking turns (None: no chunk yet)."""
+        job: its chunks left at its own seconds per chunk (or its own forecast, where its progress gives one: chunks of
+        unequal cost), times the long jobs taking turns (None: no chunk yet)."""
         with self._lock:
             if isinstance(ticket, LongTicket):
                 if ticket.progress is None or not ticket.chunks:
                     return None
                 p, turns = ticket.progress, max(1, len(self._long))
-                if p.work is not None and p.work[0] > 0:  # the work left at this job's own seconds per unit so far
-                    return max(0.0, p.work[1] - p.work[0]) * ticket.chunk_seconds / p.work[0] * turns
+                if p.left_s is not None:  # the job's own forecast from its chunks' measured times
+                    return p.left_s * turns
                 left = max(0, p.total - p.done)
                 return left * ticket.chunk_seconds / ticket.chunks * turns
             speed = statistics.median(self._speeds)

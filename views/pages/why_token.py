@@ -8,15 +8,16 @@ from pipeline.attribution import dla
 from pipeline.attribution import graph as gr
 from pipeline.attribution import interventions as iv
 from pipeline.attribution.record import MAX_POSITIONS, record_step, step_ids
+from pipeline.attribution.nodes import graph_nodes
 from pipeline.attribution.window import attribution_window
 from pipeline.core.maths import softmax
 from pipeline.text.pieces import token_pieces
 from pipeline.text.token_names import token_text
-from ui.escape import axis_labels, markdown_text, plotly_label
+from ui.escape import markdown_text
 from ui.heat import heat_chips
 from ui.plots import TICK_FONT
 from ui.words import plural
-from views import why_qk
+from views import why_graph, why_qk
 from views.chrome import end_page, fragment, page_header
 from views.kept_result import kept_result
 from views.page_path import back_next
@@ -55,7 +56,6 @@ target = c2.selectbox("token to explain", choices, index=choices.index(chosen), 
 minus = c3.selectbox("minus (a difference of two scores)", [None] + [c for c in choices if c != target],
                      format_func=lambda c: "nothing: the score itself" if c is None else f"{name[c]} (id {c})",
                      key="why_minus")
-labels = axis_labels([p.label for p in token_pieces(lm.tokenizer, ids)])  # escaped, unique
 plain_tokens = [p.label for p in token_pieces(lm.tokenizer, ids)]
 
 
@@ -122,10 +122,11 @@ if head_pick is not None:
     st.markdown(f"**Why layer {int(layer_pick)} head {head_pick} attends where it does**")
     # an option's label never depends on the step: a picked position keeps its label when the step moves (a label
     # that did, "· the last", stayed stale in the browser after the step changed)
-    query = st.selectbox(f"looking from (query position; the last is {len(ids) - 1})", range(len(ids) - 1, -1, -1),
-                         key="why_qk_query", format_func=lambda t: f"({t}) {plain_tokens[t]}")
+    query = st.selectbox(f"looking from (query position; the last is {window.positions[-1]})",
+                         range(len(ids) - 1, -1, -1), key="why_qk_query",
+                         format_func=lambda t: f"({window.positions[t]}) {plain_tokens[t]}")
     why_qk.qk_panel(lm, rec, int(layer_pick), head_pick, int(query), plain_tokens, "why_qk")
-neurons_section(lm, rec, target, a.mlp, plain_tokens)
+neurons_section(lm, rec, target, a.mlp, plain_tokens, window.positions)
 
 
 @fragment
@@ -139,39 +140,11 @@ def routes() -> None:
     threshold = g1.slider("threshold (smallest share kept)", 0.01, 0.5, 0.04, 0.01, key="why_threshold")
     cap = g2.slider("positions kept per layer (strongest first)", 2, 32, 10, key="why_cap")
     g = gr.contribution_graph(rec, lm, threshold, cap)
-    T = len(ids)
-    fig = go.Figure()
-    kinds = {"head": ("#2a6f97", "attention head"), "residual": ("#94a3b8", "residual (kept)"),
-             "mlp": ("#e76f51", "MLP")}
-    for kind, (colour, title) in kinds.items():
-        xs, ys = [], []
-        for e in g.edges:
-            if e["kind"] != kind:
-                continue
-            lo = e["layer"] + (0.5 if e["stage"] == "mlp" else 0.0)
-            xs += [e["source"], e["target"], None]
-            ys += [lo, lo + 0.5, None]
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=title, hoverinfo="skip",
-                                     line=dict(color=colour, width=1.5)))
-    heads = [e for e in g.edges if e["kind"] == "head"]
-    if heads:
-        fig.add_trace(go.Scatter(
-            x=[(e["source"] + e["target"]) / 2 for e in heads], y=[e["layer"] + 0.25 for e in heads], mode="markers",
-            marker=dict(size=[6 + 18 * e["share"] for e in heads], color="#2a6f97"), name="head (hover)",
-            text=[plotly_label(f"layer {e['layer']} head {e['head']}: {plain_tokens[e['source']]} → "
-                               f"{plain_tokens[e['target']]}, share {e['share']:.2f}") for e in heads],
-            hovertemplate="%{text}<extra></extra>"))
-    fig.update_layout(height=max(480, 22 * L + 140), margin=dict(t=30, b=10), legend=dict(orientation="h", y=1.05))
-    keep = sorted(range(T - 1, -1, -max(1, -(-T // 40))))  # at most 40 labels; every position stays in the hover
-    fig.update_xaxes(tickmode="array", tickvals=keep, ticktext=[labels[i] for i in keep], range=[-0.5, T - 0.5],
-                     tickangle=-60, tickfont=TICK_FONT, title="token position")
-    fig.update_yaxes(title="layer (0 = embeddings at the bottom)", range=[-0.5, L + 0.5], tickfont=TICK_FONT)
-    st.plotly_chart(fig, width="stretch", key="why_graph")
+    why_graph.graph_chart(g, graph_nodes(g), plain_tokens, window.positions, L)
     st.caption(f"{plural(len(g.edges), 'route')} above {threshold:.2f}" + (
         f"; some layers had more positions above it than {cap}: only the strongest are drawn." if g.capped else "."))
-    st.markdown("**One node at a time**: pick a head, an MLP or an input token the routes pass through.")
-    why_qk.node_panel(lm, rec, g, a, target, name[target], plain_tokens)
+    st.markdown("**One node at a time**: click a head, an MLP or an input token in the graph (or pick it here).")
+    why_qk.node_panel(lm, rec, g, a, target, name[target], plain_tokens, window.positions)
 
 routes()
 
@@ -226,5 +199,5 @@ if st.button("Compute integrated gradients", key="why_ig") or st.session_state.g
                f"(off by {ia.completeness_gap:.1%}, with {ia.steps} points on the way in {ia.panels} parts).")
 
 
-patching_section(lm, current_request(), list(trace.ids), labels)
+patching_section(lm, current_request(), list(trace.ids), trace.timings.prefill_s)
 back_next()
