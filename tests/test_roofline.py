@@ -348,7 +348,7 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
 
     at.button(key="pd_prefill").click().run()
     assert not at.exception, at.exception
-    assert list(at.dataframe[2].value["prompt tokens"]) == [16, 64, 256]
+    assert list(at.dataframe[3].value["prompt tokens"]) == [16, 64, 256]  # after the verdicts and the numbers
     at.multiselect(key="pd_sizes").set_value([1, 2])
     at.button(key="pd_sweep").click().run()
     assert not at.exception, at.exception

@@ -119,3 +119,28 @@ def bend(points: list[Point], gain: float = 1.5) -> Point | None:
         if all(doubling_gain(points[j - 1], points[j]) < gain for j in range(k, len(points))):
             return points[k]
     return None
+
+
+@dataclass(frozen=True)
+class Fall:
+    """A larger batch measured faster per user than a smaller one: impossible in the work it does (a step over more
+    rows does at least a smaller step's work), so it is the machine's noise."""
+
+    before: Point  # the smaller batch, the slower step
+    after: Point  # the larger batch, measured faster
+
+    @property
+    def within_spread(self) -> bool:
+        """The two ranges of repeats overlap: the fall is inside what repeating the same size moved by."""
+        return self.after.step_range[1] >= self.before.step_range[0]
+
+
+def impossible_falls(points: list[Point]) -> list[Fall]:
+    """Each point whose step (each user's time per token) came out faster than a smaller batch's, against the slowest
+    smaller one. [B 1: 20 ms, 2: 21 ms, 4: 18 ms] -> [Fall(B 2, B 4)]."""
+    falls = []
+    for j, p in enumerate(points):
+        slowest = max(points[:j], key=lambda q: q.step_s, default=None)
+        if slowest is not None and p.step_s < slowest.step_s:
+            falls.append(Fall(slowest, p))
+    return falls

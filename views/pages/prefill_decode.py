@@ -12,7 +12,7 @@ from pipeline.costs.named_time import CAPTURED, MEANS, PATH_NAMES, captured_pref
 from pipeline.costs.pass_costs import decode_cost, prefill_cost
 from pipeline.costs.regimes import above_a_ceiling, operations_sentence, regime_sentence
 from pipeline.costs.roofline import FAR_UNDER, PREFILL_LENGTHS, prefill_curve, trace_points
-from pipeline.costs.sweep import batch_sizes, bend, sweep_steps
+from pipeline.costs.sweep import batch_sizes, bend, impossible_falls, sweep_steps
 from pipeline.run.record import Trace
 from pipeline.server.run_queue import DECODE_STEP_COST
 from pipeline.text.token_names import token_text
@@ -129,11 +129,14 @@ fig.update_layout(height=400, margin=dict(l=10, r=10, t=10, b=10), font=dict(siz
                   yaxis=log_axis(ys_drawn, "achieved GFLOP/s"))
 st.plotly_chart(fig, width="stretch")
 rows = [prefill, *captured_mid, *plain_points_] + ([fixed] if fixed else [])
-st.dataframe(pd.DataFrame([{  # the verdict next to its pass: at the far right it was cut off by the page's edge
-    "pass": p.label, **shares(p), "FLOPs": f"{p.cost.flops / 1e6:,.0f} M", "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
+if roof is not None:  # two tables, each whole in the page's width: in one of nine columns the last ones were cut
+    st.dataframe(pd.DataFrame([{"pass": p.label, **shares(p)} for p in rows]), hide_index=True, width="stretch")
+st.dataframe(pd.DataFrame([{
+    "pass": p.label, "FLOPs": f"{p.cost.flops / 1e6:,.0f} M", "bytes": f"{p.cost.bytes / 1e6:,.0f} MB",
     "FLOPs per byte": f"{p.cost.intensity:,.1f}", "time": f"{p.seconds * 1e3:,.1f} ms",
-    "achieved": f"{gflops(p.flops_per_s)}, {gbs(p.bytes_per_s)}"} for p in rows]),
+    "GFLOP/s": f"{p.flops_per_s / 1e9:,.2f}", "GB/s": f"{p.bytes_per_s / 1e9:,.2f}"} for p in rows]),
              hide_index=True, width="stretch")
+st.caption("GFLOP/s and GB/s: what each pass achieved, its FLOPs and bytes over its time.")
 if roof is not None:
     hooks = "recording every layer's tensors, with eager attention"
     st.markdown("\n".join(f"- {markdown_text(regime_sentence(p, roof, fixed, hooks if p in captured else ''))}"
@@ -170,6 +173,21 @@ if st.session_state.get("pd_prefill_asked"):
                "prompt until the arithmetic units are full. Measured once per server and kept.")
 
 # ---- 3. batching --------------------------------------------------------------------------------------------------
+def fall_sentence(fall) -> str:
+    """A larger batch measured faster per user than a smaller one, said as the noise it is, with the spread."""
+    a, b = fall.before, fall.after
+    def ms(p) -> str:
+        return f"{p.ms_per_token_per_user:,.0f} ms (range {p.step_range[0] * 1e3:,.0f}–{p.step_range[1] * 1e3:,.0f})"
+    said = (f"Each user's time per token fell from B = {a.batch_size} to B = {b.batch_size}: {ms(a)}, then {ms(b)}. "
+            f"A step over {b.batch_size} rows does all the work of one over {a.batch_size} and more, so it cannot be "
+            "faster for each user: this is the machine's noise. ")
+    if fall.within_spread:
+        return said + ("The two ranges of repeats overlap: the fall is within what one size moved by from repeat to "
+                       "repeat.")
+    return said + ("The two ranges do not even overlap: the machine's load changed between these sizes' turns "
+                   "(another process, or a room's questions). Run the sweep again at a quieter moment.")
+
+
 st.subheader("3. Batching, live")
 st.markdown("Since decode rereads every weight for one token, servers move many users forward with that one read: "
             "B requests in the same pass. It raises the total tokens per second, and slows each user a little.")
@@ -226,6 +244,8 @@ if measured is not None:
           "adds time in proportion."
         + (f" The roofline puts that point near B = {max(1, round(roof.balance / steps[0].cost.intensity)):,}; on a "
            "CPU, the rows' activations also spill out of the caches earlier." if roof and steps else ""))
+    for fall in impossible_falls(pts):
+        st.info(fall_sentence(fall))
     st.caption("Each point: the median over repeats of each repeat's median step; error bars: the range. "
                "Sizes are measured in turn, then in reverse order, so the machine's load hits them alike. "
                + made_line(measured))
