@@ -44,6 +44,11 @@ def test_the_roofline_tables_fit_the_page_and_keep_the_verdict_in_sight(tiny_app
     passes = [d for d, _ in asked if "pass" in d.columns]
     assert any("verdict (measured)" in d.columns for d in passes) and any("GB/s" in d.columns for d in passes)
     assert not too_wide([(d, kw) for d, kw in asked if "pass" in d.columns]), [list(d.columns) for d in passes]
+    at.button(key="pd_prefill").click().run()  # prefill against prompt length, with the shares of each ceiling
+    assert not at.exception, at.exception
+    curve = [(d, kw) for d, kw in asked if "prompt tokens" in d.columns]
+    assert any("verdict (measured)" in d.columns for d, _ in curve) and any("tokens/s" in d.columns for d, _ in curve)
+    assert not too_wide(curve), [list(d.columns) for d, _ in curve]
 
 
 def test_a_batching_sweep_that_falls_says_it_is_noise_and_how_far(tiny_app, monkeypatch):
