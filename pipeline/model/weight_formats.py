@@ -13,7 +13,8 @@ float32: 540 MB). Fewer bytes per weight means less to read:
 The hook names and shapes stay as they are: the modules are the same, only their weights change, so the
 captures work on every format. The plain decoder (plain_decoder.py) reads an int8 weight through
 `Int8Rows.project`: on a CPU torch's int8 weight-only GEMV (`_weight_int8pack_mm`, bf16 activations into
-it), elsewhere the rows de-quantized per call.
+it), elsewhere the rows de-quantized per call. It runs a bf16 step of one token inside `aten_bf16_gemv`:
+ATen's own bf16 kernel instead of oneDNN's, which repacks every weight on every call.
 
     model = convert(copy.deepcopy(fp32_model), "int8")
     parameter_bytes(model)   # what it holds; bytes_per_token(model) what one decode step reads
@@ -22,8 +23,10 @@ The names and `check_weights` load without torch (a request validates its `weigh
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from pipeline.core.errors import InputError
 
@@ -133,3 +136,47 @@ class Int8Rows:
         if x.device.type == "cpu":  # one fused int8 GEMV on every core (bf16 in, bf16 out)
             return torch._weight_int8pack_mm(x.to(torch.bfloat16), self.qdata, self.scale_bf16).to(x.dtype)
         return F.linear(x, self.qdata.to(x.dtype)) * self.scale.to(x.dtype)
+
+
+_gemv_lock = threading.Lock()
+_gemv_users = 0  # steps inside aten_bf16_gemv now; oneDNN is off for bf16 while it is above 0
+
+
+@contextmanager
+def aten_bf16_gemv(weight: torch.Tensor, n: int) -> Iterator[None]:
+    """One token's bf16 matmuls on a CPU through ATen's own kernel, not oneDNN's (nothing changes otherwise).
+
+    Where the CPU has native bf16, torch hands every bf16 matmul to oneDNN. Its kernel (brgemm) wants the
+    weight in its own blocked layout and copies the plain (N, D) weight into it on every call: for one row of
+    input that copy is a second read and a write of every weight, so a bf16 decode step read its 269 MB about
+    three times (SmolLM2, 2 AMD EPYC cores: 63 ms of CPU a step in bf16 against 71 in fp32, not half).
+    ATen's kernel is one dot product per output in float32, each weight read once (38 ms, half of fp32).
+    Per row, though, it reads the weight again: from 4 rows oneDNN's copy pays for itself (bench/RESULTS.md,
+    2026-12-06), so only n == 1, a decode step, takes this path; a prefill or a verify pass keeps oneDNN.
+
+        with aten_bf16_gemv(weight, len(tokens)):   # weight: any of the step's weights (its dtype, device)
+            logits = project(x, head)
+
+    torch's switch (`torch.backends.mkldnn.enabled`) is process-wide: while a step runs here, a bf16 matmul
+    of another thread runs on ATen's kernel too (the same sums in another order; fp32 matmuls use MKL either
+    way). Steps overlapping in two threads are counted, and oneDNN comes back when the last one ends.
+    """
+    import torch
+
+    global _gemv_users
+    if n != 1 or weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
+        yield
+        return
+    with _gemv_lock:
+        ours = _gemv_users > 0 or torch.backends.mkldnn.enabled  # else the user switched oneDNN off: leave it
+        if ours:
+            _gemv_users += 1
+            torch._C._set_mkldnn_enabled(False)
+    try:
+        yield
+    finally:
+        if ours:
+            with _gemv_lock:
+                _gemv_users -= 1
+                if _gemv_users == 0:
+                    torch._C._set_mkldnn_enabled(True)

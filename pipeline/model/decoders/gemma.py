@@ -26,6 +26,7 @@ from pipeline.model.decoders.plain import PrefilledDecoder, blocks_for, causal_m
 from pipeline.model.dims import SLIDING
 from pipeline.model.interface import LanguageModel
 from pipeline.model.rope import model_tables, rotate
+from pipeline.model.weight_formats import aten_bf16_gemv
 
 
 def gemma_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -112,7 +113,7 @@ class GemmaPlainDecoder(PrefilledDecoder):
         logits (n, V)."""
         n = len(tokens)
         t = next_position(self.keys, self.T, n)
-        with self.lm.lock, torch.inference_mode():
+        with self.lm.lock, torch.inference_mode(), aten_bf16_gemv(self.embed, n):  # bf16: see weight_formats
             h = self.embed[tokens] * self.embed_scale  # (n, D)
             for i, w in enumerate(self.layers):
                 x = gemma_rms_norm(h, w.norm_in, self.eps)

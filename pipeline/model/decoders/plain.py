@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from pipeline.model.interface import LanguageModel
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.model.rope import model_tables, rotate
-from pipeline.model.weight_formats import Int8Rows, is_int8
+from pipeline.model.weight_formats import Int8Rows, aten_bf16_gemv, is_int8
 
 STATIC_ROPE_TYPES = ("default", "linear", "llama3")  # cos/sin depend on the position alone, not on T
 
@@ -217,7 +217,7 @@ class PlainDecoder(PrefilledDecoder):
         token after tokens[j]."""
         n = len(tokens)
         t = next_position(self.keys, self.T, n)
-        with self.lm.lock, torch.inference_mode():
+        with self.lm.lock, torch.inference_mode(), aten_bf16_gemv(self.embed, n):  # bf16: see weight_formats
             h = self.embed[tokens]  # (n, D)
             cos, sin = self.cos[t:t + n], self.sin_signed[t:t + n]  # (n, Dh)
             for i, w in enumerate(self.layers):
