@@ -87,10 +87,12 @@ def _numpy(a):
 
 
 def assert_within(actual, expected, tol, what: str = "") -> None:
-    """|actual - expected| <= tol everywhere (tol a number or an array broadcast against them); on failure the
-    worst value, its difference and its tolerance."""
+    """|actual - expected| <= tol everywhere (tol, and expected, a number or an array of actual's shape); on
+    failure the worst value, its difference and its tolerance."""
     a = np.asarray(_numpy(actual), dtype=np.float64)
     e = np.asarray(_numpy(expected), dtype=np.float64)
+    if e.ndim == 0:  # one expected value for every one (a row's sum: 1)
+        e = np.broadcast_to(e, a.shape)
     assert a.shape == e.shape, f"{what}: shapes {a.shape} and {e.shape}"
     t = np.broadcast_to(np.asarray(tol, dtype=np.float64), a.shape)
     diff = np.abs(a - e)
