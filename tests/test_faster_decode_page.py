@@ -1,4 +1,6 @@
 """The Faster decode page's speculative section (views/faster_decode_drafts.py) on the tiny model, and its chips."""
+import re
+
 from kit.apptest import page_app
 
 
@@ -25,6 +27,8 @@ def test_faster_decode_page_shows_both_examples_and_each_pass(tiny_app, monkeypa
     assert max(len(table.columns), len(timing.columns)) <= 6, (list(table.columns), list(timing.columns))
     markdown = "\n".join(m.value for m in at.markdown)
     assert "median of 1 run each way" in "\n".join(c.value for c in at.caption)
+    when = re.compile(r"Measured Repeat a passage \(drafting helps\) at \d\d:\d\d on this machine; A new answer")
+    assert any(when.search(c.value) for c in at.caption), [c.value for c in at.caption]  # kept results are dated
     assert "step " in markdown or "Nothing in this request could be looked up" in "\n".join(i.value for i in at.info)
     later = page_app("faster_decode", req_max_new_tokens=12).run()  # another learner: what is measured shows at once
     assert list(later.dataframe[0].value["request"]) == list(table["request"])

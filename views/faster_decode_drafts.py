@@ -18,6 +18,7 @@ from pipeline.stages.tokens import tokenize_request
 from ui.chips import chip, draft_rounds
 from ui.escape import markdown_text
 from ui.words import plural
+from views.measured import Dated, dated, measured_when
 from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
 from views.session_request import current_request, model_label, request_key
 from views.waiting import result_through_queue, stored_result
@@ -40,15 +41,15 @@ def example_request(question: str) -> ChatRequest:
 
 
 def measured_key(request: ChatRequest, k: int) -> tuple:
-    return "speculative", request_key(request), k, REPEATS
+    return "speculative", request_key(request), k, REPEATS, "dated"
 
 
-def measured(request: ChatRequest, k: int) -> SpeculativeRun:
-    """The request measured both ways on the picked model, once per server, through the queue."""
+def measured(request: ChatRequest, k: int) -> Dated[SpeculativeRun]:
+    """The request measured both ways on the picked model, once per server, through the queue; with when and where."""
     n_prompt = len(tokenize_request(get_model().tokenizer, request).ids)
     work = cost_of(n_prompt, request.options.max_new_tokens * (2 * REPEATS + 1))
     return result_through_queue(measured_key(request, k),
-                                lambda: measure(get_model(), request, k, REPEATS, APP_MAX_PROMPT_TOKENS),
+                                dated(lambda: measure(get_model(), request, k, REPEATS, APP_MAX_PROMPT_TOKENS)),
                                 work, n_prompt)
 
 
@@ -106,17 +107,20 @@ def speculative_section() -> None:
                 "wait behind it, so it runs when asked; once measured, it shows here for everyone.")
         return
     try:
-        runs = {label: measured(request, k) for label, request in examples.items()}
+        kept = {label: measured(request, k) for label, request in examples.items()}
         if choice == YOURS:
-            runs[YOURS] = measured(current_request(), k)
+            kept[YOURS] = measured(current_request(), k)
     except InputError as e:
         st.error(f"Please fix the request — {markdown_text(e)}")
         return
+    runs = {label: d.value for label, d in kept.items()}
     st.dataframe(pd.DataFrame([drafting_row(label, run) for label, run in runs.items()]), hide_index=True)
     st.dataframe(pd.DataFrame([timing_row(label, run) for label, run in runs.items()]), hide_index=True)
     st.caption(f"TPOT: time per output token after the first, median of {plural(REPEATS, 'run')} each way, interleaved "
                "(speculative, plain, speculative, ...), range in brackets. Plain: the same plain serving path, one "
-               "token per pass. Greedy decoding; the answers are compared token for token on every run.")
+               "token per pass. Greedy decoding; the answers are compared token for token on every run. Measured "
+               + "; ".join(f"{markdown_text(label)} {measured_when(d.at, d.host)}" for label, d in kept.items())
+               + ", each once for everyone here: the times are of that moment's load.")
     run = runs[choice]
     st.markdown(f"**{markdown_text(choice)}**: {markdown_text(run.timing.verdict('speculative decoding', 'plain'))}.")
     if run.acceptance is not None and run.acceptance < 0.2:

@@ -12,6 +12,7 @@ from pipeline.model.weight_formats import FORMAT_NOTES, NOT_BUILT, WEIGHT_FORMAT
 from pipeline.stages.kv_cache import human_bytes
 from ui.escape import markdown_text
 from ui.words import plural
+from views.measured import Dated, dated, measured_when
 from views.server_state import get_model
 from views.waiting import result_through_queue
 
@@ -20,15 +21,16 @@ STEPS, REPEATS = 16, 3
 PROMPTS = None  # the quality prompts: pipeline.faster.formats.QUALITY_PROMPTS (a test gives fewer)
 
 
-def measure_now(question: str):
-    """Every format of the picked model measured now, through the queue (stored: once per server)."""
+def measure_now(question: str) -> Dated:
+    """Every format of the picked model measured now, through the queue (stored: once per server), with when and
+    where it was measured."""
     from pipeline.faster.formats import measure_formats
     from pipeline.stages.request import ChatRequest
 
     def compute():
         models = {w: get_model(weights=w) for w in WEIGHT_FORMATS}  # a converted copy is made on first use
         return measure_formats(models, ChatRequest.from_question(question), STEPS, REPEATS, PROMPTS)
-    return result_through_queue(("weight formats", question, STEPS, REPEATS), compute, cost=40_000)
+    return result_through_queue(("weight formats", question, STEPS, REPEATS, "dated"), dated(compute), cost=40_000)
 
 
 def greedy_verdict(row) -> str:
@@ -77,10 +79,11 @@ def weight_formats_section() -> None:
         st.session_state["fd_measured"] = True
     if st.session_state.get("fd_measured"):
         try:
-            report = measure_now(trace.request.messages[-1][1])
+            measured = measure_now(trace.request.messages[-1][1])
         except InputError as e:
             st.warning(markdown_text(e))
         else:
+            report = measured.value
             speed, quality = formats_tables(report)
             st.dataframe(speed, hide_index=True, width="stretch")
             st.dataframe(quality, hide_index=True, width="stretch")
@@ -88,8 +91,10 @@ def weight_formats_section() -> None:
                 for w, row in report.rows.items():
                     st.markdown(f"**{w}** ({plural(len(row.greedy_ids), 'token')}): {greedy_verdict(row)}")
                     st.code(row.greedy_text, language=None, wrap_lines=True)
-            st.caption("KL: how far a format's next-token probabilities are from fp32's (0 = the same). "
-                       "'ranges overlap': the machine's noise is larger than the gap, so no ratio is given.")
+            st.caption(f"Measured {measured_when(measured.at, measured.host)}, once for everyone here: a machine's "
+                       "load changes from minute to minute, so the times are of that moment. KL: how far a format's "
+                       "next-token probabilities are from fp32's (0 = the same). 'ranges overlap': the machine's noise "
+                       "is larger than the gap, so no ratio is given.")
     kv_section(trace)
 
 

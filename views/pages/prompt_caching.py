@@ -1,7 +1,4 @@
 """Prompt caching: real K/V blocks kept after one request and reused by the next."""
-import platform
-import time
-
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -13,6 +10,7 @@ from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from ui.escape import markdown_text, plotly_label
 from ui.words import plural
 from views.chrome import page_header
+from views.measured import measured_when
 from views.page_path import back_next
 from views.scenarios import scenario_rows, scenario_rows_timed_again
 from views.server_state import (
@@ -43,17 +41,6 @@ def compared(model: str, weights: str, text_a: str, text_b: str, block_size: int
     return wait_for(run_queue().submit(("compare", model, weights, text_a, text_b, block_size), work, cost=4000))
 
 
-def measured_when(row: dict) -> str:
-    """When and where a scenario row was timed: the rows are kept on disk (or in the room's Redis), so a restarted
-    server or another replica shows what was measured before. '14:05 on this machine', '2026-12-02 09:14 on host
-    room-b'."""
-    at = time.localtime(row["measured_at"])
-    day = "" if time.strftime("%Y-%m-%d", at) == time.strftime("%Y-%m-%d") else time.strftime("%Y-%m-%d ", at)
-    host = row.get("measured_on")
-    where = "this machine" if host in (None, platform.node()) else f"host {markdown_text(str(host)[:60])}"
-    return f"at {day}{time.strftime('%H:%M', at)} on {where}"
-
-
 def history_key(row: dict) -> tuple:
     """Where a scenario request's measurements are kept (views.verdict_log): the same token ids on the same model, in
     the same weight format and block size, reusing as much."""
@@ -74,7 +61,8 @@ def show_request(row: dict, shared: bool = True) -> None:
                 f"{s['blocks_not_cacheable']} not cacheable · **{s['tokens_computed']} computed, "
                 f"{s['tokens_reused']} reused** ({row['kv_bytes_read'] / 2**20:,.1f} MiB of K/V read back) · {work}")
     if timing is not None:
-        when = f" (measured {measured_when(row)})" if row.get("measured_at") else ""
+        at, host = row.get("measured_at"), row.get("measured_on")
+        when = f" (measured {measured_when(at, host)})" if at else ""
         st.caption(f"Time to first token, with the cache {timing.a_median * 1e3:,.0f} ms vs cold "
                    f"{timing.b_median * 1e3:,.0f} ms{when}: {timing.verdict('with the cache', 'cold')}.")
         history = kept(history_key(row), timing, row.get("measured_at") or 0.0) if shared else []
