@@ -110,8 +110,19 @@ def architecture_map(small: bool = False, dims=None) -> None:
     from views.server_state import get_model
 
     here = current_page()
-    m = model_map(dims or get_model().config_dims)
+    m = model_map(dims or get_model().config_dims, plain=sent_as_plain_text())
     st.html(map_html(m, here.url if here else "", page_href, small=small))
+
+
+def sent_as_plain_text() -> bool:
+    """The sidebar's request goes as plain text (no chat template); False for a request the sidebar cannot make."""
+    from pipeline.core.errors import InputError
+    from views.session_request import current_request
+
+    try:
+        return current_request().prompt_format == "plain"
+    except InputError:
+        return False
 
 
 FULL_MAP_PAGES = ("start", "journey")  # they draw the whole map themselves
