@@ -96,12 +96,13 @@ case "${1:-app}" in
     status=0
     "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile "${@:2}" || status=$?
     if [ $# -le 1 ]; then
-      # The whole suite: then the tests that compare two float32 computations (those using tests/kit/tolerance.py)
-      # once more on torch's portable kernels, which round sums in another order than this CPU's own: their
-      # tolerances must hold on any CPU (docs/testing.md#numeric-tolerances). Fast tier: the tiny models.
+      # The whole suite: then the tests that compare two float32 computations (marker `numeric`: they call
+      # tests/kit/tolerance.py) once more on torch's portable kernels, which round sums in another order than this
+      # CPU's own: their tolerances must hold on any CPU (docs/testing.md#numeric-tolerances). Fast tier: tiny models.
       echo "Numeric tests again under ATEN_CPU_CAPABILITY=default:"
       ATEN_CPU_CAPABILITY=default "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile \
-        -m "not model and not app and not browser" $(grep -l "from kit.tolerance import" tests/test_*.py) || status=$?
+        -m "numeric and not model and not app and not browser" $(grep -l "from kit.tolerance import" tests/test_*.py) \
+        || status=$?
     fi
     exit "$status"
     ;;
