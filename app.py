@@ -25,6 +25,7 @@ from ui.text_guard import guard_text_boxes
 from views import url_state
 from views.chrome import PageEnd, run_marker
 from views.model_picker import model_picker, picked_model
+from views.page_path import arrive
 from views.runs import stored_download, stored_sidebar_run
 from views.server_state import get_model
 from views.session_request import (
@@ -172,6 +173,7 @@ pages = [st.Page(str(HERE / "views" / "pages" / f), title=t, icon=i, url_path=u,
          for n, (f, t, i, u, _) in enumerate(PAGES)]
 page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
+arrive(page_path)  # the page before this one: the full map on Start and Journey lights it
 controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
 notes = list(dict.fromkeys(notes + url_state.restore(page_path, SESSION_DEFAULTS, controls)))
 url_state.bind(page_path, SESSION_DEFAULTS, controls)

@@ -30,3 +30,31 @@ def test_a_part_of_the_map_opens_its_page_with_the_request(tiny_server_cache, ti
         links = page.locator('[data-testid="stPageLink"]').all_inner_texts()
         assert any(f"Back: {before.title}" in t for t in links) and any(f"Next: {after.title}" in t for t in links)
         page.screenshot(path=str(SHOTS / "map_attention.png"))
+
+
+LIT = ("m => [...document.querySelectorAll(`.tpe-map[data-size='${m}'] [data-lit='1']`)]"
+       ".map(e => e.dataset.part || 'blocks').filter((k, i, all) => all.indexOf(k) === i).sort()")
+
+
+def test_starts_list_opens_its_pages_and_the_full_map_lights_the_page_left(tiny_server_cache):
+    """Issue 45: a line of Start's list is a link (it was text) that opens its page with the request kept; that page
+    draws the small map with its parts lit (Tensors & batch: no part of the map opens it); back on Start, the full
+    map lights the page the user came from, and says so (on the first visit: where a request starts)."""
+    from kit.browser import SIDEBAR_LINK
+
+    with server_and_page("browser-map-start.log", tiny_server_cache, height=1200) as (url, page):
+        page.goto(f"{url}/?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
+        settle(page, timeout=300)
+        assert page.evaluate(LIT, "full") == ["request"]
+        page.locator('[data-testid="stMain"] a[data-testid="stPageLink-NavLink"]', has_text="Tensors & batch: ").click()
+        settle(page, timeout=300)
+        assert page.url.split("?")[0].endswith("/tensors")
+        assert page.locator("h1").first.inner_text().startswith("Tensors & batch")
+        assert question_shown(page) == "Is a pepper a fruit?"
+        assert page.evaluate(LIT, "small") == ["embeddings", "tokens"]
+        page.locator(SIDEBAR_LINK, has_text="Start").first.click()  # its title is the app's name
+        settle(page, timeout=300)
+        assert page.locator("h1").first.inner_text() == "Token Pipeline Explorer"
+        page.screenshot(path=str(SHOTS / "map_start_came_from.png"))
+        assert page.evaluate(LIT, "full") == ["embeddings", "tokens"]
+        assert page.get_by_text("Lit: what Tensors & batch, the page you came from, shows.").count() == 1

@@ -52,11 +52,12 @@ def texts(at) -> list[str]:
 
 
 def test_start_lists_every_page_in_order_one_line_each(tiny_app):
+    """Run alone (AppTest), Start's links are drawn as captions (no other page is in the navigation)."""
     at = page_app("start")
     at.run()
     assert not at.exception, at.exception
     shown = texts(at)
-    lines = [next((n for n, t in enumerate(shown) if t.startswith(f"→ {p.title}: ")), None) for p in pages()]
+    lines = [next((n for n, t in enumerate(shown) if t.startswith(f"{p.icon} {p.title}: ")), None) for p in pages()]
     assert None not in lines, [p.title for p, n in zip(pages(), lines) if n is None]
     assert lines == sorted(lines)  # in PAGES' order
     headings = [shown.index(f"**{name}**") for name in SECTIONS]
@@ -132,3 +133,79 @@ def test_the_map_is_on_start_journey_and_small_on_stage_pages(tiny_app, page, si
     assert len(maps) == 1 and f"data-size='{size}'" in maps[0]
     url = next(p.url for p in pages() if p.file == f"{page}.py")
     assert ("aria-current='page'" in maps[0]) == (url not in ("start", "journey"))
+
+
+def test_starts_list_of_pages_is_links_that_carry_the_request(tiny_app):
+    """Issue 45: in the app, each line of Start's list is a link to its page (it was a caption: the links named
+    views/<file> instead of views/pages/<file>, and the page not found fell back to text)."""
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = {"max_new_tokens": "3"}
+    at.run()
+    assert not at.exception, at.exception
+    links = {link.proto.label: link.proto for link in at.main.get("page_link")}
+    for p in pages():
+        label = next((label for label in links if label.startswith(f"{p.title}: ") or label == p.title), None)
+        assert label is not None, (p.title, sorted(links))
+        assert links[label].page == p.url or (p.url == "start" and links[label].page == ""), links[label].page
+        assert "max_new_tokens=3" in links[label].query_string
+
+
+def lit_parts(html: str) -> set[str]:
+    """The keys of a map's lit parts ('blocks' where its block cells are lit)."""
+    keys = set(re.findall(r"data-part='([^']*)'[^>]*data-lit='1'", html))
+    return keys | ({"blocks"} if re.search(r"class='tpe-map-block'[^>]*data-lit='1'", html) else set())
+
+
+# What each page that no part of the map opens is about, written out here (pipeline/stages/model_map.py's ABOUT
+# holds the app's own copy)
+ABOUT = {
+    "tensors": {"tokens", "embeddings"},
+    "why_token": {"attention", "mlp", "lm_head"},
+    "what_if": {"sampler", "loop"},
+    "constrained": {"sampler"},
+    "prefill_decode": {"blocks", "loop"},
+    "how_it_learned": {"lm_head", "blocks"},
+    "faster_decode": {"blocks", "loop"},
+    "prompt_caching": {"kv_cache"},
+    "cache_audit": {"kv_cache"},
+    "compare_models": {"tokens", "blocks", "kv_cache"},
+    "presenter": {"request"},  # its first stage, the request: each stage lights its full page's parts
+}
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p not in ("start", "journey")])
+def test_every_other_page_draws_the_small_map_with_its_own_stage_lit(tiny_app, page):
+    """Issue 45: the small map was on 9 pages only (those a part of the map opens). Every page but Start and Journey
+    (they draw the full map) draws it once under its title, lit: the parts that open the page (marked as the
+    current page), or the parts the page is about."""
+    at = page_app(page, req_max_new_tokens=3)
+    at.run()
+    assert not at.exception, at.exception
+    maps = [h.proto.body for h in at.get("html") if "tpe-map" in h.proto.body]
+    assert len(maps) == 1 and "data-size='small'" in maps[0], (page, len(maps))
+    url = next(p.url for p in pages() if p.file == f"{page}.py")
+    current = set(re.findall(r"data-part='([^']*)'[^>]*aria-current='page'", maps[0]))
+    want = ABOUT.get(page) or current | ({"blocks"} if url == "layers" else set())  # the blocks open Layers too
+    assert want and lit_parts(maps[0]) == want, (page, lit_parts(maps[0]), want)
+
+
+def test_the_full_map_lights_the_page_the_user_came_from(tiny_app):
+    """Issue 45: the full map on Start and Journey lit nothing. It lights where a request starts on a first visit,
+    and the parts of the page the user came from after one, saying which."""
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = {"max_new_tokens": "3"}
+    at.run()
+    assert not at.exception, at.exception
+
+    def full_map() -> tuple[set[str], str]:
+        body = next(h.proto.body for h in at.get("html") if "data-size='full'" in h.proto.body)
+        said = next(c.value for c in at.caption if c.value.startswith("Lit: "))
+        return lit_parts(body), said
+
+    assert full_map() == ({"request"}, "Lit: where a request starts. Each part opens its page.")
+    for page, lit in (("why_token", {"attention", "mlp", "lm_head"}), ("tokens", {"tokens"})):
+        at.switch_page(f"views/pages/{page}.py").run()
+        at.switch_page("views/pages/start.py").run()
+        assert not at.exception, at.exception
+        title = next(p.title for p in pages() if p.file == f"{page}.py")
+        assert full_map() == (lit, f"Lit: what {title}, the page you came from, shows."), page

@@ -2,7 +2,8 @@
 Next, and the architecture map (pipeline/stages/model_map.py, drawn by ui/model_map.py) with this page's parts lit.
 
     back_next()          # at the end of every page (views.chrome.end_page draws it for a page that ends early)
-    architecture_map()   # the full map (Start, Journey); small=True: the strip under every stage page's title
+    architecture_map()   # the full map (Start, Journey), the page the user came from lit
+    small_map()          # the strip under every other page's title (views.chrome.page_header), this page's parts lit
 """
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def page_href(url: str) -> str:
     return f"./{url}" + (f"?{query}" if query else "")
 
 
-def _link(page: PageEntry, label: str) -> None:
+def page_link(page: PageEntry, label: str) -> None:
     """An st.page_link carrying the request; plain text when the page is not in the navigation (AppTest runs one
     page file alone)."""
     from streamlit.errors import StreamlitAPIException, StreamlitPageNotFoundError
@@ -96,22 +97,34 @@ def back_next() -> None:
     c1, c2 = st.columns(2)
     with c1:
         if before is not None:
-            _link(before, f"← Back: {before.title}")
+            page_link(before, f"← Back: {before.title}")
     with c2:
         if after is not None:
-            _link(after, f"Next: {after.title} →" + (f" (new section: {after.section})"
+            page_link(after, f"Next: {after.title} →" + (f" (new section: {after.section})"
                                                       if after.section != here.section else ""))
 
 
-def architecture_map(small: bool = False, dims=None) -> None:
-    """The map of the picked model (or `dims`'), this page's parts highlighted, each part a link to its page."""
+def architecture_map(small: bool = False, dims=None, about: str | None = None) -> None:
+    """The map of the picked model (or `dims`'), each part a link to its page. Lit: the parts the page at URL path
+    `about` is about (default: this page). The full map, drawn on pages about the whole request (Start, Journey),
+    lights the page the user came from, or where a request starts, and says which."""
     from pipeline.stages.model_map import model_map
     from ui.model_map import map_html
     from views.server_state import get_model
 
     here = current_page()
+    current = here.url if here else ""
     m = model_map(dims or get_model().config_dims, plain=sent_as_plain_text())
-    st.html(map_html(m, here.url if here else "", page_href, small=small))
+    lit, said = m.lit(about or current), None
+    if not small and not lit:
+        came = came_from()
+        lit = m.lit(came.url) if came is not None else frozenset()
+        said = f"Lit: what {came.title}, the page you came from, shows." if lit else None
+        if not lit:
+            lit, said = m.lit("request"), "Lit: where a request starts. Each part opens its page."
+    st.html(map_html(m, current, page_href, small=small, lit=lit))
+    if said:
+        st.caption(said)
 
 
 def sent_as_plain_text() -> bool:
@@ -128,12 +141,27 @@ def sent_as_plain_text() -> bool:
 FULL_MAP_PAGES = ("start", "journey")  # they draw the whole map themselves
 
 
-def small_map() -> None:
-    """Under a stage page's title (views.chrome.page_header): the small map, if a part of it leads to this page."""
-    from pipeline.stages.model_map import model_map
-    from views.server_state import get_model
-
+def small_map(about: str | None = None) -> None:
+    """Under a page's title (views.chrome.page_header; Presenter mode under each stage's): the small map with the
+    parts lit that the page at `about` is about (a URL path or a page file such as 'views/pages/tokens.py'; default:
+    this page). Not on the pages that draw the full map."""
     here = current_page()
-    dims = get_model().config_dims
-    if here is not None and here.url not in FULL_MAP_PAGES and here.url in model_map(dims).pages():
-        architecture_map(small=True, dims=dims)
+    if here is None or here.url in FULL_MAP_PAGES:
+        return
+    if about is not None and about.endswith(".py"):
+        about = next(p.url for p in pages() if p.file == Path(about).name)
+    architecture_map(small=True, about=about)
+
+
+def arrive(url: str) -> None:
+    """Note the page at URL path `url` as this session's current one (app.py, every run): came_from() then names
+    the page before it."""
+    ss = st.session_state
+    if ss.get("_page_here") != url:
+        ss["_page_before"], ss["_page_here"] = ss.get("_page_here"), url
+
+
+def came_from() -> PageEntry | None:
+    """The page this session showed before the current one (None on the first, or in an AppTest of one page)."""
+    before = st.session_state.get("_page_before")
+    return next((p for p in pages() if p.url == before), None)

@@ -44,6 +44,34 @@ class ModelMap:
     def pages(self) -> set[str]:
         return {p.page for p in self.parts()} | {b.page for b in self.blocks}
 
+    def lit(self, page: str) -> frozenset[str]:
+        """The keys of the parts the page at URL path `page` is about ('blocks': every block): the parts that
+        open it, else ABOUT's; none for a page about the whole (Start, Journey, Presenter mode).
+
+            lit('attention') -> {'attention'}   lit('prompt-caching') -> {'kv_cache'}
+        """
+        keys = {p.key for p in self.parts() if p.page == page}
+        if any(b.page == page for b in self.blocks):
+            keys.add(BLOCKS)
+        return frozenset(keys) or ABOUT.get(page, frozenset())
+
+
+BLOCKS = "blocks"  # in a set of lit keys: every block's cell
+# The pages no part opens, and the parts each is about (keys as in model_map; BLOCKS: every block)
+ABOUT = {
+    "tensors": frozenset({"tokens", "embeddings"}),  # the ids, padded into the rectangle the lookup reads
+    "why-token": frozenset({"attention", "mlp", "lm_head"}),  # heads and neurons behind the first token's score
+    "what-if": frozenset({"sampler", "loop"}),  # another token chosen at a step, then the loop goes on
+    "constrained": frozenset({"sampler"}),  # a grammar sets the refused tokens' scores to -inf before the draw
+    "prefill-decode": frozenset({BLOCKS, "loop"}),  # every weight read once per pass: the prompt's, each token's
+    "how-it-learned": frozenset({"lm_head", BLOCKS}),  # the loss on the scores; one step nudges every weight
+    "faster-decode": frozenset({BLOCKS, "loop"}),  # fewer bytes per weight read, more tokens per loop
+    "prompt-caching": frozenset({"kv_cache"}),  # the cache kept across requests
+    "cache-audit": frozenset({"kv_cache"}),  # what a provider's prompt cache would reuse
+    "compare-models": frozenset({"tokens", BLOCKS, "kv_cache"}),  # where two models differ most: vocabulary,
+    # blocks (how many, which attention) and the cache they keep
+}
+
 
 def _heads(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"

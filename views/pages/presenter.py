@@ -24,7 +24,7 @@ from ui.escape import axis_labels, code_span, json_text, plotly_label
 from ui.words import plural
 from views import room_key, url_state
 from views.chrome import end_page, stage_link
-from views.page_path import back_next
+from views.page_path import back_next, small_map
 from views.runs import run_for_page
 from views.scenarios import prompt_cache_conversation
 from views.server_state import get_model
@@ -242,6 +242,7 @@ else:
         not_presenting_yet()
     question_box()
 st.title(f"{stage}. {title}")
+small_map(about=full_page)  # where this stage stands in the model, its parts lit
 
 
 def big_chart(fig: go.Figure, height: int = 480) -> None:

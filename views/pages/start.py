@@ -4,7 +4,7 @@ import streamlit as st
 from ui.escape import markdown_text
 from ui.words import plural
 from views.chrome import page_header, stage_link
-from views.page_path import architecture_map, back_next, sections
+from views.page_path import architecture_map, back_next, page_link, sections
 from views.server_state import get_model, run_queue
 from views.warm_up import warm_up, warms_scenarios
 
@@ -45,8 +45,8 @@ with c1:
     st.subheader("Every page, in the order a request travels")
     for section, entries in sections():
         st.markdown(f"**{section}**")
-        for page in entries:
-            stage_link(f"views/{page.file}", f"{page.title}: {ONE_LINE.get(page.url, '')}".rstrip(": "), page.icon)
+        for page in entries:  # each a link carrying the request, as the sidebar's
+            page_link(page, f"{page.title}: {ONE_LINE.get(page.url, '')}".rstrip(": "))
 with c2:
     st.subheader("Teaching a room?")
     st.markdown("**Presenter mode** walks the same stages one screen at a time in large type, with ← / → keys, "
