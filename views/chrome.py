@@ -1,6 +1,6 @@
-"""What every page draws around its content: the title and intro (with the small architecture map on a stage page),
-links to other stages' pages, an early end (end_page, with the page's Back and Next), and the end-of-run mark browser
-tests wait for (run_marker, fragment)."""
+"""What every page draws around its content: the title and intro (with the small architecture map, but on Start and
+Journey, which draw the full one), links to other stages' pages, an early end (end_page, with the page's Back and
+Next), and the end-of-run mark browser tests wait for (run_marker, fragment)."""
 from __future__ import annotations
 
 from typing import NoReturn

@@ -215,8 +215,10 @@ def share_box(slot) -> None:
 
 
 def sync() -> None:
-    """The address bar and the share box follow the controls. app.py calls it after each run; every
-    fragment that holds controls calls it at its end (a fragment's rerun does not reach app.py)."""
+    """The address bar and the share box follow the controls. app.py calls it before the page runs (a reload
+    during a long run then keeps the request that started it) and after; every fragment that holds controls calls it
+    at its end (a fragment's rerun does not reach app.py). Each write replaces the page's history entry
+    (ui/history_entries.py): Back goes to the page before, not to this page's older address."""
     view = st.session_state.get("_url_view")
     if view is None:  # AppTest runs one page file alone, without app.py
         return
