@@ -170,6 +170,13 @@ def start_presenting(page) -> str:
     return follow.inner_text().strip()
 
 
+def next_stage(page, n: int) -> None:
+    """Press the presenter's Next button (a page that only follows has none) and wait for stage `n`."""
+    page.get_by_role("button", name="Next").click()
+    wait_for_stage(page, n, timeout_s=120)
+    settle(page)
+
+
 def wait_for_stage(page, n: int, timeout_s: float) -> None:
     """Wait until the presenter page's title is stage `n`'s ('3. Tokens ...')."""
     page.wait_for_function("n => document.querySelector('h1') && "
@@ -430,24 +437,18 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     wait_for_stage(learner, 1, timeout_s=300)
     settle(learner)
 
-    page.keyboard.press("ArrowRight")
-    wait_for_stage(page, 2, timeout_s=120)
-    settle(page)
+    next_stage(page, 2)
     page.reload()  # F5 on the projector's laptop
     settle(page)
     assert page.get_by_role("button", name="Stop following").count() == 0
-    page.keyboard.press("ArrowRight")
-    wait_for_stage(page, 3, timeout_s=120)
-    settle(page)
+    next_stage(page, 3)
     wait_for_stage(learner, 3, timeout_s=60)
 
     tab = watch(presenter.new_page())  # a second tab of the same browser, on the address the first one shows
     tab.goto(page.url)
     wait_for_stage(tab, 3, timeout_s=300)
     settle(tab)
-    tab.keyboard.press("ArrowRight")
-    wait_for_stage(tab, 4, timeout_s=120)
-    settle(tab)
+    next_stage(tab, 4)
     wait_for_stage(learner, 4, timeout_s=60)
     for shown in (page, tab):
         assert shown.get_by_role("button", name="Stop following").count() == 0
@@ -514,8 +515,7 @@ def test_a_flood_of_presenter_visits_leaves_the_live_room_and_a_removed_room_tel
     assert errors == []
     assert set(folder.glob("room-*.json")) == rooms  # a visit makes no room
     assert (folder / f"room-{code}.json").exists()
-    page.keyboard.press("ArrowRight")
-    wait_for_stage(page, 2, timeout_s=120)
+    next_stage(page, 2)
     wait_for_stage(learner, 2, timeout_s=60)  # the room still turns its learners' pages
 
     (folder / f"room-{code}.json").unlink()  # what the bound does to a room nobody has seen for hours

@@ -262,6 +262,7 @@ def test_request_page_names_gemmas_markers_and_says_when_plain_text_has_none(gem
 def test_a_learner_following_a_gemma_presenter_gets_gemma(gemma_app):
     at = page_app("presenter", pr_stage=3, req_model=GEMMA, req_max_new_tokens=4).run()
     assert not at.exception, at.exception
+    at.button(key="pr_start").click().run()  # a room is made when the presenter starts, not by a visit
     room = at.session_state["pr_room"]
     learner = page_app("presenter", pr_stage=1, pr_follow=room, req_max_new_tokens=4).run()  # a fresh session
     assert not learner.exception, learner.exception
