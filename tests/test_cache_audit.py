@@ -487,6 +487,15 @@ def test_every_rule_names_its_source():
 
 
 # ---- the command line ------------------------------------------------------------------------------
+def test_cli_table_names_causes_in_words(tmp_path, capsys):
+    """The terminal's table said `new_content` and `first` where the page now says words: one mapping for both."""
+    path = ca.EXAMPLES_DIR / ca.EXAMPLES["rag_json_trap"][1]
+    assert main(["cache-audit", str(path)]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\s+\d+ ", line)]
+    assert rows and rows[0].endswith("the first request"), rows[0]
+    assert not [r for r in rows if re.search(r"\b[a-z]+_[a-z_]+\b", r)], rows
+
+
 def test_cli_prints_and_writes_json(tmp_path, capsys):
     out = tmp_path / "audit.json"
     path = ca.EXAMPLES_DIR / ca.EXAMPLES["rag_json_trap"][1]
