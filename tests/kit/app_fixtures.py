@@ -100,7 +100,7 @@ def tiny_app(tiny_app_model, tiny_app_gemma, monkeypatch):
         clear_streamlit_caches()
         _streamlit_caches["tiny"] = True
     # The warm-up prepares the default request only: timing every prompt-caching scenario in the background (as a
-    # room's server does) was ~10 % of the fast tier's CPU, beside the tests; test_serving.py tests both settings.
+    # room's server does) was ~10 % of the fast tier's CPU, beside the tests; test_serving_pages.py tests both settings.
     monkeypatch.setenv("TPE_WARM_UP", "request")
     monkeypatch.setitem(loader._shared, resolve(None).key, lm)
     if tiny_app_gemma is not None:
