@@ -1,5 +1,6 @@
 """How it learned: scoring under teacher forcing (against HF's own loss), one training step on a copy of the
 weights (in process on a tiny model; in a child process on the real one), the memory estimate and its refusal."""
+import os
 import copy
 import hashlib
 import math
@@ -136,9 +137,16 @@ def test_step_refused_when_memory_will_not_fit(tiny_lm, monkeypatch):
     assert e.value.field == "memory" and "0.10 GiB are available" in e.value.message
 
 
-def test_memory_available_reads_meminfo():
-    available = memory.available_bytes()
-    assert available is None or available > 0
+def test_memory_available_reads_meminfo(tmp_path):
+    """MemAvailable is read in kB and given in bytes; a kernel too old to write it (before Linux 3.14) falls back to
+    the free pages, which never exceed the machine's memory."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24576000 kB\nMemFree:         1000 kB\nMemAvailable:   12345678 kB\n")
+    assert memory.available_bytes(str(meminfo)) == 12345678 * 1024
+    meminfo.write_text("MemTotal:       24576000 kB\nMemFree:         1000 kB\n")
+    free = memory.available_bytes(str(meminfo))
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert free is not None and 0 < free <= total
 
 
 @pytest.mark.model

@@ -90,10 +90,11 @@ def inference_memory(params: int, layers: int, kv_heads: int, head_dim: int, tok
     return InferenceMemory(weights, kv, (vocab or 0) * 4)
 
 
-def available_bytes() -> int | None:
-    """Memory the system can give a new process now: MemAvailable of /proc/meminfo (None where unknown)."""
+def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """Memory the system can give a new process now: MemAvailable of /proc/meminfo (a file without it: the free
+    pages the system reports; None where unknown)."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(meminfo) as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
