@@ -197,3 +197,45 @@ def test_neurons_table_adds_up_to_the_mlps_bar(tiny_app):
     at.selectbox(key="why_neuron_position").set_value(0).run()
     assert not at.exception, [e.message for e in at.exception]
     assert any(c.value.startswith(f"Layer {layer}'s MLP adds") and "at position 0" in c.value for c in at.caption)
+
+
+def test_a_long_prompts_graph_and_map_say_prompt_positions(tiny_app):
+    """A ~610-token question: attribution reads a window of 512 positions (the first and the last 511), yet the
+    graph's columns and the full map's columns are labelled with their places in the whole prompt, and the graph has
+    a column only where its routes pass. Before: '(511)' where the prompt position was 612, every route piled into
+    the right-most columns of a 512-wide axis, and the full map failed (its labels came from the window)."""
+    import json
+    import re
+
+    from kit.apptest import chart
+    from kit.texts import LONG_QUESTION
+
+    from pipeline.attribution.record import MAX_POSITIONS
+    from pipeline.stages.request import ChatRequest
+    from pipeline.stages.tokens import tokenize_request
+
+    T = len(tokenize_request(tiny_app.tokenizer, ChatRequest.from_question(LONG_QUESTION)).ids)
+    assert T > MAX_POSITIONS
+    at = run_page("why_token", LONG_QUESTION)
+    spec = json.loads(chart(at, "why_graph").proto.spec)
+    ticks = spec["layout"]["xaxis"]["ticktext"]
+    said = [int(re.match(r"(?:… )?\((\d+)\)", t).group(1)) for t in ticks]
+    assert said[-1] == T - 1  # the predicting position, by its place in the prompt
+    assert all(p == 0 or T - MAX_POSITIONS < p < T for p in said), said  # window positions, renumbered to the prompt
+    assert said == sorted(said) and len(said) <= 40
+    columns = spec["layout"]["xaxis"]["range"][1] + 0.5
+    assert columns < 60, columns  # one column per position a route passes through, not 512
+    bad = LONG_QUESTION.replace("Box 24 is red", "Box 24 is blue")
+    at.text_input(key="why_corrupted").set_value(bad).run()
+    assert any(c.value.startswith("Expected, of the model's time: ") for c in at.caption)
+    at.button(key="why_patch_map").click().run()
+    assert not at.exception, [e.message for e in at.exception]
+    x = chart_data(chart(at, "why_patching"))[0]["x"]
+    assert [int(re.match(r"\((\d+)\)", t).group(1)) for t in x] == list(range(T - 48, T))
+
+
+def test_percentages_rounding_to_zero_have_no_sign():
+    from views.why_patching import percent
+
+    assert [percent(v, sign=True) for v in (-0.004, 0.004, 0.0, 0.07, -0.126)] == ["0%", "0%", "0%", "+7%", "-13%"]
+    assert [percent(v) for v in (-0.004, 0.5, -0.25)] == ["0%", "50%", "-25%"]

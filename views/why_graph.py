@@ -68,8 +68,7 @@ def figure(g: Graph, nodes: list[Node], tokens: list[str], positions: tuple[int,
     labels = column_labels(cols, tokens, positions)
     step = max(1, -(-len(cols) // MAX_TICKS))
     keep = sorted(range(len(cols) - 1, -1, -step))
-    fig.update_layout(height=max(480, 22 * L + 140), margin=dict(t=30, b=10), legend=dict(orientation="h", y=1.05),
-                      clickmode="event+select", dragmode=False)
+    fig.update_layout(height=max(480, 22 * L + 140), margin=dict(t=30, b=10), legend=dict(orientation="h", y=1.05))
     fig.update_xaxes(tickmode="array", tickvals=keep, ticktext=[labels[k] for k in keep],
                      range=[-0.5, len(cols) - 0.5], tickangle=-60, tickfont=TICK_FONT,
                      title="position in the prompt (only those the routes pass through; … : positions skipped)")
