@@ -74,7 +74,7 @@ def forward_tolerance(dims, magnitude: float, positions: int, layers: int | None
 
 def abs_dot(x, w) -> np.ndarray:
     """|x| . |w|^T in float64: each dot product's terms' absolute sum (the `magnitude` of x @ w.T)."""
-    return np.abs(np.asarray(x, dtype=np.float64)) @ np.abs(np.asarray(w, dtype=np.float64)).T
+    return np.abs(np.asarray(_numpy(x), dtype=np.float64)) @ np.abs(np.asarray(_numpy(w), dtype=np.float64)).T
 
 
 def scale(*arrays) -> float:
