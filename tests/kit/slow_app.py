@@ -21,8 +21,7 @@ from .browser import ROOT
 
 SLEEP_S = 600  # longer than any test waits: the run is still going when the test acts
 WRAPPER = """
-import runpy, sys, time
-sys.path.insert(0, {root!r})
+import runpy, time
 import streamlit as st
 import views.chrome as chrome
 if not getattr(chrome, "_tpe_slowed", False):
@@ -43,7 +42,7 @@ def slowed_app_server(folder: Path, log_name: str, cache_dir: Path, mark: str | 
     in `folder`, the server's output goes to artifacts/log_name. The server is killed after (a sleeping run would
     hold a polite stop)."""
     script = folder / "slowed_app.py"
-    script.write_text(WRAPPER.format(root=str(ROOT), app=str(ROOT / "app.py"), mark=mark, sleep=SLEEP_S))
+    script.write_text(WRAPPER.format(app=str(ROOT / "app.py"), mark=mark, sleep=SLEEP_S))
     port = free_port()
     env = {**os.environ, "TPE_CACHE_DIR": str(cache_dir), "TPE_WARM_UP": "request"}
     (ROOT / "artifacts").mkdir(exist_ok=True)
