@@ -1,8 +1,10 @@
 """Presenter mode: the request's life in 13 screens, large type, ← / → to move, for a projector.
 
-Every screen shows the real data of the sidebar's request and links into its full page. The first and
-last screens show learners a link (and QR code) that follows the presenter: their page turns to the
-presenter's stage and request within a few seconds (the stage is kept server-side per room code).
+Every screen shows the real data of the sidebar's request and links into its full page. "Start presenting" makes
+a room (a visit makes none); the first and last screens then show learners a link (and QR code) that follows the
+presenter: their page turns to the presenter's stage and request within a few seconds (the stage is kept
+server-side per room code). The presenter's browser keeps the room's key (views/room_key.py), so a reload or a
+second tab still presents; a follower whose room is gone is told so.
 """
 import io
 import os
