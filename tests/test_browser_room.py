@@ -453,9 +453,18 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     for shown in (page, tab):
         assert shown.get_by_role("button", name="Stop following").count() == 0
         assert key not in shown.url and key not in shown.inner_text("body")
+    bare = watch(presenter.new_page())  # the bare address in that browser offers to go on with the room
+    bare.goto(f"{server}/presenter")
+    settle(bare)
+    bare.get_by_role("button", name=f"Go on presenting room {code}").click()
+    wait_for_stage(bare, 4, timeout_s=300)  # where the room is, with its request, not the bare page's default
+    settle(bare)
+    assert parse_qs(urlparse(bare.url).query)["q"] == ["Why is the sky blue?"], bare.url
+    next_stage(bare, 5)
+    wait_for_stage(learner, 5, timeout_s=60)
     stranger = watch(browser.new_context().new_page())  # the same address in a browser without the key: follows
     stranger.goto(tab.url)
-    wait_for_stage(stranger, 4, timeout_s=300)
+    wait_for_stage(stranger, 5, timeout_s=300)
     settle(stranger)
     assert stranger.get_by_role("button", name=re.compile("Next")).count() == 0
     tab.screenshot(path=str(SHOTS / "room_presenter_second_tab.png"))
