@@ -17,9 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pipeline.server.room import RoomStore  # noqa: E402
+from pipeline.server.room import RoomStore
 
 
 def load(path: str):
