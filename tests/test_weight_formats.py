@@ -211,6 +211,8 @@ def test_the_faster_decode_page_measures_every_format(tiny_app, monkeypatch):
     assert list(speed["weights"]) == list(quality["weights"]) == ["fp32", "bf16", "int8"]
     assert len(speed.columns) <= 6 and len(quality.columns) <= 6  # ten columns in one ran past the right edge
     assert quality["KL vs fp32 (nats, mean)"][0] == "0.00e+00" and quality["greedy answer"][0] == "the same"
+    advice = [m.value for m in at.markdown if "--weights bf16" in m.value]  # formats.bf16_advice of this measurement
+    assert len(advice) == 1 and f"{speed[speed.columns[3]][1]:.1f} ms against" in advice[0], advice
     answers = at.expander[0]  # each answer under its format, its verdict and its length beside it
     assert "mid-sentence" in answers.label
     said = [m.value for m in answers.markdown]

@@ -7,6 +7,7 @@ import streamlit as st
 
 from pipeline.core.errors import InputError
 from pipeline.costs.named_time import PLAIN, time_label
+from pipeline.faster.formats import bf16_advice
 from pipeline.model.kv_int8 import attention_error
 from pipeline.model.weight_formats import FORMAT_NOTES, NOT_BUILT, WEIGHT_FORMATS
 from pipeline.stages.kv_cache import human_bytes
@@ -87,6 +88,7 @@ def weight_formats_section() -> None:
             speed, quality = formats_tables(report)
             st.dataframe(speed, hide_index=True, width="stretch")
             st.dataframe(quality, hide_index=True, width="stretch")
+            st.markdown(bf16_advice(report))  # the room's advice from this machine's measurement (our text, numbers)
             with st.expander("The greedy answers: each stops at a fixed length, so it may end mid-sentence"):
                 for w, row in report.rows.items():
                     st.markdown(f"**{w}** ({plural(len(row.greedy_ids), 'token')}): {greedy_verdict(row)}")

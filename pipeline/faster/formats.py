@@ -90,6 +90,23 @@ def greedy_answer(lm: LanguageModel, question: str, max_new_tokens: int) -> tupl
     return tuple(answer.generated), answer.text, answer.tpot_s
 
 
+def step_cost(lm: LanguageModel, question: str, steps: int) -> tuple[float, float]:
+    """(wall, CPU) seconds a greedy decode step takes on the plain path, the mean over `steps` steps after the
+    question's prefill. CPU is the whole process's (every thread's, waits included): what a step costs a shared
+    server, where wall time is what the user waits."""
+    import time
+
+    from pipeline.model.decoders.factory import open_decoder
+
+    ids = prompt_ids(lm, question)
+    decoder = open_decoder(lm, len(ids) + steps + 1)
+    token = int(decoder.prefill(ids).argmax())
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        token = int(decoder.step(token).argmax())
+    return (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
+
+
 def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
     """First index where two token sequences differ (a length difference counts); None: equal."""
     for i, (x, y) in enumerate(zip(a, b)):
@@ -142,3 +159,25 @@ def measure_formats(models: dict[str, LanguageModel], request: ChatRequest, step
     tpot = tpot_interleaved(models, question, steps, repeats)
     vs = {w: compare_runs(list(t.runs), list(tpot["fp32"].runs)) for w, t in tpot.items() if w != "fp32"}
     return FormatsReport(rows, tpot, steps, vs)
+
+
+def bf16_advice(report: FormatsReport) -> str:
+    """What this machine's measurement says about `--weights bf16` (a room's server), in one sentence built from
+    bf16's TPOT against fp32's in `report`:
+
+        ratio 0.6, ranges apart   -> "bf16 decoded 1.7× faster than fp32 here ...: ... less CPU a token ..."
+        ratio 1.4, ranges apart   -> "bf16 decoded 1.4× slower than fp32 here ...: keep ... on fp32"
+        ranges overlap            -> "... within each other's range here ...: no saving measured"
+    """
+    c = report.vs_fp32.get("bf16")
+    if c is None:
+        return ""
+    times = f"(median {c.a_median * 1e3:.1f} ms against {c.b_median * 1e3:.1f} ms a token, plain path)"
+    if not c.separated:
+        return (f"bf16 and fp32 decoded within each other's range here {times}: no saving measured on this machine "
+                "now, so `--weights bf16` is not worth it for a room's server on this evidence.")
+    if c.ratio < 1:
+        return (f"bf16 decoded {c.speed()} than fp32 here {times}: on this machine a room's server spends less CPU a "
+                "token with `./run.sh app --weights bf16`.")
+    return (f"bf16 decoded {c.speed()} than fp32 here {times}: keep a room's server on this machine on fp32 "
+            "(`--weights bf16` would cost more CPU a token).")

@@ -138,6 +138,7 @@ class Int8Rows:
         return F.linear(x, self.qdata.to(x.dtype)) * self.scale.to(x.dtype)
 
 
+ATEN_GEMV = True  # False: a bf16 step on oneDNN as before (bench/weight_formats_bench.py's "bf16 oneDNN" row)
 _gemv_lock = threading.Lock()
 _gemv_users = 0  # steps inside aten_bf16_gemv now; oneDNN is off for bf16 while it is above 0
 
@@ -164,7 +165,7 @@ def aten_bf16_gemv(weight: torch.Tensor, n: int) -> Iterator[None]:
     import torch
 
     global _gemv_users
-    if n != 1 or weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
+    if not ATEN_GEMV or n != 1 or weight.dtype != torch.bfloat16 or weight.device.type != "cpu":
         yield
         return
     with _gemv_lock:
