@@ -3,8 +3,8 @@ sampling. Nothing is hard-coded: every expected value comes from the model or fr
 import numpy as np
 import pytest
 import torch
-from kit.tolerance import (U32, abs_dot, assert_same_best, assert_within, attention_tolerance, float32_tolerance,
-                           float64_tolerance, forward_tolerance, lens_tolerance, scale)
+from kit.tolerance import (U32, abs_dot, additions_tolerance, assert_same_best, assert_within, attention_tolerance,
+                           float32_tolerance, float64_tolerance, forward_tolerance, lens_tolerance, scale)
 
 from pipeline.model.prefill import top_per_position
 from pipeline.stages import embeddings as es
@@ -128,9 +128,9 @@ def test_contributions_match_the_models_own_projections(lm, trace):
     # the two writes are what each block adds (HF's last hidden state is after the final norm: skip it)
     for i in range(L - 1):
         before, after = hidden[i][0].double(), hidden[i + 1][0].double()
-        # the block's two float32 additions, each rounded once: u |h + attn| + u |h + attn + mlp|
-        tol = U32 * ((before + attn[i]).abs() + after.abs())
-        assert_within(after - before, attn[i] + mlp[i], tol.cpu().numpy(), f"block {i}")
+        # the block's two float32 additions, each rounded to nearest: half an ulp of h + attn and of the result
+        tol = additions_tolerance(hidden[i][0].float() + attn[i].float(), hidden[i + 1][0])
+        assert_within(after - before, attn[i] + mlp[i], tol, f"block {i}")
     c = la.contributions(trace.prefill.attn_out, trace.prefill.mlp_out)
     T, D = len(trace.ids), trace.dims.D
     for part, writes in (("attention", attn), ("mlp", mlp)):

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 from kit.tiny_models import TEXT, WINDOW, tiny_gemma3, tiny_llama, wrap
-from kit.tolerance import U32, assert_same_best, assert_within, attention_tolerance, lens_tolerance, logits_tolerance
+from kit.tolerance import (U32, additions_tolerance, assert_same_best, assert_within, attention_tolerance,
+                           lens_tolerance, logits_tolerance)
 
 from pipeline.core.errors import InputError
 from pipeline.model.capture import Gemma3Layout, LlamaLayout, capture, hook_points, layout_for
@@ -59,9 +60,9 @@ def check_capture(lm, layout, scale):
     assert p.attn_out.shape == p.mlp_out.shape == (d.L, T, d.D) and p.final_norm.shape == (T, d.D)
     assert p.q_rot.shape == (d.L, d.H, T, d.Dh) and p.k_rot.shape == p.v.shape == (d.L, d.Hkv, T, d.Dh)
     assert p.attention.shape == (d.L, d.H, T, T) and p.last_logits.shape == (d.V,)
-    # each block's two float32 additions to the stream, each rounded once: u |h + attn| + u |h + attn + mlp|
+    # each block's two float32 additions to the stream, each rounded to nearest: half an ulp of each result
     h = p.hidden_states.astype(np.float64)
-    tol = U32 * (np.abs(h[:-1] + p.attn_out) + np.abs(h[1:]))
+    tol = additions_tolerance(p.hidden_states[:-1] + p.attn_out, p.hidden_states[1:])
     assert_within(h[1:], h[:-1] + p.attn_out + p.mlp_out, tol, "the stream adds up")
     with torch.inference_mode():
         full = lm.model(input_ids=torch.tensor([ids]), use_cache=False).logits[0, -1]

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from kit.tolerance import (U32, abs_dot, assert_same_best, assert_within, attention_tolerance, float64_tolerance,
-                           lens_tolerance, logits_tolerance, rope_tolerance)
+from kit.tolerance import (U32, abs_dot, additions_tolerance, assert_same_best, assert_within, attention_tolerance,
+                           float64_tolerance, lens_tolerance, logits_tolerance, rope_tolerance)
 
 from pipeline.model.capture import block_names, capture, hook_points
 from pipeline.model.prefill import run_prefill, top_per_position
@@ -171,8 +171,8 @@ def test_residual_stream_identity(tiny_lm):
     np.testing.assert_array_equal(p.hidden_states[0], p.embeddings)
     h = p.hidden_states.astype(np.float64)
     for i in range(tiny_lm.dims.L):
-        # the block's two float32 additions, each rounded once (kit.tolerance's u): exact in float64 here
-        tol = U32 * (np.abs(h[i] + p.attn_out[i]) + np.abs(h[i + 1]))
+        # the block's two float32 additions, each rounded to nearest: half an ulp of each result; exact in float64
+        tol = additions_tolerance(p.hidden_states[i] + p.attn_out[i], p.hidden_states[i + 1])
         assert np.abs(p.attn_out[i]).max() > 100 * tol.max() and np.abs(p.mlp_out[i]).max() > 100 * tol.max()
         assert_within(h[i + 1], h[i] + p.attn_out[i] + p.mlp_out[i], tol, f"block {i}")
 

@@ -279,3 +279,14 @@ def heads_tolerance(rec, lm, layer) -> np.ndarray:
     T, HDh = rec.resid.shape[1], lm.dims.H * lm.dims.Dh
     norm = float32_tolerance(lm.dims.D, 1.0, depth=2) * np.abs(rec.attn[layer, -1]) if is_gemma(lm) else 0.0
     return float32_tolerance(max(T, HDh), 1.0, depth=2) * attention_write_magnitude(rec, lm, layer) + norm
+
+
+def additions_tolerance(*results) -> np.ndarray:
+    """How far float32 additions may be from their exact sums: half an ulp of each float32 result (round to
+    nearest; a tie rounds by exactly that), added up elementwise, and 4 u64 of each for the float64 arithmetic
+    that checks them. E.g. a block's h + attn, then + mlp: additions_tolerance(h + attn, h_next)."""
+    total = 0.0
+    for r in results:
+        r = np.abs(np.asarray(_numpy(r), dtype=np.float32))
+        total = total + 0.5 * np.spacing(r).astype(np.float64) + 4 * U64 * r.astype(np.float64)
+    return total
