@@ -6,8 +6,8 @@ left that the page shows (work left x seconds per unit so far) was from the time
 
 A ~610-token question (48 boxes) with one word changed in its middle ("mid") or its last sentence ("end").
 Each round runs, interleaved, the page's Patch (attribution patching + real patching of the top 12) with and without
-the prefix, and the full map (the last 48 positions x every layer) with the prefix, whole; without it only its first
---map-parts parts (its patched passes all cost the same: the rest is extrapolated from their median, and said so).
+the prefix, whole, and the full map (the last 48 positions x every layer) with and without it, its first --map-parts
+parts only (0: whole): its patched passes cost alike, so the rest is extrapolated from their median, and said so.
 """
 from __future__ import annotations
 
@@ -50,14 +50,14 @@ def timed(steps, most: int | None = None) -> list[tuple[float, object]]:
 
 
 def worst_estimate(parts) -> tuple[float, float]:
-    """The largest factor between the time left said after a part and the time the rest took: (by work units, by
-    counting parts, as before). 1 = exact."""
+    """The largest factor between the time left said after a part and the time the rest took: (the job's own
+    forecast, Progress.left_s; counting parts, as the queue did before). 1 = exact."""
     worst = {"work": 1.0, "parts": 1.0}
     total = sum(t for t, _ in parts)
     for k, (_, p) in enumerate(parts[:-2]):
         spent = sum(t for t, _ in parts[:k + 1])
         really = total - spent
-        by_work = spent * (p.work[1] - p.work[0]) / p.work[0]
+        by_work = p.left_s
         by_parts = spent / (k + 1) * (p.total - p.done)
         for name, said in (("work", by_work), ("parts", by_parts)):
             worst[name] = max(worst[name], said / really, really / said)
@@ -73,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--map-parts", type=int, default=6)
+    ap.add_argument("--map-parts", type=int, default=6)  # 0: the whole map
     ap.add_argument("--change", choices=sorted(CHANGES), default="mid")
     args = ap.parse_args()
     from pipeline.attribution import component_patching as cp
@@ -97,7 +97,7 @@ def main() -> None:
                                    ("map, prefix", lambda: iv.patch_residual_steps(lm, clean, bad, positions), True),
                                    ("map, no prefix", lambda: iv.patch_residual_steps(lm, clean, bad, positions),
                                     False)):
-            partial = name == "map, no prefix"
+            partial = name.startswith("map") and args.map_parts > 0
             with contextlib.nullcontext() if prefix else without_prefix():
                 parts = timed(make(), args.map_parts if partial else None)
             took = sum(t for t, _ in parts)
@@ -105,13 +105,14 @@ def main() -> None:
             if partial:
                 first = parts[0][1]
                 patched = statistics.median(t for t, _ in parts[2:])
-                took = parts[0][0] + 2 * parts[1][0] + patched * (first.total - 3)  # + the last: one row
+                took = parts[0][0] + parts[1][0] + patched * (first.total - 3) + parts[1][0]  # the last: one row
                 print(f"round {r + 1} {name:17s} {took:7.1f} s extrapolated from {len(parts)} of "
                       f"{first.total + 1} parts, {patched:.2f} s per patched pass: {line}", flush=True)
             else:
-                by_work, by_parts = worst_estimate(parts)
+                by_forecast, by_parts = worst_estimate(parts)
                 print(f"round {r + 1} {name:17s} {took:7.1f} s in {len(parts)} parts; time left said: worst "
-                      f"{by_work:.2f}x off by work, {by_parts:.2f}x by counting parts: {line}", flush=True)
+                      f"{by_forecast:.2f}x off (the job's forecast), {by_parts:.2f}x by counting parts: {line}",
+                      flush=True)
             runs.setdefault(name, []).append(took)
     for name, xs in runs.items():
         print(f"{name:17s} median {median_range(xs)}")

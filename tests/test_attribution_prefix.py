@@ -65,11 +65,11 @@ def test_a_pass_rows_copies_stay_within_the_bound_and_the_plan_counts_only_what_
     assert px.first_difference([1, 2, 3], [1, 5, 3]) == 1 and px.first_difference([1, 2], [1, 2]) == 2
     assert px.start_of(ids, ids) == len(ids) - 1  # the same question: only the last position runs
     m = tiny.dims
-    row = 1000 * m.L * 2 * m.Hkv * m.Dh * m.bytes_per_value
-    assert px.rows_per_pass(tiny, 1000, 12) == max(1, min(12, px.KV_COPY_BYTES // row))
+    row = 1000 * 2 * m.Hkv * m.Dh * m.bytes_per_value
+    assert px.rows_per_pass(tiny, 990, 12, 10) == max(1, min(12, px.KV_COPY_BYTES // row))
     plan = cp.patching_plan(tiny, ids, bad, 6)
-    assert [k for k, _ in plan] == ["plain", "backward"] + ["patched"] * -(-6 // px.rows_per_pass(tiny, d, 12))
-    rows = px.rows_per_pass(tiny, d, 12)
+    rows = px.rows_per_pass(tiny, d, 12, len(ids) - d)
+    assert [k for k, _ in plan] == ["plain", "backward"] + ["patched"] * -(-6 // rows)
     assert plan[2:] == [("patched", px.pass_work(tiny, min(rows, 6 - k), len(ids) - d, d)) for k in range(0, 6, rows)]
     steps = cp.estimate_steps(tiny, ids, bad, 6)
     seen = []

@@ -161,7 +161,7 @@ def _plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], top
     """(s: where passes start, rows: the most a pass takes, each real pass's rows, the plan: each part's kind and
     work units, prefix.py)."""
     T, s = len(clean_ids), px.start_of(clean_ids, corrupted_ids)  # both runs agree before s (prefix.py)
-    n, rows = T - s, px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS)
+    n, rows = T - s, px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS, T - s)
     sizes = [min(rows, top - k) for k in range(0, top, rows)]
     plan = ([("plain", px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s)),
              ("backward", (1 + px.BACKWARD_COST) * px.pass_work(lm, 1, n, s))]

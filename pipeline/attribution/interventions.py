@@ -191,7 +191,7 @@ def _map_plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
     run = [p for p in positions if p >= d]  # before d both streams are the same: a patch there restores 0
     s = px.start_of(clean_ids, corrupted_ids, positions[0])  # patched passes run positions s..T-1 (prefix.py)
     n = T - s
-    parts = -(-len(run) // px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS))  # passes per layer, of nearly equal rows
+    parts = -(-len(run) // px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS, n))  # passes per layer, of nearly equal rows
     groups = [run[i::parts] for i in range(parts)]  # run[i::parts]: every parts-th, evenly spread
     plan = ([("plain", px.pass_work(lm, 1, T, 0)), ("plain", px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s))]
             + [("patched", px.pass_work(lm, len(g), n, s)) for _ in layers for g in groups]

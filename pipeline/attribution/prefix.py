@@ -3,7 +3,8 @@
 A causal model's position t reads positions <= t only. Clean and corrupted prompts agree up to their first
 differing token d, so both runs are the same there, and a patch at position p changes nothing before p. A patched
 pass therefore starts at s = max(d, first patched position): the corrupted run's KV cache of ids[:s] is computed
-once, copied for each batch row, and each row runs ids[s:] after it. On a 613-token question changed near its end
+once and shown to every batch row (never copied: each layer joins it to the rows' own keys while it runs), and
+each row runs ids[s:] after it. On a 613-token question changed near its end
 the full map's rows run 48 positions instead of 613.
 
 Work is counted in one unit, the same for every part of a job, so a part's time can be foreseen from another's:
@@ -29,8 +30,8 @@ from pipeline.core.long_jobs import Steps
 from pipeline.model.interface import LanguageModel
 
 BACKWARD_COST = 2.0  # a backward pass: about twice its forward's multiply-adds (gradients of inputs and weights)
-# The batch rows' copies of the shared KV cache, at most this many bytes a pass (rows = this / one row's cache):
-# 12 rows of a 600-token SmolLM2 prefix would copy 330 MB.
+# One layer's keys and values of a pass's rows (the shared prefix joined to each row's own) take at most this many
+# bytes: 12 rows of a 613-token SmolLM2 question take 11 MB; copying the whole prefix cache per row took 330 MB.
 KV_COPY_BYTES = 128 * 2**20
 _rates: dict[tuple[str, str], float] = {}  # (model name, part kind) -> seconds per work unit, latest measured
 
@@ -58,10 +59,11 @@ def pass_work(lm: LanguageModel, rows: int, new: int, cached: int) -> float:
     return rows * new * (1 + (cached + new / 2) / attention_span(lm))
 
 
-def rows_per_pass(lm: LanguageModel, cached: int, most: int) -> int:
-    """Batch rows a pass may take: at most `most`, and as many as KV_COPY_BYTES of copied cache allows."""
+def rows_per_pass(lm: LanguageModel, cached: int, most: int, new: int = 0) -> int:
+    """Batch rows a pass may take: at most `most`, and as many as KV_COPY_BYTES of one layer's keys and values (the
+    shared prefix's and the rows' own, joined while that layer runs) allow."""
     m = lm.dims
-    row_bytes = max(1, cached) * m.L * 2 * m.Hkv * m.Dh * m.bytes_per_value
+    row_bytes = max(1, cached + new) * 2 * m.Hkv * m.Dh * m.bytes_per_value
     return max(1, min(most, KV_COPY_BYTES // row_bytes))
 
 
@@ -72,17 +74,32 @@ def prefix_cache(lm: LanguageModel, ids: list[int]):
     return lm.forward([list(ids)], use_cache=True).cache
 
 
-def row_cache(prefix, rows: int):
-    """A fresh cache holding `rows` copies of `prefix` (a pass appends to its cache, so each pass needs its own).
-    Its tensors are ordinary ones (the prefix's were made in inference mode), so a pass with gradients can read it."""
+def _read_only_update(layer, key_states, value_states, *args, **kwargs):
+    """A cache layer's update that joins the shared prefix (one row, broadcast to the pass's rows) to this pass's
+    keys and values and keeps nothing: the prefix is never copied per row, and the same cache serves every pass."""
+    import torch
+
+    if not layer.is_initialized or layer.keys.numel() == 0:
+        return key_states, value_states
+    rows = key_states.shape[0]
+    keys = torch.cat([layer.keys.expand(rows, -1, -1, -1).to(key_states.dtype), key_states], dim=-2)
+    values = torch.cat([layer.values.expand(rows, -1, -1, -1).to(value_states.dtype), value_states], dim=-2)
+    return keys, values
+
+
+def row_cache(prefix, rows: int = 1):
+    """A cache that shows `prefix` to every row of a pass without copying it and without growing (each layer's
+    update joins the prefix to the pass's own keys and values and keeps nothing): what a patched pass runs after.
+    The positions and the masks read the prefix's length, as after a plain pass over it (a sliding layer keeps its
+    window's last positions, as the plain cache did)."""
     if prefix is None:
         return None
+    import types
+
     cache = copy.copy(prefix)
     cache.layers = [copy.copy(layer) for layer in prefix.layers]
     for layer in cache.layers:
-        if layer.is_initialized and layer.keys.numel():
-            layer.keys = layer.keys.repeat_interleave(rows, dim=0)
-            layer.values = layer.values.repeat_interleave(rows, dim=0)
+        layer.update = types.MethodType(_read_only_update, layer)
     return cache
 
 
