@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import time
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as ./run.sh app starts the server (before torch loads)
 
 QUESTION = " ".join(f"Box {i} is {('red', 'green', 'blue', 'yellow')[i % 4]} and holds {i * 7 % 13} apples."
                     for i in range(48)) + " Which box holds the most apples?"
