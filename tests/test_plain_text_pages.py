@@ -52,3 +52,13 @@ def test_the_map_part_says_plain_text():
         vocab_size=100, max_position_embeddings=128, rope_theta=10000.0, model_type="llama"), "m", "float32", "cpu")
     assert model_map(dims).before[0].detail == "the messages as one text (chat template)"
     assert "no chat template" in model_map(dims, plain=True).before[0].detail
+
+
+@pytest.mark.parametrize("prompt_format, said, not_said", [("plain", "plain text", "marker tokens"),
+                                                           ("chat", "marker tokens", "plain text")])
+def test_presenters_template_stage_says_what_the_request_was_sent_as(gemma, prompt_format, said, not_said):
+    at = page_app("presenter", req_model=GEMMA, req_max_new_tokens=2, req_prompt_format=prompt_format, pr_stage=2)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    text = "\n".join(m.value for m in at.markdown)
+    assert said in text and not_said not in text

@@ -30,7 +30,7 @@ from views.page_path import back_next, small_map
 from views.runs import run_for_page
 from views.scenarios import prompt_cache_conversation
 from views.server_state import get_model
-from views.session_request import TEXT_LIMIT
+from views.session_request import TEXT_LIMIT, current_request
 
 STAGES = [  # (title, full page)
     ("The request", "views/pages/request.py"),
@@ -311,8 +311,12 @@ if stage == 1:
     st.code(json_text(trace.request.openai, indent=1), language="json", wrap_lines=True)
     show_link()
 elif stage == 2:
-    st.markdown(f"The server writes the messages into **one text** with marker tokens: "
-                f"{len(trace.prompt_text):,} characters.")
+    if current_request().prompt_format == "plain":  # no template: the text goes as it is (as on Journey)
+        st.markdown(f"This request goes as **plain text**: the messages as they are, with no chat template and no "
+                    f"turn markers: {len(trace.prompt_text):,} characters.")
+    else:
+        st.markdown(f"The server writes the messages into **one text** with marker tokens: "
+                    f"{len(trace.prompt_text):,} characters.")
     with st.container(height=560 if len(trace.prompt_text) > 1500 else "content"):  # a long prompt scrolls
         st.markdown(highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special})),
                     unsafe_allow_html=True)
