@@ -71,7 +71,9 @@ case "${1:-app}" in
     # for a room on the local network: ./run.sh app --server.address 0.0.0.0
     # ./run.sh app --model DIR (or a registry name, e.g. gemma-3-270m): the picker offers it and new sessions
     # start on it (TPE_MODEL); more folders for the picker: TPE_MODELS=DIR1:DIR2
-    # ./run.sh app --weights bf16: new sessions start on that weight format (TPE_WEIGHTS; a room: ~1/4 less CPU)
+    # ./run.sh app --weights bf16: new sessions start on that weight format (TPE_WEIGHTS). A room of 30 took ~1/4 less
+    # CPU on bf16 on a 2-core AMD EPYC with AVX-512 bf16 (bench/RESULTS.md, 2026-12-02); measure yours first
+    # (the Faster decode page, "Measure the formats now", says which format is cheaper on this machine)
     args=()
     set -- "${@:2}"
     while [ $# -gt 0 ]; do
