@@ -15,7 +15,7 @@ import os
 import platform
 import time
 
-from pipeline.cli.temperature_zero import print_result, run_printing
+from pipeline.cli.commands.temperature_zero import print_result, run_printing
 
 
 def main() -> None:

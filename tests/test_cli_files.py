@@ -87,7 +87,7 @@ def test_run_cli_gives_the_exit_status_and_puts_everything_back(tmp_path, monkey
     """The in-process run (tests/cli_kit.py) as the process: argparse's own error exits 2 with its line on stderr,
     an uncaught exception exits 1 with a traceback; the environment (which the CLI sets a default in), cwd, streams
     and the loader's models are as they were."""
-    from pipeline import cli
+    from pipeline.cli.commands import tokens
     from pipeline.model import loader
 
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
@@ -99,7 +99,7 @@ def test_run_cli_gives_the_exit_status_and_puts_everything_back(tmp_path, monkey
     def boom(_args):
         raise RuntimeError("a bug")
 
-    monkeypatch.setitem(cli.COMMANDS, "tokens", boom)
+    monkeypatch.setattr(tokens, "run", boom)
     code, out, err = run_cli(tmp_path, "tokens", "hi")
     assert code == 1 and "Traceback" in err and "RuntimeError: a bug" in err, err
     assert state() == before

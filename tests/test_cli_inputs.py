@@ -1,5 +1,5 @@
 """What a user types on the command line, at its most hostile: every option of every command (`python -m pipeline
-...` and `python -m ui report`), found in the parsers themselves so that a new option is covered the day it is added,
+...` and `tpe report`), found in the parsers themselves so that a new option is covered the day it is added,
 given 5,000-digit numbers (also negative, also as 1e5000), nan, inf, lone surrogates, control characters, a NUL and
 5,000-character text. Each run exits 0 or 2, never with a traceback; exit 2 prints one short line naming the option.
 
@@ -40,15 +40,11 @@ REACHED_THE_WEIGHTS = f"error: {weights_cache.CACHE_ENV}: "  # run_cli's unusabl
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
-    """Every command's parser by the name typed: `python -m pipeline`'s and `python -m ui`'s (report)."""
-    from pipeline.cli import build_parser
-    from ui.__main__ import build_parser as ui_parser
+    """Every command's parser by the name typed: `tpe`'s, which holds `python -m pipeline`'s and the report."""
+    from ui.cli import build_parser
 
-    out = {}
-    for parser in (build_parser(), ui_parser()):
-        (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-        out.update(sub.choices)
-    return out
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
 
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -125,7 +121,7 @@ def test_every_option_refuses_hostile_values_on_one_line_naming_it(tmp_path, com
 
 
 def test_options_are_found_in_the_parsers():
-    """The fuzz covers what the parsers hold: every command, and options added by helpers (add_trace_args)."""
+    """The fuzz covers what the parsers hold: every command, and those report takes from trace (add_arguments)."""
     found = set(OPTIONS)
     assert {c for c, _ in found} == {"trace", "tokens", "cache-demo", "cache-audit", "serving", "score", "explain",
                                      "speculate", "report", "temperature-zero"}

@@ -191,7 +191,8 @@ def test_generate_with_repetition_penalty_equals_hf_on_smollm2(lm):
 
 # ---- the command line -----------------------------------------------------------------------------------
 def test_the_command_line_takes_the_penalties_and_the_bias():
-    from pipeline.cli import build_parser, options_from_args
+    from pipeline.cli import build_parser
+    from pipeline.cli.commands.trace import options_from_args
 
     args = build_parser().parse_args(["trace", "hi", "--repetition-penalty", "1.2", "--presence-penalty", "0.5",
                                       "--frequency-penalty", "-0.5", "--logit-bias", "13:-100",

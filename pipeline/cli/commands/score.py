@@ -14,9 +14,11 @@ if TYPE_CHECKING:
     from pipeline.model.interface import LanguageModel
 
 
-def add_parser(sub) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("score", help="score any text under teacher forcing: the probability "
-                                                               "of each true next token, mean loss, perplexity")
+NAME = "score"
+HELP = "score any text under teacher forcing: the probability of each true next token, mean loss, perplexity"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="the text to score, or with --answer-to the answer you expect")
     p.add_argument("--answer-to", default=None, metavar="QUESTION",
                    help="score TEXT as the answer to QUESTION, after the chat template's prompt")
@@ -26,7 +28,7 @@ def add_parser(sub) -> None:
     p.set_defaults(typed_fields={"answer": "text", "question": "answer_to"})  # answer_ids(lm, question, answer)
 
 
-def cmd_score(args) -> int:
+def run(args) -> int:
     from pipeline.core.files import check_output_file
     from pipeline.training.score import check_score_text
 

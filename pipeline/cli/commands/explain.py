@@ -11,7 +11,11 @@ from pipeline.core.checks import integer, number
 from pipeline.core.errors import InputError
 
 
-def add_args(p: argparse.ArgumentParser) -> None:
+NAME = "explain"
+HELP = "why the model chose a token: logit attribution, routes, inputs"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("question")
     p.add_argument("--step", type=int, default=0, help="decode step to explain (0: the first answer token)")
     p.add_argument("--target", type=int, default=None, help="token id to explain (default: the one chosen)")
@@ -28,7 +32,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.set_defaults(typed_fields=REQUEST_FIELDS)
 
 
-def cmd_explain(args) -> int:
+def run(args) -> int:
     from pipeline.core.files import check_output_file
     from pipeline.stages.request import MAX_NEW_TOKENS, MAX_TOKEN_ID, GenerationOptions
 

@@ -9,8 +9,11 @@ from pipeline.core.errors import InputError
 from pipeline.costs.sweep import BATCH_SIZES, GPU_BATCH_SIZES, batch_sizes, parse_batch_sizes
 
 
-def add_serving_args(sub) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("serving", help="prefill and decode on the roofline, batching measured")
+NAME = "serving"
+HELP = "prefill and decode on the roofline, batching measured"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-sizes", default=None, help="requests decoded together (default: "
                    f"{','.join(map(str, BATCH_SIZES))} on a CPU, {','.join(map(str, GPU_BATCH_SIZES))} on a GPU)")
     p.add_argument("--steps", type=int, default=8, help="decode steps measured per batch")
@@ -28,7 +31,7 @@ def _count(field: str, value, lo: int, hi: int) -> int:
     return value
 
 
-def cmd_serving(args) -> int:
+def run(args) -> int:
     from pipeline.core.files import check_output_file
 
     sizes = None if args.batch_sizes is None else parse_batch_sizes(args.batch_sizes)

@@ -12,9 +12,11 @@ from pipeline.costs.batched import QUESTIONS
 HISTOGRAM_ROWS = 10  # completions printed (the JSON has them all)
 
 
-def add_temperature_zero_args(sub) -> None:
-    p: argparse.ArgumentParser = sub.add_parser(
-        "temperature-zero", help="one greedy request N times in changing batches: distinct completions counted")
+NAME = "temperature-zero"
+HELP = "one greedy request N times in changing batches: distinct completions counted"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=1000, help="how many times the request runs (N)")
     p.add_argument("--new-tokens", type=int, default=24, help="tokens each run's answer may have")
     p.add_argument("--max-batch", type=int, default=32, help="rows the running batch may hold")
@@ -28,7 +30,7 @@ def add_temperature_zero_args(sub) -> None:
     p.set_defaults(typed_fields={"filler_share": "fillers"})
 
 
-def cmd_temperature_zero(args) -> int:
+def run(args) -> int:
     from pipeline.core.errors import InputError
     from pipeline.core.files import check_output_file
     from pipeline.costs.temperature_zero import check_arguments

@@ -11,9 +11,11 @@ from pipeline.core.checks import integer
 from pipeline.stages.request import GenerationOptions
 
 
-def add_speculate_args(sub) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("speculate", help="speculative decoding (drafts from the prompt) "
-                                                                  "against plain greedy: acceptance and speed")
+NAME = "speculate"
+HELP = "speculative decoding (drafts from the prompt) against plain greedy: acceptance and speed"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("question")
     p.add_argument("--drafts", type=int, default=8, help="draft tokens checked per pass (1-16)")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -25,7 +27,7 @@ def add_speculate_args(sub) -> None:
     p.set_defaults(typed_fields=REQUEST_FIELDS)
 
 
-def cmd_speculate(args) -> int:
+def run(args) -> int:
     from pipeline.faster.speculative.rounds import check_drafts
 
     check_drafts(args.drafts, field="drafts")
