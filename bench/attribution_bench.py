@@ -1,4 +1,4 @@
-"""Why this token on long prompts: time and memory of one step's attribution (issue 23).
+"""Why this token on long prompts: time and memory of one step's attribution.
 
   TPE_CACHE_DIR=... .venv/bin/python bench/attribution_bench.py [--model smollm2-135m] [--tokens 64 256 500]
       [--repeat 3] [--ig]

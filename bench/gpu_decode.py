@@ -1,4 +1,4 @@
-"""Issue 40's table in one run, on whatever device this is: every decode and prefill figure of the project beside
+"""The GPU decode table in one run, on whatever device this is: every decode and prefill figure of the project beside
 HF on the same device and the same ids.
 
   .venv/bin/python bench/gpu_decode.py [--quick] [--tokens 32] [--repeats 5] [--device cuda]
@@ -8,8 +8,8 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
 (`cache_implementation="static"`; on CUDA transformers compiles that forward, CUDA graphs included):
 - plain decode: PlainDecoder (the plain serving path's steps) in fp32, and in bf16;
 - graphed decode: GraphedDecoder, the static-shape step (a replayed CUDA graph on CUDA, eager elsewhere);
-- captured decode: the trace's recording path (hooks on every layer), fp32 and bf16 (issue 40 measured bf16 3.3x
-  slower there on the H200);
+- captured decode: the trace's recording path (hooks on every layer), fp32 and bf16 (bf16 measured 3.3x
+  slower there on an H200, 2026-12-04);
 - the room's batched decode step at B = 1, 4, 16 rows (prompts of different lengths): BatchDecoder (HF's forward
   over the joined, left-padded cache) against GraphedBatchDecoder (the static batched step, one bucket: a replayed
   CUDA graph on CUDA, eager elsewhere), ms per step, through the room's own merge and pass (no sampler);
@@ -18,7 +18,7 @@ its ratio to HF `generate` on the same device: eager (HF's DynamicCache), and wi
   measured copy bandwidth (pipeline.costs.ceilings), fp32 and bf16;
 - the operations each decode step dispatches (pipeline.costs.launches), plain, graphed and captured, fp32 and bf16:
   on a GPU each is a kernel launch, except inside a replayed graph; and the values each reads back to the host;
-- on CUDA, why one step takes what it takes (issue 40's item 2: bf16 was 3x slower than fp32 there): torch's
+- on CUDA, why one step takes what it takes (bf16 was 3x slower than fp32 on an H200): torch's
   profiler over 8 plain steps and 8 of HF's forward (the captured path's) in each format: the GPU activities each
   step ran (kernels, copies), their summed GPU time beside the step's profiled wall time (far under it: the GPU
   waits for launches) and the five that took most.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40's measurements and the model tier on a lent GPU (the device tool's nvidia-h200), prepared here so that
+# The GPU measurements and the model tier on a lent GPU (the device tool's nvidia-h200), prepared here so that
 # the device time goes to measuring. That host has its own python3 (torch with CUDA) and no network: the GGUF of
 # SmolLM2 and the wheels the host lacks travel in two halves (a call carries 64 MiB at most). docs/gpu.md says more.
 #
@@ -14,7 +14,7 @@
 #                   bash -c 'bench/gpu_session.sh keep && bench/gpu_session.sh run measure'
 #
 # measure, most wanted first, each step under its own time limit: the device; the conversion; bench/gpu_decode.py
-# (every row of issue 40's table against HF on the device, the operations per step and the kernel profiles); rooms
+# (every row of the decode table against HF on the device, the operations per step and the kernel profiles); rooms
 # of 30, 100 and 300 learners (bench/room_cpu.py, admitted by the device's budget); the serving command's sweep to
 # B = 512. tests: a fresh process's first request (start-up apart from TTFT), temperature-zero at 1,000 requests,
 # the CUDA-only tests and the model tier (SmolLM2, without the browser and the app).
@@ -114,7 +114,7 @@ run() {  # run measure | run tests: each fits one call of 600 s (the steps' limi
         --json "$RESULTS/serving.json" ;;
     tests)
       step convert 90 "$PYTHON" -c 'from pipeline.model.weights_cache import ensure_weights_cache; print(ensure_weights_cache())'
-      # issue 40's last row: a fresh process's first request, its start-up apart from its TTFT
+      # the table's last row: a fresh process's first request, its start-up apart from its TTFT
       step first_request 30 "$PYTHON" -m pipeline trace "Are tomatoes fruit?" --json "$RESULTS/trace.json"
       step temperature_zero 90 "$PYTHON" -m pipeline temperature-zero --requests "$requests" \
         --json "$RESULTS/temperature_zero.json"

@@ -1,4 +1,4 @@
-"""One learner with a ~4,000-token prompt walking every page: the server's memory (issue 19).
+"""One learner with a ~4,000-token prompt walking every page: the server's memory.
 
   TPE_CACHE_DIR=... .venv/bin/python bench/long_prompt_memory.py [--tokens 3998] [--more-prompts 2]
 

@@ -2,7 +2,7 @@
 
   .venv/bin/python bench/pages_bench.py
 
-Goal (issue 3): every page within 5 s of a warm start on 2 CPU cores. Pages are run with
+Goal: every page within 5 s of a warm start on 2 CPU cores. Pages are run with
 Streamlit's AppTest in this process, so the figure is the script's own time, without the browser.
 """
 import os

@@ -2,7 +2,7 @@
 
   .venv/bin/python bench/pipeline_bench.py [--skip-conversion]
 
-Goals (issue 2): cold start from the weights cache <= 2 s; full capture of a 64-token chat
+Goals: cold start from the weights cache <= 2 s; full capture of a 64-token chat
 prompt + 32 generated tokens <= 1.10x plain HF generate; peak memory <= 1 GB for that run and
 <= 2 GB for a 2,048-token prompt; 1,000 draws from stored logits <= 5 ms.
 """

@@ -1,4 +1,4 @@
-"""Reliability under bad and heavy input (issue 11): what one request can cost the room.
+"""Reliability under bad and heavy input: what one request can cost the room.
 
   .venv/bin/python bench/reliability_bench.py [--tokens 8000] [--threads 8] [--seconds 5]
 

@@ -54,7 +54,7 @@ def end_page() -> NoReturn:
 def run_marker() -> None:
     """An invisible mark carrying this session's count of completed runs, drawn as the last thing of every run that
     completed: a whole run (app.py; st.stop() and a page's error included, a run that ends in st.rerun() draws none)
-    and a fragment's own rerun (`fragment`). Browser tests wait for a newer one (tests/browser_kit.py's settle)."""
+    and a fragment's own rerun (`fragment`). Browser tests wait for a newer one (tests/kit/browser.py's settle)."""
     import secrets
 
     ss = st.session_state

@@ -51,8 +51,8 @@ def default_model_key() -> str:
 def default_weights() -> str:
     """The weight format a new session starts on: TPE_WEIGHTS if it names one (fp32, bf16, int8; else the sidebar
     says why, see weights_note), else fp32. A room's server may start on bf16: half the bytes read per token; a room
-    of 30 new questions took a quarter less server CPU and time on a 2-core AMD EPYC with AVX-512 bf16 (README, "A
-    room"); the Faster decode page measures the formats on the machine it runs on."""
+    of 30 new questions took a quarter less server CPU and time on a 2-core AMD EPYC with AVX-512 bf16 (docs/room.md,
+    "The queue"); the Faster decode page measures the formats on the machine it runs on."""
     named = os.environ.get(WEIGHTS_PICK_ENV, "").strip()
     return named if named in WEIGHT_FORMATS else DEFAULT_WEIGHTS
 

@@ -1,4 +1,4 @@
-"""A pass placed on the roofline: its FLOPs and bytes (costs.py) over its measured seconds give the
+"""A pass placed on the roofline: its FLOPs and bytes (pass_costs.py) over its measured seconds give the
 achieved FLOP/s and bytes/s, and their shares of this machine's two ceilings (ceilings.py). The verdict is
 read from those shares, not assumed: the larger share is the ceiling the pass is pressing against, unless
 both are far below their ceilings (under FAR_UNDER): then neither arithmetic nor memory sets the time, the

@@ -26,7 +26,7 @@ from pipeline.costs.pass_costs import PassCost, decode_cost
 from pipeline.model.interface import LanguageModel
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)  # what a CPU sweeps: its curve has bent well before 32
-GPU_BATCH_SIZES = BATCH_SIZES + (64, 128, 256, 512)  # a GPU's step costs about the same far past 32 (issue 40)
+GPU_BATCH_SIZES = BATCH_SIZES + (64, 128, 256, 512)  # a GPU's step costs about the same far past 32 (H200, 2026-12-04)
 MAX_BATCH = 512
 
 

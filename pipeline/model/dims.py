@@ -89,7 +89,7 @@ class ModelDims:
         )
 
     def to_json(self) -> dict:
-        """The trace JSON's `model` object (its keys are a public format: see the README)."""
+        """The trace JSON's `model` object (its keys are a public format: docs/cli.md, "The trace JSON")."""
         return {"name": self.name, "layers": self.L, "heads": self.H, "kv_heads": self.Hkv, "head_dim": self.Dh,
                 "hidden": self.D, "mlp_hidden": self.D_mlp, "vocab": self.V, "dtype": self.dtype,
                 "context_window": self.context_window, "rope_theta": self.rope_base, "device": self.device,

@@ -7,7 +7,7 @@ capture's layouts (pipeline.model.capture).
 
 Every Hugging Face forward pass goes through `LoadedModel.forward`: it holds the model's lock, runs in
 inference mode on the model's device, picks the attention kernel and counts the pass. The one pass
-that goes around it is the plain serving path's `PlainDecoder.step` (plain_decoder.py): its own maths
+that goes around it is the plain serving path's `PlainDecoder.step` (pipeline/model/decoders/plain.py): its own maths
 on the same weights, holding the same lock and counting itself with `count_pass`.
 """
 from __future__ import annotations

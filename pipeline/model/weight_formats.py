@@ -11,7 +11,7 @@ float32: 540 MB). Fewer bytes per weight means less to read:
           quality and, tied to the embeddings, would keep both copies)
 
 The hook names and shapes stay as they are: the modules are the same, only their weights change, so the
-captures work on every format. The plain decoder (plain_decoder.py) reads an int8 weight through
+captures work on every format. The plain decoder (pipeline/model/decoders/plain.py) reads an int8 weight through
 `Int8Rows.project`: on a CPU torch's int8 weight-only GEMV (`_weight_int8pack_mm`, bf16 activations into
 it), elsewhere the rows de-quantized per call. It runs a bf16 step of one token inside `aten_bf16_gemv`:
 ATen's own bf16 kernel instead of oneDNN's, which repacks every weight on every call.

@@ -1,0 +1,15 @@
+"""What one server runs for everyone: the queue in front of the model, its engines, the stores, the rooms.
+
+  run_queue.py      `RunQueue`: arrival order, continuous batching, a KV budget, long jobs a chunk at a time
+  tickets.py        a place in it (`Ticket`, `LongTicket`) and what a step engine must do (`StepEngine`)
+  schedule.py       what the queue did lately: each step's batch, each request's TTFT and TPOT
+  trace_engine.py   its step engines: `TraceEngine` (captured runs), `StreamEngine` (the live answer)
+  kv_budget.py      the KV bytes the running batch may reserve, by device
+  wiring.py         the queue, engines and stores wired as one server runs them (the app and the benches)
+  room.py           rooms and short links: `RoomStore`, the address learners reach
+  room_index.py     which room files the folder keeps (live rooms never go)
+  room_schedule.py  the queue's schedule as rows a chart draws
+  process.py        a server process's settings, made before the model loads
+  health.py         starting a server from a script: a free port, waiting for its health check
+  store/            finished runs and results: in memory, on disk, in Redis
+"""

@@ -20,7 +20,7 @@ def give_freed_arrays_back() -> None:
     """glibc gives arrays over 128 KiB back to the system when they are freed. By default it raises that threshold
     as big arrays come and go, and a long prompt's freed temporaries then stayed in the heap: one 4,000-token run
     left the server at 2.1 GB instead of 1.8 GB and a session's next long prompts peaked at 3.3 GB
-    (bench/long_prompt_memory.py, README "Memory for one user"). The price: each big array is mapped and
+    (bench/long_prompt_memory.py, docs/memory.md). The price: each big array is mapped and
     page-faulted in afresh (a test process, which needs no memory back, keeps glibc's default: tests/conftest.py)."""
     if sys.platform.startswith("linux"):
         try:

@@ -7,7 +7,9 @@
 - `graphemes`: bytes cut into UTF-8 characters and into characters as a reader sees them;
 - `pieces`: every token placed in the characters it spells (`Piece`: '토 (1/3)');
 - `unfinished`: tokens that start or end inside a character (an answer cut mid-character, a candidate
-  that completes one).
+  that completes one);
+- `stream_detokenizer`: ids -> text deltas that never need taking back (a streamed answer);
+- `counts`: a count with its noun, in English (the one plural helper).
 
 Token text is untrusted: it may hold `<img ...>`, `<s>` or control characters. This package only
 makes it readable; escaping it for HTML or plotly is the views' job (`ui/escape.py`).

@@ -11,7 +11,8 @@ Steps (records out, for the page, the CLI and the tests), one module each:
    provider would report; `anthropic` simulates Anthropic breakpoint by breakpoint. `replay` runs it.
 4. `explain` and `traps`: the first divergent token is explained: the classic traps are named, with the fix.
 5. `bill` prices it (editable table); `body_fixes` rewrites each body and `fixes` audits the rewritten log again.
-`records` holds the dataclasses all of these return; `volatile` finds dates, IDs and JSON in text.
+`records` holds the dataclasses all of these return; `volatile` finds dates, IDs and JSON in text; `notes` states what
+is estimated or assumed; `examples` are the prepared example logs; `json_out` writes the whole audit as JSON.
 
 Token sequences are bytes, 4 per token (uint32, little-endian): slices compare at memcmp speed.
 Shape letters: T tokens of one request, N requests.
