@@ -1,4 +1,4 @@
-"""Patching a long question (issue 45: 663 tokens took over 3 minutes, its estimate jumping 16-fold): each part's
+"""Patching a long question (663 tokens once took over 3 minutes, its estimate jumping 16-fold): each part's
 seconds and work units, with and without the shared prefix (pipeline/attribution/prefix.py), and how far the time
 left that the page shows (work left x seconds per unit so far) was from the time the rest really took.
 

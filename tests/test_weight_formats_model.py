@@ -24,7 +24,7 @@ def rows(formats):
 
 def test_each_format_answers_the_default_question_as_fp32_does(rows):
     """Measured: bf16 and int8 (blocks only; the vocabulary projection kept in float32) give fp32's greedy
-    tokens on the default question; quantizing the projection too left them at token 14 (see the README)."""
+    tokens on the default question; quantizing the projection too left them at token 14 (docs/faster-decode.md)."""
     assert rows["fp32"].same_greedy and len(rows["fp32"].greedy_ids) > 10
     for weights in ("bf16", "int8"):
         assert rows[weights].greedy_ids == rows["fp32"].greedy_ids, (weights, rows[weights].greedy_text)
