@@ -1,4 +1,4 @@
-"""Faster decode: speculative decoding with drafts from the prompt (pipeline/speculative), the section
+"""Faster decode: speculative decoding with drafts from the prompt (pipeline/faster/speculative/), the section
 `speculative_section()`: per verify pass the drafts accepted and rejected, the acceptance rate and TPOT against
 plain greedy decoding, interleaved (medians and ranges)."""
 from __future__ import annotations

@@ -46,7 +46,7 @@ def _fast_tier(request, monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("a fast-tier test tried to load the model weights: mark it `model`")
 
-    refuse.real = loader.load_model  # for a CLI run in-process (tests/cli_kit.py), whose weights cache is unusable
+    refuse.real = loader.load_model  # for a CLI run in-process (tests/kit/cli.py), whose weights cache is unusable
     monkeypatch.setattr(loader, "load_model", refuse)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
