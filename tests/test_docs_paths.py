@@ -4,7 +4,7 @@
 - every repository path named in backticks (`pipeline/server/room.py`, `views/`, `bench/workshop_load.py`; a partial
   path such as `stages/decode_record.py` ends some path of the repository; a bare `name.py` is some file's name);
 - every `./run.sh X` is a subcommand of run.sh's case list; every `python -m pipeline SUB` (and
-  `python -m ui SUB`) a subcommand of that command line's parser;
+  `python -m ui SUB`, `tpe SUB`) a subcommand of that command line's parser;
 - every page named as a URL path in backticks (`/journey`, `/presenter?follow=ROOM`) is in app.py's PAGES;
 - the README stays a ten-minute read: under 250 lines.
 """
@@ -28,6 +28,7 @@ _WORD_PATH = re.compile(r"[\w.-]+(/[\w.-]*)*")
 _PAGE = re.compile(r"/([a-z][a-z-]*)?(\?\S*)?")
 _RUN_SH = re.compile(r"\./run\.sh[ \t]+([a-z][\w-]*)")
 _MODULE_CLI = re.compile(r"python -m (pipeline|ui)[ \t]+([a-z][\w-]*)")
+_TPE = re.compile(r"(?<![\w-])tpe[ \t]+([a-z][\w-]*)")  # the console script (ui/cli.py)
 
 
 def doc_files() -> list[Path]:
@@ -138,7 +139,8 @@ def run_sh_commands() -> set[str]:
 
 @functools.cache
 def cli_commands() -> dict[str, set[str]]:
-    """{'pipeline': {'trace', ...}, 'ui': {'report'}}: each command line's subcommands, from its own parser."""
+    """{'pipeline': {'trace', ...}, 'ui': {..., 'report'}, 'tpe': ...}: each command line's subcommands, from its
+    own parser."""
     import argparse
 
     from pipeline.cli import build_parser as pipeline_parser
@@ -147,7 +149,10 @@ def cli_commands() -> dict[str, set[str]]:
     def subcommands(parser: argparse.ArgumentParser) -> set[str]:
         return {name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices}
 
-    return {"pipeline": subcommands(pipeline_parser()), "ui": subcommands(ui_parser())}
+    from ui.cli import build_parser as tpe_parser
+
+    return {"pipeline": subcommands(pipeline_parser()), "ui": subcommands(ui_parser()),
+            "tpe": subcommands(tpe_parser())}
 
 
 @functools.cache
@@ -165,6 +170,8 @@ def command_problems(text: str, run_sh: set[str], cli: dict[str, set[str]]) -> l
                 for m in _RUN_SH.findall(text) if m not in run_sh]
     problems += [f"python -m {prog} {sub}: not a subcommand ({', '.join(sorted(cli[prog]))})"
                  for prog, sub in _MODULE_CLI.findall(text) if sub not in cli[prog]]
+    problems += [f"tpe {sub}: not a subcommand ({', '.join(sorted(cli['tpe']))})"
+                 for sub in _TPE.findall(text) if sub not in cli["tpe"]]
     return problems
 
 
@@ -212,9 +219,9 @@ def test_the_checks_catch_what_does_not_exist():
             "`server_state.py` `nope_module.py` `config.json` `.cache/room-store/`\n\n"
             "`/journey` `/no-such-page` `/presenter?follow=ROOM` `/_stcore/health`\n\n"
             "```bash\n./run.sh test\n./run.sh frobnicate\npython -m pipeline trace x\npython -m pipeline nope\n"
-            "python -m ui report x\n```\n")
+            "python -m ui report x\n.venv/bin/tpe report x\ntpe nope\n```\n")
     found = problems_of(doc, text)
     for bogus in ("gone.md", "#nowhere", "pipeline/nope.py", "nothere/", "stages/nope.py", "nope_module.py",
-                  "/no-such-page", "./run.sh frobnicate", "python -m pipeline nope"):
+                  "/no-such-page", "./run.sh frobnicate", "python -m pipeline nope", "tpe nope"):
         assert any(bogus in p for p in found), f"{bogus} not reported: {found}"
-    assert len(found) == 9, found
+    assert len(found) == 10, found
