@@ -174,18 +174,15 @@ class RunQueue:
             return line.index(ticket) + self._busy() if ticket in line else 0
 
     def estimate_s(self, ticket: Ticket) -> float | None:
-        """The work of everything running and ahead of it, and its own, at the recent seconds per unit. A long
-        job: its chunks left at its own seconds per chunk (or its own forecast, where its progress gives one: chunks of
-        unequal cost), times the long jobs taking turns (None: no chunk yet)."""
+        """The work of everything running and ahead of it, and its own, at the recent seconds per unit. A long job: its
+        own forecast (Progress.left_s) or its chunks left at its seconds per chunk, times the jobs taking turns."""
         with self._lock:
             if isinstance(ticket, LongTicket):
                 if ticket.progress is None or not ticket.chunks:
                     return None
-                p, turns = ticket.progress, max(1, len(self._long))
-                if p.left_s is not None:  # the job's own forecast from its chunks' measured times
-                    return p.left_s * turns
-                left = max(0, p.total - p.done)
-                return left * ticket.chunk_seconds / ticket.chunks * turns
+                p = ticket.progress  # chunks of unequal cost: the job's forecast from its chunks' measured times
+                left = p.left_s if p.left_s is not None else (p.total - p.done) * ticket.chunk_seconds / ticket.chunks
+                return max(0.0, left) * max(1, len(self._long))
             speed = statistics.median(self._speeds)
             line = list(self._waiting) + list(self._background)
             ahead = line[:line.index(ticket) + 1] if ticket in line else []
