@@ -9,6 +9,12 @@ size V it is checked against. Output files are checked first too, and written at
 write keeps the old file and exits 2). The HTML report is a command of the layer above (ui/report_command.py, in
 `tpe` and `python -m ui`): pipeline/ imports nothing from ui/ or views/. `cache-audit` never imports torch. All that
 is printed shows control characters escaped (pipeline.cli.terminal).
+
+  commands/      one module per command
+  arguments.py   what every command shares: the request, the --model check, output files
+  parser.py      bad input said in one line, exit 2
+  terminal.py    what is printed, control characters escaped
+  trace_text.py  a readable walk through a trace, stage by stage, for the terminal (`trace`)
 """
 from __future__ import annotations
 
