@@ -118,6 +118,7 @@ def test_the_time_left_said_after_each_part_is_within_a_factor_of_what_the_rest_
     passes ran 12 rows of the whole prompt, 16 times too little: the jump the issue saw)."""
     clock = Clock()
     monkeypatch.setattr(px.time, "perf_counter", clock)
+    monkeypatch.setattr(px, "_rates", {})  # no earlier job's rates: the first job's forecast
     plan = the_long_prompt_plan()
     per_unit = {"plain": 0.01, "backward": 0.013, "patched": 0.008}
     cost = lambda kind, units: overhead + per_unit[kind] * units  # noqa: E731
@@ -163,3 +164,15 @@ def test_the_expected_time_before_a_start_reads_the_latest_jobs_rates(tiny, toke
     assert px.measured_here(tiny)
     rates = {k: px._rates[tiny.dims.name, k] for k in ("plain", "backward", "patched")}
     assert px.expected_s(tiny, plan, fallback=1e9) == pytest.approx(sum(w * rates[k] for k, w in plan))
+
+
+def test_a_kind_not_run_yet_is_forecast_from_the_latest_jobs_relative_costs():
+    """The latest job ran 3x slower throughout (another load): its kinds' relative costs still tell this job's
+    patched passes, so the time left after the first part is exact (without them: the plain part's rate, 20 % off)."""
+    plan = the_long_prompt_plan()
+    per_unit = {"plain": 0.01, "backward": 0.013, "patched": 0.008}
+    times = [per_unit[k] * w for k, w in plan]
+    slower = {k: 3 * r for k, r in per_unit.items()}
+    assert px.forecast(plan, times[:1], slower) == pytest.approx(sum(times[1:]), rel=1e-9)
+    assert px.forecast(plan, times[:1]) == pytest.approx(sum(w for _, w in plan[1:]) * 0.01, rel=1e-9)
+    assert px.forecast(plan, times[:3], {"plain": 1.0}) == pytest.approx(sum(times[3:]), rel=1e-9)

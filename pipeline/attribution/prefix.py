@@ -106,20 +106,28 @@ def row_cache(prefix, rows: int = 1):
 Part = tuple[str, float]  # (kind: "plain", "backward" or "patched", work units): one part of a job's plan
 
 
-def forecast(plan: list[Part], seconds: list[float]) -> float:
+def forecast(plan: list[Part], seconds: list[float], prior: dict[str, float] | None = None) -> float:
     """The seconds the parts of `plan` after the first len(seconds) will take, from those parts' measured seconds:
-    a part of a kind already run at that kind's measured seconds per unit, one of a kind not run yet at the seconds
-    per unit of all the parts so far. Passes of one kind cost in proportion to their work; kinds can differ (a pass
-    has a fixed cost too, larger under load, so many short patched passes cost more per unit than one long run).
+    a part of a kind already run at that kind's measured seconds per unit; one of a kind not run yet at the seconds
+    per unit of all the parts so far, or, given `prior` (each kind's seconds per unit in an earlier job, maybe under
+    another load), at its prior rate scaled by how this job's parts so far compare with their prior rates (the kinds'
+    relative costs hold from job to job where the load does not). Passes of one kind cost in proportion to their
+    work; kinds differ (a batch of patched rows costs more per unit than one long plain run, ~2x here).
 
-        forecast([("plain", 10), ("patched", 20), ("patched", 20)], [1.0, 4.0]) -> 4.0"""
+        forecast([("plain", 10), ("patched", 20), ("patched", 20)], [1.0, 4.0]) -> 4.0
+        forecast([("plain", 10), ("patched", 20)], [1.0], {"plain": 0.2, "patched": 0.4}) -> 4.0"""
     done = plan[:len(seconds)]
     overall = sum(seconds) / max(sum(w for _, w in done), 1e-12)
+    if prior and done and all(k in prior for k, _ in done):
+        scale = sum(seconds) / max(sum(w * prior[k] for k, w in done), 1e-12)
+        unseen = {k: prior[k] * scale for k in prior}
+    else:
+        unseen = {}
     rates = {}
     for kind in {k for k, _ in done}:
         units = sum(w for k, w in done if k == kind)
         rates[kind] = sum(t for (k, _), t in zip(done, seconds) if k == kind) / max(units, 1e-12)
-    return sum(w * rates.get(k, overall) for k, w in plan[len(seconds):])
+    return sum(w * rates.get(k, unseen.get(k, overall)) for k, w in plan[len(seconds):])
 
 
 def measured(lm: LanguageModel, plan: list[Part], steps: Steps) -> Steps:
@@ -128,6 +136,7 @@ def measured(lm: LanguageModel, plan: list[Part], steps: Steps) -> Steps:
     per unit kept as this model's latest measure (expected_s)."""
     seconds: list[float] = []
     total = sum(w for _, w in plan)
+    prior = {k: r for (name, k), r in _rates.items() if name == lm.dims.name}  # the latest job's, before this one
     try:
         while True:
             t = time.perf_counter()
@@ -139,7 +148,8 @@ def measured(lm: LanguageModel, plan: list[Part], steps: Steps) -> Steps:
             kind, units = plan[len(seconds) - 1]
             if units > 0:
                 _rates[lm.dims.name, kind] = seconds[-1] / units
-            yield replace(p, work=(sum(w for _, w in plan[:len(seconds)]), total), left_s=forecast(plan, seconds))
+            done = sum(w for _, w in plan[:len(seconds)])
+            yield replace(p, work=(done, total), left_s=forecast(plan, seconds, prior))
     finally:
         steps.close()
 
