@@ -33,6 +33,7 @@ BACKWARD_COST = 2.0  # a backward pass: about twice its forward's multiply-adds 
 # One layer's keys and values of a pass's rows (the shared prefix joined to each row's own) take at most this many
 # bytes: 12 rows of a 613-token SmolLM2 question take 11 MB; copying the whole prefix cache per row took 330 MB.
 KV_COPY_BYTES = 128 * 2**20
+_spans: dict[str, float] = {}  # model name -> attention_span
 _rates: dict[tuple[str, str], float] = {}  # (model name, part kind) -> seconds per work unit, latest measured
 
 
@@ -50,8 +51,9 @@ def start_of(clean_ids: list[int], corrupted_ids: list[int], first_patched: int 
 def attention_span(lm: LanguageModel) -> float:
     """The context length at which attention costs a token as much as the blocks' weights do (see above)."""
     m = lm.dims
-    weights = sum(p.numel() for p in lm.model.model.layers.parameters())
-    return weights / (2 * m.L * m.H * m.Dh)
+    if m.name not in _spans:  # every part of every plan reads it
+        _spans[m.name] = sum(p.numel() for p in lm.model.model.layers.parameters()) / (2 * m.L * m.H * m.Dh)
+    return _spans[m.name]
 
 
 def pass_work(lm: LanguageModel, rows: int, new: int, cached: int) -> float:
