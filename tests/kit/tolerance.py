@@ -293,3 +293,24 @@ def additions_tolerance(*results) -> np.ndarray:
         r = np.abs(np.asarray(_numpy(r), dtype=np.float32))
         total = total + 0.5 * np.spacing(r).astype(np.float64) + 4 * U64 * r.astype(np.float64)
     return total
+
+
+def attention_weights_tolerance(p, q, k, scale: float, input_error: float = 0.0) -> np.ndarray:
+    """Per weight, tighter than attention_tolerance where scores are large (Gemma's normed q and k): the reference
+    weights p (H, Tq, Tk), q (H, Tq, Dh), k (Hkv, Tk, Dh). A score's error d_ij <= (its Dh terms' rounding + 2
+    input_error) |q_i| |k_j| scale moves weight ij by at most p_ij expm1(d_ij + sum_k p_ik d_ik), and the softmax's
+    own sum of Tk terms rounds it once more (relative)."""
+    p = np.asarray(_numpy(p), dtype=np.float64)
+    qn = np.linalg.norm(np.asarray(_numpy(q), dtype=np.float64), axis=-1)  # (H, Tq)
+    kn = np.linalg.norm(np.asarray(_numpy(k), dtype=np.float64), axis=-1)  # (Hkv, Tk)
+    kn = np.repeat(kn, qn.shape[0] // kn.shape[0], axis=0)  # each query head's key/value head
+    per_score = float32_tolerance(np.shape(q)[-1], 1.0) + 2 * input_error
+    d = per_score * scale * qn[..., :, None] * kn[..., None, :]  # (H, Tq, Tk)
+    spread = (p * d).sum(-1, keepdims=True)
+    return p * np.expm1(d + spread) + float32_tolerance(p.shape[-1], 1.0, depth=2) * p
+
+
+def float16_storage_tolerance(x) -> np.ndarray:
+    """How far storing float32 values x in float16 moves them: 2^-11 of each (U16), and at most 2^-25 (half
+    float16's smallest step, its subnormals' spacing) for the values below float16's normal range."""
+    return U16 * np.abs(np.asarray(_numpy(x), dtype=np.float64)) + 2.0 ** -25
