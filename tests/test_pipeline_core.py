@@ -109,7 +109,7 @@ def test_hidden_states_match_embeddings_and_hf(lm, default_trace):
     # (L+1, T, D); HF's last entry is after the final norm
     hf = torch.stack(out.hidden_states)[:, 0].float().cpu().numpy()
     T, L = len(t.ids), t.dims.L
-    tol = np.array([forward_tolerance(t.dims, scale(hf[:-1]), T, layers=max(i, 1)) for i in range(L + 1)])
+    tol = np.array([forward_tolerance(t.dims, scale(hf[:-1]), T, layers=max(i, 1)) for i in range(L)])  # after i
     assert_within(p.hidden_states[:-1], hf[:-1], tol[:, None, None], "hidden states")
     assert_within(p.final_norm, hf[-1], forward_tolerance(t.dims, scale(hf[-1]), T, layers=L + 1), "final norm")
 
