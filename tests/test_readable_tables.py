@@ -3,20 +3,9 @@ learned's table of model sizes scrolled its last row out of sight in a box of de
 model's name ("SmolLM2-135M-Instruct (loa"). What the page asks st.dataframe for is recorded (the drawn grid is a
 canvas)."""
 from kit.apptest import page_app
+from kit.table_width import record_tables
 
 ROW_PX = 35  # Streamlit's dataframe row (and header) height
-
-
-def record_tables(monkeypatch) -> list:
-    """[(data, keyword arguments)] of every st.dataframe call from now on, in the page or in a column."""
-    import streamlit as st
-    from streamlit.delta_generator import DeltaGenerator
-
-    asked, draw, draw_in = [], st.dataframe, DeltaGenerator.dataframe
-    monkeypatch.setattr(st, "dataframe", lambda data, **kw: asked.append((data, kw)) or draw(data, **kw))
-    monkeypatch.setattr(DeltaGenerator, "dataframe",
-                        lambda self, data, **kw: asked.append((data, kw)) or draw_in(self, data, **kw))
-    return asked
 
 
 def test_how_it_learned_memory_table_shows_every_model_whole(tiny_app, monkeypatch):

@@ -3,7 +3,7 @@ int8 copy holds fewer bytes, the `weights` option is validated and carried by th
 Fast tier (tiny models); the real-weight checks are in tests/test_weight_formats_model.py."""
 import pytest
 from kit.texts import DEFAULT_QUESTION
-from kit.tiny_models import make_tiny_lm
+from kit.tiny_models import tiny_llama_or_gemma
 from kit.tolerance import assert_within, attention_tolerance, float32_tolerance, logits_tolerance
 
 from pipeline.core.errors import InputError
@@ -16,12 +16,7 @@ def tiny_formats(request, tokenizer):
     4 norms a block, scaled embeddings), converted to each format."""
     from pipeline.model.loader import converted_copy
 
-    if request.param == "llama":
-        base = make_tiny_lm(tokenizer, seed=3, tie_word_embeddings=True)
-    else:
-        base = request.getfixturevalue("tiny_app_gemma")
-        if base is None:
-            pytest.skip("Gemma's tokenizer is not converted here")
+    base = tiny_llama_or_gemma(request, tokenizer, request.param)
     return {w: base if w == "fp32" else converted_copy(base, w) for w in WEIGHT_FORMATS}
 
 

@@ -6,7 +6,7 @@ import ctypes
 
 import pytest
 from kit.texts import DEFAULT_QUESTION
-from kit.tiny_models import make_tiny_lm
+from kit.tiny_models import tiny_llama_or_gemma
 
 
 def native_bf16() -> bool:
@@ -21,12 +21,7 @@ def bf16_lm(request, tokenizer):
     """A tiny random Llama (the plain decoder), then a tiny Gemma 3 (its own plain decoder), in bf16."""
     from pipeline.model.loader import converted_copy
 
-    if request.param == "llama":
-        base = make_tiny_lm(tokenizer, seed=3, tie_word_embeddings=True)
-    else:
-        base = request.getfixturevalue("tiny_app_gemma")
-        if base is None:
-            pytest.skip("Gemma's tokenizer is not converted here")
+    base = tiny_llama_or_gemma(request, tokenizer, request.param)
     return converted_copy(base, "bf16")
 
 

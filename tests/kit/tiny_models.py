@@ -96,3 +96,16 @@ def hf_forward(lm, ids: list[int]):
 
     with torch.inference_mode(), attention_implementation(lm.model, "eager"):
         return lm.model(torch.tensor([ids], device=lm.device), output_hidden_states=True, output_attentions=True)
+
+
+def tiny_llama_or_gemma(request, tokenizer, kind: str):
+    """A tiny random Llama with a tied head (as SmolLM2) for kind "llama", else the tiny Gemma 3 on Gemma's real
+    tokenizer (fixture `tiny_app_gemma`; the test is skipped where that tokenizer is not converted)."""
+    if kind == "llama":
+        return make_tiny_lm(tokenizer, seed=3, tie_word_embeddings=True)
+    import pytest
+
+    base = request.getfixturevalue("tiny_app_gemma")
+    if base is None:
+        pytest.skip("Gemma's tokenizer is not converted here")
+    return base
