@@ -39,8 +39,10 @@ def test_prefill_and_decode_measurements_are_still_there_after_another_page(tiny
     at.button(key="pd_prefill").click().run()
     at.slider(key="pd_others").set_value(1).run()
     at.button(key="pd_det").click().run()
-    assert (len(at.dataframe), len(at.get("metric"))) == (tables + 1, metrics + 3)
+    added = (len(at.dataframe), len(at.get("metric")))  # the prefill curve's table (and, once this machine's
+    # ceilings are measured, each ceiling's share beside it: another test's measurement may be kept), 3 metrics
+    assert added[0] > tables and added[1] == metrics + 3
     at.switch_page("views/pages/journey.py").run()
     at.switch_page("views/pages/prefill_decode.py").run()
     assert not at.exception, [e.message for e in at.exception]
-    assert (len(at.dataframe), len(at.get("metric"))) == (tables + 1, metrics + 3)
+    assert (len(at.dataframe), len(at.get("metric"))) == added
