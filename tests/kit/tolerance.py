@@ -141,12 +141,30 @@ def unembedding_magnitude(lm, x, tokens=None) -> np.ndarray:
     import torch
 
     w = lm.model.get_output_embeddings().weight.detach()
-    rows = list(range(w.shape[0])) if tokens is None else list(tokens)
+    if tokens is not None:
+        w = w[torch.as_tensor(list(tokens), dtype=torch.long, device=w.device)]  # (n_tokens, D)
     x = np.asarray(x, dtype=np.float32)
     ax = torch.from_numpy(np.abs(x.reshape(-1, x.shape[-1]))).to(w.device)  # (n, D)
-    out = np.concatenate([(w[rows[i:i + 16384]].abs().float() @ ax.T).double().cpu().numpy()
-                          for i in range(0, len(rows), 16384)])  # (V, n)
-    return out[:, 0] if x.ndim == 1 else out.T.reshape(*x.shape[:-1], len(rows))
+    out = np.concatenate([(w[i:i + 16384].abs().float() @ ax.T).double().cpu().numpy()
+                          for i in range(0, w.shape[0], 16384)])  # (V, n): slices of rows, no index lists
+    return out[:, 0] if x.ndim == 1 else out.T.reshape(*x.shape[:-1], w.shape[0])
+
+
+def logits_with_tolerance(lm, ids, position: int = -1) -> tuple:
+    """(logits (V,) of a plain HF pass of `ids` at `position`, as a torch tensor; logits_tolerance for them) from one
+    pass: the final norm's output read by a hook on the unembedding while the logits are computed."""
+    import torch
+
+    seen = []
+    handle = lm.model.get_output_embeddings().register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0][0, position].detach()))
+    try:
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([list(ids)], device=lm.device), use_cache=False).logits[0, position]
+    finally:
+        handle.remove()
+    x = seen[0].double().cpu().numpy()
+    return logits, forward_tolerance(lm.dims, 1.0, len(ids)) * unembedding_magnitude(lm, x)
 
 
 def logits_tolerance(lm, ids, tokens=None, position: int = -1) -> np.ndarray:
