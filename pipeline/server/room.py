@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from pipeline.core.files import write_atomic
 from pipeline.server.room_index import LIVE_S, FolderIndex
+from pipeline.text.counts import plural
 
 PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. the LAN address and port, or https://llm-workshop.example.org
 CODE = re.compile(r"[a-z0-9]{4,16}")
@@ -154,7 +155,7 @@ class RoomStore:
         if not isinstance(data, dict):
             return None
         with self._lock:
-            self.index.found(name)  # another replica wrote it: counted here too, without listing the folder
+            self.index.found(name, str(data.get("client", "")))  # another replica wrote it: counted, no listing
         return data
 
     def put_link(self, query: dict[str, str]) -> str | None:
@@ -187,11 +188,11 @@ class RoomStore:
         with self._lock:
             self.index.rescan_if_due()
             if self.index.live_rooms(who) >= self.per_client:
-                raise RoomRefused(f"{plural_rooms(self.per_client)} were started from this address in the last "
+                raise RoomRefused(f"{plural(self.per_client, 'room')} were started from this address in the last "
                                   f"{LIVE_S // 3600} hours and are still kept for their learners: present in one of "
                                   "them (its presenter link), or try again later.")
             if self.index.live_rooms() >= self.max_rooms:
-                raise RoomRefused(f"This server keeps {plural_rooms(self.max_rooms)} in use now, its most: a new one "
+                raise RoomRefused(f"This server keeps {plural(self.max_rooms, 'room')} in use now, its most: a new one "
                                   "can start once one of them has been left for a few hours.")
             while True:
                 code = "".join(secrets.choice(CODE_LETTERS) for _ in range(CODE_LENGTH))
@@ -250,10 +251,6 @@ class RoomStore:
 
 class RoomRefused(Exception):
     """No new room now (the message says why, for the presenter's screen)."""
-
-
-def plural_rooms(n: int) -> str:
-    return f"{n:,} room" + ("" if n == 1 else "s")
 
 
 def _digest(key: str) -> str:

@@ -87,10 +87,11 @@ class FolderIndex:
         old = self.entries.get(name)
         self.entries[name] = Entry(s.st_mtime, s.st_size, client or (old.client if old else ""))
 
-    def found(self, name: str) -> None:
-        """A file read that the index did not know (another replica wrote it): entered, without a listing."""
+    def found(self, name: str, client: str = "") -> None:
+        """A file read that the index did not know (another replica wrote it): entered, without a listing; client:
+        the room's client digest as the caller just read it (no second read of the file)."""
         if name not in self.entries:
-            self.wrote(name, _client_of(self.folder / name) if name.startswith("room-") else "")
+            self.wrote(name, client if name.startswith("room-") else "")
 
     def touch(self, name: str) -> bool:
         """A room seen now: its mtime set to now. False when the file is gone."""

@@ -26,11 +26,11 @@ from ui.escape import axis_labels, code_span, json_text, plotly_label
 from ui.words import plural
 from views import room_key, url_state
 from views.chrome import end_page, stage_link
-from views.page_path import back_next, small_map
+from views.page_path import back_next, sent_as_plain_text, small_map
 from views.runs import run_for_page
 from views.scenarios import prompt_cache_conversation
 from views.server_state import get_model
-from views.session_request import TEXT_LIMIT, current_request
+from views.session_request import TEXT_LIMIT
 
 STAGES = [  # (title, full page)
     ("The request", "views/pages/request.py"),
@@ -311,7 +311,7 @@ if stage == 1:
     st.code(json_text(trace.request.openai, indent=1), language="json", wrap_lines=True)
     show_link()
 elif stage == 2:
-    if current_request().prompt_format == "plain":  # no template: the text goes as it is (as on Journey)
+    if sent_as_plain_text():  # no template: the text goes as it is (as on Journey)
         st.markdown(f"This request goes as **plain text**: the messages as they are, with no chat template and no "
                     f"turn markers: {len(trace.prompt_text):,} characters.")
     else:
