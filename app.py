@@ -15,7 +15,8 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
 
 from pipeline.model.passes import PassCounter, counting_passes
-from pipeline.stages.request import LOGIT_BIAS_CHARS, option_ranges
+from pipeline.stages.logit_bias import LOGIT_BIAS_CHARS
+from pipeline.stages.request import option_ranges
 from ui.chart_export import add_svg_buttons
 from ui.connection_notice import explain_connection_errors
 from ui.escape import markdown_text
@@ -39,6 +40,7 @@ from views.session_request import (
     session_passes,
     show_values_in_form,
 )
+from views.slider_args import slider_args
 from views.warm_up import warm_up
 
 HERE = Path(__file__).parent
@@ -97,20 +99,20 @@ def sidebar(pages: list):
                          height=68, max_chars=TEXT_LIMIT * 4)
             st.markdown("**Generation options**")
             r = option_ranges(get_model().config_dims.V)  # top-k goes up to this model's vocabulary
-            st.slider("max new tokens", **r["max_new_tokens"].widget_args(), key="req_max_new_tokens")
-            st.slider("temperature (0 = greedy)", **r["temperature"].widget_args(), key="req_temperature")
+            st.slider("max new tokens", **slider_args(r["max_new_tokens"]), key="req_max_new_tokens")
+            st.slider("temperature (0 = greedy)", **slider_args(r["temperature"]), key="req_temperature")
             c1, c2 = st.columns(2)
-            c1.number_input("top-k (0 = off)", **r["top_k"].widget_args(), key="req_top_k")
-            c2.number_input("seed", **r["seed"].widget_args(), key="req_seed")
-            c1.slider("top-p", **r["top_p"].widget_args(), key="req_top_p")
-            c2.slider("min-p", **r["min_p"].widget_args(), key="req_min_p")
+            c1.number_input("top-k (0 = off)", **slider_args(r["top_k"]), key="req_top_k")
+            c2.number_input("seed", **slider_args(r["seed"]), key="req_seed")
+            c1.slider("top-p", **slider_args(r["top_p"]), key="req_top_p")
+            c2.slider("min-p", **slider_args(r["min_p"]), key="req_min_p")
             st.text_input("stop strings (separate with |)", key="req_stop", max_chars=400)
             with st.expander("Penalties and bias (on the raw scores, before temperature)"):
-                st.slider("repetition penalty (1 = off)", **r["repetition_penalty"].widget_args(),
+                st.slider("repetition penalty (1 = off)", **slider_args(r["repetition_penalty"]),
                           key="req_repetition_penalty")
                 c1, c2 = st.columns(2)
-                c1.slider("presence penalty", **r["presence_penalty"].widget_args(), key="req_presence_penalty")
-                c2.slider("frequency penalty", **r["frequency_penalty"].widget_args(), key="req_frequency_penalty")
+                c1.slider("presence penalty", **slider_args(r["presence_penalty"]), key="req_presence_penalty")
+                c2.slider("frequency penalty", **slider_args(r["frequency_penalty"]), key="req_frequency_penalty")
                 st.text_input("logit bias (token id:bias, e.g. 13:-100)", key="req_logit_bias",
                               max_chars=LOGIT_BIAS_CHARS)
             st.form_submit_button("Run the model", type="primary", width="stretch")

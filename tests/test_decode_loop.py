@@ -16,7 +16,8 @@ import torch
 
 from pipeline.stages.decode_record import EventKind, FinishReason, StreamEvent
 from pipeline.stages.generation import Answer, stream_answer
-from pipeline.stages.request import GenerationOptions, RequestState, RequestStatus
+from pipeline.stages.request import GenerationOptions
+from pipeline.stages.request_lifecycle import RequestState, RequestStatus
 
 
 class ScriptedDecoder:

@@ -5,18 +5,11 @@ import pytest
 import torch
 
 from pipeline.core.errors import InputError
+from pipeline.stages.logit_bias import check_vocabulary, logit_bias_text, parse_logit_bias
 from pipeline.stages.next_token import filter_stages
 from pipeline.stages.penalties import penalized
-from pipeline.stages.request import (
-    ChatRequest,
-    GenerationOptions,
-    anthropic_style,
-    check_vocabulary,
-    logit_bias_text,
-    openai_style,
-    parse_logit_bias,
-    repetition_body,
-)
+from pipeline.stages.request import ChatRequest, GenerationOptions
+from pipeline.stages.vendor_bodies import anthropic_style, openai_style, repetition_body
 
 
 @pytest.mark.parametrize("penalty", [0.5, 1.2, 2.0])

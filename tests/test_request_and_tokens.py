@@ -13,13 +13,11 @@ from pipeline.stages.request import (
     MAX_STOP_STRINGS,
     ChatRequest,
     GenerationOptions,
-    RequestState,
-    anthropic_style,
-    check_fits,
     check_text,
-    openai_style,
     parse_turns,
 )
+from pipeline.stages.request_lifecycle import RequestState, check_fits
+from pipeline.stages.vendor_bodies import anthropic_style, openai_style
 from pipeline.stages.template import TEMPLATE_ROLE, default_system_prompt, render_prompt, segments
 from pipeline.stages.tokens import encode, role_counts, text_tokens, tokenize_request, tokenize_segments
 

@@ -30,7 +30,7 @@ def test_journey_counts_the_decode_passes_it_names(tiny_app, max_tokens):
 
 
 def test_a_bias_too_long_to_be_a_number_is_quoted_as_typed_not_inf():
-    from pipeline.stages.request import parse_logit_bias
+    from pipeline.stages.logit_bias import parse_logit_bias
 
     with pytest.raises(InputError) as e:
         parse_logit_bias("13:" + "9" * 5000)

@@ -9,15 +9,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pipeline.core.errors import InputError
+from pipeline.stages.logit_bias import check_vocabulary, logit_bias_text, parse_logit_bias
 from pipeline.stages.request import (
     MAX_MESSAGE_CHARS,
     OPTION_RANGES,
     GenerationOptions,
     check_text,
-    check_vocabulary,
-    logit_bias_text,
     option_ranges,
-    parse_logit_bias,
 )
 
 

@@ -10,12 +10,11 @@ from pipeline.model.passes import PassCounter
 from pipeline.model.registry import resolve
 from pipeline.model.weight_formats import DEFAULT_WEIGHTS
 from pipeline.run.record import Trace
+from pipeline.stages.logit_bias import check_vocabulary, parse_logit_bias
 from pipeline.stages.request import (
     MAX_MESSAGE_CHARS,
     ChatRequest,
     GenerationOptions,
-    check_vocabulary,
-    parse_logit_bias,
     parse_turns,
 )
 from views.server_state import default_model_key, default_weights, get_model

@@ -24,7 +24,9 @@ from pipeline.model.decoders.protocol import Decoder
 from pipeline.model.interface import LanguageModel
 from pipeline.stages.decode_record import StreamEvent
 from pipeline.stages.generation import Answer, stream_answer
-from pipeline.stages.request import ChatRequest, check_fits, check_vocabulary, request_id
+from pipeline.stages.logit_bias import check_vocabulary
+from pipeline.stages.request import ChatRequest
+from pipeline.stages.request_lifecycle import check_fits, request_id
 from pipeline.stages.tokens import tokenize_request
 
 

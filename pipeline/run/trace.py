@@ -16,17 +16,16 @@ from pipeline.model.passes import PassCounter, current_counter, passes_for
 from pipeline.model.prefill_record import Prefill
 from pipeline.run.record import Cleanup, RequestRecord, Timings, Trace, Usage
 from pipeline.stages.decode_record import Decode
-from pipeline.stages.request import (
-    ChatRequest,
+from pipeline.stages.logit_bias import check_vocabulary
+from pipeline.stages.request import ChatRequest
+from pipeline.stages.request_lifecycle import (
     RequestState,
     RequestStatus,
-    anthropic_style,
     check_fits,
-    check_vocabulary,
-    openai_style,
     request_id,
 )
 from pipeline.stages.tokens import TokenizedRequest, tokenize_request
+from pipeline.stages.vendor_bodies import anthropic_style, openai_style
 
 
 @dataclass

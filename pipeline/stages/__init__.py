@@ -1,6 +1,9 @@
 """One module per stage of a request's life, named like the page that shows it.
 
-  request.py         the request, its options, the vendor JSON bodies and its lifecycle
+  request.py         the request and its options, checked when built; the ranges the app offers
+  logit_bias.py      a logit bias typed as text ('13:-100, 42:2.5'), checked against the vocabulary
+  vendor_bodies.py   the request as OpenAI's and Anthropic's JSON bodies
+  request_lifecycle.py  its id, its states (queued -> completed) and `check_fits` (the prompt fits the window)
   template.py        the chat template and its segments
   tokens.py          tokens, tagged with their roles; other tokenizers
   batch.py           tensors and batch padding

@@ -1,35 +1,22 @@
-"""Stage 1, the request: the chat request, its generation options, the vendor JSON bodies and the
-request's lifecycle. Everything is validated once, when it is built; bad input raises InputError
+"""Stage 1, the request: the chat request and its generation options, the checks they pass when built, and the
+ranges the app offers for each option. Everything is validated once, when it is built; bad input raises InputError
 naming the field.
+
+Beside it: `logit_bias.py` (a bias typed as text), `vendor_bodies.py` (the request as OpenAI's and Anthropic's JSON),
+`request_lifecycle.py` (its id, its states and `check_fits`).
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import time
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 
-from pipeline.core.checks import integer, shown, typed_count
+from pipeline.core.checks import integer, typed_count
 from pipeline.core.errors import InputError
-from pipeline.model.dims import ModelDims
 from pipeline.model.registry import CHAT_FORMATS
 from pipeline.model.weight_formats import check_weights
 from pipeline.model.weights_cache import DEFAULT_MODEL_NAME
 
 ROLES = ("system", "user", "assistant")
-
-
-class RequestStatus(StrEnum):
-    """Where a request is in its life, in order (as vLLM's RequestStatus). A str: "queued" == QUEUED."""
-
-    QUEUED = "queued"
-    PREFILL = "prefill"
-    DECODING = "decoding"
-    COMPLETED = "completed"
-
-
-STATES = tuple(RequestStatus)
 
 # Size limits that keep one request from holding the model or the memory for everyone else.
 MAX_MESSAGE_CHARS = 64_000  # ~12-16k tokens of English: well past the 8,192-token window; refused after tokenizing
@@ -58,7 +45,7 @@ class GenerationOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "stop", _stop_tuple(self.stop))
-        object.__setattr__(self, "logit_bias", _bias_tuple(self.logit_bias))
+        object.__setattr__(self, "logit_bias", logit_bias_pairs(self.logit_bias))
         if not _int(self.max_new_tokens) or not 0 < self.max_new_tokens <= MAX_NEW_TOKENS:
             raise InputError("max_new_tokens", f"must be an integer from 1 to {MAX_NEW_TOKENS:,}, "
                                                f"got {self.max_new_tokens!r}.")
@@ -105,7 +92,6 @@ MAX_REPETITION_PENALTY = 10.0  # far past any use (1.2 is the CTRL paper's advic
 MIN_REPETITION_PENALTY = 0.01  # a seen token's score times 100; 1e-320 divided scores past float range (+inf)
 MAX_LOGIT_BIAS_ENTRIES = 300  # our bound, so one request cannot carry a huge table
 LOGIT_BIAS_LIMIT = 100  # OpenAI: "a bias value from -100 to 100"
-LOGIT_BIAS_CHARS = 20 * MAX_LOGIT_BIAS_ENTRIES  # the typed form's length ('262143:-99.5, ' is 14)
 MAX_TOKEN_ID = 10**9  # far past any vocabulary (Gemma 3's is 262,144): a typed id is read; the model's V checks it
 
 
@@ -114,39 +100,7 @@ def logit_bias_body(options: GenerationOptions) -> dict[str, float]:
     return {str(i): b for i, b in options.logit_bias}
 
 
-def logit_bias_text(bias) -> str:
-    """((13, -100.0), (42, 2.5)) -> '13:-100, 42:2.5' (what the sidebar, the CLI and a link show)."""
-    return ", ".join(f"{i}:{b:g}" for i, b in _bias_tuple(bias))
-
-
-def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
-    """'13:-100, 42:2.5' (commas or spaces between entries) -> ((13, -100.0), (42, 2.5)); '' -> ()."""
-    text = check_text("logit_bias", text, LOGIT_BIAS_CHARS)
-    pairs = []
-    for item in text.replace(",", " ").split():
-        token, sep, bias = item.partition(":")
-        if not sep or not token.isascii() or not token.isdigit():
-            raise InputError("logit_bias", f"{shown(item)} must be TOKEN_ID:BIAS, e.g. 13:-100.")
-        try:
-            value = float(bias)
-        except ValueError:
-            raise InputError("logit_bias", f"{shown(item)}: the bias must be a number from -100 to 100.") from None
-        if not math.isfinite(value) or abs(value) > LOGIT_BIAS_LIMIT:  # '9' * 5000 reads as inf: say what was typed
-            raise InputError("logit_bias", f"the bias of token {shown(token)} must be from -{LOGIT_BIAS_LIMIT} to "
-                                           f"{LOGIT_BIAS_LIMIT}, got {shown(bias)}.")
-        pairs.append((typed_count("logit_bias", token, "a token id", MAX_TOKEN_ID), value))
-    return _bias_tuple(pairs)
-
-
-def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
-    """A logit bias names token ids: each must be one of the model's V (checked once the model is known)."""
-    bad = [i for i, _ in options.logit_bias if i >= vocab_size]
-    if bad:
-        raise InputError("logit_bias", f"token id {bad[0]:,} is past the vocabulary (V = {vocab_size:,}: ids 0 to "
-                                       f"{vocab_size - 1:,}).")
-
-
-def _bias_tuple(bias) -> tuple[tuple[int, float], ...]:
+def logit_bias_pairs(bias) -> tuple[tuple[int, float], ...]:
     """A dict {id: bias} (ids may be digit strings, as in OpenAI's JSON) or (id, bias) pairs -> pairs sorted by id."""
     if isinstance(bias, dict):
         bias = list(bias.items())
@@ -177,15 +131,12 @@ MIN_TEMPERATURE = 1e-3  # below this, logits / T overflows float64 for ordinary 
 
 @dataclass(frozen=True)
 class Range:
-    """The values the app offers for one number: lo..hi (both included) in steps of `step`."""
+    """The values the app offers for one number: lo..hi (both included) in steps of `step` (a widget's arguments
+    are views/slider_args.py's)."""
 
     lo: int | float
     hi: int | float
     step: int | float = 1
-
-    def widget_args(self) -> dict:
-        """For st.slider / st.number_input: min_value, max_value, step."""
-        return {"min_value": self.lo, "max_value": self.hi, "step": self.step}
 
 
 APP_MAX_NEW_TOKENS = 256  # the app's sliders stop here: a longer answer takes minutes on a CPU
@@ -341,100 +292,3 @@ def parse_turns(text: str, field_name: str, roles: tuple[str, ...] = ROLES,
                                              f"{' or '.join(repr(r + ':') for r in roles)}.")
             messages.append([first_role, line])
     return tuple((r, c.strip()) for r, c in messages)
-
-
-# ---- the request as a vendor API receives it ----------------------------------------------------
-def request_id(request: ChatRequest, started_at: float) -> str:
-    """A short id in the style of the seed article (`req_7f3a`), unique per run."""
-    digest = hashlib.sha1(f"{request!r}{started_at}".encode("utf-8", "surrogatepass")).hexdigest()
-    return f"req_{digest[:4]}"
-
-
-def openai_style(request: ChatRequest) -> dict:
-    """OpenAI-style body: the system prompt is a message with the system role."""
-    o = request.options
-    body = {
-        "model": request.model,
-        "messages": [{"role": r, "content": c} for r, c in request.messages],
-        "max_tokens": o.max_new_tokens,
-        "temperature": o.temperature,
-        "top_p": o.top_p,
-        "stream": True,
-    }
-    if o.seed is not None:
-        body["seed"] = o.seed
-    if o.stop:
-        body["stop"] = list(o.stop)
-    if o.presence_penalty:
-        body["presence_penalty"] = o.presence_penalty
-    if o.frequency_penalty:
-        body["frequency_penalty"] = o.frequency_penalty
-    if o.logit_bias:
-        body["logit_bias"] = logit_bias_body(o)
-    return body
-
-
-def repetition_body(options: GenerationOptions) -> dict:
-    """The one option neither OpenAI nor Anthropic has: {"repetition_penalty": p} as vLLM's OpenAI-compatible
-    server takes it beside the OpenAI fields (and Hugging Face's generate as an argument); {} when it is off."""
-    p = options.repetition_penalty
-    return {"repetition_penalty": p} if p != 1 else {}
-
-
-PENALTY_NOTE = ("Anthropic's Messages API has none of the penalties nor a logit bias, so its body leaves them out; "
-                "OpenAI has presence_penalty, frequency_penalty and logit_bias but no repetition_penalty, which "
-                "vLLM and Hugging Face transformers accept.")
-
-
-def anthropic_style(request: ChatRequest) -> dict:
-    """Anthropic-style body: the system prompt is a top-level field, not a message."""
-    o = request.options
-    body = {"model": request.model, "max_tokens": o.max_new_tokens}
-    if request.system is not None:
-        body["system"] = request.system
-    body["messages"] = [{"role": r, "content": c} for r, c in request.messages if r != "system"]
-    body.update({"temperature": o.temperature, "top_p": o.top_p, "stream": True})
-    if o.top_k:
-        body["top_k"] = o.top_k
-    if o.stop:
-        body["stop_sequences"] = list(o.stop)
-    return body
-
-
-class RequestState:
-    """queued -> prefill -> decoding -> completed, each change stamped with the clock."""
-
-    def __init__(self, rid: str, clock=time.perf_counter):
-        self.id = rid
-        self._clock = clock
-        self._t0 = clock()
-        self.history: list[dict] = [{"state": RequestStatus.QUEUED, "t_s": 0.0}]
-
-    @property
-    def state(self) -> RequestStatus:
-        return self.history[-1]["state"]
-
-    def advance(self, state: RequestStatus | str) -> None:
-        if state not in STATES:
-            raise RuntimeError(f"request {self.id}: {state!r} is not a state (one of {', '.join(STATES)})")
-        state = RequestStatus(state)
-        if STATES.index(state) != STATES.index(self.state) + 1:
-            raise RuntimeError(f"request {self.id}: cannot go from {self.state} to {state}")
-        self.history.append({"state": state, "t_s": round(self._clock() - self._t0, 6)})
-
-
-def check_fits(dims: ModelDims, n_prompt: int, max_new_tokens: int, max_prompt_tokens: int | None = None) -> None:
-    """Refuse, before any forward pass, a prompt that does not fit the window (or a server's own cap).
-
-    Both paths (pipeline.run.trace and stages.fast_path) call it once the prompt is tokenized."""
-    if max_prompt_tokens is not None and n_prompt > max_prompt_tokens:
-        raise InputError("messages", f"the prompt is {n_prompt:,} tokens; this shared server runs prompts of up to "
-                                     f"{max_prompt_tokens:,} tokens so that one request cannot hold the model for "
-                                     f"everyone (the command line takes the full {dims.context_window:,}).")
-    window = dims.context_window
-    if n_prompt >= window:
-        raise InputError("messages", f"the prompt is {n_prompt:,} tokens but the context window is {window:,}; "
-                                     "shorten the conversation.")
-    if n_prompt + max_new_tokens > window:
-        raise InputError("max_new_tokens", f"{n_prompt:,} prompt tokens + {max_new_tokens:,} new tokens exceed the "
-                                           f"{window:,}-token context window; at most {window - n_prompt:,} fit.")

@@ -30,6 +30,7 @@ from views.model_kind_note import base_model_note
 from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
+from views.slider_args import slider_args
 
 LOW = 0.25  # a chosen token below this probability is marked as a long shot in the answer strip
 
@@ -170,11 +171,11 @@ def sampler() -> None:
                + TIE_RULE)
     c = st.columns(5)
     r = option_ranges(V)  # the sidebar's ranges
-    temperature = c[0].slider("temperature", **r["temperature"].widget_args(), key="nt_temperature")
-    top_k = c[1].number_input("top-k (0 = off)", **r["top_k"].widget_args(), key="nt_top_k")
-    top_p = c[2].slider("top-p", **r["top_p"].widget_args(), key="nt_top_p")
-    min_p = c[3].slider("min-p", **r["min_p"].widget_args(), key="nt_min_p")
-    seed = c[4].number_input("seed (this page only)", **r["seed"].widget_args(), key="nt_seed")  # from session state
+    temperature = c[0].slider("temperature", **slider_args(r["temperature"]), key="nt_temperature")
+    top_k = c[1].number_input("top-k (0 = off)", **slider_args(r["top_k"]), key="nt_top_k")
+    top_p = c[2].slider("top-p", **slider_args(r["top_p"]), key="nt_top_p")
+    min_p = c[3].slider("min-p", **slider_args(r["min_p"]), key="nt_min_p")
+    seed = c[4].number_input("seed (this page only)", **slider_args(r["seed"]), key="nt_seed")  # from session state
     opts = replace(run, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),  # the run's penalties
                    min_p=float(min_p), seed=int(seed))
     moved = [k.removeprefix("nt_").replace("_", "-") for k, v in RUN_SETTINGS.items()

@@ -3,7 +3,8 @@ import pandas as pd
 import streamlit as st
 
 from pipeline.model.model_kind import template_sentence
-from pipeline.stages.request import PENALTY_NOTE, ChatRequest, repetition_body
+from pipeline.stages.request import ChatRequest
+from pipeline.stages.vendor_bodies import PENALTY_NOTE, repetition_body
 from pipeline.stages.template import default_system_prompt, turn_markers
 from pipeline.stages.tokens import role_counts
 from ui.chips import highlighted_template, legend

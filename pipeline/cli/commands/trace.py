@@ -12,7 +12,8 @@ from pipeline.core.checks import shown, typed_count
 from pipeline.core.errors import InputError
 from pipeline.core.files import check_output_file
 from pipeline.model.interface import LanguageModel
-from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions, parse_logit_bias
+from pipeline.stages.logit_bias import parse_logit_bias
+from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions
 
 NAME = "trace"
 HELP = "follow one chat request through every stage"

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import numbers
 
+from pipeline.core.checks import is_finite  # a real number a float can hold (10**400 is not)
 from pipeline.core.errors import InputError
 from pipeline.prompt_cache.audit.log import MAX_OUTPUT_TOKENS
 from pipeline.prompt_cache.audit.records import AuditReport, RequestRecord
 from pipeline.prompt_cache.audit.rules import PROVIDERS, default_prefill_tps, default_prices
-from pipeline.stages.request import _finite  # a real number a float can hold (10**400 is not)
 
 MIN_PREFILL_TPS = 1.0  # tokens/s; time saved is cached tokens / speed, which 1e-320 made infinite (not JSON)
 PRICE_FIELDS = ("input_per_mtok", "cached_read_multiplier", "cache_write_5m_multiplier",
@@ -26,7 +26,7 @@ def check_prices(prices: dict[str, dict]) -> dict[str, dict]:
         out[p] = dict(row)
         for f in PRICE_FIELDS:
             v = row.get(f)
-            if not _finite(v) or v < 0:
+            if not is_finite(v) or v < 0:
                 raise InputError("prices", f"{p} {f.replace('_', ' ')} must be a number of at least 0, "
                                            f"got {str(v)[:20]}.")
             out[p][f] = float(v)
@@ -42,7 +42,7 @@ def prefill_speeds(prefill_tps: float | dict | None) -> dict[str, float]:
     for p, v in given.items():
         if p not in speeds:
             raise InputError("prefill_tps", f"unknown provider {str(p)[:20]!r}; use {', '.join(PROVIDERS)}.")
-        if not _finite(v) or not v >= MIN_PREFILL_TPS:
+        if not is_finite(v) or not v >= MIN_PREFILL_TPS:
             whose = f"{p}: " if isinstance(prefill_tps, dict) else ""  # one number (the CLI's) is everyone's
             raise InputError("prefill_tps", f"{whose}must be a number of tokens per second of at least "
                                             f"{MIN_PREFILL_TPS:g}, got {str(v)[:20]}.")
