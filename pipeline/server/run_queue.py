@@ -17,12 +17,8 @@ Any other job runs whole, in its turn, between two steps. Background jobs run on
 no batch is running and no long job is left.
 
 A long job (`submit_long`: activation patching, comparing models, the batching sweep) is a generator of short
-chunks (pipeline.core.long_jobs). It never holds a question: a chunk runs only in a gap where nobody was admitted
-or run, and while a batch decodes, only once the batch has had (1 - LONG_JOB_SHARE) / LONG_JOB_SHARE times the
-last chunk's time since the last chunk (long jobs get about a quarter of the model's time in a busy room, so
-they are never starved, and a question arriving during a chunk waits for that one chunk at most). Several
-long jobs take turns, a chunk each. Its ticket tells its progress; the people who asked for it can withdraw,
-and once nobody is left it stops between two chunks.
+chunks that takes turns with people's questions, a chunk in a gap (pipeline.server.long_job_turns). Its ticket
+tells its progress; the people who asked for it can withdraw, and once nobody is left it stops between two chunks.
 
     queue = RunQueue()
     ticket = queue.submit("key", work, cost=500)   # cost: prompt tokens + a weight per new token
@@ -39,12 +35,13 @@ import statistics
 import threading
 import time
 from collections import deque
-from concurrent.futures import CancelledError, Future
+from concurrent.futures import Future
 from typing import Callable, Hashable
 
 from pipeline.core.checks import integer
 from pipeline.core.errors import InputError
-from pipeline.core.long_jobs import Progress, Steps
+from pipeline.core.long_jobs import Steps
+from pipeline.server.long_job_turns import LONG_JOB_SHARE, LongJobTurns
 from pipeline.server.schedule import Schedule, served_by
 from pipeline.server.tickets import LongTicket, StepEngine, Ticket, as_future, held_if_admitted
 
@@ -59,9 +56,6 @@ MAX_BATCH = 32  # requests decoded together at most
 # cores: 4 room questions of ~36 tokens in 0.21 s against 0.10 s for one): 256 lets ~7 of them share a pass.
 PREFILL_TOKENS_PER_STEP = 256
 KV_BUDGET_BYTES = 512 * 2**20  # KV memory the running batch may reserve
-# While a batch decodes, long jobs get about this share of the model's time: after a chunk of c seconds the batch
-# steps for 3c before the next one. Chat requests' time per token grows by a third at most; a long job still moves.
-LONG_JOB_SHARE = 0.25
 
 
 def cost_of(prompt_tokens: int, new_tokens: int) -> int:
@@ -84,11 +78,6 @@ class RunQueue:
         self._waiting: deque[Ticket] = deque()
         self._background: deque[Ticket] = deque()  # served only when nobody is waiting
         self._running: Ticket | None = None  # a whole job running now
-        self._long: deque[LongTicket] = deque()  # long jobs, taking turns a chunk each (the head goes next)
-        self._chunk: LongTicket | None = None  # the long job whose chunk runs now
-        self._long_job_share = long_job_share
-        self._last_chunk_s = 0.0  # the last chunk's seconds ...
-        self._batch_s_since_chunk = 0.0  # ... and the batch's decode-step seconds since it
         self._members: dict[tuple[str, Hashable], Ticket] = {}  # (kind, engine handle) -> ticket in the batch
         self._by_key: dict[Hashable, Ticket] = {}
         self._lock = threading.Lock()
@@ -96,6 +85,7 @@ class RunQueue:
         self._speeds: deque[float] = deque([seconds_per_unit], maxlen=20)  # seconds per work unit
         self._running_since = 0.0
         self._schedule = Schedule(clock)
+        self._long = LongJobTurns(self._lock, clock, self._schedule, self._done, long_job_share)
         self.completed = 0
         threading.Thread(target=self._serve, name="run-queue", daemon=True).start()
 
@@ -105,7 +95,7 @@ class RunQueue:
 
     def _busy(self) -> int:
         """1 while a job, a long job's chunk or a batch is running. Lock held."""
-        return int(self._running is not None or self._chunk is not None or bool(self._members))
+        return int(self._running is not None or self._long.running is not None or bool(self._members))
 
     def submit(self, key: Hashable, work: Callable[[], object], cost: int | None = None, prompt_tokens: int = 0,
                background: bool = False, batch: tuple[str, object] | None = None) -> Ticket:
@@ -144,27 +134,24 @@ class RunQueue:
             ticket = self._by_key.get(key)
             if ticket is None:
                 ticket = self._by_key[key] = LongTicket(self, key, steps)
-                self._long.append(ticket)
+                self._long.line.append(ticket)
                 self._wake.notify()
             if isinstance(ticket, LongTicket):
-                ticket.askers.add(asker)
-                ticket.stopping = False
+                self._long.ask(ticket, asker)
             return ticket
 
     def withdraw(self, ticket: LongTicket, asker: Hashable) -> bool:
         """`asker` no longer wants `ticket`; True if nobody is left: it stops at the worker's next gap."""
         with self._lock:
-            ticket.askers.discard(asker)
-            if ticket.askers or ticket.done() or ticket not in self._long:
+            if not self._long.withdraw(ticket, asker):
                 return False
-            ticket.stopping = True
             self._wake.notify()
             return True
 
     def long_jobs(self) -> list[LongTicket]:
         """The long jobs queued or running now, the next to run a chunk first."""
         with self._lock:
-            return list(self._long)
+            return list(self._long.line)
 
     def position(self, ticket: Ticket) -> int:
         with self._lock:
@@ -178,21 +165,14 @@ class RunQueue:
         own forecast (Progress.left_s) or its chunks left at its seconds per chunk, times the jobs taking turns."""
         with self._lock:
             if isinstance(ticket, LongTicket):
-                if ticket.progress is None or not ticket.chunks:
-                    return None
-                p = ticket.progress  # chunks of unequal cost: the job's forecast from its chunks' measured times
-                left = p.left_s if p.left_s is not None else (p.total - p.done) * ticket.chunk_seconds / ticket.chunks
-                return max(0.0, left) * max(1, len(self._long))
+                return self._long.left_s(ticket)
             speed = statistics.median(self._speeds)
             line = list(self._waiting) + list(self._background)
             ahead = line[:line.index(ticket) + 1] if ticket in line else []
             running = sum(t.cost for t in self._members.values())
             if self._running is not None:
                 running += self._running.cost
-            left = max(0.0, running * speed - (self.clock() - self._running_since))
-            if self._chunk is not None:  # a long job's chunk: about as long as its others
-                left += max(0.0, self._chunk.chunk_seconds / max(1, self._chunk.chunks)
-                            - (self.clock() - self._chunk.started_chunk_at))
+            left = max(0.0, running * speed - (self.clock() - self._running_since)) + self._long.running_left_s()
             return left + sum(t.cost for t in ahead) * speed
 
     def schedule(self) -> dict:
@@ -209,94 +189,32 @@ class RunQueue:
     def _serve(self) -> None:
         while True:
             with self._lock:
-                while not (self._waiting or self._background or self._members or self._long):
+                while not (self._waiting or self._background or self._members or self._long.line):
                     self._wake.wait()
-                stopped = self._stopped()
+                stopped = self._long.take_stopped()
+                for ticket in stopped:
+                    self._by_key.pop(ticket.key, None)
                 job, admitted = self._next()
                 chunk = None
                 if job is not None:
                     self._running, self._running_since = job, self.clock()
                     job.set_running_or_notify_cancel()  # running() is True from here (never cancelled)
-                elif not admitted and self._chunk_due():
-                    chunk = self._chunk = self._long[0]
-                    self._long.rotate(-1)  # the next long job takes the next turn
+                elif not admitted and self._long.due(bool(self._members), bool(self._waiting)):
+                    chunk = self._long.take_turn()
             for ticket in stopped:
-                self._stop(ticket)
+                self._long.stop(ticket)
             if job is not None:
                 self._run_whole(job)
                 continue
             if chunk is not None:
-                self._run_chunk(chunk)
+                self._long.run_chunk(chunk)
                 continue
             for kind, tickets in self._by_kind(admitted).items():
-                if len(tickets) > 1 and hasattr(self.engines[kind], "start_together"):
-                    self._start_together(kind, tickets)
-                else:
-                    for ticket in tickets:
-                        self._start(ticket)
+                together = len(tickets) > 1 and hasattr(self.engines[kind], "start_together")
+                for group in [tickets] if together else [[ticket] for ticket in tickets]:
+                    self._start(kind, group)
             if self._members:
                 self._step()
-
-    def _stopped(self) -> list[LongTicket]:
-        """Lock held: the long jobs nobody wants any more, out of the line (the worker closes them)."""
-        stopped = [t for t in self._long if t.stopping]
-        for ticket in stopped:
-            self._long.remove(ticket)
-            self._by_key.pop(ticket.key, None)
-        return stopped
-
-    def _stop(self, ticket: LongTicket) -> None:
-        """Close a withdrawn long job's generator (its `finally` runs, in its caller's context) between chunks."""
-        try:
-            if ticket.steps is not None:
-                ticket.context.run(ticket.steps.close)
-        except BaseException:  # its clean-up failed: it stops all the same
-            log.exception("closing the long job %r failed", ticket.key)
-        done = ticket.progress.done if ticket.progress else 0
-        log.info("stopped a long job after %d chunks (%d done): nobody wants it any more", ticket.chunks, done)
-        ticket._finish(error=CancelledError(f"stopped after {ticket.chunks} chunks: nobody wants it any more"))
-
-    def _chunk_due(self) -> bool:
-        """Lock held, in a gap where nobody was admitted or run: whether a long job's chunk runs now. With a batch
-        decoding, once the batch has had its share of the time since the last chunk; else when nobody waits."""
-        if not self._long:
-            return False
-        if self._members:
-            share = self._long_job_share
-            return self._batch_s_since_chunk * share >= self._last_chunk_s * (1 - share)
-        return not self._waiting
-
-    def _run_chunk(self, ticket: LongTicket) -> None:
-        """One chunk of a long job, in its caller's context: its progress, or its end (result or error)."""
-        t = ticket.started_chunk_at = self.clock()
-        if ticket.started_at is None:
-            ticket.started_at = t
-            ticket.set_running_or_notify_cancel()
-        ended, result, error = False, None, None
-        try:
-            if ticket.steps is None:
-                ticket.steps = ticket.context.run(ticket.make_steps)
-            progress = ticket.context.run(next, ticket.steps)
-        except StopIteration as end:
-            ended, result = True, end.value
-        except BaseException as e:  # handed to the caller, who shows it
-            ended, error = True, e
-        took = self.clock() - t
-        with self._lock:
-            self._schedule.chunk_ran(ticket, t, took)
-            ticket.chunks += 1
-            ticket.chunk_seconds += took
-            self._last_chunk_s, self._batch_s_since_chunk = took, 0.0
-            self._chunk = None
-            if not ended and isinstance(progress, Progress):
-                ticket.progress = progress
-        if not ended:
-            return
-        ticket._finish(result=result, error=error)
-        log.info("a long job ended after %d chunks, %.1f s of the model's time", ticket.chunks, ticket.chunk_seconds)
-        with self._lock:
-            self._long.remove(ticket)
-            self._done(ticket)
 
     def _is_stepped(self, ticket: Ticket) -> bool:
         return ticket.batch is not None and ticket.batch[0] in self.engines
@@ -305,7 +223,7 @@ class RunQueue:
         """Lock held: a whole job to run now, or the stepped requests to prefill before the next step.
         Arrival order: a whole job at the head of the line runs before anyone behind it is admitted."""
         line = self._waiting
-        if not line and not self._members and not self._long:
+        if not line and not self._members and not self._long.line:
             line = self._background  # nobody waits, no batch runs, no long job is left: preparation may go
         if line and not self._is_stepped(line[0]):
             job = line.popleft()
@@ -354,25 +272,6 @@ class RunQueue:
         self._by_key.pop(ticket.key, None)
         self.completed += 1
 
-    def _start(self, ticket: Ticket) -> None:
-        """The request's prefill, in its caller's context; it joins the batch at the next step."""
-        kind, payload = ticket.batch
-        t = self.clock()
-        try:
-            handle = ticket.context.run(self.engines[kind].start, payload)
-        except BaseException as e:  # refused (too long, ...): its caller only hears it
-            ticket._finish(error=e)
-            with self._lock:
-                self._done(ticket)
-            return
-        took = self.clock() - t
-        with self._lock:
-            self._running_since = self._running_since if self._members else t
-            self._members[(kind, handle)] = ticket
-            ticket.rid = self._schedule.admitted(ticket, t, took, served_by(self.engines[kind], handle))
-            if ticket.reserved[0]:
-                self._speeds.append(took / ticket.reserved[0])
-
     @staticmethod
     def _by_kind(tickets: list[Ticket]) -> dict[str, list[Ticket]]:
         """Admitted tickets by engine kind, in arrival order within each."""
@@ -381,16 +280,20 @@ class RunQueue:
             kinds.setdefault(ticket.batch[0], []).append(ticket)
         return kinds
 
-    def _start_together(self, kind: str, tickets: list[Ticket]) -> None:
-        """Requests of one kind admitted in the same gap: their prefills in one call of the engine's
-        start_together (one batched pass where it can), in the first one's caller's context, with every one's
-        context (their passes count for their own callers); each joins the batch at the next step, a refused
-        one's caller hears why."""
+    def _start(self, kind: str, tickets: list[Ticket]) -> None:
+        """The prefills of requests of one kind admitted in the same gap, in the first one's caller's context: one
+        request through the engine's start, several through its start_together (one batched pass where it can, with
+        every one's context: their passes count for their own callers). Each joins the batch at the next step; a
+        refused one's caller only hears why."""
+        engine = self.engines[kind]
         t = self.clock()
         try:
-            results = tickets[0].context.run(self.engines[kind].start_together, [tk.batch[1] for tk in tickets],
-                                             [tk.context for tk in tickets])
-        except BaseException as e:  # the pass itself failed: every one of them hears it
+            if len(tickets) == 1:
+                results = [tickets[0].context.run(engine.start, tickets[0].batch[1])]
+            else:
+                results = tickets[0].context.run(engine.start_together, [tk.batch[1] for tk in tickets],
+                                                 [tk.context for tk in tickets])
+        except BaseException as e:  # refused (too long, ...), or the pass itself failed: every one of them hears it
             results = [e] * len(tickets)
         took = self.clock() - t
         refused = [(tk, r) for tk, r in zip(tickets, results) if isinstance(r, BaseException)]
@@ -403,7 +306,7 @@ class RunQueue:
             for ticket, handle in joined:
                 self._running_since = self._running_since if self._members else t
                 self._members[(kind, handle)] = ticket
-                ticket.rid = self._schedule.admitted(ticket, t, took, served_by(self.engines[kind], handle))
+                ticket.rid = self._schedule.admitted(ticket, t, took, served_by(engine, handle))
             prompt_tokens = sum(ticket.reserved[0] for ticket, _ in joined)
             if prompt_tokens:
                 self._speeds.append(took / prompt_tokens)
@@ -432,7 +335,7 @@ class RunQueue:
                 left.append(ticket.rid)  # it leaves the batch (and the KV budget) now ...
                 finishing.append((ticket, result))
             served = self._schedule.stepped([ticket.rid for _, ticket in members], took, left)
-            self._batch_s_since_chunk += took
+            self._long.batch_stepped(took)
             self._speeds.append(took / (DECODE_STEP_COST * len(members)))
             if not self._members:
                 log.info("the batch emptied; %d waiting", len(self._waiting))
