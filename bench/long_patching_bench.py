@@ -27,14 +27,15 @@ CHANGES = {"mid": ("Box 24 is red", "Box 24 is blue"), "end": ("the most apples?
 @contextlib.contextmanager
 def without_prefix():
     """Every pass from position 0, every position patched: the computation before the prefix."""
+    from pipeline.attribution import interventions as iv
     from pipeline.attribution import prefix as px
 
-    saved = px.start_of, px.first_difference
-    px.start_of, px.first_difference = (lambda *a, **k: 0), (lambda *a, **k: 0)
+    saved = px.start_of, iv.common_prefix_len
+    px.start_of, iv.common_prefix_len = (lambda *a, **k: 0), (lambda *a, **k: 0)
     try:
         yield
     finally:
-        px.start_of, px.first_difference = saved
+        px.start_of, iv.common_prefix_len = saved
 
 
 def timed(steps, most: int | None = None) -> list[tuple[float, object]]:
@@ -81,7 +82,7 @@ def main() -> None:
     args = ap.parse_args()
     from pipeline.attribution import component_patching as cp
     from pipeline.attribution import interventions as iv
-    from pipeline.attribution.prefix import first_difference
+    from pipeline.core.common_prefix import common_prefix_len
     from pipeline.model.loader import shared_model
     from pipeline.stages.request import ChatRequest
     from pipeline.stages.tokens import tokenize_request
@@ -92,7 +93,7 @@ def main() -> None:
                   for q in (QUESTION, QUESTION.replace(old, new)))
     assert len(clean) == len(bad), (len(clean), len(bad))
     positions = list(range(len(clean) - 48, len(clean)))
-    print(f"{lm.name}: {len(clean)} tokens, first difference at {first_difference(clean, bad)} ({args.change})")
+    print(f"{lm.name}: {len(clean)} tokens, first difference at {common_prefix_len(clean, bad)} ({args.change})")
     runs: dict[str, list[float]] = {}
     for r in range(args.repeat):
         for name, make, prefix in (("Patch, prefix", lambda: cp.estimate_steps(lm, clean, bad, 12), True),

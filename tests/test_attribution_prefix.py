@@ -14,6 +14,7 @@ from kit.tolerance import logits_tolerance
 from pipeline.attribution import component_patching as cp
 from pipeline.attribution import interventions as iv
 from pipeline.attribution import prefix as px
+from pipeline.core.common_prefix import common_prefix_len
 from pipeline.core.long_jobs import Progress, run_to_end
 from pipeline.server.run_queue import RunQueue
 
@@ -34,13 +35,13 @@ def pair(tokenizer, where: str):
 @pytest.mark.parametrize("where", ["start", "mid"])
 def test_patching_after_the_shared_prefix_gives_the_numbers_of_the_whole_run(tiny, tokenizer, where, monkeypatch):
     ids, bad = pair(tokenizer, where)
-    assert len(ids) == len(bad) and (where == "start" or px.first_difference(ids, bad) >= 4)
+    assert len(ids) == len(bad) and (where == "start" or common_prefix_len(ids, bad) >= 4)
     shared = cp.estimate_and_check(tiny, ids, bad, top=6)
     positions = list(range(len(ids)))
     mapped = iv.patch_residual(tiny, ids, bad, positions)
     with monkeypatch.context() as m:  # every pass from position 0, every position patched: as before the prefix
         m.setattr(px, "start_of", lambda *a, **k: 0)
-        m.setattr(px, "first_difference", lambda *a, **k: 0)
+        m.setattr(iv, "common_prefix_len", lambda *a, **k: 0)
         whole = cp.estimate_and_check(tiny, ids, bad, top=6)
         whole_map = iv.patch_residual(tiny, ids, bad, positions)
     tol = float(logits_tolerance(tiny, bad, [shared.clean_id, shared.corrupted_id]).sum())  # a difference of two
@@ -55,15 +56,15 @@ def test_patching_after_the_shared_prefix_gives_the_numbers_of_the_whole_run(tin
                                atol=4 * tol / span)
     np.testing.assert_allclose(mapped.restored, whole_map.restored, atol=4 * tol / abs(mapped.clean_diff -
                                                                                          mapped.corrupted_diff))
-    d = px.first_difference(ids, bad)
+    d = common_prefix_len(ids, bad)
     assert (mapped.restored[:, :d] == 0).all()  # no pass: the two streams are the same there
 
 
 def test_a_pass_rows_copies_stay_within_the_bound_and_the_plan_counts_only_what_runs(tiny, tokenizer):
     ids, bad = pair(tokenizer, "mid")
-    d = px.first_difference(ids, bad)
-    assert px.first_difference([1, 2, 3], [1, 5, 3]) == 1 and px.first_difference([1, 2], [1, 2]) == 2
-    assert px.start_of(ids, ids) == len(ids) - 1  # the same question: only the last position runs
+    d = common_prefix_len(ids, bad)
+    assert common_prefix_len([1, 2, 3], [1, 5, 3]) == 1 and common_prefix_len([1, 2], [1, 2]) == 2
+    assert px.start_of(len(ids), len(ids)) == len(ids) - 1  # the same question: only the last position runs
     m = tiny.dims
     row = 1000 * 2 * m.Hkv * m.Dh * m.bytes_per_value
     assert px.rows_per_pass(tiny, 990, 12, 10) == max(1, min(12, px.KV_COPY_BYTES // row))

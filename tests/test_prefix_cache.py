@@ -144,7 +144,7 @@ def test_common_prefix_len_against_the_standard_library(a, b):
     """The one common-prefix length (engine, audit radix tree, audit traps) against os.path.commonprefix."""
     import os
 
-    from pipeline.prompt_cache.prefix import common_prefix_len
+    from pipeline.core.common_prefix import common_prefix_len
 
     expected = len(os.path.commonprefix([list(a), list(b)]))
     assert common_prefix_len(a, b) == common_prefix_len(b, a) == expected

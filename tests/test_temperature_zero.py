@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from pipeline.costs.parting import first_difference, tally
+from pipeline.core.common_prefix import first_difference
+from pipeline.costs.parting import tally
 
 GRID = 8  # scores rounded to 1/8: far coarser than a batch's float rounding (~1e-7 on the tiny model)
 LEAD = 0.5  # token FORCED's score is set this far above the best where a batch changes it

@@ -11,6 +11,7 @@ import streamlit as st
 from pipeline.attribution import component_patching as cp
 from pipeline.attribution import interventions as iv
 from pipeline.attribution import prefix as px
+from pipeline.core.common_prefix import common_prefix_len
 from pipeline.core.errors import InputError
 from pipeline.model.interface import LanguageModel
 from pipeline.stages.tokens import tokenize_request
@@ -79,7 +80,7 @@ def expected_line(lm: LanguageModel, clean_ids: list[int], bad_ids: list[int], t
     if patch is None or whole is None:
         return ""
     how = "the latest patching here, part by part" if px.measured_here(lm) else "this question's own prefill"
-    d = px.first_difference(clean_ids, bad_ids)
+    d = common_prefix_len(clean_ids, bad_ids)
     where = ("the two questions are the same" if d == len(clean_ids) else
              f"the two questions differ from position {d:,} of {len(clean_ids):,}: only what follows is run again")
     about = lambda t: waiting_time(t) if t < 10 else f"about {waiting_time(t)}"  # noqa: E731

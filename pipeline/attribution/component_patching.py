@@ -27,6 +27,7 @@ import numpy as np
 
 from pipeline.attribution import prefix as px
 from pipeline.attribution.interventions import PATCH_ROWS_PER_PASS, check_pair, contrast
+from pipeline.core.common_prefix import common_prefix_len
 from pipeline.core.errors import InputError
 from pipeline.core.long_jobs import Progress, Steps, run_to_end
 from pipeline.model.interface import LanguageModel
@@ -160,7 +161,8 @@ def estimate_and_check(lm: LanguageModel, clean_ids: list[int], corrupted_ids: l
 def _plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int], top: int):
     """(s: where passes start, rows: the most a pass takes, each real pass's rows, the plan: each part's kind and
     work units, prefix.py)."""
-    T, s = len(clean_ids), px.start_of(clean_ids, corrupted_ids)  # both runs agree before s (prefix.py)
+    T = len(clean_ids)
+    s = px.start_of(common_prefix_len(clean_ids, corrupted_ids), T)  # both runs agree before s (prefix.py)
     n, rows = T - s, px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS, T - s)
     sizes = [min(rows, top - k) for k in range(0, top, rows)]
     plan = ([("plain", px.pass_work(lm, 1, s, 0) + px.pass_work(lm, 1, n, s)),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.core.common_prefix import common_prefix_len
 from pipeline.core.errors import InputError
 from pipeline.core.long_jobs import Progress, Steps, run_to_end
 from pipeline.core.maths import softmax
@@ -187,9 +188,9 @@ def _map_plan(lm: LanguageModel, clean_ids: list[int], corrupted_ids: list[int],
     from pipeline.attribution import prefix as px
 
     T = len(clean_ids)
-    d = px.first_difference(clean_ids, corrupted_ids)
+    d = common_prefix_len(clean_ids, corrupted_ids)  # the first differing token (the prompts are equally long)
     run = [p for p in positions if p >= d]  # before d both streams are the same: a patch there restores 0
-    s = px.start_of(clean_ids, corrupted_ids, positions[0])  # patched passes run positions s..T-1 (prefix.py)
+    s = px.start_of(d, T, positions[0])  # patched passes run positions s..T-1 (prefix.py)
     n = T - s
     parts = -(-len(run) // px.rows_per_pass(lm, s, PATCH_ROWS_PER_PASS, n))  # passes per layer, of nearly equal rows
     groups = [run[i::parts] for i in range(parts)]  # run[i::parts]: every parts-th, evenly spread

@@ -37,15 +37,11 @@ _spans: dict[str, float] = {}  # model name -> attention_span
 _rates: dict[tuple[str, str], float] = {}  # (model name, part kind) -> seconds per work unit, latest measured
 
 
-def first_difference(a: list[int], b: list[int]) -> int:
-    """The first position where the two lists differ; len(a) where they agree: [1, 2, 3], [1, 5, 3] -> 1."""
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
-
-
-def start_of(clean_ids: list[int], corrupted_ids: list[int], first_patched: int = 0) -> int:
-    """Where patched passes start: no earlier than the first differing token and the first patched position, and
-    at the last position at the latest (a pass reads the last position's logits)."""
-    return min(max(first_difference(clean_ids, corrupted_ids), first_patched), len(clean_ids) - 1)
+def start_of(shared: int, T: int, first_patched: int = 0) -> int:
+    """Where patched passes over T positions start, the clean and corrupted prompts sharing their first `shared`
+    tokens (common_prefix_len, pipeline.core.common_prefix): no earlier than the first differing token and the first
+    patched position, and at the last position at the latest (a pass reads the last position's logits)."""
+    return min(max(shared, first_patched), T - 1)
 
 
 def attention_span(lm: LanguageModel) -> float:

@@ -6,4 +6,5 @@
   files.py      atomic writes, and the checks on files a user names
   timing.py     honest timing comparisons: interleaved, repeated, medians and ranges
   long_jobs.py  long work as a generator of short chunks the queue runs between questions
+  common_prefix.py  how long a start two sequences share (`common_prefix_len`), where they part (`first_difference`)
 """

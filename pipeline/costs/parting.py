@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from pipeline.core.common_prefix import first_difference
+
 TopScores = tuple[list[int], list[float]]  # one step's best token ids and their scores (logits), best first
 Pass = tuple[int, int, int]  # one pass a run was in: (rows in the pass, its own row, its padding positions)
 
@@ -85,14 +87,6 @@ def mix_range(variants: list[Variant]) -> dict:
         return {"batch_sizes": [0, 0], "rows": [0, 0], "padding": [0, 0], "prefill_groups": [0, 0]}
     pick = lambda i: [min(p[i] for p in passes), max(p[i] for p in passes)]  # noqa: E731
     return {"batch_sizes": pick(0), "rows": pick(1), "padding": pick(2), "prefill_groups": [min(groups), max(groups)]}
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    """The first step where two token lists differ (a shorter one differs where it ends); None if equal."""
-    for s, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return s
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def score_of(top: TopScores, token: int) -> float | None:

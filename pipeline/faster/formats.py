@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from pipeline.core.common_prefix import first_difference
 from pipeline.core.timing import Comparison, compare_runs
 from pipeline.model.interface import LanguageModel
 from pipeline.stages.request import ChatRequest
@@ -105,14 +106,6 @@ def step_cost(lm: LanguageModel, question: str, steps: int) -> tuple[float, floa
     for _ in range(steps):
         token = int(decoder.step(token).argmax())
     return (time.perf_counter() - wall) / steps, (time.process_time() - cpu) / steps
-
-
-def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
-    """First index where two token sequences differ (a length difference counts); None: equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def quality_rows(models: dict[str, LanguageModel], question: str, prompts: tuple[str, ...] | None = None,

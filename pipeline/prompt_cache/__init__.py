@@ -3,7 +3,6 @@ conversation, the traps and their fixes) and their playback on the model.
 
   engine.py     blocks of real K/V reused across requests
   outcomes.py   what happened to one block (hit, miss, ...), torch-free
-  prefix.py     the one common-prefix length the prompt-cache code uses
   scenarios.py  the conversation, traps and fixes as data
   playback.py   playing them on the model
   audit/        the cache audit: a real request log replayed under the providers' rules

@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from pipeline.core.common_prefix import common_prefix_len
 from pipeline.core.errors import InputError
 from pipeline.model.hf_imports import transformers_names
 from pipeline.model.interface import LanguageModel
 from pipeline.model.kv_tensors import cache_layers
 from pipeline.prompt_cache.outcomes import HIT, MISS, NOT_CACHEABLE, RECOMPUTED
-from pipeline.prompt_cache.prefix import common_prefix_len
 
 DynamicCache, = transformers_names("DynamicCache")
 

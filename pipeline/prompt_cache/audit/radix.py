@@ -5,8 +5,8 @@ from __future__ import annotations
 import heapq
 from typing import NamedTuple
 
+from pipeline.core.common_prefix import common_prefix_len
 from pipeline.prompt_cache.audit.tokens import TokenMemo, token_ids
-from pipeline.prompt_cache.prefix import common_prefix_len
 
 INF = float("inf")
 

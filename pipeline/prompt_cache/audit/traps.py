@@ -5,9 +5,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 
+from pipeline.core.common_prefix import common_prefix_len
 from pipeline.prompt_cache.audit import volatile
 from pipeline.prompt_cache.audit.log import LogRequest
-from pipeline.prompt_cache.prefix import common_prefix_len
 from pipeline.text.counts import plural
 
 TRAPS = {  # the classic traps: key -> (name, the fix in words)

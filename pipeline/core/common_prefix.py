@@ -1,5 +1,7 @@
-"""How long a start two sequences share: the one common-prefix length the prompt-cache code uses
-(token id lists in the engine, token bytes in the audit's radix tree, block text in its traps)."""
+"""How long a start two sequences share, written once: the prompt cache's blocks (token ids in its engine, token bytes
+in the audit's radix tree, block text in its traps), where patching's clean and corrupted prompts part
+(pipeline.attribution), where a run's answer leaves another's (temperature 0 in a batch, a weight format against fp32).
+"""
 from __future__ import annotations
 
 
@@ -25,3 +27,12 @@ def common_prefix_len(a, b) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def first_difference(a, b) -> int | None:
+    """The first index where two sequences differ, a shorter one differing where it ends; None where they are equal.
+
+        first_difference([1, 2, 3], [1, 5, 3]) -> 1;  first_difference([1, 2], [1, 2, 4]) -> 2;  ([1, 2], (1, 2)): None
+    """
+    n = common_prefix_len(a, b)
+    return None if n == len(a) == len(b) else n
