@@ -16,7 +16,7 @@ import anthropic
 import jsonschema
 import openai
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, question_shown, settle, watch
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, question_shown, settle, watch
 
 pytestmark = pytest.mark.browser
 
@@ -222,6 +222,7 @@ def test_past_its_places_a_client_gets_429_and_a_stream_it_leaves_frees_them(oa)
     with pytest.raises(openai.RateLimitError) as e:
         oa.chat.completions.create(model=SMOL, messages=HI, max_tokens=4, temperature=1.0, n=SLOTS + 1)
     assert int(e.value.response.headers["retry-after"]) >= 1
+    logged = (ROOT / "artifacts" / "api-server.log").read_text().count(" left: ")  # requests that left the batch
     stream = oa.chat.completions.create(model=SMOL, messages=HI, max_tokens=256, temperature=1.0, n=SLOTS,
                                         stream=True)
     next(iter(stream))  # every place of this client is held by the stream now
@@ -235,6 +236,14 @@ def test_past_its_places_a_client_gets_429_and_a_stream_it_leaves_frees_them(oa)
         except openai.RateLimitError:
             time.sleep(0.05)
     assert answered is not None, "the stream's places were not given back once its client left"
+    # ... and its answers left the batch early: the queue's log has no request that ran its 256 tokens
+    log = ROOT / "artifacts" / "api-server.log"
+    deadline = time.monotonic() + 30
+    while log.read_text().count(" left: ") < logged + SLOTS + 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = log.read_text().splitlines()
+    left = [line for line in lines if " left: " in line][logged:]
+    assert len(left) >= SLOTS + 1 and not any(" 256 tokens" in line for line in left), left
 
 
 def test_many_requests_at_once_all_answer_or_are_told_to_retry(oa):
@@ -294,3 +303,13 @@ def test_on_another_address_the_api_needs_its_key(tiny_server_cache):
         assert answer.usage.output_tokens >= 1
         assert curl(url, "/v1/models")["status"] == 401
         assert curl(url, "/_stcore/health")["status"] == 200  # the pages need no key
+
+
+def test_on_another_address_without_a_key_the_api_is_off(tiny_server_cache):
+    with app_server("api-off-server.log", host="127.0.0.1", cache_dir=tiny_server_cache, script="server.py",
+                    args=("--server.address", "0.0.0.0"), env={"TPE_API_KEY": ""}) as url:
+        with pytest.raises(openai.NotFoundError) as e:
+            openai.OpenAI(base_url=f"{url}/v1", api_key="anything", max_retries=0).chat.completions.create(
+                model=SMOL, messages=HI, max_tokens=4)
+        assert "the API is off" in e.value.message and "TPE_API_KEY" in e.value.message
+        assert curl(url, "/_stcore/health")["status"] == 200  # the pages are served
