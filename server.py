@@ -298,18 +298,37 @@ class Streams:
             end_stream(push)
 
 
-async def opened(call: ApiCall, client: str) -> tuple[Streams, tuple[int, object]]:
-    """The streams started, and their first item: an error before any event is an ordinary error response."""
+class EventStream(StreamingResponse):
+    """Server-sent events that, however the response ends (finished, its client gone, never started because the
+    client left before the first byte), end their answers and give the client's places back, once."""
+
+    def __init__(self, body, streams: Streams, client: str, places: int, headers: dict):
+        super().__init__(body, media_type="text/event-stream", headers=headers)
+        self.streams, self.client, self.places = streams, client, places
+
+    def close(self) -> None:
+        if not self.streams.gone:
+            self.streams.leave()
+            slots.give_back(self.client, self.places)
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.close()
+
+
+async def opened(call: ApiCall) -> tuple[Streams, tuple[int, object]]:
+    """The streams started, and their first item: an error before any event is an ordinary error response (the
+    caller gives the client's places back)."""
     streams = Streams(call)
     try:
         first = await streams.start(call)
     except BaseException:
         streams.leave()
-        slots.give_back(client, len(call.requests))
         raise
     if isinstance(first[1], Future) and first[1].exception() is not None:
         streams.leave()
-        slots.give_back(client, len(call.requests))
         raise ticket_error(first[1].exception())
     return streams, first
 
@@ -338,7 +357,7 @@ def sse_data(data: dict) -> str:
 
 
 async def stream_openai(call: ApiCall, links: list[str], client: str) -> Response:
-    streams, first = await opened(call, client)
+    streams, first = await opened(call)
     call_id, created, model = f"chatcmpl-{int(time.time() * 1000):x}", int(time.time()), call.model.label
     n, usage_kept = len(call.requests), call.include_usage
 
@@ -367,15 +386,15 @@ async def stream_openai(call: ApiCall, links: list[str], client: str) -> Respons
         except ApiError as e:
             yield sse_data(e.openai_body())
         finally:
-            streams.leave()
-            slots.give_back(client, n)
-    return StreamingResponse(body(), media_type="text/event-stream", headers={RUN_HEADER: links[0]})
+            response.close()
+    response = EventStream(body(), streams, client, n, {RUN_HEADER: links[0]})
+    return response
 
 
 async def stream_anthropic(call: ApiCall, links: list[str], client: str) -> Response:
     from views.server_state import run_queue
 
-    streams, first = await opened(call, client)
+    streams, first = await opened(call)
     request, model = call.requests[0], call.model.label
     prompt = await run_in_threadpool(run_queue().engines["stream"].prompt_tokens, (request, streams.pushes[0]))
     call_id = f"msg_{int(time.time() * 1000):x}"
@@ -404,9 +423,9 @@ async def stream_anthropic(call: ApiCall, links: list[str], client: str) -> Resp
         except ApiError as e:
             yield sse("error", e.anthropic_body())
         finally:
-            streams.leave()
-            slots.give_back(client, 1)
-    return StreamingResponse(body(), media_type="text/event-stream", headers={RUN_HEADER: links[0]})
+            response.close()
+    response = EventStream(body(), streams, client, 1, {RUN_HEADER: links[0]})
+    return response
 
 
 async def chat_completions(request: Request) -> Response:
