@@ -4,6 +4,9 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kit.hypothesis_profiles import examples
 
 from pipeline.api import anthropic_messages, openai_chat
 from pipeline.api.access import ClientSlots, check_access, is_loopback
@@ -182,3 +185,27 @@ def test_log_softmax_is_a_distribution_and_keeps_the_order():
     lp = log_softmax(logits)
     assert np.allclose(np.exp(lp).sum(axis=1), 1)
     assert lp[0].argmax() == 0 and np.isclose(lp[1, 0], np.log(0.5))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                    max_leaves=12)
+MESSAGE = st.fixed_dictionaries({"role": st.sampled_from(["system", "developer", "user", "assistant", "tool", 3]),
+                                 "content": JSON | st.text(min_size=1)})
+FIELDS = {"model": st.sampled_from(["SmolLM2-135M-Instruct", "smollm2-135m", "gpt-4o"]) | JSON,
+          "messages": st.lists(MESSAGE, max_size=4) | JSON, "max_tokens": JSON, "max_completion_tokens": JSON,
+          "temperature": JSON, "top_p": JSON, "top_k": JSON, "seed": JSON, "stop": JSON, "stop_sequences": JSON,
+          "n": JSON, "logprobs": JSON, "top_logprobs": JSON, "response_format": JSON, "stream": JSON,
+          "stream_options": JSON, "system": JSON, "logit_bias": JSON, "cache_control": JSON, "tools": JSON}
+
+
+@given(body=st.dictionaries(st.sampled_from(sorted(FIELDS)), st.none(), max_size=8).flatmap(
+    lambda keys: st.fixed_dictionaries({k: FIELDS[k] for k in keys})))
+@settings(max_examples=examples(200))
+def test_any_body_is_a_call_or_an_error_naming_a_field_never_a_crash(body):
+    """What never reaches a client as a 500: any JSON body parses into a call or an ApiError with a 4xx status."""
+    for parse in (openai_chat.parse, anthropic_messages.parse):
+        try:
+            parse(body, CATALOGUE)
+        except ApiError as e:
+            assert 400 <= e.status < 500 and str(e)
