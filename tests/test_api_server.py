@@ -85,6 +85,27 @@ def test_a_streamed_answer_is_the_same_answer_and_ends_with_its_usage(oa):
     assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 0
 
 
+def test_streams_at_once_each_get_their_own_answer(oa):
+    """As many streams as the client has places, all at once, each with its own question: every stream's text is
+    its own question's answer (no cross-talk between the batch's rows)."""
+    questions = [f"Question number {i}: what comes next?" for i in range(SLOTS)]
+    expected = [oa.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": q}], max_tokens=16,
+                                           temperature=0).choices[0].message.content for q in questions]
+    got: dict[int, str] = {}
+
+    def stream(i: int) -> None:
+        chunks = oa.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": questions[i]}],
+                                            max_tokens=16, temperature=0, stream=True)
+        got[i] = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(SLOTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [got.get(i) for i in range(SLOTS)] == expected
+    assert len(set(expected)) > 1  # the questions' answers differ, so a mix-up would show
+
+
 def test_n_draws_are_each_their_own_run(oa, server):
     done = oa.chat.completions.create(model=SMOL, messages=HI, max_tokens=6, temperature=1.0, seed=5, n=3)
     assert [c.index for c in done.choices] == [0, 1, 2]
