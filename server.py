@@ -135,11 +135,19 @@ def submit_stream(request: ChatRequest, push):
     return _submitted(lambda: run_queue().submit(("api", id(push)), lambda: None, batch=("stream", (request, push))))
 
 
+QUEUE_LONG_RETRY_S = 30  # a long prompt refused while the queue is long: when to try again
+
+
 def _submitted(submit):
+    from pipeline.server.run_queue import LONG_QUEUE
+    from views.server_state import run_queue
+
     try:
         return submit()
-    except InputError as e:  # the queue refuses a long prompt while it is long: come back later
-        raise ApiError(429, e.message, "messages", retry_after_s=30) from None
+    except InputError as e:
+        if len(run_queue()) >= LONG_QUEUE:  # the queue refuses a long prompt while it is long: come back later
+            raise ApiError(429, e.message, "messages", retry_after_s=QUEUE_LONG_RETRY_S) from None
+        raise from_input_error(e) from None
 
 
 def end_stream(push) -> None:
@@ -180,9 +188,8 @@ async def read_body(request: Request) -> dict:
     return parse_body(b"".join(chunks))
 
 
-def error_response(e: ApiError, anthropic: bool, link: str | None = None) -> JSONResponse:
-    headers = {**e.headers(), **({RUN_HEADER: link} if link else {})}
-    return JSONResponse(e.anthropic_body() if anthropic else e.openai_body(), e.status, headers=headers)
+def error_response(e: ApiError, anthropic: bool) -> JSONResponse:
+    return JSONResponse(e.anthropic_body() if anthropic else e.openai_body(), e.status, headers=e.headers())
 
 
 def client_of(request: Request, key: str) -> str:
