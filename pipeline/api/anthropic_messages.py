@@ -50,7 +50,7 @@ def parse(body: dict, catalogue: dict[str, ModelInfo]) -> ApiCall:
             if extra not in ("role", "content"):
                 raise ApiError(400, "is not a message field this server knows.", f"{name}.{extra}")
         turns.append((role, _blocks(f"{name}.content", message.get("content"), marks), f"{name}.content"))
-    stream = fields.flag("stream", body.get("stream", False))
+    stream = fields.flag("stream", body["stream"] if body.get("stream") is not None else False)
     conv = conversation(turns, system)
     return ApiCall(draws(conv, _options(body, model), model, 1, False), model, stream, cache_marks=marks[0])
 

@@ -39,8 +39,8 @@ def parse(body: dict, catalogue: dict[str, ModelInfo]) -> ApiCall:
     model = pick_model(body["model"], catalogue)
     system, turns = _messages(body.get("messages"))
     options = _options(body, model)
-    n = fields.whole("n", body.get("n", 1), 1, MAX_DRAWS)
-    stream = fields.flag("stream", body.get("stream", False))
+    n = fields.whole("n", _given(body, "n", 1), 1, MAX_DRAWS)
+    stream = fields.flag("stream", _given(body, "stream", False))
     stream_options = body.get("stream_options")
     include_usage = False
     if stream_options is not None:
@@ -51,7 +51,7 @@ def parse(body: dict, catalogue: dict[str, ModelInfo]) -> ApiCall:
             if name not in ("include_usage", "include_obfuscation"):
                 raise ApiError(400, "is not a stream option this server knows.", f"stream_options.{name}")
         include_usage = fields.flag("stream_options.include_usage", stream_options.get("include_usage", False))
-    logprobs = fields.flag("logprobs", body.get("logprobs") or False)
+    logprobs = fields.flag("logprobs", _given(body, "logprobs", False))
     top = body.get("top_logprobs")
     top_logprobs = 0 if top is None else fields.whole("top_logprobs", top, 0, MAX_TOP_LOGPROBS)
     if top is not None and not logprobs:
