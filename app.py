@@ -1,6 +1,7 @@
 """Token Pipeline Explorer: follow one chat request through a real small language model.
 
-Start with `./run.sh` (or `streamlit run app.py`); settings live in .streamlit/config.toml.
+Start with `./run.sh` (server.py: these pages and the API on one port) or `streamlit run app.py` (the pages alone);
+settings live in .streamlit/config.toml.
 """
 import json
 from pathlib import Path

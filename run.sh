@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ./run.sh        start the app (creates .venv and installs everything on first use)
+# ./run.sh        start the app and its API (creates .venv and installs everything on first use)
 # ./run.sh test   run the whole test suite
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -87,7 +87,9 @@ case "${1:-app}" in
         *) args+=("$1"); shift ;;
       esac
     done
-    exec "$VENV/bin/streamlit" run app.py "${args[@]}"
+    # server.py: the pages and the API (/v1/chat/completions, /v1/messages, /v1/models: docs/api.md) on one port;
+    # `streamlit run app.py` serves the pages alone
+    exec "$VENV/bin/streamlit" run server.py "${args[@]}"
     ;;
   test)
     setup

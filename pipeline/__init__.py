@@ -13,4 +13,5 @@ only from the floors below (tests/test_layering.py):
   run           one request end to end into its Trace
   server        the queue, its engines, the stores, rooms
   cli           the command line (`__main__.py`: `python -m pipeline`)
+  api           the OpenAI- and Anthropic-compatible API's bodies: parsed, checked, answered (server.py serves them)
 """

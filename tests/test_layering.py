@@ -41,7 +41,7 @@ FLOORS = [
     ["prompt_cache"],  # K/V blocks reused across requests, priced by costs
     ["run"],  # a whole run: the Trace record, run_trace, comparisons
     ["server"],  # the queue, its engines and stores, rooms
-    ["cli"],  # the command line
+    ["cli", "api"],  # the command line; the HTTP API's bodies (server.py serves them)
 ]
 FLOOR_OF = {package: i for i, floor in enumerate(FLOORS) for package in floor}
 

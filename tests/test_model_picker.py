@@ -180,7 +180,7 @@ def test_run_sh_passes_model_and_weights_to_the_app_and_the_rest_to_streamlit(tm
     import subprocess
 
     src = open(os.path.join(ROOT, "run.sh")).read()
-    loop = src[src.index("    args=()"):src.index('    exec "$VENV/bin/streamlit" run app.py "${args[@]}"')]
+    loop = src[src.index("    args=()"):src.index('    exec "$VENV/bin/streamlit" run server.py "${args[@]}"')]
     script = ("set -euo pipefail\nf() {\n" + loop
               + '  echo "TPE_MODEL=${TPE_MODEL:-} TPE_WEIGHTS=${TPE_WEIGHTS:-} ARGS=${args[*]}"\n}\nf app "$@"\n')
     env = {k: v for k, v in os.environ.items() if k not in ("TPE_MODEL", "TPE_WEIGHTS")}

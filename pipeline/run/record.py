@@ -89,6 +89,7 @@ class Trace:
     usage: Usage
     cleanup: Cleanup
     constraint: dict | None = None  # {kind, spec, steps: [MaskStep]} when decoded under a grammar
+    reused_positions: int = 0  # prompt positions whose K/V came from the prefix cache (0: the whole prompt prefilled)
 
     # ---- shortcuts the pages read ---------------------------------------------------------------
     @property

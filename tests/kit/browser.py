@@ -33,9 +33,12 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 
 
 @contextlib.contextmanager
-def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = None):
+def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = None, script: str = "app.py",
+               args: tuple[str, ...] = (), env: dict[str, str] | None = None):
     """`streamlit run app.py` on a free port with the project's .streamlit/config.toml; yields its URL.
     cache_dir: the server's TPE_CACHE_DIR (conftest's `tiny_server_cache`: the tiny model), else the caller's.
+    script: server.py for the pages and the API (as ./run.sh starts it); args: more `streamlit run` options
+    (--server.address 0.0.0.0); env: more environment (TPE_API_KEY).
 
     The server warms up the default request only (TPE_WARM_UP=request, unless the caller's environment says
     otherwise): a page's prompt-caching scenario is played when that page first asks for it. With the
@@ -45,11 +48,11 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
     (tests/test_serving_pages.py), and the room's servers (tests/test_room_*.py) keep the default."""
     port = free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request")}
+    env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request"), **(env or {})}
     if cache_dir is not None:
         env["TPE_CACHE_DIR"] = str(cache_dir)
     with open(ROOT / "artifacts" / log_name, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)],
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", script, "--server.port", str(port), *args],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         url = f"http://{host}:{port}"
         followed = {"name": f"server {url}", "log": ROOT / "artifacts" / log_name, "ended": None}
