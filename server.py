@@ -32,7 +32,8 @@ from pipeline.api.fields import MAX_BODY_BYTES, parse_body  # noqa: E402
 from pipeline.api.logprobs import content_logprobs  # noqa: E402
 from pipeline.core.errors import InputError  # noqa: E402
 from pipeline.stages.decode_record import EventKind, FinishReason  # noqa: E402
-from pipeline.stages.request import ChatRequest, logit_bias_text  # noqa: E402
+from pipeline.stages.logit_bias import logit_bias_text  # noqa: E402
+from pipeline.stages.request import ChatRequest  # noqa: E402
 
 log = logging.getLogger("tpe.api")
 # st.cache_resource (the model handles, the queue, the stores) read from the API's threads, which run no page: fine

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from pipeline.api.errors import ApiError, from_input_error
 from pipeline.api.fields import MAX_HISTORY_CHARS
 from pipeline.core.errors import InputError
-from pipeline.stages.request import ChatRequest, GenerationOptions, check_vocabulary
+from pipeline.stages.logit_bias import check_vocabulary
+from pipeline.stages.request import ChatRequest, GenerationOptions
 
 MAX_DRAWS = 8  # n: a client's draws each take a place in the queue (pipeline.api.access.CLIENT_SLOTS)
 SEEDS = 2**31  # the pages' seeds (a link carries it): 0 to 2**31 - 1
