@@ -45,7 +45,7 @@ def browser_page(server):
 
 def page_titles() -> list[str]:
     src = (ROOT / "app.py").read_text()
-    # Presenter mode hides the sidebar these tests navigate with; tests/test_browser_room.py walks it.
+    # Presenter mode hides the sidebar these tests navigate with; tests/browser/test_browser_room.py walks it.
     return [t for t in re.findall(r'\("\w+\.py", "([^"]+)"', src) if t != "Presenter mode"]
 
 

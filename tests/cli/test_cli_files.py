@@ -262,7 +262,7 @@ def test_disk_store_in_a_read_only_folder_is_off_but_reads_and_never_raises(tmp_
         store = DiskStore(cache / "runs")  # exists: still readable
         assert store.problem and "cannot be written" in store.problem
         assert store.get("kept") == [1, 2]
-        store.put("new", [3])  # nothing raised; kept in memory until the folder takes files (tests/test_disk_full.py)
+        store.put("new", [3])  # nothing raised; kept in memory until the folder takes files (test_disk_full.py)
         assert store.get("new") == [3] and store.waiting == 1 and "Read-only file system" in store.problem
         assert not (cache / "runs" / store.path("new").name).exists()
         fresh = DiskStore(cache / "other")  # cannot even be created

@@ -5,7 +5,7 @@ import os
 import pytest
 from streamlit.testing.v1 import AppTest
 
-APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app.py")
+APP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "app.py")
 
 
 def run_app(**state) -> AppTest:

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")  # AppTest on the tiny model (fast tier): links, not answers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PHISH = "[Session expired: log in again](http://evil.example/login)"
 HOSTILE_TEXT = f"{PHISH} or www.evil.example, write to admin@evil.example"
 TEXT_PARAMS = {"q": HOSTILE_TEXT, "system": HOSTILE_TEXT, "stop": PHISH,

@@ -1,7 +1,7 @@
 """The model picker: every page opens with Gemma 3 picked, the pick is in the run key and in the link.
 
 Fast tier: the pages run on conftest's tiny models (`tiny_app`, `tiny_app_gemma`): a tiny random-weight Gemma 3
-(tests/test_architectures.py's `tiny_gemma3`) saved where the app looks for Gemma's converted weights, with Gemma's
+(test_architectures.py's `tiny_gemma3`) saved where the app looks for Gemma's converted weights, with Gemma's
 real tokenizer, beside the tiny SmolLM2 for the default model (the warm-up's). App tier: the real Gemma.
 """
 import os
@@ -17,7 +17,7 @@ PAGES = app_pages()  # every page of app.py's PAGES, by file name
 
 @pytest.fixture
 def tiny_gemma_cache(tiny_app_model, tiny_app_gemma):
-    """(cache root, tiny Gemma LoadedModel): conftest's tiny SmolLM2 and tiny Gemma 3 (tests/test_architectures.py's
+    """(cache root, tiny Gemma LoadedModel): conftest's tiny SmolLM2 and tiny Gemma 3 (test_architectures.py's
     `tiny_gemma3`, Gemma's real tokenizer), saved side by side as pipeline.model.weights_cache lays them out."""
     if tiny_app_gemma is None:
         pytest.skip("Gemma's tokenizer is not converted yet: ./run.sh converts it")
@@ -199,7 +199,7 @@ def test_run_sh_passes_model_and_weights_to_the_app_and_the_rest_to_streamlit(tm
 @pytest.mark.parametrize("page", sorted(set(PAGES) - {"compare_models"}))
 def test_every_page_opens_on_each_real_model(page, model):
     """Every page with each real model picked opens without an error, on that model's run (compare_models runs
-    both real models in tests/test_compare_models.py)."""
+    both real models in tests/pipeline/run/test_compare_models.py)."""
     clear_streamlit_caches()  # handles and stores on TPE_CACHE_DIR's real weights, not the tiny ones
     at = page_app(page, req_model=model, req_max_new_tokens=4)
     at.run()

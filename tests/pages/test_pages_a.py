@@ -17,7 +17,7 @@ from kit.apptest import chart_data, run_page
 from kit.tiny_models import prompt_ids
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 300  # a trace on 2 shared CPU cores can take tens of seconds
 MALICIOUS = "<img src=x onerror=alert(1)> <s>"
 

@@ -22,7 +22,7 @@ from pipeline.stages import attention as ast
 from pipeline.stages import layers as la
 from pipeline.stages.request import ChatRequest, GenerationOptions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 240  # the first page also captures the default trace on 2 shared CPU cores
 
 

@@ -33,7 +33,7 @@ def test_a_link_sets_the_penalties_and_the_link_keeps_them():
 
 def test_bad_link_values_are_notes_and_the_defaults():
     bad = {"logit_bias": ("49152:1", "past the vocabulary"), "repetition_penalty": ("0", "must be from"),
-           "presence_penalty": ("nan", "must be from")}  # other bad forms: tests/test_penalties.py
+           "presence_penalty": ("nan", "must be from")}  # other bad forms: tests/pipeline/stages/test_penalties.py
     at = app_at(max_new_tokens="2", **{name: value for name, (value, _) in bad.items()})
     at.run()
     assert not at.exception, at.exception

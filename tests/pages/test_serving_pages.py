@@ -81,7 +81,7 @@ def test_warm_up_of_the_request_only_leaves_the_scenarios_to_their_page(tmp_path
     assert list(jobs) == ["the default request"]
     for ticket in jobs.values():
         ticket.result()
-    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "pages", "start.py")).run()
+    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "..", "views", "pages", "start.py")).run()
     assert not at.exception, at.exception
     assert any("the default request is prepared" in s.value and "TPE_WARM_UP=request" in s.value
                for s in at.success), [s.value for s in at.success]
@@ -142,7 +142,7 @@ def test_start_page_reads_the_warm_up_tickets_as_futures(monkeypatch):
     failed.set_exception(RuntimeError("disk full"))
     monkeypatch.setattr(warm_up, "warm_up", lambda: {"the default request": pending, "prompt caching: A trap": failed})
     monkeypatch.setattr(server_state, "run_queue", lambda: [pending])
-    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "views", "pages", "start.py")).run()
+    at = AppTest.from_file(os.path.join(os.path.dirname(__file__), "..", "..", "views", "pages", "start.py")).run()
     assert not at.exception
     assert any("Preparing prompt caching: A trap failed (RuntimeError: disk full)" in w.value for w in at.warning)
     assert any("the default request." in i.value and "(1 in the model's queue now)" in i.value for i in at.info)

@@ -1,7 +1,7 @@
 """Hostile input typed into the app's boxes, or put in a link: a clear message naming the box or the link's
 parameter, and no error box. A token id of thousands of digits (Python's int() refuses more than 4,300 with its
 own words), words and texts past a box's limit, lone surrogates. On the tiny model (fixture `tiny_app`, fast tier);
-what the browser does with a lone surrogate is tests/test_browser.py's."""
+what the browser does with a lone surrogate is tests/browser/test_browser.py's."""
 import os
 
 import pytest
@@ -110,7 +110,7 @@ def test_every_page_carries_the_script_that_removes_lone_surrogates_in_the_brows
     """A lone surrogate never reaches the server: Streamlit's frontend writes it as bytes that are not UTF-8, the
     server refuses the message and closes the connection (the edit was lost without a word), and a page setting
     one in session state fails inside st.text_input. So the browser removes it, and says so naming the box
-    (ui/text_guard.py; what it does there is tests/test_browser.py's)."""
+    (ui/text_guard.py; what it does there is tests/browser/test_browser.py's)."""
     from ui.text_guard import SCRIPT
 
     at = app().run()

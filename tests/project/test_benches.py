@@ -52,7 +52,7 @@ def test_the_gpu_decode_bench_runs_its_quick_sizes_on_a_cpu():
     for row in ("greedy ids: plain, graphed and HF eager the same", "plain decode, bf16", "graphed decode, fp32",
                 "room steps: greedy ids of every row, eager and static, the same", "prefill T=256", "the floor, bf16"):
         assert row in out.stdout, (row, out.stdout[-3000:])
-    counts = {}  # the operations a plain step dispatches: bf16's norms add their casts (tests/test_launches.py)
+    counts = {}  # the operations a plain step dispatches: bf16's norms add their casts (test_launches.py)
     for precision in ("fp32", "bf16"):
         line = next(x for x in out.stdout.splitlines() if f"operations a decode step dispatches, {precision}:" in x)
         counts[precision] = int(line.split("plain ")[1].split(" ")[0].replace(",", ""))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIFE = ROOT / "docs" / "life-of-a-request.md"
 CODE_DIRS = ("pipeline", "views", "ui", "tests/kit")
 # names of other libraries a hop calls: Streamlit's, torch's, the standard library's

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 250
 # made at run time or outside the repository: never a path to check
 SKIPPED_DIRS = {".git", ".venv", "__pycache__", ".cache", "artifacts", ".hypothesis", ".pytest_cache", ".ruff_cache"}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kit.paths import source_tree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FILES = [ROOT / "app.py", *sorted((ROOT / "views").rglob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
 LITERALS = ["49,152", "49152", "49_152", "30 layers", "30 blocks", "576", "9 heads", "9 query heads", "3 KV",
             "3 key/value", "SmolLM", "135M", "<|im_start|>", "<|im_end|>", "im_start", "im_end", "<|endoftext|>"]

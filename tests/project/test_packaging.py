@@ -93,8 +93,8 @@ def test_pyproject_holds_the_tools_settings_alone():
 
 
 def imported_test_files(path: Path) -> list[str]:
-    """The test files (tests/test_*.py, tests/conftest.py) a file imports from."""
-    local = {p.stem for p in (ROOT / "tests").glob("*.py")}
+    """The test files (tests/**/test_*.py, tests/conftest.py) a file imports from."""
+    local = {p.stem for p in (ROOT / "tests").rglob("test_*.py")} | {"conftest"}
     found = []
     for node in ast.walk(source_tree(path)):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
@@ -106,7 +106,7 @@ def imported_test_files(path: Path) -> list[str]:
 def test_no_test_file_imports_another(tmp_path):
     """What tests share lives in tests/kit/ (helpers, and fixtures as plugins), never in a test file another one
     imports: that made a test's helpers depend on which file happened to hold them."""
-    files = sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "tests" / "kit").glob("*.py"))
+    files = sorted((ROOT / "tests").rglob("*.py"))
     importing = {str(p.relative_to(ROOT)): imported for p in files if (imported := imported_test_files(p))}
     assert importing == {}
     probe = tmp_path / "probe.py"

@@ -4,7 +4,7 @@ scripts). Both dates have passed, so each such call logged a deprecation warning
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GONE = re.compile(r"use_container_width|components\.v1|components\.html")
 
 

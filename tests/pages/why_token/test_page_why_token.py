@@ -8,7 +8,7 @@ import pytest
 from kit.apptest import chart_data, run_page
 from kit.tolerance import assert_within, float32_tolerance, heads_tolerance, parts_tolerance, reading
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 

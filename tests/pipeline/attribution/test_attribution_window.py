@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from pipeline.attribution.record import MAX_POSITIONS, record_step
 from pipeline.attribution.window import attribution_window
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 LONG_QUESTION = "Tomatoes are fruit, and so are cucumbers, peppers and pumpkins. " * 60  # ~790 prompt tokens
 
 

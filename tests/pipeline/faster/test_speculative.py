@@ -1,7 +1,7 @@
 """Speculative decoding (pipeline/speculative) on tiny random-weight models: the same greedy tokens as plain
 decoding and as Hugging Face's generate, whether the drafts are all right, all wrong or found in the prompt;
 the cache after a rollback holds what plain decoding's holds; an end token or a stop string inside accepted
-drafts ends the answer where plain decoding ends it. Real weights: tests/test_speculative_model.py."""
+drafts ends the answer where plain decoding ends it. Real weights: tests/pipeline/faster/test_speculative_model.py."""
 import pytest
 import torch
 from kit.tiny_models import TEXT, tiny_gemma3, wrap

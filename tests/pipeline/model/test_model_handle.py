@@ -7,7 +7,7 @@ import sys
 import pytest
 from kit.paths import source_tree
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def run_fresh_python(code: str, timeout: float = 600) -> str:

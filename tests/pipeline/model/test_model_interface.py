@@ -13,7 +13,7 @@ from kit.paths import source_tree
 from pipeline.model.handle import ModelHandle
 from pipeline.model.interface import LanguageModel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 MEMBERS = {"name", "tokenizer", "dims", "config", "model", "device", "lock", "calls",
            "forward", "forward_chunked", "count_pass"}
 METHODS = {"forward", "forward_chunked", "count_pass"}

@@ -1,6 +1,6 @@
 """Weight formats (pipeline.model.weight_formats): every format keeps the captures' hook names and shapes, the
 int8 copy holds fewer bytes, the `weights` option is validated and carried by the link and the run key.
-Fast tier (tiny models); the real-weight checks are in tests/test_weight_formats_model.py."""
+Fast tier (tiny models); the real-weight checks are in tests/pipeline/model/test_weight_formats_model.py."""
 import pytest
 from kit.texts import DEFAULT_QUESTION
 from kit.tiny_models import tiny_llama_or_gemma

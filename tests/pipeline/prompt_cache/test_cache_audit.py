@@ -23,7 +23,7 @@ from pipeline.core.errors import InputError
 from pipeline.prompt_cache import audit as ca
 from pipeline.prompt_cache.audit import volatile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 RULES = ca.load_rules()
 ENC = ca.encoding("o200k_base")
 HEADER_SYSTEM, HEADER_USER = "<system>\n", "<user>\n"
@@ -613,7 +613,7 @@ def test_prices_past_float_range_are_refused():
 
 
 def test_lone_surrogate_in_tool_call_id_model_or_tool_name_is_audited(tmp_path):
-    """A lone surrogate in a role is refused (tests/test_cli_inputs.py): no provider has such a role."""
+    """A lone surrogate in a role is refused (tests/cli/test_cli_inputs.py): no provider has such a role."""
     message = {"role": "tool", "tool_call_id": "call\udc00", "content": "3 passed"}
     body = {"model": "gpt-4.1\ud800", "tools": [{"name": "se\ud800arch", "parameters": {}}],
             "messages": [{"role": "user", "content": "hi"}, message]}

@@ -314,7 +314,7 @@ def test_a_join_that_fits_and_a_leave_are_made_in_place_in_the_joined_cache(tiny
 
 def test_gemma_requests_joining_a_running_batch_get_the_tokens_they_get_alone(gemma_tokenizer):
     """Sliding window 64, longer than prompt + answer: every cache pads into the batch (past the window each
-    steps on its own cache: tests/test_architectures.py, batched answers past the window)."""
+    steps on its own cache: tests/pipeline/model/test_architectures.py, batched answers past the window)."""
     from kit.tiny_models import tiny_gemma3, wrap
 
     model = tiny_gemma3(gemma_tokenizer)

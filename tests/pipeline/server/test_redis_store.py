@@ -172,7 +172,7 @@ def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tin
             monkeypatch.setenv(name, value)
         for resource in (model_handle, run_store, result_store, run_queue, warm_up):
             resource.clear()
-        at = AppTest.from_file(str(Path(__file__).parent.parent / "views" / "pages" / "tokens.py"), default_timeout=300)
+        at = AppTest.from_file(str(Path(__file__).parents[3] / "views" / "pages" / "tokens.py"), default_timeout=300)
         at.session_state["req_max_new_tokens"] = 2
         at.run()
         assert not at.exception, at.exception
@@ -273,7 +273,7 @@ def room_store(tmp_path, port: int) -> subprocess.Popen:
     """`./run.sh room-store 127.0.0.1 PORT` with its folder in tmp_path (redis.conf, password, store.url, data);
     the process is redis-server itself (run.sh execs it)."""
     env = {**os.environ, "ROOM_STORE_DIR": str(tmp_path / "room-store")}
-    proc = subprocess.Popen(["bash", "run.sh", "room-store", "127.0.0.1", str(port)], cwd=Path(__file__).parent.parent,
+    proc = subprocess.Popen(["bash", "run.sh", "room-store", "127.0.0.1", str(port)], cwd=Path(__file__).parents[3],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
     while not _answers(port):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipeline.core.timing import compare_runs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 LOG = "pipeline.server.store.verdict_file"
 
 

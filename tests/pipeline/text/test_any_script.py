@@ -228,7 +228,7 @@ def test_silent_steps_name_why_a_token_sent_no_text():
 
 
 # ---- every page, opened with a Korean and an emoji question -----------------------------------
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 VIEWS = ["journey", "request", "tokens", "tensors", "embeddings", "position", "layers",
          "attention", "next_token", "generation", "kv_cache", "prompt_caching"]  # every stage page, in order
 NAMES_PROMPT_TOKENS = {"journey", "request", "tokens", "embeddings", "position", "layers", "attention"}
