@@ -244,7 +244,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
 
 
 # The pages that name prompt tokens (chips, axes, tables, titles) besides Journey; every other page is opened with a
-# Korean question by the AppTests in test_any_script.py. Next token names the answer's tokens, which the real model
+# Korean question by AppTests in test_any_script_pages.py. Next token names the answer's tokens, which the real model
 # gives in Korean. They open on the Korean walk's request, whose runs the walk has made.
 KOREAN_PAGES = ("request", "tokens", "attention", "next-token")
 

@@ -75,22 +75,6 @@ def test_pages_on_a_one_token_answer_write_no_plural_after_1(tiny_app, view):
     assert not bad, bad
 
 
-def test_the_lens_window_slider_names_its_last_position_not_one_past_it(tiny_app):
-    from kit.apptest import page_app
-
-    at = page_app("layers")
-    at.run()
-    assert not at.exception, [e.message for e in at.exception]
-    end = at.slider(key="ly_lens_end")
-    last = end.value
-    assert end.max == last  # the default window ends at the last position, and the slider says its number
-    [caption] = [c.value for c in at.caption if c.value.startswith("Positions ")]
-    assert caption.split(" of ")[0].endswith(f"–{last}") and caption.split(" of ")[1].startswith(f"{last + 1:,}:")
-    end.set_value(last - 3).run()
-    [caption] = [c.value for c in at.caption if c.value.startswith("Positions ")]
-    assert caption.split(" of ")[0].endswith(f"–{last - 3}")
-
-
 def test_first_values_fit_a_narrow_cell():
     from ui.words import first_values
 
@@ -98,40 +82,6 @@ def test_first_values_fit_a_narrow_cell():
     assert first_values(ids) == "[1, 9690, 198, 2683, 359, …]" and len(first_values(ids)) <= 30
     assert first_values(list(range(60))) == "[0, 1, 2, 3, 4, 5, 6, 7, …]"
     assert first_values([1, 2, 3]) == "[1, 2, 3]"
-
-
-def test_logit_lens_cells_hold_labels_that_fit_them(tiny_app):
-    import html
-    import json
-
-    from kit.apptest import page_app
-
-    CELL_CHARS = 80  # views/pages/layers.py's (importing a page module runs the page)
-    at = page_app("layers")
-    at.run()
-    at.slider(key="ly_positions").set_value(32).run()
-    assert not at.exception, [e.message for e in at.exception]
-    [lens] = [c for c in at.get("plotly_chart") if "next: %{customdata}" in c.proto.spec]
-    trace = json.loads(lens.proto.spec)["data"][0]
-    cells = [html.unescape(c) for row in trace["text"] for c in row]  # as the browser draws them
-    fits = CELL_CHARS // 32
-    assert cells and max(len(c) for c in cells) <= fits, sorted(cells, key=len)[-3:]
-    assert any(len(h) > fits for row in trace["customdata"] for h in row)  # the hover keeps the whole label
-
-
-def test_the_shift_by_one_table_shows_the_end_of_what_the_model_read(tiny_app):
-    from kit.apptest import page_app
-
-    at = page_app("how_it_learned")
-    at.run()
-    READ_CHARS = 36  # views/pages/how_it_learned.py's (importing a page module runs the page)
-    at.text_area(key="learn_text").set_value("The contract between the two parties lasts three years and a day.")
-    [b for b in at.button if b.label == "Score it"][0].click().run()
-    assert not at.exception, [e.message for e in at.exception]
-    [table] = [d.value for d in at.dataframe if "the model read" in d.value.columns]
-    read, guess = list(table["the model read"]), list(table["to guess"])
-    assert max(len(r) for r in read) <= READ_CHARS and read[-1].startswith("…")
-    assert (read[-2] + guess[-2]).endswith(read[-1][-10:])  # each row ends right where the row before it guessed
 
 
 def test_token_axis_ticks_never_pile_up_on_neighbouring_columns():

@@ -2,18 +2,14 @@
 
 Fast tests: the grouping against the real tokenizer's decode (Korean, Chinese, emoji with joiners,
 flags and skin tones, accented text composed and decomposed), the analogy's exclusion of every
-spelling of an input word, the entropy maths. `app` tests: every page opened with a Korean and an
-emoji question, without an exception and with the character in the page's labels.
+spelling of an input word, the entropy maths. Every page opened with a Korean and an emoji question:
+tests/pages/test_any_script_pages.py; Journey's and What if's own: their page's folder in tests/pages/.
 """
-import json
 import math
-import os
-import re
 import unicodedata
 
 import numpy as np
 import pytest
-from kit.texts import KOREAN, LONG_QUESTION
 
 from pipeline.stages.attention import colour_values, entropy_bits, sharpest_head, windowed
 from pipeline.stages.decode_record import silent_steps
@@ -227,43 +223,7 @@ def test_silent_steps_name_why_a_token_sent_no_text():
     assert silent_steps(4, events, pieces, "eos") == {"end": [3], "character": [0, 1], "other": []}
 
 
-# ---- every page, opened with a Korean and an emoji question -----------------------------------
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-VIEWS = ["journey", "request", "tokens", "tensors", "embeddings", "position", "layers",
-         "attention", "next_token", "generation", "kv_cache", "prompt_caching"]  # every stage page, in order
-NAMES_PROMPT_TOKENS = {"journey", "request", "tokens", "embeddings", "position", "layers", "attention"}
-QUESTIONS = {"korean": (KOREAN, "토"), "emoji": ("Are 🍅 fruit? 👩‍🔬", "🍅")}
-
-
-def page_strings(at) -> str:
-    """Everything a page names: markdown (HTML too), captions, plotly specs, tables, widget options, code."""
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [c.value for c in at.code]
-    parts += [json.dumps(json.loads(c.proto.spec), ensure_ascii=False) for c in at.get("plotly_chart")]
-    parts += [df.value.to_string() for df in at.dataframe]
-    parts += [str(o) for box in list(at.selectbox) + list(at.multiselect) for o in box.options]
-    parts += [j.proto.body for j in at.json]
-    return " ".join(parts)
-
-
-@pytest.mark.parametrize("lang", list(QUESTIONS))
-@pytest.mark.parametrize("view", VIEWS)
-def test_every_page_names_tokens_by_their_character(view, lang, tiny_app):
-    from kit.apptest import page_app
-
-    question, char = QUESTIONS[lang]
-    at = page_app(view, req_question=question, req_max_new_tokens=12)  # the answer's length does not matter here
-    at.run()
-    assert not at.exception, at.exception
-    text = page_strings(at)
-    if view in NAMES_PROMPT_TOKENS:
-        assert char in text, f"{view}: {char} not in the page's labels"
-    if view in {"tokens", "journey", "attention", "layers", "embeddings", "position"}:
-        grouped = [f"{char} (1/", f"␣{char} (1/",  # axis and table labels: '토 (1/3)'
-                   f"part 1 of 3 of {char}", f"part 1 of 3 of ␣{char}"]  # a chip's title, under the bracket
-        assert any(g in text for g in grouped), f"{view}: no grouped label for {char}"
-
-
-# ---- What if and the cut answer, in Korean -------------------------------------------------------
+# ---- spelled names, mean log probability, prefill passes ---------------------------------------
 
 
 def test_spelled_names_a_character_cut_short_by_its_parts(tokenizer):
@@ -291,79 +251,3 @@ def test_prefill_passes_follow_the_chunking():
 
     assert prefill_passes(300) == 1 and prefill_passes(FULL_ATTENTION_MAX_TOKENS) == 1
     assert prefill_passes(612) == 2 == -(-612 // PREFILL_CHUNK)
-
-
-@pytest.mark.app
-def test_what_if_names_answer_tokens_by_their_character():
-    """Step 5 sits inside 토: the answer so far and the candidates are named as Journey names them,
-    never as bare bytes ('answer so far: …<0xED><0x86>', '<0xA0> (id 117)')."""
-    from kit.apptest import page_app
-
-    at = page_app("what_if", req_question=KOREAN, req_max_new_tokens=8, br_step=5)
-    at.run()
-    assert not at.exception, at.exception
-    so_far = at.code[0].value
-    assert "토 (1–2/3)" in so_far and "<0xED><0x86>" not in so_far, so_far
-    assert "토 (3/3)" in so_far  # the run's own choice at step 5 completes it
-    options = at.selectbox(key="br_pick").options
-    bare = [o for o in options if o.startswith("<0x") and not any(w in o for w in ("→", "byte", "continues"))]
-    assert not bare, bare
-    at.text_input(key="br_typed").input("토마토").run()  # a typed token is named the same way
-    typed = [c.value for c in at.caption if "starts with token" in c.value]
-    assert typed and not re.search(r"token `+ <0x[0-9A-F]{2}> `+", typed[0]), typed
-    at.button(key="br_go").click().run()
-    assert not at.exception, at.exception
-    sides = [m.value for m in at.markdown if "per token" in m.value]
-    assert len(sides) == 2 and all("from step 5 on" in m for m in sides)
-
-
-@pytest.mark.app
-def test_journey_says_a_korean_answer_was_cut_and_sends_no_u_fffd():
-    """5 tokens end after 2 of 토's 3 bytes: no '�' in a text_delta or the completed text, and the page says so."""
-    from kit.apptest import page_app
-
-    at = page_app("journey", req_question=KOREAN, req_max_new_tokens=5)
-    at.run()
-    assert not at.exception, at.exception
-    assert any("The answer was cut" in i.value and "<0xED><0x86>" in i.value for i in at.info)
-    assert not any("\ufffd" in c.value for c in at.code)  # the deltas and the completed event
-
-
-def test_journey_tells_one_story_about_a_long_prefill(tiny_app):
-    """Over 512 tokens the prefill runs in chunks: section 4 must not say 'one pass' while section 7 says 2."""
-    from kit.apptest import page_app
-
-    at = page_app("journey", req_question=LONG_QUESTION, req_max_new_tokens=3)
-    at.run()
-    assert not at.exception, at.exception
-    section4 = next(m.value for m in at.markdown if "Each token id picks one row" in m.value)
-    assert "one pass" not in section4 and "2 passes of up to 512 tokens" in section4, section4
-    assert any("a prefill in 2 chunks of up to 512 tokens" in c.value for c in at.caption)
-
-
-def test_request_and_tokens_pages_say_which_text_their_character_counts_count(tokenizer, tiny_app):
-    """R&T once said 'Characters in the prompt 165', Tokens '114 characters but 66 tokens' for the same Korean
-    request. Both count the whole prompt; they differ only by the markers, letter by letter vs one each."""
-    import re
-
-    from kit.apptest import page_app
-
-    from ui.escape import code_span
-
-    rt = page_app("request", req_question=KOREAN)
-    rt.run()
-    assert not rt.exception, rt.exception
-    letters = next(m for m in rt.metric if m.label == "Characters in the whole prompt text")
-    assert f"{code_span('<|im_start|>')} alone is 12" in letters.proto.help  # the marker read from the template
-    tk = page_app("tokens", req_question=KOREAN)
-    tk.run()
-    assert not tk.exception, tk.exception
-    info = next(i.value for i in tk.info if i.value.startswith("Your whole prompt has"))
-    assert f"template included; each marker such as {code_span('<|im_start|>')} counts as one" in info
-    read = int(re.search(r"has ([\d,]+) characters", info).group(1).replace(",", ""))
-    from pipeline.stages.request import ChatRequest
-    from pipeline.stages.tokens import tokenize_request
-
-    tokens = tokenize_request(tokenizer, ChatRequest.from_question(KOREAN)).tokens
-    markers = [t.text for t in tokens if t.special]
-    assert markers and int(str(letters.value).replace(",", "")) - read == sum(len(m) - 1 for m in markers)
