@@ -105,7 +105,7 @@ case "${1:-app}" in
       # CPU's own: their tolerances must hold on any CPU (docs/testing.md#numeric-tolerances). Fast tier: tiny models.
       echo "Numeric tests again under ATEN_CPU_CAPABILITY=default:"
       ATEN_CPU_CAPABILITY=default "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile \
-        -m "numeric and not model and not app and not browser" $(grep -l "from kit.tolerance import" tests/test_*.py) \
+        -m "numeric and not model and not app and not browser" $(grep -rl --include="test_*.py" "from kit.tolerance import" tests) \
         || status=$?
     fi
     exit "$status"

@@ -118,8 +118,8 @@ run() {  # run measure | run tests: each fits one call of 600 s (the steps' limi
       step first_request 30 "$PYTHON" -m pipeline trace "Are tomatoes fruit?" --json "$RESULTS/trace.json"
       step temperature_zero 90 "$PYTHON" -m pipeline temperature-zero --requests "$requests" \
         --json "$RESULTS/temperature_zero.json"
-      step cuda_tests 120 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_graphed_decode.py \
-        tests/test_graphed_batch.py tests/test_startup.py tests/test_kv_budget.py
+      step cuda_tests 120 "$PYTHON" -m pytest -q -p no:cacheprovider tests/pipeline/model/test_graphed_decode.py \
+        tests/pipeline/model/test_graphed_batch.py tests/pipeline/model/test_startup.py tests/pipeline/server/test_kv_budget.py
       step model_tier 230 "$PYTHON" -m pytest -q -p no:cacheprovider -m "model and not app and not browser" \
         -k "$tier" --maxfail=10 ;;
     *) echo "run measure | run tests"; return 2 ;;

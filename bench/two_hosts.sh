@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/two_hosts.sh [SESSIONS] [BALANCER_PORT]: the load bench through a room of 2 hosts x 1 replica sharing
-# one Redis, the hosts being network namespaces on this machine (as tests/test_room_hosts.py builds them;
+# one Redis, the hosts being network namespaces on this machine (as tests/room/test_room_hosts.py builds them;
 # root needed). Host A runs Redis and a replica, host B a replica, HAProxy in the root namespace on
 # 127.0.0.1. Then bench/workshop_load.py with SESSIONS protocol learners (default 60), the replicas'
 # peak memory each and Redis's. Uses the real model from $TPE_CACHE_DIR (each host gets its own cache

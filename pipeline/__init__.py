@@ -1,5 +1,5 @@
 """Token Pipeline Explorer backend: plain Python, no Streamlit, no HTML. Its packages stand on floors, each importing
-only from the floors below (tests/test_layering.py):
+only from the floors below (tests/project/test_layering.py):
 
   core          the one error type, input checks, atomic files, honest timing, long jobs as chunks
   text          token text made readable

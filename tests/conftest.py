@@ -36,7 +36,7 @@ def _files_needing_absent_streamlit() -> list[str]:
     those files are then left out of collection (named in the report header) instead of failing it."""
     if importlib.util.find_spec("streamlit") is not None:
         return []
-    return sorted(p.name for p in Path(__file__).parent.glob("test_*.py")
+    return sorted(str(p.relative_to(Path(__file__).parent)) for p in Path(__file__).parent.rglob("test_*.py")
                   if any(line.startswith(("from streamlit", "import streamlit"))
                          for line in p.read_text(encoding="utf-8").splitlines()))
 

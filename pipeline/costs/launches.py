@@ -10,7 +10,7 @@ Counted: every ATen op that computes or copies (a matmul, an add, a norm's mean,
 Not counted: views (a transpose, a slice, a reshape that keeps its storage), a cast to the dtype a tensor already
 has, bare allocations: they launch nothing. An op whose kernel launches several (a split matmul) counts once, so the
 total is a floor on the launches. The count follows the code and the layer count, not the width
-(tests/test_launches.py); it should not depend on the device either (a CUDA test checks that where one runs).
+(test_launches.py); it should not depend on the device either (a CUDA test checks that where one runs).
 """
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def run_prefill_batch(lm: LanguageModel, prompts: list[list[int]]) -> list[Prefi
     when it runs alone. Each row is cut back to its own n positions (captures, KV cache, attention (H, n, n));
     its next-token scores are the logits at its own last position. The numbers equal a lone run's up to float
     rounding (a matrix product over B*T rows may sum in another order; on the CPU SmolLM2's captures and cache come
-    out bit-equal, on a GPU, whose kernels depend on the batch's shape, within 1e-4; tests/test_prefill_batch.py).
+    out bit-equal, on a GPU, whose kernels depend on the batch's shape, within 1e-4; test_prefill_batch.py).
     `seconds` of each record is the shared pass's time: what each request waited for its prefill."""
     from transformers import DynamicCache
 

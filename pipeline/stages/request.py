@@ -154,7 +154,7 @@ OPTION_RANGES = {  # top-k's range needs the model: option_ranges(V)
 def option_ranges(vocab_size: int) -> dict[str, Range]:
     """Each generation option's range in the app: the sidebar's widgets, the links that carry them, the Next
     token page's controls. Top-k's top is the model's vocabulary size (49,152 for SmolLM2, 262,144 for
-    Gemma 3). Every range lies inside what GenerationOptions accepts (tests/test_request_and_tokens.py
+    Gemma 3). Every range lies inside what GenerationOptions accepts (tests/pipeline/stages/test_request_and_tokens.py
     checks it); a request from the CLI or an API body may go further (up to MAX_NEW_TOKENS new tokens,
     any temperature, any top-k)."""
     return {**OPTION_RANGES, "top_k": Range(0, integer("vocab_size", vocab_size, 1, 10**9))}

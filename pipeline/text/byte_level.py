@@ -5,7 +5,7 @@ space byte, 'í' is 0xED. The table is built here, not taken from `tokenizers`: 
 (`tokenizers.decoders.ByteLevel().decode`) returns a str, with bytes that are not whole UTF-8 replaced
 by U+FFFD, while the pages need the raw bytes of ONE token, which is often a part of a character
 ('토' is three tokens: ED, 86, A0). For every byte that can be part of valid UTF-8 the table and the
-decoder agree (tests/test_render.py compares them over all 256 bytes).
+decoder agree (tests/pipeline/text/test_render.py compares them over all 256 bytes).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from functools import lru_cache
 
 # SentencePiece's byte fallback: a character outside the vocabulary is spelled as its UTF-8 bytes, one
 # token each, named '<0xEB>', '<0x98>', '<0xA0>' (Gemma's '똠'). A byte-level BPE vocabulary could in principle
-# hold the literal text '<0xEB>' as a token; SmolLM2's does not (tests/test_render.py checks both vocabularies).
+# hold the literal text '<0xEB>' as a token; SmolLM2's does not (test_render.py checks both vocabularies).
 BYTE_FALLBACK = re.compile(r"<0x([0-9A-F]{2})>")
 
 

@@ -121,3 +121,62 @@ def chart(at, key: str):
     charts = [c for c in at.get("plotly_chart") if c.key == key]
     assert len(charts) == 1, [c.key for c in at.get("plotly_chart")]
     return charts[0]
+
+
+def html_blocks(at) -> list[str]:
+    """The Markdown blocks drawn with HTML allowed (chips, tables of tokens)."""
+    return [m.value for m in at.markdown if m.proto.allow_html]
+
+
+def json_bodies(at) -> list[str]:
+    """The JSON code blocks (st.code(json_text(...), language="json")), each checked to parse as JSON."""
+    import json
+
+    bodies = [c.value for c in at.code if c.language == "json"]
+    for body in bodies:
+        json.loads(body)
+    return bodies
+
+
+def page_text(at) -> str:
+    """The page's prose: its Markdown, captions and subheaders, one a line."""
+    return "\n".join([m.value for m in at.markdown] + [c.value for c in at.caption] + [s.value for s in at.subheader])
+
+
+def plotly_count(at) -> int:
+    return len(at.get("plotly_chart"))
+
+
+def chart_arrays(at, index: int | str) -> dict:
+    """{'<trace index>.<z|y|customdata>': values as float} for one plotly chart (by index or key), typed
+    arrays decoded."""
+    import base64
+    import json
+
+    import numpy as np
+
+    out = {}
+    c = chart(at, index) if isinstance(index, str) else at.get("plotly_chart")[index]
+    for n, tr in enumerate(json.loads(c.proto.spec)["data"]):
+        for field in ("z", "y", "customdata"):
+            v = tr.get(field)
+            if isinstance(v, dict) and "bdata" in v:  # plotly packs numpy arrays as base64
+                out[f"{n}.{field}"] = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"]).astype(float)
+            elif isinstance(v, list) and v and not isinstance(np.ravel(v)[0], str):
+                out[f"{n}.{field}"] = np.asarray(v, dtype=float).ravel()
+    return out
+
+
+def named_by_a_path(labels: list[str]) -> bool:
+    """TTFT named by the captured prefill, TPOT by the path the run's decode steps recorded (in the server's batch,
+    or captured alone): pipeline.costs.named_time."""
+    from pipeline.costs.named_time import PATH_NAMES, time_label
+
+    return "TTFT (captured run)" in labels and len({time_label("TPOT", p) for p in PATH_NAMES} & set(labels)) == 1
+
+
+def shown(elements) -> str:
+    """What these elements say to the reader (their Markdown escapes resolved)."""
+    from kit.markdown_links import shown as resolved
+
+    return " ".join(resolved(e.value) for e in elements)

@@ -44,7 +44,7 @@ def pytest_runtest_makereport(item, call):
     test = getattr(item, "obj", None)
     if not (report.failed and report.when == "call" and is_hypothesis_test(test)):
         return
-    # Hypothesis keeps the seed it drew on the test (a private name; tests/test_hypothesis_setup.py notices a rename)
+    # Hypothesis keeps the seed it drew on the test (a private name; test_hypothesis_setup.py notices a rename)
     seed = getattr(test, "_hypothesis_internal_use_generated_seed", None)  # None: derandomized or a given seed
     report.sections.append(("Hypothesis", f"examples drawn from seed {seed}: rerun with --hypothesis-seed={seed} "
                             "to draw them again (a failure replayed from the database: use the blob)"

@@ -4,7 +4,7 @@ AppTest does not lay out): every st.dataframe call recorded, each column as wide
 right edge, its last columns out of sight behind a scroll bar most people never see."""
 from __future__ import annotations
 
-CHAR_PX = 7  # about, at the grid's font (tests/test_readable_tables.py sizes columns the same way)
+CHAR_PX = 7  # about, at the grid's font (tests/pages/test_readable_tables.py sizes columns the same way)
 CELL_PAD_PX = 16  # the grid's padding either side of a cell's text
 MAIN_PX = 780  # the main column of the app's wide layout in a 1280-px window, the sidebar open
 

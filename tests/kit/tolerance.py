@@ -16,7 +16,7 @@ With lam = 8 that is 2.5e-14 a value, so a test comparing a million values fails
 while the bound stays sqrt(2n) / 8 times tighter than the worst case (7 times for SmolLM2's MLP, n = 1,536; 90
 times over Gemma's vocabulary): the worst case for SmolLM2's whole forward pass would let a 1 % error through.
 The chance model holds for the sums torch and numpy compute (vector lanes, then blocks or pairs: few additions
-into any one accumulator; tests/test_tolerance.py checks them at every size the models have); one sequential loop
+into any one accumulator; test_tolerance.py checks them at every size the models have); one sequential loop
 over like terms breaks it past ~10^4 of them (0.1 added 49,152 times drifts 3 times past it).
 
 Two computations, each with its own roundings: 2n errors. A chain of `depth` sums, each fed the one before (a

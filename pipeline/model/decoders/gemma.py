@@ -11,7 +11,7 @@ own block, op for op as HF's Gemma3 code writes it:
 
 Gemma's RMSNorm multiplies by (1 + weight) in float32. A sliding layer attends to its last `window`
 positions (itself included); a full layer to all. Greedy tokens equal `model.generate(do_sample=False)`
-(tests/test_gemma_model.py).
+(tests/pipeline/model/test_gemma_model.py).
 
 Shape letters: L layers, H query heads, Hkv key/value heads, Dh head width, D model width, V vocabulary.
 """

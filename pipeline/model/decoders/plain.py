@@ -8,7 +8,7 @@ decoder drops that rest and also reads the weights on every core (`row_blocks`: 
 runs on a single core in MKL). The arithmetic is HF's own, op for op (RMSNorm in float32, RoPE from
 the model's own rotary embedding (pipeline.model.rope), SDPA with grouped-query heads, unfused projections): on SmolLM2
 each step's logits equal HF's decode step to the bit here, and greedy tokens equal
-`model.generate(do_sample=False)` (tests/test_plain_decoder.py).
+`model.generate(do_sample=False)` (tests/pipeline/model/test_plain_decoder.py).
 
     dec = open_decoder(lm, max_positions=len(ids) + 64)
     logits = dec.prefill(ids)              # (V,) after the prompt; the prompt runs through lm.forward_chunked

@@ -1,0 +1,61 @@
+"""The benchmarks still run against the code they measure (bench/ is not imported by the app, so a move in
+pipeline/ can break a script silently: bench/room_cpu.py timed `generation.BatchDecoder` long after it moved), and
+the GPU session's script is well formed. Each runs in its own process: the scripts patch classes to time them."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kit.paths import ROOT
+
+BENCH = Path(ROOT) / "bench"
+
+
+def bench_module(name: str):
+    """A bench script loaded as a module (bench/ is no package), for its constants."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(BENCH)])}
+    return subprocess.run(args, cwd=BENCH, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_room_bench_finds_every_part_it_times():
+    """bench/room_cpu.py wraps the queue's, the decoders' and the trace's functions by name: every one exists."""
+    out = run([sys.executable, "-c", "import room_cpu; p = room_cpu.Parts(); room_cpu.instrument(p); print('ok')"])
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_the_gpu_session_script_parses_and_names_its_verbs():
+    assert subprocess.run(["bash", "-n", str(BENCH / "gpu_session.sh")]).returncode == 0
+    usage = subprocess.run(["bash", str(BENCH / "gpu_session.sh")], capture_output=True, text=True)
+    assert usage.returncode == 2 and all(verb in usage.stdout for verb in ("prepare", "keep", "run measure",
+                                                                           "run tests"))
+    refused = subprocess.run(["bash", str(BENCH / "gpu_session.sh"), "run", "measure"], capture_output=True,
+                             text=True, env={k: v for k, v in os.environ.items() if k != "OUT"})
+    assert refused.returncode != 0 and "OUT must name" in refused.stderr
+
+
+@pytest.mark.model
+def test_the_gpu_decode_bench_runs_its_quick_sizes_on_a_cpu():
+    """Issue 40's table at its CPU sizes (a tiny random-weight model): every row printed, the greedy ids of the
+    plain, graphed and HF paths equal (the script exits non-zero otherwise)."""
+    out = run([sys.executable, "gpu_decode.py", "--quick", "--device", "cpu", "--tokens", "3", "--repeats", "1"])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    for row in ("greedy ids: plain, graphed and HF eager the same", "plain decode, bf16", "graphed decode, fp32",
+                "room steps: greedy ids of every row, eager and static, the same", "prefill T=256", "the floor, bf16"):
+        assert row in out.stdout, (row, out.stdout[-3000:])
+    counts = {}  # the operations a plain step dispatches: bf16's norms add their casts (test_launches.py)
+    for precision in ("fp32", "bf16"):
+        line = next(x for x in out.stdout.splitlines() if f"operations a decode step dispatches, {precision}:" in x)
+        counts[precision] = int(line.split("plain ")[1].split(" ")[0].replace(",", ""))
+        assert "plain" in line and "(0 host reads)" in line.split(";")[0]  # a plain step never waits on the host
+    layers = bench_module("gpu_decode").QUICK_LAYOUT["num_hidden_layers"]
+    assert counts["bf16"] - counts["fp32"] >= 2 * (2 * layers + 1)  # every norm: 2 casts
