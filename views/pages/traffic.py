@@ -62,7 +62,8 @@ def hit_rate_chart(records: list[TrafficRecord]) -> go.Figure:
         go.Scatter(x=numbers, y=[100 * h for _, _, h in rows], mode="lines", name="running (all so far)",
                    line={"color": "#1e3a8a"})])
     fig.update_layout(height=260, margin={"l": 40, "r": 10, "t": 10, "b": 40}, legend={"orientation": "h"},
-                      xaxis_title="request #", yaxis_title="prompt tokens cached (%)", yaxis_range=[-2, 102])
+                      xaxis_title="request #", xaxis_tickformat=",d", yaxis_title="prompt tokens cached (%)",
+                      yaxis_range=[-2, 102])
     return fig
 
 
