@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -114,6 +115,7 @@ class Agent:
 @contextlib.contextmanager
 def started_server():
     """server.py on a free port, as ./run.sh starts it; yields its address."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the finally below stops the server too
     port = free_port()
     log = open(ROOT / "artifacts" / "agent_traffic_server.log", "w") if (ROOT / "artifacts").is_dir() \
         else open(os.devnull, "w")

@@ -50,7 +50,7 @@ def test_requests_sent_with_the_sdk_appear_live_and_open_on_journey(server):
             assert page.locator("b", has_text="briefly").count() == 0  # the client's text is escaped
             page.screenshot(path=str(SHOTS / "traffic-live.png"))
             link = rows.last.get_by_role("link", name=re.compile(r"open run #\d+"))
-            assert link.get_attribute("href") == answer.model_extra["tpe_run"]
+            assert server + link.get_attribute("href") == answer.model_extra["tpe_run"]
             link.click()
             page.wait_for_url(re.compile(r"/journey\?"), timeout=30_000)
             settle(page)

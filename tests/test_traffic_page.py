@@ -45,7 +45,7 @@ def test_records_are_rows_with_blocks_links_and_the_providers_bills(tiny_app, em
     html = markdown_of(at)
     assert html.count("tpe-traffic-row") == 2
     assert "open run #1" in html and "open run #2" in html
-    assert "href='http://localhost:8501/journey?link=code1'" in html
+    assert "href='/journey?link=code1'" in html
     assert html.count("tpe-block-hit") == 64  # 1,024 reused positions: 64 blocks of 16, the rest misses
     assert "<script>" not in html and "&lt;script&gt;" in html and "&lt;i&gt;agent" in html
     for provider in ("OpenAI: cached", "Anthropic: read", "vLLM: cached"):

@@ -3,6 +3,7 @@ provider's rules would have reported and billed. Every text a client sent or a m
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
 from pipeline.api.traffic import TrafficRecord
 from pipeline.costs.named_time import shown
@@ -50,8 +51,12 @@ def provider_cell(audited, cost: dict | None) -> str:
 
 
 def safe_link(url: str) -> str | None:
-    """The run's link if it is one this server made (http or https), else None."""
-    return url if url.startswith(("http://", "https://", "/")) else None
+    """The run's link as a path on the server showing the page ('/journey?link=CODE'), None if it is not an http
+    link. The host is dropped: the server wrote it from the request's Host header, which the client chooses."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.path.startswith("/") or parts.path.startswith("//"):
+        return None
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 def request_row(r: TrafficRecord, audited=None, cost: dict | None = None) -> str:
