@@ -74,3 +74,28 @@ def test_the_scripted_agent_reports_both_sides_quick(server):
     assert stable["hit_rate_after_first"] >= trap["hit_rate_after_first"]
     assert stable["ttft_p50_s"] > 0 and trap["ttft_p95_s"] >= trap["ttft_p50_s"]
     assert "prefill time saved" in out.stdout
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+def test_anthropic_answers_whole_and_streamed_are_listed_with_their_client(server):
+    import anthropic
+    from playwright.sync_api import expect, sync_playwright
+
+    client = anthropic.Anthropic(base_url=server, api_key="unused", max_retries=0, timeout=120,
+                                 default_headers={"User-Agent": "traffic-test/anthropic <script>"})
+    client.messages.create(model=SMOL, max_tokens=4, messages=[{"role": "user", "content": "Hi"}],
+                                   extra_body={"temperature": 0})
+    with client.messages.stream(model=SMOL, max_tokens=4, messages=[{"role": "user", "content": "Hello"}],
+                                extra_body={"temperature": 0}) as stream:
+        stream.get_final_message()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = watch(browser.new_page(viewport={"width": 1400, "height": 1200}))
+            page.goto(f"{server}/traffic")
+            settle(page)
+            rows = page.locator("tr.tpe-traffic-row", has_text="traffic-test/anthropic <script>")
+            expect(rows).to_have_count(2, timeout=30_000)  # the user agent shown as text, not run
+            assert page.locator("tr.tpe-traffic-row script").count() == 0
+        finally:
+            browser.close()

@@ -56,3 +56,22 @@ def test_records_are_rows_with_blocks_links_and_the_providers_bills(tiny_app, em
     assert list(running["y"]) == pytest.approx([0.0, 100 * 1024 / 2200])
     assert at.metric[1].value == f"{1024 / 2200:.0%}"
     assert at.dataframe[0].value["requests"].tolist() == [2]
+
+
+def test_what_a_client_sends_plants_no_link_on_the_page(tiny_app, empty_traffic):
+    """A client's user agent, its prompt and the model's answer are shown as text: a Markdown link in them, or a
+    run link pointing elsewhere, draws no link that leaves the app."""
+    from kit.apptest import page_app
+    from kit.markdown_links import foreign_links
+
+    phish = "[Session expired: log in again](http://evil.example/login) www.evil.example admin@evil.example"
+    TRAFFIC.add(at=1_700_000_000.0, api="anthropic", client=phish, model="SmolLM2-135M-Instruct", prompt_tokens=20,
+                cached_tokens=0, new_tokens=3, ttft_s=0.1, tpot_s=None, answer=phish,
+                run_link="http://evil.example/journey?link=x", streamed=True, block_size=16,
+                body={"system": phish, "messages": [{"role": "user", "content": phish}]})
+    at = page_app("traffic").run()
+    assert not at.exception
+    html = markdown_of(at)
+    assert "evil.example/login" in html  # shown, as text
+    assert foreign_links(html) == []
+    assert "href='/journey?link=x'" in html  # the run's path, on the page's own server
