@@ -70,6 +70,7 @@ PAGES = [  # (file, title, icon, url, section) in the order a request travels; e
     ("faster_decode.py", "Faster decode", "🚀", "faster-decode", "What the machine pays"),
     ("prompt_caching.py", "Prompt caching", "♻️", "prompt-caching", "Caching across requests"),
     ("cache_audit.py", "Cache audit", "🧾", "cache-audit", "Caching across requests"),
+    ("traffic.py", "Traffic", "🚦", "traffic", "Caching across requests"),
     ("compare_models.py", "Compare models", "⚖️", "compare-models", "Tools for a room"),
     ("presenter.py", "Presenter mode", "🎓", "presenter", "Tools for a room"),
 ]

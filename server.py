@@ -30,6 +30,8 @@ from pipeline.api.call import ApiCall, ModelInfo  # noqa: E402
 from pipeline.api.errors import ApiError, from_input_error  # noqa: E402
 from pipeline.api.fields import MAX_BODY_BYTES, parse_body  # noqa: E402
 from pipeline.api.logprobs import content_logprobs  # noqa: E402
+from pipeline.api.traffic import TRAFFIC  # noqa: E402
+from pipeline.costs.named_time import plain_tpot, plain_ttft, tpot, ttft  # noqa: E402
 from pipeline.core.errors import InputError  # noqa: E402
 from pipeline.stages.decode_record import EventKind, FinishReason  # noqa: E402
 from pipeline.stages.logit_bias import logit_bias_text  # noqa: E402
@@ -203,22 +205,46 @@ def bind_address() -> str | None:
     return config.get_option("server.address")
 
 
+def record_traffic(seen: dict, call: ApiCall, link: str, prompt_tokens: int, cached: int, new_tokens: int,
+                   times: tuple[float | None, float | None], text: str, streamed: bool) -> None:
+    """The answered request in the server's traffic log (the Traffic page); seen: when it came, by which route,
+    from which client, with which body."""
+    from pipeline.prompt_cache.engine import PrefixCacheConfig
+
+    TRAFFIC.add(**seen, model=call.model.label, prompt_tokens=prompt_tokens, cached_tokens=cached,
+                new_tokens=new_tokens, ttft_s=times[0], tpot_s=times[1], answer=text, run_link=link,
+                streamed=streamed, block_size=PrefixCacheConfig.block_size)
+
+
+def trace_times(trace) -> tuple[float, float | None]:
+    t = tpot(trace)
+    return ttft(trace).seconds, None if t is None else t.seconds
+
+
+def answer_times(answer) -> tuple[float | None, float | None]:
+    t = plain_tpot(answer)
+    return (None if answer.ttft_s is None else plain_ttft(answer).seconds), None if t is None else t.seconds
+
+
 async def answer(request: Request, anthropic: bool) -> Response:
     held, client = 0, ""
+    seen = {"at": time.time(), "api": "anthropic" if anthropic else "openai",
+            "client": request.headers.get("user-agent", "")}
     try:
         key = check_access(bind_address(), {k.lower(): v for k, v in request.headers.items()})
         client = client_of(request, key)
         body = await read_body(request)
+        seen["body"] = body
         call = await run_in_threadpool((anthropic_messages if anthropic else openai_chat).parse, body, catalogue())
         base = str(request.base_url).rstrip("/")
         links = [await run_in_threadpool(run_link, base, r, call.model, call.schema) for r in call.requests]
         slots.take(client, len(call.requests))
         held = len(call.requests)
         if call.stream:
-            response = await (stream_anthropic if anthropic else stream_openai)(call, links, client)
+            response = await (stream_anthropic if anthropic else stream_openai)(call, links, client, seen)
             held = 0  # the stream gives them back when it ends
             return response
-        return await (whole_anthropic if anthropic else whole_openai)(call, links)
+        return await (whole_anthropic if anthropic else whole_openai)(call, links, seen)
     except ApiError as e:
         return error_response(e, anthropic)
     except ClientDisconnect:
@@ -231,7 +257,7 @@ async def answer(request: Request, anthropic: bool) -> Response:
             slots.give_back(client, held)
 
 
-async def whole_openai(call: ApiCall, links: list[str]) -> Response:
+async def whole_openai(call: ApiCall, links: list[str], seen: dict) -> Response:
     if call.schema is not None:
         tickets = [await run_in_threadpool(submit_constrained, r, call.model, call.schema) for r in call.requests]
     else:
@@ -250,16 +276,20 @@ async def whole_openai(call: ApiCall, links: list[str]) -> Response:
     usage = openai_chat.usage(first.usage.prompt_tokens, sum(t.usage.completion_tokens for t in traces),
                               first.reused_positions)
     body = openai_chat.completion(f"chatcmpl-{first.request.id}", call.model.label, choices, usage, links[0])
+    record_traffic(seen, call, links[0], first.usage.prompt_tokens, first.reused_positions,
+                   sum(t.usage.completion_tokens for t in traces), trace_times(first), first.text, streamed=False)
     return JSONResponse(body, headers={RUN_HEADER: links[0]})
 
 
-async def whole_anthropic(call: ApiCall, links: list[str]) -> Response:
+async def whole_anthropic(call: ApiCall, links: list[str], seen: dict) -> Response:
     trace = await finished(await run_in_threadpool(submit_trace, call.requests[0]))
     stop = await run_in_threadpool(_stop_sequence, call, trace.generated_token_ids, trace.text, trace.finish_reason)
     usage = anthropic_messages.usage(trace.usage.prompt_tokens, trace.usage.completion_tokens,
                                      trace.reused_positions, call.cache_marks)
     body = anthropic_messages.message(f"msg_{trace.request.id}", call.model.label, trace.text, trace.finish_reason,
                                       stop, usage, links[0])
+    record_traffic(seen, call, links[0], trace.usage.prompt_tokens, trace.reused_positions,
+                   trace.usage.completion_tokens, trace_times(trace), trace.text, streamed=False)
     return JSONResponse(body, headers={RUN_HEADER: links[0]})
 
 
@@ -364,7 +394,7 @@ def sse_data(data: dict) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def stream_openai(call: ApiCall, links: list[str], client: str) -> Response:
+async def stream_openai(call: ApiCall, links: list[str], client: str, seen: dict) -> Response:
     streams, first = await opened(call)
     call_id, created, model = f"chatcmpl-{int(time.time() * 1000):x}", int(time.time()), call.model.label
     n, usage_kept = len(call.requests), call.include_usage
@@ -384,8 +414,10 @@ async def stream_openai(call: ApiCall, links: list[str], client: str) -> Respons
                     yield chunk(index=index, finish_reason=x.finish_reason)
                 elif not hasattr(x, "kind"):
                     answers[index] = x
+            a = answers[0]
+            record_traffic(seen, call, links[0], len(a.prompt_ids), getattr(a, "reused_positions", 0),
+                           sum(len(v.generated) for v in answers.values()), answer_times(a), a.text, streamed=True)
             if call.include_usage:
-                a = answers[0]
                 usage = openai_chat.usage(len(a.prompt_ids), sum(len(v.generated) for v in answers.values()),
                                           getattr(a, "reused_positions", 0))
                 yield sse_data(openai_chat.chunk(call_id, model, created, links[0], usage_body=usage,
@@ -399,7 +431,7 @@ async def stream_openai(call: ApiCall, links: list[str], client: str) -> Respons
     return response
 
 
-async def stream_anthropic(call: ApiCall, links: list[str], client: str) -> Response:
+async def stream_anthropic(call: ApiCall, links: list[str], client: str, seen: dict) -> Response:
     from views.server_state import run_queue
 
     streams, first = await opened(call)
@@ -424,6 +456,8 @@ async def stream_anthropic(call: ApiCall, links: list[str], client: str) -> Resp
                     stop = await run_in_threadpool(_stop_sequence, call, x.generated, x.text, x.finish_reason)
                     usage = anthropic_messages.usage(len(x.prompt_ids), len(x.generated),
                                                      getattr(x, "reused_positions", 0), call.cache_marks)
+                    record_traffic(seen, call, links[0], len(x.prompt_ids), getattr(x, "reused_positions", 0),
+                                   len(x.generated), answer_times(x), x.text, streamed=True)
                     yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
                     yield sse("message_delta", {"type": "message_delta", "usage": usage, "delta": {
                         "stop_reason": anthropic_messages.STOP_REASONS.get(x.finish_reason), "stop_sequence": stop}})

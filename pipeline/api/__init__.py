@@ -10,4 +10,5 @@ app's own run queue and sends what these modules shape. docs/api.md lists every 
   logprobs.py            OpenAI's logprobs from a captured run's logits
   errors.py              `ApiError` in each provider's shape, status 400/401/404/413/422/429
   access.py              who may call (loopback, TPE_API_KEY) and each client's places in the queue
+  traffic.py             the requests answered, the latest kept in a ring: the Traffic page's rows, the audit's log
 """

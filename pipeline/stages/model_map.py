@@ -68,6 +68,7 @@ ABOUT = {
     "faster-decode": frozenset({BLOCKS, "loop"}),  # fewer bytes per weight read, more tokens per loop
     "prompt-caching": frozenset({"kv_cache"}),  # the cache kept across requests
     "cache-audit": frozenset({"kv_cache"}),  # what a provider's prompt cache would reuse
+    "traffic": frozenset({"kv_cache"}),  # the API's requests, block by block reused or prefilled
     "compare-models": frozenset({"tokens", BLOCKS, "kv_cache"}),  # where two models differ most: vocabulary,
     # blocks (how many, which attention) and the cache they keep
 }

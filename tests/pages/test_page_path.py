@@ -168,6 +168,7 @@ ABOUT = {
     "faster_decode": {"blocks", "loop"},
     "prompt_caching": {"kv_cache"},
     "cache_audit": {"kv_cache"},
+    "traffic": {"kv_cache"},
     "compare_models": {"tokens", "blocks", "kv_cache"},
     "presenter": {"request"},  # its first stage, the request: each stage lights its full page's parts
 }

@@ -34,6 +34,7 @@ ONE_LINE = {  # what each page of app.py's PAGES shows, in one line
     "faster-decode": "fewer bytes per token (smaller weights) or more tokens per read (drafts)",
     "prompt-caching": "reusing a cache across requests",
     "cache-audit": "a request log checked for what breaks prompt caching",
+    "traffic": "your own client's requests to this server's API, live, block by block",
     "compare-models": "the same request through both models, side by side",
     "presenter": "the stages one screen at a time, in large type, for a room",
 }
