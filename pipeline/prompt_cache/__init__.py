@@ -2,6 +2,8 @@
 conversation, the traps and their fixes) and their playback on the model.
 
   engine.py     blocks of real K/V reused across requests
+  reuse.py      the server's prefix cache: every request the queue serves goes through it
+  saving.py     what a run's reuse saved, measured against the same prompt uncached
   outcomes.py   what happened to one block (hit, miss, ...), torch-free
   prefix.py     the one common-prefix length the prompt-cache code uses
   scenarios.py  the conversation, traps and fixes as data
