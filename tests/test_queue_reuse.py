@@ -210,3 +210,5 @@ def test_generation_and_prompt_caching_show_the_reused_positions_and_measure_the
                                           or "noise" in verdict)
     at = run_page("prompt_caching", "Is a cucumber a fruit too?")
     assert any(m.value == said for m in at.markdown)
+    held = next(c.value for c in at.caption if c.value.startswith("The server's prefix cache for this model holds"))
+    assert "of its 512 MiB budget" in held and "blocks of 16 positions" in held

@@ -31,6 +31,16 @@ def reuse_caption(trace) -> str:
             "were kept with the blocks, so every page still shows them.")
 
 
+def server_cache_caption(reuse, lm) -> str:
+    """What the server's prefix cache holds for this model now (reuse: pipeline.prompt_cache.reuse.ServerReuse)."""
+    cache = reuse.cache_for(lm)
+    return (f"The server's prefix cache for this model holds {plural(len(cache.blocks), 'block')} of "
+            f"{cache.config.block_size} positions now, {cache.bytes_held / 2**20:,.1f} MiB of its "
+            f"{cache.config.max_bytes / 2**20:,.0f} MiB budget (keys, values and the captures kept with them; the "
+            f"least recently used go first past it, and a block unused for {cache.config.ttl_seconds / 60:.0f} "
+            f"minutes expires). {cache.token_hit_rate:.0%} of the prompt positions it has seen were reused.")
+
+
 def reuse_section(trace, key: str) -> None:
     """The caption, and a button that measures the saving (through the queue, once a minute per run)."""
     st.markdown(reuse_caption(trace))

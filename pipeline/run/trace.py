@@ -13,7 +13,7 @@ from pipeline.core.errors import InputError
 from pipeline.costs.named_time import BATCHED, CAPTURED, served_times
 from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import PassCounter, current_counter, passes_for
-from pipeline.model.past import NOTHING, Reuse
+from pipeline.model.past import NOTHING, Past, Reuse
 from pipeline.model.prefill_record import Prefill
 from pipeline.run.record import Cleanup, RequestRecord, Timings, Trace, Usage
 from pipeline.stages.decode_record import Decode
@@ -50,17 +50,20 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
              t0: float | None = None, reuse: Reuse | None = None) -> _Started:
     """reuse: the server's prefix cache (pipeline.prompt_cache.reuse): the cached blocks the prompt starts with are
     not run again (their captures kept with them), and its own blocks are kept."""
+    from pipeline.model.prefill import run_prefill
+
     checked = _checked(request, lm, max_prompt_tokens, t0)
-    return _prefill_reusing(checked, lm, reuse)
+    past = _past(checked, lm, reuse)
+    return _kept(checked.started(run_prefill(lm, checked.tokenized.ids, past=past), past.n), lm, reuse)
 
 
-def _prefill_reusing(checked: _Checked, lm: LanguageModel, reuse: Reuse | None) -> _Started:
-    """One checked request's captured prefill, over the cached blocks its prompt starts with (reuse)."""
-    from pipeline.model.prefill import keeps_attention, run_prefill
+def _past(checked: _Checked, lm: LanguageModel, reuse: Reuse | None) -> Past:
+    """The cached blocks a checked request's prompt starts with that its captured prefill can use (with their
+    captures; their attention rows too when it keeps attention)."""
+    from pipeline.model.prefill import keeps_attention
 
     ids = checked.tokenized.ids
-    past = reuse.take(lm, ids, captured=True, keep_attention=keeps_attention(len(ids))) if reuse else NOTHING
-    return _kept(checked.started(run_prefill(lm, ids, past=past), past.n), lm, reuse)
+    return reuse.take(lm, ids, captured=True, keep_attention=keeps_attention(len(ids))) if reuse else NOTHING
 
 
 def _kept(s: _Started, lm: LanguageModel, reuse: Reuse | None) -> _Started:
@@ -76,9 +79,9 @@ def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt
     """Requests admitted together: each checked on its own (a refused one is its InputError, the others go on),
     the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one.
     counters: each request's caller's pass counter (None: the current caller's for all). reuse: the server's prefix
-    cache: a request whose prompt starts with cached blocks runs on its own over them (_prefill_reusing), the
-    others together; each one's blocks are kept."""
-    from pipeline.model.prefill import can_batch_prefill, keeps_attention, run_prefill, run_prefill_batch
+    cache: a request whose prompt starts with cached blocks runs on its own over them, the others together; each
+    one's blocks are kept."""
+    from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
 
     counters = counters or [current_counter()] * len(requests)
     checked: list[tuple[_Checked | InputError, PassCounter | None]] = []
@@ -87,13 +90,8 @@ def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt
             checked.append((_checked(request, lm, max_prompt_tokens, t0), counter))
         except InputError as e:
             checked.append((e, counter))
-    pasts = {}  # id(checked) -> the cached blocks its prompt starts with, for those that start with some
-    for c, _ in checked:
-        if isinstance(c, _Checked) and reuse is not None:
-            ids = c.tokenized.ids
-            past = reuse.take(lm, ids, captured=True, keep_attention=keeps_attention(len(ids)))
-            if past.n:
-                pasts[id(c)] = past
+    # id(checked) -> the cached blocks its prompt starts with, for those that start with some
+    pasts = {id(c): past for c, _ in checked if isinstance(c, _Checked) and (past := _past(c, lm, reuse)).n}
     going = [(c, counter) for c, counter in checked if isinstance(c, _Checked) and id(c) not in pasts]
     prompts = [c.tokenized.ids for c, _ in going]
     if can_batch_prefill(lm, prompts):
