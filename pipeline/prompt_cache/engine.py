@@ -58,7 +58,7 @@ class Block:
     keys: torch.Tensor  # (L, Hkv, Bs, Dh) post-RoPE keys, on the model's device
     values: torch.Tensor  # (L, Hkv, Bs, Dh)
     last_used: float
-    # the captured run's tensors at these positions (pipeline.model.prefill.captures_at), by Prefill field name;
+    # the captured run's tensors at these positions (pipeline.model.past.captures_at), by Prefill field name;
     # None: kept by a run that captured nothing (the plain path, the Prompt caching page)
     captures: dict[str, np.ndarray] | None = None
 
