@@ -77,6 +77,7 @@ def stream_live(request, recorded_tpot: NamedTime | None) -> Answer:
         if done:
             break
     answer = ticket.result()  # raises the run's error, if any
+    st.caption(f"Prompt positions this stream reused from the server's prefix cache: {answer.reused_positions:,}.")
     if answer.tpot_s and recorded_tpot:
         st.markdown(f"Just now on the plain serving path: **{answer.tpot_s * 1000:.0f} ms/token**. The stored run "
                     f"recorded {recorded_tpot.label} {recorded_tpot.shown} when it ran — at another moment of a shared "

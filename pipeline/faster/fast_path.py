@@ -22,6 +22,7 @@ from pipeline.faster.speculative.verify import SpeculativeDecoder
 from pipeline.model.decoders.factory import open_decoder
 from pipeline.model.decoders.protocol import Decoder
 from pipeline.model.interface import LanguageModel
+from pipeline.model.past import NOTHING, Reuse
 from pipeline.stages.decode_record import StreamEvent
 from pipeline.stages.generation import Answer, stream_answer
 from pipeline.stages.logit_bias import check_vocabulary
@@ -31,9 +32,12 @@ from pipeline.stages.tokens import tokenize_request
 
 
 def open_answer(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int | None = None,
-                on_event: Callable[[StreamEvent], None] | None = None, speculate: int = 0) -> tuple[Answer, Decoder]:
+                on_event: Callable[[StreamEvent], None] | None = None, speculate: int = 0,
+                reuse: Reuse | None = None) -> tuple[Answer, Decoder]:
     """The request prefilled on the plain path: its Answer (nothing recorded per step) and the decoder
-    to step it with (a SpeculativeDecoder checking `speculate` drafts per pass, if not 0)."""
+    to step it with (a SpeculativeDecoder checking `speculate` drafts per pass, if not 0). reuse: the server's
+    prefix cache (pipeline.prompt_cache.reuse): the cached blocks the prompt starts with are not run again
+    (the Answer's reused_positions), and its own are kept."""
     if speculate:
         check_drafts(speculate)
         if not request.options.greedy:
@@ -46,8 +50,11 @@ def open_answer(lm: LanguageModel, request: ChatRequest, max_prompt_tokens: int 
     check_fits(lm.dims, len(ids), request.options.max_new_tokens, max_prompt_tokens)
     check_vocabulary(request.options, lm.dims.V)
     decoder = open_decoder(lm, len(ids) + request.options.max_new_tokens)  # a static K/V cache sized for the request
-    answer = Answer(lm, decoder.prefill(ids), request.options, request_id(request, time.time()), t0, record=False,
-                    on_event=on_event, prompt_ids=ids)
+    past = reuse.take(lm, ids) if reuse is not None else NOTHING
+    kept = (lambda kv_cache: reuse.keep(lm, ids, kv_cache)) if reuse is not None else None
+    answer = Answer(lm, decoder.prefill(ids, past, kept), request.options, request_id(request, time.time()), t0,
+                    record=False, on_event=on_event, prompt_ids=ids)
+    answer.reused_positions = past.n
     return answer, (SpeculativeDecoder(decoder, speculate, ids) if speculate else decoder)
 
 

@@ -16,6 +16,7 @@ named hooks, and the prefill that records every internal tensor.
   capture.py         named forward hooks (`LlamaLayout`, `Gemma3Layout`)
   prefill.py         the prompt through the model, every internal tensor captured (`run_prefill`)
   prefill_record.py  that prefill as a torch-free record (`Prefill`)
+  past.py            what a prefill continues from: positions an earlier request computed (`Past`)
   rope.py            rotary position embedding, written once
   kv_tensors.py      reading an HF KV cache: per-layer tensors, length, bytes
   kv_int8.py         the KV cache in 8 bits (measured, not served)

@@ -21,6 +21,19 @@ def bytes_per_layer(cache) -> list[int]:
     return [k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in cache_layers(cache)]
 
 
+def cache_of(layers: list[tuple[torch.Tensor, torch.Tensor]], config):
+    """A DynamicCache for `config` holding these keys and values per layer, each (1, Hkv, T, Dh) for positions
+    0 .. T-1: what a prefill of those T positions leaves (a sliding-window layer keeps its last window - 1 of them, as
+    HF's own layer does)."""
+    from pipeline.model.hf_imports import transformers_names
+
+    DynamicCache, = transformers_names("DynamicCache")
+    cache = DynamicCache(config=config)
+    for i, (k, v) in enumerate(layers):
+        cache.update(k, v, i)
+    return cache
+
+
 def cache_len(cache) -> int:
     """Positions held (T)."""
     return int(cache.get_seq_length())

@@ -18,6 +18,7 @@ import torch
 from pipeline.model.capture import block_names, capture, layout_for
 from pipeline.model.interface import LanguageModel
 from pipeline.model.kv_tensors import bytes_per_layer, cache_layers
+from pipeline.model.past import NOTHING, Past
 from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
 from pipeline.model.rope import rotate, signed_sin
 
@@ -81,22 +82,33 @@ class PrefillResult:
     last_logits: torch.Tensor  # (V,) float32 on the CPU: scores for the token after the prompt
 
 
-def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None = None) -> PrefillResult:
+def keeps_attention(T: int) -> bool:
+    """Whether the captured prefill of a T-token prompt keeps the attention weights (one eager pass)."""
+    return T <= FULL_ATTENTION_MAX_TOKENS
+
+
+def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None = None,
+                past: Past = NOTHING) -> PrefillResult:
     """Run the prompt once, capturing everything.
 
     Up to FULL_ATTENTION_MAX_TOKENS the prompt runs in one eager pass that also returns the
     attention weights. A longer prompt runs in chunks of PREFILL_CHUNK tokens with SDPA, each chunk
     continuing from the KV cache of the ones before: the model's lock is released between chunks,
     so other requests are not held up for the whole prompt, and activations stay chunk-sized.
+
+    past: the first past.n positions computed by an earlier request (pipeline.model.past): the model runs on the
+    rest only, over past.cache, and those positions' captures are past.captures (kept with the blocks by the run
+    that computed them). `seconds` is then the rest's passes alone.
     """
     layout = layout_for(lm.model)  # refuses an architecture the capture does not know, before any pass
     T = len(ids)
-    long_prompt = T > FULL_ATTENTION_MAX_TOKENS
+    long_prompt = not keeps_attention(T)
     keep_attention = not long_prompt if keep_attention is None else keep_attention
     chunk = T if keep_attention else PREFILL_CHUNK
     names = _hook_names(layout, lm.model, lm.dims.L, keep_attention)
-    fill, kv_cache, seconds = _Filler(T, compact=long_prompt), None, 0.0
-    for start in range(0, T, chunk):
+    fill, kv_cache, seconds = _Filler(T, compact=long_prompt), past.cache, 0.0
+    _fill_past(fill, past, T, keep_attention)
+    for start in range(past.n, T, chunk):
         with capture(lm, names, store_dtype=torch.float32) as rec:  # one chunk; _Filler stores it compact
             t0 = time.perf_counter()
             out = lm.forward([ids[start:start + chunk]], cache=kv_cache,
@@ -183,9 +195,28 @@ def _record_chunk(fill: _Filler, calls: dict[str, torch.Tensor], lm: LanguageMod
     fill.put("k_rot", start, rotated("k", dims.Hkv), axis=1)  # (L, Hkv, T, Dh): what a full cache holds
     fill.put("v", start, [_heads(x[None], dims.Hkv) for x in take("v")], axis=1)  # (L, Hkv, T, Dh)
     fill.put("final_norm", start, [own(calls["final_norm"])], axis=0)  # (1, T, D)
-    if keep_attention:  # (L, H, T, T): this row's queries over its own keys
-        fill.put("attention", start, [a[row, :, :n, :n] for a in
+    if keep_attention:  # (L, H, T, T): this row's queries over its own keys (those of the reused positions too)
+        fill.put("attention", start, [a[row, :, :n, :start + n] for a in
                                       (calls[name] for name in block_names(dims.L, "attention"))], axis=1)
+
+
+def _fill_past(fill: _Filler, past: Past, T: int, keep_attention: bool) -> None:
+    """The reused positions' captures (each block's, kept by the run that computed it) into `fill`."""
+    assert not past.n or len(past.captures), "a captured run reuses only blocks that kept their captures"
+    bs = past.n // len(past.captures) if past.captures else 0
+    for i, block in enumerate(past.captures):
+        start = i * bs
+        rows = lambda name: list(torch.from_numpy(block[name]))  # noqa: E731 - one tensor per layer
+        fill.put("embeddings", start, [torch.from_numpy(block["embeddings"])], axis=0)  # (1, Bs, D)
+        fill.put("hidden_states", start, rows("hidden_states")[1:], axis=0)  # (L, Bs, D): [0] is the embeddings
+        fill.put("attn_out", start, rows("attn_out"), axis=0)
+        fill.put("mlp_out", start, rows("mlp_out"), axis=0)
+        for name in ("q_rot", "k_rot", "v"):
+            fill.put(name, start, rows(name), axis=1)  # (L, heads, Bs, Dh)
+        fill.put("final_norm", start, [torch.from_numpy(block["final_norm"])], axis=0)
+        if keep_attention:  # (L, H, Bs, start + Bs) -> keys padded to T (a position sees none after it)
+            wide = torch.nn.functional.pad(torch.from_numpy(block["attention"]), (0, T - start - bs))
+            fill.put("attention", start, list(wide), axis=1)
 
 
 def _result(lm: LanguageModel, ids: list[int], fill: _Filler, kv_cache, last_logits: torch.Tensor,

@@ -13,6 +13,9 @@ How it works (the scheme of vLLM's automatic prefix caching):
   full blocks.
 - Blocks are evicted least-recently-used first when the byte budget is exceeded, and expire
   after `ttl_seconds` without use.
+- The server's queue serves every request through one of these per model (pipeline.prompt_cache.reuse): `take`
+  the cached blocks a prompt starts with, run the rest, `keep` its new blocks. A block kept by a captured run also
+  holds that run's captures at its positions, so a captured run that reuses it still shows every position.
 
 Shape letters: L layers, Hkv key/value heads, T positions, Dh head width, Bs block size, V vocabulary.
 """
@@ -23,7 +26,9 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from typing import Callable
 
+import numpy as np
 import torch
 
 from pipeline.core.common_prefix import common_prefix_len
@@ -53,10 +58,14 @@ class Block:
     keys: torch.Tensor  # (L, Hkv, Bs, Dh) post-RoPE keys, on the model's device
     values: torch.Tensor  # (L, Hkv, Bs, Dh)
     last_used: float
+    # the captured run's tensors at these positions (pipeline.model.past.captures_at), by Prefill field name;
+    # None: kept by a run that captured nothing (the plain path, the Prompt caching page)
+    captures: dict[str, np.ndarray] | None = None
 
     @property
     def nbytes(self) -> int:
-        return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+        kv = self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
+        return kv + sum(a.nbytes for a in (self.captures or {}).values())
 
 
 @dataclass
@@ -129,16 +138,18 @@ def chain_hashes(ids: list[int], block_size: int) -> list[bytes]:
     return keys
 
 
-def blocks_to_cache(blocks: list[Block], lm: LanguageModel) -> DynamicCache:
-    """Stored blocks -> a DynamicCache the model can continue from (T = len(blocks) * Bs).
-
-    Each layer's tensors go to the device of that layer (one GPU, or several with a device map).
-    """
+def block_layers(blocks: list[Block], lm: LanguageModel) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Stored blocks -> per layer (keys, values), each (1, Hkv, T, Dh) with T = len(blocks) * Bs, on the device
+    of that layer (one GPU, or several with a device map)."""
     keys = torch.cat([b.keys for b in blocks], dim=2)  # (L, Hkv, T, Dh)
     values = torch.cat([b.values for b in blocks], dim=2)  # (L, Hkv, T, Dh)
     devices = [layer.self_attn.k_proj.weight.device for layer in lm.model.model.layers]
-    per_layer = [(keys[i][None].to(d), values[i][None].to(d)) for i, d in enumerate(devices)]  # (1, Hkv, T, Dh)
-    return DynamicCache(ddp_cache_data=per_layer)  # no config: see full_cache
+    return [(keys[i][None].to(d), values[i][None].to(d)) for i, d in enumerate(devices)]  # (1, Hkv, T, Dh)
+
+
+def blocks_to_cache(blocks: list[Block], lm: LanguageModel) -> DynamicCache:
+    """Stored blocks -> a DynamicCache the model can continue from (T = len(blocks) * Bs)."""
+    return DynamicCache(ddp_cache_data=block_layers(blocks, lm))  # no config: see full_cache
 
 
 def full_cache() -> DynamicCache:
@@ -268,7 +279,7 @@ class PrefixCache:
             ttft = time.perf_counter() - t0
             t1 = time.perf_counter()
             self._touch(keys[:run])
-            stored, evicted = self._store(ids, keys, run, reused, out_cache) if store else (0, 0)
+            stored, evicted = self._store(ids, keys, run, out_cache) if store else (0, 0)
             store_s = time.perf_counter() - t1
 
             if reuse:
@@ -287,18 +298,51 @@ class PrefixCache:
         cache = blocks_to_cache(hits, lm) if hits else full_cache()
         return lm.forward_chunked(ids[reused:], cache)  # (V,), per layer (1, Hkv, T, Dh)
 
-    def _store(self, ids, keys, run, reused, cache) -> tuple[int, int]:
-        """Keep this request's new full blocks; then evict LRU blocks over the budget."""
+    # ---- the server's queue: take, run the rest, keep -------------------------------------------
+    def take(self, ids: list[int], usable: Callable[[Block], bool] = lambda block: True) -> list[Block]:
+        """The cached blocks this prompt starts with, as many as lead it (at least one token left to run), up to
+        the first one `usable` refuses (a captured run needs blocks that kept captures); marked used and counted
+        in the hit rates. Nothing is stored here: the caller runs the rest, then `keep`s it.
+
+            take(ids)  -> [Block(0..15), Block(16..31)]  # positions 0-31 need not run again
+        """
+        with self._lock:
+            self.expire()
+            keys = chain_hashes(ids, self.config.block_size)
+            run = self.longest_cached_run(keys, len(ids))
+            blocks = []
+            for key in keys[:run]:
+                if not usable(self.blocks[key]):
+                    break
+                blocks.append(self.blocks[key])
+            self._touch(keys[:len(blocks)])
+            self._count(len(ids), len(blocks) * self.config.block_size, len(keys), len(blocks))
+            return blocks
+
+    def keep(self, ids: list[int], cache, captures: Callable[[int, int], dict] | None = None) -> tuple[int, int]:
+        """Keep the prompt's full blocks not cached yet from `cache` (a KV cache holding every prompt position in
+        every layer: slice_block refuses one that does not), each with captures(start, stop) when given (a block
+        cached without captures gets them); then evict LRU blocks over the budget. Returns (stored, evicted)."""
+        with self._lock:
+            return self._store(ids, chain_hashes(ids, self.config.block_size), 0, cache, captures)
+
+    def _store(self, ids, keys, run, cache, captures: Callable[[int, int], dict] | None = None) -> tuple[int, int]:
+        """Keep this request's new full blocks (from block `run` on); then evict LRU blocks over the budget."""
         stored = 0
         now = self.clock()
+        bs = self.config.block_size
         for i in range(run, len(keys)):
+            start = i * bs
             if keys[i] in self.blocks:  # cached, but recomputed (last block, or after a gap)
-                self.blocks[keys[i]].last_used = now
+                block = self.blocks[keys[i]]
+                block.last_used = now
+                if captures is not None and block.captures is None:
+                    block.captures = captures(start, start + bs)
                 continue
-            start = i * self.config.block_size
-            k, v = slice_block(cache, start, start + self.config.block_size)
+            k, v = slice_block(cache, start, start + bs)
             parent = keys[i - 1] if i else ROOT_KEY
-            self.blocks[keys[i]] = Block(keys[i], parent, tuple(ids[start:start + self.config.block_size]), k, v, now)
+            self.blocks[keys[i]] = Block(keys[i], parent, tuple(ids[start:start + bs]), k, v, now,
+                                         None if captures is None else captures(start, start + bs))
             self.children.setdefault(parent, set()).add(keys[i])
             stored += 1
         self._touch(keys)

@@ -89,7 +89,9 @@ class Trace:
     usage: Usage
     cleanup: Cleanup
     constraint: dict | None = None  # {kind, spec, steps: [MaskStep]} when decoded under a grammar
-    reused_positions: int = 0  # prompt positions whose K/V came from the prefix cache (0: the whole prompt prefilled)
+    # prompt positions whose K/V the server's prefix cache gave, not run again (their captures kept with the blocks;
+    # pipeline.prompt_cache.reuse); 0: all computed. The API reports it as cached_tokens
+    reused_positions: int = 0
 
     # ---- shortcuts the pages read ---------------------------------------------------------------
     @property
@@ -170,6 +172,7 @@ class Trace:
             "timings": asdict(self.timings),  # a stored run's defaults too
             "events": self.events,
             "usage": self.usage.to_json(),
+            "reused_positions": self.reused_positions,
             "cleanup": self.cleanup.__dict__.copy(),
         }
         if self.constraint is not None:

@@ -13,6 +13,7 @@ from pipeline.core.errors import InputError
 from pipeline.costs.named_time import BATCHED, CAPTURED, served_times
 from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import PassCounter, current_counter, passes_for
+from pipeline.model.past import NOTHING, Past, Reuse
 from pipeline.model.prefill_record import Prefill
 from pipeline.run.record import Cleanup, RequestRecord, Timings, Trace, Usage
 from pipeline.stages.decode_record import Decode
@@ -41,22 +42,44 @@ class _Started:
     kv_cache: object  # HF DynamicCache after the prompt; None once the answer is complete
     last_logits: object
     prefill_started_at: float
+    reused_positions: int = 0  # prompt positions whose K/V (and captures) came from the server's prefix cache
 
 
 def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None,
-             t0: float | None = None) -> _Started:
+             t0: float | None = None, reuse: Reuse | None = None) -> _Started:
+    """reuse: the server's prefix cache (pipeline.prompt_cache.reuse): the cached blocks the prompt starts with are
+    not run again (their captures kept with them), and its own blocks are kept."""
     from pipeline.model.prefill import run_prefill
 
     checked = _checked(request, lm, max_prompt_tokens, t0)
-    return checked.started(run_prefill(lm, checked.tokenized.ids))
+    past = _past(checked, lm, reuse)
+    return _kept(checked.started(run_prefill(lm, checked.tokenized.ids, past=past), past.n), lm, reuse)
+
+
+def _past(checked: _Checked, lm: LanguageModel, reuse: Reuse | None) -> Past:
+    """The cached blocks a checked request's prompt starts with that its captured prefill can use (with their
+    captures; their attention rows too when it keeps attention)."""
+    from pipeline.model.prefill import keeps_attention
+
+    ids = checked.tokenized.ids
+    return reuse.take(lm, ids, captured=True, keep_attention=keeps_attention(len(ids))) if reuse else NOTHING
+
+
+def _kept(s: _Started, lm: LanguageModel, reuse: Reuse | None) -> _Started:
+    """The started request, its prompt's blocks kept in the server's prefix cache (with its captures)."""
+    if reuse is not None:
+        reuse.keep(lm, s.tokenized.ids, s.kv_cache, s.prefill)
+    return s
 
 
 def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None,
-                      arrived_at: list[float | None], counters: list[PassCounter | None] | None = None
-                      ) -> list[_Started | InputError]:
+                      arrived_at: list[float | None], counters: list[PassCounter | None] | None = None,
+                      reuse: Reuse | None = None) -> list[_Started | InputError]:
     """Requests admitted together: each checked on its own (a refused one is its InputError, the others go on),
     the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one.
-    counters: each request's caller's pass counter (None: the current caller's for all)."""
+    counters: each request's caller's pass counter (None: the current caller's for all). reuse: the server's prefix
+    cache: a request whose prompt starts with cached blocks runs on its own over them, the others together; each
+    one's blocks are kept."""
     from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
 
     counters = counters or [current_counter()] * len(requests)
@@ -66,18 +89,24 @@ def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt
             checked.append((_checked(request, lm, max_prompt_tokens, t0), counter))
         except InputError as e:
             checked.append((e, counter))
-    going = [(c, counter) for c, counter in checked if isinstance(c, _Checked)]
+    # id(checked) -> the cached blocks its prompt starts with, for those that start with some
+    pasts = {id(c): past for c, _ in checked if isinstance(c, _Checked) and (past := _past(c, lm, reuse)).n}
+    going = [(c, counter) for c, counter in checked if isinstance(c, _Checked) and id(c) not in pasts]
     prompts = [c.tokenized.ids for c, _ in going]
     if can_batch_prefill(lm, prompts):
         with passes_for([counter for _, counter in going]):  # one pass for all of them
-            runs = iter(run_prefill_batch(lm, prompts))
+            runs = dict(zip(map(id, (c for c, _ in going)), run_prefill_batch(lm, prompts)))
     else:
-        runs = []
-        for ids, (_, counter) in zip(prompts, going):
+        runs = {}
+        for ids, (c, counter) in zip(prompts, going):
             with passes_for([counter]):
-                runs.append(run_prefill(lm, ids))
-        runs = iter(runs)
-    return [c.started(next(runs)) if isinstance(c, _Checked) else c for c, _ in checked]
+                runs[id(c)] = run_prefill(lm, ids)
+    for c, counter in checked:
+        if id(c) in pasts:
+            with passes_for([counter]):
+                runs[id(c)] = run_prefill(lm, c.tokenized.ids, past=pasts[id(c)])
+    return [_kept(c.started(runs[id(c)], pasts.get(id(c), NOTHING).n), lm, reuse) if isinstance(c, _Checked) else c
+            for c, _ in checked]
 
 
 @dataclass
@@ -91,11 +120,11 @@ class _Checked:
     tokenized: TokenizedRequest
     prefill_started_at: float = 0.0
 
-    def started(self, run) -> _Started:
-        """After its prefill (a PrefillResult)."""
+    def started(self, run, reused_positions: int = 0) -> _Started:
+        """After its prefill (a PrefillResult), which reused that many positions."""
         self.state.advance(RequestStatus.DECODING)
         return _Started(self.request, self.t0, self.rid, self.state, self.tokenized, run.prefill, run.kv_cache,
-                        run.last_logits, self.prefill_started_at)
+                        run.last_logits, self.prefill_started_at, reused_positions)
 
 
 def _checked(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None, t0: float | None) -> _Checked:
@@ -138,6 +167,7 @@ def _finish(s: _Started, decode: Decode, lm: LanguageModel, batch_index: int = 0
                         decode_path=served["decode_path"], device=served["device"]),
         usage=Usage(len(ids), len(decode.generated_ids)),
         cleanup=Cleanup(decode.kv_bytes_at_end, decode.kv_tokens_at_end),
+        reused_positions=s.reused_positions,
     )
 
 

@@ -24,6 +24,7 @@ from pipeline.costs.ceilings import device_name
 from pipeline.costs.named_time import BATCHED, CAPTURED, PLAIN
 from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import counter_in, current_counter
+from pipeline.model.past import Reuse
 from pipeline.server.run_queue import cost_of
 from pipeline.server.tickets import Unfinished
 from pipeline.stages.request import ChatRequest
@@ -48,10 +49,13 @@ class _Engine:
     prefill_path = PLAIN  # the path its prefills run on (pipeline.costs.named_time)
 
     def __init__(self, lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int | None = None,
-                 static_batch: bool | None = None):
+                 static_batch: bool | None = None, reuse: Reuse | None = None):
         """static_batch: whether the batch steps through the static batched step (graphed_batch_decoding); None:
-        where it is captured as CUDA graphs (CUDA) only; True: anywhere (a test runs it on a CPU)."""
+        where it is captured as CUDA graphs (CUDA) only; True: anywhere (a test runs it on a CPU). reuse: the
+        server's prefix cache (pipeline.prompt_cache.reuse.ServerReuse, one for both engines): each prefill runs
+        only the positions after the cached blocks its prompt starts with, and keeps its own; None: none."""
         self.lm_for, self.max_prompt_tokens, self.static_batch = lm_for, max_prompt_tokens, static_batch
+        self.reuse = reuse
         self.batches: dict[int, object] = {}  # id(lm) -> BatchDecoder
         self.graphs: dict[int, object] = {}  # id(lm) -> GraphedBatch (CUDA): its buckets' graphs outlive a batch
         self.started: dict[Hashable, tuple] = {}  # handle -> (lm, row, what finishing it needs)
@@ -151,8 +155,8 @@ class TraceEngine(_Engine):
     prefill_path = CAPTURED  # every layer's tensors recorded (pipeline.model.prefill)
 
     def __init__(self, lm_for, max_prompt_tokens=None, on_trace: Callable[[Hashable, object], None] | None = None,
-                 finisher: Executor | None = None, static_batch: bool | None = None):
-        super().__init__(lm_for, max_prompt_tokens, static_batch)
+                 finisher: Executor | None = None, static_batch: bool | None = None, reuse: Reuse | None = None):
+        super().__init__(lm_for, max_prompt_tokens, static_batch, reuse)
         self.on_trace, self.finisher = on_trace, finisher
 
     @staticmethod
@@ -165,7 +169,7 @@ class TraceEngine(_Engine):
 
         key, request, arrived_at = payload
         lm = self.lm_for(request)
-        s = _prefill(request, lm, self.max_prompt_tokens, arrived_at)
+        s = _prefill(request, lm, self.max_prompt_tokens, arrived_at, self.reuse)
         answer = Answer(lm, s.last_logits, request.options, s.rid, s.prefill_started_at, prompt_ids=s.tokenized.ids)
         row = self._batch(lm).join(answer, s.kv_cache)
         s.kv_cache = None  # the batch holds it now
@@ -188,7 +192,8 @@ class TraceEngine(_Engine):
         for numbers in by_model.values():
             lm = self.lm_for(payloads[numbers[0]][1])
             started = _prefill_together([payloads[n][1] for n in numbers], lm, self.max_prompt_tokens,
-                                        [payloads[n][2] for n in numbers], counters=[callers[n] for n in numbers])
+                                        [payloads[n][2] for n in numbers], counters=[callers[n] for n in numbers],
+                                        reuse=self.reuse)
             for n, s in zip(numbers, started):
                 if isinstance(s, BaseException):
                     out[n] = s
@@ -233,7 +238,7 @@ class StreamEngine(_Engine):
 
         request, on_event = payload
         lm = self.lm_for(request)
-        answer, decoder = open_answer(lm, request, self.max_prompt_tokens, on_event)
+        answer, decoder = open_answer(lm, request, self.max_prompt_tokens, on_event, reuse=self.reuse)
         return self._add(lm, self._batch(lm).join(answer, decoder=decoder), None)
 
     def _finished(self, lm: LanguageModel, row, extra):

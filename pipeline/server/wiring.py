@@ -40,16 +40,21 @@ def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_toke
     scheduled per decode step (pipeline.server.run_queue, pipeline.server.trace_engine). Each ended run's record
     is assembled and handed to on_trace on a thread of its own (the batch steps on meanwhile), or in the
     queue's own thread with finish_inline. budget: the KV bytes the batch may reserve (default: kv_budget on the
-    device the models load on: the fixed budget on a CPU, the free memory less a margin on CUDA)."""
+    device the models load on: the fixed budget on a CPU, the free memory less a margin on CUDA). Both engines serve
+    through one prefix cache (pipeline.prompt_cache.reuse): a prompt's cached first blocks are not run again."""
     from pipeline.model.loader import pick_device  # torch: not at import
+    from pipeline.prompt_cache.reuse import ServerReuse
 
     if budget is None:
         device = pick_device()
         budget = kv_budget(device, stored_weights_bytes() if str(device).startswith("cuda") else 0)
     logging.getLogger("pipeline.server.run_queue").info("admission: %s", budget.describe())
     finisher = None if finish_inline else ThreadPoolExecutor(max_workers=1, thread_name_prefix="finish-runs")
-    return RunQueue(engines={"trace": TraceEngine(lm_for, max_prompt_tokens, on_trace=on_trace, finisher=finisher),
-                             "stream": StreamEngine(lm_for, max_prompt_tokens)}, kv_budget_bytes=budget.bytes)
+    reuse = ServerReuse()
+    return RunQueue(engines={"trace": TraceEngine(lm_for, max_prompt_tokens, on_trace=on_trace, finisher=finisher,
+                                                  reuse=reuse),
+                             "stream": StreamEngine(lm_for, max_prompt_tokens, reuse=reuse)},
+                    kv_budget_bytes=budget.bytes)
 
 
 def stored_weights_bytes() -> int:

@@ -80,7 +80,7 @@ class Answer:
         self.first_at = self.last_at = 0.0
         self.finish_reason: FinishReason | None = None  # set once the answer has ended
         self.closed = False
-        self.reused_positions = 0  # prompt positions whose K/V came from the prefix cache, not this prefill
+        self.reused_positions = 0  # prompt positions whose K/V the server's prefix cache gave (not run again)
 
     @property
     def ttft_s(self) -> float | None:

@@ -15,6 +15,7 @@ from views.chrome import page_header
 from views.live_stream import compare_paths, stream_live
 from views.model_kind_note import base_model_note
 from views.page_path import back_next
+from views.reuse_saving import reuse_section
 from views.runs import run_for_page
 from views.server_state import get_model
 from views.session_request import current_request
@@ -120,6 +121,7 @@ st.caption(f"Model time for prefill: {t.prefill_s:.3f} s for {plural(len(trace.t
            f"Arrival to the last token: {t.total_s:.2f} s ({first.label} {first.shown}"
            + (f", then {per_token.label} {per_token.shown} on average" if per_token else "") + "). "
            "Timings are measured on this shared CPU and vary from run to run.")
+reuse_section(trace, "gen")
 
 st.subheader("4. The end")
 why = {"eos": "the model chose its end-of-turn token, which is not shown",

@@ -12,6 +12,8 @@ from ui.words import plural
 from views.chrome import page_header
 from views.measured import measured_when
 from views.page_path import back_next
+from views.reuse_saving import reuse_section, server_cache_caption
+from views.runs import run_for_page
 from views.scenarios import scenario_rows, scenario_rows_timed_again
 from views.server_state import (
     APP_MAX_PROMPT_TOKENS,
@@ -163,4 +165,12 @@ try:
         show_request(row, shared=False)
 except InputError as e:
     st.error(f"Please fix the requests — {markdown_text(e)}")
+
+st.subheader("4. The server's own prefix cache: your request's run")
+st.markdown("Every request this server runs (yours, the room's, the API's) goes through one prefix cache per model, "
+            "as above with blocks of 16 tokens: its first cached blocks are not run again.")
+reuse_section(run_for_page(original=True), "pc")
+server_reuse = run_queue().engines["trace"].reuse
+if server_reuse is not None:
+    st.caption(server_cache_caption(server_reuse, lm))
 back_next()

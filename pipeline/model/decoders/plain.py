@@ -20,12 +20,14 @@ V vocabulary, T positions, B batch (always 1 here), F the MLP's hidden width.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from pipeline.model.interface import LanguageModel
 from pipeline.model.kv_tensors import cache_layers
+from pipeline.model.past import NOTHING, Past
 from pipeline.model.rope import model_tables, rotate
 from pipeline.model.weight_formats import Int8Rows, aten_bf16_gemv, is_int8
 
@@ -38,8 +40,12 @@ class HFDecoder:
     def __init__(self, lm: LanguageModel):
         self.lm, self.kv_cache = lm, None  # the KV cache grows as HF's DynamicCache does: no size needed
 
-    def prefill(self, ids: list[int]) -> torch.Tensor:
-        logits, self.kv_cache = self.lm.forward_chunked(ids)
+    def prefill(self, ids: list[int], past: Past = NOTHING, kept: Callable[[object], None] | None = None
+                ) -> torch.Tensor:
+        """As PrefilledDecoder.prefill."""
+        logits, self.kv_cache = self.lm.forward_chunked(ids[past.n:], past.cache)
+        if kept is not None:
+            kept(self.kv_cache)
         return logits  # (V,)
 
     def step(self, token: int) -> torch.Tensor:
@@ -168,11 +174,15 @@ class PrefilledDecoder:
     values: torch.Tensor
     T: int
 
-    def prefill(self, ids: list[int]) -> torch.Tensor:
+    def prefill(self, ids: list[int], past: Past = NOTHING, kept: Callable[[object], None] | None = None
+                ) -> torch.Tensor:
         """The prompt through HF (chunked, as the captured path runs it), its K/V copied into this cache (a
         sliding layer's HF cache holds only its last positions, all that attention reads of it). Returns
-        logits (V,) for the token after the prompt."""
-        logits, kv_cache = self.lm.forward_chunked(ids)
+        logits (V,) for the token after the prompt. past: its first past.n positions computed before (their K/V
+        in past.cache): only the rest runs. kept: called with the prompt's HF cache (to keep its blocks)."""
+        logits, kv_cache = self.lm.forward_chunked(ids[past.n:], past.cache)
+        if kept is not None:
+            kept(kv_cache)
         self.T = fill_from_prefill(self.keys, self.values, kv_cache, len(ids))
         return logits
 
