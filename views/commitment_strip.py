@@ -11,6 +11,7 @@ from pipeline.text.pieces import token_pieces
 from ui.chips import chip
 from ui.escape import one_html_block
 from ui.more_below import fold
+from ui.words import plural
 from views import url_state
 from views.chrome import fragment
 
@@ -84,9 +85,9 @@ def commitment_strip(lm, trace) -> None:
     st.markdown(strip_html([p.label for p in pieces], layers, c.probs[-1], L), unsafe_allow_html=True)
     st.markdown(one_html_block(f"<div style='font-size:0.85em'>{legend(L)}</div>"), unsafe_allow_html=True)
     settled = [x for x in layers if x is not None and x < L]
-    st.caption(f"{len(settled)} of {len(answer)} tokens settle before the last layer "
-               f"({DEFINITIONS[rule]}). The lens at these positions comes from one more pass of the model over the "
-               "prompt and the answer: the decode steps keep no per-layer vectors.")
+    st.caption(f"Settled before the last layer ({DEFINITIONS[rule]}): {len(settled)} of "
+               f"{plural(len(answer), 'token')}. The lens at these positions comes from one more pass of the model "
+               "over the prompt and the answer: the decode steps keep no per-layer vectors.")
     url_state.keep_in_range("ly_commit_token", 0, len(answer) - 1)
     j = st.selectbox("logit lens at the answer token", range(len(answer)), key="ly_commit_token",
                      format_func=lambda k: f"({k}) {pieces[k].label}: {layer_words(layers[k], L)}")
