@@ -97,21 +97,25 @@ def answer_stream(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int
 
 def answer_lens(lm: LanguageModel, stream: np.ndarray, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
     """stream (L+1, S, D), token_ids (S,) -> (ranks (L+1, S) int, probs (L+1, S) float32) of each token under
-    the lens at its own position; one (L+1, V) block of logits at a time."""
+    the lens at its own position; LENS_CHUNK_ROWS rows of (rows, V) logits at a time, as the page's lens reads."""
     import torch
 
-    from pipeline.stages.layers import lens_head
+    from pipeline.stages.layers import LENS_CHUNK_ROWS, lens_head
 
     head = lens_head(lm)
-    L1, S, _ = stream.shape
-    ranks, probs = np.zeros((L1, S), dtype=np.int64), np.zeros((L1, S), dtype=np.float32)
+    L1, S, D = stream.shape
+    rows = torch.from_numpy(np.ascontiguousarray(stream.reshape(L1 * S, D), dtype=np.float32))  # (L+1) x S rows
+    tokens = torch.as_tensor(list(token_ids), dtype=torch.long).repeat(L1)[:, None]  # (L+1) x S, (rows, 1)
+    ranks, probs = [], []
     with torch.inference_mode():
-        for j, t in enumerate(token_ids):
-            logits = head(torch.from_numpy(np.ascontiguousarray(stream[:, j], dtype=np.float32)))  # (L+1, V)
-            own = logits[:, int(t)]  # (L+1,)
-            ranks[:, j] = (logits > own[:, None]).sum(-1).numpy()
-            probs[:, j] = torch.exp(own - torch.logsumexp(logits, dim=-1)).numpy()
-    return ranks, probs
+        for start in range(0, rows.shape[0], LENS_CHUNK_ROWS):
+            logits = head(rows[start:start + LENS_CHUNK_ROWS])  # (n, V)
+            own = logits.gather(1, tokens[start:start + LENS_CHUNK_ROWS])  # (n, 1)
+            ranks.append((logits > own).sum(-1))
+            probs.append(torch.exp(own[:, 0] - torch.logsumexp(logits, dim=-1)))
+    if not ranks:
+        return np.zeros((L1, S), dtype=np.int64), np.zeros((L1, S), dtype=np.float32)
+    return torch.cat(ranks).numpy().reshape(L1, S), torch.cat(probs).numpy().reshape(L1, S)
 
 
 def answer_commitment(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int]) -> Commitment:
