@@ -9,7 +9,7 @@ from pipeline.stages import layers as la
 from pipeline.stages.commitment import DEFINITIONS, Commitment, answer_commitment
 from pipeline.text.pieces import token_pieces
 from ui.chips import chip
-from ui.escape import one_html_block
+from ui.escape import code_span, one_html_block
 from ui.more_below import fold
 from ui.words import plural
 from views import url_state
@@ -77,8 +77,9 @@ def commitment_strip(lm, trace) -> None:
                     horizontal=True, key="ly_commit_rule",
                     help="A choice of definition, not a fact about the model: the three can name different layers.")
     st.caption("Each token of the answer, shaded by the first layer from which the logit lens keeps it through the "
-               f"last layer ({L}), under the definition chosen above. This is one definition among several; the "
-               "page offers three. Hover a token for its layer and the model's final probability of it.")
+               f"last layer ({L}). \"Decided\" is a choice of definition, not a fact about the model: the three above "
+               "can name different layers for the same token. Hover a token for its layer and the model's final "
+               "probability of it; pick one below for the lens at its position.")
     c = _commitment(lm.name, tuple(trace.ids), tuple(answer), lm)
     layers = c.layers[rule]
     pieces = token_pieces(lm.tokenizer, answer)
@@ -98,5 +99,5 @@ def commitment_strip(lm, trace) -> None:
              "answer token's rank": int(c.ranks[i, j]) + 1, "its probability": f"{float(c.probs[i, j]):.1%}"}
             for i in range(L + 1)]
     st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch")
-    st.caption(f"Rows from the last layer down; the answer token is {pieces[j].label!r}, rank 1 = the lens's top-1 "
-               "(a tie at the top counts as rank 1).")
+    st.caption(f"Rows from the last layer down; the answer token is {code_span(pieces[j].label)}, rank 1 = the "
+               "lens's top-1 (a tie at the top counts as rank 1).")
