@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from pipeline.stages.commitment import DEFINITIONS
 from views.link_params import (
     MAX_NUMBER_CHARS,
     Param,
@@ -199,7 +200,9 @@ _PAGES: dict[str, Callable[[int, int], dict[str, Param]]] = {
                                      Param("rope_i", integer(0, WIDE)), Param("rope_j", integer(0, WIDE))),
     "layers": lambda L, H: _linked(Param("ly_token", integer(0, WIDE)),
                                    Param("ly_contrib_scale", choice(["log", "linear"])),
-                                   Param("ly_positions", integer(1, WIDE)), Param("ly_lens_end", integer(1, WIDE))),
+                                   Param("ly_positions", integer(1, WIDE)), Param("ly_lens_end", integer(1, WIDE)),
+                                   Param("ly_commit_rule", choice(list(DEFINITIONS))),
+                                   Param("ly_commit_token", integer(0, WIDE))),
     "attention": _attention,
     "next-token": _next_token,
     "why-token": _why_token,

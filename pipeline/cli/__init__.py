@@ -15,6 +15,7 @@ is printed shows control characters escaped (pipeline.cli.terminal).
   parser.py      bad input said in one line, exit 2
   terminal.py    what is printed, control characters escaped
   trace_text.py  a readable walk through a trace, stage by stage, for the terminal (`trace`)
+  commitment_text.py  where each answer token was decided, for the terminal (`trace --commitment`)
 """
 from __future__ import annotations
 

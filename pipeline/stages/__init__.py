@@ -10,6 +10,7 @@
   embeddings.py      the embedding table as a space
   position.py        RoPE recomputed with the model's base and head width
   layers.py          the residual stream and the logit lens
+  commitment.py      where each answer token was decided: the first layer from which the lens keeps it
   attention.py       which earlier tokens each token reads from
   next_token.py      from logits to one token: penalties, bias, temperature, filters, a draw
   penalties.py       penalties and logit bias on the raw scores

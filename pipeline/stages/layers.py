@@ -63,34 +63,50 @@ def _f32(x: np.ndarray) -> np.ndarray:
 LENS_CHUNK_ROWS = 128  # rows per (rows x V) product: 128 x 49,152 x 4 B = 25 MB (512 rows held 200 MB with the softmax)
 
 
+def lens_head(lm: LanguageModel):
+    """The logit lens's reading, as a function of (n, D) float32 torch rows of the residual stream -> (n, V) logits
+    as if each row were the last layer's output: the final RMSNorm (Gemma: times 1 + weight), the output head,
+    and the model's logit soft-capping where it has one (cap * tanh(z / cap): the order of the tokens stays, their
+    probabilities change). The model's weights used directly (plain tensor maths, no module call, so no capture
+    hook can see it)."""
+    import torch  # here, not at import: the Layers page draws a stored run before torch has loaded
+
+    from pipeline.model.capture import final_norm_scale
+
+    norm = lm.model.model.norm
+    eps = float(getattr(norm, "variance_epsilon", getattr(lm.config, "rms_norm_eps", 1e-6)))
+    w_norm = final_norm_scale(lm.model).detach().float().cpu()  # (D,) the weight; Gemma: 1 + weight
+    w_head = lm.model.get_output_embeddings().weight.detach().float().cpu()  # (V, D)
+    cap = getattr(lm.config, "final_logit_softcapping", None)
+
+    def head(x):  # (n, D) -> (n, V)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w_norm  # RMSNorm
+        logits = x @ w_head.T
+        return logits if not cap else cap * torch.tanh(logits / cap)
+
+    return head
+
+
 def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS_CHUNK_ROWS,
                start: int = 0, end: int | None = None):
     """Top-k token ids and probabilities for every layer and the positions start..end-1:
     ((L+1, P, k), (L+1, P, k)) with P = end - start (default: all T positions).
 
-    Uses the model's final-norm and LM-head weights directly (plain tensor maths, no module call,
-    so no capture hook can see it), over at most `chunk_rows` rows at a time: never (L+1, T, V), and
+    Reads through `lens_head` over at most `chunk_rows` rows at a time: never (L+1, T, V), and
     only the top k probabilities (exp(logit - logsumexp)), never a second (rows, V) array for the softmax.
     Each row costs a (D x V) product, so a page asks only for the positions it shows: 16 positions
     are (L+1) x 16 = 496 rows; a whole 641-token prompt would be 19,871 rows (about 100 s on a CPU).
     """
-    import torch  # here, not at import: the Layers page draws a stored run before torch has loaded
-
-    from pipeline.model.capture import final_norm_scale
+    import torch
 
     hidden_states = hidden_states[:, start:end]  # (L+1, P, D)
-    norm = lm.model.model.norm
-    eps = float(getattr(norm, "variance_epsilon", getattr(lm.config, "rms_norm_eps", 1e-6)))
-    w_norm = final_norm_scale(lm.model).detach().float().cpu()  # (D,) the weight; Gemma: 1 + weight
-    w_head = lm.model.get_output_embeddings().weight.detach().float().cpu()  # (V, D)
+    head = lens_head(lm)
     L1, T, D = hidden_states.shape
     flat = torch.from_numpy(np.ascontiguousarray(hidden_states.reshape(L1 * T, D), dtype=np.float32))
     ids, probs = [], []
     with torch.inference_mode():
         for start in range(0, flat.shape[0], chunk_rows):
-            x = flat[start:start + chunk_rows]  # (n, D)
-            x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w_norm  # RMSNorm
-            logits = x @ w_head.T  # (n, V)
+            logits = head(flat[start:start + chunk_rows])  # (n, V)
             top = logits.topk(k, dim=-1)  # the softmax keeps the order: top logits = top probabilities
             ids.append(top.indices)
             probs.append(torch.exp(top.values - torch.logsumexp(logits, dim=-1, keepdim=True)))

@@ -16,7 +16,7 @@ ACTIONS = {"button", "form", "plotly_chart", "download_button"}  # what a click 
 NON_DEFAULT = {
     "tok_text": "Hello links", "batch_q2": "Hey?", "batch_q3": "Why not?", "batch_side": "right",
     "em_words": "apple, pear, car, bus", "em_word": "pear", "em_a": "paris", "em_b": "france", "em_c": "italy",
-    "rope_layer": 1, "ly_contrib_scale": "linear", "ly_positions": 5, "ly_lens_end": 8,
+    "rope_layer": 1, "ly_contrib_scale": "linear", "ly_positions": 5, "ly_lens_end": 8, "ly_commit_rule": "top3",
     "at_layer": 1, "at_scale": "log", "at_answer": True,
     "nt_step": 2, "nt_draws": 100, "nt_temperature": 0.5, "nt_top_k": 7, "nt_top_p": 0.8, "nt_min_p": 0.1,
     "nt_seed": 3, "nt_allowed": "Yes, Maybe",

@@ -11,6 +11,7 @@ from ui.plots import TICK_FONT, token_axis
 from ui.words import clipped, plural
 from views import url_state
 from views.chrome import fragment, page_header
+from views.commitment_strip import commitment_strip
 from views.page_path import back_next
 from views.runs import run_for_page
 from views.server_state import get_model
@@ -133,4 +134,5 @@ def logit_lens() -> None:
 
 
 logit_lens()
+commitment_strip(lm, trace)
 back_next()

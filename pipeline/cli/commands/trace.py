@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="add BIAS (-100 to 100) to this token's score (repeatable)")
     p.add_argument("--json", dest="json_file", default=None, help="write the whole trace to this file")
     p.add_argument("--tensors", action="store_true", help="include the large tensors in the JSON")
+    p.add_argument("--commitment", action="store_true",
+                   help="where each answer token was decided: the first layer from which the logit lens keeps it "
+                        "(top-1, top-3, probability over 0.5) through the last; one more pass of the model")
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local Hugging Face "
                                                   "causal-LM folder")
     p.add_argument("--plain", action="store_true", help="plain-text completion: the question as it is, no chat format")
@@ -63,12 +66,21 @@ def run(args) -> int:
         print(f"Note on {spec.display_name}: {spec.note}")
     print_trace(trace)
     print(f"  start-up {startup_s * 1000:.0f} ms before the request (model load and first-call warm-up; not in TTFT)")
+    commitment = None
+    if args.commitment:
+        from pipeline.cli.commitment_text import print_commitment
+        from pipeline.stages.commitment import answer_commitment
+
+        commitment = answer_commitment(lm, trace.ids, trace.generated_token_ids)
+        print_commitment(lm.tokenizer, commitment, lm.dims.L)
     if args.json_file:
         out = trace.to_json(include_tensors=args.tensors)
         out["startup_s"] = startup_s  # the process's, before the request arrived; timings.ttft_s is the request's
         if args.tensors:  # the model's best next tokens after every prompt position, from the captured final norm
             top_ids, _, top_probs = top_per_position(lm, trace.prefill.final_norm)
             out["tensors"].update(top_ids=top_ids.tolist(), top_probs=top_probs.tolist())
+        if commitment is not None:
+            out["commitment"] = commitment.to_json()
         write_json(args.json_file, out, "the trace")
         print(f"\nWrote the trace to {args.json_file}")
     return 0

@@ -1,0 +1,125 @@
+"""Where each answer token was decided: the first layer from which the logit lens keeps it through the last layer.
+
+Answer token j (chosen at decode step j) was predicted from the residual stream at sequence position T - 1 + j
+(T prompt tokens). The logit lens reads that stream after every layer (pipeline.stages.layers.lens_head: the final
+norm, the head, any soft-capping) and asks where the chosen token stands. "Keeps it" has no single meaning, so
+three definitions are computed side by side, a choice of definition and not a fact about the model:
+
+  top1    the token is the lens's top-1 (no other token scored strictly higher: a tie at the top counts)
+  top3    fewer than 3 other tokens scored strictly higher
+  p_half  its probability under the lens is over 0.5
+
+Layers are numbered as HF's `hidden_states` index: 0 the embeddings, i the output of block i, L the last layer
+(before the final norm, which the lens applies). A token's layer is the first l with the definition holding at
+every layer l..L; L when it holds at the last layer only; None when it does not hold even there (a sampled or
+forced token the model did not rank first, say).
+
+The decode steps keep no per-layer stream, so `answer_commitment` runs the model once more over the prompt and the
+answer with hooks on every block: the prompt's first T - 1 tokens through the KV cache without hooks (in chunks,
+as the prefill does), then the S positions that predicted the answer's tokens in one pass, captured.
+
+Shape letters: L layers, S answer tokens, D model width, V vocabulary.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.model.interface import LanguageModel
+
+DEFINITIONS = {  # key (the JSON's) -> how the page names it
+    "top1": "top-1 from then on",
+    "top3": "in the top 3 from then on",
+    "p_half": "probability over 0.5 from then on",
+}
+TOP3 = 3
+
+
+def definition_holds(ranks: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarray]:
+    """ranks (L+1, S): other tokens the lens scored strictly higher than the answer's token; probs (L+1, S) its
+    probability -> {definition: (L+1, S) bool}."""
+    return {"top1": ranks == 0, "top3": ranks < TOP3, "p_half": probs > 0.5}
+
+
+def settled_layers(holds: np.ndarray) -> list[int | None]:
+    """(L+1, S) bool -> per token the first layer from which it holds through the last; None where the last
+    layer does not hold.  [[F, T], [T, F], [T, T]] -> [1, 2];  [[T], [F]] -> [None]."""
+    L1, S = holds.shape
+    out: list[int | None] = []
+    for j in range(S):
+        column = holds[:, j]
+        if not column[-1]:
+            out.append(None)
+            continue
+        failing = np.flatnonzero(~column)  # layers where it does not hold; the last such one bounds it
+        out.append(int(failing[-1]) + 1 if failing.size else 0)
+    return out
+
+
+def commitment_layers(ranks: np.ndarray, probs: np.ndarray) -> dict[str, list[int | None]]:
+    """{definition: per answer token its layer (or None)} from the lens's ranks and probabilities (L+1, S)."""
+    return {name: settled_layers(h) for name, h in definition_holds(ranks, probs).items()}
+
+
+@dataclass(frozen=True)
+class Commitment:
+    """The logit lens at the positions that predicted the answer's tokens, and where each token settled."""
+
+    token_ids: list[int]  # (S,) the answer's tokens
+    stream: np.ndarray  # (L+1, S, D) float32 residual stream that predicted each (0 = embeddings)
+    ranks: np.ndarray  # (L+1, S) other tokens the lens scored strictly higher than the answer's token
+    probs: np.ndarray  # (L+1, S) the answer's token's probability under the lens ([L]: the model's own at T = 1)
+    layers: dict[str, list[int | None]]  # definition -> (S,) layer, or None
+
+    def to_json(self) -> list[dict]:
+        """[{"token_id", "top1", "top3", "p_half"}, ...], one entry per answer token."""
+        return [{"token_id": int(t), **{name: self.layers[name][j] for name in DEFINITIONS}}
+                for j, t in enumerate(self.token_ids)]
+
+
+def answer_stream(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int]) -> np.ndarray:
+    """(L+1, S, D) float32: the residual stream after every layer at the S positions that predicted the answer's
+    tokens (the last prompt token's, then every answer token's but the last), from one more pass of the model."""
+    import torch
+
+    from pipeline.model.capture import block_names, capture
+
+    S, L = len(answer_ids), lm.dims.L
+    if S == 0:
+        return np.zeros((L + 1, 0, lm.dims.D), dtype=np.float32)
+    kv_cache = lm.forward_chunked(list(prompt_ids[:-1]))[1] if len(prompt_ids) > 1 else None
+    names = ["embeddings", *block_names(L, "hidden_states")]
+    with capture(lm, names, store_dtype=torch.float32) as seen:
+        lm.forward([[prompt_ids[-1], *answer_ids[:-1]]], cache=kv_cache, logits_to_keep=1)  # (1, S)
+    return np.stack([seen[n][0][0].numpy() for n in names])  # L+1 of (S, D)
+
+
+def answer_lens(lm: LanguageModel, stream: np.ndarray, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """stream (L+1, S, D), token_ids (S,) -> (ranks (L+1, S) int, probs (L+1, S) float32) of each token under
+    the lens at its own position; LENS_CHUNK_ROWS rows of (rows, V) logits at a time, as the page's lens reads."""
+    import torch
+
+    from pipeline.stages.layers import LENS_CHUNK_ROWS, lens_head
+
+    head = lens_head(lm)
+    L1, S, D = stream.shape
+    rows = torch.from_numpy(np.ascontiguousarray(stream.reshape(L1 * S, D), dtype=np.float32))  # (L+1) x S rows
+    tokens = torch.as_tensor(list(token_ids), dtype=torch.long).repeat(L1)[:, None]  # (L+1) x S, (rows, 1)
+    ranks, probs = [], []
+    with torch.inference_mode():
+        for start in range(0, rows.shape[0], LENS_CHUNK_ROWS):
+            logits = head(rows[start:start + LENS_CHUNK_ROWS])  # (n, V)
+            own = logits.gather(1, tokens[start:start + LENS_CHUNK_ROWS])  # (n, 1)
+            ranks.append((logits > own).sum(-1))
+            probs.append(torch.exp(own[:, 0] - torch.logsumexp(logits, dim=-1)))
+    if not ranks:
+        return np.zeros((L1, S), dtype=np.int64), np.zeros((L1, S), dtype=np.float32)
+    return torch.cat(ranks).numpy().reshape(L1, S), torch.cat(probs).numpy().reshape(L1, S)
+
+
+def answer_commitment(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int]) -> Commitment:
+    """Where each token of the answer to `prompt_ids` was decided, by each definition (one more model pass)."""
+    stream = answer_stream(lm, prompt_ids, answer_ids)
+    ranks, probs = answer_lens(lm, stream, answer_ids)
+    return Commitment(list(map(int, answer_ids)), stream, ranks, probs, commitment_layers(ranks, probs))
