@@ -71,6 +71,29 @@ def test_an_answer_carries_its_run_link_and_no_cached_tokens_on_a_first_request(
     assert done.usage.prompt_tokens_details.cached_tokens == 0
 
 
+def test_a_second_request_sharing_a_long_system_prompt_reads_its_blocks_from_the_cache(oa, an):
+    """The prefix cache is real: a first request with a new long system prompt reuses nothing; a second one with the
+    same system prompt and another question reuses every full 16-token block before the question (the prompts part
+    where the user's text starts: the template's few tokens before it and the question's own, under three blocks)."""
+    system = "You answer questions about vegetable gardens, briefly and kindly. " * 12 + f"Nonce {time.time_ns()}."
+    first = oa.chat.completions.create(model=SMOL, max_tokens=2, temperature=0,
+                                       messages=[{"role": "system", "content": system}, *HI])
+    second = oa.chat.completions.create(model=SMOL, max_tokens=2, temperature=0,
+                                        messages=[{"role": "system", "content": system},
+                                                  {"role": "user", "content": "Are tomatoes fruit?"}])
+    assert first.usage.prompt_tokens > 150 and first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached % 16 == 0 and second.usage.prompt_tokens - 48 <= cached < second.usage.prompt_tokens
+    streamed = list(oa.chat.completions.create(
+        model=SMOL, max_tokens=2, temperature=0, stream=True, stream_options={"include_usage": True},
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": "Is a pumpkin a fruit?"}]))
+    assert streamed[-1].usage.prompt_tokens_details.cached_tokens >= cached - 16
+    message = an.messages.create(model=SMOL, max_tokens=2, extra_body={"temperature": 0},
+                                 system=[{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+                                 messages=[{"role": "user", "content": "Is a cucumber a fruit?"}])
+    assert message.usage.cache_read_input_tokens >= cached - 16 and message.usage.cache_read_input_tokens % 16 == 0
+
+
 def test_a_streamed_answer_is_the_same_answer_and_ends_with_its_usage(oa):
     whole = oa.chat.completions.create(model=SMOL, messages=HI, max_tokens=12, temperature=0)
     chunks = list(oa.chat.completions.create(model=SMOL, messages=HI, max_tokens=12, temperature=0, stream=True,
@@ -82,7 +105,9 @@ def test_a_streamed_answer_is_the_same_answer_and_ends_with_its_usage(oa):
         whole.choices[0].finish_reason]
     assert not chunks[-1].choices and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
     assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
-    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 0
+    # the same prompt again: every full 16-token block but the one holding the last token (one is always run)
+    assert whole.usage.prompt_tokens_details.cached_tokens == 0
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == (whole.usage.prompt_tokens - 1) // 16 * 16
 
 
 def test_streams_at_once_each_get_their_own_answer(oa):
@@ -147,7 +172,8 @@ def test_logprobs_are_a_distribution_over_the_chosen_tokens(oa):
 
 def test_anthropic_messages_whole_and_streamed(an):
     kwargs = dict(model=SMOL, max_tokens=10, messages=[{"role": "user", "content": "Hello there"}],
-                  system=[{"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}],
+                  system=[{"type": "text", "text": f"You are terse ({time.time_ns()}).",
+                           "cache_control": {"type": "ephemeral"}}],
                   extra_body={"temperature": 0})
     raw = an.messages.with_raw_response.create(**kwargs)
     whole = raw.parse()
@@ -160,7 +186,8 @@ def test_anthropic_messages_whole_and_streamed(an):
         final = stream.get_final_message()
     assert text == whole.content[0].text == final.content[0].text
     assert final.stop_reason == whole.stop_reason and final.usage.output_tokens == whole.usage.output_tokens
-    assert final.usage.cache_read_input_tokens == 0
+    prompt = whole.usage.input_tokens + whole.usage.cache_creation_input_tokens
+    assert final.usage.cache_read_input_tokens == (prompt - 1) // 16 * 16  # the same prompt again: its full blocks
 
 
 @pytest.mark.parametrize("kwargs,error,param", [
