@@ -64,7 +64,7 @@ def test_real_smollm2_attributes_a_788_token_prompt_on_its_last_512_positions(lm
 
 
 def test_the_page_attributes_a_long_prompt_and_says_what_it_left_out(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "why_token.py"), default_timeout=240)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / "why_token" / "page.py"), default_timeout=240)
     at.session_state["req_question"] = LONG_QUESTION
     at.session_state["req_max_new_tokens"] = 2
     at.run()

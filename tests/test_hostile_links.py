@@ -6,6 +6,7 @@ import re
 
 import pytest
 from kit.markdown_links import foreign_links
+from kit.paths import app_page_table
 from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")  # AppTest on the tiny model (fast tier): links, not answers
@@ -20,8 +21,7 @@ PLAIN_TYPES = {"text", "code", "json", "exception"}  # drawn as text, never as M
 
 
 def pages() -> list[tuple[str, str]]:
-    src = open(os.path.join(ROOT, "app.py")).read()
-    return re.findall(r'\("(\w+\.py)", "[^"]+", "[^"]+", "([\w-]+)"\)', src)
+    return [(file, url) for file, _, _, url, _ in app_page_table()]
 
 
 def markdown_of(at: AppTest) -> list[tuple[str, str]]:
@@ -49,14 +49,14 @@ def planted_links(at: AppTest) -> list[tuple[str, str]]:
 
 
 def tampered(page_params: dict) -> dict[str, str]:
-    from views.url_state import REQUEST
+    from views.links.url_state import REQUEST
 
     return {**{name: TEXT_PARAMS.get(name, PHISH) for name in REQUEST}, **{name: PHISH for name in page_params}}
 
 
 @pytest.mark.parametrize("file,path", pages())
 def test_no_tampered_parameter_plants_a_link(file, path):
-    from views.url_state import page_params
+    from views.links.url_state import page_params
 
     params = tampered(page_params(path, 30, 9))
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)

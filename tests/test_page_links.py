@@ -54,13 +54,13 @@ def pages() -> list[tuple[str, str]]:
 def controls(at) -> dict[str, object]:
     """The page's controls as drawn (the sidebar's request is not the page's): the key a link sets -> value
     (a widget's own key, or the one its page keeps a per-run picker's value under: page_links.LINKED_AS)."""
-    from views.page_links import linked_key
+    from views.links.page_controls import linked_key
 
     return {linked_key(n.key): n.value for n in at.main if getattr(n, "key", None) and n.type not in ACTIONS}
 
 
 def linked_keys(path: str) -> set[str]:
-    from views.url_state import page_params
+    from views.links.url_state import page_params
 
     return {p.key for p in page_params(path, 4, 9).values()}  # the tiny model: 4 layers, 9 heads
 
@@ -81,8 +81,8 @@ def app_at(file: str, query: dict[str, str]) -> AppTest:
 
 @pytest.mark.parametrize("file,path", pages())
 def test_every_control_of_every_page_has_a_link_parameter(file, path):
-    """A new control without a parameter in views/page_links.py (or a reason in its NOT_LINKED) fails here."""
-    from views.page_links import not_linked
+    """A new control without a parameter in views/links/page_controls.py (or a reason in its NOT_LINKED) fails here."""
+    from views.links.page_controls import not_linked
 
     at = page_app(file.removesuffix(".py"), req_max_new_tokens=4).run()
     assert not at.exception, at.exception
@@ -91,8 +91,8 @@ def test_every_control_of_every_page_has_a_link_parameter(file, path):
 
 
 def test_no_page_parameter_shares_a_name_with_the_request():
-    from views.url_state import REQUEST as REQUEST_PARAMS
-    from views.url_state import page_params
+    from views.links.url_state import REQUEST as REQUEST_PARAMS
+    from views.links.url_state import page_params
 
     for _, path in pages():
         assert not set(page_params(path, 4, 9)) & set(REQUEST_PARAMS), path
@@ -128,7 +128,7 @@ def test_a_link_with_batch_sizes_only_a_gpu_offers_opens_on_a_cpu(sizes, shown):
     sizes this device offers, or shows the default when it offers none of them (Streamlit refuses the others)."""
     from pipeline.costs.sweep import BATCH_SIZES
 
-    at = app_at("prefill_decode.py", {"pd.sizes": sizes})
+    at = app_at("prefill_decode/page.py", {"pd.sizes": sizes})
     assert at.multiselect(key="pd_sizes").value == (shown or list(BATCH_SIZES))
     assert at.multiselect(key="pd_sizes").options == [str(b) for b in BATCH_SIZES]
 
@@ -141,7 +141,7 @@ def query_of(at) -> dict[str, str]:
 def test_a_link_reopens_the_same_request_and_controls(file, path):
     """Every control away from its default (each selectbox to another of its options), the link the page
     writes opened in a fresh session: the same request, the same controls, drawn the same."""
-    from views.page_links import linked_key
+    from views.links.page_controls import linked_key
 
     at = app_at(file, {})
     for key, value in REQUEST.items():

@@ -1,7 +1,7 @@
 """AppTest per page (Journey, Request & template, Tokens, Tensors & batch, Generation, KV cache).
 
 AppTest runs one page file on its own (no app.py sidebar), so each page works from the session-state
-defaults in views/session_request.py. The pages run on the tiny random-weight model (fixture `tiny_app`, fast
+defaults in views/request/session.py. The pages run on the tiny random-weight model (fixture `tiny_app`, fast
 tier); Journey and Generation also run once on the real model (marker `app`). The model and the traces
 are cached per process, so the default request runs once per model.
 """
@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 from kit.apptest import chart_data, run_page
+from kit.paths import page_file
 from kit.tiny_models import prompt_ids
 from streamlit.testing.v1 import AppTest
 
@@ -217,7 +218,7 @@ def test_kv_cache_measurement_stays_within_the_token_budget(tiny_app):
 @pytest.mark.parametrize("page", ["journey", "request", "tokens", "tensors", "generation",
                                   "kv_cache"])
 def test_malicious_question_is_shown_as_text(page, tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{page}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(page_file(page), default_timeout=TIMEOUT)
     at.session_state["req_question"] = MALICIOUS
     at.session_state["req_max_new_tokens"] = 8
     at.run()

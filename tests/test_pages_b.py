@@ -1,6 +1,6 @@
 """AppTest for the analysis pages: embeddings, position, layers, attention, next token.
 
-Each page runs standalone (no sidebar) from the session-state defaults in views/session_request.py, on the tiny
+Each page runs standalone (no sidebar) from the session-state defaults in views/request/session.py, on the tiny
 random-weight model (fixture `tiny_app`, fast tier). Embeddings also runs on the real model, and so do the
 long-prompt checks whose failure only real activations show (float16 overflow) (markers `app`, `model`).
 The trace is cached per process, so each model runs the default request once.
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from kit.apptest import chart, chart_data, run_page
+from kit.paths import page_file
 from kit.tiny_models import hf_forward, prompt_ids
 from kit.tolerance import U16, U32, assert_within, attention_tolerance, float32_tolerance, forward_tolerance, scale
 from streamlit.testing.v1 import AppTest
@@ -174,7 +175,7 @@ LONG_QUESTION = "Tomatoes are fruit. " * 120  # > 512 prompt tokens: no stored a
 
 
 def run_long(name: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{name}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(page_file(name), default_timeout=TIMEOUT)
     at.session_state["req_question"] = LONG_QUESTION
     at.session_state["req_max_new_tokens"] = 2
     at.run()

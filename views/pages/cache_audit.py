@@ -16,8 +16,8 @@ from ui.audit_blocks import (
 from ui.escape import markdown_text
 from ui.metric_delta import metric_delta
 from ui.words import plural
-from views.chrome import end_page, page_header
-from views.page_path import back_next
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
 
 page_header("Cache audit", "Paste or upload what your app sends: request by request, what OpenAI, Anthropic or a vLLM "
                            "server would read from its prompt cache, why the rest missed, and what it costs.")

@@ -9,11 +9,11 @@ from pipeline.core.errors import InputError
 from pipeline.run.trace import run_constrained_trace
 from pipeline.server.run_queue import cost_of
 from ui.escape import markdown_text, plotly_label
-from views.chrome import end_page, page_header
-from views.page_path import back_next
-from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
-from views.session_request import current_request, request_key
-from views.waiting import result_through_queue
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.request.session import current_request, request_key
+from views.server.state import APP_MAX_PROMPT_TOKENS, get_model
+from views.server.waiting import result_through_queue
 
 page_header("Constrained output", "A service that must answer in a fixed format turns the format into a grammar. "
             "At every step the grammar engine (xgrammar, the one vLLM and SGLang use) marks which of the model's "

@@ -9,12 +9,12 @@ from pipeline.stages import embeddings as es
 from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
-from views import url_state
-from views.chrome import fragment, page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.typed_text import box_error, typed_text
+from views.chrome.frame import fragment, page_header
+from views.chrome.navigation import back_next
+from views.links import url_state
+from views.request.runs import run_for_page
+from views.request.typed_text import box_error, typed_text
+from views.server.state import get_model
 
 ROWS = 64  # token rows drawn at once: a 641-token prompt would otherwise make a 9,000 px tall heatmap
 MAP_WORDS = 60  # words placed on the map at most

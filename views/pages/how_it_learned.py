@@ -17,11 +17,11 @@ from ui.escape import axis_labels, markdown_text
 from ui.metric_delta import metric_delta
 from ui.plots import token_axis
 from ui.words import plural, shortened
-from views.chrome import page_header
-from views.page_path import back_next
-from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, picked_model_key
-from views.session_request import current_request
-from views.waiting import result_through_queue
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.request.session import current_request
+from views.server.state import APP_MAX_PROMPT_TOKENS, get_model, picked_model_key
+from views.server.waiting import result_through_queue
 
 SENTENCE = "The contract lasts three years."
 OTHER = "Tomatoes are a fruit, botanically speaking."

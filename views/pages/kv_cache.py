@@ -10,11 +10,11 @@ from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels
 from ui.plots import step_axis
 from ui.words import plural
-from views.chrome import page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.waiting import result_through_queue
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.request.runs import run_for_page
+from views.server.state import get_model
+from views.server.waiting import result_through_queue
 
 page_header("KV cache", "Each layer turns every token into a key (K, what it offers to be found by) and a value "
                         "(V, what it hands over). Earlier tokens never change, so their K and V are kept and reused "

@@ -9,11 +9,11 @@ from pipeline.text.unfinished import continuation_label
 from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
 from ui.words import clipped, plural
-from views import url_state
-from views.chrome import fragment, page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
+from views.chrome.frame import fragment, page_header
+from views.chrome.navigation import back_next
+from views.links import url_state
+from views.request.runs import run_for_page
+from views.server.state import get_model
 
 CELL_CHARS = 80  # characters of 12 px text across the lens's cells (about 600 px of plot)
 LENS_MAX = 48  # most positions the logit lens reads at once: (L+1) x 48 rows of a (D x V) product, ~3 s here

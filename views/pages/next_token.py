@@ -24,12 +24,12 @@ from pipeline.text.unfinished import continuation_label
 from ui.escape import code_span, plotly_label
 from ui.plots import TICK_FONT, token_axis
 from ui.words import plural
-from views import url_state
-from views.chrome import fragment, page_header
-from views.model_kind_note import base_model_note
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
+from views.chrome.frame import fragment, page_header
+from views.chrome.navigation import back_next
+from views.links import url_state
+from views.request.model_kind_note import base_model_note
+from views.request.runs import run_for_page
+from views.server.state import get_model
 
 LOW = 0.25  # a chosen token below this probability is marked as a long shot in the answer strip
 

@@ -8,10 +8,10 @@ from pipeline.stages import position as rope
 from pipeline.text.pieces import token_pieces
 from ui.escape import markdown_text
 from ui.plots import TICK_FONT
-from views.chrome import page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.request.runs import run_for_page
+from views.server.state import get_model
 
 page_header("Position (RoPE)", "An embedding row says which token it is, not where it stands. "
             f"{markdown_text(get_model().name)} adds position "

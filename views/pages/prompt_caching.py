@@ -9,11 +9,11 @@ from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from ui.escape import markdown_text, plotly_label
 from ui.words import plural
-from views.chrome import page_header
-from views.measured import measured_when
-from views.page_path import back_next
-from views.scenarios import scenario_rows, scenario_rows_timed_again
-from views.server_state import (
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.server.measured import measured_when
+from views.server.scenarios import scenario_rows, scenario_rows_timed_again
+from views.server.state import (
     APP_MAX_PROMPT_TOKENS,
     get_model,
     picked_model_key,
@@ -21,8 +21,8 @@ from views.server_state import (
     run_queue,
     using_model,
 )
-from views.verdict_log import history_lines, kept
-from views.waiting import wait_for
+from views.server.verdict_log import history_lines, kept
+from views.server.waiting import wait_for
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
                               "conversation every time. A prompt cache keeps the keys and values computed for "
@@ -42,8 +42,8 @@ def compared(model: str, weights: str, text_a: str, text_b: str, block_size: int
 
 
 def history_key(row: dict) -> tuple:
-    """Where a scenario request's measurements are kept (views.verdict_log): the same token ids on the same model, in
-    the same weight format and block size, reusing as much."""
+    """Where a scenario request's measurements are kept (views.server.verdict_log): the same token ids on the same
+    model, in the same weight format and block size, reusing as much."""
     return ("prompt cache", picked_model_key(), picked_weights(), row["stats"]["block_size"], tuple(row["ids"]),
             row["stats"]["tokens_reused"])
 

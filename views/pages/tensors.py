@@ -9,12 +9,12 @@ from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, 
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
 from ui.escape import code_span, json_text
-from views import url_state
-from views.chrome import end_page, page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.typed_text import box_error, typed_text
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.links import url_state
+from views.request.runs import run_for_page
+from views.request.typed_text import box_error, typed_text
+from views.server.state import get_model
 
 page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
                                "padded to the same length so several can be computed in one go.")

@@ -20,12 +20,12 @@ from pipeline.text.pieces import token_pieces
 from ui.chips import legend, text_spans, token_chips
 from ui.escape import code_span, markdown_text
 from ui.words import plural
-from views.chrome import end_page, page_header
-from views.model_pair import compared_keys, model_handle
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.typed_text import typed_text
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.request.model_pair import compared_keys, model_handle
+from views.request.runs import run_for_page
+from views.request.typed_text import typed_text
+from views.server.state import get_model
 
 CHIPS_SHOWN = 200  # chips drawn before the rest fold under "N more tokens below" (a long prompt stays short)
 TEXT_LABEL = "Text to tokenize"

@@ -10,13 +10,13 @@ from pipeline.text.pieces import spelled, token_pieces
 from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, markdown_text, plotly_label
 from ui.words import plural
-from views import url_state
-from views.branching import branch_for, branch_label
-from views.chrome import end_page, page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.session_request import current_request, request_key
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.links import url_state
+from views.request.branching import branch_for, branch_label
+from views.request.runs import run_for_page
+from views.request.session import current_request, request_key
+from views.server.state import get_model
 
 page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
             "token forced. The prompt is not run again — its keys and values come back from the captured run — "
