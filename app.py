@@ -150,9 +150,8 @@ pages = [st.Page(str(HERE / p.script), title=p.title, icon=p.icon, url_path=p.ur
 page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
 arrive(page_path)  # the page before this one: the full map on Start and Journey lights it
-controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
-notes = list(dict.fromkeys(notes + url_state.restore(page_path, SESSION_DEFAULTS, controls)))
-url_state.bind(page_path, SESSION_DEFAULTS, controls)
+notes = list(dict.fromkeys(notes + url_state.restore(page_path, SESSION_DEFAULTS)))  # the page's controls: as drawn
+url_state.bind(page_path, SESSION_DEFAULTS)
 after = sidebar(pages)
 url_state.sync()  # the address holds the request before the page runs: a reload during a long run keeps the question
 for note in notes:

@@ -195,7 +195,7 @@ def test_kv_cache_growth_calculator_and_measurement(tiny_app):
 
 
 def test_kv_cache_measurement_stays_within_the_token_budget(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "kv_cache.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(str(ROOT / "views" / "pages" / "kv_cache" / "page.py"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = "Tomatoes are fruit. " * 120  # a prompt of a bit over 600 tokens
     at.session_state["req_max_new_tokens"] = 2
     at.run()

@@ -25,7 +25,7 @@ def test_a_links_top_k_goes_up_to_the_models_vocabulary(monkeypatch):
     from views.links import url_state
 
     monkeypatch.setattr(link_params, "_vocab_size", lambda: 262_144)
-    for param in (url_state.REQUEST["top_k"], url_state.page_params("next-token", 30, 9)["nt.top_k"]):
+    for param in (url_state.REQUEST["top_k"], link_params.Param("nt_top_k", link_params.option("top_k"))):
         assert param.parse("262144") == 262_144 and param.parse("0") == 0
         with pytest.raises(ValueError):
             param.parse("262145")

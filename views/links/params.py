@@ -1,6 +1,6 @@
 """What a link's parameter may hold: each parameter (Param) with the parser that reads its text or refuses it (a
-ValueError whose words the page shows). views/links/url_state.py copies the request's parameters,
-views/links/page_controls.py names each page's."""
+ValueError whose words the page shows) and the writer that puts its value back into text. views/links/url_state.py
+copies the request's parameters; a page declares its own beside its widgets (views/links/controls.py)."""
 from __future__ import annotations
 
 import math
@@ -27,6 +27,7 @@ class Param:
     parse: Callable[[str], Any]  # query text -> value; raises ValueError/InputError when invalid
     show: Callable[[Any], str] = str  # value -> query text
     private: bool = False  # read from a link on arrival, never written into the address bar or a shared link
+    widget: str | None = None  # the widget's own key when it is not `key` (a picker keyed by its run)
 
 
 def text(limit: int = MAX_MESSAGE_CHARS) -> Callable[[str], str]:
@@ -126,3 +127,64 @@ def presenter_key(s: str) -> str:
 
 def _num(v) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+WIDE = 1 << 20  # a position or step: the page keeps it inside the run's own range (url_state.keep_in_range)
+
+
+def boolean(s: str) -> bool:
+    if s not in ("0", "1"):
+        raise ValueError(f"{quoted(s)} must be 1 (on) or 0 (off)")
+    return s == "1"
+
+
+def _bit(v) -> str:
+    return "1" if v else "0"
+
+
+def numbers_from(options) -> Callable[[str], list[int]]:
+    """'1,4,16' -> [1, 4, 16], each one of `options` (a multiselect)."""
+    def parse(s: str) -> list[int]:
+        parts = s.split(",") if s and len(s) <= MAX_NUMBER_CHARS * 8 else []
+        if not s or any(p not in {str(o) for o in options} for p in parts):
+            raise ValueError(f"{quoted(s)} must be some of {', '.join(map(str, options))}, comma-separated")
+        return [int(p) for p in parts]
+    parse.show = _joined
+    return parse
+
+
+def positions(most: int) -> Callable[[str], list[int]]:
+    """'3,5,9' -> [3, 5, 9]: up to `most` token positions (the page keeps those its run has)."""
+    def parse(s: str) -> list[int]:
+        parts = s.split(",") if len(s) <= MAX_NUMBER_CHARS * most else []
+        if not 1 <= len(parts) <= most:
+            raise ValueError(f"{quoted(s)} must be 1 to {most} token positions, comma-separated")
+        return [integer(0, WIDE)(p) for p in parts]
+    parse.show = _joined
+    return parse
+
+
+def _joined(v) -> str:
+    return ",".join(map(str, v))
+
+
+def pair(hi: int) -> Callable[[str], tuple[int, int]]:
+    """'3-2' -> (3, 2): a layer and a head."""
+    def parse(s: str) -> tuple[int, int]:
+        layer, _, head = s.partition("-")
+        return integer(0, hi)(layer), integer(0, hi)(head)
+    parse.show = _pair
+    return parse
+
+
+def _pair(v) -> str:
+    return f"{v[0]}-{v[1]}"
+
+
+SHOWN_BY = {boolean: _bit}  # a parser whose values are not written as str() does: its writer
+
+
+def shown_by(parse: Callable[[str], Any]) -> Callable[[Any], str]:
+    """How a value this parser reads is written back: numbers as '0.5' (not '0.5000001'), lists as '1,4,16', a
+    layer and head as '3-2', on/off as 1/0. A parser made by positions, numbers_from or pair carries its writer."""
+    return getattr(parse, "show", None) or SHOWN_BY.get(parse, _num)

@@ -4,8 +4,8 @@ changing a control rewrites the link. A tampered parameter falls back to its def
 
 Widgets keep their own session-state keys (`req_question`, `at_layer`, ...); this module only
 copies between those keys and query parameters: the request's have no dot (`q`, `top_k`), a page's
-control is named by views/links/page_controls.py with its page's prefix (`at.layer`, `nt.top_k`), so the two
-never share a name.
+controls are declared beside its widgets (views/links/controls.py) with its page's prefix (`at.layer`, `nt.top_k`),
+so the two never share a name.
 """
 from __future__ import annotations
 
@@ -43,14 +43,6 @@ REQUEST = {  # the sidebar's request: the same on every page
     "logit_bias": Param("req_logit_bias", logit_bias),
 }
 
-def page_params(page: str, L: int, H: int) -> dict[str, Param]:
-    """Each page's own controls, by the page's URL path (views/links/page_controls.py; ranges from the model: L layers,
-    H heads). Their names never share one with the request's."""
-    from views.links.page_controls import page_controls
-
-    return page_controls(page, L, H)
-
-
 def restore_model(defaults: dict[str, Any]) -> list[str]:
     """Before the model is read: a request another page switched to (switch_request), and the link's
     model once per browser session. Returns notes about what was refused."""
@@ -77,30 +69,45 @@ def _link_query(notes: list[str]) -> dict[str, str]:
     return query
 
 
-def restore(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> list[str]:
+ARRIVAL = "_url_arrival"  # session key: the link's parameters for the page's own controls, not yet applied
+CONTROLS = "_link_controls"  # session key: {link name: Param} of the page drawn, as views/links/controls.py declared
+LEFT_OUT = "_link_left_out"  # session key: {widget key: why it is not in links} of the page drawn
+
+
+def restore(page: str, defaults: dict[str, Any]) -> list[str]:
     """Copy query parameters into session state: the request once per browser session (the model is
-    restore_model's), a page's controls on arrival at that page. Returns notes about refused parameters."""
-    notes = []
+    restore_model's). On arrival at a page, its link's other parameters wait for the page's controls, each applied
+    as the page declares it (take_arrival). Returns notes about refused parameters."""
+    notes: list[str] = []
     wanted = {}
     if not st.session_state.get("_url_request_loaded"):
         st.session_state["_url_request_loaded"] = True
         wanted.update({name: p for name, p in REQUEST.items() if name != "model"})
-    if st.session_state.get("_url_page_loaded") != page:
-        st.session_state["_url_page_loaded"] = page
-        st.session_state["_url_from_link"] = set()
-        wanted.update(controls)
-    query = _link_query(notes) if wanted else {}
-    older = _legacy_names(page, query) if controls.keys() & wanted.keys() else {}
-    return _apply(wanted, {**{new: query[old] for new, old in older.items()}, **query}, defaults, notes, older)
+    arriving = st.session_state.get("_url_page_loaded") != page
+    query = _link_query(notes) if wanted or arriving else {}
+    if arriving:
+        st.session_state.update({"_url_page_loaded": page, CONTROLS: {}, LEFT_OUT: {},
+                                 ARRIVAL: {k: v for k, v in query.items() if k not in REQUEST}})
+    return _apply(wanted, query, defaults, notes)
 
 
-def _legacy_names(page: str, query: dict[str, str]) -> dict[str, str]:
-    """Today's name -> the older one this link uses for a control of this page (`nt.step` -> `step`); a
-    name the request has (`top_k`) is the request's, as it always was on every other page."""
-    from views.links.page_controls import LEGACY
-
-    return {new: old for old, new in LEGACY.get(page, {}).items()
-            if old in query and new not in query and old not in REQUEST}
+def take_arrival(name: str, param: Param, older: tuple[str, ...] = ()) -> bool:
+    """Apply the link's value for a control the page declares now (under `name`, or a name older links used, never
+    the request's), once per arrival at the page; a value that does not parse is said in a note here. Returns whether
+    the link set it."""
+    arrival = st.session_state.get(ARRIVAL) or {}
+    said = next((n for n in (name, *older) if n in arrival and (n == name or n not in REQUEST)), None)
+    if said is None:
+        return False
+    raw = arrival[said]
+    for n in {name, *older} - set(REQUEST):  # answered once
+        arrival.pop(n, None)
+    try:
+        st.session_state[param.key] = param.parse(raw)
+    except (ValueError, TypeError, InputError) as e:
+        st.warning(f"The link's `{said}` was not usable ({markdown_text(e)}); ignored.", icon="🔗")
+        return False
+    return True
 
 
 def keep_offered(key: str, options) -> None:
@@ -123,34 +130,21 @@ def keep_in_range(key: str, lo, hi) -> None:
         del st.session_state[key]
 
 
-def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str],
-           said: dict[str, str] | None = None) -> list[str]:
-    """Each wanted parameter the query has into session state, or its default with a note (naming the
-    parameter as the link wrote it: `said`, today's name -> an older link's)."""
-    from_link = st.session_state.setdefault("_url_from_link", set())  # the widget keys the link set
+def _apply(wanted: dict[str, Param], query: dict[str, str], defaults: dict[str, Any], notes: list[str]) -> list[str]:
+    """Each wanted parameter the query has into session state, or its default with a note."""
     for name, param in wanted.items():
         if name not in query:
             continue
         raw = query[name]
         try:
             st.session_state[param.key] = param.parse(raw)
-            from_link.add(param.key)
         except (ValueError, TypeError, InputError) as e:
             fallback = defaults.get(param.key)
             if fallback is not None:
                 st.session_state[param.key] = fallback
-            notes.append(f"The link's `{(said or {}).get(name, name)}` was not usable ({markdown_text(e)}); "
+            notes.append(f"The link's `{name}` was not usable ({markdown_text(e)}); "
                          + (f"using the default {fallback!r}." if fallback is not None else "ignored."))
     return notes
-
-
-def take_from_link(keys) -> set[str]:
-    """Which of these widget keys the link set on arrival at this page; each is answered once, so a
-    page that resets its controls for a new run keeps the link's values only the first time."""
-    from_link = st.session_state.get("_url_from_link", set())
-    taken = from_link & set(keys)
-    from_link -= taken
-    return taken
 
 
 def _request_defaults() -> dict[str, Any]:
@@ -190,10 +184,12 @@ def request_query(defaults: dict[str, Any]) -> dict[str, str]:
             if p.key in st.session_state and st.session_state[p.key] != defaults.get(p.key)}
 
 
-def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
-    """The current request and this page's controls into the query string (request defaults left out)."""
-    params = {}
-    for name, param in {**REQUEST, **controls}.items():
+def write(defaults: dict[str, Any]) -> None:
+    """The current request and this page's controls into the query string (request defaults left out). A page
+    control's link value not yet applied (the page has not declared it yet: before the page runs) is kept as the
+    link wrote it."""
+    params = {name: raw for name, raw in (st.session_state.get(ARRIVAL) or {}).items() if "." in name}
+    for name, param in {**REQUEST, **st.session_state.get(CONTROLS, {})}.items():
         if param.key in st.session_state and not param.private:
             value = st.session_state[param.key]  # None: a picker left at "nothing", its default
             if value is not None and (param.key not in defaults or value != defaults[param.key]):
@@ -203,9 +199,9 @@ def write(defaults: dict[str, Any], controls: dict[str, Param]) -> None:
     st.query_params.from_dict(params)
 
 
-def bind(page: str, defaults: dict[str, Any], controls: dict[str, Param]) -> None:
-    """Remember this page's controls for `sync` (a fragment's rerun does not run app.py)."""
-    st.session_state["_url_view"] = (page, defaults, controls)
+def bind(page: str, defaults: dict[str, Any]) -> None:
+    """Remember this page and the request's defaults for `sync` (a fragment's rerun does not run app.py)."""
+    st.session_state["_url_view"] = (page, defaults)
 
 
 def share_box(slot) -> None:
@@ -222,8 +218,8 @@ def sync() -> None:
     view = st.session_state.get("_url_view")
     if view is None:  # AppTest runs one page file alone, without app.py
         return
-    page, defaults, controls = view
-    write(defaults, controls)
+    page, defaults = view
+    write(defaults)
     slot = st.session_state.get("_url_slot")
     if slot is not None:
         slot.code(link(page), language=None, wrap_lines=True)

@@ -106,7 +106,7 @@ with c2:
     stage_link("views/pages/layers.py", "Layers", "🥞")
     stage_link("views/pages/attention/page.py", "Attention", "👀")
 with c3:
-    stage_link("views/pages/kv_cache.py", "KV cache", "🗄️")
+    stage_link("views/pages/kv_cache/page.py", "KV cache", "🗄️")
 
 section(5, "The first token is chosen", f"The last position's vector is scored against all {m.V:,} "
         "vocabulary entries (logits), and the scores become probabilities. These are the real top candidates:")
@@ -129,7 +129,7 @@ if S:
                    f"{code_span(answer[0].text)} {'are' if len(answer[0].raw) > 1 else 'is'} part {answer[0].part} "
                    f"of {answer[0].parts} of {code_span(answer[0].group_text)}, which the next "
                    f"{plural(answer[0].parts - answer[0].part, 'token')} complete.")
-stage_link("views/pages/next_token.py", "Next token: temperature, top-k, top-p, draws", "🎲")
+stage_link("views/pages/next_token/page.py", "Next token: temperature, top-k, top-p, draws", "🎲")
 
 section(6, "Streaming: one small event per token", f"The chosen token is turned back into text and sent to your screen "
         f"right away. The first one arrived after **{ttft(trace).shown}** ({ttft(trace).label}: time to first "

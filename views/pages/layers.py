@@ -11,7 +11,8 @@ from ui.plots import TICK_FONT, token_axis
 from ui.words import clipped, plural
 from views.chrome.frame import fragment, page_header
 from views.chrome.navigation import back_next
-from views.links import url_state
+from views.links.controls import linked
+from views.links.params import WIDE, choice, integer
 from views.request.runs import run_for_page
 from views.server.state import get_model
 
@@ -66,9 +67,10 @@ def contributions() -> None:
     c = la.contributions(p.attn_out, p.mlp_out)  # {"attention": (L, T), "mlp": (L, T)}
     plain = ["mean over all tokens"] + [f"({i}){n}" for i, n in enumerate(names)]
     c1, c2 = st.columns([3, 1])
-    pick = c1.selectbox("token", range(T + 1), index=0, format_func=plain.__getitem__, key="ly_token")
-    scale = c2.radio("scale", ["log", "linear"], horizontal=True, key="ly_contrib_scale",
-                     help="log: every factor of 10 is the same height, so small and huge writes both show")
+    pick = linked(c1.selectbox, "ly_token", integer(0, WIDE), "token", range(T + 1), index=0,
+                  format_func=plain.__getitem__)
+    scale = linked(c2.radio, "ly_contrib_scale", choice(["log", "linear"]), "scale", ["log", "linear"], horizontal=True,
+                   help="log: every factor of 10 is the same height, so small and huge writes both show")
     pick_values = (lambda a: a.mean(axis=1)) if pick == 0 else (lambda a: a[:, pick - 1])
     fig = go.Figure([go.Bar(name="attention's write", x=np.arange(L), y=pick_values(c["attention"]),
                             marker_color="#2a6f97"),
@@ -102,14 +104,12 @@ def logit_lens() -> None:
                "echo the input; the answer forms in the upper layers.")
     c1, c2 = st.columns(2)
     lo, hi = 4 if T >= 4 else 1, max(min(T, LENS_MAX), 4 if T >= 4 else 1)
-    url_state.keep_in_range("ly_positions", lo, hi)
-    show = c1.slider("positions shown", 4 if T >= 4 else 1, max(min(T, LENS_MAX), 4 if T >= 4 else 1),
-                     min(T, 16), key="ly_positions")
+    show = linked(c1.slider, "ly_positions", integer(1, WIDE), "positions shown", lo, hi, min(T, 16), within=(lo, hi))
     end = T  # positions start..end - 1 are read; the slider names the last one (T - 1 at the most)
     if T > show:
-        url_state.keep_in_range("ly_lens_end", show - 1, T - 1)
-        end = 1 + c2.slider("last position shown", show - 1, T - 1, T - 1, key="ly_lens_end",
-                            help="Move the window back through a long prompt; each window is read once, then cached.")
+        end = 1 + linked(c2.slider, "ly_lens_end", integer(1, WIDE), "last position shown", show - 1, T - 1,
+                         T - 1, within=(show - 1, T - 1),
+                         help="Move the window back through a long prompt; each window is read once, then cached.")
     start = end - show
     ids, probs = lens(tuple(trace.ids), start, end, p.hidden_states)  # (L+1, P, 1) each
     fits = max(2, CELL_CHARS // show)  # characters that fit a cell: a longer label spilled into its neighbours

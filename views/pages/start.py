@@ -14,7 +14,7 @@ page_header("Token Pipeline Explorer", "Follow one chat request through a real s
             "Every number on every page comes from the real run of "
             "the request in the sidebar: change the question there and press Run.")
 
-ONE_LINE = {  # what each page of app.py's PAGES shows, in one line
+ONE_LINE = {  # what each page of PAGES shows, in one line
     "start": "this page: the map and the path",
     "journey": "the whole request in order, one short section per stage",
     "request": "the JSON an app sends, and the one text the model reads",

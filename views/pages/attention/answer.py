@@ -3,6 +3,8 @@ more captured pass over them (the run's own prefill covers the prompt only)."""
 import streamlit as st
 
 from pipeline.model.prefill_record import Prefill
+from views.links.controls import linked
+from views.links.params import boolean
 from views.server.state import get_model
 
 
@@ -17,8 +19,9 @@ def attention_ids(trace) -> tuple[list[int], Prefill, str]:
     """(the ids the grids show, their captured pass, a cache key for them): the prompt's own, or, with the toggle
     on, the prompt and the answer (each answer token looking back at the prompt and the answer before it)."""
     answer = list(trace.generated_token_ids)
-    on = bool(answer) and st.toggle(
-        f"include the answer ({len(answer):,} tokens after the prompt's {len(trace.ids):,})", key="at_answer",
+    on = bool(answer) and linked(
+        st.toggle, "at_answer", boolean,
+        f"include the answer ({len(answer):,} tokens after the prompt's {len(trace.ids):,})",
         help="The answer's tokens are fed back one at a time while it is generated; here they run in one pass with "
              "the prompt, so each answer token's row shows what it looked at when it was read.")
     if not on:

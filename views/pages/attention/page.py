@@ -1,7 +1,6 @@
 """Attention: which earlier tokens each token reads from, in every layer and head."""
 
 import numpy as np
-import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -14,7 +13,11 @@ from ui.words import plural
 from views.chrome.frame import fragment, page_header
 from views.chrome.navigation import back_next
 from views.links import url_state
+from views.links.controls import declare, linked
+from views.links.params import WIDE, choice, integer
 from views.pages.attention.answer import attention_ids
+from views.pages.attention.by_hand import by_hand
+from views.pages.attention.shared_kv import shared_kv
 from views.request.runs import run_for_page
 from views.server.state import get_model
 
@@ -79,11 +82,13 @@ best_layer, best_head = at.sharpest_head(last)
 if st.session_state.get("at_run_id") not in (None, trace.request.id):  # the request changed: open on a head
     st.session_state.update(at_layer=best_layer, at_head=best_head)  # with visible structure in the new run
 st.session_state.at_run_id = trace.request.id
+declare("at_layer", integer(0, L - 1), older=("layer",))  # here, before the overview reads them: a link's win
+declare("at_head", integer(0, H - 1), older=("head",))  # (the sliders are drawn in one_head below)
 st.session_state.setdefault("at_layer", best_layer)  # unless a link chose one; widget state is also dropped
 st.session_state.setdefault("at_head", best_head)  # while another page is shown
 
-scale = st.radio("colour scale", at.SCALES, index=1, horizontal=True, key="at_scale", format_func=str.capitalize,
-                 help="; ".join(f"{k}: {v}" for k, v in SCALE_HELP.items()))
+scale = linked(st.radio, "at_scale", choice(at.SCALES), "colour scale", at.SCALES, index=1, horizontal=True,
+               older=("scale",), format_func=str.capitalize, help="; ".join(f"{k}: {v}" for k, v in SCALE_HELP.items()))
 
 
 def colour_axis(z: np.ndarray) -> dict:
@@ -223,8 +228,8 @@ def one_head() -> None:
     if start:
         shrunk(layer, head, window)
     one_row(A, cols, xlabels, sinks)
-    shared_kv(layer, head, rows, cols)
-    by_hand(A, cols, layer, head)
+    shared_kv(m, names, head, rows, cols)
+    by_hand(trace, p, A, cols, layer, head, start, plain)
     url_state.sync()  # this fragment reruns alone: the link follows layer and head here
 
 
@@ -276,8 +281,8 @@ def shrunk(layer: int, head: int, window: int | None) -> None:
 def one_row(A: np.ndarray, cols: list, xlabels: list[str], sinks: int) -> None:
     """A: (W, C) this head's rows for queries start..T-1 over the drawn key columns."""
     st.subheader("One token's row")
-    i = st.selectbox("token that is looking", range(start, T), index=T - start - 1, format_func=plain.__getitem__,
-                     key="at_row")
+    i = linked(st.selectbox, "at_row", integer(0, WIDE), "token that is looking", range(start, T),
+               index=T - start - 1, format_func=plain.__getitem__)
     row = A[i - start]  # (C,) weights; zero after i
     shown = [k for k, c in enumerate(cols) if c is None or c <= i]
     fig = go.Figure(go.Bar(x=[xlabels[k] for k in shown], y=row[shown], marker_color="#2a6f97",
@@ -291,79 +296,6 @@ def one_row(A: np.ndarray, cols: list, xlabels: list[str], sinks: int) -> None:
     st.markdown("Reads most from: " + ", ".join(
         f"{code_span(names[cols[shown[b]]]) if cols[shown[b]] is not None else 'the summed middle tokens'} "
         f"({row[shown[b]]:.0%})" for b in best))
-
-
-def shared_kv(layer: int, head: int, rows: np.ndarray, cols: list) -> None:
-    sharing = at.kv_sharing(H, Hkv)
-    st.subheader(f"Shared keys and values ({sharing} attention)")
-    group = m.group
-    if Hkv == H:
-        st.markdown(f"This model has H = {H} query heads and as many key/value heads: nothing is shared.")
-    else:
-        who = (f"all {H} query heads share that one set of keys and values" if Hkv == 1 else
-               f"every {group} query heads share one set of keys and values")
-        st.markdown(f"This model has H = {H} query heads but only Hkv = {plural(Hkv, 'key/value head')}: {who} "
-                    f"({sharing} attention). That makes the KV cache {group}× smaller; each query head still asks "
-                    "its own question, so heads that share keys can look at different tokens.")
-    st.dataframe(pd.DataFrame({"KV head": range(Hkv),
-                               "query heads reading it": [", ".join(str(h) for h in range(H) if m.kv_head(h) == g)
-                                                          for g in range(Hkv)]}), hide_index=True)
-    same = [h for h in range(H) if m.kv_head(h) == m.kv_head(head)]
-    favourite = lambda h: cols[int(np.argmax(rows[h, -1]))]  # noqa: E731  key column -> position (None = summed)
-    st.caption(f"Head {head} shares KV head {m.kv_head(head)} with heads "
-               f"{', '.join(str(h) for h in same if h != head)}. "
-               f"Where each of them puts most weight for the last token: "
-               + ", ".join(f"head {h} → " + (code_span(names[favourite(h)]) if favourite(h) is not None
-                                               else "the summed middle tokens") for h in same))
-
-
-@fragment
-def by_hand(A: np.ndarray, cols: list, layer: int, head: int) -> None:
-    """A: (W, C) this head's rows for queries start..T-1 over the drawn key columns."""
-    st.subheader("Attention by hand, on four tokens")
-    st.caption("The same steps the model runs, with this head's real numbers, but on only four tokens so the grid "
-               "fits on screen. Each token's query vector q and key vector k have Dh = "
-               f"{Dh} numbers.")
-    offered = [c for c in cols if c is not None]  # positions drawn in the grid
-    user = [t.index for t in trace.tokens if t.role == "user" and t.index >= start]
-    default = user[-4:] if len(user) >= 4 else offered[-4:]
-    # one picker per run: the browser keeps a picker's choice by its labels, and the old prompt's labels
-    # match nothing in a new one (it showed an empty picker after a new question)
-    key = f"at_hand_tokens_{trace.request.id}"
-    if url_state.take_from_link(["at_hand"]) and key not in st.session_state:  # a link's four, for this run's picker
-        st.session_state[key] = [i for i in st.session_state["at_hand"] if i in offered][:4]
-    chosen = st.multiselect("four tokens (in prompt order)", offered, default=default, max_selections=4,
-                            format_func=plain.__getitem__, key=key)
-    st.session_state["at_hand"] = chosen  # what a link carries (views/links/page_controls.py LINKED_AS)
-    if len(chosen) < 2:
-        st.info("Pick at least two tokens.")
-        return
-    window = windows[layer]
-    r = at.attention_by_hand(p.q_rot[layer], p.k_rot[layer], p.v[layer], head, chosen, window)
-    heads = [plain[i] for i in r["positions"]]
-    frame = lambda a, fmt: pd.DataFrame(a, index=heads, columns=heads).map(fmt)  # noqa: E731
-    a, b = st.columns(2)
-    a.markdown(f"**1. Compare**: each row's q · each column's k, divided by √Dh = √{Dh} = {np.sqrt(Dh):.0f}.")
-    a.dataframe(frame(r["compare"], lambda x: f"{x:.2f}"))
-    b.markdown("**2. Mask**: a token may not look at later tokens, so those scores become −∞."
-               + (f" In this sliding layer it may not look {window:,} or more positions back either."
-                  if window else ""))
-    b.dataframe(frame(r["masked"], lambda x: "−∞" if np.isneginf(x) else f"{x:.2f}"))
-    a, b = st.columns(2)
-    a.markdown("**3. Softmax**: e^score for each cell, divided by the row's total; e^−∞ = 0.")
-    a.dataframe(frame(r["weights"], lambda x: f"{x:.1%}"))
-    last_pos = int(r["positions"][-1])
-    if last_pos >= start:
-        full = A[last_pos - start, [cols.index(int(c)) for c in r["positions"]]]
-        reach = last_pos + 1 if window is None else min(last_pos + 1, window)
-        a.caption(f"In the real model the row of ({last_pos}) spreads over {plural(reach, 'token')} up to it, not "
-                  f"just these four; there these four get {', '.join(f'{w:.1%}' for w in full)}.")
-    b.markdown(f"**4. Mix**: the new vector = weights × value vectors (KV head {r['kv_head']}). "
-               f"First 5 of {Dh} numbers:")
-    mix = pd.DataFrame(np.vstack([r["values"][:, :5], r["mixed"][-1:, :5]]),
-                       index=[f"value of {h}" for h in heads] + [f"mix for ({last_pos})"],
-                       columns=[f"d{j}" for j in range(5)])
-    b.dataframe(mix.map(lambda x: f"{x:+.3f}"))
 
 
 one_head()

@@ -18,6 +18,8 @@ from pipeline.stages.tokens import tokenize_request
 from ui.chips import chip, draft_rounds
 from ui.escape import markdown_text
 from ui.words import plural
+from views.links.controls import linked
+from views.links.params import choice, integer
 from views.request.session import current_request, model_label, request_key
 from views.server.measured import Dated, dated, measured_when
 from views.server.state import APP_MAX_PROMPT_TOKENS, get_model
@@ -93,8 +95,8 @@ def speculative_section() -> None:
         "repeats or quotes the prompt, these guesses are often right. When it says something new, they are "
         "mostly wrong, and the pass is a normal decode step with a few extra positions. Either way, the answer is "
         "greedy decoding's, token for token: only the number of passes changes.")
-    k = st.slider("Drafts checked per pass", 1, MAX_DRAFTS, DEFAULT_DRAFTS, key="fd_drafts")
-    choice = st.radio("Request", [*EXAMPLES, YOURS], horizontal=True, key="fd_request")
+    k = linked(st.slider, "fd_drafts", integer(1, MAX_DRAFTS), "Drafts checked per pass", 1, MAX_DRAFTS, DEFAULT_DRAFTS)
+    picked = linked(st.radio, "fd_request", choice([*EXAMPLES, YOURS]), "Request", [*EXAMPLES, YOURS], horizontal=True)
     examples = {label: example_request(q) for label, q in EXAMPLES.items()}
     if st.button("⏱ Measure speculative decoding now", key="fd_spec_measure"):
         st.session_state["fd_spec_measured"] = True
@@ -108,7 +110,7 @@ def speculative_section() -> None:
         return
     try:
         kept = {label: measured(request, k) for label, request in examples.items()}
-        if choice == YOURS:
+        if picked == YOURS:
             kept[YOURS] = measured(current_request(), k)
     except InputError as e:
         st.error(f"Please fix the request — {markdown_text(e)}")
@@ -121,8 +123,8 @@ def speculative_section() -> None:
                "token per pass. Greedy decoding; the answers are compared token for token on every run. Measured "
                + "; ".join(f"{markdown_text(label)} {measured_when(d.at, d.host)}" for label, d in kept.items())
                + ", each once for everyone here: the times are of that moment's load.")
-    run = runs[choice]
-    st.markdown(f"**{markdown_text(choice)}**: {markdown_text(run.timing.verdict('speculative decoding', 'plain'))}.")
+    run = runs[picked]
+    st.markdown(f"**{markdown_text(picked)}**: {markdown_text(run.timing.verdict('speculative decoding', 'plain'))}.")
     if run.acceptance is not None and run.acceptance < 0.2:
         st.markdown("Few drafts were right, so a pass brings about one token, as in plain decoding; the extra "
                     "positions in each pass are what speculation costs here.")

@@ -13,6 +13,8 @@ from ui.plots import token_axis
 from ui.words import plural
 from views.chrome.frame import page_header
 from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import choice
 from views.pages.generation.live_stream import compare_paths, stream_live
 from views.request.model_kind_note import base_model_note
 from views.request.runs import run_for_page
@@ -42,8 +44,8 @@ if trace.finish_reason == "length":
     st.warning(f"The answer below was cut off: it reached the limit of {trace.request.options.max_new_tokens} new "
                "tokens (finish_reason = length), so it may end mid-sentence. Raise “max new tokens” in the sidebar "
                "to let the model finish.")
-speed = st.select_slider("Replay speed", ["recorded", "2× faster", "10× faster", "instant"], value="2× faster",
-                         key="gen_speed")
+SPEEDS = ["recorded", "2× faster", "10× faster", "instant"]
+speed = linked(st.select_slider, "gen_speed", choice(SPEEDS), "Replay speed", SPEEDS, value="2× faster")
 live_col, replay_col, compare_col = st.columns(3)
 live = live_col.button("⚡ Run it live now", type="primary", key="gen_live",
                        help="The model answers again, streamed token by token as it produces them (the plain "

@@ -8,6 +8,8 @@ import streamlit as st
 
 from pipeline.costs.batched import QUESTIONS
 from pipeline.model.interface import LanguageModel
+from views.links.controls import linked
+from views.links.params import choice
 from views.server.long_job import long_job, made_line
 
 RUN_COUNTS = (50, 100, 200, 500)
@@ -23,7 +25,8 @@ def temperature_zero_runs(lm: LanguageModel) -> None:
                 "size, in another row, behind other padding. Any two different answers were made different by the "
                 "batch alone. (Thinking Machines counted 80 different answers in 1,000 runs of a 235B model served "
                 "by vLLM, 1,000 tokens each.)")
-    n = st.select_slider("Times the question runs", RUN_COUNTS, value=RUN_COUNTS[1], key="pd_t0_n")
+    n = linked(st.select_slider, "pd_t0_n", choice(RUN_COUNTS), "Times the question runs", RUN_COUNTS,
+               value=RUN_COUNTS[1])
     clicked = st.button(f"Run it {n} times ({NEW_TOKENS} tokens each)", key="pd_t0")
     if clicked:
         st.session_state["pd_t0_asked"] = n

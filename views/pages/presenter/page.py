@@ -23,6 +23,8 @@ from ui.words import plural
 from views.chrome.frame import end_page, stage_link
 from views.chrome.navigation import back_next, sent_as_plain_text, small_map
 from views.links import url_state
+from views.links.controls import declare, left_out
+from views.links.params import integer, presenter_key, room_code
 from views.pages.presenter import room_key
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
 from views.request.runs import run_for_page
@@ -38,10 +40,10 @@ STAGES = [  # (title, full page)
     ("Embedding lookup", "views/pages/embeddings.py"),
     ("Through every layer", "views/pages/layers.py"),
     ("Attention", "views/pages/attention/page.py"),
-    ("Logits: a score for every token", "views/pages/next_token.py"),
-    ("Sampling", "views/pages/next_token.py"),
+    ("Logits: a score for every token", "views/pages/next_token/page.py"),
+    ("Sampling", "views/pages/next_token/page.py"),
     ("Detokenize and stream", "views/pages/generation/page.py"),
-    ("The decode loop and the KV cache", "views/pages/kv_cache.py"),
+    ("The decode loop and the KV cache", "views/pages/kv_cache/page.py"),
     ("The end token and clean-up", "views/pages/generation/page.py"),
     ("The next request: prompt caching", "views/pages/prompt_caching.py"),
 ]
@@ -74,12 +76,18 @@ def question_box() -> None:
     """Change the question without leaving presenter mode (the sidebar is hidden here)."""
     with st.expander("Ask another question (the walk starts again at stage 1)", icon="✍️"):
         with st.form("pr_question_form", border=False):
-            st.text_input("Question", value=st.session_state.get("req_question", ""), key="pr_question",
-                          max_chars=TEXT_LIMIT)
+            left_out(st.text_input, "pr_question", "the presenter's question box writes the request's question, which "
+                     "the link carries as `q`", "Question", value=st.session_state.get("req_question", ""),
+                     max_chars=TEXT_LIMIT)
             st.form_submit_button("Run it", on_click=ask_new_question, type="primary")
 
 
 ss = st.session_state
+# the room's names, as printed in QR codes and docs; the key is read from a link, never written into one
+declare("pr_stage", integer(1, N), name="stage")
+declare("pr_room", room_code, name="room")
+declare("pr_key", presenter_key, name="key", private=True)
+declare("pr_follow", room_code, name="follow")
 if ss.get("pr_room") and not ss.get("pr_key"):
     # /presenter?room=CODE without the key in the link: a reload or a second tab of the presenter's browser drives
     # it with the key its cookie keeps (views/pages/presenter/room_key.py); any other browser follows it, never

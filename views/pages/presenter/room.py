@@ -7,7 +7,8 @@ from urllib.parse import urlencode
 import segno
 import streamlit as st
 
-from pipeline.server.room import PUBLIC_URL_ENV, RoomRefused, new_driver_id, public_base, room_store
+from pipeline.server import room as rooms  # rooms.room_store() read at each call (a test stands a store in for it)
+from pipeline.server.room import PUBLIC_URL_ENV, RoomRefused, new_driver_id, public_base
 from views.links import url_state
 from views.pages.presenter import room_key
 
@@ -20,7 +21,7 @@ def watch_room(code: str, shown) -> None:
     """Both screens: when the room moves (stage, request, or who moved it) or goes, draw the page again. A learner's
     page turns with the presenter's; a presenter's page notices a move made elsewhere with its key. Each poll tells the
     store the room is seen, which keeps it (a touch of its file at most once a minute)."""
-    now = room_store().room(code, seen=True)
+    now = rooms.room_store().room(code, seen=True)
     if (None if now is None else (now["stage"], now["query"], now["driver"])) != shown:
         st.rerun()
 
@@ -36,7 +37,7 @@ def start_presenting(stages: int) -> None:
     ss.setdefault("pr_driver", new_driver_id())
     stage, params = min(max(int(ss.get("pr_stage", 1)), 1), stages), url_state.request_params()
     try:
-        code, key, _ = room_store().create_room(stage, params, ss.pr_driver, client=st.context.ip_address or "")
+        code, key, _ = rooms.room_store().create_room(stage, params, ss.pr_driver, client=st.context.ip_address or "")
     except RoomRefused as e:
         ss.pr_refused = str(e)
         return
@@ -52,7 +53,7 @@ def present() -> str | None:
     ss = st.session_state
     ss.setdefault("pr_driver", new_driver_id())
     code, key = ss.get("pr_room"), ss.get("pr_key")
-    if code and key and room_store().may_drive(code, key):
+    if code and key and rooms.room_store().may_drive(code, key):
         return code
     if code and key:
         st.warning(f"This presenter link does not open room {code} (its key is not that room's, or this server "
@@ -72,7 +73,7 @@ def not_presenting_yet(stages: int) -> None:
     c1.button("Start presenting: make a room learners can follow", key="pr_start", type="primary",
               on_click=start_presenting, args=(stages,), width="stretch")
     for code, key in room_key.kept_rooms():
-        if room_store().may_drive(code, key):
+        if rooms.room_store().may_drive(code, key):
             c2.button(f"Go on presenting room {code}", key=f"pr_resume_{code}", on_click=go_on_presenting,
                       args=(code, key), width="stretch")
 
@@ -96,7 +97,7 @@ def learner_links(room: str | None, presenting: bool, stage: int) -> None:
                              os.environ.get(PUBLIC_URL_ENV))
     params = url_state.request_params()
     journey = f"{base}/journey" + (f"?{urlencode(params)}" if params else "")
-    short = room_store().put_link(params) if len(journey) > LONG_LINK else None
+    short = rooms.room_store().put_link(params) if len(journey) > LONG_LINK else None
     if short is not None:
         journey = f"{base}/journey?link={short}"
     c1, c2 = st.columns([3, 1])

@@ -8,6 +8,8 @@ from pipeline.attribution.neurons import neuron_contributions, promoted_by_neuro
 from pipeline.model.interface import LanguageModel
 from pipeline.text.token_names import token_text
 from ui.escape import markdown_text
+from views.links.controls import linked
+from views.links.params import WIDE, integer
 
 SHOWN = 10
 
@@ -22,10 +24,12 @@ def neurons_section(lm: LanguageModel, rec, target: int, mlp_parts: np.ndarray, 
                 "its activation. Read through the final norm and the output matrix, each neuron's part of the score "
                 "is its activation × what its direction adds per unit; the parts add up to the MLP's bar.")
     n1, n2 = st.columns(2)
-    layer = int(n1.number_input("MLP of layer", 0, L - 1, int(np.argmax(np.abs(mlp_parts))), key="why_neuron_layer"))
+    layer = int(linked(n1.number_input, "why_neuron_layer", integer(0, L - 1), "MLP of layer", 0, L - 1,
+                       int(np.argmax(np.abs(mlp_parts)))))
     # an option's label never depends on the step (a label that did stayed stale in the browser once the step moved)
-    position = n2.selectbox(f"position (the last, {at[-1]}, reads this score)", range(T - 1, -1, -1),
-                            key="why_neuron_position", format_func=lambda p: f"{at[p]}: {token_labels[p]}",
+    position = linked(n2.selectbox, "why_neuron_position", integer(0, WIDE),
+                      f"position (the last, {at[-1]}, reads this score)", range(T - 1, -1, -1),
+                      format_func=lambda p: f"{at[p]}: {token_labels[p]}",
                             help="An earlier position reads that position's own next-token score (the logit lens).")
     nc = neuron_contributions(rec, lm, layer, target, position)
     rows = []

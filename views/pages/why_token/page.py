@@ -19,6 +19,8 @@ from ui.plots import TICK_FONT
 from ui.words import plural
 from views.chrome.frame import end_page, fragment, page_header
 from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import WIDE, choice, integer, number
 from views.pages.why_token import graph as why_graph
 from views.pages.why_token import qk as why_qk
 from views.pages.why_token.kept_result import kept_result
@@ -40,10 +42,12 @@ if S == 0:
     st.info("This run chose no token, so there is nothing to explain.")
     end_page()
 
+IG_KINDS = ["integrated gradients", "gradient × input"]
 c1, c2, c3 = st.columns(3)
 answer = token_pieces(lm.tokenizer, trace.generated_token_ids)
-step = c1.selectbox("decode step", range(S), format_func=lambda s: f"{s}: {answer[s].label}", key="why_step",
-                    help="Step S is scored from the prompt and the first S answer tokens.")
+step = linked(c1.selectbox, "why_step", integer(0, WIDE), "decode step", range(S),
+              format_func=lambda s: f"{s}: {answer[s].label}",
+              help="Step S is scored from the prompt and the first S answer tokens.")
 window = attribution_window(step_ids(trace.ids, trace.generated_token_ids, step))  # at most MAX_POSITIONS
 ids = window.ids
 top = trace.steps[step].top
@@ -52,11 +56,12 @@ chosen = int(trace.generated_token_ids[step])
 if chosen not in choices:
     choices.insert(0, chosen)
 name = {c: token_text(lm.tokenizer, c) for c in choices}
-target = c2.selectbox("token to explain", choices, index=choices.index(chosen), key="why_target",
-                      format_func=lambda c: f"{name[c]} (id {c})" + (" · chosen" if c == chosen else ""))
-minus = c3.selectbox("minus (a difference of two scores)", [None] + [c for c in choices if c != target],
-                     format_func=lambda c: "nothing: the score itself" if c is None else f"{name[c]} (id {c})",
-                     key="why_minus")
+target = linked(c2.selectbox, "why_target", integer(0, 1 << 22), "token to explain", choices,
+                index=choices.index(chosen),
+                format_func=lambda c: f"{name[c]} (id {c})" + (" · chosen" if c == chosen else ""))
+minus = linked(c3.selectbox, "why_minus", integer(0, 1 << 22), "minus (a difference of two scores)",
+               [None] + [c for c in choices if c != target],
+               format_func=lambda c: "nothing: the score itself" if c is None else f"{name[c]} (id {c})")
 plain_tokens = [p.label for p in token_pieces(lm.tokenizer, ids)]
 
 
@@ -112,9 +117,10 @@ def promoted_table(layer: int, head: int | None) -> None:
 
 
 h1, h2 = st.columns(2)
-layer_pick = h1.number_input("layer", 0, L - 1, int(best[0]), key="why_layer")
-head_pick = h2.selectbox("head (or the layer's MLP)", range(H + 1), index=int(best[1]), key="why_head",
-                         format_func=lambda h: "MLP" if h == H else f"head {h}")  # H: the MLP (a link can say so)
+layer_pick = linked(h1.number_input, "why_layer", integer(0, L - 1), "layer", 0, L - 1, int(best[0]))
+head_pick = linked(h2.selectbox, "why_head", integer(0, H), "head (or the layer's MLP)", range(H + 1),
+                   index=int(best[1]),
+                   format_func=lambda h: "MLP" if h == H else f"head {h}")  # H: the MLP (a link can say so)
 head_pick = None if head_pick == H else head_pick
 st.caption("What this part writes, read through the final norm and the output matrix: the tokens it raises most "
            "and lowers most.")
@@ -123,9 +129,9 @@ if head_pick is not None:
     st.markdown(f"**Why layer {int(layer_pick)} head {head_pick} attends where it does**")
     # an option's label never depends on the step: a picked position keeps its label when the step moves (a label
     # that did, "· the last", stayed stale in the browser after the step changed)
-    query = st.selectbox(f"looking from (query position; the last is {window.positions[-1]})",
-                         range(len(ids) - 1, -1, -1), key="why_qk_query",
-                         format_func=lambda t: f"({window.positions[t]}) {plain_tokens[t]}")
+    query = linked(st.selectbox, "why_qk_query", integer(0, WIDE),
+                   f"looking from (query position; the last is {window.positions[-1]})", range(len(ids) - 1, -1, -1),
+                   format_func=lambda t: f"({window.positions[t]}) {plain_tokens[t]}")
     why_qk.qk_panel(lm, rec, int(layer_pick), head_pick, int(query), plain_tokens, "why_qk")
 neurons_section(lm, rec, target, a.mlp, plain_tokens, window.positions)
 
@@ -138,8 +144,9 @@ def routes() -> None:
                "share is how close it is to the updated vector (L1 distance), so the shares of a layer add up to 1. "
                "Starting from the predicted token at the top, only routes above the threshold are kept.")
     g1, g2 = st.columns(2)
-    threshold = g1.slider("threshold (smallest share kept)", 0.01, 0.5, 0.04, 0.01, key="why_threshold")
-    cap = g2.slider("positions kept per layer (strongest first)", 2, 32, 10, key="why_cap")
+    threshold = linked(g1.slider, "why_threshold", number(0.01, 0.5), "threshold (smallest share kept)", 0.01, 0.5,
+                       0.04, 0.01)
+    cap = linked(g2.slider, "why_cap", integer(2, 32), "positions kept per layer (strongest first)", 2, 32, 10)
     g = gr.contribution_graph(rec, lm, threshold, cap)
     why_graph.graph_chart(g, graph_nodes(g), plain_tokens, window.positions, L)
     st.caption(f"{plural(len(g.edges), 'route')} above {threshold:.2f}" + (
@@ -154,11 +161,11 @@ st.caption("Switch one part off in the real model and run this step's tokens aga
            "token's probability fall, and does the answer change? “zero” writes nothing; “mean” writes the part's "
            "average over all positions, keeping its usual size but removing what is special about this text.")
 a1, a2, a3 = st.columns(3)
-ab_layer = a1.number_input("layer ", 0, L - 1, int(best[0]), key="why_ab_layer")
-ab_head = a2.selectbox("part", range(H + 1), index=int(best[1]), key="why_ab_head",
-                       format_func=lambda h: "MLP" if h == H else f"head {h}")
+ab_layer = linked(a1.number_input, "why_ab_layer", integer(0, L - 1), "layer ", 0, L - 1, int(best[0]))
+ab_head = linked(a2.selectbox, "why_ab_head", integer(0, H), "part", range(H + 1), index=int(best[1]),
+                 format_func=lambda h: "MLP" if h == H else f"head {h}")
 ab_head = None if ab_head == H else ab_head
-mode = a3.radio("ablation", iv.MODES, horizontal=True, key="why_ab_mode")
+mode = linked(a3.radio, "why_ab_mode", choice(iv.MODES), "ablation", iv.MODES, horizontal=True)
 pressed = st.button("Ablate and run again", key="why_ablate")
 r = kept_result("why_ablation", (m.name, tuple(ids), target, int(ab_layer), ab_head, mode),
                 (lambda: iv.ablate(lm, ids, target, int(ab_layer), ab_head, mode, clean_logits=rec.logits))
@@ -191,7 +198,7 @@ ig_key = (m.name, tuple(ids), target)
 if st.button("Compute integrated gradients", key="why_ig") or st.session_state.get("why_ig_done") == ig_key:
     st.session_state["why_ig_done"] = ig_key
     ia = inputs(m.name, tuple(ids), target, moving)
-    kind = st.radio("method", ["integrated gradients", "gradient × input"], horizontal=True, key="why_ig_kind")
+    kind = linked(st.radio, "why_ig_kind", choice(IG_KINDS), "method", IG_KINDS, horizontal=True)
     values = ia.integrated if kind == "integrated gradients" else ia.grad_x_input
     shown = list(moving) or list(range(len(ids)))
     st.html(heat_chips([plain_tokens[i] for i in shown], values[shown]))

@@ -18,6 +18,8 @@ from pipeline.text.pieces import token_pieces
 from pipeline.text.token_names import token_text
 from ui.escape import axis_labels, markdown_text
 from ui.plots import TICK_FONT, token_axis
+from views.links.controls import linked
+from views.links.params import integer, text
 from views.server.long_job import long_job, made_line
 from views.server.waiting import waiting_time
 
@@ -37,10 +39,12 @@ def patching_section(lm: LanguageModel, request, clean_ids: list[int], prefill_s
                "It runs behind the room's questions; the time it needs is said below before it starts.")
     question = request.messages[-1][1]
     default = question.replace("tomatoes", "carrots") if "tomatoes" in question else question
-    corrupted = st.text_input("corrupted question (same number of tokens)", default, key="why_corrupted")
+    corrupted = linked(st.text_input, "why_corrupted", text(), "corrupted question (same number of tokens)",
+                       default)
     c1, c2 = st.columns([1, 2])
-    top = c1.number_input("parts checked by real patching", 0, cp.MAX_CHECKED, CHECKED, key="why_patch_top",
-                          help=f"The parts with the largest estimates, {iv.PATCH_ROWS_PER_PASS} per pass.")
+    top = linked(c1.number_input, "why_patch_top", integer(0, cp.MAX_CHECKED), "parts checked by real patching", 0,
+                 cp.MAX_CHECKED, CHECKED,
+                 help=f"The parts with the largest estimates, {iv.PATCH_ROWS_PER_PASS} per pass.")
     clicked = c2.button("Patch", key="why_patch")
     map_clicked = c2.button("The full map of the stream (real patching of every layer × position)",
                             key="why_patch_map")

@@ -13,6 +13,8 @@ from pipeline.model.interface import LanguageModel
 from pipeline.text.token_names import token_text
 from ui.escape import markdown_text, plotly_label
 from ui.plots import TICK_FONT
+from views.links.controls import left_out, linked
+from views.links.params import choice
 
 TOP_KEYS = 5  # keys whose terms are split
 MATRIX_PARTS = 6  # rows and columns of the small matrix before "other parts"
@@ -32,8 +34,9 @@ def qk_panel(lm: LanguageModel, rec, layer: int, head: int, query: int, tokens: 
     st.dataframe(pd.DataFrame([{"key": names[k.position], "score": round(k.score, 3), "weight": f"{k.probability:.1%}",
                                 "terms add up to": round(k.terms_sum, 3)} for k in qa.keys]),
                  hide_index=True, width="stretch")
-    pick = st.selectbox("key to split", [k.position for k in qa.keys], format_func=names.get,
-                        key=f"{key}_key_{layer}_{head}_{query}")  # a new head or query starts at its top key
+    pick = left_out(st.selectbox, f"{key}_key_{layer}_{head}_{query}", "one of the picked head's top keys: a new "
+                    "head or query position starts again at its top key", "key to split", [k.position for k in qa.keys],
+                    format_func=names.get)
     chosen = next(k for k in qa.keys if k.position == pick)
     rows, cols, m = grouped(qa.parts, chosen.terms, MATRIX_PARTS)
     fig = go.Figure(go.Heatmap(z=m, x=[plotly_label(c) for c in cols], y=[plotly_label(r) for r in rows],
@@ -71,8 +74,9 @@ def node_panel(lm: LanguageModel, rec, g, a, target: int, target_name: str, toke
     if not nodes:
         return
     positions = tuple(range(len(tokens))) if positions is None else positions
-    node = st.selectbox("a node of the graph (strongest route first)", nodes, key="why_node_pick",
-                        format_func=lambda n: _node_label(n, tokens, positions))
+    node = left_out(st.selectbox, "why_node_pick", "a node of this run's contribution graph, whose list follows "
+                    "the run and its threshold", "a node of the graph (strongest route first)", nodes,
+                    format_func=lambda n: _node_label(n, tokens, positions))
     last = len(rec.ids) - 1
     part = direct_part(a, node, last)
     share = f"Strongest route through it: share {node.share:.2f}"
@@ -93,7 +97,7 @@ def node_panel(lm: LanguageModel, rec, g, a, target: int, target_name: str, toke
         st.markdown("**Why it attends there**")
         qk_panel(lm, rec, node.layer, node.head, node.position, tokens, "why_node_qk")
     c1, c2 = st.columns([1, 2])
-    mode = c1.radio("switch off by", iv.MODES, horizontal=True, key="why_node_mode")
+    mode = linked(c1.radio, "why_node_mode", choice(iv.MODES), "switch off by", iv.MODES, horizontal=True)
     if c2.button("Ablate this node and run again", key="why_node_ablate"):
         r = ablate_node(lm, list(rec.ids), target, node, mode, clean_logits=rec.logits)
         st.markdown(f"Without it ({mode}): probability of “{markdown_text(target_name)}” {r.prob_before:.1%} → "

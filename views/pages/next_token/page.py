@@ -13,11 +13,9 @@ from pipeline.stages.next_token import (
     draw,
     empirical,
     filter_stages,
-    mask_logits,
     softmax,
 )
 from pipeline.stages.request import option_ranges
-from pipeline.stages.tokens import encode
 from pipeline.text.pieces import token_pieces
 from pipeline.text.readable import render_bytes
 from pipeline.text.unfinished import continuation_label
@@ -27,6 +25,9 @@ from ui.words import plural
 from views.chrome.frame import fragment, page_header
 from views.chrome.navigation import back_next
 from views.links import url_state
+from views.links.controls import declare, linked
+from views.links.params import choice, integer, option
+from views.pages.next_token.constrained import constrained
 from views.request.model_kind_note import base_model_note
 from views.request.runs import run_for_page
 from views.server.state import get_model
@@ -96,6 +97,7 @@ st.caption("Each bar is one answer token: how likely the model thought it was (s
            + "Most uncertain: " + ", ".join(f"step {s} ({conf['entropy'][s]:.1f} bits)" for s in unsure) + ".")
 
 # --- which step -----------------------------------------------------------------------------------
+declare("nt_step", integer(0, 4096), older=("step",))  # here: a link's step, then kept in this run's range
 if not 0 <= st.session_state.get("nt_step", 0) <= max(S - 1, 1):  # a shorter run than the last one
     st.session_state.nt_step = 0
 st.session_state.setdefault("nt_step", 0)  # set here, not as the slider's default: a click on the strip sets it too
@@ -154,11 +156,11 @@ st.caption("The chosen token and the ten best raw candidates, with the run's own
 
 
 # --- sampling controls (local to this page); they start from the run's own settings -------------------
+DRAWS = [10, 30, 100, 300, 1000, 3000, 10000]  # the number of draws offered
 RUN_SETTINGS = {"nt_temperature": float(run.temperature), "nt_top_k": int(run.top_k), "nt_top_p": float(run.top_p),
                 "nt_min_p": float(run.min_p), "nt_seed": int(run.seed or 0)}
-if st.session_state.get("nt_run_id") != trace.request.id:  # a new run: start again from its settings,
-    linked = url_state.take_from_link(RUN_SETTINGS)  # except those a link just opened this page with
-    st.session_state.update({k: v for k, v in RUN_SETTINGS.items() if k not in linked}, nt_run_id=trace.request.id)
+if st.session_state.get("nt_run_id") != trace.request.id:  # a new run: start again from its settings (a link's
+    st.session_state.update(RUN_SETTINGS, nt_run_id=trace.request.id)  # own win as the controls are drawn)
 
 
 @fragment
@@ -170,11 +172,13 @@ def sampler() -> None:
                + TIE_RULE)
     c = st.columns(5)
     r = option_ranges(V)  # the sidebar's ranges
-    temperature = c[0].slider("temperature", **r["temperature"].widget_args(), key="nt_temperature")
-    top_k = c[1].number_input("top-k (0 = off)", **r["top_k"].widget_args(), key="nt_top_k")
-    top_p = c[2].slider("top-p", **r["top_p"].widget_args(), key="nt_top_p")
-    min_p = c[3].slider("min-p", **r["min_p"].widget_args(), key="nt_min_p")
-    seed = c[4].number_input("seed (this page only)", **r["seed"].widget_args(), key="nt_seed")  # from session state
+    temperature = linked(c[0].slider, "nt_temperature", option("temperature"), "temperature",
+                         **r["temperature"].widget_args(), older=("t",))
+    top_k = linked(c[1].number_input, "nt_top_k", option("top_k"), "top-k (0 = off)", **r["top_k"].widget_args())
+    top_p = linked(c[2].slider, "nt_top_p", option("top_p"), "top-p", **r["top_p"].widget_args())
+    min_p = linked(c[3].slider, "nt_min_p", option("min_p"), "min-p", **r["min_p"].widget_args())
+    seed = linked(c[4].number_input, "nt_seed", option("seed"), "seed (this page only)",
+                  **r["seed"].widget_args())  # from session state
     opts = replace(run, temperature=float(temperature), top_k=int(top_k), top_p=float(top_p),  # the run's penalties
                    min_p=float(min_p), seed=int(seed))
     moved = [k.removeprefix("nt_").replace("_", "-") for k, v in RUN_SETTINGS.items()
@@ -202,7 +206,7 @@ def sampler() -> None:
 
     st.subheader("Draw many times")
     d1, d2 = st.columns([3, 1])
-    n = d1.select_slider("number of draws N", [10, 30, 100, 300, 1000, 3000, 10000], 1000, key="nt_draws")
+    n = linked(d1.select_slider, "nt_draws", choice(DRAWS), "number of draws N", DRAWS, 1000, older=("draws",))
     d2.button("Draw again (next seed)", key="nt_draw",
               on_click=lambda: st.session_state.update(nt_seed=int(st.session_state.nt_seed) + 1))
     picks = draw(final, n, np.random.default_rng(int(seed)))  # (N,) token ids
@@ -229,32 +233,5 @@ sampler()
 
 
 # --- constrained output ------------------------------------------------------------------------------
-@fragment
-def constrained() -> None:
-    st.subheader("Constrained output: only some tokens allowed")
-    st.caption("A service that must answer in a fixed format sets the score of every other token to −∞ "
-               "before softmax. e^−∞ = 0, so those tokens can never be drawn, however likely they were.")
-    words = st.text_input("allowed answers (comma-separated; each word's first token is allowed)", "Yes, No",
-                          key="nt_allowed")
-    allowed = []
-    for w in dict.fromkeys(x.strip() for x in words.split(",") if x.strip()):
-        ids = encode(tok, w)
-        if ids:
-            allowed.append((w, int(ids[0])))
-    if not allowed:
-        st.info("Type at least one word.")
-        return
-    ids = sorted({i for _, i in allowed})
-    p = softmax(mask_logits(logits, ids))  # (V,) zero outside `ids`
-    table = pd.DataFrame({
-        "token": [name(i) for i in ids], "id": ids, "logit": np.round(logits[ids], 3),
-        "probability without the constraint": [f"{raw[i]:.3%}" for i in ids],
-        "probability with only these allowed": [f"{p[i]:.2%}" for i in ids],
-    })
-    st.dataframe(table, hide_index=True, width="stretch")
-    st.caption(f"The other {V - len(ids):,} tokens got −∞ and now have probability exactly "
-               f"{p[np.setdiff1d(np.arange(V), ids)].max():.0%}.")
-
-
-constrained()
+constrained(tok, logits, raw, name)
 back_next()
