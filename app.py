@@ -24,13 +24,13 @@ from ui.escape import markdown_text
 from ui.history_entries import one_entry_per_page
 from ui.report import trace_report
 from ui.text_guard import guard_text_boxes
-from views import url_state
-from views.chrome import PageEnd, run_marker
-from views.model_picker import model_picker, picked_model
-from views.page_path import arrive
-from views.runs import stored_download, stored_sidebar_run
-from views.server_state import get_model
-from views.session_request import (
+from views.chrome.frame import PageEnd, run_marker
+from views.chrome.navigation import arrive
+from views.chrome.page_list import PAGES
+from views.links import url_state
+from views.request.model_picker import model_picker, picked_model
+from views.request.runs import stored_download, stored_sidebar_run
+from views.request.session import (
     DEFAULTS,
     MODEL_FIELDS,
     TEXT_LIMIT,
@@ -41,39 +41,14 @@ from views.session_request import (
     session_passes,
     show_values_in_form,
 )
-from views.slider_args import slider_args
-from views.warm_up import warm_up
+from views.server.state import get_model
+from views.server.warm_up import warm_up
+from views.request.slider_args import slider_args
 
 HERE = Path(__file__).parent
 st.set_page_config(page_title="Token Pipeline Explorer", page_icon=str(HERE / "assets" / "favicon.png"),
                    layout="wide")
 
-PAGES = [  # (file, title, icon, url, section) in the order a request travels; emoji icons are drawn locally;
-    # views/page_path.py reads this list (Start's list, each page's Back and Next, the sidebar's sections)
-    ("start.py", "Start", "🍅", "start", "The request"),
-    ("journey.py", "Journey", "🧭", "journey", "The request"),
-    ("request.py", "Request & template", "📨", "request", "The request"),
-    ("tokens.py", "Tokens", "🔤", "tokens", "The request"),
-    ("tensors.py", "Tensors & batch", "🧮", "tensors", "The request"),
-    ("embeddings.py", "Embeddings", "📍", "embeddings", "Inside the model"),
-    ("position.py", "Position (RoPE)", "🌀", "position", "Inside the model"),
-    ("layers.py", "Layers", "🥞", "layers", "Inside the model"),
-    ("attention.py", "Attention", "👀", "attention", "Inside the model"),
-    ("next_token.py", "Next token", "🎲", "next-token", "Choosing the token"),
-    ("why_token.py", "Why this token", "🔬", "why-token", "Choosing the token"),
-    ("what_if.py", "What if", "🌿", "what-if", "Choosing the token"),
-    ("constrained.py", "Constrained output", "🧩", "constrained", "Choosing the token"),
-    ("generation.py", "Generation", "⏩", "generation", "The loop and its cache"),
-    ("kv_cache.py", "KV cache", "🗄️", "kv-cache", "The loop and its cache"),
-    ("prefill_decode.py", "Prefill & decode", "🏎️", "prefill-decode", "What the machine pays"),
-    ("how_it_learned.py", "How it learned", "📉", "how-it-learned", "What the machine pays"),
-    ("faster_decode.py", "Faster decode", "🚀", "faster-decode", "What the machine pays"),
-    ("prompt_caching.py", "Prompt caching", "♻️", "prompt-caching", "Caching across requests"),
-    ("cache_audit.py", "Cache audit", "🧾", "cache-audit", "Caching across requests"),
-    ("traffic.py", "Traffic", "🚦", "traffic", "Caching across requests"),
-    ("compare_models.py", "Compare models", "⚖️", "compare-models", "Tools for a room"),
-    ("presenter.py", "Presenter mode", "🎓", "presenter", "Tools for a room"),
-]
 SESSION_DEFAULTS = {f"req_{k}": v for k, v in DEFAULTS.items()}
 
 
@@ -83,8 +58,8 @@ def sidebar(pages: list):
     query = url_state.request_query(SESSION_DEFAULTS)
     with st.sidebar:
         for n, page in enumerate(pages):
-            if n == 0 or PAGES[n][4] != PAGES[n - 1][4]:  # each section's name over its pages
-                st.caption(PAGES[n][4])
+            if n == 0 or PAGES[n].section != PAGES[n - 1].section:  # each section's name over its pages
+                st.caption(PAGES[n].section)
             st.page_link(page, query_params=query)
         st.divider()
         model_picker()
@@ -173,14 +148,13 @@ def share_and_export(boxes, passes: PassCounter) -> None:
 init_state()
 notes = url_state.restore_model(SESSION_DEFAULTS)  # the link's model first: the page's ranges follow it
 lm = picked_model(notes)  # name, dimensions, tokenizer: a stored run is drawn before the network has loaded
-pages = [st.Page(str(HERE / "views" / "pages" / f), title=t, icon=i, url_path=u, default=(n == 0))
-         for n, (f, t, i, u, _) in enumerate(PAGES)]
+pages = [st.Page(str(HERE / p.script), title=p.title, icon=p.icon, url_path=p.url, default=(n == 0))
+         for n, p in enumerate(PAGES)]
 page = st.navigation(pages, position="hidden")
 page_path = page.url_path or "start"  # the default page is served at /
 arrive(page_path)  # the page before this one: the full map on Start and Journey lights it
-controls = url_state.page_params(page_path, lm.config_dims.L, lm.config_dims.H)
-notes = list(dict.fromkeys(notes + url_state.restore(page_path, SESSION_DEFAULTS, controls)))
-url_state.bind(page_path, SESSION_DEFAULTS, controls)
+notes = list(dict.fromkeys(notes + url_state.restore(page_path, SESSION_DEFAULTS)))  # the page's controls: as drawn
+url_state.bind(page_path, SESSION_DEFAULTS)
 after = sidebar(pages)
 url_state.sync()  # the address holds the request before the page runs: a reload during a long run keeps the question
 for note in notes:
@@ -191,7 +165,7 @@ st.session_state["_whole_run"] = True  # fragments drawn in it leave the run's e
 with counting_passes(session_passes()) as passes:
     try:
         page.run()
-    except PageEnd:  # the page ended early on purpose (views.chrome.end_page), its message drawn
+    except PageEnd:  # the page ended early on purpose (views.chrome.frame.end_page), its message drawn
         pass
     except RerunException:  # st.rerun(): the next run draws the page
         completed = False

@@ -53,8 +53,8 @@ def catalogue() -> dict[str, ModelInfo]:
     """The picker's models by key and name (lower-cased too), each with its window, read from its files once."""
     if not _catalogue:
         from pipeline.model.registry import resolve
-        from views.server_state import default_weights, get_model, offered_models
-        from views.session_request import model_label
+        from views.server.state import default_weights, get_model, offered_models
+        from views.request.session import model_label
 
         for key in offered_models()[0]:
             spec = resolve(key)
@@ -66,7 +66,7 @@ def catalogue() -> dict[str, ModelInfo]:
 
 
 def models_body(anthropic: bool) -> dict:
-    from views.server_state import APP_MAX_PROMPT_TOKENS
+    from views.server.state import APP_MAX_PROMPT_TOKENS
 
     models = list({m.key: m for m in catalogue().values()}.values())
     if anthropic:
@@ -80,11 +80,11 @@ def models_body(anthropic: bool) -> dict:
 
 
 def run_link(base: str, request: ChatRequest, model: ModelInfo, schema: str | None = None) -> str:
-    """The link that opens this request on the app's pages (a short link: views/url_state.py reads it); a request
+    """The link that opens this request on the app's pages (a short link: views/links/url_state.py reads it); a request
     decoded under a schema opens on Constrained output with the schema filled in."""
     from pipeline.server.room import room_store
-    from views.page_links import link_name
-    from views.url_state import REQUEST
+    from views.links.controls import link_name
+    from views.links.url_state import REQUEST
 
     history = "\n".join(f"{r}: {c}" for r, c in request.messages if r != "system" and (r, c) != request.messages[-1])
     o = request.options
@@ -105,10 +105,11 @@ def run_link(base: str, request: ChatRequest, model: ModelInfo, schema: str | No
 
 # ---- running the requests ---------------------------------------------------------------------------
 def submit_trace(request: ChatRequest):
-    """The request as a page runs it (views.waiting.run_through_queue): captured, stored where every page finds it."""
+    """The request as a page runs it (views.server.waiting.run_through_queue): captured, stored where every page
+    finds it."""
     from pipeline.run.trace import run_trace
-    from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, run_queue, run_store
-    from views.session_request import request_key
+    from views.server.state import APP_MAX_PROMPT_TOKENS, get_model, run_queue, run_store
+    from views.request.session import request_key
 
     key, lm = request_key(request), get_model(request.model, request.weights)
     work = lambda: run_store().get_or_run(key, lambda: run_trace(request, lm, APP_MAX_PROMPT_TOKENS))  # noqa: E731
@@ -119,8 +120,8 @@ def submit_constrained(request: ChatRequest, model: ModelInfo, schema: str):
     """The request decoded under a JSON schema, as Constrained output runs it and where that page finds it."""
     from pipeline.run.trace import run_constrained_trace
     from pipeline.server.run_queue import cost_of
-    from views.server_state import APP_MAX_PROMPT_TOKENS, get_model, result_store, run_queue, using_model
-    from views.session_request import request_key
+    from views.server.state import APP_MAX_PROMPT_TOKENS, get_model, result_store, run_queue, using_model
+    from views.request.session import request_key
 
     key = (model.key, model.weights, "constrained", request_key(request), "json_schema", schema)
 
@@ -133,7 +134,7 @@ def submit_constrained(request: ChatRequest, model: ModelInfo, schema: str):
 
 def submit_stream(request: ChatRequest, push):
     """The request on the plain path (the live answer's), its events pushed as they are made."""
-    from views.server_state import run_queue
+    from views.server.state import run_queue
 
     return _submitted(lambda: run_queue().submit(("api", id(push)), lambda: None, batch=("stream", (request, push))))
 
@@ -143,7 +144,7 @@ QUEUE_LONG_RETRY_S = 30  # a long prompt refused while the queue is long: when t
 
 def _submitted(submit):
     from pipeline.server.run_queue import LONG_QUEUE
-    from views.server_state import run_queue
+    from views.server.state import run_queue
 
     try:
         return submit()
@@ -156,7 +157,7 @@ def _submitted(submit):
 def end_stream(push) -> None:
     """A client left: its answer ends at the batch's next step (its slot and K/V freed), or at its first token if it
     is still waiting in line."""
-    from views.server_state import run_queue
+    from views.server.state import run_queue
 
     for _, row, _ in list(run_queue().engines["stream"].started.values()):
         if row.answer.on_event is push:
@@ -294,7 +295,7 @@ async def whole_anthropic(call: ApiCall, links: list[str], seen: dict) -> Respon
 
 
 def _tokenizer(model: ModelInfo):
-    from views.server_state import get_model
+    from views.server.state import get_model
 
     return get_model(model.key, model.weights).tokenizer
 
@@ -432,7 +433,7 @@ async def stream_openai(call: ApiCall, links: list[str], client: str, seen: dict
 
 
 async def stream_anthropic(call: ApiCall, links: list[str], client: str, seen: dict) -> Response:
-    from views.server_state import run_queue
+    from views.server.state import run_queue
 
     streams, first = await opened(call)
     request, model = call.requests[0], call.model.label

@@ -59,8 +59,10 @@ def question_of(target: int) -> tuple[str, int]:
 
 
 def pages() -> list[tuple[str, str]]:
-    """(title, url path) of every page, in app.py's order."""
-    return re.findall(r'\("\w+\.py", "([^"]+)", "[^"]*", "([^"]+)"\)', open(os.path.join(ROOT, "app.py")).read())
+    """(title, url path) of every page, in the app's order."""
+    from views.chrome.page_list import PAGES
+
+    return [(p.title, p.url) for p in PAGES]
 
 
 class Peaks(RssSampler):

@@ -9,7 +9,7 @@ ROLE_COLOURS = {  # background per role; template-added text is grey so the user
     "user": "#dcfce7",
     "assistant": "#fef3c7",
     "template": "#e5e7eb",
-    "accepted": "#86efac",  # a speculative draft the model agreed with (views/faster_decode_drafts.py)
+    "accepted": "#86efac",  # a speculative draft the model agreed with (views/pages/faster_decode/drafts.py)
     "rejected": "#fca5a5",  # one it did not: rolled back
 }
 SPECIAL_STYLE = "border:2px solid #dc2626;font-weight:600;"

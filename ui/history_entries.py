@@ -3,7 +3,7 @@
 Streamlit 1.67's frontend adds a history entry (history.pushState) on a page change, and another each time the
 script sets the query string to something the address does not show yet (its handlePageInfoChanged; it replaces
 the entry only while it replays a Back or Forward). The app writes the view into the query string during every run
-(views/url_state.py: the request and the page's controls, once per fragment with controls too), so one visit to
+(views/links/url_state.py: the request and the page's controls, once per fragment with controls too), so one visit to
 Attention left three entries, each with a few more of its controls: Back replayed an older address of the same
 page, which the run then rewrote to the current one, and the page never changed ("Journey → Tokens → Attention,
 Back twice: still Attention").

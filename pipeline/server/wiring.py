@@ -1,5 +1,5 @@
 """One server's parts wired together: the queue with its two step engines, the store of finished runs, the
-store of other results and the file of speed verdicts. The app (views/server_state.py) and the benches
+store of other results and the file of speed verdicts. The app (views/server/state.py) and the benches
 (bench/room_cpu.py, bench/long_job_wait.py) build them here, so a bench measures the server as it runs.
 
     queue = server_queue(lambda request: lm, max_prompt_tokens=4096, on_trace=runs.put)

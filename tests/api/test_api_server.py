@@ -43,7 +43,7 @@ def an(server):
 
 
 def stored_link(cache: Path, link: str) -> dict:
-    """The request a run's short link stands for, as the server stored it (views/url_state.py opens it)."""
+    """The request a run's short link stands for, as the server stored it (views/links/url_state.py opens it)."""
     code = parse_qs(urlparse(link).query)["link"][0]
     return json.loads((cache / "room" / f"link-{code}.json").read_text())["query"]
 

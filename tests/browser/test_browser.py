@@ -11,7 +11,7 @@ import re
 from urllib.parse import urlparse
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, choose, settle, watch
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, choose, settle, watch
 
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 
@@ -44,9 +44,10 @@ def browser_page(server):
 
 
 def page_titles() -> list[str]:
-    src = (ROOT / "app.py").read_text()
+    from views.chrome.page_list import PAGES
+
     # Presenter mode hides the sidebar these tests navigate with; tests/browser/test_browser_room.py walks it.
-    return [t for t in re.findall(r'\("\w+\.py", "([^"]+)"', src) if t != "Presenter mode"]
+    return [p.title for p in PAGES if p.title != "Presenter mode"]
 
 
 def open_page(page, title: str) -> None:

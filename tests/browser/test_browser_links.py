@@ -41,7 +41,7 @@ for i, text in enumerate({hostile!r}):
     st.warning(f"raw {{i}}: " + text)
     st.warning(f"escaped {{i}}: " + markdown_text(text))
     st.caption(f"code {{i}}: " + code_span(text))
-from views.chrome import run_marker
+from views.chrome.frame import run_marker
 run_marker()  # what settle() waits for, as app.py draws it
 """
 

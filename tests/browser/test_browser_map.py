@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.browser,
 
 
 def test_a_part_of_the_map_opens_its_page_with_the_request(tiny_server_cache, tiny_app_model):
-    from views.page_path import neighbours
+    from views.chrome.navigation import neighbours
 
     L = tiny_app_model[1].dims.L
     with server_and_page("browser-map.log", tiny_server_cache, height=1200) as (url, page):

@@ -338,8 +338,8 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
 
 def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(server, browser):
     """A reload used to give the presenter's own screen `?room=CODE` without the key: a follower with no Previous or
-    Next. The browser keeps the key in a cookie for that room (views/room_key.py); the key is in neither the address
-    nor the page's text, and a learner's browser given the same address only follows."""
+    Next. The browser keeps the key in a cookie for that room (views/pages/presenter/room_key.py); the key is in
+    neither the address nor the page's text, and a learner's browser given the same address only follows."""
     presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = visit(presenter, f"{server}/presenter?q=Why+is+the+sky+blue%3F&max_new_tokens=4")
     code = parse_qs(urlparse(start_presenting(page)).query)["follow"][0]

@@ -373,8 +373,8 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
     mount): runs/ cannot be created. The page draws its run from memory and says runs are not saved."""
     from streamlit.testing.v1 import AppTest
 
-    from views.server_state import model_handle, result_store, run_queue, run_store
-    from views.warm_up import warm_up
+    from views.server.state import model_handle, result_store, run_queue, run_store
+    from views.server.warm_up import warm_up
 
     ro = tmp_path / "ro"  # a read-only cache folder holding the converted weights (mounted in) and nothing else
     weights = ro / weights_cache.weights_cache_dir().name

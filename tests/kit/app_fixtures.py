@@ -70,7 +70,7 @@ def _handles_are_tiny(root, tiny: dict) -> bool:
     the tiny one). In two of ~10 fast-tier runs today two tiny-model page tests drew a real 30-layer run (and ran the
     real network, 300 s of CPU); where the real network got into a cached handle is not pinned down (a handle made
     on the real weights cache by a test without `tiny_app` is the likely way in). Checked at every tiny_app test."""
-    from views.server_state import model_handle
+    from views.server.state import model_handle
 
     for key, lm in tiny.items():  # {registry key: the tiny LoadedModel}
         for weights in ("fp32", "bf16", "int8"):
@@ -85,7 +85,7 @@ def _handles_are_tiny(root, tiny: dict) -> bool:
 
 @pytest.fixture
 def tiny_app(tiny_app_model, tiny_app_gemma, monkeypatch):
-    """AppTest on the tiny model through the app's own path: TPE_CACHE_DIR names the tiny cache (views/server_state.py's
+    """AppTest on the tiny model through the app's own path: TPE_CACHE_DIR names the tiny cache (views/server/state.py's
     get_model reads its files, its run store lives beside them) and pipeline.model.loader.shared_model gives the
     tiny LoadedModel for the default model. Streamlit's caches (per process, like a server's) are shared by the
     tiny-model tests, and cleared when a real-model AppTest follows one or a handle in them is not a tiny model's

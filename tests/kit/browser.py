@@ -157,7 +157,7 @@ def open_page(page, title: str, timeout_s: float = 300, shot: Path | None = None
                 raise
 
 
-# The app's end-of-run marks (views.chrome.run_marker): "SESSION:COUNT" of the newest on the page, '' before any.
+# The app's end-of-run marks (views.chrome.frame.run_marker): "SESSION:COUNT" of the newest on the page, '' before any.
 RUN_MARK = ("() => { let best = ''; let most = -1; for (const m of document.querySelectorAll('.tpe-run-done')) {"
             " const n = Number(m.dataset.run); if (n > most) { most = n; best = m.dataset.session + ':' + n; } }"
             " return best; }")
@@ -173,7 +173,7 @@ def settle(page, timeout: float = 400) -> None:
     """Wait for the end of the run that the last action started, then for its charts' SVG.
 
     The end is the app's own signal: every completed run (a whole run, or a fragment's own rerun) draws, as its
-    last element, a mark carrying the session's count of completed runs (views.chrome.run_marker); a run that
+    last element, a mark carrying the session's count of completed runs (views.chrome.frame.run_marker); a run that
     ends in st.rerun() draws none, so the run after it is the one waited for. Done: a mark newer than the one
     settle() last saw on this page (another session, after a reload or a page.goto, counts afresh). Call it only
     after an action that runs the script (a visit, a click, a widget change); an action that runs nothing (a key
@@ -206,7 +206,7 @@ def settle(page, timeout: float = 400) -> None:
 def question_shown(page, timeout_s: float = 30) -> str:
     """What the sidebar's question box shows, once it shows anything: a box the browser has just drawn may
     be empty until its value arrives in the same frame's next step, so read it when it is not empty
-    (a box left empty, the bug views.session_request.show_values_in_form fixes, returns '' after timeout_s)."""
+    (a box left empty, the bug views.request.session.show_values_in_form fixes, returns '' after timeout_s)."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     box = page.locator('[data-testid="stSidebar"] textarea').first

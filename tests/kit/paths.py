@@ -6,20 +6,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def app_page_table() -> list[tuple]:
-    """app.py's PAGES as written: (file, title, icon, url, section) per page, in the app's order (read from the
-    source: importing app.py would run the app)."""
-    import ast
+    """The pages (views/chrome/page_list.py's PAGES): (file, title, icon, url, section) per page, in the app's
+    order; file is the script under views/pages/ ('tokens.py', 'why_token/page.py')."""
+    from views.chrome.page_list import PAGES
 
-    with open(os.path.join(ROOT, "app.py")) as f:
-        tree = ast.parse(f.read())
-    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
-                 and any(getattr(t, "id", None) == "PAGES" for t in node.targets))
-    return ast.literal_eval(table)
+    return [(p.file, p.title, p.icon, p.url, p.section) for p in PAGES]
 
 
 def app_pages() -> list[str]:
-    """The views/pages/ file names (without .py) of every page in app.py's PAGES, in the app's order."""
-    return [file.removesuffix(".py") for file, *_ in app_page_table()]
+    """The name of every page in PAGES (its module or package under views/pages/: 'tokens', 'why_token'), in the
+    app's order."""
+    from views.chrome.page_list import PAGES
+
+    return [p.name for p in PAGES]
 
 
 _source_trees: dict = {}
@@ -40,5 +39,7 @@ def source_tree(path):
     return _source_trees[key]
 
 def page_file(name: str) -> str:
-    """The script of the page named `name` (as app.py's PAGES names its file, without .py)."""
-    return str(Path(ROOT) / "views" / "pages" / f"{name}.py")
+    """The script of the page named `name`: 'tokens' -> views/pages/tokens.py, 'why_token' (a page with parts) ->
+    views/pages/why_token/page.py; 'why_token/page' is that script too."""
+    pages = Path(ROOT) / "views" / "pages"
+    return str(pages / name / "page.py" if (pages / name).is_dir() else pages / f"{name}.py")

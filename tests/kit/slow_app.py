@@ -1,6 +1,6 @@
 """The app with a slow page, for browser tests that act while a run is still going (kill the server, reload).
 
-The server runs app.py itself, unchanged, through a small wrapper script that makes views.chrome.page_header sleep
+The server runs app.py itself, unchanged, through a small wrapper script that makes views.chrome.frame.page_header sleep
 after it has drawn the page's title: the sidebar and the title are in the browser, the rest of the run (the page,
 the sidebar's link, the end-of-run mark) waits. On every run, or, given `mark`, only on runs whose question holds
 `mark`, so that other runs of the same server are as usual.
@@ -23,7 +23,7 @@ SLEEP_S = 600  # longer than any test waits: the run is still going when the tes
 WRAPPER = """
 import runpy, time
 import streamlit as st
-import views.chrome as chrome
+import views.chrome.frame as chrome
 if not getattr(chrome, "_tpe_slowed", False):
     drawn = chrome.page_header
     def slow_header(*args, **kwargs):

@@ -36,7 +36,7 @@ def test_default_request_runs_with_sidebar_and_journey(page_lm):
 
 @pytest.mark.parametrize("state,field", [
     ({"question": "   "}, "messages[-1].content"),
-    # the app runs prompts of up to 4,096 tokens (views/server_state.py), so neither the 8,192-token window nor
+    # the app runs prompts of up to 4,096 tokens (views/server/state.py), so neither the 8,192-token window nor
     # max_new_tokens (at most 256 in the sidebar) can be exceeded there: both end at the app's cap
     ({"question": " a" * 9000}, "4,096 tokens"),  # 9,000 tokens in 18,000 characters
     ({"question": "tomato " * 8100, "max_new_tokens": 200}, "4,096 tokens"),

@@ -6,6 +6,7 @@ import re
 
 import pytest
 from kit.markdown_links import foreign_links
+from kit.paths import app_page_table
 from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")  # AppTest on the tiny model (fast tier): links, not answers
@@ -20,8 +21,7 @@ PLAIN_TYPES = {"text", "code", "json", "exception"}  # drawn as text, never as M
 
 
 def pages() -> list[tuple[str, str]]:
-    src = open(os.path.join(ROOT, "app.py")).read()
-    return re.findall(r'\("(\w+\.py)", "[^"]+", "[^"]+", "([\w-]+)"\)', src)
+    return [(file, url) for file, _, _, url, _ in app_page_table()]
 
 
 def markdown_of(at: AppTest) -> list[tuple[str, str]]:
@@ -49,16 +49,16 @@ def planted_links(at: AppTest) -> list[tuple[str, str]]:
 
 
 def tampered(page_params: dict) -> dict[str, str]:
-    from views.url_state import REQUEST
+    from views.links.url_state import REQUEST
 
     return {**{name: TEXT_PARAMS.get(name, PHISH) for name in REQUEST}, **{name: PHISH for name in page_params}}
 
 
 @pytest.mark.parametrize("file,path", pages())
 def test_no_tampered_parameter_plants_a_link(file, path):
-    from views.url_state import page_params
+    from views.links.url_state import CONTROLS
 
-    params = tampered(page_params(path, 30, 9))
+    params = tampered({})
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
     at.query_params = dict(params)
     at.run()  # the Start page: the request's parameters are read here
@@ -66,9 +66,12 @@ def test_no_tampered_parameter_plants_a_link(file, path):
     assert any("not usable" in w.value for w in at.warning), "the tampered request made no note"
     assert not planted_links(at), planted_links(at)
     if path != "start":
+        at.switch_page(f"views/pages/{file}").run()  # the page declares its controls beside its widgets: their names
+        params = tampered(at.session_state[CONTROLS] if CONTROLS in at.session_state else {})
         at.query_params = dict(params)
-        at.session_state["_url_request_loaded"] = False  # read the request's parameters again on this page
-        at.switch_page(f"views/pages/{file}").run()
+        at.session_state["_url_request_loaded"] = False  # read the request's parameters again on this page,
+        at.session_state["_url_page_loaded"] = None  # arriving at it again with every control's value tampered
+        at.run()
         assert not at.exception, at.exception
         assert not planted_links(at), planted_links(at)
     assert any("evil" in text for _, text in markdown_of(at)), "the hostile text was not shown at all"

@@ -1,6 +1,8 @@
-"""A button's result stays on the page until its inputs change (views/kept_result.py), fast tier on the tiny model."""
+"""A button's result stays on the page until its inputs change (views/pages/why_token/kept_result.py), fast tier
+on the tiny model."""
 from pathlib import Path
 
+from kit.paths import page_file
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -11,7 +13,7 @@ def ablation_lines(at: AppTest) -> list[str]:
 
 
 def test_the_ablation_result_stays_when_integrated_gradients_is_pressed_and_goes_when_its_inputs_change(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "why_token.py"), default_timeout=240)
+    at = AppTest.from_file(page_file("why_token"), default_timeout=240)
     at.run()
     at.button(key="why_ablate").click().run()
     assert not at.exception, [e.message for e in at.exception]
@@ -33,7 +35,7 @@ def test_prefill_and_decode_measurements_are_still_there_after_another_page(tiny
     monkeypatch.setattr(roofline, "PREFILL_LENGTHS", (8, 16))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
     at.run()
-    at.switch_page("views/pages/prefill_decode.py").run()
+    at.switch_page("views/pages/prefill_decode/page.py").run()
     assert not at.exception, [e.message for e in at.exception]
     tables, metrics = len(at.dataframe), len(at.get("metric"))
     at.button(key="pd_prefill").click().run()
@@ -43,6 +45,6 @@ def test_prefill_and_decode_measurements_are_still_there_after_another_page(tiny
     # ceilings are measured, each ceiling's share beside it: another test's measurement may be kept), 3 metrics
     assert added[0] > tables and added[1] == metrics + 3
     at.switch_page("views/pages/journey.py").run()
-    at.switch_page("views/pages/prefill_decode.py").run()
+    at.switch_page("views/pages/prefill_decode/page.py").run()
     assert not at.exception, [e.message for e in at.exception]
     assert (len(at.dataframe), len(at.get("metric"))) == added

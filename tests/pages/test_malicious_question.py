@@ -1,6 +1,6 @@
 """A question holding HTML is shown as text on the pages that show it (Journey, Request & template, Tokens, Tensors &
 batch, Generation, KV cache): no tag reaches the page's HTML or its charts. AppTest runs the page file on its own (no
-app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny random-weight model
+app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny random-weight model
 (fixture `tiny_app`, fast tier).
 """
 import json
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from kit.apptest import html_blocks
+from kit.paths import page_file
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ def plotly_strings(at: AppTest) -> str:
 @pytest.mark.parametrize("page", ["journey", "request", "tokens", "tensors", "generation",
                                   "kv_cache"])
 def test_malicious_question_is_shown_as_text(page, tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / f"{page}.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(page_file(page), default_timeout=TIMEOUT)
     at.session_state["req_question"] = MALICIOUS
     at.session_state["req_max_new_tokens"] = 8
     at.run()

@@ -47,8 +47,8 @@ def test_every_page_opens_with_gemma_picked(gemma_app, page):
 def test_the_run_is_gemmas_and_keyed_by_the_model(gemma_app):
     """The page's run is stored under Gemma's name and its prompt is written in Gemma's turns."""
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from views.server_state import run_store
-    from views.session_request import DEFAULT_QUESTION, run_key
+    from views.request.session import DEFAULT_QUESTION, run_key
+    from views.server.state import run_store
 
     at = page_app("generation", req_model=GEMMA, req_max_new_tokens=3)
     at.run()
@@ -62,8 +62,8 @@ def test_the_run_is_gemmas_and_keyed_by_the_model(gemma_app):
 
 def test_plain_text_is_sent_as_it_is_when_picked(gemma_app):
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from views.server_state import run_store
-    from views.session_request import DEFAULT_QUESTION, run_key
+    from views.request.session import DEFAULT_QUESTION, run_key
+    from views.server.state import run_store
 
     at = page_app("generation", req_model=GEMMA, req_max_new_tokens=3, req_prompt_format="plain")
     at.run()
@@ -136,7 +136,7 @@ def test_switching_the_model_resets_the_pages_controls(gemma_app):
     """At layer 29 of SmolLM2's 30 on the Attention page, picking Gemma (3 layers here) opens on a head of its own."""
     at = app_at(model="smollm2-135m", max_new_tokens="3")
     at.run()
-    at.switch_page("views/pages/attention.py").run()
+    at.switch_page("views/pages/attention/page.py").run()
     assert not at.exception, at.exception
     at.session_state["rope_layer"] = 29  # SmolLM2's last layer, kept for the Position page
     at.selectbox(key="req_model").set_value(GEMMA).run()
@@ -147,7 +147,7 @@ def test_switching_the_model_resets_the_pages_controls(gemma_app):
 
 def test_the_start_model_is_tpe_models_pick_if_usable(tiny_gemma_cache, tmp_path, monkeypatch):
     """./run.sh app --model X sets TPE_MODEL: a folder or a name the picker offers; a bad one is SmolLM2."""
-    from views.server_state import default_model_key, offered_models
+    from views.server.state import default_model_key, offered_models
 
     good = str(tiny_gemma_cache[0] / "gemma-3-270m")
     monkeypatch.setenv("TPE_MODEL", good)
@@ -163,7 +163,7 @@ def test_the_start_model_is_tpe_models_pick_if_usable(tiny_gemma_cache, tmp_path
 def test_the_start_weights_are_tpe_weights_pick_if_a_format(monkeypatch):
     """./run.sh app --weights bf16 sets TPE_WEIGHTS: the weight format a new session (and the warm-up) starts on;
     anything else is fp32, and the sidebar says why."""
-    from views.server_state import default_weights, picked_weights, weights_note
+    from views.server.state import default_weights, picked_weights, weights_note
 
     for named, expected in (("bf16", "bf16"), ("int8", "int8"), (" fp32 ", "fp32")):
         monkeypatch.setenv("TPE_WEIGHTS", named)
@@ -212,8 +212,8 @@ def test_every_page_opens_on_each_real_model(page, model):
 def test_real_gemma_pages(page):
     """The real Gemma-3-270M picked: the page opens on its own run, drawn with its 18 layers and its turns."""
     from pipeline.stages.request import ChatRequest, GenerationOptions
-    from views.server_state import run_store
-    from views.session_request import DEFAULT_QUESTION, run_key
+    from views.request.session import DEFAULT_QUESTION, run_key
+    from views.server.state import run_store
 
     clear_streamlit_caches()  # handles and stores on TPE_CACHE_DIR's real weights
     at = page_app(page, req_model=GEMMA, req_max_new_tokens=4)
@@ -229,7 +229,7 @@ def test_real_gemma_pages(page):
 
 def test_the_presenters_links_carry_the_model(gemma_app):
     """The room's own link (explore alone) opens the same model; a follower's switch loads it with the request."""
-    from views import url_state
+    from views.links import url_state
 
     at = page_app("presenter", req_model=GEMMA, req_max_new_tokens=4, pr_stage=1)
     at.run()

@@ -51,18 +51,26 @@ def pages() -> list[tuple[str, str]]:
     return [(file, url) for file, _, _, url, *_ in app_page_table()]
 
 
+def declared(at) -> dict:
+    """The page's controls as it declared them beside its widgets (views/links/controls.py), by link name."""
+    from views.links.url_state import CONTROLS
+
+    return dict(at.session_state[CONTROLS]) if CONTROLS in at.session_state else {}
+
+
+def linked_key(at, widget_key: str) -> str:
+    """The session key a link sets for this widget: its own, or the one its page keeps a per-run picker's value
+    under (declared with `widget=`)."""
+    return next((p.key for p in declared(at).values() if p.widget == widget_key), widget_key)
+
+
 def controls(at) -> dict[str, object]:
-    """The page's controls as drawn (the sidebar's request is not the page's): the key a link sets -> value
-    (a widget's own key, or the one its page keeps a per-run picker's value under: page_links.LINKED_AS)."""
-    from views.page_links import linked_key
-
-    return {linked_key(n.key): n.value for n in at.main if getattr(n, "key", None) and n.type not in ACTIONS}
+    """The page's controls as drawn (the sidebar's request is not the page's): the key a link sets -> value."""
+    return {linked_key(at, n.key): n.value for n in at.main if getattr(n, "key", None) and n.type not in ACTIONS}
 
 
-def linked_keys(path: str) -> set[str]:
-    from views.url_state import page_params
-
-    return {p.key for p in page_params(path, 4, 9).values()}  # the tiny model: 4 layers, 9 heads
+def linked_keys(at) -> set[str]:
+    return {p.key for p in declared(at).values()}
 
 
 def app_at(file: str, query: dict[str, str]) -> AppTest:
@@ -81,27 +89,23 @@ def app_at(file: str, query: dict[str, str]) -> AppTest:
 
 @pytest.mark.parametrize("file,path", pages())
 def test_every_control_of_every_page_has_a_link_parameter(file, path):
-    """A new control without a parameter in views/page_links.py (or a reason in its NOT_LINKED) fails here."""
-    from views.page_links import not_linked
+    """A control made without `linked` (views/links/controls.py), or `left_out` with a reason, fails here; and no
+    page parameter shares a name with the request's."""
+    from views.links.url_state import LEFT_OUT
+    from views.links.url_state import REQUEST as REQUEST_PARAMS
 
     at = page_app(file.removesuffix(".py"), req_max_new_tokens=4).run()
     assert not at.exception, at.exception
-    missing = sorted(k for k in controls(at) if k not in linked_keys(path) and not not_linked(k))
+    left_out = at.session_state[LEFT_OUT] if LEFT_OUT in at.session_state else {}
+    missing = sorted(k for k in controls(at) if k not in linked_keys(at) and k not in left_out)
     assert not missing, f"{path}: controls with no link parameter: {missing}"
-
-
-def test_no_page_parameter_shares_a_name_with_the_request():
-    from views.url_state import REQUEST as REQUEST_PARAMS
-    from views.url_state import page_params
-
-    for _, path in pages():
-        assert not set(page_params(path, 4, 9)) & set(REQUEST_PARAMS), path
+    assert not set(declared(at)) & set(REQUEST_PARAMS), path
 
 
 def test_the_issues_next_token_link_opens_its_request_and_its_step():
     """The link from the issue: top_k, top_p, min_p and seed are the request's (before: the page's own controls
     took them, and the sidebar showed top-k 0, seed 0); step, draws and t are the page's older names."""
-    at = app_at("next_token.py", ISSUE_LINK)
+    at = app_at("next_token/page.py", ISSUE_LINK)
     ss = at.session_state
     assert (ss["req_top_k"], ss["req_seed"], ss["req_top_p"], ss["req_min_p"], ss["req_temperature"]) == \
         (40, 7, 0.9, 0.05, 0.8)
@@ -113,7 +117,7 @@ def test_the_issues_next_token_link_opens_its_request_and_its_step():
 
 
 def test_the_request_and_the_pages_own_top_k_travel_side_by_side():
-    at = app_at("next_token.py", {**{k: v for k, v in ISSUE_LINK.items() if k not in ("step", "draws", "t")},
+    at = app_at("next_token/page.py", {**{k: v for k, v in ISSUE_LINK.items() if k not in ("step", "draws", "t")},
                                   "nt.top_k": "5", "nt.seed": "11", "nt.step": "1"})
     ss = at.session_state
     assert (ss["req_top_k"], ss["req_seed"]) == (40, 7)
@@ -128,7 +132,7 @@ def test_a_link_with_batch_sizes_only_a_gpu_offers_opens_on_a_cpu(sizes, shown):
     sizes this device offers, or shows the default when it offers none of them (Streamlit refuses the others)."""
     from pipeline.costs.sweep import BATCH_SIZES
 
-    at = app_at("prefill_decode.py", {"pd.sizes": sizes})
+    at = app_at("prefill_decode/page.py", {"pd.sizes": sizes})
     assert at.multiselect(key="pd_sizes").value == (shown or list(BATCH_SIZES))
     assert at.multiselect(key="pd_sizes").options == [str(b) for b in BATCH_SIZES]
 
@@ -141,14 +145,12 @@ def query_of(at) -> dict[str, str]:
 def test_a_link_reopens_the_same_request_and_controls(file, path):
     """Every control away from its default (each selectbox to another of its options), the link the page
     writes opened in a fresh session: the same request, the same controls, drawn the same."""
-    from views.page_links import linked_key
-
     at = app_at(file, {})
     for key, value in REQUEST.items():
         at.session_state[key] = value
     drawn = controls(at.run())
-    linked = linked_keys(path) & set(drawn)
-    unset = sorted(linked - set(NON_DEFAULT) - {linked_key(w.key) for w in [*at.selectbox, *at.multiselect]})
+    linked = linked_keys(at) & set(drawn)
+    unset = sorted(linked - set(NON_DEFAULT) - {linked_key(at, w.key) for w in [*at.selectbox, *at.multiselect]})
     assert not unset, f"{path}: add a value away from the default for {unset} to NON_DEFAULT"
     for _ in range(2):  # twice: a slider whose range follows another control is a new widget after that moves
         for key in sorted(linked & set(NON_DEFAULT)):
@@ -158,7 +160,7 @@ def test_a_link_reopens_the_same_request_and_controls(file, path):
         box = at.selectbox(key=key)
         if len(box.options) > 1:
             box.select_index(0 if box.index else len(box.options) - 1).run()
-    for picker in [w for w in at.multiselect if linked_key(w.key) in linked - set(NON_DEFAULT)]:
+    for picker in [w for w in at.multiselect if linked_key(at, w.key) in linked - set(NON_DEFAULT)]:
         picker.set_value(picker.value[:2]).run()  # Attention's four tokens by hand: two of them
     assert not at.exception, at.exception
     before = controls(at)

@@ -15,7 +15,8 @@ from streamlit.testing.v1 import AppTest
 from pipeline.model.dims import ModelDims
 from pipeline.stages.model_map import model_map
 from ui.model_map import map_html
-from views.page_path import neighbours, pages, sections
+from views.chrome.page_list import PAGES as ENTRIES
+from views.chrome.page_list import neighbours, sections
 
 PAGES = app_pages()
 SECTIONS = ["The request", "Inside the model", "Choosing the token", "The loop and its cache",
@@ -42,9 +43,9 @@ def gemma_dims() -> ModelDims:  # Gemma-3-270M's config.json values (huggingface
 
 
 def test_the_sections_hold_every_page_in_the_order_a_request_travels():
-    assert [p.file.removesuffix(".py") for p in pages()] == PAGES
+    assert [p.name for p in ENTRIES] == PAGES
     assert [name for name, _ in sections()] == SECTIONS
-    assert [p.url for _, entries in sections() for p in entries] == [p.url for p in pages()]
+    assert [p.url for _, entries in sections() for p in entries] == [p.url for p in ENTRIES]
 
 
 def texts(at) -> list[str]:
@@ -57,8 +58,8 @@ def test_start_lists_every_page_in_order_one_line_each(tiny_app):
     at.run()
     assert not at.exception, at.exception
     shown = texts(at)
-    lines = [next((n for n, t in enumerate(shown) if t.startswith(f"{p.icon} {p.title}: ")), None) for p in pages()]
-    assert None not in lines, [p.title for p, n in zip(pages(), lines) if n is None]
+    lines = [next((n for n, t in enumerate(shown) if t.startswith(f"{p.icon} {p.title}: ")), None) for p in ENTRIES]
+    assert None not in lines, [p.title for p, n in zip(ENTRIES, lines) if n is None]
     assert lines == sorted(lines)  # in PAGES' order
     headings = [shown.index(f"**{name}**") for name in SECTIONS]
     assert headings == sorted(headings)
@@ -71,7 +72,7 @@ def test_every_page_ends_with_back_and_next(tiny_app, page):
     at = page_app(page, req_max_new_tokens=3)
     at.run()
     assert not at.exception, at.exception
-    before, after = neighbours(next(p.url for p in pages() if p.file == f"{page}.py"))
+    before, after = neighbours(next(p.url for p in ENTRIES if p.name == page))
     ends = [c.value for c in at.caption][-2:]
     want = ([f"← Back: {before.title}"] if before else []) + ([f"Next: {after.title}"] if after else [])
     assert before or after
@@ -111,7 +112,7 @@ def test_the_map_follows_the_models_dims(dims, blocks, heads):
 
 @pytest.mark.parametrize("dims", [smollm2_dims(), gemma_dims()])
 def test_the_maps_links_resolve_to_real_pages_and_light_the_current_one(dims):
-    urls = {p.url for p in pages()}
+    urls = {p.url for p in ENTRIES}
     m = model_map(dims)
     assert m.pages() <= urls
     html = map_html(m, "attention", lambda page: f"./{page}?model=x&q=<b>")
@@ -131,7 +132,7 @@ def test_the_map_is_on_start_journey_and_small_on_stage_pages(tiny_app, page, si
     assert not at.exception, at.exception
     maps = [h.proto.body for h in at.get("html") if "tpe-map" in h.proto.body]
     assert len(maps) == 1 and f"data-size='{size}'" in maps[0]
-    url = next(p.url for p in pages() if p.file == f"{page}.py")
+    url = next(p.url for p in ENTRIES if p.name == page)
     assert ("aria-current='page'" in maps[0]) == (url not in ("start", "journey"))
 
 
@@ -143,7 +144,7 @@ def test_starts_list_of_pages_is_links_that_carry_the_request(tiny_app):
     at.run()
     assert not at.exception, at.exception
     links = {link.proto.label: link.proto for link in at.main.get("page_link")}
-    for p in pages():
+    for p in ENTRIES:
         label = next((label for label in links if label.startswith(f"{p.title}: ") or label == p.title), None)
         assert label is not None, (p.title, sorted(links))
         assert links[label].page == p.url or (p.url == "start" and links[label].page == ""), links[label].page
@@ -184,7 +185,7 @@ def test_every_other_page_draws_the_small_map_with_its_own_stage_lit(tiny_app, p
     assert not at.exception, at.exception
     maps = [h.proto.body for h in at.get("html") if "tpe-map" in h.proto.body]
     assert len(maps) == 1 and "data-size='small'" in maps[0], (page, len(maps))
-    url = next(p.url for p in pages() if p.file == f"{page}.py")
+    url = next(p.url for p in ENTRIES if p.name == page)
     current = set(re.findall(r"data-part='([^']*)'[^>]*aria-current='page'", maps[0]))
     want = ABOUT.get(page) or current | ({"blocks"} if url == "layers" else set())  # the blocks open Layers too
     assert want and lit_parts(maps[0]) == want, (page, lit_parts(maps[0]), want)
@@ -205,8 +206,8 @@ def test_the_full_map_lights_the_page_the_user_came_from(tiny_app):
 
     assert full_map() == ({"request"}, "Lit: where a request starts. Each part opens its page.")
     for page, lit in (("why_token", {"attention", "mlp", "lm_head"}), ("tokens", {"tokens"})):
-        at.switch_page(f"views/pages/{page}.py").run()
+        at.switch_page(next(p.script for p in ENTRIES if p.name == page)).run()
         at.switch_page("views/pages/start.py").run()
         assert not at.exception, at.exception
-        title = next(p.title for p in pages() if p.file == f"{page}.py")
+        title = next(p.title for p in ENTRIES if p.name == page)
         assert full_map() == (lit, f"Lit: what {title}, the page you came from, shows."), page

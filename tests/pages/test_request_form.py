@@ -1,13 +1,13 @@
 """The sidebar's request form shows the request on every run (tiny model, fast tier): each of its widgets
 carries its value in every run's message, so a widget the browser first draws from a later run shows the
-request, not its own default (views.session_request.show_values_in_form)."""
+request, not its own default (views.request.session.show_values_in_form)."""
 import os
 
 import pytest
 from kit.paths import ROOT
 from streamlit.testing.v1 import AppTest
 
-from views.session_request import FORM_KEYS
+from views.request.session import FORM_KEYS
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
 

@@ -26,10 +26,10 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     from pipeline.model.passes import PassCounter, counting_passes
     from pipeline.model.weights_cache import CACHE_ENV, cache_root
     from pipeline.stages.request import ChatRequest
-    from views.server_state import result_store, run_queue, run_store
-    from views.session_request import DEFAULT_QUESTION, request_key
-    from views.waiting import model_result_key
-    from views.warm_up import warm_up
+    from views.request.session import DEFAULT_QUESTION, request_key
+    from views.server.state import result_store, run_queue, run_store
+    from views.server.waiting import model_result_key
+    from views.server.warm_up import warm_up
 
     for entry in cache_root().iterdir():  # the weights, but empty stores of runs and of scenarios' rows
         if entry.name not in ("runs", "results"):
@@ -39,7 +39,7 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     monkeypatch.setenv("TPE_WARM_UP", "all")  # a server's default (the tiny-model page tests prepare the request only)
     for resource in (run_store, result_store, run_queue, warm_up):  # all once-per-server resources
         resource.clear()
-    from views.server_state import default_model_key, get_model
+    from views.server.state import default_model_key, get_model
 
     network = get_model(default_model_key(), weights)
     before, first_visitor = network.calls, PassCounter()
@@ -53,7 +53,7 @@ def test_warm_up_prepares_what_visitors_ask_for_under_their_keys(tmp_path, monke
     trace = run_store().get_or_run(request_key(visitor), lambda: pytest.fail("the default request ran again"))
     assert trace.request.messages == visitor.messages and trace.dims.weights == weights
     from pipeline.prompt_cache.scenarios import scenarios
-    from views.scenarios import scenario_key
+    from views.server.scenarios import scenario_key
 
     for name in scenarios():  # Start says every scenario is prepared: no trap or fix button may run the model
         records = result_store().get_or_run(model_result_key(scenario_key(name)),  # the default model's
@@ -67,8 +67,8 @@ def test_warm_up_of_the_request_only_leaves_the_scenarios_to_their_page(tmp_path
     from streamlit.testing.v1 import AppTest
 
     from pipeline.model.weights_cache import CACHE_ENV, cache_root
-    from views.server_state import result_store, run_queue, run_store
-    from views.warm_up import warm_up
+    from views.server.state import result_store, run_queue, run_store
+    from views.server.warm_up import warm_up
 
     for entry in cache_root().iterdir():  # the weights, but empty stores of runs and of scenarios' rows
         if entry.name not in ("runs", "results"):
@@ -90,7 +90,7 @@ def test_warm_up_of_the_request_only_leaves_the_scenarios_to_their_page(tmp_path
 
 
 def test_waiting_time_reads_in_steps_that_do_not_flicker():
-    from views.waiting import waiting_time
+    from views.server.waiting import waiting_time
 
     assert [waiting_time(s) for s in (0, 4, 9.9, 37, 44, 95, 130)] == [
         "a few seconds", "a few seconds", "a few seconds", "40 s", "40 s", "1.5 min", "2 min"]
@@ -112,7 +112,8 @@ def test_generation_page_compares_the_two_paths_now(tiny_app):
 def test_timing_a_scenario_again_runs_at_most_once_a_minute(monkeypatch):
     """'Time these requests again now' replaces everyone's timings: clicks in the same minute share one replay
     (the queue alone merged only clicks that arrived while it ran)."""
-    from views import scenarios, waiting
+    from views.server import scenarios
+    from views.server import waiting
 
     plays = []
     store = RunStore(max_bytes=2**20, size_of=deep_size)
@@ -136,7 +137,8 @@ def test_start_page_reads_the_warm_up_tickets_as_futures(monkeypatch):
 
     from streamlit.testing.v1 import AppTest
 
-    from views import server_state, warm_up
+    from views.server import state as server_state
+    from views.server import warm_up
 
     pending, failed = Future(), Future()
     failed.set_exception(RuntimeError("disk full"))

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-import ast
 import functools
 import re
 from pathlib import Path
@@ -157,12 +156,10 @@ def cli_commands() -> dict[str, set[str]]:
 
 @functools.cache
 def page_urls() -> set[str]:
-    """app.py's PAGES' URL paths ('journey', ...), read from its source (importing it would run the app)."""
-    tree = ast.parse((ROOT / "app.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PAGES" for t in node.targets):
-            return {entry[3] for entry in ast.literal_eval(node.value)}
-    raise AssertionError("app.py has no PAGES list")
+    """The pages' URL paths ('journey', ...): views/chrome/page_list.py's PAGES."""
+    from views.chrome.page_list import PAGES
+
+    return {p.url for p in PAGES}
 
 
 def command_problems(text: str, run_sh: set[str], cli: dict[str, set[str]]) -> list[str]:
@@ -216,7 +213,7 @@ def test_the_checks_catch_what_does_not_exist():
     text = ("# Top\n\n[ok](../README.md) [gone](gone.md) [bad anchor](#nowhere) [good anchor](#top)\n\n"
             "`pipeline/server/room.py` `pipeline/nope.py` `views/` `nothere/` `stages/decode_record.py` "
             "`stages/nope.py` "
-            "`server_state.py` `nope_module.py` `config.json` `.cache/room-store/`\n\n"
+            "`long_job.py` `nope_module.py` `config.json` `.cache/room-store/`\n\n"
             "`/journey` `/no-such-page` `/presenter?follow=ROOM` `/_stcore/health`\n\n"
             "```bash\n./run.sh test\n./run.sh frobnicate\npython -m pipeline trace x\npython -m pipeline nope\n"
             "python -m ui report x\n.venv/bin/tpe report x\ntpe nope\n```\n")

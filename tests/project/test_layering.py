@@ -4,7 +4,8 @@ An AST scan of every import (inside functions and under TYPE_CHECKING too) of pi
 - the floors app.py/views -> ui -> pipeline: pipeline/ never imports streamlit, ui or views; ui/ never views;
 - inside pipeline/, packages stand on floors (FLOORS, lowest first) and import only from lower floors;
   pipeline/'s top level holds no module but __init__ and __main__;
-- no import cycle between modules anywhere, and no page (views/pages/) imported by another module;
+- no import cycle between modules anywhere; no page (views/pages/) imported by another module, and a page
+  package's parts imported only inside it; views/'s top level a few packages, each shared by two or more pages;
 - no module of pipeline/, ui/ or views/ over MAX_LINES lines.
 And every page's module-level imports load without torch, so a fresh server can draw a stored run before the
 network (and torch) has loaded.
@@ -195,11 +196,55 @@ def test_no_import_cycle_anywhere():
         == [["a", "b", "c"]]
 
 
-def test_no_module_imports_a_page():
-    """Pages (views/pages/) are leaves: what two pages share lives beside them in views/."""
+def page_of(module: str) -> str | None:
+    """The page a module of views/pages/ belongs to: 'views.pages.why_token.qk' -> 'views.pages.why_token',
+    'views.pages.tokens' -> itself; None outside views/pages/."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["views", "pages"] and len(parts) > 2 else None
+
+
+def page_import_violations(graph: dict[str, frozenset[str]]) -> list[str]:
+    """'a -> b' for every import of a page's script (a page file, or a page package's page.py) and for every import
+    of a page package's part from outside that package."""
+    return sorted(f"{m} -> {i}" for m, imports in graph.items() for i in imports if page_of(i) is not None
+                  and (page_of(i) == i or i.endswith(".page") or page_of(m) != page_of(i)))
+
+
+def test_no_module_imports_a_page_and_a_page_package_only_its_own_page():
+    """Pages (views/pages/) are leaves, and a page package's parts are its page's own: what two pages share lives
+    in views/'s shared packages."""
     pages = {m for m in import_graph() if m.startswith("views.pages.")}
     assert len(pages) >= 20
-    assert sorted(f"{m} -> {i}" for m, imports in import_graph().items() for i in imports if i in pages) == []
+    assert page_import_violations(import_graph()) == []
+
+
+def test_the_page_rule_finds_a_page_import_and_another_pages_part():
+    graph = {"views.pages.why_token.page": frozenset({"views.pages.why_token.qk"}),
+             "views.pages.why_token.qk": frozenset({"views.pages.attention.answer"}),
+             "views.chrome.frame": frozenset({"views.pages.tokens"}),
+             "views.links.controls": frozenset({"views.pages.faster_decode.drafts"}),
+             "views.pages.tokens": frozenset({"views.pages.why_token.page"})}
+    assert page_import_violations(graph) == ["views.chrome.frame -> views.pages.tokens",
+                                             "views.links.controls -> views.pages.faster_decode.drafts",
+                                             "views.pages.tokens -> views.pages.why_token.page",
+                                             "views.pages.why_token.qk -> views.pages.attention.answer"]
+
+
+MAX_VIEWS_TOP_LEVEL = 8
+
+
+def test_views_top_level_holds_a_few_packages_each_shared_by_pages():
+    """views/'s top level: the pages and a few named packages, each imported by two or more pages (a helper of one
+    page lives in that page's package)."""
+    top = sorted(p.name for p in (ROOT / "views").iterdir() if p.name != "__pycache__")
+    assert len(top) <= MAX_VIEWS_TOP_LEVEL and all((ROOT / "views" / name).is_dir() for name in top), top
+    graph = import_graph()
+    for name in top:
+        if name == "pages":
+            continue
+        users = {page_of(m) for m, imports in graph.items() if page_of(m)
+                 and any(i.startswith(f"views.{name}.") for i in imports)}
+        assert len(users) >= 2, f"views/{name}/ is used by {sorted(users)}: move it into that page's package"
 
 
 def test_no_module_over_the_line_limit():

@@ -78,7 +78,7 @@ def test_times_of_different_models_are_kept_apart():
 
 
 def _schedule_page():
-    from views.room_schedule import room_schedule
+    from views.pages.prefill_decode.room_schedule import room_schedule
 
     room_schedule("a")
 
@@ -86,7 +86,7 @@ def _schedule_page():
 def test_the_schedule_shows_each_median_named_by_its_path(monkeypatch):
     from types import SimpleNamespace
 
-    from views import room_schedule
+    from views.pages.prefill_decode import room_schedule
 
     monkeypatch.setattr(room_schedule, "run_queue", lambda: SimpleNamespace(schedule=lambda: SCHEDULE))
     at = AppTest.from_function(_schedule_page).run()

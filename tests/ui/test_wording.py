@@ -28,7 +28,7 @@ def test_a_speed_ratio_reads_the_right_way_round():
 
 
 def test_the_weight_formats_table_says_faster_or_slower_not_a_bare_ratio():
-    from views.faster_decode_weights import formats_tables
+    from views.pages.faster_decode.weights import formats_tables
 
     row = SimpleNamespace(parameter_bytes=1, bytes_per_token=1, kl_mean=0.0, kl_max=0.0, top1_agreement=1.0,
                           same_greedy=True, first_difference=None)

@@ -16,8 +16,10 @@ from ui.audit_blocks import (
 from ui.escape import markdown_text
 from ui.metric_delta import metric_delta
 from ui.words import plural
-from views.chrome import end_page, page_header
-from views.page_path import back_next
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.links.controls import left_out, linked
+from views.links.params import WIDE, boolean, choice, integer, number
 
 page_header("Cache audit", "Paste or upload what your app sends: request by request, what OpenAI, Anthropic or a vLLM "
                            "server would read from its prompt cache, why the rest missed, and what it costs.")
@@ -60,19 +62,23 @@ st.subheader("1. The log")
 st.markdown("One request body per line (JSONL) or a JSON array, in the order sent: OpenAI Chat Completions, "
             "OpenAI Responses or Anthropic Messages. Timestamps drive expiry: a top-level `\"ts\"` in the body, "
             "or each line as `{\"ts\": ..., \"body\": {...}}` (seconds or ISO-8601).")
-source = st.radio("Log", ["A prepared example", "Paste", "Upload a file"], horizontal=True, key="ca_source")
+SOURCES = ["A prepared example", "Paste", "Upload a file"]
+source = linked(st.radio, "ca_source", choice(SOURCES), "Log", SOURCES, horizontal=True)
 try:
     if source == "A prepared example":
-        example = st.selectbox("Example", list(ca.EXAMPLES), format_func=lambda k: ca.EXAMPLES[k][0],
-                               key="ca_example")
+        example = linked(st.selectbox, "ca_example", choice(ca.EXAMPLES), "Example", list(ca.EXAMPLES),
+                         format_func=lambda k: ca.EXAMPLES[k][0])
         text = ca.example_text(example)
     elif source == "Paste":
         with st.form("ca_paste"):
-            st.text_area("Request bodies (JSON or JSONL)", key="ca_text", height=200)
+            left_out(st.text_area, "ca_text",
+                     "a pasted log can be megabytes: a link carries the prepared examples only",
+                     "Request bodies (JSON or JSONL)", height=200)
             st.form_submit_button("Audit", type="primary", key="ca_go")
         text = st.session_state.get("ca_text", "")
     else:
-        upload = st.file_uploader("JSON or JSONL log (at most 50 MB)", type=["json", "jsonl"], key="ca_file")
+        upload = left_out(st.file_uploader, "ca_file", "an uploaded file cannot travel in a link",
+                          "JSON or JSONL log (at most 50 MB)", type=["json", "jsonl"])
         text = read_upload(upload) if upload is not None else ""
 except InputError as e:
     fix_message("log", e)
@@ -82,10 +88,11 @@ if not text.strip():
     end_page()
 
 c1, c2 = st.columns(2)
-provider = c1.radio("Explain for", ca.PROVIDERS, format_func=PROVIDER_LABEL.get, horizontal=True, key="ca_provider",
-                    help="whose cache lifetime decides 'shared prefix' and 'expired'; all three are counted")
-auto = c2.toggle("Anthropic: add breakpoints where none were sent", value=True, key="ca_auto_bp",
-                 help="the end of tools/system, the block before the last, and the last block")
+provider = linked(c1.radio, "ca_provider", choice(ca.PROVIDERS), "Explain for", ca.PROVIDERS,
+                  format_func=PROVIDER_LABEL.get, horizontal=True,
+                  help="whose cache lifetime decides 'shared prefix' and 'expired'; all three are counted")
+auto = linked(c2.toggle, "ca_auto_bp", boolean, "Anthropic: add breakpoints where none were sent", value=True,
+              help="the end of tools/system, the block before the last, and the last block")
 breakpoints = "auto" if auto else "as-sent"
 try:
     report = audited(text, provider, breakpoints)
@@ -95,15 +102,15 @@ except InputError as e:
 requests = report.requests
 
 with st.expander("Prices (editable): dollars per million tokens and multipliers of the input price"):
-    edited = st.data_editor(price_table(), key="ca_prices", width="stretch")
-    out_tokens = st.number_input("Output tokens per request when the log does not say", 0, 100_000, 200,
-                                 key="ca_out_tokens")
+    edited = left_out(st.data_editor, "ca_prices", "the edited price table", price_table(), width="stretch")
+    out_tokens = linked(st.number_input, "ca_out_tokens", integer(0, 100_000),
+                        "Output tokens per request when the log does not say", 0, 100_000, 200)
 with st.expander("Prefill speed (editable): the provider's tokens per second, for the time saved"):
     st.caption("Providers do not publish how fast they prefill. These stand-ins come from the figure Anthropic "
                "published; put your own (time to first token of a long prompt, without caching).")
-    tps = {p: st.number_input(f"{PROVIDER_LABEL[p]} prefill speed (tokens/s)", min_value=1.0,
-                              value=float(RULES["providers"][p]["prefill_tps"]["value"]), step=1000.0,
-                              key=f"ca_tps_{p}", help=RULES["providers"][p]["prefill_tps"]["source"])
+    tps = {p: linked(st.number_input, f"ca_tps_{p}", number(1.0, 1e9), f"{PROVIDER_LABEL[p]} prefill speed (tokens/s)",
+                     min_value=1.0, value=float(RULES["providers"][p]["prefill_tps"]["value"]), step=1000.0,
+                     help=RULES["providers"][p]["prefill_tps"]["source"])
            for p in ca.PROVIDERS}
 try:
     costs = ca.bill(report, edited.to_dict(orient="index"), tps, int(out_tokens))
@@ -146,11 +153,11 @@ for trap in traps:
 st.subheader("4. Request by request")
 st.markdown(legend(), unsafe_allow_html=True)
 f1, f2, f3 = st.columns(3)
-only_misses = f1.toggle("Only requests with a trap or a miss", key="ca_only_misses")
+only_misses = linked(f1.toggle, "ca_only_misses", boolean, "Only requests with a trap or a miss")
 shown = [i for i, r in enumerate(requests) if not only_misses or r.trap or r.cause in ("expired", "different")]
-size = f2.selectbox("Requests per page", PAGE_SIZES, index=1, key="ca_page_size")
+size = linked(f2.selectbox, "ca_page_size", choice(PAGE_SIZES), "Requests per page", PAGE_SIZES, index=1)
 pages = max(1, -(-len(shown) // size))
-page = f3.number_input(f"Page (of {pages})", 1, pages, 1, key="ca_page")
+page = linked(f3.number_input, "ca_page", integer(1, WIDE), f"Page (of {pages})", 1, pages, 1, within=(1, pages))
 for i in shown[(page - 1) * size:page * size]:
     rec = requests[i]
     st.markdown(request_header_html(rec, provider, costs["requests"][i][provider]), unsafe_allow_html=True)
@@ -168,7 +175,7 @@ st.plotly_chart(tree_figure(report.tree), width="stretch", key="ca_tree")
 st.subheader("6. Apply the fixes")
 st.markdown("The log rewritten: JSON with sorted keys, tools sorted by name, a date/time/ID near the start moved to "
             "the end of the request, and earlier turns kept word for word where a summary had replaced them.")
-if st.toggle("Show the log with the fixes applied", key="ca_fixes"):
+if linked(st.toggle, "ca_fixes", boolean, "Show the log with the fixes applied"):
     result = with_fixes(text, provider, breakpoints)
     after = ca.bill(result["after"], edited.to_dict(orient="index"), tps, int(out_tokens))
     changed = {n: c for n, c in result["changes"].items() if c}

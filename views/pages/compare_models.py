@@ -17,13 +17,15 @@ from pipeline.text.unfinished import candidate_label
 from ui.chips import token_chips
 from ui.escape import markdown_text
 from ui.words import plural
-from views.chrome import end_page, page_header, stage_link
-from views.long_job import long_job, made_line, stopped_here
-from views.model_pair import compared_keys, model_handle
-from views.page_path import back_next
-from views.server_state import APP_MAX_PROMPT_TOKENS
-from views.session_request import current_request, request_key
-from views.verdict_log import history_lines, kept
+from views.chrome.frame import end_page, page_header, stage_link
+from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import choice
+from views.request.model_pair import compared_keys, model_handle
+from views.request.session import current_request, request_key
+from views.server.long_job import long_job, made_line, stopped_here
+from views.server.state import APP_MAX_PROMPT_TOKENS
+from views.server.verdict_log import history_lines, kept
 
 REPEATS = 3  # timed runs per model, interleaved
 CHIPS_SHOWN = 160  # chips drawn in a half-width column; a longer prompt folds the rest under "N more below"
@@ -64,8 +66,8 @@ except InputError as e:  # the other model's files cannot be read or converted h
     st.info(f"The other model is not available on this server: {markdown_text(str(e))}")
     end_page()
 formats = {"chat": "each model's chat format", "plain": "plain text (no turn markers)"}
-prompt_format = st.radio("How the request is written", list(formats), format_func=formats.get, horizontal=True,
-                         key="cmp_format")
+prompt_format = linked(st.radio, "cmp_format", choice(list(formats)), "How the request is written", list(formats),
+                       format_func=formats.get, horizontal=True)
 try:
     request = replace(current_request(), prompt_format=prompt_format)
     for h in handles:  # a request a model cannot write down is refused here, before anything is queued

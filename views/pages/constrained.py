@@ -9,11 +9,13 @@ from pipeline.core.errors import InputError
 from pipeline.run.trace import run_constrained_trace
 from pipeline.server.run_queue import cost_of
 from ui.escape import markdown_text, plotly_label
-from views.chrome import end_page, page_header
-from views.page_path import back_next
-from views.server_state import APP_MAX_PROMPT_TOKENS, get_model
-from views.session_request import current_request, request_key
-from views.waiting import result_through_queue
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import choice, text
+from views.request.session import current_request, request_key
+from views.server.state import APP_MAX_PROMPT_TOKENS, get_model
+from views.server.waiting import result_through_queue
 
 page_header("Constrained output", "A service that must answer in a fixed format turns the format into a grammar. "
             "At every step the grammar engine (xgrammar, the one vLLM and SGLang use) marks which of the model's "
@@ -26,10 +28,11 @@ EXAMPLES = {
     "choice": "fruit, vegetable, both",
 }
 LABELS = {"json_schema": "JSON schema", "regex": "regular expression", "choice": "choice list (comma-separated)"}
-kind = st.radio("format", list(EXAMPLES), format_func=LABELS.get, horizontal=True, key="co_kind")
+kind = linked(st.radio, "co_kind", choice(list(EXAMPLES)), "format", list(EXAMPLES), format_func=LABELS.get,
+              horizontal=True)
 with st.form("co_form"):
-    spec = st.text_area(LABELS[kind], EXAMPLES[kind], height=160 if kind == "json_schema" else 70,
-                        key=f"co_spec_{kind}", max_chars=20_000)
+    spec = linked(st.text_area, f"co_spec_{kind}", text(20_000), LABELS[kind], EXAMPLES[kind],
+                  height=160 if kind == "json_schema" else 70, max_chars=20_000)
     go_run = st.form_submit_button("Decode the sidebar's question under this format", type="primary")
 if not go_run and "co_last" not in st.session_state:
     st.caption("The sidebar's question and options are used; only the format is added.")

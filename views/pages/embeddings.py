@@ -9,12 +9,14 @@ from pipeline.stages import embeddings as es
 from pipeline.text.pieces import token_pieces
 from ui.escape import axis_labels, markdown_text, plotly_label
 from ui.plots import TICK_FONT, token_axis
-from views import url_state
-from views.chrome import fragment, page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.typed_text import box_error, typed_text
+from views.chrome.frame import fragment, page_header
+from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import WIDE, integer
+from views.links.params import text as link_text
+from views.request.runs import run_for_page
+from views.request.typed_text import box_error, typed_text
+from views.server.state import get_model
 
 ROWS = 64  # token rows drawn at once: a 641-token prompt would otherwise make a 9,000 px tall heatmap
 MAP_WORDS = 60  # words placed on the map at most
@@ -44,9 +46,9 @@ T = E.shape[0]
 labels = axis_labels([q.label for q in token_pieces(lm.tokenizer, trace.ids)])  # '토 (1/3)' for part of a character
 first = 0
 if T > ROWS:
-    url_state.keep_in_range("em_rows_start", 0, T - ROWS)
-    first = st.slider(f"first token row shown ({ROWS} rows at a time)", 0, T - ROWS, T - ROWS, key="em_rows_start",
-                      help="The prompt is long: the heatmap shows a window of rows so it stays one screen tall.")
+    first = linked(st.slider, "em_rows_start", integer(0, WIDE), f"first token row shown ({ROWS} rows at a time)", 0,
+                   T - ROWS, T - ROWS, within=(0, T - ROWS),
+                   help="The prompt is long: the heatmap shows a window of rows so it stays one screen tall.")
 rows = slice(first, first + ROWS)
 lim = float(np.quantile(np.abs(E), 0.99))
 fig = go.Figure(go.Heatmap(z=E[rows], y=labels[rows], colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim,
@@ -70,8 +72,8 @@ def pca_map() -> None:
     st.caption(f"Each word's row has D = {D} numbers; PCA finds the two directions along which these words differ "
                "most and draws them flat. Edit the list and watch the groups.")
     label = "words (comma or line separated)"
-    text = typed_text(label, st.text_area(label, MAP_SAMPLE, key="em_words", height=90,
-                                          max_chars=es.MAX_WORD_LIST_CHARS), es.MAX_WORD_LIST_CHARS)
+    text = typed_text(label, linked(st.text_area, "em_words", link_text(es.MAX_WORD_LIST_CHARS), label, MAP_SAMPLE,
+                                    height=90, max_chars=es.MAX_WORD_LIST_CHARS), es.MAX_WORD_LIST_CHARS)
     try:
         words = es.parse_words(text)
         vecs = [es.word_vector(lm.tokenizer, table, w) for w in words[:MAP_WORDS]]
@@ -108,8 +110,8 @@ def neighbours() -> None:
     st.subheader("Nearest neighbours")
     st.caption(f"Cosine similarity compares directions: 1 = same direction, 0 = unrelated. Searched over all "
                f"V = {V:,} rows.")
-    word = typed_text("word", st.text_input("word", "tomato", key="em_word", max_chars=es.MAX_WORD_CHARS),
-                      es.MAX_WORD_CHARS)
+    word = typed_text("word", linked(st.text_input, "em_word", link_text(es.MAX_WORD_CHARS), "word", "tomato",
+                                     max_chars=es.MAX_WORD_CHARS), es.MAX_WORD_CHARS)
     if not word.strip():
         return
     try:
@@ -131,7 +133,8 @@ def analogy() -> None:
                "are left out of the results in every spelling the vocabulary has (with or without a leading space, "
                "any capitals: “Paris”, “ paris”, …), since they would otherwise win. Whatever comes out is shown "
                "as is: this small model's table is not always as tidy as the textbook example.")
-    a, b, cc = (typed_text(label, col.text_input(label, value, key=key, max_chars=es.MAX_WORD_CHARS), es.MAX_WORD_CHARS)
+    a, b, cc = (typed_text(label, linked(col.text_input, key, link_text(es.MAX_WORD_CHARS), label, value,
+                                         max_chars=es.MAX_WORD_CHARS), es.MAX_WORD_CHARS)
                 for col, (label, value, key) in zip(st.columns(3), [("a", "king", "em_a"), ("− b", "man", "em_b"),
                                                                     ("+ c", "woman", "em_c")]))
     if not (a.strip() and b.strip() and cc.strip()):

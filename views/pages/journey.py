@@ -13,12 +13,12 @@ from ui.chips import legend, token_chips
 from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
 from ui.words import first_values, plural
-from views.chrome import page_header, stage_link
-from views.model_kind_note import base_model_note
-from views.page_path import architecture_map, back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.session_request import current_request
+from views.chrome.frame import page_header, stage_link
+from views.chrome.navigation import architecture_map, back_next
+from views.request.model_kind_note import base_model_note
+from views.request.runs import run_for_page
+from views.request.session import current_request
+from views.server.state import get_model
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
                        f"Every number below was measured on the real {markdown_text(get_model().name)} "
@@ -103,10 +103,10 @@ with c1:
     stage_link("views/pages/embeddings.py", "Embeddings", "📍")
     stage_link("views/pages/position.py", "Position (RoPE)", "🌀")
 with c2:
-    stage_link("views/pages/layers.py", "Layers", "🥞")
-    stage_link("views/pages/attention.py", "Attention", "👀")
+    stage_link("views/pages/layers/page.py", "Layers", "🥞")
+    stage_link("views/pages/attention/page.py", "Attention", "👀")
 with c3:
-    stage_link("views/pages/kv_cache.py", "KV cache", "🗄️")
+    stage_link("views/pages/kv_cache/page.py", "KV cache", "🗄️")
 
 section(5, "The first token is chosen", f"The last position's vector is scored against all {m.V:,} "
         "vocabulary entries (logits), and the scores become probabilities. These are the real top candidates:")
@@ -129,7 +129,7 @@ if S:
                    f"{code_span(answer[0].text)} {'are' if len(answer[0].raw) > 1 else 'is'} part {answer[0].part} "
                    f"of {answer[0].parts} of {code_span(answer[0].group_text)}, which the next "
                    f"{plural(answer[0].parts - answer[0].part, 'token')} complete.")
-stage_link("views/pages/next_token.py", "Next token: temperature, top-k, top-p, draws", "🎲")
+stage_link("views/pages/next_token/page.py", "Next token: temperature, top-k, top-p, draws", "🎲")
 
 section(6, "Streaming: one small event per token", f"The chosen token is turned back into text and sent to your screen "
         f"right away. The first one arrived after **{ttft(trace).shown}** ({ttft(trace).label}: time to first "
@@ -161,7 +161,7 @@ with c2:
     st.metric(per_token.label if per_token else "TPOT", per_token.shown if per_token else "—",
               help=(per_token.help if per_token else "One token: no gap between tokens.") + PATHS_HELP)
     st.metric("text_delta events", len(deltas))
-stage_link("views/pages/generation.py", "Generation: replay the stream, timeline", "⏩")
+stage_link("views/pages/generation/page.py", "Generation: replay the stream, timeline", "⏩")
 
 WHY_STOPPED = {"eos": "the model chose its end-of-turn token", "length": "the token limit was reached"}
 section(7, "Done: the completed event and clean-up", f"Generation stopped because of **{trace.finish_reason}** "

@@ -8,10 +8,12 @@ from pipeline.stages import position as rope
 from pipeline.text.pieces import token_pieces
 from ui.escape import markdown_text
 from ui.plots import TICK_FONT
-from views.chrome import page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import WIDE, integer
+from views.request.runs import run_for_page
+from views.server.state import get_model
 
 page_header("Position (RoPE)", "An embedding row says which token it is, not where it stands. "
             f"{markdown_text(get_model().name)} adds position "
@@ -23,7 +25,7 @@ m, p = trace.dims, trace.prefill
 Dh, H, Hkv, L = m.Dh, m.H, m.Hkv, m.L
 T = len(trace.tokens)
 pairs = Dh // 2
-layer = st.slider("layer", 0, L - 1, min(10, L - 1), key="rope_layer")
+layer = linked(st.slider, "rope_layer", integer(0, L - 1), "layer", 0, L - 1, min(10, L - 1), older=("layer",))
 base = m.rope_base_of(layer)  # Gemma 3: 10,000 in sliding-window layers, 1,000,000 in full ones
 by_base: dict[float, list[int]] = {}
 for n in range(L):
@@ -58,10 +60,11 @@ st.caption("Turning q by angle a and k by angle b changes their dot product only
            "and k (turned back to before RoPE), placed at shifted positions.")
 plain = [f"({i}){q.label}" for i, q in enumerate(token_pieces(get_model().tokenizer, trace.ids))]
 c = st.columns(3)
-head = c[0].selectbox("query head", range(H), index=0, key="rope_head")
-i = c[1].selectbox("query token (i)", range(T), index=T - 1, format_func=plain.__getitem__, key="rope_i")
-j = c[2].selectbox("key token (j)", range(i + 1), index=min(i, max(0, i - 5)), format_func=plain.__getitem__,
-                   key="rope_j")
+head = linked(c[0].selectbox, "rope_head", integer(0, H - 1), "query head", range(H), index=0, older=("head",))
+i = linked(c[1].selectbox, "rope_i", integer(0, WIDE), "query token (i)", range(T), index=T - 1,
+           format_func=plain.__getitem__)
+j = linked(c[2].selectbox, "rope_j", integer(0, WIDE), "key token (j)", range(i + 1), index=min(i, max(0, i - 5)),
+           format_func=plain.__getitem__)
 kv = m.kv_head(head)
 q, k = rope.layer_pre_rope(p, m, layer, head)  # (T, Dh) each, before RoPE, turned back with this layer's base
 shifts = [0, 1, 10, 100, 1000, 5000]

@@ -9,13 +9,15 @@ from pipeline.prompt_cache.scenarios import INSTRUCTIONS, QUESTION_1, QUESTION_2
 from ui.cache_blocks import block_legend, block_row_html, divergence_html
 from ui.escape import markdown_text, plotly_label
 from ui.words import plural
-from views.chrome import page_header
-from views.measured import measured_when
-from views.page_path import back_next
-from views.reuse_saving import reuse_section, server_cache_caption
-from views.runs import run_for_page
-from views.scenarios import scenario_rows, scenario_rows_timed_again
-from views.server_state import (
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.links.controls import declare, linked
+from views.links.params import choice, text
+from views.request.runs import run_for_page
+from views.server.measured import measured_when
+from views.server.reuse_saving import reuse_section, server_cache_caption
+from views.server.scenarios import scenario_rows, scenario_rows_timed_again
+from views.server.state import (
     APP_MAX_PROMPT_TOKENS,
     get_model,
     picked_model_key,
@@ -23,14 +25,15 @@ from views.server_state import (
     run_queue,
     using_model,
 )
-from views.verdict_log import history_lines, kept
-from views.waiting import wait_for
+from views.server.verdict_log import history_lines, kept
+from views.server.waiting import wait_for
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
                               "conversation every time. A prompt cache keeps the keys and values computed for "
                               "an earlier prompt and skips recomputing any start it has already seen.")
 lm = get_model()
 SCENARIOS = scenarios()
+BLOCK_SIZES = [4, 8, 16, 32]  # tokens per cached block, offered
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -44,8 +47,8 @@ def compared(model: str, weights: str, text_a: str, text_b: str, block_size: int
 
 
 def history_key(row: dict) -> tuple:
-    """Where a scenario request's measurements are kept (views.verdict_log): the same token ids on the same model, in
-    the same weight format and block size, reusing as much."""
+    """Where a scenario request's measurements are kept (views.server.verdict_log): the same token ids on the same
+    model, in the same weight format and block size, reusing as much."""
     return ("prompt cache", picked_model_key(), picked_weights(), row["stats"]["block_size"], tuple(row["ids"]),
             row["stats"]["tokens_reused"])
 
@@ -106,9 +109,11 @@ st.markdown("""
 - **Partial blocks are not cached**: the last tokens that do not fill a block are computed every time.
 - Blocks unused for a while expire, and the least recently used go first when memory is full.
 """)
-block_size = st.select_slider("Block size (tokens)", [4, 8, 16, 32], value=16, key="pc_block_size")
+block_size = linked(st.select_slider, "pc_block_size", choice(BLOCK_SIZES), "Block size (tokens)", BLOCK_SIZES,
+                    value=16, older=("block",))
 
 st.subheader("1. Pick a scenario")
+declare("pc_scenario", choice(list(SCENARIOS)), older=("scenario",))  # set by the buttons below
 if "pc_scenario" not in st.session_state:
     st.session_state.pc_scenario = "conversation"
 if st.button("A conversation, turn by turn", key="pc_btn_conversation"):
@@ -157,8 +162,8 @@ st.markdown("One message per line starting with `system:`, `user:` or `assistant
 default = f"system: {INSTRUCTIONS}\nuser: {QUESTION_1}"
 with st.form("pc_compare"):
     a, b = st.columns(2)
-    text_a = a.text_area("Request A", default, height=220, key="pc_text_a")
-    text_b = b.text_area("Request B", default.replace(QUESTION_1, QUESTION_2), height=220, key="pc_text_b")
+    text_a = linked(a.text_area, "pc_text_a", text(), "Request A", default, height=220)
+    text_b = linked(b.text_area, "pc_text_b", text(), "Request B", default.replace(QUESTION_1, QUESTION_2), height=220)
     st.form_submit_button("Compare", type="primary", key="pc_compare_go")
 try:
     for row in compared(picked_model_key(), picked_weights(), text_a, text_b, block_size):

@@ -9,11 +9,11 @@ from pipeline.stages.template import default_system_prompt, turn_markers
 from pipeline.stages.tokens import role_counts
 from ui.chips import highlighted_template, legend
 from ui.escape import code_span, json_text, markdown_text
-from views.chrome import page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.session_request import current_request
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.request.runs import run_for_page
+from views.request.session import current_request
+from views.server.state import get_model
 
 page_header("Request & template", "Before any maths happens, your conversation is sent as JSON and then flattened into "
                                   "a single text with marker tokens: the chat template.")

@@ -3,17 +3,18 @@ import streamlit as st
 
 from ui.escape import markdown_text
 from ui.words import plural
-from views.chrome import page_header, stage_link
-from views.page_path import architecture_map, back_next, page_link, sections
-from views.server_state import get_model, run_queue
-from views.warm_up import warm_up, warms_scenarios
+from views.chrome.frame import page_header, stage_link
+from views.chrome.navigation import architecture_map, back_next, page_link
+from views.chrome.page_list import sections
+from views.server.state import get_model, run_queue
+from views.server.warm_up import warm_up, warms_scenarios
 
 page_header("Token Pipeline Explorer", "Follow one chat request through a real small language model, "
             f"{markdown_text(get_model().name)}, running on this machine. "
             "Every number on every page comes from the real run of "
             "the request in the sidebar: change the question there and press Run.")
 
-ONE_LINE = {  # what each page of app.py's PAGES shows, in one line
+ONE_LINE = {  # what each page of PAGES shows, in one line
     "start": "this page: the map and the path",
     "journey": "the whole request in order, one short section per stage",
     "request": "the JSON an app sends, and the one text the model reads",
@@ -52,7 +53,7 @@ with c2:
     st.subheader("Teaching a room?")
     st.markdown("**Presenter mode** walks the same stages one screen at a time in large type, with ← / → keys, "
                 "and shows a link and QR code learners can open to follow the same request.")
-    stage_link("views/pages/presenter.py", "Open presenter mode", "🎓")
+    stage_link("views/pages/presenter/page.py", "Open presenter mode", "🎓")
     st.markdown("Every page has **Share or export this view** at the bottom of the sidebar: a link that reopens "
                 "the same request and controls in any browser, and the run as a JSON file.")
 

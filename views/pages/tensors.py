@@ -9,12 +9,13 @@ from pipeline.stages.batch import batch_tensors, decode_step_tensors, describe, 
 from pipeline.stages.request import ChatRequest
 from pipeline.stages.tokens import tokenize_request
 from ui.escape import code_span, json_text
-from views import url_state
-from views.chrome import end_page, page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.typed_text import box_error, typed_text
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import WIDE, choice, integer, text
+from views.request.runs import run_for_page
+from views.request.typed_text import box_error, typed_text
+from views.server.state import get_model
 
 page_header("Tensors & batch", "A GPU works on rectangles of numbers (tensors). Requests of different lengths are "
                                "padded to the same length so several can be computed in one go.")
@@ -54,9 +55,9 @@ def column_window(T: int, key: str) -> slice:
     """The token columns the tables show: all of them, or COLUMNS of a long prompt's from a slider."""
     if T <= COLUMNS:
         return slice(0, T)
-    url_state.keep_in_range(key, 0, T - COLUMNS)
-    first = st.slider(f"first token column shown ({COLUMNS} at a time)", 0, T - COLUMNS, 0, key=key,
-                      help="The prompt is long: the tables show a window of columns so they stay quick to draw.")
+    first = linked(st.slider, key, integer(0, WIDE), f"first token column shown ({COLUMNS} at a time)", 0,
+                   T - COLUMNS, 0, within=(0, T - COLUMNS),
+                   help="The prompt is long: the tables show a window of columns so they stay quick to draw.")
     st.caption(f"Columns {first}–{first + COLUMNS - 1} of the {T:,}; move the slider for the others.")
     return slice(first, first + COLUMNS)
 
@@ -78,13 +79,14 @@ st.markdown("Two other users' questions share the GPU with yours. Shorter prompt
             "(red cells) so all rows have the same length T. The mask tells the model to ignore padding, and "
             "each row counts its own positions from 0 at its first real token.")
 c1, c2, c3 = st.columns([2, 2, 1])
-others = {label: typed_text(label, col.text_input(label, value, key=key, max_chars=QUESTION_CHARS), QUESTION_CHARS)
+others = {label: typed_text(label, linked(col.text_input, key, text(QUESTION_CHARS), label, value,
+                                          max_chars=QUESTION_CHARS), QUESTION_CHARS)
           for col, label, value, key in [(c1, "Second user's question", "Hi!", "batch_q2"),
                                          (c2, "Third user's question",
                                           "Write a short poem about a tomato growing in the sun.", "batch_q3")]}
-side = c3.radio("Padding side", ["left", "right"], key="batch_side",
-                help="Left padding keeps every request's last real token in the last column, where the next token "
-                     "is read during generation.")
+side = linked(c3.radio, "batch_side", choice(["left", "right"]), "Padding side", ["left", "right"],
+              help="Left padding keeps every request's last real token in the last column, where the next token "
+                   "is read during generation.")
 seqs = [trace.ids]
 for label, question in others.items():
     try:

@@ -20,12 +20,14 @@ from pipeline.text.pieces import token_pieces
 from ui.chips import legend, text_spans, token_chips
 from ui.escape import code_span, markdown_text
 from ui.words import plural
-from views.chrome import end_page, page_header
-from views.model_pair import compared_keys, model_handle
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.typed_text import typed_text
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.links.controls import linked
+from views.links.params import text as link_text
+from views.request.model_pair import compared_keys, model_handle
+from views.request.runs import run_for_page
+from views.request.typed_text import typed_text
+from views.server.state import get_model
 
 CHIPS_SHOWN = 200  # chips drawn before the rest fold under "N more tokens below" (a long prompt stays short)
 TEXT_LABEL = "Text to tokenize"
@@ -114,8 +116,8 @@ else:
 
 st.subheader("3. Try your own text")
 sample = " ".join(["Summarise this contract in three points. 네, 과일입니다 🍅"] + [markers.end] * bool(markers.end))
-text = typed_text(TEXT_LABEL, st.text_area(TEXT_LABEL, sample, key="tok_text", height=80, max_chars=TEXT_CHARS),
-                  TEXT_CHARS)
+text = typed_text(TEXT_LABEL, linked(st.text_area, "tok_text", link_text(TEXT_CHARS), TEXT_LABEL, sample, height=80,
+                                     max_chars=TEXT_CHARS), TEXT_CHARS)
 if not text:
     st.info("Type some text above.")
     end_page()

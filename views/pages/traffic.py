@@ -8,12 +8,15 @@ import streamlit as st
 
 from pipeline.api.traffic import TRAFFIC, TrafficRecord, audit_log_text, by_client, hit_rates
 from pipeline.core.errors import InputError
+from pipeline.model.registry import resolve
 from pipeline.costs.named_time import shown
 from pipeline.prompt_cache import audit as ca
 from ui.escape import markdown_text
 from ui.traffic_rows import legend, request_row, traffic_table
-from views.chrome import page_header
-from views.page_path import back_next
+from views.chrome.frame import page_header
+from views.chrome.navigation import back_next
+from views.request.session import model_label
+from views.server.state import picked_model_key
 
 REFRESH_S = 2  # how often the list is read again, without a reload
 ROWS_SHOWN = 50  # the newest requests drawn; the chart and the summary count every record kept
@@ -31,16 +34,17 @@ def server_base() -> str:
 
 def how_to_send() -> None:
     base = server_base()
+    model = model_label(resolve(picked_model_key()))  # the API's name for the model this session has picked
     st.info("No request yet. Send one to this server's API (started by `./run.sh`; `streamlit run app.py` serves "
             "the pages alone, without the API) and it appears here within seconds, no reload needed:")
     st.code(f"from openai import OpenAI\n\nclient = OpenAI(base_url=\"{base}/v1\", api_key=\"unused\")\n"
-            "answer = client.chat.completions.create(model=\"SmolLM2-135M-Instruct\", messages=[\n"
+            f"answer = client.chat.completions.create(model=\"{model}\", messages=[\n"
             "    {\"role\": \"system\", \"content\": \"You are a support agent.\"},\n"
             "    {\"role\": \"user\", \"content\": \"Where is my parcel?\"}])\n"
             "print(answer.choices[0].message.content, answer.usage.prompt_tokens_details.cached_tokens)",
             language="python")
     st.code(f"curl {base}/v1/chat/completions -H 'content-type: application/json' -d '{{\"model\": "
-            f"\"SmolLM2-135M-Instruct\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
+            f"\"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
             language="bash")
     st.caption("`python bench/agent_traffic.py --base-url " + base + "` sends a 20-turn support chat twice: once "
                "with a stable system prompt, once with a timestamp at its top (the classic trap).")

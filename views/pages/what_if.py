@@ -10,13 +10,15 @@ from pipeline.text.pieces import spelled, token_pieces
 from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.escape import code_span, markdown_text, plotly_label
 from ui.words import plural
-from views import url_state
-from views.branching import branch_for, branch_label
-from views.chrome import end_page, page_header
-from views.page_path import back_next
-from views.runs import run_for_page
-from views.server_state import get_model
-from views.session_request import current_request, request_key
+from views.chrome.frame import end_page, page_header
+from views.chrome.navigation import back_next
+from views.links import url_state
+from views.links.controls import declare, left_out, linked
+from views.links.params import integer, text
+from views.request.branching import branch_for, branch_label
+from views.request.runs import run_for_page
+from views.request.session import current_request, request_key
+from views.server.state import get_model
 
 page_header("What if", "Pick any step of the answer and any other token: the model continues from there with that "
             "token forced. The prompt is not run again — its keys and values come back from the captured run — "
@@ -33,6 +35,7 @@ st.subheader("1. Where to branch")
 base = branch_for(original, here) if here else original
 st.caption(f"Branching from: **{markdown_text(branch_label(here, original))}**.")
 S = len(base.steps)
+declare("br_step", integer(0, 4096))  # here: a link's step, then kept in this run's range
 url_state.keep_in_range("br_step", 0, max(S - 1, 1))
 step = st.slider("step of the answer", 0, max(S - 1, 1), min(st.session_state.get("br_step", 0), S - 1), key="br_step",
                  disabled=S < 2) if S > 1 else 0
@@ -44,9 +47,9 @@ top = base.steps[step].top
 options = {f"{continuation_label(tok, context, c.id)}  (id {c.id}, {c.prob:.1%})": c.id
            for c in top if c.id != base.steps[step].token_id}
 c1, c2 = st.columns([2, 1])
-pick = c1.selectbox("another candidate at this step", list(options), key="br_pick")
-typed = c2.text_input("…or type a token's text", "", key="br_typed", max_chars=40,
-                      help="Its first token is used; leading spaces matter (' fruit' ≠ 'fruit').")
+pick = linked(c1.selectbox, "br_pick", text(400), "another candidate at this step", list(options))
+typed = linked(c2.text_input, "br_typed", text(40), "…or type a token's text", "", max_chars=40,
+               help="Its first token is used; leading spaces matter (' fruit' ≠ 'fruit').")
 token_id = options[pick]
 if typed:
     ids = encode(tok, typed)
@@ -106,10 +109,10 @@ else:
 st.subheader("3. The branches you explored")
 st.caption("Every branch is a full run: choose one to show it on every page (Journey, Generation, KV cache, …).")
 rows = [{"branch": branch_label(p, original), "depth": len(p)} for p in paths]
-choice = st.radio("show on every page", range(len(paths)), index=paths.index(here) if here in paths else 0,
+choice = left_out(st.radio, "br_tree", "the branches explored in this session: a link cannot make them again",
+                  "show on every page", range(len(paths)), index=paths.index(here) if here in paths else 0,
                   format_func=lambda i: ("  " * rows[i]["depth"]) + ("↳ " if rows[i]["depth"] else "")
-                  + markdown_text(rows[i]["branch"]),
-                  key="br_tree")
+                  + markdown_text(rows[i]["branch"]))
 if paths[choice] != here:
     st.session_state.branch_shown = (root, paths[choice]) if paths[choice] else None
     st.rerun()

@@ -1,6 +1,6 @@
 """The Attention page: its three charts, the heatmap's weights against Hugging Face's attentions, and a prompt over 512
 tokens shown as a window with the first tokens and a summed column. AppTest runs the page file on its own (no app.py
-sidebar), from the session-state defaults in views/session_request.py, on the tiny random-weight model (fixture
+sidebar), from the session-state defaults in views/request/session.py, on the tiny random-weight model (fixture
 `tiny_app`, fast tier).
 """
 import json

@@ -1,6 +1,6 @@
-"""The Attention page over the answer too (views/attention_answer.py), on the tiny model (fast tier): with the toggle
-on, the grid has a row for every answer token, and its weights are Hugging Face's own eager attention over the prompt
-followed by the answer."""
+"""The Attention page over the answer too (views/pages/attention/answer.py), on the tiny model (fast tier): with the
+toggle on, the grid has a row for every answer token, and its weights are Hugging Face's own eager attention over the
+prompt followed by the answer."""
 import numpy as np
 from kit.apptest import chart, chart_data, run_page
 from kit.tiny_models import hf_forward, prompt_ids

@@ -1,6 +1,6 @@
 """The Embeddings page: the prompt's rows are the embedding table's, a word's neighbours, words typed in escaped.
 AppTest runs the page file on its own (no app.py sidebar), from the session-state defaults in
-views/session_request.py, on the tiny random-weight model (fixture `tiny_app`, fast tier); also on the real model
+views/request/session.py, on the tiny random-weight model (fixture `tiny_app`, fast tier); also on the real model
 (marker `app`).
 """
 import numpy as np

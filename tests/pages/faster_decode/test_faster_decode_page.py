@@ -1,4 +1,5 @@
-"""The Faster decode page's speculative section (views/faster_decode_drafts.py) on the tiny model, and its chips."""
+"""The Faster decode page's speculative section (views/pages/faster_decode/drafts.py) on the tiny model, and its
+chips."""
 import re
 
 from kit.apptest import page_app
@@ -13,7 +14,7 @@ def test_draft_chips_escape_token_text():
 
 
 def test_faster_decode_page_shows_both_examples_and_each_pass(tiny_app, monkeypatch):
-    import views.faster_decode_drafts as section
+    import views.pages.faster_decode.drafts as section
 
     monkeypatch.setattr(section, "EXAMPLE_TOKENS", 12)  # a cheaper page: the same code on shorter answers
     monkeypatch.setattr(section, "REPEATS", 1)

@@ -1,5 +1,5 @@
 """The Generation page: metrics, the stream's events, Hugging Face's own greedy tokens, the replay. AppTest runs the
-page file on its own (no app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny
+page file on its own (no app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny
 random-weight model (fixture `tiny_app`, fast tier); also once on the real model (marker `app`).
 """
 import json

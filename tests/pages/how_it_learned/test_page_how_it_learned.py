@@ -6,7 +6,7 @@ def test_the_shift_by_one_table_shows_the_end_of_what_the_model_read(tiny_app):
 
     at = page_app("how_it_learned")
     at.run()
-    READ_CHARS = 36  # views/pages/how_it_learned.py's (importing a page module runs the page)
+    READ_CHARS = 36  # views/pages/how_it_learned/page.py's (importing a page module runs the page)
     at.text_area(key="learn_text").set_value("The contract between the two parties lasts three years and a day.")
     [b for b in at.button if b.label == "Score it"][0].click().run()
     assert not at.exception, [e.message for e in at.exception]

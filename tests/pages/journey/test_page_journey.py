@@ -1,6 +1,6 @@
 """The Journey page: every stage, its request JSON and events, one chip per prompt token, the first-token candidates
 against a plain forward pass, the tensors' first values. AppTest runs the page file on its own (no app.py sidebar),
-from the session-state defaults in views/session_request.py, on the tiny random-weight model (fixture `tiny_app`,
+from the session-state defaults in views/request/session.py, on the tiny random-weight model (fixture `tiny_app`,
 fast tier); also once on the real model (marker `app`).
 """
 import re

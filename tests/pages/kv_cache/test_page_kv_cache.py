@@ -1,10 +1,11 @@
 """The KV cache page: the growth calculator, the measurement, and a prompt near the token budget. AppTest runs the page
-file on its own (no app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny random-
+file on its own (no app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny random-
 weight model (fixture `tiny_app`, fast tier).
 """
 from pathlib import Path
 
 from kit.apptest import page_text, run_page
+from kit.paths import page_file
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,7 +29,7 @@ def test_kv_cache_growth_calculator_and_measurement(tiny_app):
 
 
 def test_kv_cache_measurement_stays_within_the_token_budget(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "kv_cache.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(page_file("kv_cache"), default_timeout=TIMEOUT)
     at.session_state["req_question"] = "Tomatoes are fruit. " * 120  # a prompt of a bit over 600 tokens
     at.session_state["req_max_new_tokens"] = 2
     at.run()

@@ -1,6 +1,6 @@
 """The Layers page: the residual stream's norms against Hugging Face's hidden states, and a prompt over 512 tokens
 (float16 captures) that stays finite on the real model (markers `model`, `app`). AppTest runs the page file on its
-own (no app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny random-weight model
+own (no app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny random-weight model
 (fixture `tiny_app`, fast tier).
 """
 import numpy as np
@@ -77,7 +77,7 @@ def test_logit_lens_cells_hold_labels_that_fit_them(tiny_app):
 
     from kit.apptest import page_app
 
-    CELL_CHARS = 80  # views/pages/layers.py's (importing a page module runs the page)
+    CELL_CHARS = 80  # views/pages/layers/page.py's (importing a page module runs the page)
     at = page_app("layers")
     at.run()
     at.slider(key="ly_positions").set_value(32).run()

@@ -1,6 +1,6 @@
 """The Next token page: the top candidates against Hugging Face's scores, controls that start from the request's
 options, sampling controls that never run the model again, the seed, the step. AppTest runs the page file on its own
-(no app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny random-weight model
+(no app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny random-weight model
 (fixture `tiny_app`, fast tier).
 """
 import torch

@@ -1,5 +1,5 @@
 """The Position (RoPE) page: the score of a shifted pair stays the same. AppTest runs the page file on its own (no
-app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny random-weight model
+app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny random-weight model
 (fixture `tiny_app`, fast tier).
 """
 from kit.apptest import plotly_count, run_page

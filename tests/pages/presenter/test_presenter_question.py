@@ -12,7 +12,7 @@ def test_a_new_question_in_presenter_mode_starts_at_stage_1(tiny_app):
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
     at.query_params = {"max_new_tokens": "3"}
     at.run()
-    at.switch_page("views/pages/presenter.py").run()
+    at.switch_page("views/pages/presenter/page.py").run()
     for _ in range(2):
         at.button(key="pr_next").click().run()
     assert at.title[0].value.startswith("3. ")

@@ -3,13 +3,14 @@ On the tiny random-weight model (fixture `tiny_app`, fast tier): which blocks hi
 The first test also runs on the real model (marker `app`)."""
 from pathlib import Path
 
+from kit.paths import page_file
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "prompt_caching.py"),
+    at = AppTest.from_file(page_file("prompt_caching"),
                            default_timeout=600)  # a busy shared machine
     at.run()
     assert not at.exception, [e.message for e in at.exception]
@@ -81,9 +82,9 @@ def test_timing_a_scenario_again_replaces_the_shared_measurement(tiny_app):
     """One stored measurement was shown to every session; a visitor can time it again, for everyone."""
     at = run_page()
     before = [c.value for c in at.caption if "measured at" in c.value]
-    from views.scenarios import scenario_key
-    from views.server_state import result_store
-    from views.waiting import model_result_key
+    from views.server.scenarios import scenario_key
+    from views.server.state import result_store
+    from views.server.waiting import model_result_key
 
     stored = result_store().peek(model_result_key(scenario_key("conversation")))  # the default model's
     at.button(key="pc_time_again").click().run()
@@ -106,7 +107,7 @@ def test_timing_a_scenario_again_keeps_the_earlier_measurement_beside_it(tiny_ap
     # history that click had left).
     (cache_root() / "verdicts.json").unlink(missing_ok=True)
     own_minute = time.time() + 60 * 10**6
-    monkeypatch.setattr("views.scenarios.time", SimpleNamespace(time=lambda: own_minute))
+    monkeypatch.setattr("views.server.scenarios.time", SimpleNamespace(time=lambda: own_minute))
     at = run_page()
     at.button(key="pc_time_again").click().run()
     assert not at.exception, [e.message for e in at.exception]
@@ -126,10 +127,10 @@ def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tin
 
     from kit.apptest import clear_streamlit_caches
 
-    import views.scenarios
-    from views.scenarios import scenario_key
-    from views.server_state import result_store
-    from views.waiting import model_result_key
+    import views.server.scenarios
+    from views.server.scenarios import scenario_key
+    from views.server.state import result_store
+    from views.server.waiting import model_result_key
 
     run_page()
     key = model_result_key(scenario_key("conversation"))
@@ -145,7 +146,7 @@ def test_a_restarted_server_shows_the_stored_scenario_and_where_it_was_timed(tin
     def replay(*_args):
         raise AssertionError("the stored scenario was played again")
 
-    monkeypatch.setattr(views.scenarios, "play_scenario_now", replay)
+    monkeypatch.setattr(views.server.scenarios, "play_scenario_now", replay)
     at = run_page()
     timed = [c.value for c in at.caption if c.value.startswith("Time to first token, with the cache")]
     day = time.strftime("%Y-%m-%d", time.localtime(yesterday))
@@ -159,7 +160,7 @@ def test_a_scenarios_stored_rows_are_keyed_by_its_text(monkeypatch):
     from dataclasses import replace
 
     import pipeline.prompt_cache.scenarios as defined
-    from views.scenarios import scenario_key
+    from views.server.scenarios import scenario_key
 
     before = scenario_key("conversation")
     original = defined.scenarios
@@ -193,7 +194,7 @@ def test_compare_runs_the_picked_model(tiny_app, tiny_app_gemma):
     from pipeline.prompt_cache.scenarios import Prompt
     from pipeline.stages.request import parse_turns
 
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "prompt_caching.py"), default_timeout=600)
+    at = AppTest.from_file(page_file("prompt_caching"), default_timeout=600)
     at.session_state["req_model"] = "gemma-3-270m"
     at.run()
     assert not at.exception, [e.message for e in at.exception]

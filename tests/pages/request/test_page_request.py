@@ -1,11 +1,12 @@
 """The Request & template page: both styles of request body, the template's text marked, a system prompt in both.
 AppTest runs the page file on its own (no app.py sidebar), from the session-state defaults in
-views/session_request.py, on the tiny random-weight model (fixture `tiny_app`, fast tier).
+views/request/session.py, on the tiny random-weight model (fixture `tiny_app`, fast tier).
 """
 import json
 from pathlib import Path
 
 from kit.apptest import html_blocks, json_bodies, page_text, run_page
+from kit.paths import page_file
 from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -23,7 +24,7 @@ def test_request_template_shows_both_styles_and_marks_template_text(tiny_app):
 
 
 def test_request_template_with_a_system_prompt_puts_it_in_both_styles(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "request.py"), default_timeout=TIMEOUT)
+    at = AppTest.from_file(page_file("request"), default_timeout=TIMEOUT)
     at.session_state["req_system"] = "Answer in one sentence."
     at.session_state["req_max_new_tokens"] = 4
     at.run()

@@ -1,5 +1,5 @@
 """The Tensors & batch page: three requests padded into one batch, left or right. AppTest runs the page file on its own
-(no app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny random-weight model
+(no app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny random-weight model
 (fixture `tiny_app`, fast tier).
 """
 import numpy as np

@@ -1,5 +1,5 @@
 """The Tokens page: chips with visible spaces, the tokenizers compared, capitals, the text typed in. AppTest runs the
-page file on its own (no app.py sidebar), from the session-state defaults in views/session_request.py, on the tiny
+page file on its own (no app.py sidebar), from the session-state defaults in views/request/session.py, on the tiny
 random-weight model (fixture `tiny_app`, fast tier).
 """
 import pytest

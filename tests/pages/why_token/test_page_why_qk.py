@@ -1,6 +1,6 @@
-"""Why this token's deeper views (views/why_qk.py) on the tiny model (fast tier): the QK matrix of a head adds up
-to its score as the model computed it, and each kind of graph node (head, MLP, token) is shown in place, with its
-ablation run and said."""
+"""Why this token's deeper views (views/pages/why_token/qk.py) on the tiny model (fast tier): the QK matrix of a head
+adds up to its score as the model computed it, and each kind of graph node (head, MLP, token) is shown in place, with
+its ablation run and said."""
 import numpy as np
 import pytest
 from kit.apptest import chart_data, run_page

@@ -1,4 +1,4 @@
-"""The Why-this-token page (views/pages/why_token.py) on the tiny model (fast tier): its charts' numbers are the
+"""The Why-this-token page (views/pages/why_token/page.py) on the tiny model (fast tier): its charts' numbers are the
 attribution of the run's own chosen token, the buttons run the interventions and integrated gradients, and
 token text reaches the page escaped."""
 from pathlib import Path
@@ -93,7 +93,7 @@ def held_patching(monkeypatch):
 
 
 def patching_jobs():
-    from views.server_state import run_queue
+    from views.server.state import run_queue
 
     return [t for t in run_queue().long_jobs() if "component patching" in t.key]
 
@@ -107,8 +107,8 @@ def test_patching_shows_its_progress_and_the_one_who_started_it_can_cancel_it(ti
     panel shows how far it is, with a Cancel button; Cancel stops it between two chunks and frees the queue."""
     from concurrent.futures import CancelledError
 
-    from views import long_job
-    from views.server_state import run_queue
+    from views.server import long_job
+    from views.server.state import run_queue
 
     monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
     held, go_on, runs = held_patching(monkeypatch)
@@ -142,7 +142,7 @@ def test_patching_shows_its_progress_and_the_one_who_started_it_can_cancel_it(ti
 def test_two_sessions_patching_the_same_share_one_run_and_its_result_with_when_it_was_made(tiny_app, monkeypatch):
     """The second session to press Patch with the same two questions joins the first one's run; once it is done,
     both, and a third session that never pressed, see the same heatmap with when it was made."""
-    from views import long_job
+    from views.server import long_job
 
     monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
     held, go_on, runs = held_patching(monkeypatch)
@@ -235,7 +235,7 @@ def test_a_long_prompts_graph_and_map_say_prompt_positions(tiny_app):
 
 
 def test_percentages_rounding_to_zero_have_no_sign():
-    from views.why_patching import percent
+    from views.pages.why_token.patching import percent
 
     assert [percent(v, sign=True) for v in (-0.004, 0.004, 0.0, 0.07, -0.126)] == ["0%", "0%", "0%", "+7%", "-13%"]
     assert [percent(v) for v in (-0.004, 0.5, -0.25)] == ["0%", "50%", "-25%"]

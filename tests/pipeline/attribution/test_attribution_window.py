@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from kit.tolerance import logits_tolerance, parts_tolerance, reading
+from kit.paths import page_file
 from streamlit.testing.v1 import AppTest
 
 from pipeline.attribution.record import MAX_POSITIONS, record_step
@@ -64,7 +65,7 @@ def test_real_smollm2_attributes_a_788_token_prompt_on_its_last_512_positions(lm
 
 
 def test_the_page_attributes_a_long_prompt_and_says_what_it_left_out(tiny_app):
-    at = AppTest.from_file(str(ROOT / "views" / "pages" / "why_token.py"), default_timeout=240)
+    at = AppTest.from_file(page_file("why_token"), default_timeout=240)
     at.session_state["req_question"] = LONG_QUESTION
     at.session_state["req_max_new_tokens"] = 2
     at.run()

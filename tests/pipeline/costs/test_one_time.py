@@ -102,7 +102,7 @@ def test_a_run_stored_before_the_paths_were_recorded_loads_named_captured(tiny_l
 def test_prefill_and_decode_names_the_room_numbers_by_the_recorded_path(tiny_app):
     """Section 5 (the room's numbers) and section 6 (the schedule) show this request's run with the same figures
     and the same labels: its prefill captured, its decode steps in the server's batch."""
-    from views.server_state import run_queue, run_store
+    from views.server.state import run_queue, run_store
 
     clear_streamlit_caches()  # a fresh server: its memory holds this page's run only
     question = "Which clock times the room's numbers?"  # asked by no other test: run now, through the batch

@@ -303,7 +303,7 @@ def test_prefill_decode_page_opens_and_runs_its_buttons(tiny_app, monkeypatch):
     monkeypatch.setattr(c, "cached", lambda m, device: None)  # this machine has not measured them yet
     monkeypatch.setattr(c, "measure", lambda m, device, **kw: measured.append(
         real_measure(m, device, repeats=1, copy_bytes=2**20, T=8)) or measured[-1])  # small: a test's budget
-    at = AppTest.from_file(f"{ROOT}/views/pages/prefill_decode.py", default_timeout=300)
+    at = AppTest.from_file(f"{ROOT}/views/pages/prefill_decode/page.py", default_timeout=300)
     at.session_state["req_max_new_tokens"] = 4
     at.session_state["req_question"] = "Where does this run sit on the roofline?"  # asked by no other test: the
     at.run()  # run is computed now, through the queue's batch (a stored one would draw no schedule)

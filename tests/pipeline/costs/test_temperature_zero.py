@@ -176,11 +176,11 @@ def test_prefill_decode_page_runs_the_question_many_times(tiny_app, monkeypatch)
     from kit.paths import ROOT
     from streamlit.testing.v1 import AppTest
 
-    from views import temperature_zero_runs as panel
+    from views.pages.prefill_decode import temperature_zero_runs as panel
 
     monkeypatch.setattr(panel, "RUN_COUNTS", (6, 9))
     monkeypatch.setattr(panel, "NEW_TOKENS", 3)
-    at = AppTest.from_file(f"{ROOT}/views/pages/prefill_decode.py", default_timeout=300)
+    at = AppTest.from_file(f"{ROOT}/views/pages/prefill_decode/page.py", default_timeout=300)
     at.session_state["req_max_new_tokens"] = 2
     at.run()
     assert not at.exception, at.exception

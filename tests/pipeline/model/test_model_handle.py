@@ -56,7 +56,7 @@ def test_the_app_and_a_stored_run_import_without_torch():
     code = """
 import pickle, sys
 import numpy as np
-import views.runs, views.warm_up, views.chrome  # every module the pages share
+import views.request.runs, views.server.warm_up, views.chrome.frame  # every module the pages share
 from pipeline.model.handle import ModelHandle
 from pipeline.run.record import Trace
 from pipeline.model.prefill_record import Prefill
@@ -96,8 +96,8 @@ def test_a_fresh_server_draws_the_stored_default_run_before_the_network_loads():
     the request id, every prompt token's chip — without importing torch."""
     from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest
-    from views.server_state import run_store
-    from views.session_request import DEFAULT_QUESTION, request_key
+    from views.request.session import DEFAULT_QUESTION, request_key
+    from views.server.state import run_store
 
     request = ChatRequest.from_question(DEFAULT_QUESTION)
     trace = run_store().get_or_run(request_key(request), lambda: run_trace(request))  # stored on disk too
@@ -117,7 +117,7 @@ print('torch' in sys.modules, 'This run took' in page, page.count('padding:1px 5
 
 RACE = """
 import sys, threading, time
-import views.runs, views.warm_up, views.chrome  # every module the pages share
+import views.request.runs, views.server.warm_up, views.chrome.frame  # every module the pages share
 from pipeline.model.handle import ModelHandle
 h, errors = ModelHandle(), []
 def worker():

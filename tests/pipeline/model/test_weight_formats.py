@@ -93,7 +93,7 @@ def test_a_weights_value_not_offered_is_refused_naming_the_field(bad):
 
 def test_the_run_key_holds_the_weights():
     from pipeline.stages.request import ChatRequest
-    from views.session_request import request_key
+    from views.request.session import request_key
 
     keys = {request_key(ChatRequest.from_question(DEFAULT_QUESTION, weights=w)) for w in WEIGHT_FORMATS}
     assert len(keys) == len(WEIGHT_FORMATS)
@@ -191,7 +191,7 @@ def test_a_weights_value_in_the_link_that_is_not_offered_is_a_note_and_fp32(tiny
 def test_the_faster_decode_page_measures_every_format(tiny_app, monkeypatch):
     from kit.apptest import page_app
 
-    from views import faster_decode_weights
+    from views.pages.faster_decode import weights as faster_decode_weights
 
     monkeypatch.setattr(faster_decode_weights, "STEPS", 3)  # a tiny measurement: what the table holds is tested
     monkeypatch.setattr(faster_decode_weights, "REPEATS", 1)

@@ -132,8 +132,8 @@ def test_compare_page_runs_as_a_long_job_that_its_starter_can_stop_and_start_aga
     from kit.apptest import page_app
 
     from pipeline.run import compare_models as compare
-    from views import long_job
-    from views.server_state import run_queue
+    from views.server import long_job
+    from views.server.state import run_queue
 
     monkeypatch.setattr(long_job, "IN_PAGE_WAIT_S", 0.0)
     held, go_on, runs = threading.Event(), threading.Event(), []
@@ -184,7 +184,7 @@ def test_measuring_the_speed_again_keeps_both_verdicts(tiny_app):
 
     from kit.apptest import page_app
 
-    from views.server_state import run_queue
+    from views.server.state import run_queue
 
     at = page_app("compare_models", req_question="Is a tomato a fruit, asked twice?", req_max_new_tokens=3).run()
     assert not at.exception, at.exception
@@ -225,7 +225,7 @@ def compare_page(monkeypatch, question: str):
     from kit.table_width import record_tables
 
     asked = record_tables(monkeypatch)
-    from views.server_state import run_queue
+    from views.server.state import run_queue
 
     at = page_app("compare_models", req_question=question, req_max_new_tokens=3).run()
     assert not at.exception, at.exception

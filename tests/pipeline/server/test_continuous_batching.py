@@ -385,7 +385,7 @@ def test_each_session_counts_the_batched_passes_its_own_request_took_part_in(tin
     the shorter one ends. Each session counts the passes its request was in (the shared ones as shared), not
     whichever session's context the queue's worker happened to run the batch in (before: one got them all)."""
     from pipeline.server.trace_engine import TraceEngine
-    from views.session_request import passes_caption
+    from views.request.session import passes_caption
 
     short, long_ = three_requests()[:2]  # 6 and 8 new tokens
     q = RunQueue(engines={"trace": TraceEngine(lambda r: tiny_lm)})

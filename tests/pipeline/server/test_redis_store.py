@@ -163,8 +163,8 @@ def test_a_redis_that_accepts_but_never_answers_times_out_and_is_skipped(tmp_pat
 def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tiny_app, server, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from views.server_state import model_handle, result_store, run_queue, run_store
-    from views.warm_up import warm_up
+    from views.server.state import model_handle, result_store, run_queue, run_store
+    from views.server.warm_up import warm_up
 
     def page(store_url: str, **env):
         monkeypatch.setenv("TPE_STORE", store_url)
@@ -192,14 +192,14 @@ def test_pages_say_when_the_shared_store_is_unavailable_or_a_run_stays_local(tin
 
 
 def test_tpe_store_picks_the_store_and_only_scenarios_of_the_other_results_are_shared(server, tmp_path, monkeypatch):
-    """The keys are the ones the pages make (views.waiting.model_result_key: model, weights, then the result's own
-    key): a hand-written key without the weights once hid that no scenario reached the shared store."""
+    """The keys are the ones the pages make (views.server.waiting.model_result_key: model, weights, then the
+    result's own key): a hand-written key without the weights once hid that no scenario reached the shared store."""
     from pipeline.core.errors import InputError
     from pipeline.server.store.disk import DiskStore
     from pipeline.server.store.shared import results_store, runs_store
-    from views.scenarios import scenario_key
-    from views.server_state import is_scenario_key
-    from views.waiting import model_result_key
+    from views.server.scenarios import scenario_key
+    from views.server.state import is_scenario_key
+    from views.server.waiting import model_result_key
 
     scenario, branch = model_result_key(scenario_key("conversation")), model_result_key(("branch", "k", (1,)))
     monkeypatch.delenv("TPE_STORE", raising=False)

@@ -90,7 +90,7 @@ def test_live_streaming_of_a_long_prompt_is_refused_while_the_queue_is_long(toke
 
     from pipeline.server.trace_engine import StreamEngine
     from pipeline.stages.request import ChatRequest
-    from views import live_stream
+    from views.pages.generation import live_stream
 
     model = SimpleNamespace(tokenizer=tokenizer)
     q = RunQueue(engines={"stream": StreamEngine(lambda request: model, 4096)})  # it prices the stream's request

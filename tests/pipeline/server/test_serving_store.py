@@ -43,7 +43,7 @@ def test_results_store_is_bounded_in_bytes_not_in_count():
     """result_store() once kept 256 results whatever their size (size_of=lambda r: 1): 256 branch traces
     of hundreds of MB each. Now small results are all kept and big ones evict each other."""
     from pipeline.server.wiring import RESULT_MAX_BYTES
-    from views import server_state as common
+    from views.server import state as common
 
     common.result_store.clear()
     try:
@@ -117,7 +117,7 @@ def test_run_store_reads_through_to_disk(tmp_path):
 def test_a_download_after_the_store_dropped_the_run_says_so(monkeypatch):
     """Download buttons hold the run's key; a run dropped since (memory full, disk store off) gives a note,
     not an AttributeError on None."""
-    from views import runs
+    from views.request import runs
 
     store = RunStore(max_bytes=10, size_of=len)
     monkeypatch.setattr(runs, "run_store", lambda: store)

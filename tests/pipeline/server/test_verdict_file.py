@@ -1,5 +1,6 @@
-"""Speed verdicts are kept in the cache folder (pipeline/server/store/verdict_file.py, through views/verdict_log.py):
-another process (a restarted server, a replica) finds them, a damaged file is survived, and the file is bounded."""
+"""Speed verdicts are kept in the cache folder (pipeline/server/store/verdict_file.py, through
+views/server/verdict_log.py): another process (a restarted server, a replica) finds them, a damaged file is survived,
+and the file is bounded."""
 import json
 import os
 import subprocess
@@ -25,19 +26,19 @@ LATER = compare_runs([0.020, 0.021, 0.022], [0.038, 0.040, 0.042])  # A 1.9x fas
 def test_a_verdict_kept_by_one_server_process_is_found_by_another(tmp_path, monkeypatch):
     """The first measurement is made in another process (a server since restarted, or a replica) sharing the
     cache folder; this one adds its own and shows both."""
-    script = ("from pipeline.core.timing import compare_runs\nfrom views.verdict_log import kept\n"
+    script = ("from pipeline.core.timing import compare_runs\nfrom views.server.verdict_log import kept\n"
               f"kept({KEY!r}, compare_runs([0.010, 0.011, 0.012], [0.040, 0.044, 0.048]), 1000.0)\n")
     subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={**os.environ, "TPE_CACHE_DIR": str(tmp_path)},
                    check=True, capture_output=True, timeout=120)
     monkeypatch.setenv("TPE_CACHE_DIR", str(tmp_path))
-    from views.verdict_log import kept
+    from views.server.verdict_log import kept
 
     history = kept(KEY, LATER, 1600.0)
     assert [(d.at, d.comparison) for d in history] == [(1000.0, FIRST), (1600.0, LATER)]
 
 
 def test_a_damaged_file_reads_as_no_verdicts_and_the_next_one_is_written_whole(tmp_path, monkeypatch):
-    from views.verdict_log import kept
+    from views.server.verdict_log import kept
 
     monkeypatch.setenv("TPE_CACHE_DIR", str(tmp_path))
     for damaged in (b"\x00{not json", b'{"format": 1, "questions": {"q": [{"at": "noon"}]}}', b"[1, 2]"):

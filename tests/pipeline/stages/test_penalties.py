@@ -124,7 +124,7 @@ def test_vendor_bodies_carry_what_each_api_has():
 
 
 def test_requests_differing_only_in_a_penalty_are_different_runs():
-    from views.session_request import request_key
+    from views.request.session import request_key
 
     base = ChatRequest.from_question("hi")
     keys = {request_key(ChatRequest.from_question("hi", options=GenerationOptions(**{k: v})))
