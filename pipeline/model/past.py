@@ -10,9 +10,12 @@ Shape letters: L layers, H query heads, Hkv key/value heads, Bs block size, D mo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pipeline.model.interface import LanguageModel
 
 # Each captured Prefill field's positions axis (the attention's query axis; its key axis is cut at the block's end,
 # all a position sees). hidden_states keeps its L+1 rows, the embeddings first.
@@ -52,10 +55,10 @@ def captures_at(prefill, start: int, stop: int) -> dict[str, np.ndarray]:
 class Reuse(Protocol):
     """The server's prefix cache as the prefills use it (pipeline.prompt_cache.reuse.ServerReuse)."""
 
-    def take(self, lm, ids: list[int], captured: bool = False, keep_attention: bool = False) -> Past:
+    def take(self, lm: LanguageModel, ids: list[int], captured: bool = False, keep_attention: bool = False) -> Past:
         """The K/V of the cached blocks `ids` starts with (a captured run: only blocks that kept captures, with
         their attention rows when it keeps attention)."""
 
-    def keep(self, lm, ids: list[int], kv_cache, prefill=None) -> str | None:
+    def keep(self, lm: LanguageModel, ids: list[int], kv_cache, prefill=None) -> str | None:
         """Keep the prompt's new full blocks from its KV cache (with the prefill's captures when given). Returns
         why nothing was kept, or None."""

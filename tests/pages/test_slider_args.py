@@ -3,7 +3,7 @@ that offers exactly that range (the pipeline's option_ranges), in a real Streaml
 from streamlit.testing.v1 import AppTest
 
 from pipeline.stages.request import Range, option_ranges
-from views.slider_args import slider_args
+from views.request.slider_args import slider_args
 
 
 def test_slider_args_names_the_range_as_streamlit_does():
@@ -15,7 +15,7 @@ def _widgets():
     import streamlit as st
 
     from pipeline.stages.request import option_ranges
-    from views.slider_args import slider_args
+    from views.request.slider_args import slider_args
 
     for name, allowed in option_ranges(49_152).items():
         widget = st.number_input if name in ("top_k", "seed") else st.slider

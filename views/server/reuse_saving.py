@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from pipeline.model.dims import held_positions
+from pipeline.model.interface import LanguageModel
 from pipeline.prompt_cache.outcomes import blocks_not_kept
 from pipeline.server.run_queue import cost_of
 from ui.words import plural
@@ -31,7 +32,7 @@ def reuse_caption(trace) -> str:
             "were kept with the blocks, so every page still shows them.")
 
 
-def server_cache_caption(reuse, lm) -> str:
+def server_cache_caption(reuse, lm: LanguageModel) -> str:
     """What the server's prefix cache holds for this model now (reuse: pipeline.prompt_cache.reuse.ServerReuse)."""
     cache = reuse.cache_for(lm)
     return (f"The server's prefix cache for this model holds {plural(len(cache.blocks), 'block')} of "

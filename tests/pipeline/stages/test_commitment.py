@@ -15,7 +15,7 @@ from kit.cli import run_cli
 from kit.tolerance import float32_tolerance, forward_tolerance, unembedding_magnitude
 
 from pipeline.stages.commitment import DEFINITIONS, answer_commitment, commitment_layers, settled_layers
-from views.commitment_strip import strip_html
+from views.pages.layers.commitment_strip import strip_html
 
 # ---- the three definitions on hand-made lens readings (L = 4: layers 0..4) -----------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from pipeline.model.interface import LanguageModel
 from pipeline.stages import layers as la
 from pipeline.stages.commitment import DEFINITIONS, Commitment, answer_commitment
 from pipeline.text.pieces import token_pieces
@@ -66,7 +67,7 @@ def legend(L: int) -> str:
 
 
 @fragment
-def commitment_strip(lm, trace) -> None:
+def commitment_strip(lm: LanguageModel, trace) -> None:
     """Draws the strip for `trace`'s answer on `lm` (the model that ran it)."""
     st.subheader("Where each answer token was decided")
     answer = list(trace.generated_token_ids)
