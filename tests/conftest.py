@@ -26,8 +26,8 @@ from kit.process_setup import prepare_test_process
 
 prepare_test_process()
 
-pytest_plugins = ["kit.hypothesis_profiles", "kit.model_fixtures", "kit.app_fixtures", "kit.tiers",
-                  "kit.browser_report", "kit.numeric"]
+pytest_plugins = ["kit.hypothesis_profiles", "kit.model_fixtures", "kit.app_fixtures", "kit.browser_fixtures",
+                  "kit.tiers", "kit.browser_report", "kit.numeric"]
 
 
 def _files_needing_absent_streamlit() -> list[str]:

@@ -7,7 +7,7 @@ import os
 import urllib.parse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, server_and_page, settle
+from kit.browser import CHROMIUM, SHOTS, fresh_page, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -37,12 +37,11 @@ def overlaps(ticks) -> int:
 
 
 @pytest.mark.parametrize("width", [900, 1400])
-def test_kv_cache_step_ticks_never_overlap_on_gemma(tiny_server_cache, width):
+def test_kv_cache_step_ticks_never_overlap_on_gemma(tiny_server_cache, tiny_server, chromium, width):
     if not (tiny_server_cache / "gemma-3-270m").exists():
         pytest.skip("Gemma's tokenizer is not converted here")
-    with server_and_page("browser-kv-ticks.log", tiny_server_cache, height=2600) as (url, page):
-        page.set_viewport_size({"width": width, "height": 2600})  # both charts in the screenshot
-        page.goto(f"{url}/kv-cache?{urllib.parse.urlencode({'model': 'gemma-3-270m', 'format': 'plain'})}")
+    with fresh_page(chromium, width=width, height=2600) as page:  # both charts in the screenshot
+        page.goto(f"{tiny_server}/kv-cache?{urllib.parse.urlencode({'model': 'gemma-3-270m', 'format': 'plain'})}")
         settle(page)
         assert page.locator('[data-testid="stException"]').count() == 0
         page.get_by_text("1. How the cache grows").wait_for(timeout=60_000)

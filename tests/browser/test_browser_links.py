@@ -5,8 +5,7 @@ import os
 import re
 
 import pytest
-from kit.browser import (CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, choose, question_shown, run_mark, settle,
-                         watch)
+from kit.browser import CHROMIUM, SHOTS, choose, fresh_page, question_shown, run_mark, settle, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -14,14 +13,9 @@ pytestmark = [pytest.mark.browser,
 PHISHING_QUERY = "seed=%5BSession%20expired%3A%20log%20in%20again%5D%28http%3A//evil.example/login%29"
 
 
-def test_a_tampered_parameter_shows_its_text_not_a_link(tiny_server_cache):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server("browser-links.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = watch(browser.new_page(viewport={"width": 1400, "height": 1600}))
-        page.goto(f"{url}/journey?{PHISHING_QUERY}")
+def test_a_tampered_parameter_shows_its_text_not_a_link(tiny_server, chromium):
+    with fresh_page(chromium, height=1600) as page:
+        page.goto(f"{tiny_server}/journey?{PHISHING_QUERY}")
         settle(page, timeout=300)
         page.screenshot(path=str(SHOTS / "phishing_link.png"))
         warning = page.locator('[data-testid="stAlertContentWarning"]', has_text="was not usable")
@@ -30,7 +24,6 @@ def test_a_tampered_parameter_shows_its_text_not_a_link(tiny_server_cache):
         assert "[Session expired: log in again](http://evil.example/login)" in shown, shown
         assert page.locator('a[href*="evil.example"]').count() == 0
         assert page.locator('[data-testid="stException"]').count() == 0
-        browser.close()
 
 
 # Run from the repository's root, as the app is (tests/browser_kit.py), so it draws with this checkout's ui/.
@@ -46,7 +39,7 @@ run_marker()  # what settle() waits for, as app.py draws it
 """
 
 
-def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_path):
+def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_path, chromium):
     """The Markdown model in tests/markdown_links.py checked against the real renderer: every hostile text
     is a live link when shown raw, and none is through markdown_text or code_span."""
     import subprocess
@@ -54,7 +47,6 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
 
     from kit.browser import ROOT
     from kit.markdown_links import HOSTILE
-    from playwright.sync_api import sync_playwright
 
     from pipeline.server.health import free_port, wait_healthy
 
@@ -67,9 +59,7 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_healthy(f"http://localhost:{port}")
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = watch(browser.new_page(viewport={"width": 1200, "height": 3000}))
+        with fresh_page(chromium, width=1200, height=3000) as page:
             page.goto(f"http://localhost:{port}")
             settle(page, timeout=120)
             page.screenshot(path=str(SHOTS / "hostile_markdown.png"), full_page=True)
@@ -78,7 +68,6 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
             for n in range(boxes.count()):
                 box = boxes.nth(n)
                 found[box.inner_text().split(":")[0].strip()] = box.locator("a[href], img[src]").count()
-            browser.close()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -155,31 +144,15 @@ def share_link(page, path: str) -> str:
     return box.first.inner_text().strip()
 
 
-@pytest.fixture(scope="module")
-def server(tiny_server_cache):
-    with app_server("browser-links-views.log", cache_dir=tiny_server_cache) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def chromium(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
 @pytest.mark.parametrize("path", list(VIEWS))
-def test_a_shared_link_opens_the_same_request_controls_and_answer(server, chromium, path):
+def test_a_shared_link_opens_the_same_request_controls_and_answer(tiny_server, chromium, path):
     from urllib.parse import parse_qs, urlparse
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     query, change = VIEWS[path]
     first = chromium.new_context(viewport={"width": 1400, "height": 1600})
     page = watch(first.new_page())
-    page.goto(f"{server}/{path}?{query}")
+    page.goto(f"{tiny_server}/{path}?{query}")
     settle(page, timeout=300)
     opened = page.evaluate(CONTROLS)
     change(page)
@@ -208,7 +181,7 @@ def page_shown(page) -> tuple[str, str]:
     return page.evaluate("() => location.pathname"), page.locator("h1").first.inner_text()
 
 
-def test_back_and_forward_move_between_pages(server, chromium):
+def test_back_and_forward_move_between_pages(tiny_server, chromium):
     """Issue 45: Journey → Tokens → Attention, then Back twice lands on Journey (drawn again, its map and first
     section there), and Forward on Tokens. Before, each run's writes to the address added entries of the same page
     (ui/history_entries.py), so Back stayed on Attention."""
@@ -216,7 +189,7 @@ def test_back_and_forward_move_between_pages(server, chromium):
 
     context = chromium.new_context(viewport={"width": 1400, "height": 1200})
     page = watch(context.new_page())
-    page.goto(f"{server}/journey?max_new_tokens=3")
+    page.goto(f"{tiny_server}/journey?max_new_tokens=3")
     settle(page, timeout=300)
     for title in ("Tokens", "Attention"):
         open_page(page, title)

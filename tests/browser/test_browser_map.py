@@ -4,18 +4,18 @@ small map with that part lit, and ends with Back and Next."""
 import os
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, question_shown, server_and_page, settle
+from kit.browser import CHROMIUM, SHOTS, fresh_page, question_shown, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 
-def test_a_part_of_the_map_opens_its_page_with_the_request(tiny_server_cache, tiny_app_model):
+def test_a_part_of_the_map_opens_its_page_with_the_request(tiny_server, chromium, tiny_app_model):
     from views.chrome.navigation import neighbours
 
     L = tiny_app_model[1].dims.L
-    with server_and_page("browser-map.log", tiny_server_cache, height=1200) as (url, page):
-        page.goto(f"{url}/?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
+    with fresh_page(chromium, height=1200) as page:
+        page.goto(f"{tiny_server}/?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
         settle(page, timeout=300)
         page.screenshot(path=str(SHOTS / "map_start.png"))
         assert page.locator(".tpe-map[data-size='full'] .tpe-map-block").count() == L
@@ -36,14 +36,14 @@ LIT = ("m => [...document.querySelectorAll(`.tpe-map[data-size='${m}'] [data-lit
        ".map(e => e.dataset.part || 'blocks').filter((k, i, all) => all.indexOf(k) === i).sort()")
 
 
-def test_starts_list_opens_its_pages_and_the_full_map_lights_the_page_left(tiny_server_cache):
+def test_starts_list_opens_its_pages_and_the_full_map_lights_the_page_left(tiny_server, chromium):
     """Issue 45: a line of Start's list is a link (it was text) that opens its page with the request kept; that page
     draws the small map with its parts lit (Tensors & batch: no part of the map opens it); back on Start, the full
     map lights the page the user came from, and says so (on the first visit: where a request starts)."""
     from kit.browser import SIDEBAR_LINK
 
-    with server_and_page("browser-map-start.log", tiny_server_cache, height=1200) as (url, page):
-        page.goto(f"{url}/?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
+    with fresh_page(chromium, height=1200) as page:
+        page.goto(f"{tiny_server}/?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
         settle(page, timeout=300)
         assert page.evaluate(LIT, "full") == ["request"]
         page.locator('[data-testid="stMain"] a[data-testid="stPageLink-NavLink"]', has_text="Tensors & batch: ").click()

@@ -5,7 +5,7 @@ import os
 import urllib.parse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, server_and_page, settle
+from kit.browser import CHROMIUM, SHOTS, fresh_page, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -26,9 +26,9 @@ SHOWN_SHARES = """() => [...document.querySelectorAll('[data-testid="stMain"] sp
     return area ? Math.max(0, rr - l) * Math.max(0, b - t) / area : 0; })"""
 
 
-def test_the_korean_question_shows_in_both_columns_of_compare(tiny_server_cache):
-    with server_and_page("browser-readable.log", tiny_server_cache, height=1000) as (url, page):
-        page.goto(f"{url}/compare-models?{urllib.parse.urlencode({'q': KOREAN})}")
+def test_the_korean_question_shows_in_both_columns_of_compare(tiny_server, chromium):
+    with fresh_page(chromium, height=1000) as page:
+        page.goto(f"{tiny_server}/compare-models?{urllib.parse.urlencode({'q': KOREAN})}")
         settle(page)
         main = page.locator('[data-testid="stMain"]')
         main.get_by_text("2. The prompt each model reads").wait_for(timeout=300_000)  # the comparison, once done

@@ -3,7 +3,7 @@ under the graph picked one). Tiny model; screenshot artifacts/browser/why_token_
 import os
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, server_and_page, settle
+from kit.browser import CHROMIUM, SHOTS, fresh_page, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -25,9 +25,9 @@ def node_pick(page) -> str:
     return box.locator("input").first.input_value()
 
 
-def test_clicking_a_node_of_the_graph_picks_it(tiny_server_cache):
-    with server_and_page("browser-why-token.log", tiny_server_cache, height=1400) as (url, page):
-        page.goto(f"{url}/why-token")
+def test_clicking_a_node_of_the_graph_picks_it(tiny_server, chromium):
+    with fresh_page(chromium, height=1400) as page:
+        page.goto(f"{tiny_server}/why-token")
         settle(page)
         assert page.locator('[data-testid="stException"]').count() == 0
         graph = page.locator(".st-key-why_graph")

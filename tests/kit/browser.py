@@ -219,15 +219,11 @@ def question_shown(page, timeout_s: float = 30) -> str:
 
 
 @contextlib.contextmanager
-def server_and_page(log_name: str, cache_dir: Path | None = None, height: int = 1200):
-    """(url, page): an app server (app_server) and one Chromium page on it, both closed after; screenshots go to
-    SHOTS."""
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server(log_name, cache_dir=cache_dir) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield url, watch(browser.new_page(viewport={"width": 1400, "height": height}))
-        finally:
-            browser.close()
+def fresh_page(chromium, width: int = 1400, height: int = 1200):
+    """A watched page in a new context of `chromium` (kit.browser_fixtures' fixture): no cookie, storage or session
+    of another test's page; closed after."""
+    context = chromium.new_context(viewport={"width": width, "height": height})
+    try:
+        yield watch(context.new_page())
+    finally:
+        context.close()

@@ -1,9 +1,10 @@
-"""Random-weight models with real tokenizers: the fast tier's stand-ins for SmolLM2 and Gemma 3."""
-import torch
+"""Random-weight models with real tokenizers: the fast tier's stand-ins for SmolLM2 and Gemma 3.
 
+torch is imported where a model is made, not with this module, which the conftest's plugins import: a pytest started
+only for the conftest's own set-up (tests/test_hypothesis_setup.py's four runs) then starts without torch (~2 s of
+CPU each)."""
 from kit.texts import DEFAULT_QUESTION
 from pipeline.model.dims import FULL, SLIDING
-from pipeline.model.loader import LoadedModel
 
 
 def prompt_ids(lm, question: str = DEFAULT_QUESTION) -> list[int]:
@@ -57,10 +58,15 @@ WINDOW = 4  # the tiny Gemma's sliding window: shorter than the prompt, so the b
 
 
 def wrap(model, tokenizer, name):
+    import torch
+
+    from pipeline.model.loader import LoadedModel
+
     return LoadedModel(model=model.eval(), tokenizer=tokenizer, name=name, device=torch.device("cpu"))
 
 
 def tiny_llama(tokenizer, **config):
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     settings = dict(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -71,6 +77,7 @@ def tiny_llama(tokenizer, **config):
 
 
 def tiny_gemma3(tokenizer):
+    import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(0)
@@ -92,6 +99,8 @@ def tiny_gemma3(tokenizer):
 
 def hf_forward(lm, ids: list[int]):
     """Hugging Face's own forward pass of the prompt: every layer's hidden states and attention weights."""
+    import torch
+
     from pipeline.model.loader import attention_implementation
 
     with torch.inference_mode(), attention_implementation(lm.model, "eager"):

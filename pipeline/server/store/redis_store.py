@@ -151,7 +151,11 @@ class RedisStore:
         try:
             run_id = self.client.info("server")["run_id"]
         except self._errors:
-            return  # the next call finds it down
+            with self._lock:  # read it at the next call that gets an answer
+                self._new_connection = True
+                if self._run_id is None:  # what was written went to a Redis never identified: whether the next
+                    self._resend_owed = True  # one is the same cannot be told, so check what it has (EXISTS)
+            return
         with self._lock:
             before, self._run_id = self._run_id, run_id
             restarted = before is not None and before != run_id
