@@ -3,6 +3,7 @@ prefix cache. A second request sharing a long system prompt reuses its blocks (c
 first reuses none; the reused positions' captures are those kept with the blocks; greedy answers with reuse equal
 HF `generate` without it (SmolLM2 and Gemma 3); the byte budget holds under pressure; a Gemma prompt past its
 sliding window keeps nothing and says why; the saving is measured interleaved against the same prompt uncached."""
+import time
 import numpy as np
 import pytest
 from kit.tolerance import assert_within, logits_tolerance
@@ -196,8 +197,11 @@ def test_generation_and_prompt_caching_show_the_reused_positions_and_measure_the
     medians and ranges, and a verdict); Prompt caching says the same of the sidebar's run."""
     from kit.apptest import run_page
 
-    run_page("generation", "Are tomatoes fruit?")
-    at = run_page("generation", "Is a cucumber a fruit too?")
+    # questions no earlier test in this process asked: a stored run is shown again without a prefill (no blocks kept
+    # for this process's tiny model, nothing reused)
+    fresh = time.time_ns()
+    run_page("generation", f"Are tomatoes fruit? ({fresh})")
+    at = run_page("generation", f"Is a cucumber a fruit too? ({fresh})")
     said = next(m.value for m in at.markdown if m.value.startswith("Prompt positions reused"))
     assert "**" in said and " of " in said and "ran only the last" in said  # '**32 of 41** (78%) ...'
     at.button(key="gen_reuse_measure").click().run()
@@ -208,7 +212,7 @@ def test_generation_and_prompt_caching_show_the_reused_positions_and_measure_the
     verdict = next(c.value for c in at.caption if c.value.startswith("prefill pass (captured run)"))
     assert "interleaved" in verdict and ("faster" in verdict or "no clear difference" in verdict
                                           or "noise" in verdict)
-    at = run_page("prompt_caching", "Is a cucumber a fruit too?")
+    at = run_page("prompt_caching", f"Is a cucumber a fruit too? ({fresh})")
     assert any(m.value == said for m in at.markdown)
     held = next(c.value for c in at.caption if c.value.startswith("The server's prefix cache for this model holds"))
     assert "of its 512 MiB budget" in held and "blocks of 16 positions" in held

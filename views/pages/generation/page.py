@@ -87,13 +87,15 @@ st.caption("The replay waits the recorded time before each token (capped at 5 s 
 st.subheader("2. The stream as events")
 st.markdown("Each token that completes some text is sent as a small `text_delta` event. A token that ends in the "
             "middle of a multi-byte character waits until the character is complete.")
-rows = pd.DataFrame([{"step": e["step"], "delta": e["delta"], "token": answer[e["step"]].with_bytes,
-                      "token id": trace.steps[e["step"]].token_id,
-                      "ms after the last": round(secs.get(e["step"], 0.0) * 1000)} for e in deltas])  # fits its column
+events = [{"step": e["step"], "delta": e["delta"], "token": answer[e["step"]].with_bytes,
+           "token id": trace.steps[e["step"]].token_id,
+           "ms after the last": round(secs.get(e["step"], 0.0) * 1000)} for e in deltas]  # none: an empty answer
+rows = pd.DataFrame(events, columns=["step", "delta", "token", "token id", "ms after the last"])
 c1, c2 = st.columns([2, 3])
 c1.code(json_text(deltas[:4]), language="json", wrap_lines=True)
-c2.dataframe(rows, hide_index=True, width="stretch", height=300,  # the token column whole: '토 (3/3) · bytes <0xA0>'
-             column_config={"token": st.column_config.TextColumn(width=7 * max(map(len, rows["token"]), default=5))})
+token_width = 7 * max((len(e["token"]) for e in events), default=5)  # the column whole: '토 (3/3) · bytes <0xA0>'
+c2.dataframe(rows, hide_index=True, width="stretch", height=300,
+             column_config={"token": st.column_config.TextColumn(width=token_width)})
 
 st.subheader("3. Prefill vs decode timeline")
 st.markdown("Prefill reads the whole prompt in one pass and sets the wait before the first word. Decode then runs "

@@ -82,7 +82,10 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
                f"last layer ({L}). \"Decided\" is a choice of definition, not a fact about the model: the three above "
                "can name different layers for the same token. Hover a token for its layer and the model's final "
                "probability of it; pick one below for the lens at its position.")
-    c = _commitment(lm.name, tuple(trace.ids), tuple(answer), lm)
+    # the model as these weights and this process hold it: two handles of one name (fp32 and bf16, or a test's tiny
+    # copy of the layout) give other lens values
+    model = f"{lm.name} {getattr(lm, 'weights', '')} {trace.dims.D}x{trace.dims.L} #{id(lm)}"
+    c = _commitment(model, tuple(trace.ids), tuple(answer), lm)
     layers = c.layers[rule]
     pieces = token_pieces(lm.tokenizer, answer)
     st.markdown(strip_html([p.label for p in pieces], layers, c.probs[-1], L), unsafe_allow_html=True)
@@ -94,7 +97,7 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
     j = linked(st.selectbox, "ly_commit_token", integer(0, WIDE), "logit lens at the answer token",
                range(len(answer)), within=(0, len(answer) - 1),
                format_func=lambda k: f"({k}) {pieces[k].label}: {layer_words(layers[k], L)}")
-    ids, probs = _lens_at(lm.name, tuple(trace.ids), tuple(answer), j, c, lm)
+    ids, probs = _lens_at(model, tuple(trace.ids), tuple(answer), j, c, lm)
     rows = [{"layer": ("0 (embeddings)" if i == 0 else f"{i} (last)" if i == L else str(i)),
              **{f"top {r + 1}": f"{lm.tokenizer.decode([int(ids[i, 0, r])])!r} {float(probs[i, 0, r]):.1%}"
                 for r in range(LENS_TOP)},
