@@ -68,6 +68,8 @@ def hit_rate_chart(records: list[TrafficRecord]) -> go.Figure:
     fig.update_layout(height=260, margin={"l": 40, "r": 10, "t": 10, "b": 40}, legend={"orientation": "h"},
                       xaxis_title="request #", xaxis_tickformat=",d", yaxis_title="prompt tokens cached (%)",
                       yaxis_range=[-2, 102])
+    if len(rows) <= 20:
+        fig.update_xaxes(dtick=1)  # whole requests only (plotly's own ticks fall between them: 1, 1.5, 2)
     return fig
 
 
