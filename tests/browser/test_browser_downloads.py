@@ -8,27 +8,21 @@ from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, events, settle, watch
+from kit.browser import CHROMIUM, SHOTS, events, settle, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 
 @pytest.fixture(scope="module")
-def server(tiny_server_cache):
-    with app_server("browser-downloads-server.log", cache_dir=tiny_server_cache) as url:
-        yield url
+def server(tiny_server):
+    return tiny_server
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(server, chromium):
+    """The module's Chromium (kit.browser_fixtures), once its server is up."""
+    return chromium
 
 
 def visit(context, url: str):

@@ -9,7 +9,7 @@ import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, question_shown, settle, watch
+from kit.browser import CHROMIUM, SHOTS, app_server, question_shown, settle, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -35,14 +35,9 @@ def real_server():
 
 
 @pytest.fixture(scope="module")
-def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(server, chromium):
+    """The module's Chromium (kit.browser_fixtures), once its server is up."""
+    return chromium
 
 
 def chart_titles(page) -> str:
