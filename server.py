@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from concurrent.futures import Future
 
@@ -47,21 +48,25 @@ slots = ClientSlots()
 
 # ---- what the server offers -------------------------------------------------------------------------
 _catalogue: dict[str, ModelInfo] = {}
+_catalogue_lock = threading.Lock()  # requests arrive on several threads: none may read a half-made catalogue
 
 
 def catalogue() -> dict[str, ModelInfo]:
     """The picker's models by key and name (lower-cased too), each with its window, read from its files once."""
-    if not _catalogue:
-        from pipeline.model.registry import resolve
-        from views.server.state import default_weights, get_model, offered_models
-        from views.request.session import model_label
+    with _catalogue_lock:
+        if not _catalogue:
+            from pipeline.model.registry import resolve
+            from views.request.session import model_label
+            from views.server.state import default_weights, get_model, offered_models
 
-        for key in offered_models()[0]:
-            spec = resolve(key)
-            dims = get_model(key).config_dims
-            info = ModelInfo(key, model_label(spec), dims.V, dims.context_window, default_weights())
-            for name in (key, info.label, key.lower(), info.label.lower()):
-                _catalogue.setdefault(name, info)
+            made: dict[str, ModelInfo] = {}
+            for key in offered_models()[0]:
+                spec = resolve(key)
+                dims = get_model(key).config_dims
+                info = ModelInfo(key, model_label(spec), dims.V, dims.context_window, default_weights())
+                for name in (key, info.label, key.lower(), info.label.lower()):
+                    made.setdefault(name, info)
+            _catalogue.update(made)
     return _catalogue
 
 
@@ -265,20 +270,19 @@ async def whole_openai(call: ApiCall, links: list[str], seen: dict) -> Response:
         tickets = [await run_in_threadpool(submit_trace, r) for r in call.requests]
     traces = [await finished(t) for t in tickets]
     choices = []
+    tokenizer = await run_in_threadpool(lambda: _tokenizer(call.model)) if call.logprobs else None
     for i, (trace, link) in enumerate(zip(traces, links)):
         logprobs = None
         if call.logprobs:
-            tokenizer = await run_in_threadpool(lambda: _tokenizer(call.model))
             steps = len(trace.generated_token_ids) - (trace.finish_reason == "eos")
             logprobs = content_logprobs(tokenizer, trace.step_logits, trace.generated_token_ids, call.top_logprobs,
                                         steps)
         choices.append({**openai_chat.choice(i, trace.text, trace.finish_reason, logprobs), "tpe_run": link})
-    first = traces[0]
-    usage = openai_chat.usage(first.usage.prompt_tokens, sum(t.usage.completion_tokens for t in traces),
-                              first.reused_positions)
+    first, completion = traces[0], sum(t.usage.completion_tokens for t in traces)
+    usage = openai_chat.usage(first.usage.prompt_tokens, completion, first.reused_positions)
     body = openai_chat.completion(f"chatcmpl-{first.request.id}", call.model.label, choices, usage, links[0])
-    record_traffic(seen, call, links[0], first.usage.prompt_tokens, first.reused_positions,
-                   sum(t.usage.completion_tokens for t in traces), trace_times(first), first.text, streamed=False)
+    record_traffic(seen, call, links[0], first.usage.prompt_tokens, first.reused_positions, completion,
+                   trace_times(first), first.text, streamed=False)
     return JSONResponse(body, headers={RUN_HEADER: links[0]})
 
 
@@ -415,12 +419,11 @@ async def stream_openai(call: ApiCall, links: list[str], client: str, seen: dict
                     yield chunk(index=index, finish_reason=x.finish_reason)
                 elif not hasattr(x, "kind"):
                     answers[index] = x
-            a = answers[0]
-            record_traffic(seen, call, links[0], len(a.prompt_ids), getattr(a, "reused_positions", 0),
-                           sum(len(v.generated) for v in answers.values()), answer_times(a), a.text, streamed=True)
+            a, generated = answers[0], sum(len(v.generated) for v in answers.values())
+            record_traffic(seen, call, links[0], len(a.prompt_ids), a.reused_positions, generated, answer_times(a),
+                           a.text, streamed=True)
             if call.include_usage:
-                usage = openai_chat.usage(len(a.prompt_ids), sum(len(v.generated) for v in answers.values()),
-                                          getattr(a, "reused_positions", 0))
+                usage = openai_chat.usage(len(a.prompt_ids), generated, a.reused_positions)
                 yield sse_data(openai_chat.chunk(call_id, model, created, links[0], usage_body=usage,
                                                  include_usage=True))
             yield "data: [DONE]\n\n"
@@ -456,8 +459,8 @@ async def stream_anthropic(call: ApiCall, links: list[str], client: str, seen: d
                 elif not hasattr(x, "kind"):
                     stop = await run_in_threadpool(_stop_sequence, call, x.generated, x.text, x.finish_reason)
                     usage = anthropic_messages.usage(len(x.prompt_ids), len(x.generated),
-                                                     getattr(x, "reused_positions", 0), call.cache_marks)
-                    record_traffic(seen, call, links[0], len(x.prompt_ids), getattr(x, "reused_positions", 0),
+                                                     x.reused_positions, call.cache_marks)
+                    record_traffic(seen, call, links[0], len(x.prompt_ids), x.reused_positions,
                                    len(x.generated), answer_times(x), x.text, streamed=True)
                     yield sse("content_block_stop", {"type": "content_block_stop", "index": 0})
                     yield sse("message_delta", {"type": "message_delta", "usage": usage, "delta": {

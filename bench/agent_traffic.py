@@ -30,7 +30,7 @@ from pathlib import Path
 
 import openai
 
-from pipeline.costs.metrics import percentile
+from pipeline.costs.metrics import spread
 from pipeline.server.health import free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,11 +104,11 @@ class Agent:
     def summary(self) -> dict:
         later = self.turns[1:]  # the first turn finds nothing cached on either side
         prompt = sum(t["prompt"] for t in later)
-        ttfts = [t["ttft_s"] for t in self.turns]
+        ttft = spread([t["ttft_s"] for t in self.turns])  # the Traffic page's p50 and p95 (one definition)
         return {"agent": self.name, "turns": len(self.turns), "first_prompt_tokens": self.turns[0]["prompt"],
                 "last_prompt_tokens": self.turns[-1]["prompt"],
                 "hit_rate_after_first": sum(t["cached"] for t in later) / prompt if prompt else 0.0,
-                "ttft_p50_s": percentile(ttfts, 50), "ttft_p95_s": percentile(ttfts, 95),
+                "ttft_p50_s": ttft.p50, "ttft_p95_s": ttft.p95,
                 "ttft_later_s": sum(t["ttft_s"] for t in later)}
 
 

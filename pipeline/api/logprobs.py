@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pipeline.core.maths import top_indices
+
 from pipeline.text.byte_level import piece_bytes
 from pipeline.text.per_tokenizer import special_ids
 
@@ -32,7 +34,7 @@ def content_logprobs(tokenizer, step_logits: np.ndarray, chosen: list[int], top:
     rows = log_softmax(step_logits[:answer_steps])  # (answer_steps, V)
     out = []
     for row, token in zip(rows, chosen[:answer_steps]):
-        best = np.argsort(-row, kind="stable")[:top] if top else []
+        best = top_indices(row, top) if top else []
         out.append({**_entry(tokenizer, token, row[token]),
                     "top_logprobs": [_entry(tokenizer, int(t), row[t]) for t in best]})
     return out

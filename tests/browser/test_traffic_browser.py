@@ -8,7 +8,7 @@ import sys
 
 import openai
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, question_shown, settle, watch
+from kit.browser import CHROMIUM, ROOT, SHOTS, app_server, fresh_page, question_shown, settle
 
 pytestmark = pytest.mark.browser
 
@@ -23,41 +23,36 @@ def server(tiny_server_cache):
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
-def test_requests_sent_with_the_sdk_appear_live_and_open_on_journey(server):
-    from playwright.sync_api import expect, sync_playwright
+def test_requests_sent_with_the_sdk_appear_live_and_open_on_journey(server, chromium):
+    from playwright.sync_api import expect
 
     client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120)
     agent = client.with_options(default_headers={"User-Agent": f"{client.user_agent} traffic-test/1"})
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = watch(browser.new_page(viewport={"width": 1400, "height": 1200}))
-            page.goto(f"{server}/traffic")
-            settle(page)
-            rows = page.locator("tr.tpe-traffic-row", has_text="traffic-test/1")
-            expect(rows).to_have_count(0)
-            answer = agent.chat.completions.create(model=SMOL, max_tokens=5, temperature=0, messages=[
-                {"role": "system", "content": "You answer <b>briefly</b>."},
-                {"role": "user", "content": "Where is my parcel?"}])
-            expect(rows).to_have_count(1, timeout=30_000)  # drawn by the page's own refresh: no reload
-            streamed = agent.chat.completions.create(model=SMOL, max_tokens=5, temperature=0, stream=True,
-                                                     messages=[{"role": "user", "content": "And my refund?"}])
-            for _ in streamed:  # read to its end: the record is made when the answer ends
-                pass
-            expect(rows).to_have_count(2, timeout=30_000)
-            expect(rows.last).to_contain_text("OpenAI: cached")  # the providers' rules beside the first request
-            assert page.locator("b", has_text="briefly").count() == 0  # the client's text is escaped
-            page.screenshot(path=str(SHOTS / "traffic-live.png"))
-            link = rows.last.get_by_role("link", name=re.compile(r"open run #\d+"))
-            assert server + link.get_attribute("href") == answer.model_extra["tpe_run"]
-            link.click()
-            page.wait_for_url(re.compile(r"/journey\?"), timeout=30_000)
-            settle(page)
-            assert question_shown(page) == "Where is my parcel?"
-            page.get_by_text(answer.id.removeprefix("chatcmpl-")).first.wait_for(timeout=30_000)
-        finally:
-            browser.close()
+    with fresh_page(chromium) as page:
+        page.goto(f"{server}/traffic")
+        settle(page)
+        rows = page.locator("tr.tpe-traffic-row", has_text="traffic-test/1")
+        expect(rows).to_have_count(0)
+        answer = agent.chat.completions.create(model=SMOL, max_tokens=5, temperature=0, messages=[
+            {"role": "system", "content": "You answer <b>briefly</b>."},
+            {"role": "user", "content": "Where is my parcel?"}])
+        expect(rows).to_have_count(1, timeout=30_000)  # drawn by the page's own refresh: no reload
+        streamed = agent.chat.completions.create(model=SMOL, max_tokens=5, temperature=0, stream=True,
+                                                 messages=[{"role": "user", "content": "And my refund?"}])
+        for _ in streamed:  # read to its end: the record is made when the answer ends
+            pass
+        expect(rows).to_have_count(2, timeout=30_000)
+        expect(rows.last).to_contain_text("OpenAI: cached")  # the providers' rules beside the first request
+        assert page.locator("b", has_text="briefly").count() == 0  # the client's text is escaped
+        page.screenshot(path=str(SHOTS / "traffic-live.png"))
+        link = rows.last.get_by_role("link", name=re.compile(r"open run #\d+"))
+        assert server + link.get_attribute("href") == answer.model_extra["tpe_run"]
+        link.click()
+        page.wait_for_url(re.compile(r"/journey\?"), timeout=30_000)
+        settle(page)
+        assert question_shown(page) == "Where is my parcel?"
+        page.get_by_text(answer.id.removeprefix("chatcmpl-")).first.wait_for(timeout=30_000)
 
 
 def test_the_scripted_agent_reports_both_sides_quick(server):
@@ -77,9 +72,9 @@ def test_the_scripted_agent_reports_both_sides_quick(server):
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
-def test_anthropic_answers_whole_and_streamed_are_listed_with_their_client(server):
+def test_anthropic_answers_whole_and_streamed_are_listed_with_their_client(server, chromium):
     import anthropic
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     client = anthropic.Anthropic(base_url=server, api_key="unused", max_retries=0, timeout=120,
                                  default_headers={"User-Agent": "traffic-test/anthropic <script>"})
@@ -88,14 +83,9 @@ def test_anthropic_answers_whole_and_streamed_are_listed_with_their_client(serve
     with client.messages.stream(model=SMOL, max_tokens=4, messages=[{"role": "user", "content": "Hello"}],
                                 extra_body={"temperature": 0}) as stream:
         stream.get_final_message()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = watch(browser.new_page(viewport={"width": 1400, "height": 1200}))
-            page.goto(f"{server}/traffic")
-            settle(page)
-            rows = page.locator("tr.tpe-traffic-row", has_text="traffic-test/anthropic <script>")
-            expect(rows).to_have_count(2, timeout=30_000)  # the user agent shown as text, not run
-            assert page.locator("tr.tpe-traffic-row script").count() == 0
-        finally:
-            browser.close()
+    with fresh_page(chromium) as page:
+        page.goto(f"{server}/traffic")
+        settle(page)
+        rows = page.locator("tr.tpe-traffic-row", has_text="traffic-test/anthropic <script>")
+        expect(rows).to_have_count(2, timeout=30_000)  # the user agent shown as text, not run
+        assert page.locator("tr.tpe-traffic-row script").count() == 0

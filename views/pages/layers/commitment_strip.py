@@ -9,6 +9,7 @@ from pipeline.model.interface import LanguageModel
 from pipeline.stages import layers as la
 from pipeline.stages.commitment import DEFINITIONS, Commitment, answer_commitment
 from pipeline.text.pieces import token_pieces
+from pipeline.text.unfinished import continuation_label
 from ui.chips import chip
 from ui.escape import code_span, one_html_block
 from ui.more_below import fold
@@ -42,7 +43,9 @@ def layer_words(layer: int | None, L: int) -> str:
     return f"layer {L} (only at the last layer)" if layer == L else f"layer {layer}"
 
 
-@st.cache_data(max_entries=8, show_spinner="Reading the answer's positions at every layer (one more pass)...")
+# kept as a Python object (st.cache_resource, as the other captured passes): a cache_data copy of its (L+1, S, D)
+# stream on every rerun of the fragment cost more than reading it
+@st.cache_resource(max_entries=8, show_spinner="Reading the answer's positions at every layer (one more pass)...")
 def _commitment(model: str, prompt: tuple, answer: tuple, _lm) -> Commitment:
     return answer_commitment(_lm, list(prompt), list(answer))
 
@@ -98,9 +101,10 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
                range(len(answer)), within=(0, len(answer) - 1),
                format_func=lambda k: f"({k}) {pieces[k].label}: {layer_words(layers[k], L)}")
     ids, probs = _lens_at(model, tuple(trace.ids), tuple(answer), j, c, lm)
+    context = list(trace.ids) + answer[:j]  # what the position that chose answer token j had read
     rows = [{"layer": ("0 (embeddings)" if i == 0 else f"{i} (last)" if i == L else str(i)),
-             **{f"top {r + 1}": f"{lm.tokenizer.decode([int(ids[i, 0, r])])!r} {float(probs[i, 0, r]):.1%}"
-                for r in range(LENS_TOP)},
+             **{f"top {r + 1}": f"{continuation_label(lm.tokenizer, context, int(ids[i, 0, r]), short=True)} "
+                                f"{float(probs[i, 0, r]):.1%}" for r in range(LENS_TOP)},
              "answer token's rank": int(c.ranks[i, j]) + 1, "its probability": f"{float(c.probs[i, j]):.1%}"}
             for i in range(L + 1)]
     st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch")

@@ -10,10 +10,10 @@ from ui.escape import axis_labels, plotly_label
 from ui.plots import TICK_FONT, token_axis
 from ui.words import clipped, plural
 from views.chrome.frame import fragment, page_header
-from views.pages.layers.commitment_strip import commitment_strip
 from views.chrome.navigation import back_next
 from views.links.controls import linked
 from views.links.params import WIDE, choice, integer
+from views.pages.layers.commitment_strip import commitment_strip
 from views.request.runs import run_for_page
 from views.server.state import get_model
 
