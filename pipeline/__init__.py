@@ -12,6 +12,7 @@ only from the floors below (tests/project/test_layering.py):
   prompt_cache  blocks of K/V reused across requests, and the cache audit
   run           one request end to end into its Trace
   server        the queue, its engines, the stores, rooms
+  lessons       lesson files: ordered stages a room walks through, checked with their lines
   cli           the command line (`__main__.py`: `python -m pipeline`)
   api           the OpenAI- and Anthropic-compatible API's bodies: parsed, checked, answered (server.py serves them)
 """

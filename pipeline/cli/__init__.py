@@ -1,5 +1,5 @@
 """Command line: `python -m pipeline trace|tokens|cache-demo|cache-audit|serving|score|explain|speculate|
-temperature-zero ...`, the commands pipeline/ can run; `tpe` (ui/cli.py) is the same command line plus `report`.
+temperature-zero|lesson ...`, the commands pipeline/ can run; `tpe` (ui/cli.py) is the same command line plus `report`.
 
 Each command is one module of pipeline/cli/commands/ with the same four names (NAME, HELP, `add_arguments(parser)`,
 `run(args) -> int`), listed once in COMMANDS; `build_parser` makes a subcommand of each. What a user typed is
@@ -25,8 +25,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from pipeline.cli.commands import (cache_audit, cache_demo, explain, score, serving, speculate, temperature_zero,
-                                   tokens, trace)
+from pipeline.cli.commands import (cache_audit, cache_demo, explain, lesson, score, serving, speculate,
+                                   temperature_zero, tokens, trace)
 from pipeline.cli.parser import CliParser, error_line, field_as_typed
 from pipeline.cli.terminal import safe_output
 from pipeline.core.errors import InputError
@@ -34,7 +34,7 @@ from pipeline.server.process import quiet_library_noise
 
 # The registry: every command of `python -m pipeline`, in the order `--help` lists them.
 COMMANDS: tuple[ModuleType, ...] = (trace, tokens, cache_demo, cache_audit, serving, score, explain, speculate,
-                                    temperature_zero)
+                                    temperature_zero, lesson)
 PROG = "python -m pipeline"
 # Commands of the layer above, which pipeline/ cannot run: the line `python -m pipeline NAME` prints instead.
 ELSEWHERE = {"report": "the HTML report is made by ui/, the layer above pipeline/: run `tpe report ...` "

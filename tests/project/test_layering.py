@@ -41,7 +41,7 @@ FLOORS = [
     ["costs"],  # what a pass costs (FLOPs, bytes), this machine's ceilings, measured passes
     ["prompt_cache"],  # K/V blocks reused across requests, priced by costs
     ["run"],  # a whole run: the Trace record, run_trace, comparisons
-    ["server"],  # the queue, its engines and stores, rooms
+    ["server", "lessons"],  # the queue, its engines and stores, rooms; lesson files checked
     ["cli", "api"],  # the command line; the HTTP API's bodies (server.py serves them)
 ]
 FLOOR_OF = {package: i for i, floor in enumerate(FLOORS) for package in floor}
