@@ -42,6 +42,7 @@ from views.request.session import (
     show_values_in_form,
 )
 from views.server.state import get_model
+from views.server.lesson_runs import lesson_runs
 from views.server.warm_up import warm_up
 from views.request.slider_args import slider_args
 
@@ -177,5 +178,6 @@ with counting_passes(session_passes()) as passes:
         # loads, and the default request and the prompt-caching scenarios are prepared in the background.
         lm.start_loading()
         warm_up()
+        lesson_runs()  # `--lesson FILE`: its stages' runs (server.py queued them at start; the pages alone: now)
         if completed:
             run_marker()

@@ -2,6 +2,7 @@
 # ./run.sh        start the app and its API (creates .venv and installs everything on first use)
 # ./run.sh test   run the whole test suite
 set -euo pipefail
+CALLED_FROM="$PWD"  # a relative path given to an option (--lesson FILE) is read from here
 cd "$(dirname "$0")"
 VENV=.venv
 # The install stamp: a hash of what setup() installs from (the pinned packages, and the project itself as an
@@ -84,9 +85,19 @@ case "${1:-app}" in
         --weights) [ $# -ge 2 ] || { echo "--weights needs a weight format (fp32, bf16, int8)" >&2; exit 2; }
                    export TPE_WEIGHTS="$2"; shift 2 ;;
         --weights=*) export TPE_WEIGHTS="${1#--weights=}"; shift ;;
+        --lesson) [ $# -ge 2 ] || { echo "--lesson needs a lesson file (lessons/first-hour.toml)" >&2; exit 2; }
+                  TPE_LESSON="$2"; shift 2 ;;
+        --lesson=*) TPE_LESSON="${1#--lesson=}"; shift ;;
         *) args+=("$1"); shift ;;
       esac
     done
+    # ./run.sh app --lesson lessons/first-hour.toml: checked now (a bad file exits 2 with its line), its stages' runs
+    # prepared at start (docs/lessons.md)
+    if [ -n "${TPE_LESSON:-}" ]; then
+      case "$TPE_LESSON" in /*) ;; *) TPE_LESSON="$CALLED_FROM/$TPE_LESSON" ;; esac
+      export TPE_LESSON
+      "$VENV/bin/python" -m pipeline lesson check "$TPE_LESSON" >/dev/null || exit 2
+    fi
     # server.py: the pages and the API (/v1/chat/completions, /v1/messages, /v1/models: docs/api.md) on one port;
     # `streamlit run app.py` serves the pages alone
     exec "$VENV/bin/streamlit" run server.py "${args[@]}"

@@ -8,7 +8,9 @@ queue. docs/api.md lists every field.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -510,4 +512,15 @@ ROUTES = [Route("/v1/chat/completions", chat_completions, methods=["POST"]),
           Route("/v1/models/{model:path}", models, methods=["GET"]),
           Route("/v1/{rest:path}", unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])]
 
-app = st.App("app.py", routes=ROUTES)
+@contextlib.asynccontextmanager
+async def lifespan(_app):
+    """At start: a lesson's runs queued (`./run.sh app --lesson FILE`, views/server/lesson_runs.py), in a thread: the
+    model's files are read first, and the server answers meanwhile."""
+    from views.server.lesson_runs import LESSON_ENV, lesson_runs
+
+    if os.environ.get(LESSON_ENV, "").strip():
+        threading.Thread(target=lesson_runs, name="lesson-start", daemon=True).start()
+    yield
+
+
+app = st.App("app.py", routes=ROUTES, lifespan=lifespan)

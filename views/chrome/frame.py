@@ -23,13 +23,13 @@ def page_header(title: str, intro: str) -> None:
     small_map()  # where this page stands in the model
 
 
-def stage_link(page: str, label: str, icon: str | None = None) -> None:
-    """Link to another stage's page; plain text when the page is not in the navigation
-    (AppTest runs one page file alone)."""
+def stage_link(page: str, label: str, icon: str | None = None, query: dict[str, str] | None = None) -> None:
+    """Link to another stage's page (with `query` as its link's parameters); plain text when the page is not in the
+    navigation (AppTest runs one page file alone)."""
     from streamlit.errors import StreamlitAPIException, StreamlitPageNotFoundError
 
     try:
-        st.page_link(page, label=label, icon=icon)
+        st.page_link(page, label=label, icon=icon, query_params=query)
     except (StreamlitPageNotFoundError, StreamlitAPIException, KeyError):
         st.caption(f"→ {label}")
 

@@ -55,20 +55,27 @@ def show_values_in_form() -> None:
 def current_request() -> ChatRequest:
     """The request the sidebar describes (raises InputError for bad input)."""
     init_state()
-    s = st.session_state
+    return request_from_fields({k: st.session_state[f"req_{k}"] for k in DEFAULTS}, get_model())
+
+
+def request_from_fields(fields: dict, lm) -> ChatRequest:
+    """The request that the sidebar's fields describe ({name: value} by DEFAULTS' names, as session state holds
+    them without `req_`), on model handle `lm` (the picked one); raises InputError for bad input. The sidebar's
+    request and a lesson's stage (views/server/lesson_runs.py) are made here, so both are stored under one key."""
+    f = fields
     options = GenerationOptions(
-        max_new_tokens=int(s.req_max_new_tokens), temperature=float(s.req_temperature), top_k=int(s.req_top_k),
-        top_p=float(s.req_top_p), min_p=float(s.req_min_p), seed=int(s.req_seed),
-        stop=tuple(x for x in s.req_stop.split("|") if x), repetition_penalty=float(s.req_repetition_penalty),
-        presence_penalty=float(s.req_presence_penalty), frequency_penalty=float(s.req_frequency_penalty),
-        logit_bias=parse_logit_bias(s.req_logit_bias),  # 'id:bias, ...'
+        max_new_tokens=int(f["max_new_tokens"]), temperature=float(f["temperature"]), top_k=int(f["top_k"]),
+        top_p=float(f["top_p"]), min_p=float(f["min_p"]), seed=int(f["seed"]),
+        stop=tuple(x for x in f["stop"].split("|") if x), repetition_penalty=float(f["repetition_penalty"]),
+        presence_penalty=float(f["presence_penalty"]), frequency_penalty=float(f["frequency_penalty"]),
+        logit_bias=parse_logit_bias(f["logit_bias"]),  # 'id:bias, ...'
     )
-    check_vocabulary(options, get_model().config_dims.V)
-    history = parse_turns(s.req_history, "history", roles=("user", "assistant"))
-    spec = get_model().spec
-    prompt_format = s.req_prompt_format if offers_plain_text(spec) else "chat"
-    request = ChatRequest.from_question(s.req_question, system=s.req_system.strip() or None, history=list(history),
-                                        options=options, prompt_format=prompt_format, weights=s.req_weights)
+    check_vocabulary(options, lm.config_dims.V)
+    history = parse_turns(f["history"], "history", roles=("user", "assistant"))
+    spec = lm.spec
+    prompt_format = f["prompt_format"] if offers_plain_text(spec) else "chat"
+    request = ChatRequest.from_question(f["question"], system=f["system"].strip() or None, history=list(history),
+                                        options=options, prompt_format=prompt_format, weights=f["weights"])
     return replace(request, model=model_label(spec))
 
 

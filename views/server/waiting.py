@@ -38,21 +38,31 @@ def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0)
     stored = stored_result(key)
     if stored is not None:
         return stored
+    return wait_for(submit_result(key, compute, cost, prompt_tokens))
+
+
+def submit_result(key: tuple, compute, cost: int, prompt_tokens: int = 0):
+    """result_through_queue's ticket, not waited for (a lesson's runs prepared at start)."""
     model, weights, key = picked_model_key(), picked_weights(), model_result_key(key)
 
     def work():
         with using_model(model, weights):
             return result_store().get_or_run(key, compute)
-    return wait_for(run_queue().submit(key, work, cost, prompt_tokens))
+    return run_queue().submit(key, work, cost, prompt_tokens)
 
 
 def run_through_queue(request: ChatRequest) -> Trace:
     """The run (Trace) of `request`, run through the model's queue (arrival order, or joining an identical
     request already there) and stored; its place is shown meanwhile."""
+    return wait_for(submit_run(request))
+
+
+def submit_run(request: ChatRequest):
+    """run_through_queue's ticket, not waited for (a lesson's runs prepared at start)."""
     lm, key = get_model(request.model, request.weights), request_key(request)
     work = lambda: run_store().get_or_run(key, lambda: run_trace(request, lm, APP_MAX_PROMPT_TOKENS))  # noqa: E731
     # the server prices what it admits (its trace engine tokenizes the request once): the page only submits
-    return wait_for(run_queue().submit(key, work, batch=("trace", (key, request, time.perf_counter()))))
+    return run_queue().submit(key, work, batch=("trace", (key, request, time.perf_counter())))
 
 
 def wait_for(ticket) -> object:

@@ -26,6 +26,7 @@ from views.links import url_state
 from views.links.controls import declare, left_out
 from views.links.params import integer, presenter_key, room_code
 from views.pages.presenter import room_key
+from views.pages.presenter.lesson import lesson_panel, start_lesson
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
 from views.request.runs import run_for_page
 from views.request.session import TEXT_LIMIT
@@ -134,6 +135,8 @@ if ss.pop("pr_adopt", False) and not following:
         ss.pr_stage, ss.pr_take_back = kept_room["stage"], True
         if kept_room["query"] != url_state.request_params():
             url_state.switch_request(kept_room["query"])
+if not following:
+    start_lesson(STAGES)  # `--lesson FILE`: the room starts at the lesson's first stage
 ss.setdefault("pr_stage", 1)
 stage = min(max(int(ss.pr_stage), 1), N)
 trace = run_for_page()
@@ -186,6 +189,7 @@ else:
     if not code:
         not_presenting_yet(N)
     question_box()
+    lesson_panel(STAGES)
 st.title(f"{stage}. {title}")
 small_map(about=full_page)  # where this stage stands in the model, its parts lit
 

@@ -1,0 +1,48 @@
+"""Presenter mode with a lesson (`--lesson FILE`, TPE_LESSON): the room starts at the lesson's first stage with its
+request and the screen of its page, the lesson's buttons move through its stages, and the runs' progress is shown.
+Fast tier: the tiny model through app.py."""
+import os
+
+from kit.paths import ROOT
+from streamlit.testing.v1 import AppTest
+
+LESSON = """title = "Two stages"
+
+[[stages]]
+title = "Tokens first"
+page = "tokens"
+say = "Count the pieces."
+poll = {kind = "tokens", question = "How many tokens?"}
+[stages.request]
+q = "Is a peanut a nut?"
+max_new_tokens = 3
+
+[[stages]]
+title = "Then the next token"
+page = "next-token"
+[stages.request]
+q = "Is a peanut a nut?"
+max_new_tokens = 2
+temperature = 0.5
+"""
+
+
+def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_app, tmp_path, monkeypatch):
+    path = tmp_path / "two.toml"
+    path.write_text(LESSON, encoding="utf-8")
+    monkeypatch.setenv("TPE_LESSON", str(path))
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.run()
+    at.switch_page("views/pages/presenter/page.py").run()
+    assert not at.exception, at.exception
+    assert at.session_state["req_question"] == "Is a peanut a nut?" and at.session_state["req_max_new_tokens"] == 3
+    assert at.title[0].value.startswith("3. Tokens")  # the presenter's screen of the Tokens page
+    text = " ".join(m.value for m in at.markdown)
+    assert "stage 1 of 2" in text and "Tokens first" in text and "How many tokens?" in text
+    assert any("Lesson runs prepared" in p.proto.text for p in at.get("progress"))
+    at.button(key="ls_next").click().run()
+    at.run()  # the request the stage brought is applied before the sidebar (as a link switch is)
+    assert not at.exception, at.exception
+    assert at.session_state["req_max_new_tokens"] == 2 and at.session_state["req_temperature"] == 0.5
+    assert at.title[0].value.startswith("8. ")  # the first screen of the Next token page
+    assert "stage 2 of 2" in " ".join(m.value for m in at.markdown)

@@ -1,0 +1,86 @@
+"""Presenter mode with a lesson (`./run.sh app --lesson FILE`): the room starts at the lesson's first stage and the
+presenter moves through its stages; each stage brings its request to the room (learners following get it too), the
+presenter's screen that shows its page, what to say, its poll's question and a link to the page with its controls.
+The stages' runs were prepared when the server started (views/server/lesson_runs.py): their progress is shown here."""
+from __future__ import annotations
+
+import streamlit as st
+
+from ui.escape import markdown_text
+from views.chrome.frame import stage_link
+from views.chrome.page_list import page_at
+from views.links import url_state
+from views.server.lesson_runs import LessonRuns, lesson_runs
+
+POLL_NAMES = {"next_token": "Next token", "tokens": "Tokens", "temperature": "Temperature", "attention": "Attention",
+              "prompt_caching": "Prompt caching"}
+
+
+def screen_of(page: str, screens: list[tuple[str, str]]) -> int | None:
+    """The presenter's screen (1-based) that shows this page's stage, or None where no screen does."""
+    script = page_at(page).script
+    return next((n for n, (_, full_page) in enumerate(screens, 1) if full_page == script), None)
+
+
+def go_to_stage(n: int, screens: list[tuple[str, str]]) -> None:
+    """Lesson stage n (0-based): its request becomes the room's (the page runs again with it), its screen is shown."""
+    runs = lesson_runs()
+    stage = runs.lesson.stages[n]
+    ss = st.session_state
+    ss.ls_stage = n
+    screen = screen_of(stage.page, screens)
+    if screen is not None:
+        ss.pr_stage = screen
+    url_state.switch_request(stage.request)  # the sidebar's defaults for what the stage leaves out
+
+
+def start_lesson(screens: list[tuple[str, str]]) -> None:
+    """Before the screen is drawn: a presenter's first visit starts the room at the lesson's first stage (a presenter
+    taking up a room again keeps where the room is)."""
+    runs = lesson_runs()
+    ss = st.session_state
+    if runs is None or runs.lesson is None or "ls_stage" in ss:
+        return
+    if ss.get("pr_room"):
+        ss.ls_stage = 0
+        return
+    go_to_stage(0, screens)
+
+
+def progress(runs: LessonRuns) -> None:
+    @st.fragment(run_every=None if runs.finished() else 2)
+    def bar() -> None:
+        total, ready = len(runs.stages), runs.ready()
+        failed = [s for s in runs.stages if s.done() and s.error() is not None]
+        st.progress(ready / max(total, 1), text=f"Lesson runs prepared: {ready} of {total} stages"
+                    + (f" ({len(failed)} failed: they run when opened)" if failed else "")
+                    + ("" if runs.finished() else " — preparing on the model now"))
+    bar()
+
+
+def lesson_panel(screens: list[tuple[str, str]]) -> None:
+    """The lesson's place, its moves and its runs' progress (the presenter only)."""
+    runs = lesson_runs()
+    if runs is None:
+        return
+    if runs.lesson is None:
+        st.error(f"The lesson this server was started with cannot be used: {markdown_text(runs.problem)}", icon="📚")
+        return
+    lesson, ss = runs.lesson, st.session_state
+    n = min(max(int(ss.get("ls_stage", 0)), 0), len(lesson.stages) - 1)
+    stage = lesson.stages[n]
+    with st.container(border=True):
+        c = st.columns([1, 6, 1])
+        if c[0].button("◀ Lesson", key="ls_prev", disabled=n == 0, width="stretch"):
+            go_to_stage(n - 1, screens)
+        c[1].markdown(f"📚 **{markdown_text(lesson.title)}** — stage {n + 1} of {len(lesson.stages)}: "
+                      f"**{markdown_text(stage.title)}**" + (f" ({stage.minutes} min)" if stage.minutes else ""))
+        if c[2].button("Lesson ▶", key="ls_next", disabled=n + 1 == len(lesson.stages), width="stretch"):
+            go_to_stage(n + 1, screens)
+        if stage.say:
+            st.caption(markdown_text(stage.say))
+        if stage.poll:
+            st.markdown(f"🗳️ Poll ({POLL_NAMES[stage.poll.kind]}): {markdown_text(stage.poll.question)}")
+        stage_link(page_at(stage.page).script, f"Open this stage's page: {page_at(stage.page).title}", "🔎",
+                   query=stage.query())
+        progress(runs)
