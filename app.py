@@ -26,7 +26,8 @@ from ui.report import trace_report
 from ui.text_guard import guard_text_boxes
 from views.chrome.frame import PageEnd, run_marker
 from views.chrome.navigation import arrive
-from views.chrome.page_list import PAGES
+from views.chrome.my_session import notes_and_summary, record_visit
+from views.chrome.page_list import PAGES, page_at
 from views.links import url_state
 from views.request.model_picker import model_picker, picked_model
 from views.request.runs import stored_download, stored_sidebar_run
@@ -98,12 +99,14 @@ def sidebar(pages: list):
             st.caption("This link opens the same request and controls in any browser (copy with the icon):")
             url_state.share_box(st.empty())  # filled after the page has run, and by fragments with controls
             exports = st.container()
+        with st.expander("My notes and session", icon="📝"):
+            mine = st.container()  # filled after the page has run (views/chrome/my_session.py)
         after = st.container()
         # Before the page runs: a server killed during a page's first (slow) run must find them already in the page
         explain_connection_errors()  # while the server is down: "restarting", not "are you connected?"
         guard_text_boxes()  # no lone surrogate is sent from a text box
         one_entry_per_page()  # Back and Forward move between pages, not between a page's addresses
-        return exports, after
+        return exports, mine, after
 
 
 def run_json(run) -> str:
@@ -130,12 +133,15 @@ def download_buttons(key: tuple, trace) -> None:
 
 
 def share_and_export(boxes, passes: PassCounter) -> None:
-    """After the page has run: the link to this view, the trace download, the session's pass count."""
+    """After the page has run: the link to this view, the learner's notes and "My session", the trace download, the
+    session's pass count."""
     lm = get_model()
-    exports, after = boxes
+    exports, mine, after = boxes
     url_state.sync()  # the address bar and the share box
+    trace = stored_sidebar_run()
+    with mine:  # this view in the learner's own list, their note on it, "My session"
+        notes_and_summary(record_visit(page_path, page_at(page_path).title, trace, lm.tokenizer))
     with exports:
-        trace = stored_sidebar_run()
         if trace is not None:
             download_buttons(request_key(current_request()), trace)
         st.caption("Every chart saves itself from the icons at its top right: the camera as a PNG, 'SVG' as "

@@ -39,7 +39,7 @@ def plotly_js() -> str:
     return PLOTLY_BUNDLE.read_text(encoding="utf-8")
 
 
-def _fig(fig: go.Figure, height: int = 360) -> str:
+def figure_html(fig: go.Figure, height: int = 360) -> str:
     """The page's own template and margins that grow to fit the tick labels. Inside the app the default
     template is Streamlit's, which leaves automargin off: with a 10 px margin the labels were cut off."""
     fig.update_layout(template="plotly", height=height, font=dict(size=13),
@@ -81,25 +81,26 @@ def trace_report(trace) -> str:
     E = p.embeddings[-W:].astype(np.float32)  # (W, D)
     lim = float(np.quantile(np.abs(E), 0.99)) or 1.0
     parts += [f"<h2>5. Embedding lookup</h2><p>Each id picks a row of D = {m.D} numbers (last {W} tokens).</p>",
-              _fig(go.Figure(go.Heatmap(z=E, y=labels[-W:], colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim))
+              figure_html(go.Figure(go.Heatmap(z=E, y=labels[-W:], colorscale="RdBu", zmid=0, zmin=-lim, zmax=lim))
                    .update_yaxes(autorange="reversed"), 420)]
     norms = np.linalg.norm(p.hidden_states[:, -W:].astype(np.float32), axis=-1)  # (L+1, W)
     parts += ["<h2>6. Through every layer</h2><p>Length of each token's vector after each block (log10).</p>",
-              _fig(go.Figure(go.Heatmap(z=np.log10(np.maximum(norms, 1e-6)), x=labels[-W:], colorscale="Viridis"))
-                   .update_yaxes(title="after block (0 = embedding)"), 420)]
+              figure_html(go.Figure(go.Heatmap(z=np.log10(np.maximum(norms, 1e-6)), x=labels[-W:],
+                                               colorscale="Viridis"))
+                          .update_yaxes(title="after block (0 = embedding)"), 420)]
     layer = m.L // 2
     A = attention_for_layer(p, layer, first_row=T - W, window=m.window(layer))  # (H, W, T)
     parts += [f"<h2>7. Attention</h2><p>Layer {layer}, every head, the last {W} query rows over the same keys.</p>"]
     for h in range(m.H):
         grid = A[h][:, T - W:]  # (W, W)
         grid = np.where(np.triu(np.ones_like(grid), 1) > 0, np.nan, grid)
-        parts.append(_fig(go.Figure(go.Heatmap(z=grid, x=labels[-W:], y=labels[-W:], colorscale="Blues", zmin=0))
+        parts.append(figure_html(go.Figure(go.Heatmap(z=grid, x=labels[-W:], y=labels[-W:], colorscale="Blues", zmin=0))
                           .update_layout(title=f"head {h} (reads KV head {m.kv_head(h)})")
                           .update_yaxes(autorange="reversed"), 380))
     if S:
         first = trace.steps[0]
         parts += ["<h2>8. Logits: the first answer token</h2>",
-                  _fig(go.Figure(go.Bar(x=[c.prob for c in first.top][::-1],
+                  figure_html(go.Figure(go.Bar(x=[c.prob for c in first.top][::-1],
                                         y=[plotly_label(f"{c.text} ({c.id})") for c in first.top][::-1],
                                         orientation="h")).update_xaxes(tickformat=".0%"), 340)]
         o = trace.request.options
@@ -115,7 +116,7 @@ def trace_report(trace) -> str:
                  else "") + ".</p>",
               f"<pre>{html_text(trace.text or '(empty answer)')}</pre>"]
     parts += ["<h2>11. The decode loop and the KV cache</h2>",
-              _fig(go.Figure(go.Scatter(y=[s.kv_cache_bytes / 2**20 for s in trace.steps], mode="lines+markers"))
+              figure_html(go.Figure(go.Scatter(y=[s.kv_cache_bytes / 2**20 for s in trace.steps], mode="lines+markers"))
                    .update_layout(xaxis_title="decode step", yaxis_title="KV cache (MiB)"), 300),
               _table([{"step": s.step, "token": s.token_text, "id": s.token_id, "cache tokens": s.kv_cache_tokens,
                        "ms": round(s.seconds * 1000, 1)} for s in trace.steps])]

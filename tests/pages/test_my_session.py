@@ -1,0 +1,57 @@
+"""A learner's notes and "My session" (views/chrome/my_session.py) through app.py on the tiny model (fast tier): the
+views visited are kept in order, a note attaches to the view shown, bounded, and stays with that browser session
+only; the summary holds both."""
+import os
+
+import pytest
+from kit.paths import ROOT
+from streamlit.testing.v1 import AppTest
+
+from views.chrome.my_session import NOTE_CHARS, poll_answers_for
+
+pytestmark = pytest.mark.usefixtures("tiny_app")
+
+
+def note_box(at):
+    return next(t for t in at.text_area if t.key.startswith("ms_note_"))
+
+
+def save_note(at, text: str):
+    note_box(at).input(text)
+    next(b for b in at.button if b.label == "Save the note").click().run()
+
+
+def test_visits_and_notes_are_kept_in_order_in_this_session_only():
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = {"max_new_tokens": "2"}
+    at.run()
+    at.switch_page("views/pages/tokens.py").run()
+    save_note(at, "Tokens are pieces, not words. <b>bold?</b>")
+    assert not at.exception, at.exception
+    at.switch_page("views/pages/request.py").run()
+    assert note_box(at).value == ""  # a new view opens with its own (empty) note
+    at.session_state[note_box(at).key] = "x" * (NOTE_CHARS + 300)  # past the box's bound (a client not the app's)
+    next(b for b in at.button if b.label == "Save the note").click().run()
+    visits = [v["page"] for v in at.session_state["ms_visits"]]
+    assert visits == ["start", "tokens", "request"]
+    notes = at.session_state["ms_notes"]
+    assert len(notes) == 2 and sorted(map(len, notes.values())) == [42, NOTE_CHARS]
+    tokens_link = at.session_state["ms_visits"][1]["link"]
+    assert notes[tokens_link] == "Tokens are pieces, not words. <b>bold?</b>"
+    assert at.session_state["ms_visits"][1]["answer"] is not None  # the run as it was shown
+
+    next(b for b in at.button if b.key == "ms_make").click().run()
+    summary = at.session_state["ms_summary"]
+    assert summary.index(">Start</a>") < summary.index(">Tokens</a>") < summary.index(">Request &amp; template</a>")
+    assert "Tokens are pieces, not words. &lt;b&gt;bold?&lt;/b&gt;" in summary
+    assert any(b.label == "Download my session" for b in at.get("download_button"))
+
+    other = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)  # another learner's browser
+    other.query_params = {"max_new_tokens": "2"}
+    other.run()
+    other.switch_page("views/pages/tokens.py").run()
+    assert note_box(other).value == "" and "ms_notes" not in other.session_state
+
+
+def test_poll_answers_are_none_until_the_rooms_polls_fill_them():
+    assert poll_answers_for("0" * 32) == []
