@@ -15,9 +15,9 @@ NOTE = "Tokens are pieces <i>not</i> words"
 
 
 def open_my_session(page) -> None:
-    box = page.locator("summary", has_text="My notes and session").first
-    if box.get_attribute("aria-expanded") != "true" and not page.get_by_role("button", name="Save the note").is_visible():
-        box.click()
+    """Open the sidebar's expander (unless a rerun kept it open) until its note box shows."""
+    if not page.get_by_role("button", name="Save the note").is_visible():
+        page.locator("summary", has_text="My notes and session").first.click()
     page.get_by_role("button", name="Save the note").wait_for(state="visible", timeout=30_000)
 
 
