@@ -6,7 +6,10 @@ cache is copied once per sample (prefill once, expand the cache) and the N answe
 BatchDecoder, one forward pass per step for all of them, each row leaving the batch at its own end token. Each sample
 is its own `Answer` with GenerationOptions(temperature=t_i, seed=S + i): its own numpy generator seeded as a single
 run's is, fed the same scores, so sample i chooses the tokens a separate `run_trace` with that seed and temperature
-chooses (greedy and sampled alike, up to the batch's rounding of the scores).
+chooses, greedy and sampled alike, up to the batch's rounding: a batched pass's scores differ from a single pass's by
+~1e-5 (fp32 on a CPU), which changes a sampled token only when its draw falls that close to the boundary between two
+tokens' shares of the distribution (once in 8 x 32 draws in bench/branching_bench.py), and a greedy one only at a
+near-tie.
 
 Per position j (the j-th answer token of each sample still going there): the tokens chosen, whether they differ, and
 how much the distributions each sample drew from there differ (pipeline.stages.disagreement.MEASURE).

@@ -72,8 +72,10 @@ def branch_section(request: ChatRequest) -> None:
     st.subheader("5. Branch: N samples")
     st.markdown("The same request answered several times at once: the N samples are drawn together in **one batch** "
                 "(the prompt is read once, its KV cache copied for each sample), each with its own temperature and "
-                "its own seed, so each sample is exactly the answer a single run with that seed and temperature "
-                "gives. Where they part, the model had more than one likely continuation.")
+                "its own seed, so each sample is the answer a single run with that seed and temperature gives "
+                "(rarely, a draw that falls right at the edge between two tokens goes the other way: a batched "
+                "pass rounds its scores a little differently). Where they part, the model had more than one likely "
+                "continuation.")
     c1, c2, c3 = st.columns([2, 2, 1])
     n = linked(c1.slider, "gen_branch_n", integer(2, MAX_SAMPLES), "samples (N)", 2, MAX_SAMPLES, 4)
     seed = linked(c2.number_input, "gen_branch_seed", integer(0, MAX_BASE_SEED), "base seed S (sample i gets S + i)",
@@ -106,8 +108,10 @@ def show_samples(samples: SampleSet) -> None:
         st.markdown(f"The samples disagree at **{plural(len(parted), 'position')}** of {len(samples.positions)} "
                     f"(◆, shaded by how much their next-token distributions differ there).")
     st.markdown(samples_table(samples, labels), unsafe_allow_html=True)
-    st.caption(f"Shade: the {samples.measure}. A sample that has ended shows ·. Drawn in {samples.draw_s:.2f} s "
-               "(prefill once, then one batched pass per step).")
+    st.caption(f"Shade: the {samples.measure}. Where samples of the same temperature first part it is 0: they drew "
+               "different tokens from the same distribution; from then on they read different text, and their "
+               f"distributions differ. A sample that has ended shows ·. Drawn in {samples.draw_s:.2f} s (prefill "
+               "once, then one batched pass per step).")
     pick_token(samples, labels)
 
 
