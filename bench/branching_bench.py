@@ -80,7 +80,7 @@ def main() -> int:
     print(f"  one sample, a single run     {cmp.b_median * 1e3:8,.0f} ms "
           f"(range {cmp.b_range[0] * 1e3:,.0f}-{cmp.b_range[1] * 1e3:,.0f})")
     print(f"  ratio batched / one: {cmp.ratio:.2f}x (target <= 2x: {'met' if cmp.ratio <= 2 else 'NOT met'}); "
-          f"{cmp.verdict('one sample', f'{args.samples} samples')}")
+          f"{cmp.verdict(f'{args.samples} samples', 'one sample')}")
     print(f"  the comparison per position after the draw: median {compare[len(compare) // 2] * 1e3:,.0f} ms")
     print(f"  disagreeing positions: {sum(p.disagree for p in last.positions)} of {len(last.positions)}")
     return 0
