@@ -16,6 +16,7 @@ is printed shows control characters escaped (pipeline.cli.terminal).
   terminal.py    what is printed, control characters escaped
   trace_text.py  a readable walk through a trace, stage by stage, for the terminal (`trace`)
   commitment_text.py  where each answer token was decided, for the terminal (`trace --commitment`)
+  samples_text.py  N samples side by side and where they disagree, for the terminal (`trace --samples`)
 """
 from __future__ import annotations
 

@@ -13,6 +13,7 @@
   commitment.py      where each answer token was decided: the first layer from which the lens keeps it
   attention.py       which earlier tokens each token reads from
   next_token.py      from logits to one token: penalties, bias, temperature, filters, a draw
+  disagreement.py    how much several samples' next-token distributions differ (Jensen–Shannon)
   penalties.py       penalties and logit bias on the raw scores
   generation.py      the decode loop (`Answer`, `stream_answer`, `decode_loop`)
   decode_record.py   what the decode loop produced, as torch-free records (`Decode`, `Step`)

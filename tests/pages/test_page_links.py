@@ -26,7 +26,8 @@ NON_DEFAULT = {
     "why_corrupted": "Are pears fruit?",
     "br_step": 1, "br_typed": " maybe",
     "co_kind": "regex", "co_spec_regex": "(Yes|No)!", "co_spec_json_schema": '{"type": "string"}',  # then hidden
-    "gen_speed": "instant",
+    "gen_speed": "instant", "gen_branch_n": 3, "gen_branch_seed": 5, "gen_branch_on": True, "gen_branch_t0": 0.5,
+    "gen_branch_t1": 1.5, "gen_branch_t2": 0.0, "gen_branch_t3": 0.7,
     "kv_n_steps": 5, "kv_repeat": 4, "kv_tokens": 1000, "kv_reserve": 0.2,
     "pd_sizes": [1, 4], "pd_others": 3,
     "learn_text": "A short text.", "learn_answer": "No.", "learn_train_text": "Cats purr.", "learn_other_text": "Sky.",

@@ -12,6 +12,7 @@ from pipeline.core.checks import shown, typed_count
 from pipeline.core.errors import InputError
 from pipeline.core.files import check_output_file
 from pipeline.model.interface import LanguageModel
+from pipeline.run.samples import MAX_SAMPLES, check_count
 from pipeline.stages.logit_bias import parse_logit_bias
 from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions
 
@@ -41,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commitment", action="store_true",
                    help="where each answer token was decided: the first layer from which the logit lens keeps it "
                         "(top-1, top-3, probability over 0.5) through the last; one more pass of the model")
+    p.add_argument("--samples", type=int, default=None, metavar="N",
+                   help=f"draw N samples (1 to {MAX_SAMPLES}) together in one batch, sample i seeded SEED + i, and "
+                        "compare them position by position")
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local Hugging Face "
                                                   "causal-LM folder")
     p.add_argument("--plain", action="store_true", help="plain-text completion: the question as it is, no chat format")
@@ -55,6 +59,8 @@ def run(args) -> int:
     request, force = trace_inputs(args)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
+    if args.samples is not None:
+        return run_samples(args, request, force)
     from pipeline.cli.trace_text import print_trace
     from pipeline.model.prefill import top_per_position
     from pipeline.model.registry import resolve
@@ -148,3 +154,24 @@ def trace_from_args(args, request: ChatRequest, force: dict[int, int], lm: Langu
     if bad:
         raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
     return lm, run_trace(request, lm, force=force)
+
+
+def run_samples(args, request: ChatRequest, force: dict[int, int]) -> int:
+    """`trace --samples N`: N samples in one batch, sample i seeded --seed + i at --temperature; the JSON holds
+    "samples" [{seed, generated_token_ids, ...}] and "positions" [{position, disagree, divergence, ...}]."""
+    check_count(args.samples)
+    for name, given in (("force", force), ("commitment", args.commitment), ("tensors", args.tensors)):
+        if given:
+            raise InputError(name, "is for one run; leave it out with --samples (or run each seed on its own).")
+    from pipeline.cli.samples_text import print_samples
+    from pipeline.run.samples import draw_samples
+
+    lm, startup_s = started_model(args)
+    samples = draw_samples(request, lm, [request.options.temperature] * args.samples, request.options.seed)
+    print_samples(lm.tokenizer, samples)
+    if args.json_file:
+        out = {"model": lm.dims.name, "prompt_token_ids": samples.prompt_ids, "options": request.options.to_dict(),
+               **samples.to_json(), "startup_s": startup_s}
+        write_json(args.json_file, out, "the samples")
+        print(f"\nWrote the samples to {args.json_file}")
+    return 0

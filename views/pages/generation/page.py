@@ -15,6 +15,7 @@ from views.chrome.frame import page_header
 from views.chrome.navigation import back_next
 from views.links.controls import linked
 from views.links.params import choice
+from views.pages.generation.branches import branch_section
 from views.pages.generation.live_stream import compare_paths, stream_live
 from views.request.model_kind_note import base_model_note
 from views.request.runs import run_for_page
@@ -142,6 +143,8 @@ c2.caption(f"kv_tokens_released = {trace.cleanup.kv_tokens_released:,}: the {plu
            f"every chosen token but the last, which is never fed back"
            + (f" ({n_prompt:,} + {n_answer:,} − 1)." if trace.cleanup.kv_tokens_released == n_prompt + n_answer - 1
               else "."))
+
+branch_section(current_request())
 
 st.caption("How this run shared the model with the rest of the room (the queue's batch, step by step) is on "
            "Prefill & decode, section 6.")
