@@ -33,6 +33,12 @@ def log_queue_on_console() -> None:
         queue_log.setLevel(logging.INFO)
 
 
+# The live streams' share of the model's time while pages' requests are in the batch (pipeline.server.kind_shares):
+# each stream steps on a decoder of its own, a pass each, where the pages' requests share one pass. 8 streamed API
+# answers beside 8 learners made the learners' pages ~2.5x as slow; a quarter keeps them within ~4/3 per step.
+STREAM_SHARE = 0.25
+
+
 def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int,
                  on_trace: Callable[[Hashable, object], None] | None = None, finish_inline: bool = False,
                  budget: KVBudget | None = None) -> RunQueue:
@@ -54,7 +60,7 @@ def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_toke
     return RunQueue(engines={"trace": TraceEngine(lm_for, max_prompt_tokens, on_trace=on_trace, finisher=finisher,
                                                   reuse=reuse),
                              "stream": StreamEngine(lm_for, max_prompt_tokens, reuse=reuse)},
-                    kv_budget_bytes=budget.bytes)
+                    kv_budget_bytes=budget.bytes, shares={"stream": STREAM_SHARE})
 
 
 def stored_weights_bytes() -> int:
