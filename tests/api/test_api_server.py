@@ -170,6 +170,28 @@ def test_logprobs_are_a_distribution_over_the_chosen_tokens(oa):
         assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
 
 
+def test_a_stream_with_logprobs_carries_each_pieces_tokens_and_a_schema_stream_validates(oa):
+    """OpenAI's stream chunks carry choices[].logprobs.content for the tokens of their delta: the pieces join to the
+    whole answer's text, and their entries to its logprobs, token for token."""
+    asked = dict(model=SMOL, messages=HI, max_tokens=8, temperature=0, logprobs=True, top_logprobs=2)
+    whole = oa.chat.completions.create(**asked)
+    chunks = list(oa.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+    choices = [c.choices[0] for c in chunks if c.choices]
+    assert "".join(c.delta.content or "" for c in choices) == whole.choices[0].message.content
+    streamed = [e for c in choices if c.logprobs for e in c.logprobs.content]
+    assert [(e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in streamed] == [
+        (e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in whole.choices[0].logprobs.content]
+    assert choices[-1].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    text = "".join(c.choices[0].delta.content or "" for c in oa.chat.completions.create(
+        model=SMOL, messages=[{"role": "user", "content": "Is a tomato a fruit?"}], max_tokens=40, temperature=0,
+        stream=True, response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+        if c.choices)
+    jsonschema.validate(json.loads(text), schema)
+
+
 def test_anthropic_messages_whole_and_streamed(an):
     kwargs = dict(model=SMOL, max_tokens=10, messages=[{"role": "user", "content": "Hello there"}],
                   system=[{"type": "text", "text": f"You are terse ({time.time_ns()}).",
