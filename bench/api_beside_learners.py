@@ -13,7 +13,9 @@ range, and the ratio of the medians of p95 beside / alone (the target: at most 1
 
 Run: .venv/bin/python bench/api_beside_learners.py [--rounds 3] [--learners 8] [--clients 8] [--quick]
      [--base-url http://localhost:8501]
-Without --base-url it starts server.py on a free port (as ./run.sh does) and stops it at the end.
+Without --base-url it starts server.py on a free port (as ./run.sh does) and stops it at the end, with a cache folder
+of its own for the runs it stores (the weights linked from TPE_CACHE_DIR): every learner's question is new, never
+served from runs stored by an earlier run of this bench.
 """
 from __future__ import annotations
 
@@ -21,9 +23,12 @@ import argparse
 import asyncio
 import contextlib
 import os
+import secrets
 import statistics
+import tempfile
 import threading
 import time
+from pathlib import Path
 from urllib.parse import quote
 
 import openai
@@ -135,6 +140,28 @@ def p95(xs: list[float]) -> float:
     return percentile(xs, 95)
 
 
+STORED = {"runs", "room", "results", "serving", "verdicts.json", "verdicts.json.lock"}  # what a server writes
+
+
+@contextlib.contextmanager
+def own_cache():
+    """TPE_CACHE_DIR for the started server: a new folder whose model weights link to the shared cache's."""
+    shared = Path(os.environ.get("TPE_CACHE_DIR") or Path.home() / ".cache" / "token-pipeline-explorer")
+    with tempfile.TemporaryDirectory(prefix="api-beside-learners-") as folder:
+        for entry in shared.iterdir():
+            if entry.name not in STORED and not entry.name.endswith(".lock"):
+                (Path(folder) / entry.name).symlink_to(entry)
+        before = os.environ.get("TPE_CACHE_DIR")
+        os.environ["TPE_CACHE_DIR"] = folder
+        try:
+            yield folder
+        finally:
+            if before is None:
+                os.environ.pop("TPE_CACHE_DIR")
+            else:
+                os.environ["TPE_CACHE_DIR"] = before
+
+
 def run(url: str, rounds: int, learners: int, clients: int, timeout: float) -> dict:
     client_questions = [CLIENT_QUESTIONS[i % len(CLIENT_QUESTIONS)] + ("" if i < len(CLIENT_QUESTIONS) else f" ({i})")
                         for i in range(clients)]
@@ -142,11 +169,12 @@ def run(url: str, rounds: int, learners: int, clients: int, timeout: float) -> d
     expected = {q: streamed(reference, q) for q in client_questions}  # each alone, once: the greedy answer
     if len(set(expected.values())) < len(expected):
         print("note: two client questions have the same answer, so a mix-up between them would not show")
-    asked = iter(range(10**6))
+    asked, tag = iter(range(10**6)), secrets.token_hex(3)
 
-    def questions() -> list[str]:  # new questions every round: none is served from the store of runs
+    def questions() -> list[str]:  # new questions every round and every run: none is served from a store of runs
         n = next(asked)
-        return [f"{QUESTIONS[(n * learners + i) % len(QUESTIONS)]} (round {n}, learner {i})" for i in range(learners)]
+        return [f"{QUESTIONS[(n * learners + i) % len(QUESTIONS)]} ({tag}: round {n}, learner {i})"
+                for i in range(learners)]
     one_round(url, questions(), [], expected, timeout)  # warm: the pages' first runs, not measured
     log = ROOT / "artifacts" / LOG_NAME
     if log.exists():
@@ -194,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.learners, args.clients = 1, 2, 2
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    with contextlib.nullcontext(args.base_url.rstrip("/")) if args.base_url else started_server(LOG_NAME) as url:
+    with contextlib.ExitStack() as stack:
+        if args.base_url:
+            url = args.base_url.rstrip("/")
+        else:
+            stack.enter_context(own_cache())
+            url = stack.enter_context(started_server(LOG_NAME))
         out = run(url, args.rounds, args.learners, args.clients, args.timeout)
     report(out, args.learners, args.clients)
     errors = sum(len(r["errors"]) + len(r["cross_talk"]) for side in out.values() for r in side)
