@@ -141,7 +141,7 @@ def submit_stream(request: ChatRequest, push):
     """The request on the plain path (the live answer's), its events pushed as they are made."""
     from views.server.state import run_queue
 
-    return _submitted(lambda: run_queue().submit(("api", id(push)), lambda: None, batch=("stream", (request, push))))
+    return _submitted(lambda: run_queue().submit(("api", id(push)), lambda: None, batch=("api", (request, push))))
 
 
 QUEUE_LONG_RETRY_S = 30  # a long prompt refused while the queue is long: when to try again
@@ -164,7 +164,7 @@ def end_stream(push) -> None:
     is still waiting in line."""
     from views.server.state import run_queue
 
-    for _, row, _ in list(run_queue().engines["stream"].started.values()):
+    for _, row, _ in list(run_queue().engines["api"].started.values()):
         if row.answer.on_event is push:
             row.answer.end(FinishReason.LENGTH)
 
@@ -469,7 +469,7 @@ async def stream_anthropic(call: ApiCall, links: list[str], client: str, seen: d
 
     streams, first = await opened(call)
     request, model = call.requests[0], call.model.label
-    prompt = await run_in_threadpool(run_queue().engines["stream"].prompt_tokens, (request, streams.pushes[0]))
+    prompt = await run_in_threadpool(run_queue().engines["api"].prompt_tokens, (request, streams.pushes[0]))
     call_id = f"msg_{int(time.time() * 1000):x}"
     sse = anthropic_messages.sse
 

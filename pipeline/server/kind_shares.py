@@ -1,15 +1,15 @@
 """A kind of request that takes at most a share of the model's time while other kinds are in the batch.
 
-The API's live streams (the "stream" engine) each step on a decoder of their own: one pass per stream per step, where
-the pages' requests (the "trace" engine) share one batched pass. Eight streamed API answers beside a room's learners
-made every learner's step ~2.5x as long. With a share s, the kind's step is skipped while it owes the others time:
-each of its steps (and prefills) of c seconds, taken while another kind is in the batch, owes the others
-c (1 - s) / s seconds of theirs first. s = 1/4: the learners' steps grow by a third at most; the streams still move,
-and alone in the batch they step every time (nothing is owed to nobody).
+The API's streams (the "api" kind, a StreamEngine) each step on a decoder of their own: one pass per stream per step,
+where the pages' requests (the "trace" engine) share one batched pass. Eight streamed API answers beside a room's
+learners made every learner's step ~2.5x as long. With a share s, the kind's step is skipped while it owes the
+others time: each of its steps (and prefills) of c seconds, taken while another kind is in the batch, owes the
+others c (1 - s) / s seconds of theirs first. s = 1/4: the learners' steps grow by a third at most; the streams
+still move, and alone in the batch they step every time (nothing is owed to nobody).
 
-    shares = KindShares({"stream": 0.25})
-    shares.may_step("stream", {"trace", "stream"})   # -> True; then it steps for 0.2 s:
-    shares.ran("stream", 0.2, {"trace", "stream"})   # owes 0.6 s: may_step -> False until "trace" ran 0.6 s
+    shares = KindShares({"api": 0.25})
+    shares.may_step("api", {"trace", "api"})   # -> True; then it steps for 0.2 s:
+    shares.ran("api", 0.2, {"trace", "api"})   # owes 0.6 s: may_step -> False until "trace" ran 0.6 s
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ at its own end token: its ticket resolves then, not when the batch ends (an engi
 record on a thread of its own hands back a Future: the ticket resolves when that does). A KV-memory budget in bytes
 decides admission: each request reserves the bytes its cache reaches at its longest (prompt +
 max_new_tokens), and the head of the line waits while the budget is full (later ones do not overtake).
-A kind given a share (the API's live streams, each stepped in a pass of its own: wiring's STREAM_SHARE) steps only
+A kind given a share (the API's streams, each stepped in a pass of its own: wiring's API_STREAM_SHARE) steps only
 while it owes the other kinds in the batch no time (pipeline.server.kind_shares), so a room's learners keep their
 pace beside them. Any other job runs whole, in its turn, between two steps. Background jobs run only when nobody waits,
 no batch is running and no long job is left.
