@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ./run.sh        start the app and its API (creates .venv and installs everything on first use)
 # ./run.sh test   run the whole test suite
+# ./run.sh agent  a scripted agent through the API: a stable prompt prefix against the timestamp trap (bench/agent_traffic.py)
 set -euo pipefail
 CALLED_FROM="$PWD"  # a relative path given to an option (--lesson FILE) is read from here
 cd "$(dirname "$0")"
@@ -252,6 +253,11 @@ case "${1:-app}" in
     echo "Room of $k replicas from $HOSTS: http://$ADDRESS:$PORT"
     balancer "$servers" "$ADDRESS:$PORT" "${ROOM_BALANCER_CFG:-.cache/haproxy-balancer.cfg}"
     ;;
+  agent)  # the scripted support agent through the OpenAI SDK: stable prompt against the timestamp trap
+    # ./run.sh agent [--turns N] [--base-url URL]: against a running server (./run.sh), else one started for it
+    setup
+    exec "$VENV/bin/python" bench/agent_traffic.py "${@:2}"
+    ;;
   fast)
     setup
     bytecode
@@ -259,7 +265,7 @@ case "${1:-app}" in
       "${@:2}"
     ;;
   *)
-    echo "usage: ./run.sh [app|test|fast|room N [PORT]|room-store ADDRESS [PORT]|room-host N [FIRST_PORT] --store URL|@FILE|room-balancer HOSTS_FILE [PORT]]" >&2
+    echo "usage: ./run.sh [app|test|fast|agent [--base-url URL]|room N [PORT]|room-store ADDRESS [PORT]|room-host N [FIRST_PORT] --store URL|@FILE|room-balancer HOSTS_FILE [PORT]]" >&2
     exit 2
     ;;
 esac

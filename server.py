@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request  # noqa: E402
 from starlette.responses import JSONResponse, Response, StreamingResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
-from pipeline.api import anthropic_messages, openai_chat  # noqa: E402
+from pipeline.api import anthropic_messages, openai_chat, replay  # noqa: E402
 from pipeline.api.access import ClientSlots, check_access  # noqa: E402
 from pipeline.api.call import ApiCall, ModelInfo  # noqa: E402
 from pipeline.api.errors import ApiError, from_input_error  # noqa: E402
@@ -143,7 +143,7 @@ def submit_stream(request: ChatRequest, push):
     """The request on the plain path (the live answer's), its events pushed as they are made."""
     from views.server.state import run_queue
 
-    return _submitted(lambda: run_queue().submit(("api", id(push)), lambda: None, batch=("stream", (request, push))))
+    return _submitted(lambda: run_queue().submit(("api", id(push)), lambda: None, batch=("api", (request, push))))
 
 
 QUEUE_LONG_RETRY_S = 30  # a long prompt refused while the queue is long: when to try again
@@ -166,7 +166,7 @@ def end_stream(push) -> None:
     is still waiting in line."""
     from views.server.state import run_queue
 
-    for _, row, _ in list(run_queue().engines["stream"].started.values()):
+    for _, row, _ in list(run_queue().engines["api"].started.values()):
         if row.answer.on_event is push:
             row.answer.end(FinishReason.LENGTH)
 
@@ -248,7 +248,7 @@ async def answer(request: Request, anthropic: bool) -> Response:
         links = [await run_in_threadpool(run_link, base, r, call.model, call.schema) for r in call.requests]
         slots.take(client, len(call.requests))
         held = len(call.requests)
-        if call.stream:
+        if call.stream and not whole_first(call):
             response = await (stream_anthropic if anthropic else stream_openai)(call, links, client, seen)
             held = 0  # the stream gives them back when it ends
             return response
@@ -282,10 +282,39 @@ async def whole_openai(call: ApiCall, links: list[str], seen: dict) -> Response:
         choices.append({**openai_chat.choice(i, trace.text, trace.finish_reason, logprobs), "tpe_run": link})
     first, completion = traces[0], sum(t.usage.completion_tokens for t in traces)
     usage = openai_chat.usage(first.usage.prompt_tokens, completion, first.reused_positions)
-    body = openai_chat.completion(f"chatcmpl-{first.request.id}", call.model.label, choices, usage, links[0])
     record_traffic(seen, call, links[0], first.usage.prompt_tokens, first.reused_positions, completion,
-                   trace_times(first), first.text, streamed=False)
+                   trace_times(first), first.text, streamed=call.stream)
+    if call.stream:
+        return replayed_openai(call, links, traces, choices, usage)
+    body = openai_chat.completion(f"chatcmpl-{first.request.id}", call.model.label, choices, usage, links[0])
     return JSONResponse(body, headers={RUN_HEADER: links[0]})
+
+
+def whole_first(call: ApiCall) -> bool:
+    """A streamed call whose answers are made whole first, then sent as a stream (pipeline.api.replay): logprobs come
+    from the captured run, a response_format answer from the grammar's decode."""
+    return call.logprobs or call.schema is not None
+
+
+def replayed_openai(call: ApiCall, links: list[str], traces: list, choices: list[dict], usage: dict) -> Response:
+    """The finished runs as chat.completion.chunk events, in the pieces their own streams made, each with the
+    logprobs of the tokens that made it."""
+    call_id, created, model = f"chatcmpl-{traces[0].request.id}", int(time.time()), call.model.label
+
+    def chunk(**kw) -> str:
+        return sse_data(openai_chat.chunk(call_id, model, created, links[0], include_usage=call.include_usage, **kw))
+
+    def body():
+        for i, (trace, made) in enumerate(zip(traces, choices)):
+            yield chunk(index=i, delta={"role": "assistant", "content": ""})
+            logprobs = made["logprobs"]["content"] if made["logprobs"] else None
+            for text, entries in replay.pieces(trace.decode.events, logprobs):
+                yield chunk(index=i, delta={"content": text}, logprobs=entries)
+            yield chunk(index=i, finish_reason=trace.finish_reason)
+        if call.include_usage:
+            yield sse_data(openai_chat.chunk(call_id, model, created, links[0], usage_body=usage, include_usage=True))
+        yield "data: [DONE]\n\n"
+    return StreamingResponse(body(), media_type="text/event-stream", headers={RUN_HEADER: links[0]})
 
 
 async def whole_anthropic(call: ApiCall, links: list[str], seen: dict) -> Response:
@@ -442,7 +471,7 @@ async def stream_anthropic(call: ApiCall, links: list[str], client: str, seen: d
 
     streams, first = await opened(call)
     request, model = call.requests[0], call.model.label
-    prompt = await run_in_threadpool(run_queue().engines["stream"].prompt_tokens, (request, streams.pushes[0]))
+    prompt = await run_in_threadpool(run_queue().engines["api"].prompt_tokens, (request, streams.pushes[0]))
     call_id = f"msg_{int(time.time() * 1000):x}"
     sse = anthropic_messages.sse
 

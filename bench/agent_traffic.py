@@ -113,19 +113,18 @@ class Agent:
 
 
 @contextlib.contextmanager
-def started_server():
-    """server.py on a free port, as ./run.sh starts it; yields its address."""
+def started_server(log_name: str = "agent_traffic_server.log"):
+    """server.py on a free port, as ./run.sh starts it, its console in artifacts/LOG_NAME; yields its address."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the finally below stops the server too
     port = free_port()
-    log = open(ROOT / "artifacts" / "agent_traffic_server.log", "w") if (ROOT / "artifacts").is_dir() \
-        else open(os.devnull, "w")
+    log = open(ROOT / "artifacts" / log_name, "w") if (ROOT / "artifacts").is_dir() else open(os.devnull, "w")
     env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request")}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "server.py", "--server.port", str(port),
                              "--server.headless", "true"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         url = f"http://localhost:{port}"
         if not wait_healthy(url, seconds=300):
-            raise SystemExit("server.py did not start (artifacts/agent_traffic_server.log says why)")
+            raise SystemExit(f"server.py did not start (artifacts/{log_name} says why)")
         yield url
     finally:
         proc.terminate()

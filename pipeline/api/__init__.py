@@ -8,6 +8,7 @@ app's own run queue and sends what these modules shape. docs/api.md lists every 
   openai_chat.py         POST /v1/chat/completions: its body in, chat.completion (and its chunks) out
   anthropic_messages.py  POST /v1/messages: its body in, the message (and its stream's events) out
   logprobs.py            OpenAI's logprobs from a captured run's logits
+  replay.py              a finished run sent as a stream: its own text pieces, each with its tokens' logprobs
   errors.py              `ApiError` in each provider's shape, status 400/401/404/413/422/429
   access.py              who may call (loopback, TPE_API_KEY) and each client's places in the queue
   traffic.py             the requests answered, the latest kept in a ring: the Traffic page's rows, the audit's log

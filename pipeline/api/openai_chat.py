@@ -56,12 +56,7 @@ def parse(body: dict, catalogue: dict[str, ModelInfo]) -> ApiCall:
     top_logprobs = 0 if top is None else fields.whole("top_logprobs", top, 0, MAX_TOP_LOGPROBS)
     if top is not None and not logprobs:
         raise ApiError(400, "needs logprobs: true.", "top_logprobs")
-    if logprobs and stream:
-        raise ApiError(400, "is not streamed by this server: the log-probabilities come from the captured run, which "
-                            "is sent whole (stream: false).", "logprobs")
     schema = _schema(body.get("response_format"))
-    if schema is not None and stream:
-        raise ApiError(400, "is decoded whole under its grammar: send it with stream: false.", "response_format")
     conv = conversation(turns, system)
     return ApiCall(draws(conv, options, model, n, body.get("seed") is not None), model, stream, include_usage,
                    logprobs, top_logprobs, schema)
@@ -181,12 +176,15 @@ def choice(index: int, text: str, finish_reason: str, logprobs: list[dict] | Non
 
 
 def chunk(call_id: str, model: str, created: int, run_link: str, index: int | None = None, delta: dict | None = None,
-          finish_reason: str | None = None, usage_body: dict | None = None, include_usage: bool = False) -> dict:
-    """One chat.completion.chunk: a choice's delta (or its end), or the last one with the usage and no choice."""
+          finish_reason: str | None = None, usage_body: dict | None = None, include_usage: bool = False,
+          logprobs: list[dict] | None = None) -> dict:
+    """One chat.completion.chunk: a choice's delta (or its end), or the last one with the usage and no choice.
+    logprobs: the entries of the tokens that made this delta (a stream asked with logprobs)."""
     out = {"id": call_id, "object": "chat.completion.chunk", "created": created, "model": model,
            "system_fingerprint": None, "choices": [], "tpe_run": run_link}
     if index is not None:
-        out["choices"] = [{"index": index, "delta": delta or {}, "logprobs": None,
+        out["choices"] = [{"index": index, "delta": delta or {},
+                           "logprobs": None if logprobs is None else {"content": logprobs, "refusal": None},
                            "finish_reason": FINISH.get(finish_reason) if finish_reason else None}]
     if include_usage:
         out["usage"] = usage_body

@@ -2,6 +2,7 @@
 
   run_queue.py      `RunQueue`: arrival order, continuous batching, a KV budget, long jobs a chunk at a time
   long_job_turns.py the long jobs' time-sharing: a chunk in a gap, turns a chunk each, withdrawn ones stopped
+  kind_shares.py    a kind's bounded share of the model's time beside the others (the API's live streams)
   tickets.py        a place in it (`Ticket`, `LongTicket`) and what a step engine must do (`StepEngine`)
   schedule.py       what the queue did lately: each step's batch, each request's TTFT and TPOT
   trace_engine.py   its step engines: `TraceEngine` (captured runs), `StreamEngine` (the live answer)

@@ -13,7 +13,9 @@ at its own end token: its ticket resolves then, not when the batch ends (an engi
 record on a thread of its own hands back a Future: the ticket resolves when that does). A KV-memory budget in bytes
 decides admission: each request reserves the bytes its cache reaches at its longest (prompt +
 max_new_tokens), and the head of the line waits while the budget is full (later ones do not overtake).
-Any other job runs whole, in its turn, between two steps. Background jobs run only when nobody waits,
+A kind given a share (the API's streams, each stepped in a pass of its own: wiring's API_STREAM_SHARE) steps only
+while it owes the other kinds in the batch no time (pipeline.server.kind_shares), so a room's learners keep their
+pace beside them. Any other job runs whole, in its turn, between two steps. Background jobs run only when nobody waits,
 no batch is running and no long job is left.
 
 A long job (`submit_long`: activation patching, comparing models, the batching sweep) is a generator of short
@@ -41,6 +43,7 @@ from typing import Callable, Hashable
 from pipeline.core.checks import integer
 from pipeline.core.errors import InputError
 from pipeline.core.long_jobs import Steps
+from pipeline.server.kind_shares import KindShares
 from pipeline.server.long_job_turns import LONG_JOB_SHARE, LongJobTurns
 from pipeline.server.schedule import Schedule, served_by
 from pipeline.server.tickets import LongTicket, StepEngine, Ticket, as_future, held_if_admitted
@@ -68,9 +71,10 @@ class RunQueue:
     def __init__(self, seconds_per_unit: float = 0.005, engines: dict[str, StepEngine] | None = None,
                  kv_budget_bytes: int = KV_BUDGET_BYTES, max_batch: int = MAX_BATCH,
                  prefill_tokens_per_step: int = PREFILL_TOKENS_PER_STEP, long_job_share: float = LONG_JOB_SHARE,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, shares: dict[str, float] | None = None):
         """engines: {kind: StepEngine} for jobs decoded together, step by step (chat requests). clock: the
-        seconds the queue reads (a test may give its own, advanced by its fake work)."""
+        seconds the queue reads (a test may give its own, advanced by its fake work). shares: {kind: share} of the
+        model's time a kind gets at most while another kind is in the batch (pipeline.server.kind_shares)."""
         self.clock = clock
         self.engines = engines or {}
         self.kv_budget_bytes, self.max_batch = kv_budget_bytes, max_batch
@@ -86,6 +90,7 @@ class RunQueue:
         self._running_since = 0.0
         self._schedule = Schedule(clock)
         self._long = LongJobTurns(self._lock, clock, self._schedule, self._done, long_job_share)
+        self._shares = KindShares(shares or {})  # used by the worker thread alone
         self.completed = 0
         threading.Thread(target=self._serve, name="run-queue", daemon=True).start()
 
@@ -307,23 +312,30 @@ class RunQueue:
                 self._running_since = self._running_since if self._members else t
                 self._members[(kind, handle)] = ticket
                 ticket.rid = self._schedule.admitted(ticket, t, took, served_by(engine, handle))
+            self._shares.ran(kind, took, {k for k, _ in self._members} | {kind})
             prompt_tokens = sum(ticket.reserved[0] for ticket, _ in joined)
             if prompt_tokens:
                 self._speeds.append(took / prompt_tokens)
 
     def _step(self) -> None:
-        """One decode step of every engine with requests in the batch; the ended ones leave."""
+        """One decode step of every engine with requests in the batch (a kind with a share only when it owes the
+        others no time: pipeline.server.kind_shares); the ended ones leave."""
         t = self.clock()
         with self._lock:
             members = list(self._members.items())
+        kinds = list(dict.fromkeys(k for (k, _), _ in members))
+        due = [kind for kind in kinds if self._shares.may_step(kind, kinds)] or kinds
+        members = [((k, h), ticket) for (k, h), ticket in members if k in due]
         ended: list[tuple[tuple[str, Hashable], object]] = []
-        for kind in dict.fromkeys(k for (k, _), _ in members):
+        for kind in due:
             first = next(ticket for (k, _), ticket in members if k == kind)
+            started = self.clock()
             try:
                 ended += [((kind, handle), result) for handle, result in first.context.run(self.engines[kind].step)]
             except BaseException as e:  # the step itself failed: every request of that engine hears it
                 log.exception("a decode step of kind %s failed", kind)
                 ended += [((k, h), e) for (k, h), _ in members if k == kind]
+            self._shares.ran(kind, self.clock() - started, kinds)
         took = self.clock() - t
         finishing: list[tuple[Ticket, object]] = []
         with self._lock:

@@ -33,10 +33,17 @@ def log_queue_on_console() -> None:
         queue_log.setLevel(logging.INFO)
 
 
+# The API's streams' share of the model's time while other requests are in the batch (pipeline.server.kind_shares):
+# each stream steps on a decoder of its own, a pass each, where the pages' requests share one pass. 8 streamed API
+# answers beside 8 learners made the learners' pages ~2.5x as slow; a quarter keeps them within ~4/3 per step.
+API_STREAM_SHARE = 0.25
+
+
 def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_tokens: int,
                  on_trace: Callable[[Hashable, object], None] | None = None, finish_inline: bool = False,
                  budget: KVBudget | None = None) -> RunQueue:
-    """The one line in front of the model. Chat requests (captured runs: "trace"; live streams: "stream") are
+    """The one line in front of the model. Chat requests (captured runs: "trace"; a page's live stream: "stream"; the
+    API's streams: "api", the same engine with a bounded share of the model's time beside the others) are
     scheduled per decode step (pipeline.server.run_queue, pipeline.server.trace_engine). Each ended run's record
     is assembled and handed to on_trace on a thread of its own (the batch steps on meanwhile), or in the
     queue's own thread with finish_inline. budget: the KV bytes the batch may reserve (default: kv_budget on the
@@ -53,8 +60,9 @@ def server_queue(lm_for: Callable[[ChatRequest], LanguageModel], max_prompt_toke
     reuse = ServerReuse()
     return RunQueue(engines={"trace": TraceEngine(lm_for, max_prompt_tokens, on_trace=on_trace, finisher=finisher,
                                                   reuse=reuse),
-                             "stream": StreamEngine(lm_for, max_prompt_tokens, reuse=reuse)},
-                    kv_budget_bytes=budget.bytes)
+                             "stream": StreamEngine(lm_for, max_prompt_tokens, reuse=reuse),
+                             "api": StreamEngine(lm_for, max_prompt_tokens, reuse=reuse)},
+                    kv_budget_bytes=budget.bytes, shares={"api": API_STREAM_SHARE})
 
 
 def stored_weights_bytes() -> int:

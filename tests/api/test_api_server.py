@@ -170,6 +170,28 @@ def test_logprobs_are_a_distribution_over_the_chosen_tokens(oa):
         assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
 
 
+def test_a_stream_with_logprobs_carries_each_pieces_tokens_and_a_schema_stream_validates(oa):
+    """OpenAI's stream chunks carry choices[].logprobs.content for the tokens of their delta: the pieces join to the
+    whole answer's text, and their entries to its logprobs, token for token."""
+    asked = dict(model=SMOL, messages=HI, max_tokens=8, temperature=0, logprobs=True, top_logprobs=2)
+    whole = oa.chat.completions.create(**asked)
+    chunks = list(oa.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+    choices = [c.choices[0] for c in chunks if c.choices]
+    assert "".join(c.delta.content or "" for c in choices) == whole.choices[0].message.content
+    streamed = [e for c in choices if c.logprobs for e in c.logprobs.content]
+    assert [(e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in streamed] == [
+        (e.token, e.logprob, [t.token for t in e.top_logprobs]) for e in whole.choices[0].logprobs.content]
+    assert choices[-1].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    text = "".join(c.choices[0].delta.content or "" for c in oa.chat.completions.create(
+        model=SMOL, messages=[{"role": "user", "content": "Is a tomato a fruit?"}], max_tokens=40, temperature=0,
+        stream=True, response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}})
+        if c.choices)
+    jsonschema.validate(json.loads(text), schema)
+
+
 def test_anthropic_messages_whole_and_streamed(an):
     kwargs = dict(model=SMOL, max_tokens=10, messages=[{"role": "user", "content": "Hello there"}],
                   system=[{"type": "text", "text": f"You are terse ({time.time_ns()}).",
@@ -292,6 +314,49 @@ def test_past_its_places_a_client_gets_429_and_a_stream_it_leaves_frees_them(oa)
     lines = log.read_text().splitlines()
     left = [line for line in lines if " left: " in line][logged:]
     assert len(left) >= SLOTS + 1 and not any(" 256 tokens" in line for line in left), left
+
+
+def client_at(server, address: str) -> openai.OpenAI:
+    """An SDK client whose connections leave from `address` (127.0.0.x: loopback, another client to the server)."""
+    import httpx2 as httpx  # the openai SDK's own HTTP client library
+
+    return openai.OpenAI(base_url=f"{server[0]}/v1", api_key="unused", max_retries=0, timeout=120,
+                         http_client=httpx.Client(transport=httpx.HTTPTransport(local_address=address)))
+
+
+def test_a_flood_past_the_queues_bound_gets_429_with_retry_after_and_others_keep_their_turn(server):
+    """One client fills its places with whole jobs (json_schema draws, each run whole in its turn): its next request
+    is 429 with retry-after; while those jobs wait, another client's prompt over 1,024 tokens is 429 with
+    retry-after 30 (a long prompt waits for a shorter line), and a third client's short question is answered."""
+    flooder, long_asker, learner = (client_at(server, f"127.0.0.{n}") for n in (2, 3, 4))
+    schema = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
+    flood: dict = {}
+
+    def fill_the_places():
+        flood["done"] = flooder.chat.completions.create(
+            model=SMOL, messages=[{"role": "user", "content": f"A long story, please ({time.time()})."}],
+            max_tokens=256, temperature=1.0, seed=11, n=SLOTS,
+            response_format={"type": "json_schema", "json_schema": {"name": "story", "schema": schema}})
+    filling = threading.Thread(target=fill_the_places)
+    filling.start()
+    long_prompt = [{"role": "system", "content": "Remember this. " * 400}, {"role": "user", "content": "Well?"}]
+    refused = {}
+    while filling.is_alive() and "long" not in refused:  # until the flood's jobs stand in the line
+        try:
+            long_asker.chat.completions.create(model=SMOL, messages=long_prompt, max_tokens=1)
+        except openai.RateLimitError as e:
+            refused["long"] = e
+    with pytest.raises(openai.RateLimitError) as flood_more:  # its places are all held while its jobs wait
+        flooder.chat.completions.create(model=SMOL, messages=HI, max_tokens=1)
+    refused["flood"] = flood_more.value
+    short = learner.chat.completions.create(model=SMOL, messages=HI, max_tokens=2, temperature=0)
+    filling.join()
+    assert set(refused) == {"flood", "long"}, "the queue was never long while the flood's jobs waited"
+    assert int(refused["flood"].response.headers["retry-after"]) >= 1
+    assert "each client may hold" in refused["flood"].message
+    assert int(refused["long"].response.headers["retry-after"]) == 30
+    assert "requests are waiting" in refused["long"].message and refused["long"].body["param"] == "messages"
+    assert len(flood["done"].choices) == SLOTS and short.choices[0].message.content is not None
 
 
 def test_many_requests_at_once_all_answer_or_are_told_to_retry(oa):

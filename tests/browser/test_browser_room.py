@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
 from kit.browser import CHROMIUM, SHOTS, app_server, question_shown, settle, watch
+from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -52,11 +53,7 @@ def chart_titles(page) -> str:
     return " | ".join(page.locator(".js-plotly-plot .gtitle").all_text_contents())
 
 
-def visit(context, url: str):
-    page = watch(context.new_page())
-    page.goto(url)
-    settle(page)
-    return page
+
 
 
 def test_a_bookmarked_page_opens_that_page(server, browser):
@@ -155,27 +152,13 @@ WALKS = {  # a question whose first answer token is part of a Korean character, 
 }
 
 
-def start_presenting(page) -> str:
-    """Press Start presenting (a visit makes no room) and return the learners' follow link once it is drawn."""
-    page.get_by_role("button", name=re.compile("Start presenting")).click()
-    settle(page)
-    follow = page.locator('[data-testid="stMain"] code', has_text="follow=").first
-    follow.wait_for(timeout=60_000)  # a finished run's code blocks can still be mounting (lazy-loaded)
-    return follow.inner_text().strip()
 
 
-def next_stage(page, n: int) -> None:
-    """Press the presenter's Next button (a page that only follows has none) and wait for stage `n`."""
-    page.get_by_role("button", name="Next").click()
-    wait_for_stage(page, n, timeout_s=120)
-    settle(page)
 
 
-def wait_for_stage(page, n: int, timeout_s: float) -> None:
-    """Wait until the presenter page's title is stage `n`'s ('3. Tokens ...')."""
-    page.wait_for_function("n => document.querySelector('h1') && "
-                           "document.querySelector('h1').innerText.startsWith(n + '.')",
-                           arg=n, timeout=timeout_s * 1000)
+
+
+
 
 
 @pytest.mark.parametrize("walk", list(WALKS))

@@ -59,3 +59,12 @@ def test_the_gpu_decode_bench_runs_its_quick_sizes_on_a_cpu():
         assert "plain" in line and "(0 host reads)" in line.split(";")[0]  # a plain step never waits on the host
     layers = bench_module("gpu_decode").QUICK_LAYOUT["num_hidden_layers"]
     assert counts["bf16"] - counts["fp32"] >= 2 * (2 * layers + 1)  # every norm: 2 casts
+
+
+def test_run_sh_agent_runs_the_agent_bench_and_the_api_bench_parses_its_arguments():
+    """`./run.sh agent` is bench/agent_traffic.py (its own --help); bench/api_beside_learners.py imports the room
+    bench's learner and the agent bench's server it reuses."""
+    agent = subprocess.run(["./run.sh", "agent", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert agent.returncode == 0 and "--turns" in agent.stdout and "--base-url" in agent.stdout, agent.stderr[-2000:]
+    beside = run([sys.executable, "api_beside_learners.py", "--help"])
+    assert beside.returncode == 0 and "--learners" in beside.stdout and "--clients" in beside.stdout, beside.stderr

@@ -2,6 +2,7 @@
 import pandas as pd
 import streamlit as st
 
+from pipeline.api.traffic import TRAFFIC, audit_log_text
 from pipeline.core.errors import InputError
 from pipeline.prompt_cache import audit as ca
 from ui.audit_blocks import (
@@ -62,13 +63,23 @@ st.subheader("1. The log")
 st.markdown("One request body per line (JSONL) or a JSON array, in the order sent: OpenAI Chat Completions, "
             "OpenAI Responses or Anthropic Messages. Timestamps drive expiry: a top-level `\"ts\"` in the body, "
             "or each line as `{\"ts\": ..., \"body\": {...}}` (seconds or ISO-8601).")
-SOURCES = ["A prepared example", "Paste", "Upload a file"]
+OWN_TRAFFIC = "This server's traffic"
+SOURCES = ["A prepared example", OWN_TRAFFIC, "Paste", "Upload a file"]
 source = linked(st.radio, "ca_source", choice(SOURCES), "Log", SOURCES, horizontal=True)
 try:
     if source == "A prepared example":
         example = linked(st.selectbox, "ca_example", choice(ca.EXAMPLES), "Example", list(ca.EXAMPLES),
                          format_func=lambda k: ca.EXAMPLES[k][0])
         text = ca.example_text(example)
+    elif source == OWN_TRAFFIC:  # the requests this server's API answered, as the Traffic page lists them
+        records = TRAFFIC.records()
+        text = audit_log_text(records)
+        if not records:
+            st.info("This server's API has answered no request yet: point a client at `/v1` (the Traffic page shows "
+                    "how), then come back.")
+            end_page()
+        st.caption(f"The last {plural(len(records), 'request')} this server's API answered (those whose body was "
+                   "too large to keep are left out), in the order they came; open the page again for newer ones.")
     elif source == "Paste":
         with st.form("ca_paste"):
             left_out(st.text_area, "ca_text",

@@ -111,8 +111,8 @@ def live() -> None:
         st.caption(f"The newest {ROWS_SHOWN} of {len(records):,} kept requests.")
     st.download_button("Download this traffic as a cache-audit log (JSONL)", log_text, "traffic_log.jsonl",
                        "application/jsonl", key="tr_download", on_click="ignore",
-                       help="paste or upload it on Cache audit for the whole audit: the traps, the prefix tree, "
-                            "the fixes")
+                       help="for another server's Cache audit; this server's reads it as its log source \"This "
+                            "server's traffic\": the traps, the prefix tree, the fixes")
 
 
 live()

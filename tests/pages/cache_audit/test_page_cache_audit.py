@@ -164,3 +164,34 @@ def test_page_in_chromium_draws_no_link_from_the_log(tiny_server_cache):
             assert ("claude-haiku-4-5's minimum cacheable length (4,096 tokens)" if shot.endswith("haiku") else
                     "is not ISO-8601") in page.inner_text("body")
         browser.close()
+
+
+def test_page_reads_this_servers_own_traffic_as_its_log(tiny_app, monkeypatch):
+    """The source "This server's traffic": the requests the API answered (pipeline.api.traffic.TRAFFIC, as server.py
+    records them), audited as a log: with none yet it says so; with two sharing a long system prompt, the second
+    reads the shared prefix from every provider's cache."""
+    from kit.apptest import page_app
+
+    from pipeline.api import traffic
+
+    system = "You are the support agent. " + "Policy: refunds take five days. " * 200
+    monkeypatch.setattr(traffic, "TRAFFIC", traffic.TrafficLog())  # the page imports it afresh at each run
+    at = page_app("cache_audit")
+    at.run()
+    at.radio(key="ca_source").set_value("This server's traffic").run()
+    assert not at.exception and "no request yet" in at.info[0].value
+    for n, question in enumerate(["Where is my order?", "Can I return it?"]):
+        body = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "system", "content": system},
+                                                               {"role": "user", "content": question}]}
+        traffic.TRAFFIC.add(at=1_700_000_000.0 + 60 * n, api="openai", client="OpenAI/Python",
+                            model="SmolLM2-135M-Instruct", prompt_tokens=1100, cached_tokens=1024 * n, new_tokens=8,
+                            ttft_s=0.4, tpot_s=0.02, answer=f"answer {n}", run_link="", streamed=False,
+                            block_size=16, body=body)
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    assert any("The last 2 requests this server's API answered" in c.value for c in at.caption)
+    sides = next(d.value for d in at.dataframe if "OpenAI cached" in d.value.columns)
+    assert sides["request"].tolist() == ["Where is my order?", "Can I return it?"]
+    for provider in ("OpenAI cached", "Anthropic read", "vLLM cached"):  # the second shares the system prompt
+        first, second = sides[provider].tolist()
+        assert first == 0 and second >= 1024, (provider, first, second)

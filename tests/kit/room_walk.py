@@ -1,0 +1,35 @@
+"""A workshop room driven in a real browser: a page visited and settled, the presenter's Start presenting and Next,
+waiting for a stage (tests/browser/test_browser_room.py and the room beside API traffic use them)."""
+import re
+
+from kit.browser import settle, watch
+
+
+def visit(context, url: str):
+    page = watch(context.new_page())
+    page.goto(url)
+    settle(page)
+    return page
+
+
+def start_presenting(page) -> str:
+    """Press Start presenting (a visit makes no room) and return the learners' follow link once it is drawn."""
+    page.get_by_role("button", name=re.compile("Start presenting")).click()
+    settle(page)
+    follow = page.locator('[data-testid="stMain"] code', has_text="follow=").first
+    follow.wait_for(timeout=60_000)  # a finished run's code blocks can still be mounting (lazy-loaded)
+    return follow.inner_text().strip()
+
+
+def next_stage(page, n: int) -> None:
+    """Press the presenter's Next button (a page that only follows has none) and wait for stage `n`."""
+    page.get_by_role("button", name="Next").click()
+    wait_for_stage(page, n, timeout_s=120)
+    settle(page)
+
+
+def wait_for_stage(page, n: int, timeout_s: float) -> None:
+    """Wait until the presenter page's title is stage `n`'s ('3. Tokens ...')."""
+    page.wait_for_function("n => document.querySelector('h1') && "
+                           "document.querySelector('h1').innerText.startsWith(n + '.')",
+                           arg=n, timeout=timeout_s * 1000)
