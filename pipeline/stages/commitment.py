@@ -16,7 +16,8 @@ forced token the model did not rank first, say).
 
 The decode steps keep no per-layer stream, so `answer_commitment` runs the model once more over the prompt and the
 answer with hooks on every block: the prompt's first T - 1 tokens through the KV cache without hooks (in chunks,
-as the prefill does), then the S positions that predicted the answer's tokens in one pass, captured.
+as the prefill does; the blocks the server's prefix cache holds of them are read, not run again), then the S
+positions that predicted the answer's tokens in one pass, captured.
 
 Shape letters: L layers, S answer tokens, D model width, V vocabulary.
 """
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.model.interface import LanguageModel
+from pipeline.model.past import NOTHING, Reuse
 
 DEFINITIONS = {  # key (the JSON's) -> how the page names it
     "top1": "top-1 from then on",
@@ -71,6 +73,7 @@ class Commitment:
     ranks: np.ndarray  # (L+1, S) other tokens the lens scored strictly higher than the answer's token
     probs: np.ndarray  # (L+1, S) the answer's token's probability under the lens ([L]: the model's own at T = 1)
     layers: dict[str, list[int | None]]  # definition -> (S,) layer, or None
+    reused_positions: int = 0  # prompt positions whose K/V the pass read from the server's prefix cache
 
     def to_json(self) -> list[dict]:
         """[{"token_id", "top1", "top3", "p_half"}, ...], one entry per answer token."""
@@ -78,21 +81,26 @@ class Commitment:
                 for j, t in enumerate(self.token_ids)]
 
 
-def answer_stream(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int]) -> np.ndarray:
-    """(L+1, S, D) float32: the residual stream after every layer at the S positions that predicted the answer's
-    tokens (the last prompt token's, then every answer token's but the last), from one more pass of the model."""
+def answer_stream(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int],
+                  reuse: Reuse | None = None) -> tuple[np.ndarray, int]:
+    """((L+1, S, D) float32, reused positions): the residual stream after every layer at the S positions that
+    predicted the answer's tokens (the last prompt token's, then every answer token's but the last), from one more
+    pass of the model. reuse: the server's prefix cache; the prompt's cached first blocks are read, not run."""
     import torch
 
     from pipeline.model.capture import block_names, capture
 
     S, L = len(answer_ids), lm.dims.L
     if S == 0:
-        return np.zeros((L + 1, 0, lm.dims.D), dtype=np.float32)
-    kv_cache = lm.forward_chunked(list(prompt_ids[:-1]))[1] if len(prompt_ids) > 1 else None
+        return np.zeros((L + 1, 0, lm.dims.D), dtype=np.float32), 0
+    prompt_ids = list(prompt_ids)
+    past = reuse.take(lm, prompt_ids) if reuse is not None else NOTHING  # leaves the last prompt token to run
+    rest = prompt_ids[past.n:-1]
+    kv_cache = lm.forward_chunked(rest, past.cache)[1] if rest else past.cache
     names = ["embeddings", *block_names(L, "hidden_states")]
     with capture(lm, names, store_dtype=torch.float32) as seen:
         lm.forward([[prompt_ids[-1], *answer_ids[:-1]]], cache=kv_cache, logits_to_keep=1)  # (1, S)
-    return np.stack([seen[n][0][0].numpy() for n in names])  # L+1 of (S, D)
+    return np.stack([seen[n][0][0].numpy() for n in names]), past.n  # L+1 of (S, D)
 
 
 def answer_lens(lm: LanguageModel, stream: np.ndarray, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -118,8 +126,10 @@ def answer_lens(lm: LanguageModel, stream: np.ndarray, token_ids: list[int]) -> 
     return torch.cat(ranks).numpy().reshape(L1, S), torch.cat(probs).numpy().reshape(L1, S)
 
 
-def answer_commitment(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int]) -> Commitment:
-    """Where each token of the answer to `prompt_ids` was decided, by each definition (one more model pass)."""
-    stream = answer_stream(lm, prompt_ids, answer_ids)
+def answer_commitment(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int],
+                      reuse: Reuse | None = None) -> Commitment:
+    """Where each token of the answer to `prompt_ids` was decided, by each definition (one more model pass, over
+    the prompt's blocks in the server's prefix cache when `reuse` holds them)."""
+    stream, reused = answer_stream(lm, prompt_ids, answer_ids, reuse)
     ranks, probs = answer_lens(lm, stream, answer_ids)
-    return Commitment(list(map(int, answer_ids)), stream, ranks, probs, commitment_layers(ranks, probs))
+    return Commitment(list(map(int, answer_ids)), stream, ranks, probs, commitment_layers(ranks, probs), reused)

@@ -23,6 +23,7 @@ from views.server.state import (
     picked_model_key,
     picked_weights,
     run_queue,
+    server_reuse,
     using_model,
 )
 from views.server.verdict_log import history_lines, kept
@@ -175,7 +176,6 @@ st.subheader("4. The server's own prefix cache: your request's run")
 st.markdown("Every request this server runs (yours, the room's, the API's) goes through one prefix cache per model, "
             "as above with blocks of 16 tokens: its first cached blocks are not run again.")
 reuse_section(run_for_page(original=True), "pc")
-server_reuse = run_queue().engines["trace"].reuse
-if server_reuse is not None:
-    st.caption(server_cache_caption(server_reuse, lm))
+if (reuse := server_reuse()) is not None:
+    st.caption(server_cache_caption(reuse, lm))
 back_next()

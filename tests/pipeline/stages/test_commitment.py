@@ -110,8 +110,8 @@ def greedy_answer(lm, prompt: list[int], steps: int) -> list[int]:
     return ids[len(prompt):]
 
 
-def check_against_hf(lm, prompt: list[int], answer: list[int]):
-    c = answer_commitment(lm, prompt, answer)
+def check_against_hf(lm, prompt: list[int], answer: list[int], reuse=None):
+    c = answer_commitment(lm, prompt, answer, reuse)
     L, S = lm.dims.L, len(answer)
     assert c.stream.shape == (L + 1, S, lm.dims.D) and c.ranks.shape == c.probs.shape == (L + 1, S)
     bounds = reference_bounds(lm, prompt, answer)
@@ -140,6 +140,26 @@ def test_tiny_llama_layers_equal_hf_lens(tiny_app_model):
     answer = greedy_answer(lm, prompt, 5) + [1234]  # and a token it did not choose: never by top-1
     c = check_against_hf(lm, prompt, answer)
     assert all(x is not None for x in c.layers["top1"][:-1]) and c.layers["top1"][-1] is None
+
+
+def test_the_pass_reads_the_prompts_cached_blocks_and_still_equals_hf_lens(tiny_app_model):
+    """Over the server's prefix cache (pipeline.prompt_cache.reuse), the pass runs only the prompt's positions no
+    block holds; the last prompt token always runs (its stream is the first one read)."""
+    from kit.tiny_models import prompt_ids
+
+    from pipeline.prompt_cache.reuse import ServerReuse
+
+    lm = tiny_app_model[1]
+    prompt = prompt_ids(lm)
+    answer = greedy_answer(lm, prompt, 4)
+    reuse = ServerReuse()
+    assert check_against_hf(lm, prompt, answer, reuse).reused_positions == 0  # nothing kept yet: all run
+    reuse.keep(lm, prompt, lm.forward_chunked(prompt)[1])  # as the page's run keeps its prompt
+    block = reuse.config.block_size
+    c = check_against_hf(lm, prompt, answer, reuse)
+    assert c.reused_positions == (len(prompt) - 1) // block * block > 0
+    plain = answer_commitment(lm, prompt, answer)
+    assert plain.reused_positions == 0 and c.layers == plain.layers
 
 
 def test_tiny_gemma_layers_equal_hf_lens(tiny_gemma):
@@ -173,11 +193,18 @@ def test_layers_page_draws_the_strip_of_the_run(tiny_app):
 
     from kit.texts import DEFAULT_QUESTION
 
+    from views.server.state import result_store
+    from views.server.waiting import model_result_key
+
     at = run_page("layers")
     strip = [m.value for m in at.markdown if "final probability" in m.value]
     assert len(strip) == 1
     trace = run_trace(ChatRequest.from_question(DEFAULT_QUESTION), tiny_app)  # the page's run, again
     c = answer_commitment(tiny_app, trace.ids, trace.generated_token_ids)
+    # the strip's pass went through the queue and is kept for everyone in the result store, as the other passes
+    kept = result_store().peek(model_result_key(("commitment", tuple(trace.ids), tuple(trace.generated_token_ids))))
+    assert kept is not None and kept.layers == c.layers
+    assert f"it read {kept.reused_positions} prompt position" in " ".join(x.value for x in at.caption)
     assert strip[0].count("title=") == len(trace.generated_token_ids)
     for j, p in enumerate(token_pieces(tiny_app.tokenizer, trace.generated_token_ids)):
         assert f">{html_text(p.label)}<" in strip[0]

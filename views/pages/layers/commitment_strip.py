@@ -6,6 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from pipeline.model.interface import LanguageModel
+from pipeline.server.run_queue import cost_of
 from pipeline.stages import layers as la
 from pipeline.stages.commitment import DEFINITIONS, Commitment, answer_commitment
 from pipeline.text.pieces import token_pieces
@@ -17,6 +18,8 @@ from ui.words import plural
 from views.chrome.frame import fragment
 from views.links.controls import linked
 from views.links.params import WIDE, choice, integer
+from views.server.state import get_model, server_reuse
+from views.server.waiting import result_through_queue
 
 LAST_LAYER_SHADE = "#fde68a"  # amber: decided only at the last layer
 NEVER_SHADE = "#fecaca"  # pale red: not kept even at the last layer (sampled or forced below the top)
@@ -43,11 +46,13 @@ def layer_words(layer: int | None, L: int) -> str:
     return f"layer {L} (only at the last layer)" if layer == L else f"layer {layer}"
 
 
-# kept as a Python object (st.cache_resource, as the other captured passes): a cache_data copy of its (L+1, S, D)
-# stream on every rerun of the fragment cost more than reading it
-@st.cache_resource(max_entries=8, show_spinner="Reading the answer's positions at every layer (one more pass)...")
-def _commitment(model: str, prompt: tuple, answer: tuple, _lm) -> Commitment:
-    return answer_commitment(_lm, list(prompt), list(answer))
+def _commitment(prompt: list[int], answer: list[int]) -> Commitment:
+    """The strip's pass on the picked model, through the queue (its turn behind the requests before it) over the
+    prompt's blocks in the server's prefix cache; kept for everyone in the result store (as a Python object: no copy
+    of its (L+1, S, D) stream per rerun)."""
+    reuse, n = server_reuse(), len(prompt) + len(answer)
+    return result_through_queue(("commitment", tuple(prompt), tuple(answer)),
+                                lambda: answer_commitment(get_model(), prompt, answer, reuse), cost_of(n, 0), n)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -85,10 +90,8 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
                f"last layer ({L}). \"Decided\" is a choice of definition, not a fact about the model: the three above "
                "can name different layers for the same token. Hover a token for its layer and the model's final "
                "probability of it; pick one below for the lens at its position.")
-    # the model as these weights and this process hold it: two handles of one name (fp32 and bf16, or a test's tiny
-    # copy of the layout) give other lens values
     model = f"{lm.name} {getattr(lm, 'weights', '')} {trace.dims.D}x{trace.dims.L} #{id(lm)}"
-    c = _commitment(model, tuple(trace.ids), tuple(answer), lm)
+    c = _commitment(list(trace.ids), answer)
     layers = c.layers[rule]
     pieces = token_pieces(lm.tokenizer, answer)
     st.markdown(strip_html([p.label for p in pieces], layers, c.probs[-1], L), unsafe_allow_html=True)
@@ -96,7 +99,9 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
     settled = [x for x in layers if x is not None and x < L]
     st.caption(f"Settled before the last layer ({DEFINITIONS[rule]}): {len(settled)} of "
                f"{plural(len(answer), 'token')}. The lens at these positions comes from one more pass of the model "
-               "over the prompt and the answer: the decode steps keep no per-layer vectors.")
+               "over the prompt and the answer (the decode steps keep no per-layer vectors), its turn in the "
+               f"server's queue; it read {plural(c.reused_positions, 'prompt position')} from the server's prefix "
+               "cache rather than running them again.")
     j = linked(st.selectbox, "ly_commit_token", integer(0, WIDE), "logit lens at the answer token",
                range(len(answer)), within=(0, len(answer) - 1),
                format_func=lambda k: f"({k}) {pieces[k].label}: {layer_words(layers[k], L)}")
