@@ -19,7 +19,7 @@ answer with hooks on every block: the prompt's first T - 1 tokens through the KV
 as the prefill does; the blocks the server's prefix cache holds of them are read, not run again), then the S
 positions that predicted the answer's tokens in one pass, captured.
 
-Shape letters: L layers, S answer tokens, D model width, V vocabulary.
+Shape letters: L layers, S answer tokens, D model width, V vocabulary, k the lens's best tokens kept.
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ DEFINITIONS = {  # key (the JSON's) -> how the page names it
     "p_half": "probability over 0.5 from then on",
 }
 TOP3 = 3
+LENS_TOP = 3  # the lens's best tokens kept per layer and answer token (the strip's table shows them)
 
 
 def definition_holds(ranks: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarray]:
@@ -69,9 +70,10 @@ class Commitment:
     """The logit lens at the positions that predicted the answer's tokens, and where each token settled."""
 
     token_ids: list[int]  # (S,) the answer's tokens
-    stream: np.ndarray  # (L+1, S, D) float32 residual stream that predicted each (0 = embeddings)
     ranks: np.ndarray  # (L+1, S) other tokens the lens scored strictly higher than the answer's token
     probs: np.ndarray  # (L+1, S) the answer's token's probability under the lens ([L]: the model's own at T = 1)
+    top_ids: np.ndarray  # (L+1, S, LENS_TOP) the lens's best tokens at each position, best first
+    top_probs: np.ndarray  # (L+1, S, LENS_TOP) their probabilities
     layers: dict[str, list[int | None]]  # definition -> (S,) layer, or None
     reused_positions: int = 0  # prompt positions whose K/V the pass read from the server's prefix cache
 
@@ -103,27 +105,27 @@ def answer_stream(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int
     return np.stack([seen[n][0][0].numpy() for n in names]), past.n  # L+1 of (S, D)
 
 
-def answer_lens(lm: LanguageModel, stream: np.ndarray, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """stream (L+1, S, D), token_ids (S,) -> (ranks (L+1, S) int, probs (L+1, S) float32) of each token under
-    the lens at its own position; LENS_CHUNK_ROWS rows of (rows, V) logits at a time, as the page's lens reads."""
+def answer_lens(lm: LanguageModel, stream: np.ndarray, token_ids: list[int], k: int = LENS_TOP):
+    """stream (L+1, S, D), token_ids (S,) -> (ranks (L+1, S) int, probs (L+1, S) float32, top ids (L+1, S, k),
+    top probabilities (L+1, S, k)): each token under the lens at its own position, and the lens's best k there;
+    one reading of the lens (pipeline.stages.layers.lens_chunks) for both."""
     import torch
 
-    from pipeline.stages.layers import LENS_CHUNK_ROWS, lens_head
+    from pipeline.stages.layers import lens_chunks, top_tokens
 
-    head = lens_head(lm)
-    L1, S, D = stream.shape
-    rows = torch.from_numpy(np.ascontiguousarray(stream.reshape(L1 * S, D), dtype=np.float32))  # (L+1) x S rows
+    L1, S, _ = stream.shape
     tokens = torch.as_tensor(list(token_ids), dtype=torch.long).repeat(L1)[:, None]  # (L+1) x S, (rows, 1)
-    ranks, probs = [], []
-    with torch.inference_mode():
-        for start in range(0, rows.shape[0], LENS_CHUNK_ROWS):
-            logits = head(rows[start:start + LENS_CHUNK_ROWS])  # (n, V)
-            own = logits.gather(1, tokens[start:start + LENS_CHUNK_ROWS])  # (n, 1)
-            ranks.append((logits > own).sum(-1))
-            probs.append(torch.exp(own[:, 0] - torch.logsumexp(logits, dim=-1)))
-    if not ranks:
-        return np.zeros((L1, S), dtype=np.int64), np.zeros((L1, S), dtype=np.float32)
-    return torch.cat(ranks).numpy().reshape(L1, S), torch.cat(probs).numpy().reshape(L1, S)
+
+    def read(logits, log_z, rows):  # (n, V), (n, 1)
+        own = logits.gather(1, tokens[rows])  # (n, 1)
+        return (logits > own).sum(-1), torch.exp(own - log_z)[:, 0], *top_tokens(logits, log_z, k)
+
+    chunks = lens_chunks(lm, stream, read)
+    if not chunks:
+        return (np.zeros((L1, S), dtype=np.int64), np.zeros((L1, S), dtype=np.float32),
+                np.zeros((L1, S, k), dtype=np.int64), np.zeros((L1, S, k), dtype=np.float32))
+    ranks, probs, top_ids, top_probs = (torch.cat(part).numpy() for part in zip(*chunks))
+    return (ranks.reshape(L1, S), probs.reshape(L1, S), top_ids.reshape(L1, S, k), top_probs.reshape(L1, S, k))
 
 
 def answer_commitment(lm: LanguageModel, prompt_ids: list[int], answer_ids: list[int],
@@ -131,5 +133,6 @@ def answer_commitment(lm: LanguageModel, prompt_ids: list[int], answer_ids: list
     """Where each token of the answer to `prompt_ids` was decided, by each definition (one more model pass, over
     the prompt's blocks in the server's prefix cache when `reuse` holds them)."""
     stream, reused = answer_stream(lm, prompt_ids, answer_ids, reuse)
-    ranks, probs = answer_lens(lm, stream, answer_ids)
-    return Commitment(list(map(int, answer_ids)), stream, ranks, probs, commitment_layers(ranks, probs), reused)
+    ranks, probs, top_ids, top_probs = answer_lens(lm, stream, answer_ids)
+    return Commitment(list(map(int, answer_ids)), ranks, probs, top_ids, top_probs, commitment_layers(ranks, probs),
+                      reused)

@@ -14,7 +14,15 @@ from kit.apptest import run_page
 from kit.cli import run_cli
 from kit.tolerance import float32_tolerance, forward_tolerance, unembedding_magnitude
 
-from pipeline.stages.commitment import DEFINITIONS, answer_commitment, commitment_layers, settled_layers
+from pipeline.stages.commitment import (
+    DEFINITIONS,
+    LENS_TOP,
+    answer_commitment,
+    answer_stream,
+    commitment_layers,
+    settled_layers,
+)
+from pipeline.stages.layers import logit_lens
 from views.pages.layers.commitment_strip import strip_html
 
 # ---- the three definitions on hand-made lens readings (L = 4: layers 0..4) -----------------------------------------
@@ -113,7 +121,13 @@ def greedy_answer(lm, prompt: list[int], steps: int) -> list[int]:
 def check_against_hf(lm, prompt: list[int], answer: list[int], reuse=None):
     c = answer_commitment(lm, prompt, answer, reuse)
     L, S = lm.dims.L, len(answer)
-    assert c.stream.shape == (L + 1, S, lm.dims.D) and c.ranks.shape == c.probs.shape == (L + 1, S)
+    assert c.ranks.shape == c.probs.shape == (L + 1, S) and c.top_ids.shape == c.top_probs.shape == (L + 1, S, LENS_TOP)
+    # the kept top tokens are the page's logit lens over the same stream (one reading of the lens for both)
+    stream, _ = answer_stream(lm, prompt, answer, reuse)
+    lens_ids, lens_probs = logit_lens(lm, stream, k=LENS_TOP)
+    assert np.array_equal(c.top_ids, lens_ids) and np.allclose(c.top_probs, lens_probs, rtol=1e-6, atol=1e-9)
+    top1 = c.top_ids[..., 0] == np.asarray(answer)[None, :]
+    assert np.all(c.ranks[top1] == 0) and np.all(c.probs[top1] == c.top_probs[..., 0][top1])
     bounds = reference_bounds(lm, prompt, answer)
     exact = 0
     for name in DEFINITIONS:

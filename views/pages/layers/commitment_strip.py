@@ -7,8 +7,7 @@ import streamlit as st
 
 from pipeline.model.interface import LanguageModel
 from pipeline.server.run_queue import cost_of
-from pipeline.stages import layers as la
-from pipeline.stages.commitment import DEFINITIONS, Commitment, answer_commitment
+from pipeline.stages.commitment import DEFINITIONS, LENS_TOP, Commitment, answer_commitment
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
 from ui.chips import chip
@@ -24,7 +23,6 @@ from views.server.waiting import result_through_queue
 LAST_LAYER_SHADE = "#fde68a"  # amber: decided only at the last layer
 NEVER_SHADE = "#fecaca"  # pale red: not kept even at the last layer (sampled or forced below the top)
 SHOWN_CHIPS = 240  # chips drawn before the rest fold under "N more tokens below"
-LENS_TOP = 3  # the lens's best tokens shown per layer for a picked token
 
 
 def layer_shade(layer: int | None, L: int) -> str:
@@ -53,11 +51,6 @@ def _commitment(prompt: list[int], answer: list[int]) -> Commitment:
     reuse, n = server_reuse(), len(prompt) + len(answer)
     return result_through_queue(("commitment", tuple(prompt), tuple(answer)),
                                 lambda: answer_commitment(get_model(), prompt, answer, reuse), cost_of(n, 0), n)
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def _lens_at(model: str, prompt: tuple, answer: tuple, j: int, _c: Commitment, _lm):
-    return la.logit_lens(_lm, _c.stream, k=LENS_TOP, start=j, end=j + 1)  # ((L+1, 1, k), (L+1, 1, k))
 
 
 def strip_html(labels: list[str], layers: list[int | None], final_probs, L: int) -> str:
@@ -90,7 +83,6 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
                f"last layer ({L}). \"Decided\" is a choice of definition, not a fact about the model: the three above "
                "can name different layers for the same token. Hover a token for its layer and the model's final "
                "probability of it; pick one below for the lens at its position.")
-    model = f"{lm.name} {getattr(lm, 'weights', '')} {trace.dims.D}x{trace.dims.L} #{id(lm)}"
     c = _commitment(list(trace.ids), answer)
     layers = c.layers[rule]
     pieces = token_pieces(lm.tokenizer, answer)
@@ -105,11 +97,10 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
     j = linked(st.selectbox, "ly_commit_token", integer(0, WIDE), "logit lens at the answer token",
                range(len(answer)), within=(0, len(answer) - 1),
                format_func=lambda k: f"({k}) {pieces[k].label}: {layer_words(layers[k], L)}")
-    ids, probs = _lens_at(model, tuple(trace.ids), tuple(answer), j, c, lm)
     context = list(trace.ids) + answer[:j]  # what the position that chose answer token j had read
     rows = [{"layer": ("0 (embeddings)" if i == 0 else f"{i} (last)" if i == L else str(i)),
-             **{f"top {r + 1}": f"{continuation_label(lm.tokenizer, context, int(ids[i, 0, r]), short=True)} "
-                                f"{float(probs[i, 0, r]):.1%}" for r in range(LENS_TOP)},
+             **{f"top {r + 1}": f"{continuation_label(lm.tokenizer, context, int(c.top_ids[i, j, r]), short=True)} "
+                                f"{float(c.top_probs[i, j, r]):.1%}" for r in range(LENS_TOP)},
              "answer token's rank": int(c.ranks[i, j]) + 1, "its probability": f"{float(c.probs[i, j]):.1%}"}
             for i in range(L + 1)]
     st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch")
