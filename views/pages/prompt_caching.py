@@ -176,6 +176,5 @@ st.subheader("4. The server's own prefix cache: your request's run")
 st.markdown("Every request this server runs (yours, the room's, the API's) goes through one prefix cache per model, "
             "as above with blocks of 16 tokens: its first cached blocks are not run again.")
 reuse_section(run_for_page(original=True), "pc")
-if (reuse := server_reuse()) is not None:
-    st.caption(server_cache_caption(reuse, lm))
+st.caption(server_cache_caption(server_reuse(), lm))
 back_next()

@@ -137,10 +137,10 @@ class QueueRuns:
 
     @staticmethod
     def block_size() -> int:
-        """The block size of the prefix cache the queue's engines reuse K/V from."""
-        from pipeline.prompt_cache.engine import PrefixCacheConfig
+        """The block size of the prefix cache the queue's engines reuse K/V from, as this server configured it."""
+        from views.server.state import server_reuse
 
-        return PrefixCacheConfig.block_size
+        return server_reuse().config.block_size  # the server's queue always has one (pipeline.server.wiring)
 
 
 def _submitted(submit):

@@ -171,7 +171,8 @@ def run_queue() -> RunQueue:
                         on_trace=run_store().put)
 
 
-def server_reuse() -> ServerReuse | None:
-    """The server's prefix cache (pipeline.prompt_cache.reuse.ServerReuse), one for the queue's engines: a pass a
-    page runs through the queue over a prompt reads the prompt's cached blocks from it, as a request does."""
+def server_reuse() -> ServerReuse:
+    """The server's prefix cache (pipeline.prompt_cache.reuse.ServerReuse), one for the queue's engines (the server
+    always makes it: pipeline.server.wiring.server_queue): a pass a page runs through the queue over a prompt reads
+    the prompt's cached blocks from it, as a request does."""
     return run_queue().engines["trace"].reuse
