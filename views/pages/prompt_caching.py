@@ -22,12 +22,10 @@ from views.server.state import (
     get_model,
     picked_model_key,
     picked_weights,
-    run_queue,
     server_reuse,
-    using_model,
 )
 from views.server.verdict_log import history_lines, kept
-from views.server.waiting import wait_for
+from views.server.waiting import result_through_queue
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
                               "conversation every time. A prompt cache keeps the keys and values computed for "
@@ -37,14 +35,10 @@ SCENARIOS = scenarios()
 BLOCK_SIZES = [4, 8, 16, 32]  # tokens per cached block, offered
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def compared(model: str, weights: str, text_a: str, text_b: str, block_size: int) -> list[dict]:
-    """Requests A then B on `model` in `weights`: the queue's thread has no session, so the model is named (an
-    unnamed get_model() there is the server's default model)."""
-    def work() -> list[dict]:
-        with using_model(model, weights):
-            return compare_texts(get_model(), text_a, text_b, block_size, max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
-    return wait_for(run_queue().submit(("compare", model, weights, text_a, text_b, block_size), work, cost=4000))
+def compared(text_a: str, text_b: str, block_size: int) -> list[dict]:
+    """Requests A then B on the picked model, through the queue, kept for everyone (result_through_queue)."""
+    return result_through_queue(("compare", text_a, text_b, block_size), lambda: compare_texts(
+        get_model(), text_a, text_b, block_size, max_prompt_tokens=APP_MAX_PROMPT_TOKENS), cost=4000)
 
 
 def history_key(row: dict) -> tuple:
@@ -167,7 +161,7 @@ with st.form("pc_compare"):
     text_b = linked(b.text_area, "pc_text_b", text(), "Request B", default.replace(QUESTION_1, QUESTION_2), height=220)
     st.form_submit_button("Compare", type="primary", key="pc_compare_go")
 try:
-    for row in compared(picked_model_key(), picked_weights(), text_a, text_b, block_size):
+    for row in compared(text_a, text_b, block_size):
         show_request(row, shared=False)
 except InputError as e:
     st.error(f"Please fix the requests — {markdown_text(e)}")
