@@ -23,7 +23,7 @@ from pipeline.stages.commitment import (
     settled_layers,
 )
 from pipeline.stages.layers import logit_lens
-from views.pages.layers.commitment_strip import strip_html
+from ui.commitment import strip_html
 
 # ---- the three definitions on hand-made lens readings (L = 4: layers 0..4) -----------------------------------------
 
@@ -60,6 +60,9 @@ def test_the_strip_escapes_token_text_and_names_each_layer():
     assert "&#x27;q&#x27;" in html and "'q'" not in html  # quotes too: the text also lands in the title attribute
     assert "layer 2; final probability 90.0%" in html
     assert "never (not even at the last layer)" in html and "layer 4 (only at the last layer)" in html
+    linked = strip_html(["a", "b"], [1, 2], [0.5, 0.5], L=4, hrefs=["./layers?q=x&ly.commit_token=0", "./l'><x"])
+    assert linked.count("class='tpe-commit-link'") == 2 and "href='./layers?q=x&amp;ly.commit_token=0'" in linked
+    assert "'><x" not in linked  # an address is escaped in its attribute too
 
 
 # ---- against Hugging Face's own hidden states ----------------------------------------------------------------------

@@ -1,70 +1,22 @@
 """The commitment strip: the whole answer, each token shaded by the layer from which the logit lens keeps it
-(pipeline.stages.commitment), a choice among three definitions; a picked token's lens at every layer below it."""
+(pipeline.stages.commitment; its pass views/server/commitment.py, its chips ui/commitment.py), a choice among three
+definitions; a picked token's lens at every layer below it (Journey's compact strip links here, to that token)."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
 from pipeline.model.interface import LanguageModel
-from pipeline.server.run_queue import cost_of
-from pipeline.stages.commitment import DEFINITIONS, LENS_TOP, Commitment, answer_commitment
+from pipeline.stages.commitment import DEFINITIONS, LENS_TOP
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
-from ui.chips import chip
+from ui.commitment import layer_words, legend, strip_html
 from ui.escape import code_span, one_html_block
-from ui.more_below import fold
 from ui.words import plural
 from views.chrome.frame import fragment
 from views.links.controls import linked
 from views.links.params import WIDE, choice, integer
-from views.server.state import get_model, server_reuse
-from views.server.waiting import result_through_queue
-
-LAST_LAYER_SHADE = "#fde68a"  # amber: decided only at the last layer
-NEVER_SHADE = "#fecaca"  # pale red: not kept even at the last layer (sampled or forced below the top)
-SHOWN_CHIPS = 240  # chips drawn before the rest fold under "N more tokens below"
-
-
-def layer_shade(layer: int | None, L: int) -> str:
-    """A background for a token decided at `layer` of 0..L: blue, darkest for the embeddings and paler layer by
-    layer up to L - 1; its own shades for the last layer only (L) and for never (None)."""
-    if layer is None:
-        return NEVER_SHADE
-    if layer >= L:
-        return LAST_LAYER_SHADE
-    x = layer / max(L - 1, 1)
-    return f"hsl(205,70%,{50 + 42 * x:.0f}%)"
-
-
-def layer_words(layer: int | None, L: int) -> str:
-    if layer is None:
-        return "never (not even at the last layer)"
-    if layer == 0:
-        return "layer 0 (the embeddings)"
-    return f"layer {L} (only at the last layer)" if layer == L else f"layer {layer}"
-
-
-def _commitment(prompt: list[int], answer: list[int]) -> Commitment:
-    """The strip's pass on the picked model, through the queue (its turn behind the requests before it) over the
-    prompt's blocks in the server's prefix cache; kept for everyone in the result store (as a Python object: no copy
-    of its (L+1, S, D) stream per rerun)."""
-    reuse, n = server_reuse(), len(prompt) + len(answer)
-    return result_through_queue(("commitment", tuple(prompt), tuple(answer)),
-                                lambda: answer_commitment(get_model(), prompt, answer, reuse), cost_of(n, 0), n)
-
-
-def strip_html(labels: list[str], layers: list[int | None], final_probs, L: int) -> str:
-    """One chip per answer token (labels: its readable text, escaped by `chip`), shaded by its layer, the layer and
-    the model's final probability of it in the tooltip; past SHOWN_CHIPS the rest fold under a cue."""
-    chips = [chip(label, background=layer_shade(layer, L),
-                  title=f"({j}) {label}: {layer_words(layer, L)}; final probability {float(p):.1%}")
-             for j, (label, layer, p) in enumerate(zip(labels, layers, final_probs))]
-    return one_html_block(f"<div style='line-height:2.1'>{fold(chips, SHOWN_CHIPS)}</div>")
-
-
-def legend(L: int) -> str:
-    marks = [0, L // 2, L - 1, L, None]
-    return "".join(chip(layer_words(m, L), background=layer_shade(m, L)) for m in dict.fromkeys(marks))
+from views.server.commitment import run_commitment
 
 
 @fragment
@@ -83,7 +35,7 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
                f"last layer ({L}). \"Decided\" is a choice of definition, not a fact about the model: the three above "
                "can name different layers for the same token. Hover a token for its layer and the model's final "
                "probability of it; pick one below for the lens at its position.")
-    c = _commitment(list(trace.ids), answer)
+    c = run_commitment(list(trace.ids), answer)
     layers = c.layers[rule]
     pieces = token_pieces(lm.tokenizer, answer)
     st.markdown(strip_html([p.label for p in pieces], layers, c.probs[-1], L), unsafe_allow_html=True)
