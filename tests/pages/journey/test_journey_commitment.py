@@ -22,7 +22,6 @@ def strip_of(at) -> str:
 
 def test_journey_draws_the_strip_compact_and_each_token_opens_its_lens_on_layers(tiny_app):
     from pipeline.run.trace import run_trace
-    from pipeline.stages.commitment import answer_commitment
     from pipeline.stages.request import ChatRequest, GenerationOptions
     from views.server.commitment import kept_commitment
 
@@ -34,9 +33,8 @@ def test_journey_draws_the_strip_compact_and_each_token_opens_its_lens_on_layers
     strip = strip_of(at)
     trace = run_trace(ChatRequest.from_question(QUESTION, options=GenerationOptions(max_new_tokens=6)), tiny_app)
     answer = trace.generated_token_ids
-    expected = answer_commitment(tiny_app, trace.ids, answer)
-    kept = kept_commitment(trace.ids, answer)  # the pass Layers' strip reads too
-    assert kept is not None and kept.layers == expected.layers
+    kept = kept_commitment(trace.ids, answer)  # the pass Layers' strip reads too (checked against HF's lens in
+    assert kept is not None and kept.token_ids == list(answer)  # tests/pipeline/stages/test_commitment.py)
     titles = re.findall(r"title='\(\d+\) [^']*'", strip)
     assert len(titles) == len(answer) > 0
     for j, layer in enumerate(kept.layers["top1"]):
