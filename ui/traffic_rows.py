@@ -7,10 +7,11 @@ from urllib.parse import urlsplit
 
 from pipeline.api.traffic import TrafficRecord
 from pipeline.costs.named_time import shown
+from pipeline.prompt_cache.outcomes import HIT, MISS
 
+from .cache_blocks import STATUS_STYLE
 from .escape import html_text
 
-HIT, MISS = "#86efac", "#e5e7eb"  # a block whose K/V was reused / prefilled again
 MAX_CHIPS = 64  # blocks drawn before the rest are counted: a 4,096-token prompt has 256 blocks of 16
 PROVIDERS = (("openai", "OpenAI"), ("anthropic", "Anthropic"), ("vllm", "vLLM"))
 CELL = "padding:4px 6px;border-bottom:1px solid #e2e8f0;vertical-align:top"
@@ -18,20 +19,26 @@ HEAD = ("#", "time", "client", "model", "prompt", "cached", "new", "TTFT", "TPOT
         "the providers' rules")
 
 
+def _colours(hit: bool) -> str:
+    """A hit's or a miss's background and border, as the prompt-cache block rows draw them (ui/cache_blocks.py)."""
+    background, border = STATUS_STYLE[HIT if hit else MISS]
+    return f"background:{background};border:{border}"
+
+
 def block_chips(blocks: list[bool], block_size: int) -> str:
-    """One small square per block of the prompt, green where its K/V was reused; past MAX_CHIPS, a count."""
+    """One small square per block of the prompt, a hit where its K/V was reused; past MAX_CHIPS, a count."""
     chips = "".join(
         f"<span class='tpe-block-{'hit' if hit else 'miss'}' title='block {i} (tokens {i * block_size:,} to "
         f"{(i + 1) * block_size - 1:,}): {'reused' if hit else 'prefilled'}' style='display:inline-block;width:9px;"
-        f"height:14px;margin:1px;border-radius:2px;background:{HIT if hit else MISS};border:1px solid #94a3b8'>"
-        f"</span>" for i, hit in enumerate(blocks[:MAX_CHIPS]))
+        f"height:14px;margin:1px;border-radius:2px;box-sizing:border-box;{_colours(hit)}'></span>"
+        for i, hit in enumerate(blocks[:MAX_CHIPS]))
     more = f" <small>+{len(blocks) - MAX_CHIPS} blocks</small>" if len(blocks) > MAX_CHIPS else ""
     return f"<span style='white-space:normal;line-height:1'>{chips}</span>{more}"
 
 
 def legend() -> str:
-    return (f"<span style='background:{HIT};padding:0 6px;border-radius:3px'>reused block</span> "
-            f"<span style='background:{MISS};padding:0 6px;border-radius:3px'>prefilled block</span>")
+    return (f"<span style='{_colours(True)};padding:0 6px;border-radius:3px'>hit: reused block</span> "
+            f"<span style='{_colours(False)};padding:0 6px;border-radius:3px'>miss: prefilled block</span>")
 
 
 def provider_cell(audited, cost: dict | None) -> str:

@@ -69,12 +69,14 @@ class TrafficLog:
         self._records: deque[TrafficRecord] = deque(maxlen=max_records)
         self._lock = threading.Lock()
         self._count = 0
+        self._version = 0  # changes with every add and clear: what a reader caches its derived views by
 
     def add(self, *, at: float, api: str, client: str, model: str, prompt_tokens: int, cached_tokens: int,
             new_tokens: int, ttft_s: float | None, tpot_s: float | None, answer: str, run_link: str,
             streamed: bool, block_size: int, body: dict | None) -> TrafficRecord:
         with self._lock:
             self._count += 1
+            self._version += 1
             record = TrafficRecord(self._count, at, api, client[:CLIENT_CHARS], model, prompt_tokens, cached_tokens,
                                    new_tokens, ttft_s, tpot_s, answer[:ANSWER_START_CHARS], run_link, streamed,
                                    block_size, kept_body(body) if body is not None else None)
@@ -83,8 +85,12 @@ class TrafficLog:
 
     def records(self) -> list[TrafficRecord]:
         """The records kept, oldest first (a copy)."""
+        return self.versioned()[1]
+
+    def versioned(self) -> tuple[int, list[TrafficRecord]]:
+        """(the log's version, the records kept, oldest first): the same version, the same records."""
         with self._lock:
-            return list(self._records)
+            return self._version, list(self._records)
 
     @property
     def count(self) -> int:
@@ -95,6 +101,7 @@ class TrafficLog:
     def clear(self) -> None:
         with self._lock:
             self._records.clear()
+            self._version += 1
 
 
 def hit_rates(records: list[TrafficRecord]) -> list[tuple[int, float, float]]:
@@ -133,4 +140,4 @@ def audit_log_text(records: list[TrafficRecord]) -> str:
                    for r in records if r.body is not None)
 
 
-TRAFFIC = TrafficLog()  # the server process's log: server.py adds, the Traffic page reads
+TRAFFIC = TrafficLog()  # the server process's log: the API's handlers add, the Traffic page reads

@@ -89,6 +89,15 @@ def token_ids(field: str, ids, vocab_size: int) -> list[int]:
     return [int(i) for i in ids]
 
 
+def in_vocabulary(field: str, ids, vocab_size: int) -> None:
+    """Token ids a request names (a logit bias's, `trace --force`'s), each one of the model's V: checked once the
+    model is known, after their type was."""
+    bad = [i for i in ids if i >= vocab_size]
+    if bad:
+        raise InputError(field, f"token id {bad[0]:,} is past the vocabulary (V = {vocab_size:,}: ids 0 to "
+                                f"{vocab_size - 1:,}).")
+
+
 def _range(lo, hi) -> str:
     if lo is not None and hi is not None:
         return f" from {lo:,} to {hi:,}"

@@ -18,7 +18,7 @@ import torch
 from pipeline.model.capture import block_names, capture, layout_for
 from pipeline.model.interface import LanguageModel
 from pipeline.model.kv_tensors import bytes_per_layer, cache_layers
-from pipeline.model.past import NOTHING, Past
+from pipeline.model.past import NOTHING, Past, Reuse
 from pipeline.model.prefill_record import FULL_ATTENTION_MAX_TOKENS, PREFILL_CHUNK, TOP_K_PER_POSITION, Prefill
 from pipeline.model.rope import rotate, signed_sin
 
@@ -85,6 +85,12 @@ class PrefillResult:
 def keeps_attention(T: int) -> bool:
     """Whether the captured prefill of a T-token prompt keeps the attention weights (one eager pass)."""
     return T <= FULL_ATTENTION_MAX_TOKENS
+
+
+def captured_past(lm: LanguageModel, ids: list[int], reuse: Reuse | None) -> Past:
+    """The cached blocks `ids` starts with that its captured prefill can use (with their captures; their attention
+    rows too when it keeps attention); NOTHING without the server's prefix cache."""
+    return reuse.take(lm, ids, captured=True, keep_attention=keeps_attention(len(ids))) if reuse else NOTHING
 
 
 def run_prefill(lm: LanguageModel, ids: list[int], keep_attention: bool | None = None,

@@ -57,12 +57,10 @@ def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | N
 
 
 def _past(checked: _Checked, lm: LanguageModel, reuse: Reuse | None) -> Past:
-    """The cached blocks a checked request's prompt starts with that its captured prefill can use (with their
-    captures; their attention rows too when it keeps attention)."""
-    from pipeline.model.prefill import keeps_attention
+    """The cached blocks a checked request's prompt starts with that its captured prefill can use."""
+    from pipeline.model.prefill import captured_past
 
-    ids = checked.tokenized.ids
-    return reuse.take(lm, ids, captured=True, keep_attention=keeps_attention(len(ids))) if reuse else NOTHING
+    return captured_past(lm, checked.tokenized.ids, reuse)
 
 
 def _kept(s: _Started, lm: LanguageModel, reuse: Reuse | None) -> _Started:

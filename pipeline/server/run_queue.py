@@ -134,7 +134,7 @@ class RunQueue:
     def submit_long(self, key: Hashable, steps: Callable[[], Steps], asker: Hashable) -> LongTicket:
         """Queue a long job: `steps()` makes its generator of chunks (pipeline.core.long_jobs), called at its first
         chunk in the worker. The same key already queued or running: `asker` joins that ticket (one run for
-        everyone; one who had withdrawn while it was still stopping brings it back)."""
+        everyone: LongJobTurns.ask)."""
         with self._lock:
             ticket = self._by_key.get(key)
             if ticket is None:
@@ -146,7 +146,7 @@ class RunQueue:
             return ticket
 
     def withdraw(self, ticket: LongTicket, asker: Hashable) -> bool:
-        """`asker` no longer wants `ticket`; True if nobody is left: it stops at the worker's next gap."""
+        """LongJobTurns.withdraw under the queue's lock, the worker woken when the job is to stop."""
         with self._lock:
             if not self._long.withdraw(ticket, asker):
                 return False
@@ -166,8 +166,8 @@ class RunQueue:
             return line.index(ticket) + self._busy() if ticket in line else 0
 
     def estimate_s(self, ticket: Ticket) -> float | None:
-        """The work of everything running and ahead of it, and its own, at the recent seconds per unit. A long job: its
-        own forecast (Progress.left_s) or its chunks left at its seconds per chunk, times the jobs taking turns."""
+        """The work of everything running and ahead of it, and its own, at the recent seconds per unit; a long job's
+        by LongJobTurns.left_s."""
         with self._lock:
             if isinstance(ticket, LongTicket):
                 return self._long.left_s(ticket)

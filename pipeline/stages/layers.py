@@ -87,29 +87,50 @@ def lens_head(lm: LanguageModel):
     return head
 
 
+def lens_chunks(lm: LanguageModel, hidden_states: np.ndarray, read, chunk_rows: int = LENS_CHUNK_ROWS) -> list:
+    """The logit lens over every row of hidden_states (L+1, P, D), at most `chunk_rows` rows at a time: per chunk
+    read(logits (n, V), log_z (n, 1), rows) with rows the chunk's slice of the (L+1) x P flattened rows; the list
+    of what it returned. Never (L+1, P, V), and never a second (n, V) array for a softmax: a probability is
+    exp(logit - log_z)."""
+    import torch
+
+    L1, P, D = hidden_states.shape
+    head = lens_head(lm)
+    flat = torch.from_numpy(np.ascontiguousarray(hidden_states.reshape(L1 * P, D), dtype=np.float32))
+    out = []
+    with torch.inference_mode():
+        for start in range(0, flat.shape[0], chunk_rows):
+            rows = slice(start, start + chunk_rows)
+            logits = head(flat[rows])  # (n, V)
+            out.append(read(logits, torch.logsumexp(logits, dim=-1, keepdim=True), rows))
+    return out
+
+
+def top_tokens(logits, log_z, k: int):
+    """(n, V) logits and their (n, 1) log_z -> ((n, k) ids, (n, k) probabilities), best first: the softmax keeps the
+    order, so the top logits are the top probabilities."""
+    import torch
+
+    top = logits.topk(k, dim=-1)
+    return top.indices, torch.exp(top.values - log_z)
+
+
 def logit_lens(lm: LanguageModel, hidden_states: np.ndarray, k: int = 1, chunk_rows: int = LENS_CHUNK_ROWS,
                start: int = 0, end: int | None = None):
     """Top-k token ids and probabilities for every layer and the positions start..end-1:
     ((L+1, P, k), (L+1, P, k)) with P = end - start (default: all T positions).
 
-    Reads through `lens_head` over at most `chunk_rows` rows at a time: never (L+1, T, V), and
-    only the top k probabilities (exp(logit - logsumexp)), never a second (rows, V) array for the softmax.
+    Reads through `lens_head` over at most `chunk_rows` rows at a time (lens_chunks), keeping only the top k.
     Each row costs a (D x V) product, so a page asks only for the positions it shows: 16 positions
     are (L+1) x 16 = 496 rows; a whole 641-token prompt would be 19,871 rows (about 100 s on a CPU).
     """
     import torch
 
     hidden_states = hidden_states[:, start:end]  # (L+1, P, D)
-    head = lens_head(lm)
-    L1, T, D = hidden_states.shape
-    flat = torch.from_numpy(np.ascontiguousarray(hidden_states.reshape(L1 * T, D), dtype=np.float32))
-    ids, probs = [], []
-    with torch.inference_mode():
-        for start in range(0, flat.shape[0], chunk_rows):
-            logits = head(flat[start:start + chunk_rows])  # (n, V)
-            top = logits.topk(k, dim=-1)  # the softmax keeps the order: top logits = top probabilities
-            ids.append(top.indices)
-            probs.append(torch.exp(top.values - torch.logsumexp(logits, dim=-1, keepdim=True)))
-    ids = torch.cat(ids).numpy().reshape(L1, T, k)
-    probs = torch.cat(probs).numpy().reshape(L1, T, k)
+    L1, P, _ = hidden_states.shape
+    chunks = lens_chunks(lm, hidden_states, lambda logits, log_z, rows: top_tokens(logits, log_z, k), chunk_rows)
+    if not chunks:
+        return np.zeros((L1, P, k), dtype=np.int64), np.zeros((L1, P, k), dtype=np.float32)
+    ids = torch.cat([i for i, _ in chunks]).numpy().reshape(L1, P, k)
+    probs = torch.cat([p for _, p in chunks]).numpy().reshape(L1, P, k)
     return ids, probs

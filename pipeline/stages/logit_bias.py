@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline.core.checks import shown, typed_count
+from pipeline.core.checks import in_vocabulary, shown, typed_count
 from pipeline.core.errors import InputError
 from pipeline.stages.request import (
     LOGIT_BIAS_LIMIT,
@@ -47,7 +47,4 @@ def parse_logit_bias(text: str) -> tuple[tuple[int, float], ...]:
 
 def check_vocabulary(options: GenerationOptions, vocab_size: int) -> None:
     """A logit bias names token ids: each must be one of the model's V (checked once the model is known)."""
-    bad = [i for i, _ in options.logit_bias if i >= vocab_size]
-    if bad:
-        raise InputError("logit_bias", f"token id {bad[0]:,} is past the vocabulary (V = {vocab_size:,}: ids 0 to "
-                                       f"{vocab_size - 1:,}).")
+    in_vocabulary("logit_bias", [i for i, _ in options.logit_bias], vocab_size)

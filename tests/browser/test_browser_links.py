@@ -240,3 +240,27 @@ def test_a_reload_during_a_run_brings_back_the_question_typed(slowed_server, chr
     page.reload()
     assert question_shown(page) == typed
     context.close()
+
+
+def test_a_token_of_journeys_strip_opens_its_lens_on_layers(tiny_server, chromium):
+    """Journey's compact commitment strip: a click on an answer token lands on Layers, on this run, with the lens's
+    token picker at that token (its link's `ly.commit_token`)."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 1600})
+    page = watch(context.new_page())
+    page.goto(f"{tiny_server}/journey?max_new_tokens=4&q=Which%20layer%20decides%20each%20word%3F")
+    settle(page, timeout=300)
+    page.get_by_role("button", name=re.compile("Show where each answer token was decided")).click()
+    settle(page, timeout=300)
+    links = page.locator("a.tpe-commit-link")
+    n = links.count()
+    assert 1 <= n <= 4
+    links.nth(n - 1).click()
+    page.wait_for_url(re.compile(r"/layers\?"), timeout=30_000)
+    settle(page, timeout=300)
+    assert page_shown(page) == ("/layers", "Layers")
+    assert question_shown(page) == "Which layer decides each word?"
+    picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="logit lens at the answer token")
+    chosen = picker.locator("input").input_value()
+    assert chosen.startswith(f"({n - 1}) "), chosen
+    assert page.locator('[data-testid="stException"]').count() == 0
+    context.close()

@@ -5,19 +5,23 @@ import streamlit as st
 
 from pipeline.costs.named_time import tpot, ttft
 from pipeline.model.prefill_record import PREFILL_CHUNK, prefill_passes
+from pipeline.stages.commitment import DEFINITIONS
 from pipeline.stages.decode_record import silent_steps
 from pipeline.text.pieces import token_pieces
 from pipeline.text.readable import render_bytes
 from pipeline.text.unfinished import continuation_label, unfinished_end
 from ui.chips import legend, token_chips
+from ui.commitment import strip_html
 from ui.escape import code_span, html_text, json_text, markdown_text, plotly_label
 from ui.plots import TICK_FONT
 from ui.words import first_values, plural
 from views.chrome.frame import page_header, stage_link
-from views.chrome.navigation import architecture_map, back_next
+from views.chrome.navigation import architecture_map, back_next, page_href
+from views.links.controls import link_name
 from views.request.model_kind_note import base_model_note
 from views.request.runs import run_for_page
 from views.request.session import current_request
+from views.server.commitment import kept_commitment, run_commitment
 from views.server.state import get_model
 
 page_header("Journey", "One question, followed from the moment it is sent to the moment the answer is complete. "
@@ -162,6 +166,31 @@ with c2:
               help=(per_token.help if per_token else "One token: no gap between tokens.") + PATHS_HELP)
     st.metric("text_delta events", len(deltas))
 stage_link("views/pages/generation/page.py", "Generation: replay the stream, timeline", "⏩")
+
+
+def decided_strip() -> None:
+    """The commitment strip, compact (Layers draws it whole): each answer token shaded by the first layer from which
+    the logit lens keeps it as its top-1; a token opens the lens at its position on Layers."""
+    st.markdown("**Where each answer token was decided**")
+    c = kept_commitment(trace.ids, trace.generated_token_ids)
+    if c is None and not st.button("Show where each answer token was decided (one more pass of the model)",
+                                   key="jo_commit_go"):
+        return
+    if c is None:
+        c = run_commitment(trace.ids, trace.generated_token_ids)
+    rule = next(iter(DEFINITIONS))  # top-1 from then on: Layers' default, where the other two are offered
+    layers = page_href("layers")  # the sidebar's request in it: Layers opens on this very run
+    lens_at = f"{layers}{'&' if '?' in layers else '?'}{link_name('ly_commit_token')}="
+    st.markdown(strip_html([p.label for p in answer], c.layers[rule], c.probs[-1], m.L, shown=SHOWN_COMPACT,
+                           hrefs=[f"{lens_at}{j}" for j in range(S)]), unsafe_allow_html=True)
+    st.caption(f"Shaded by the first layer from which the logit lens keeps the token as its top-1 through the last "
+               f"layer ({m.L}): darker blue settled earlier, amber only at the last layer, red never. \"Decided\" is "
+               "a choice of definition; Layers offers two more. Click a token for the lens at its position there.")
+
+
+SHOWN_COMPACT = 80  # Journey's strip: chips before the rest fold
+if S:
+    decided_strip()
 
 WHY_STOPPED = {"eos": "the model chose its end-of-turn token", "length": "the token limit was reached"}
 section(7, "Done: the completed event and clean-up", f"Generation stopped because of **{trace.finish_reason}** "

@@ -22,11 +22,10 @@ from views.server.state import (
     get_model,
     picked_model_key,
     picked_weights,
-    run_queue,
-    using_model,
+    server_reuse,
 )
 from views.server.verdict_log import history_lines, kept
-from views.server.waiting import wait_for
+from views.server.waiting import result_through_queue
 
 page_header("Prompt caching", "A chat model remembers nothing between requests, so an app resends the whole "
                               "conversation every time. A prompt cache keeps the keys and values computed for "
@@ -36,14 +35,10 @@ SCENARIOS = scenarios()
 BLOCK_SIZES = [4, 8, 16, 32]  # tokens per cached block, offered
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def compared(model: str, weights: str, text_a: str, text_b: str, block_size: int) -> list[dict]:
-    """Requests A then B on `model` in `weights`: the queue's thread has no session, so the model is named (an
-    unnamed get_model() there is the server's default model)."""
-    def work() -> list[dict]:
-        with using_model(model, weights):
-            return compare_texts(get_model(), text_a, text_b, block_size, max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
-    return wait_for(run_queue().submit(("compare", model, weights, text_a, text_b, block_size), work, cost=4000))
+def compared(text_a: str, text_b: str, block_size: int) -> list[dict]:
+    """Requests A then B on the picked model, through the queue, kept for everyone (result_through_queue)."""
+    return result_through_queue(("compare", text_a, text_b, block_size), lambda: compare_texts(
+        get_model(), text_a, text_b, block_size, max_prompt_tokens=APP_MAX_PROMPT_TOKENS), cost=4000)
 
 
 def history_key(row: dict) -> tuple:
@@ -166,7 +161,7 @@ with st.form("pc_compare"):
     text_b = linked(b.text_area, "pc_text_b", text(), "Request B", default.replace(QUESTION_1, QUESTION_2), height=220)
     st.form_submit_button("Compare", type="primary", key="pc_compare_go")
 try:
-    for row in compared(picked_model_key(), picked_weights(), text_a, text_b, block_size):
+    for row in compared(text_a, text_b, block_size):
         show_request(row, shared=False)
 except InputError as e:
     st.error(f"Please fix the requests — {markdown_text(e)}")
@@ -175,7 +170,5 @@ st.subheader("4. The server's own prefix cache: your request's run")
 st.markdown("Every request this server runs (yours, the room's, the API's) goes through one prefix cache per model, "
             "as above with blocks of 16 tokens: its first cached blocks are not run again.")
 reuse_section(run_for_page(original=True), "pc")
-server_reuse = run_queue().engines["trace"].reuse
-if server_reuse is not None:
-    st.caption(server_cache_caption(server_reuse, lm))
+st.caption(server_cache_caption(server_reuse(), lm))
 back_next()

@@ -50,11 +50,16 @@ def how_to_send() -> None:
                "with a stable system prompt, once with a timestamp at its top (the classic trap).")
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
-def audited(log_text: str):
-    """The traffic replayed under the three providers' rules and priced (the Cache audit page's functions)."""
+@st.cache_resource(max_entries=4, show_spinner=False)
+def audited(version: int, _records: list[TrafficRecord]) -> dict[int, tuple]:
+    """{request number: (its replay, its bill)}: the traffic log at this version replayed under the three
+    providers' rules and priced (the Cache audit page's functions), once per version of the log, not per refresh."""
+    log_text = audit_log_text(_records)
+    if not log_text:
+        return {}
     report = ca.audit_log(log_text)
-    return report.requests, ca.bill(report)["requests"]
+    kept = [r.number for r in _records if r.body is not None]
+    return dict(zip(kept, zip(report.requests, ca.bill(report)["requests"])))
 
 
 def hit_rate_chart(records: list[TrafficRecord]) -> go.Figure:
@@ -75,7 +80,7 @@ def hit_rate_chart(records: list[TrafficRecord]) -> go.Figure:
 
 @st.fragment(run_every=REFRESH_S)
 def live() -> None:
-    records = TRAFFIC.records()
+    version, records = TRAFFIC.versioned()
     if not records:
         how_to_send()
         return
@@ -92,13 +97,9 @@ def live() -> None:
         "TTFT p95": shown(row["ttft_p95_s"]) if row["ttft_p95_s"] is not None else "—"}
         for row in by_client(records)]), hide_index=True, width="stretch")
 
-    log_text = audit_log_text(records)
     priced: dict[int, tuple] = {}
     try:
-        if log_text:
-            requests, costs = audited(log_text)
-            kept = [r.number for r in records if r.body is not None]
-            priced = dict(zip(kept, zip(requests, costs)))
+        priced = audited(version, records)
     except InputError as e:
         st.warning(f"The cache audit could not read this traffic: {markdown_text(str(e))}")
     st.markdown(legend() + " · newest first; the providers' columns replay the requests kept under OpenAI's, "
@@ -109,7 +110,8 @@ def live() -> None:
                 unsafe_allow_html=True)
     if len(records) > ROWS_SHOWN:
         st.caption(f"The newest {ROWS_SHOWN} of {len(records):,} kept requests.")
-    st.download_button("Download this traffic as a cache-audit log (JSONL)", log_text, "traffic_log.jsonl",
+    st.download_button("Download this traffic as a cache-audit log (JSONL)", lambda: audit_log_text(records),
+                       "traffic_log.jsonl",
                        "application/jsonl", key="tr_download", on_click="ignore",
                        help="for another server's Cache audit; this server's reads it as its log source \"This "
                             "server's traffic\": the traps, the prefix tree, the fixes")

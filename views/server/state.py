@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -24,6 +25,9 @@ from pipeline.model.weights_cache import cache_root
 from pipeline.server.run_queue import RunQueue
 from pipeline.server.store.memory import RunStore
 from pipeline.server.wiring import finished_runs, log_queue_on_console, other_results, server_queue
+
+if TYPE_CHECKING:
+    from pipeline.prompt_cache.reuse import ServerReuse
 
 APP_MAX_PROMPT_TOKENS = 4096  # a 4k prompt is ~30 s of prefill here and ~650 MB of captures; 8k is twice both
 
@@ -165,3 +169,10 @@ def run_queue() -> RunQueue:
     log_queue_on_console()
     return server_queue(lambda request: get_model(resolve(request.model).key, request.weights), APP_MAX_PROMPT_TOKENS,
                         on_trace=run_store().put)
+
+
+def server_reuse() -> ServerReuse:
+    """The server's prefix cache (pipeline.prompt_cache.reuse.ServerReuse), one for the queue's engines (the server
+    always makes it: pipeline.server.wiring.server_queue): a pass a page runs through the queue over a prompt reads
+    the prompt's cached blocks from it, as a request does."""
+    return run_queue().engines["trace"].reuse

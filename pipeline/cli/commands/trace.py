@@ -8,7 +8,7 @@ from dataclasses import fields
 
 from pipeline.cli.arguments import check_model_arg, request_from_args, write_json
 from pipeline.cli.parser import REQUEST_FIELDS
-from pipeline.core.checks import shown, typed_count
+from pipeline.core.checks import in_vocabulary, shown, typed_count
 from pipeline.core.errors import InputError
 from pipeline.core.files import check_output_file
 from pipeline.model.interface import LanguageModel
@@ -150,9 +150,7 @@ def trace_from_args(args, request: ChatRequest, force: dict[int, int], lm: Langu
 
     lm = model_from_args(args) if lm is None else lm
     layout_for(lm.model)  # an architecture the capture does not know is refused here, naming what it lacks
-    bad = [t for t in force.values() if t >= lm.dims.V]
-    if bad:
-        raise InputError("force", f"token id {bad[0]} is past the vocabulary (V = {lm.dims.V:,}).")
+    in_vocabulary("force", force.values(), lm.dims.V)
     return lm, run_trace(request, lm, force=force)
 
 

@@ -8,19 +8,28 @@ from kit.tolerance import assert_within, attention_tolerance, forward_tolerance
 
 
 def test_the_grid_covers_the_answer_with_hfs_own_weights(tiny_app):
-    from kit.texts import DEFAULT_QUESTION
-
     from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest
 
-    at = run_page("attention")
-    prompt = prompt_ids(tiny_app)
+    from views.server.state import result_store, server_reuse
+    from views.server.waiting import model_result_key
+
+    question = "Which tokens does the answer look back at?"  # asked by no other test: its run is made (and its
+    # prompt's blocks kept in the prefix cache) here, not read from the store of runs
+    at = run_page("attention", question=question)
+    prompt = prompt_ids(tiny_app, question)
     T = len(prompt)
     assert np.asarray(chart_data(chart(at, "at_heatmap"))[0]["customdata"]).shape == (T, T)  # the prompt only
+    reused = sum(c.session_tokens_reused for c in server_reuse().caches.values())
     at.toggle(key="at_answer").set_value(True).run()
     assert not at.exception, [e.message for e in at.exception]
-    answer = run_trace(ChatRequest.from_question(DEFAULT_QUESTION), tiny_app).generated_token_ids  # the page's run
+    answer = run_trace(ChatRequest.from_question(question), tiny_app).generated_token_ids  # the page's run
     ids = prompt + list(answer)
+    # the pass went through the queue (kept in the result store) and read the prompt's blocks, kept by the page's
+    # run with their captures, from the server's prefix cache
+    assert result_store().peek(model_result_key(("answer prefill", tuple(ids)))) is not None
+    block = server_reuse().config.block_size
+    assert sum(c.session_tokens_reused for c in server_reuse().caches.values()) - reused >= T // block * block > 0
     layer, head = int(at.slider(key="at_layer").value), int(at.selectbox(key="at_head").value)
     weights = np.asarray(chart_data(chart(at, "at_heatmap"))[0]["customdata"], dtype=float)
     n = len(ids)

@@ -76,6 +76,11 @@ def test_compare_two_edited_requests(tiny_app):
     rows = [m.value for m in at.markdown if m.value.startswith("**Request B**")]
     assert rows and " 0 blocks hit" in rows[-1]  # a name in the first line: nothing reused
     assert any("Token" in c.value and "differs" in c.value for c in at.caption)
+    from views.server.state import result_store
+    from views.server.waiting import model_result_key
+
+    block_size = at.select_slider(key="pc_block_size").value  # the comparison ran through the queue, kept for all
+    assert result_store().peek(model_result_key(("compare", text_a, changed, block_size))) is not None
 
 
 def test_timing_a_scenario_again_replaces_the_shared_measurement(tiny_app):

@@ -75,3 +75,39 @@ def test_what_a_client_sends_plants_no_link_on_the_page(tiny_app, empty_traffic)
     assert "evil.example/login" in html  # shown, as text
     assert foreign_links(html) == []
     assert "href='/journey?link=x'" in html  # the run's path, on the page's own server
+
+
+def test_the_audit_runs_once_per_version_of_the_log_not_per_refresh(tiny_app, empty_traffic, monkeypatch):
+    """The page refreshes every 2 s: the same records are replayed under the providers' rules once, a new record
+    replays them again; the JSONL export is built when the button is clicked."""
+    from kit.apptest import page_app
+
+    from pipeline.prompt_cache import audit as ca
+
+    replays = []
+    real = ca.audit_log
+    monkeypatch.setattr(ca, "audit_log", lambda text: replays.append(text) or real(text))
+
+    def add(n: int) -> None:
+        TRAFFIC.add(at=1_700_000_000.0 + n, api="openai", client="agent", model="SmolLM2-135M-Instruct",
+                    prompt_tokens=40, cached_tokens=16 * n, new_tokens=2, ttft_s=0.1, tpot_s=None, answer="ok",
+                    run_link="http://localhost:8501/journey?link=x", streamed=False, block_size=16,
+                    body={"messages": [{"role": "user", "content": f"question {n}"}]})
+
+    add(0)
+    at = page_app("traffic").run()
+    at.run()
+    assert not at.exception and len(replays) == 1
+    add(1)
+    at.run()
+    assert len(replays) == 2 and replays[1].count("\n") == 2
+
+
+def test_a_record_takes_the_block_size_the_servers_prefix_cache_was_made_with(tiny_app, monkeypatch):
+    from pipeline.prompt_cache.engine import PrefixCacheConfig
+    from views.server.api_runs import QueueRuns
+    from views.server.state import server_reuse
+
+    assert QueueRuns.block_size() == server_reuse().config.block_size
+    monkeypatch.setattr(server_reuse(), "config", PrefixCacheConfig(block_size=8))
+    assert QueueRuns.block_size() == 8 != PrefixCacheConfig.block_size

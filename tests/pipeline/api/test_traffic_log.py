@@ -131,3 +131,29 @@ def test_a_link_that_is_not_a_path_on_this_server_is_not_drawn(link):
 def test_past_the_most_chips_the_rest_are_counted():
     html = block_chips([True] * 100, 16)
     assert html.count("tpe-block-hit") == 64 and "+36 blocks" in html
+
+
+def test_hits_and_misses_take_the_prompt_cache_rows_colours():
+    """One colour scheme for a hit and a miss: the prompt-cache block rows' (ui/cache_blocks.py)."""
+    from pipeline.prompt_cache.outcomes import HIT, MISS
+    from ui.cache_blocks import STATUS_STYLE
+    from ui.traffic_rows import legend
+
+    html = block_chips([True, False], 16) + legend()
+    for status in (HIT, MISS):
+        background, border = STATUS_STYLE[status]
+        assert html.count(f"background:{background};border:{border}") == 2  # its chip and its legend
+
+
+def test_the_version_changes_with_every_add_and_clear_and_names_one_list_of_records():
+    log = TrafficLog()
+    seen = [log.versioned()]
+    add(log)
+    seen.append(log.versioned())
+    add(log)
+    seen.append(log.versioned())
+    log.clear()
+    seen.append(log.versioned())
+    assert len({v for v, _ in seen}) == 4
+    assert [len(records) for _, records in seen] == [0, 1, 2, 0]
+    assert log.versioned() == seen[-1] and log.count == 2

@@ -14,8 +14,16 @@ from kit.apptest import run_page
 from kit.cli import run_cli
 from kit.tolerance import float32_tolerance, forward_tolerance, unembedding_magnitude
 
-from pipeline.stages.commitment import DEFINITIONS, answer_commitment, commitment_layers, settled_layers
-from views.pages.layers.commitment_strip import strip_html
+from pipeline.stages.commitment import (
+    DEFINITIONS,
+    LENS_TOP,
+    answer_commitment,
+    answer_stream,
+    commitment_layers,
+    settled_layers,
+)
+from pipeline.stages.layers import logit_lens
+from ui.commitment import strip_html
 
 # ---- the three definitions on hand-made lens readings (L = 4: layers 0..4) -----------------------------------------
 
@@ -52,6 +60,9 @@ def test_the_strip_escapes_token_text_and_names_each_layer():
     assert "&#x27;q&#x27;" in html and "'q'" not in html  # quotes too: the text also lands in the title attribute
     assert "layer 2; final probability 90.0%" in html
     assert "never (not even at the last layer)" in html and "layer 4 (only at the last layer)" in html
+    linked = strip_html(["a", "b"], [1, 2], [0.5, 0.5], L=4, hrefs=["./layers?q=x&ly.commit_token=0", "./l'><x"])
+    assert linked.count("class='tpe-commit-link'") == 2 and "href='./layers?q=x&amp;ly.commit_token=0'" in linked
+    assert "'><x" not in linked  # an address is escaped in its attribute too
 
 
 # ---- against Hugging Face's own hidden states ----------------------------------------------------------------------
@@ -110,10 +121,16 @@ def greedy_answer(lm, prompt: list[int], steps: int) -> list[int]:
     return ids[len(prompt):]
 
 
-def check_against_hf(lm, prompt: list[int], answer: list[int]):
-    c = answer_commitment(lm, prompt, answer)
+def check_against_hf(lm, prompt: list[int], answer: list[int], reuse=None):
+    c = answer_commitment(lm, prompt, answer, reuse)
     L, S = lm.dims.L, len(answer)
-    assert c.stream.shape == (L + 1, S, lm.dims.D) and c.ranks.shape == c.probs.shape == (L + 1, S)
+    assert c.ranks.shape == c.probs.shape == (L + 1, S) and c.top_ids.shape == c.top_probs.shape == (L + 1, S, LENS_TOP)
+    # the kept top tokens are the page's logit lens over the same stream (one reading of the lens for both)
+    stream, _ = answer_stream(lm, prompt, answer, reuse)
+    lens_ids, lens_probs = logit_lens(lm, stream, k=LENS_TOP)
+    assert np.array_equal(c.top_ids, lens_ids) and np.allclose(c.top_probs, lens_probs, rtol=1e-6, atol=1e-9)
+    top1 = c.top_ids[..., 0] == np.asarray(answer)[None, :]
+    assert np.all(c.ranks[top1] == 0) and np.all(c.probs[top1] == c.top_probs[..., 0][top1])
     bounds = reference_bounds(lm, prompt, answer)
     exact = 0
     for name in DEFINITIONS:
@@ -140,6 +157,26 @@ def test_tiny_llama_layers_equal_hf_lens(tiny_app_model):
     answer = greedy_answer(lm, prompt, 5) + [1234]  # and a token it did not choose: never by top-1
     c = check_against_hf(lm, prompt, answer)
     assert all(x is not None for x in c.layers["top1"][:-1]) and c.layers["top1"][-1] is None
+
+
+def test_the_pass_reads_the_prompts_cached_blocks_and_still_equals_hf_lens(tiny_app_model):
+    """Over the server's prefix cache (pipeline.prompt_cache.reuse), the pass runs only the prompt's positions no
+    block holds; the last prompt token always runs (its stream is the first one read)."""
+    from kit.tiny_models import prompt_ids
+
+    from pipeline.prompt_cache.reuse import ServerReuse
+
+    lm = tiny_app_model[1]
+    prompt = prompt_ids(lm)
+    answer = greedy_answer(lm, prompt, 4)
+    reuse = ServerReuse()
+    assert check_against_hf(lm, prompt, answer, reuse).reused_positions == 0  # nothing kept yet: all run
+    reuse.keep(lm, prompt, lm.forward_chunked(prompt)[1])  # as the page's run keeps its prompt
+    block = reuse.config.block_size
+    c = check_against_hf(lm, prompt, answer, reuse)
+    assert c.reused_positions == (len(prompt) - 1) // block * block > 0
+    plain = answer_commitment(lm, prompt, answer)
+    assert plain.reused_positions == 0 and c.layers == plain.layers
 
 
 def test_tiny_gemma_layers_equal_hf_lens(tiny_gemma):
@@ -173,11 +210,18 @@ def test_layers_page_draws_the_strip_of_the_run(tiny_app):
 
     from kit.texts import DEFAULT_QUESTION
 
+    from views.server.state import result_store
+    from views.server.waiting import model_result_key
+
     at = run_page("layers")
     strip = [m.value for m in at.markdown if "final probability" in m.value]
     assert len(strip) == 1
     trace = run_trace(ChatRequest.from_question(DEFAULT_QUESTION), tiny_app)  # the page's run, again
     c = answer_commitment(tiny_app, trace.ids, trace.generated_token_ids)
+    # the strip's pass went through the queue and is kept for everyone in the result store, as the other passes
+    kept = result_store().peek(model_result_key(("commitment", tuple(trace.ids), tuple(trace.generated_token_ids))))
+    assert kept is not None and kept.layers == c.layers
+    assert f"it read {kept.reused_positions} prompt position" in " ".join(x.value for x in at.caption)
     assert strip[0].count("title=") == len(trace.generated_token_ids)
     for j, p in enumerate(token_pieces(tiny_app.tokenizer, trace.generated_token_ids)):
         assert f">{html_text(p.label)}<" in strip[0]

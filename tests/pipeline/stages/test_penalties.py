@@ -206,3 +206,19 @@ def test_the_command_line_refuses_bad_values_before_loading_the_model(flags, fie
     code, _out, err = run_cli(tmp_path, "trace", "hi", *flags)  # a weights cache that cannot be used (cli_kit)
     assert code == 2
     assert f"{field}:" in err
+
+
+def test_trace_force_past_the_vocabulary_is_refused_by_the_same_check(tmp_path, tiny_app_model):
+    """`trace --force STEP:ID` and a logit bias name token ids: one check (pipeline.core.checks.in_vocabulary),
+    one message, each naming its own field."""
+    from kit.cli import run_cli
+
+    from pipeline.model.weights_cache import weights_cache_dir
+
+    root, lm = tiny_app_model
+    V = lm.dims.V
+    with pytest.raises(InputError) as bias:
+        check_vocabulary(GenerationOptions(logit_bias={V: 1.0}), V)
+    code, _out, err = run_cli(tmp_path, "trace", "Hi", "--max-new-tokens", "2", "--force", f"1:{V}",
+                              "--model", str(root / weights_cache_dir().name))
+    assert code == 2 and bias.value.message in err and "force" in err, err[-500:]

@@ -1,18 +1,26 @@
 """Attention over the answer too: the Attention page's grids for the prompt followed by the generated tokens, from one
-more captured pass over them (the run's own prefill covers the prompt only)."""
+more captured pass over them (the run's own prefill covers the prompt only), its turn in the server's queue, over the
+prompt's blocks (and their captures) in the server's prefix cache."""
 import streamlit as st
 
 from pipeline.model.prefill_record import Prefill
+from pipeline.server.run_queue import cost_of
 from views.links.controls import linked
 from views.links.params import boolean
-from views.server.state import get_model
+from views.server.state import get_model, server_reuse
+from views.server.waiting import result_through_queue
 
 
-@st.cache_resource(max_entries=2, show_spinner="Running the prompt and the answer once more, with hooks...")
-def _answer_prefill(model_name: str, ids: tuple) -> Prefill:
-    from pipeline.model.prefill import run_prefill  # torch: only once the answer is asked for
+def _answer_prefill(ids: list[int]) -> Prefill:
+    """The captured pass over `ids` on the picked model, kept for everyone in the result store."""
+    def run() -> Prefill:
+        from pipeline.model.prefill import captured_past, run_prefill  # torch: only once the answer is asked for
 
-    return run_prefill(get_model(), list(ids)).prefill
+        lm = get_model()
+        return run_prefill(lm, ids, past=captured_past(lm, ids, reuse)).prefill
+
+    reuse = server_reuse()
+    return result_through_queue(("answer prefill", tuple(ids)), run, cost_of(len(ids), 0), len(ids))
 
 
 def attention_ids(trace) -> tuple[list[int], Prefill, str]:
@@ -27,4 +35,4 @@ def attention_ids(trace) -> tuple[list[int], Prefill, str]:
     if not on:
         return list(trace.ids), trace.prefill, trace.request.id
     ids = list(trace.ids) + answer
-    return ids, _answer_prefill(trace.dims.name, tuple(ids)), f"{trace.request.id}+answer"
+    return ids, _answer_prefill(ids), f"{trace.request.id}+answer"

@@ -1,72 +1,22 @@
 """The commitment strip: the whole answer, each token shaded by the layer from which the logit lens keeps it
-(pipeline.stages.commitment), a choice among three definitions; a picked token's lens at every layer below it."""
+(pipeline.stages.commitment; its pass views/server/commitment.py, its chips ui/commitment.py), a choice among three
+definitions; a picked token's lens at every layer below it (Journey's compact strip links here, to that token)."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
 from pipeline.model.interface import LanguageModel
-from pipeline.stages import layers as la
-from pipeline.stages.commitment import DEFINITIONS, Commitment, answer_commitment
+from pipeline.stages.commitment import DEFINITIONS, LENS_TOP
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
-from ui.chips import chip
+from ui.commitment import layer_words, legend, strip_html
 from ui.escape import code_span, one_html_block
-from ui.more_below import fold
 from ui.words import plural
 from views.chrome.frame import fragment
 from views.links.controls import linked
 from views.links.params import WIDE, choice, integer
-
-LAST_LAYER_SHADE = "#fde68a"  # amber: decided only at the last layer
-NEVER_SHADE = "#fecaca"  # pale red: not kept even at the last layer (sampled or forced below the top)
-SHOWN_CHIPS = 240  # chips drawn before the rest fold under "N more tokens below"
-LENS_TOP = 3  # the lens's best tokens shown per layer for a picked token
-
-
-def layer_shade(layer: int | None, L: int) -> str:
-    """A background for a token decided at `layer` of 0..L: blue, darkest for the embeddings and paler layer by
-    layer up to L - 1; its own shades for the last layer only (L) and for never (None)."""
-    if layer is None:
-        return NEVER_SHADE
-    if layer >= L:
-        return LAST_LAYER_SHADE
-    x = layer / max(L - 1, 1)
-    return f"hsl(205,70%,{50 + 42 * x:.0f}%)"
-
-
-def layer_words(layer: int | None, L: int) -> str:
-    if layer is None:
-        return "never (not even at the last layer)"
-    if layer == 0:
-        return "layer 0 (the embeddings)"
-    return f"layer {L} (only at the last layer)" if layer == L else f"layer {layer}"
-
-
-# kept as a Python object (st.cache_resource, as the other captured passes): a cache_data copy of its (L+1, S, D)
-# stream on every rerun of the fragment cost more than reading it
-@st.cache_resource(max_entries=8, show_spinner="Reading the answer's positions at every layer (one more pass)...")
-def _commitment(model: str, prompt: tuple, answer: tuple, _lm) -> Commitment:
-    return answer_commitment(_lm, list(prompt), list(answer))
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def _lens_at(model: str, prompt: tuple, answer: tuple, j: int, _c: Commitment, _lm):
-    return la.logit_lens(_lm, _c.stream, k=LENS_TOP, start=j, end=j + 1)  # ((L+1, 1, k), (L+1, 1, k))
-
-
-def strip_html(labels: list[str], layers: list[int | None], final_probs, L: int) -> str:
-    """One chip per answer token (labels: its readable text, escaped by `chip`), shaded by its layer, the layer and
-    the model's final probability of it in the tooltip; past SHOWN_CHIPS the rest fold under a cue."""
-    chips = [chip(label, background=layer_shade(layer, L),
-                  title=f"({j}) {label}: {layer_words(layer, L)}; final probability {float(p):.1%}")
-             for j, (label, layer, p) in enumerate(zip(labels, layers, final_probs))]
-    return one_html_block(f"<div style='line-height:2.1'>{fold(chips, SHOWN_CHIPS)}</div>")
-
-
-def legend(L: int) -> str:
-    marks = [0, L // 2, L - 1, L, None]
-    return "".join(chip(layer_words(m, L), background=layer_shade(m, L)) for m in dict.fromkeys(marks))
+from views.server.commitment import run_commitment
 
 
 @fragment
@@ -85,10 +35,7 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
                f"last layer ({L}). \"Decided\" is a choice of definition, not a fact about the model: the three above "
                "can name different layers for the same token. Hover a token for its layer and the model's final "
                "probability of it; pick one below for the lens at its position.")
-    # the model as these weights and this process hold it: two handles of one name (fp32 and bf16, or a test's tiny
-    # copy of the layout) give other lens values
-    model = f"{lm.name} {getattr(lm, 'weights', '')} {trace.dims.D}x{trace.dims.L} #{id(lm)}"
-    c = _commitment(model, tuple(trace.ids), tuple(answer), lm)
+    c = run_commitment(list(trace.ids), answer)
     layers = c.layers[rule]
     pieces = token_pieces(lm.tokenizer, answer)
     st.markdown(strip_html([p.label for p in pieces], layers, c.probs[-1], L), unsafe_allow_html=True)
@@ -96,15 +43,16 @@ def commitment_strip(lm: LanguageModel, trace) -> None:
     settled = [x for x in layers if x is not None and x < L]
     st.caption(f"Settled before the last layer ({DEFINITIONS[rule]}): {len(settled)} of "
                f"{plural(len(answer), 'token')}. The lens at these positions comes from one more pass of the model "
-               "over the prompt and the answer: the decode steps keep no per-layer vectors.")
+               "over the prompt and the answer (the decode steps keep no per-layer vectors), its turn in the "
+               f"server's queue; it read {plural(c.reused_positions, 'prompt position')} from the server's prefix "
+               "cache rather than running them again.")
     j = linked(st.selectbox, "ly_commit_token", integer(0, WIDE), "logit lens at the answer token",
                range(len(answer)), within=(0, len(answer) - 1),
                format_func=lambda k: f"({k}) {pieces[k].label}: {layer_words(layers[k], L)}")
-    ids, probs = _lens_at(model, tuple(trace.ids), tuple(answer), j, c, lm)
     context = list(trace.ids) + answer[:j]  # what the position that chose answer token j had read
     rows = [{"layer": ("0 (embeddings)" if i == 0 else f"{i} (last)" if i == L else str(i)),
-             **{f"top {r + 1}": f"{continuation_label(lm.tokenizer, context, int(ids[i, 0, r]), short=True)} "
-                                f"{float(probs[i, 0, r]):.1%}" for r in range(LENS_TOP)},
+             **{f"top {r + 1}": f"{continuation_label(lm.tokenizer, context, int(c.top_ids[i, j, r]), short=True)} "
+                                f"{float(c.top_probs[i, j, r]):.1%}" for r in range(LENS_TOP)},
              "answer token's rank": int(c.ranks[i, j]) + 1, "its probability": f"{float(c.probs[i, j]):.1%}"}
             for i in range(L + 1)]
     st.dataframe(pd.DataFrame(rows[::-1]), hide_index=True, width="stretch")
