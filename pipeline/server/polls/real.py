@@ -48,14 +48,16 @@ def real_figure(kind: str, trace, tokenizer, cache_rows: list[dict] | None = Non
         return {"top": [{"id": c["id"], "label": continuation_label(tokenizer, trace.ids, c["id"]),
                          "text": tokenizer.decode([c["id"]]), "probability": c["probability"]} for c in top]}
     if kind == "tokens":
-        return {"count": len(trace.tokens), "answer": str(len(trace.tokens)), "tokens": [t.text for t in trace.tokens[:MAX_TOKENS_SHOWN]]}
+        return {"count": len(trace.tokens), "answer": str(len(trace.tokens)),
+                "tokens": [t.text for t in trace.tokens[:MAX_TOKENS_SHOWN]]}
     if kind == "temperature":
         options = trace.request.options
         final = filter_stages(trace.step_logits[0].astype(np.float64), options, trace.ids)[-1].probs  # (V,)
         picks = draw(final, DRAWS, np.random.default_rng(int(options.seed or 0)))  # (DRAWS,) token ids
         agree = len(set(picks.tolist())) == 1
         return {"temperature": float(options.temperature), "seed": int(options.seed or 0),
-                "ids": [int(i) for i in picks], "draws": [continuation_label(tokenizer, trace.ids, int(i)) for i in picks],
+                "ids": [int(i) for i in picks],
+                "draws": [continuation_label(tokenizer, trace.ids, int(i)) for i in picks],
                 "agree": agree, "answer": "yes" if agree else "no"}
     if kind == "attention":
         layer, head = attention_head(trace)

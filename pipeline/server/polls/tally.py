@@ -64,7 +64,8 @@ def class_view(poll: Poll, answers: list[str]) -> list[Row]:
     if poll.kind == "attention":
         weights = real.get("weights", [])
         best = int(real["answer"]) if "answer" in real else None
-        picked = {i for i, label in enumerate(poll.choices) if label in counts} | ({best} if best is not None else set())
+        picked = {i for i, label in enumerate(poll.choices) if label in counts}
+        picked |= {best} if best is not None else set()
         return [Row(poll.choices[i], counts.get(poll.choices[i], 0), float(weights[i]) if i < len(weights) else None,
                     i == best) for i in sorted(picked)]
     raise ValueError(f"no poll kind {poll.kind!r}")

@@ -26,6 +26,7 @@ from views.links import url_state
 from views.links.controls import declare, left_out
 from views.links.params import integer, presenter_key, room_code
 from views.pages.presenter import room_key
+from views.pages.presenter.polls import learner_polls, presenter_polls
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
 from views.request.runs import run_for_page
 from views.request.session import TEXT_LIMIT
@@ -188,6 +189,10 @@ else:
     question_box()
 st.title(f"{stage}. {title}")
 small_map(about=full_page)  # where this stage stands in the model, its parts lit
+if following:
+    learner_polls(following)
+elif code:
+    presenter_polls(code, ss.pr_key, stage, params, trace, tok)
 
 
 def big_chart(fig: go.Figure, height: int = 480) -> None:

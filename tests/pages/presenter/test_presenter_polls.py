@@ -1,0 +1,126 @@
+"""Presenter mode's polls in AppTest on the tiny model (fast tier): the presenter opens a poll, three learner sessions
+holding the follow link answer, the presenter sees a count and no answer, Reveal draws the class view beside the
+model's real figure, a learner's second answer replaces the first; a learner never gets a poll control; the class
+view's real figure is the one the Next token and Tokens pages show for the same request."""
+import hashlib
+import json
+import secrets
+
+import pytest
+from kit.apptest import page_app
+
+from pipeline.server.polls.store import poll_store
+
+pytestmark = pytest.mark.usefixtures("tiny_app")
+POLL_KEYS = {"pp_open", "pp_reveal", "pp_close"}
+
+
+def presenter(stage: int, **state):
+    at = page_app("presenter", pr_stage=stage, **{"req_max_new_tokens": 4, **state}).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def started(stage: int, **state):
+    at = presenter(stage, **state)
+    at.button(key="pr_start").click().run()
+    assert at.session_state["pr_room"], [e.value for e in at.error]
+    return at
+
+
+def send(learner, answer) -> None:
+    """A learner types or picks an answer and presses Send my answer."""
+    for key in ("pl_text", "pl_number"):
+        if key in [w.key for w in [*learner.text_input, *learner.number_input]]:
+            (learner.text_input if key == "pl_text" else learner.number_input)(key=key).set_value(answer)
+    next(b for b in learner.button if b.label == "Send my answer").click().run()
+    assert not learner.exception, learner.exception
+
+
+def texts(at) -> str:
+    return " | ".join([m.value for m in at.markdown] + [c.value for c in at.caption])
+
+
+def test_a_poll_opened_answered_by_three_learners_and_revealed(tiny_app):
+    at = started(8, req_question="Is a tomato a fruit?")
+    room = at.session_state["pr_room"]
+    at.selectbox(key="pp_kind").set_value("next_token")
+    at.button(key="pp_open").click().run()
+    assert "0 answered" in texts(at)
+    poll = poll_store().current(room)
+    assert poll.kind == "next_token" and poll.stage == 8
+    learners = [presenter(1, pr_follow=room) for _ in range(3)]
+    for learner in learners:
+        assert poll.question in texts(learner)
+        assert not POLL_KEYS & {b.key for b in learner.button}  # a learner has no poll control
+    top = [c["text"] for c in poll.real["top"] if c["text"].strip()]  # a guess that can be typed
+    send(learners[0], "<b>bold</b>")
+    send(learners[1], top[1])
+    send(learners[2], "x" * 10_000)
+    send(learners[0], top[0])  # a second answer replaces the first
+    assert poll_store().count(room, poll.id) == 3
+    at.run()
+    shown = texts(at)
+    assert "3 answered" in shown and "bold" not in shown and "xxxx" not in shown  # a count, never the answers
+    assert not at.get("plotly_chart") or "share of the class" not in json.dumps(
+        [c.proto.spec for c in at.get("plotly_chart")])
+    learners[0].run()
+    assert "bold" not in texts(learners[0]).replace("Your answer", "")  # their own answer only: the first replaced
+    at.button(key="pp_reveal").click().run()
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "share of the class" in c.proto.spec]
+    assert charts, "no class view after Reveal"
+    bars, model = charts[0]["data"]
+    assert sum(int(t) for t in bars["text"]) == 3 and model["name"] == "the model's probability"
+    assert [round(p, 6) for p in model["y"]] == [round(c["probability"], 6) for c in poll.real["top"]]
+    assert any("x" * 200 in x and "x" * 201 not in x for x in bars["x"])  # bounded at 200 characters
+    for learner in learners:
+        learner.run()  # what the learners' 3-second watch does once the poll is revealed
+        assert [c for c in learner.get("plotly_chart") if "share of the class" in c.proto.spec]
+        assert "The model's real answer" in texts(learner)
+    at.button(key="pp_close").click().run()
+    assert poll_store().current(room) is None
+    learners[0].run()
+    assert "The presenter asks" not in texts(learners[0])
+
+
+def test_a_learner_with_the_follow_link_cannot_open_reveal_or_close(tiny_app):
+    """Every way the room test tries: the code as the room with made-up or derived keys, the code both ways, and the
+    poll's own widget keys set in the learner's session."""
+    at = started(3)
+    room, key = at.session_state["pr_room"], at.session_state["pr_key"]
+    at.button(key="pp_open").click().run()
+    poll = poll_store().current(room)
+    tries = [dict(pr_room=room), dict(pr_room=room, pr_key=secrets.token_hex(16)),
+             dict(pr_room=room, pr_key=hashlib.sha256(f"room:{room}".encode()).hexdigest()[:32]),
+             dict(pr_room=room, pr_follow=room), dict(pr_follow=room, pr_key=key[::-1]),
+             dict(pr_follow=room, pp_kind="tokens", pp_open=True, pp_reveal=True, pp_close=True)]
+    for state in tries:
+        learner = presenter(3, **state)
+        assert not POLL_KEYS & {b.key for b in learner.button}, state
+        current = poll_store().current(room)
+        assert current.id == poll.id and current.status == "open", state
+    assert len(poll_store().polls(room)) == 1
+
+
+def test_the_real_figures_are_the_pages_own(tiny_app):
+    """Next token's top candidates (its table at step 0) and the Tokens page's count, for the same request."""
+    question = "Why is the sky blue?"
+    at = started(8, req_question=question)
+    room, key = at.session_state["pr_room"], at.session_state["pr_key"]
+    at.button(key="pp_open").click().run()  # stage 8: Next token
+    poll = poll_store().current(room)
+    page = page_app("next_token", req_question=question, req_max_new_tokens=4).run()
+    table = next(d.value for d in page.dataframe if "probability" in d.value.columns)
+    assert list(table["id"][:8]) == [c["id"] for c in poll.real["top"]]
+    assert list(table["probability"][:8]) == [f"{c['probability']:.2%}" for c in poll.real["top"]]
+    assert [c.value for c in at.run().markdown if "answered" in c.value]
+    at.session_state["pr_stage"] = 3
+    at.run()
+    at.button(key="pp_close").click().run()
+    at.selectbox(key="pp_kind").set_value("tokens")
+    at.button(key="pp_open").click().run()
+    tokens_poll = poll_store().current(room)
+    tokens_page = page_app("tokens", req_question=question, req_max_new_tokens=4).run()
+    count = next(m.value for m in tokens_page.metric if m.label == "Tokens in the prompt")
+    assert tokens_poll.kind == "tokens" and str(tokens_poll.real["count"]) == str(count)
+    assert poll_store().rooms.may_drive(room, key)
