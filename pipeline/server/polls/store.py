@@ -11,6 +11,8 @@ The policy, in a few lines:
 - One answer per session per poll: a second answer replaces the first (the same file). A poll takes at most
   MAX_ANSWERS sessions; an answer is cleaned and bounded first (`record.clean_answer`). Answers are taken while the
   poll is open; Reveal freezes them in the poll's record (the class view and the summary read that copy).
+- A learner who followed the room and asks a question of their own is counted (`note_question`: one empty file per
+  session and question, named by a digest; no text is kept), for the room summary.
 - The room's files go with the room: when the room index removes a room it removes `polls-CODE/` too, so a room's
   polls are bounded by MAX_POLLS x MAX_ANSWERS short files (about 5 MB at most) and never outlive it.
 
@@ -31,6 +33,7 @@ from pipeline.server.room import CODE, RoomStore
 
 MAX_POLLS = 50  # a whole day's workshop asks a few dozen questions
 MAX_ANSWERS = 300  # learner sessions per poll: a lecture hall, with room for reloads (each a new session)
+MAX_QUESTIONS = 5000  # learners' own questions counted per room
 
 
 class PollClosed(Exception):
@@ -101,7 +104,7 @@ class PollStore:
         poll = self._poll_or_raise(code, poll_id)
         if poll.status != "open":
             return poll
-        poll = _with(poll, revealed_at=time.time(), revealed_answers=self._read_answers(code, poll_id))
+        poll = _with(poll, revealed_at=time.time(), revealed_answers=self.answers(code, poll_id))
         self._save(code, poll)
         return poll
 
@@ -134,6 +137,27 @@ class PollStore:
         answer = data.get("answer") if data else None
         return answer if isinstance(answer, str) else None
 
+    def note_question(self, code: str, session: str, question: str) -> None:
+        """A learner who followed room `code` asked a question of their own: counted once per session and question
+        (a file named by a digest of both; neither is kept), at most MAX_QUESTIONS per room."""
+        folder = self._folder(code) / "asked"
+        if not self.rooms.room(code) or self.questions_asked(code) >= MAX_QUESTIONS:
+            return
+        digest = hashlib.sha256(f"{session_digest(session)}|{question}".encode("utf-8", "surrogatepass"))
+        path = folder / f"{digest.hexdigest()[:32]}.json"
+        if not path.exists():
+            try:
+                self._write(path, {"at": time.time()})
+            except OSError:  # a folder that takes no file: the count is a summary's, never worth a page's error
+                pass
+
+    def questions_asked(self, code: str) -> int:
+        """How many questions learners who followed the room asked (a count: no name, no text)."""
+        try:
+            return sum(1 for name in os.listdir(self._folder(code) / "asked") if name.endswith(".json"))
+        except OSError:
+            return 0
+
     # -- reading --------------------------------------------------------------------------------------------
     def count(self, code: str, poll_id: str) -> int:
         """How many sessions have answered (a listing; no answer is read)."""
@@ -142,7 +166,7 @@ class PollStore:
         except OSError:
             return 0
 
-    def _read_answers(self, code: str, poll_id: str) -> list[str]:
+    def answers(self, code: str, poll_id: str) -> list[str]:
         folder = self._answers(code, poll_id)
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))

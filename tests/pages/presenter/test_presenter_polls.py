@@ -102,25 +102,61 @@ def test_a_learner_with_the_follow_link_cannot_open_reveal_or_close(tiny_app):
     assert len(poll_store().polls(room)) == 1
 
 
+def open_kind(at, room: str, stage: int, kind: str):
+    """The presenter moves to `stage`, closes the poll shown, opens one of `kind`; the poll as stored."""
+    at.session_state["pr_stage"] = stage
+    at.run()
+    if "pp_close" in [b.key for b in at.button]:
+        at.button(key="pp_close").click().run()
+    at.selectbox(key="pp_kind").set_value(kind)
+    at.button(key="pp_open").click().run()
+    assert not at.exception, at.exception
+    return poll_store().current(room)
+
+
 def test_the_real_figures_are_the_pages_own(tiny_app):
-    """Next token's top candidates (its table at step 0) and the Tokens page's count, for the same request."""
+    """Each kind's real figure is the one its page shows for the same request: Next token's top candidates (its
+    table at step 0) and first of 10 draws, the Tokens page's count, Presenter mode's attention heatmap, its
+    prompt-caching screen's reused tokens."""
+    from kit.apptest import chart_data
+
     question = "Why is the sky blue?"
     at = started(8, req_question=question)
-    room, key = at.session_state["pr_room"], at.session_state["pr_key"]
-    at.button(key="pp_open").click().run()  # stage 8: Next token
-    poll = poll_store().current(room)
-    page = page_app("next_token", req_question=question, req_max_new_tokens=4).run()
+    room = at.session_state["pr_room"]
+    poll = open_kind(at, room, 8, "next_token")
+    page = page_app("next_token", req_question=question, req_max_new_tokens=4, nt_draws=10).run()
     table = next(d.value for d in page.dataframe if "probability" in d.value.columns)
     assert list(table["id"][:8]) == [c["id"] for c in poll.real["top"]]
     assert list(table["probability"][:8]) == [f"{c['probability']:.2%}" for c in poll.real["top"]]
-    assert [c.value for c in at.run().markdown if "answered" in c.value]
-    at.session_state["pr_stage"] = 3
-    at.run()
-    at.button(key="pp_close").click().run()
-    at.selectbox(key="pp_kind").set_value("tokens")
-    at.button(key="pp_open").click().run()
-    tokens_poll = poll_store().current(room)
+    first_draw = next(m.value for m in page.markdown if m.value.startswith("First draw with seed"))
+    draws = open_kind(at, room, 9, "temperature").real
+    assert f"seed {draws['seed']}: `" in first_draw and f" {draws['draws'][0]} `" in first_draw, (first_draw, draws)
+    tokens_poll = open_kind(at, room, 3, "tokens")
     tokens_page = page_app("tokens", req_question=question, req_max_new_tokens=4).run()
     count = next(m.value for m in tokens_page.metric if m.label == "Tokens in the prompt")
-    assert tokens_poll.kind == "tokens" and str(tokens_poll.real["count"]) == str(count)
-    assert poll_store().rooms.may_drive(room, key)
+    assert str(tokens_poll.real["count"]) == str(count)
+    attention = open_kind(at, room, 7, "attention").real
+    heatmap = chart_data(at.get("plotly_chart")[-1])[0]["z"]  # stage 7: the last W tokens' rows
+    last_row = [float(w) for w in heatmap[-1]]
+    assert last_row == pytest.approx(attention["weights"][-len(last_row):], abs=1e-6)
+    caching = open_kind(at, room, 13, "prompt_caching").real
+    said = [m.value for m in at.markdown if f"**{caching['label']}**" in m.value]
+    assert said and f"**{caching['reused']} reused**" in said[0] and f"{caching['tokens']} tokens" in said[0], said
+
+
+def test_a_learners_own_questions_are_counted_for_the_room_without_their_text(tiny_app):
+    at = started(2, req_question="Is a tomato a fruit?")
+    room = at.session_state["pr_room"]
+    learner = presenter(1, pr_follow=room)
+    learner.run()  # following: the room's own question is no learner's
+    assert poll_store().questions_asked(room) == 0
+    learner.button(key="pr_unfollow").click().run()
+    learner.session_state["req_question"] = "Why do cats purr?"
+    learner.run()
+    learner.run()  # the same question again counts once
+    assert poll_store().questions_asked(room) == 1
+    folder = poll_store().rooms.folder / f"polls-{room}"
+    assert not any("purr" in p.read_text() or "purr" in p.name for p in folder.rglob("*.json"))
+    at.session_state["pr_stage"] = 3  # the presenter moving on is no learner's question either
+    at.run()
+    assert poll_store().questions_asked(room) == 1

@@ -124,6 +124,7 @@ if following:  # a learner following a presenter's room
     if room["query"] != url_state.request_params() and room["query"] != ss.get("pr_switched"):
         ss.pr_switched = room["query"]  # once per request: no loop if one would not apply
         url_state.switch_request(room["query"])
+    ss.setdefault("pr_room_questions", set()).add(ss.get("req_question", ""))  # not a learner's own question
     ss.pr_stage = room["stage"]
     watch_room(following, room_state(room))
 

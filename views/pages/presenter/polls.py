@@ -8,11 +8,13 @@ import secrets
 import streamlit as st
 
 from pipeline.server.polls.real import choices_for, real_figure
-from pipeline.server.polls.record import DEFAULT_QUESTIONS, KINDS, MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, Poll
+from pipeline.server.polls.record import DEFAULT_QUESTIONS, KINDS, MAX_QUESTION_CHARS, Poll
 from pipeline.server.polls.store import PollClosed, PollFull, poll_store
+from pipeline.server.polls.summary import poll_answers, summary_csv
 from pipeline.server.polls.tally import bucket, class_view, real_answer, spread
 from ui.escape import code_span, markdown_text
 from ui.poll_chart import class_view_figure
+from ui.room_summary import room_summary_html
 from views.links.controls import left_out
 from views.server.scenarios import prompt_cache_conversation
 
@@ -27,7 +29,7 @@ ANSWER_ONLY = "a learner's answer goes to the room's poll, not into a link"
 
 def _session() -> str:
     """This browser session's id for its answers (one answer per session per poll); the store keeps its digest."""
-    return st.session_state.setdefault("pl_session", secrets.token_hex(16))
+    return st.session_state.setdefault("pl_session", secrets.token_hex(16))  # as views/request/room_questions.py
 
 
 def _state(poll: Poll | None):
@@ -74,6 +76,7 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
     error = st.session_state.pop("pp_error", None)
     if error:
         st.error(f"The poll could not be changed: {markdown_text(error)}", icon="🗳️")
+    summary_downloads(code)
     poll = poll_store().current(code)
     if poll is None:
         with st.expander("Ask the room a question (learners answer on their own screens)", icon="🗳️"):
@@ -96,6 +99,27 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
     c3.button("Close the poll", key="pp_close", on_click=_move, args=("close", code, key, poll.id), width="stretch")
     if poll.status == "revealed":
         draw_class_view(poll)
+
+
+def _make_summary(code: str) -> None:
+    """Make the room summary's two files (kept in this session until the next click)."""
+    store = poll_store()
+    polls = [(p, poll_answers(p, store.answers(code, p.id))) for p in store.polls(code)]
+    asked = store.questions_asked(code)
+    st.session_state.pp_summary = (code, room_summary_html(code, polls, asked), summary_csv(polls, asked))
+
+
+def summary_downloads(code: str) -> None:
+    """The presenter's room summary: every poll, the class's answers and the real ones, as HTML and as CSV."""
+    with st.expander("Room summary: the polls with the class's answers and the real ones (HTML, CSV)", icon="📋"):
+        st.button("Make the room summary", key="pp_make_summary", on_click=_make_summary, args=(code,))
+        made = st.session_state.get("pp_summary")
+        if made and made[0] == code:
+            st.download_button("Download the room summary (HTML, opens offline)", made[1],
+                               file_name=f"room-{code}-summary.html", mime="text/html", key="pp_dl_html",
+                               on_click="ignore")
+            st.download_button("Download the room summary (CSV)", made[2], file_name=f"room-{code}-summary.csv",
+                               mime="text/csv", key="pp_dl_csv", on_click="ignore")
 
 
 def draw_class_view(poll: Poll, mine: str | None = None) -> None:
@@ -123,7 +147,7 @@ def _answer_widget(poll: Poll):
         picked = left_out(st.selectbox, "pl_position", ANSWER_ONLY, "The token it looks at most",
                           range(len(poll.choices)), index=None, format_func=lambda i: poll.choices[i])
         return picked
-    return left_out(st.text_input, "pl_text", ANSWER_ONLY, "Your guess: the next token", max_chars=MAX_ANSWER_CHARS)
+    return left_out(st.text_input, "pl_text", ANSWER_ONLY, "Your guess: the next token")  # the store cuts it
 
 
 def learner_polls(code: str) -> None:

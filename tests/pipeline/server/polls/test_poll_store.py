@@ -156,3 +156,14 @@ def test_a_removed_room_takes_its_polls_with_it(tmp_path):
 def test_clean_answer_is_what_the_store_keeps():
     poll = new_poll("prompt_caching", "", QUERY)
     assert clean_answer(poll, "48") == "48"
+
+
+def test_learners_questions_are_counted_once_each_and_never_kept(tmp_path):
+    polls, code, _ = room(tmp_path)
+    sky = "Why is the sky blue?"
+    for session, question in [("a", sky), ("a", sky), ("b", sky), ("a", "What is a prime?")]:
+        polls.note_question(code, session, question)
+    assert polls.questions_asked(code) == 3 and PollStore(RoomStore(tmp_path)).questions_asked(code) == 3
+    assert not any("sky" in p.read_text() or "sky" in p.name for p in tmp_path.rglob("*.json"))
+    polls.note_question("abcdef", "a", "no such room")
+    assert not (tmp_path / "polls-abcdef").exists()
