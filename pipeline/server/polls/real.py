@@ -77,3 +77,9 @@ def real_figure(kind: str, trace, tokenizer, cache_rows: list[dict] | None = Non
         return {"label": str(second["label"]), "reused": int(s["tokens_reused"]), "tokens": int(s["n_tokens"]),
                 "computed": int(s["tokens_computed"]), "answer": str(int(s["tokens_reused"]))}
     raise ValueError(f"no poll kind {kind!r}")
+
+
+def poll_inputs(kind: str, trace, tokenizer, cache_rows: list[dict] | None = None) -> dict:
+    """What `PollStore.open_poll` takes besides kind and question, for a poll about `trace`'s request:
+    {"real": ..., "choices": ...} (a lesson's stage opens its poll with these)."""
+    return {"real": real_figure(kind, trace, tokenizer, cache_rows), "choices": choices_for(kind, trace)}

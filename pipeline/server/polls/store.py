@@ -98,13 +98,15 @@ class PollStore:
         self._write(self._folder(code) / "current.json", {"poll": poll.id})
         return poll
 
-    def reveal(self, code: str, key: str, poll_id: str) -> Poll:
-        """Show the class's answers (frozen now) and the real figure. PermissionError without the key."""
+    def reveal(self, code: str, key: str, poll_id: str, real: dict | None = None) -> Poll:
+        """Show the class's answers (frozen now) and the real figure; `real` is kept when the poll was opened without
+        one (a lesson's poll opened before its run was made). PermissionError without the key."""
         self._check_key(code, key)
         poll = self._poll_or_raise(code, poll_id)
         if poll.status != "open":
             return poll
-        poll = _with(poll, revealed_at=time.time(), revealed_answers=self.answers(code, poll_id))
+        poll = _with(poll, revealed_at=time.time(), revealed_answers=self.answers(code, poll_id),
+                     real=poll.real if poll.real is not None else real)
         self._save(code, poll)
         return poll
 

@@ -11,7 +11,6 @@ from kit.apptest import page_app
 
 from pipeline.server.polls.store import poll_store
 
-pytestmark = pytest.mark.usefixtures("tiny_app")
 POLL_KEYS = {"pp_open", "pp_reveal", "pp_close"}
 
 
@@ -115,12 +114,20 @@ def open_kind(at, room: str, stage: int, kind: str):
 
 
 def test_the_real_figures_are_the_pages_own(tiny_app):
+    same_figures_as_the_pages("Why is the sky blue?")
+
+
+@pytest.mark.app
+def test_the_real_figures_are_the_pages_own_on_the_real_model():
+    same_figures_as_the_pages("What is the capital of France?")
+
+
+def same_figures_as_the_pages(question: str) -> None:
     """Each kind's real figure is the one its page shows for the same request: Next token's top candidates (its
     table at step 0) and first of 10 draws, the Tokens page's count, Presenter mode's attention heatmap, its
     prompt-caching screen's reused tokens."""
     from kit.apptest import chart_data
 
-    question = "Why is the sky blue?"
     at = started(8, req_question=question)
     room = at.session_state["pr_room"]
     poll = open_kind(at, room, 8, "next_token")

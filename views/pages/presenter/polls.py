@@ -7,7 +7,7 @@ import secrets
 
 import streamlit as st
 
-from pipeline.server.polls.real import choices_for, real_figure
+from pipeline.server.polls.real import poll_inputs
 from pipeline.server.polls.record import DEFAULT_QUESTIONS, KINDS, MAX_QUESTION_CHARS, Poll
 from pipeline.server.polls.store import PollClosed, PollFull, poll_store
 from pipeline.server.polls.summary import poll_answers, summary_csv
@@ -49,8 +49,9 @@ def answered(code: str, poll_id: str) -> None:
     st.markdown(f"### {poll_store().count(code, poll_id)} answered")
 
 
-def _real_for(kind: str, trace, tok) -> dict:
-    return real_figure(kind, trace, tok, prompt_cache_conversation() if kind == "prompt_caching" else None)
+def _inputs(kind: str, trace, tok) -> dict:
+    """The poll's real figure and choices for this page's request."""
+    return poll_inputs(kind, trace, tok, prompt_cache_conversation() if kind == "prompt_caching" else None)
 
 
 def _open(code: str, key: str, stage: int, params: dict, trace, tok) -> None:
@@ -59,14 +60,17 @@ def _open(code: str, key: str, stage: int, params: dict, trace, tok) -> None:
     kind = ss.get("pp_kind", "next_token")
     try:
         poll_store().open_poll(code, key, kind, ss.get(f"pp_question_{kind}", ""), params, stage,
-                               real=_real_for(kind, trace, tok), choices=choices_for(kind, trace))
+                               **_inputs(kind, trace, tok))
     except (PermissionError, PollFull, OSError, ValueError) as e:
         ss.pp_error = str(e)
 
 
-def _move(move: str, code: str, key: str, poll_id: str) -> None:
+def _move(move: str, code: str, key: str, poll_id: str, real: dict | None = None) -> None:
     try:
-        getattr(poll_store(), move)(code, key, poll_id)
+        if move == "reveal":
+            poll_store().reveal(code, key, poll_id, real)
+        else:
+            poll_store().close(code, key, poll_id)
     except (PermissionError, OSError, ValueError) as e:
         st.session_state.pp_error = str(e)
 
@@ -94,8 +98,10 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
             answered(code, poll.id)
         else:
             st.markdown(f"### {len(poll.revealed_answers or [])} answered")
+    # a poll opened without its real figure (a lesson's, before its run) takes this request's, if it is the poll's
+    real = _inputs(poll.kind, trace, tok)["real"] if poll.real is None and poll.query == params else None
     c2.button("Reveal", key="pp_reveal", type="primary", disabled=poll.status != "open", on_click=_move,
-              args=("reveal", code, key, poll.id), width="stretch")
+              args=("reveal", code, key, poll.id, real), width="stretch")
     c3.button("Close the poll", key="pp_close", on_click=_move, args=("close", code, key, poll.id), width="stretch")
     if poll.status == "revealed":
         draw_class_view(poll)
