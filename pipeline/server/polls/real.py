@@ -13,6 +13,8 @@ Each returns a JSON-ready dict kept in the poll's record until Reveal.
 """
 from __future__ import annotations
 
+import random
+
 import numpy as np
 
 from pipeline.server.polls.record import MAX_CHOICES
@@ -32,7 +34,7 @@ def attention_head(trace) -> tuple[int, int]:
 
 def choices_for(kind: str, trace) -> list[str]:
     """What a learner picks from: attention's positions of the prompt ('(3) ␣the'), the last MAX_CHOICES of them;
-    no list for the other kinds."""
+    no list for the other kinds (next_token's shuffled 8 best: `poll_inputs(..., pick=True)`)."""
     if kind != "attention":
         return []
     T = len(trace.tokens)
@@ -79,7 +81,13 @@ def real_figure(kind: str, trace, tokenizer, cache_rows: list[dict] | None = Non
     raise ValueError(f"no poll kind {kind!r}")
 
 
-def poll_inputs(kind: str, trace, tokenizer, cache_rows: list[dict] | None = None) -> dict:
+def poll_inputs(kind: str, trace, tokenizer, cache_rows: list[dict] | None = None, pick: bool = False) -> dict:
     """What `PollStore.open_poll` takes besides kind and question, for a poll about `trace`'s request:
-    {"real": ..., "choices": ...} (a lesson's stage opens its poll with these)."""
-    return {"real": real_figure(kind, trace, tokenizer, cache_rows), "choices": choices_for(kind, trace)}
+    {"real": ..., "choices": ...} (a lesson's stage opens its poll with these). pick (next_token): learners pick
+    among the model's 8 best tokens, shuffled, instead of typing a guess."""
+    real = real_figure(kind, trace, tokenizer, cache_rows)
+    choices = choices_for(kind, trace)
+    if kind == "next_token" and pick:
+        choices = [c["label"] for c in real["top"]]
+        random.shuffle(choices)
+    return {"real": real, "choices": choices}

@@ -39,7 +39,8 @@ class Poll:
     question: str
     stage: int  # the presenter's stage when it was opened
     query: dict[str, str]  # the room's request when it was opened (its link parameters)
-    choices: list[str] = field(default_factory=list)  # attention: one label per position ("(3) the")
+    choices: list[str] = field(default_factory=list)  # attention: one label per position ("(3) the"); next_token:
+    # the model's 8 best tokens' labels, shuffled, when learners pick instead of typing
     real: dict | None = None  # the model's figure for this request (`real.py`), shown only after Reveal
     opened_at: float = 0.0
     revealed_at: float | None = None
@@ -100,4 +101,6 @@ def clean_answer(poll: Poll, text: str) -> str:
         if not (text.isdigit() and int(text) < len(poll.choices)):
             raise ValueError("This poll takes one of the positions offered.")
         return str(int(text))
+    if poll.choices and text not in poll.choices:  # next_token, picked among the model's 8 best
+        raise ValueError("This poll takes one of the tokens offered.")
     return text  # next_token: free text, matched to the model's tokens when the class view is drawn

@@ -37,7 +37,7 @@ def bucket(poll: Poll, answer: str) -> str:
     """The row an answer falls into (how a learner's own answer is marked on the class view)."""
     if poll.kind == "next_token" and poll.real:
         for c in poll.real["top"]:
-            if normalized(c["text"]) and normalized(c["text"]) == normalized(answer):
+            if answer == c["label"] or normalized(c["text"]) and normalized(c["text"]) == normalized(answer):
                 return c["label"]
         return answer
     if poll.kind == "attention" and answer.isdigit() and int(answer) < len(poll.choices):

@@ -167,3 +167,22 @@ def test_a_learners_own_questions_are_counted_for_the_room_without_their_text(ti
     at.session_state["pr_stage"] = 3  # the presenter moving on is no learner's question either
     at.run()
     assert poll_store().questions_asked(room) == 1
+
+
+def test_learners_pick_among_the_models_eight_best_shuffled(tiny_app):
+    at = started(8, req_question="Is a tomato a fruit?")
+    room = at.session_state["pr_room"]
+    at.checkbox(key="pp_pick").check()
+    at.button(key="pp_open").click().run()
+    poll = poll_store().current(room)
+    labels = [c["label"] for c in poll.real["top"]]
+    assert sorted(poll.choices) == sorted(labels) and len(labels) == 8
+    learner = presenter(1, pr_follow=room)
+    picker = learner.radio(key="pl_pick")
+    assert len(picker.options) == 8
+    picker.set_value(labels[2])
+    next(b for b in learner.button if b.label == "Send my answer").click().run()
+    assert poll_store().answers(room, poll.id) == [labels[2]]
+    at.button(key="pp_reveal").click().run()
+    rows = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "share of the class" in c.proto.spec][0]
+    assert rows["data"][0]["text"][2] == "1"  # counted on the model's third token, beside its probability

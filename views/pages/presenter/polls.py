@@ -49,9 +49,9 @@ def answered(code: str, poll_id: str) -> None:
     st.markdown(f"### {poll_store().count(code, poll_id)} answered")
 
 
-def _inputs(kind: str, trace, tok) -> dict:
+def _inputs(kind: str, trace, tok, pick: bool = False) -> dict:
     """The poll's real figure and choices for this page's request."""
-    return poll_inputs(kind, trace, tok, prompt_cache_conversation() if kind == "prompt_caching" else None)
+    return poll_inputs(kind, trace, tok, prompt_cache_conversation() if kind == "prompt_caching" else None, pick)
 
 
 def _open(code: str, key: str, stage: int, params: dict, trace, tok) -> None:
@@ -60,7 +60,7 @@ def _open(code: str, key: str, stage: int, params: dict, trace, tok) -> None:
     kind = ss.get("pp_kind", "next_token")
     try:
         poll_store().open_poll(code, key, kind, ss.get(f"pp_question_{kind}", ""), params, stage,
-                               **_inputs(kind, trace, tok))
+                               **_inputs(kind, trace, tok, bool(ss.get("pp_pick"))))
     except (PermissionError, PollFull, OSError, ValueError) as e:
         ss.pp_error = str(e)
 
@@ -88,6 +88,9 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
                             index=KINDS.index(STAGE_KINDS.get(stage, "next_token")), format_func=KIND_TITLES.get)
             left_out(st.text_input, f"pp_question_{kind}", PRESENTER_ONLY, "Question", value=DEFAULT_QUESTIONS[kind],
                      max_chars=MAX_QUESTION_CHARS)
+            if kind == "next_token":
+                left_out(st.checkbox, "pp_pick", PRESENTER_ONLY, "Learners pick among the model's 8 best tokens "
+                         "(shuffled) instead of typing a guess")
             st.button("Open the poll", key="pp_open", type="primary", on_click=_open,
                       args=(code, key, stage, params, trace, tok))
         return
@@ -153,6 +156,9 @@ def _answer_widget(poll: Poll):
         picked = left_out(st.selectbox, "pl_position", ANSWER_ONLY, "The token it looks at most",
                           range(len(poll.choices)), index=None, format_func=lambda i: poll.choices[i])
         return picked
+    if poll.choices:  # next_token, picked among the model's 8 best (shuffled)
+        return left_out(st.radio, "pl_pick", ANSWER_ONLY, "Your guess: the next token", poll.choices, index=None,
+                        format_func=markdown_text)  # a radio's options are Markdown: token text shown as text
     return left_out(st.text_input, "pl_text", ANSWER_ONLY, "Your guess: the next token")  # the store cuts it
 
 

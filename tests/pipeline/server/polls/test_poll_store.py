@@ -177,3 +177,10 @@ def test_a_poll_opened_with_kind_and_question_only_takes_its_real_figure_at_reve
     assert polls.reveal(code, key, poll.id, real={"count": 12, "answer": "12"}).real == {"count": 12, "answer": "12"}
     other = polls.open_poll(code, key, "tokens", "", QUERY, real={"count": 5, "answer": "5"})
     assert polls.reveal(code, key, other.id, real={"count": 6, "answer": "6"}).real["count"] == 5  # kept as opened
+
+
+def test_a_pick_among_the_models_tokens_takes_only_those():
+    poll = new_poll("next_token", "", QUERY, real=NEXT_TOKEN_REAL, choices=["␣The", "␣Paris"])
+    assert clean_answer(poll, "␣Paris") == "␣Paris"
+    with pytest.raises(ValueError):
+        clean_answer(poll, "Lyon")
