@@ -10,6 +10,7 @@
   wiring.py         the queue, engines and stores wired as one server runs them (the app and the benches)
   room.py           rooms and short links: `RoomStore`, the address learners reach
   room_index.py     which room files the folder keeps (live rooms never go)
+  polls/            a room's polls: the presenter asks, learners answer, Reveal shows the class beside the model
   room_schedule.py  the queue's schedule as rows a chart draws
   process.py        a server process's settings, made before the model loads
   health.py         starting a server from a script: a free port, waiting for its health check

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +142,8 @@ class FolderIndex:
                 pass
             except OSError:
                 continue
+            if name.startswith("room-"):  # its polls go with it (pipeline/server/polls/store.py)
+                shutil.rmtree(self.folder / f"polls-{name[len('room-'):-len('.json')]}", ignore_errors=True)
             del self.entries[name]
             removed.append(name)
             count, size = count - 1, size - entry.size

@@ -10,6 +10,7 @@ from pipeline.stages.request import ChatRequest
 from ui.escape import code_span, markdown_text
 from views.chrome.frame import end_page
 from views.request.branching import branch_for, branch_label
+from views.request.room_questions import note_room_question
 from views.request.session import current_request, request_key
 from views.server.state import run_store
 from views.server.waiting import run_through_queue
@@ -54,6 +55,7 @@ def run_for_page(original: bool = False) -> Trace:
     chose to show (see the What-if page) unless `original`; shows a clear message and stops on bad input."""
     try:
         request = current_request()
+        note_room_question()  # a learner who followed a room asks their own question: counted for its summary
         trace = run_for_request(request)
         path = st.session_state.get("branch_shown")
         if original or not path or path[0] != request_key(request):

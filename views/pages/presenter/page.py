@@ -27,6 +27,7 @@ from views.links.controls import declare, left_out
 from views.links.params import integer, presenter_key, room_code
 from views.pages.presenter import room_key
 from views.pages.presenter.lesson import lesson_panel, start_lesson
+from views.pages.presenter.polls import learner_polls, presenter_polls
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
 from views.request.runs import run_for_page
 from views.request.session import TEXT_LIMIT
@@ -124,6 +125,7 @@ if following:  # a learner following a presenter's room
     if room["query"] != url_state.request_params() and room["query"] != ss.get("pr_switched"):
         ss.pr_switched = room["query"]  # once per request: no loop if one would not apply
         url_state.switch_request(room["query"])
+    ss.setdefault("pr_room_questions", set()).add(ss.get("req_question", ""))  # not a learner's own question
     ss.pr_stage = room["stage"]
     watch_room(following, room_state(room))
 
@@ -192,6 +194,10 @@ else:
     lesson_panel(STAGES)
 st.title(f"{stage}. {title}")
 small_map(about=full_page)  # where this stage stands in the model, its parts lit
+if following:
+    learner_polls(following)
+elif code:
+    presenter_polls(code, ss.pr_key, stage, params, trace, tok)
 
 
 def big_chart(fig: go.Figure, height: int = 480) -> None:

@@ -1,0 +1,186 @@
+"""A room's polls in plain Python (pipeline/server/polls/): who may open, reveal and close one, one answer per
+learner session, the bounds, and what a second store on the same folder (another replica, a restarted server) reads."""
+import hashlib
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pipeline.server.polls.record import KINDS, MAX_ANSWER_CHARS, clean_answer, new_poll
+from pipeline.server.polls.store import PollClosed, PollFull, PollStore
+from pipeline.server.room import RoomStore
+
+QUERY = {"q": "What is the capital of France?"}
+NEXT_TOKEN_REAL = {"top": [{"id": 7, "label": "␣Paris", "text": " Paris", "probability": 0.6},
+                           {"id": 9, "label": "␣The", "text": " The", "probability": 0.2}]}
+
+
+def room(tmp_path, **bounds):
+    rooms = RoomStore(tmp_path)
+    code, key, _ = rooms.create_room(8, QUERY, driver="presenter")
+    return PollStore(rooms, **bounds), code, key
+
+
+def test_the_five_kinds_are_named_as_lesson_files_name_them():
+    assert KINDS == ("next_token", "tokens", "temperature", "attention", "prompt_caching")
+    with pytest.raises(ValueError):
+        new_poll("guess_the_weather", "?", QUERY)
+
+
+def test_one_answer_per_session_and_a_second_replaces_the_first(tmp_path):
+    polls, code, key = room(tmp_path)
+    poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, stage=8, real=NEXT_TOKEN_REAL)
+    polls.answer(code, poll.id, "learner-1", "Paris")
+    polls.answer(code, poll.id, "learner-2", "Rome")
+    polls.answer(code, poll.id, "learner-1", "Lyon")  # learner 1 changes their mind
+    assert polls.count(code, poll.id) == 2
+    assert polls.answer_of(code, poll.id, "learner-1") == "Lyon"
+    revealed = polls.reveal(code, key, poll.id)
+    assert revealed.status == "revealed" and sorted(revealed.revealed_answers) == ["Lyon", "Rome"]
+    with pytest.raises(PollClosed):  # Reveal freezes the answers
+        polls.answer(code, poll.id, "learner-3", "Paris")
+    names = [p.name for p in (tmp_path / f"polls-{code}" / f"answers-{poll.id}").iterdir()]
+    assert not any("learner" in n for n in names)  # no session id in a file name, only its digest
+
+
+def test_answers_are_bounded_and_kept_as_text(tmp_path):
+    polls, code, key = room(tmp_path)
+    poll = polls.open_poll(code, key, "next_token", "", QUERY, real=NEXT_TOKEN_REAL)
+    assert poll.question.startswith("What will the model write next")  # an empty question: the kind's own
+    stored = polls.answer(code, poll.id, "s", "<img src=x onerror=alert(1)>" + "x" * 10_000)
+    assert len(stored) == MAX_ANSWER_CHARS and stored.startswith("<img src=x")  # cut, kept as the text it is
+    assert polls.answer(code, poll.id, "s2", "two\nlines\x00") == "two lines"
+    with pytest.raises(ValueError):
+        polls.answer(code, poll.id, "s3", "   ")
+    number = polls.open_poll(code, key, "tokens", "How many tokens?", QUERY, real={"count": 30, "answer": "30"})
+    assert polls.answer(code, number.id, "s", " 1,024 ") == "1024"
+    for bad in ("many", "-3", "1e9", "9" * 20, "<b>3</b>"):
+        with pytest.raises(ValueError):
+            polls.answer(code, number.id, "s", bad)
+    yes_no = polls.open_poll(code, key, "temperature", "", QUERY)
+    assert polls.answer(code, yes_no.id, "s", "YES") == "yes"
+    with pytest.raises(ValueError):
+        polls.answer(code, yes_no.id, "s", "maybe")
+    chips = polls.open_poll(code, key, "attention", "", QUERY, choices=["(0) <s>", "(1) ␣the"])
+    assert polls.answer(code, chips.id, "s", "1") == "1"
+    with pytest.raises(ValueError):
+        polls.answer(code, chips.id, "s", "2")  # no such position offered
+
+
+def test_a_poll_takes_a_bounded_count_of_answers_and_a_room_a_bounded_count_of_polls(tmp_path):
+    polls, code, key = room(tmp_path, max_answers=3, max_polls=2)
+    poll = polls.open_poll(code, key, "tokens", "", QUERY)
+    for s in ("a", "b", "c"):
+        polls.answer(code, poll.id, s, "5")
+    with pytest.raises(PollFull):
+        polls.answer(code, poll.id, "d", "5")
+    polls.answer(code, poll.id, "a", "6")  # one who answered may still change their answer
+    assert polls.count(code, poll.id) == 3
+    polls.open_poll(code, key, "tokens", "", QUERY)
+    with pytest.raises(PollFull):
+        polls.open_poll(code, key, "tokens", "", QUERY)
+
+
+def test_only_the_presenter_key_opens_reveals_or_closes(tmp_path):
+    polls, code, key = room(tmp_path)
+    guesses = ["", code, key.upper(), key[:-1] + ("0" if key[-1] != "0" else "1"), secrets.token_hex(16),
+               hashlib.sha256(f"room:{code}".encode()).hexdigest()[:32], "\udcff" * 32]
+    for guess in guesses:
+        with pytest.raises(PermissionError):
+            polls.open_poll(code, guess, "tokens", "hijacked", QUERY)
+    poll = polls.open_poll(code, key, "tokens", "", QUERY)
+    for guess in guesses:
+        with pytest.raises(PermissionError):
+            polls.reveal(code, guess, poll.id)
+        with pytest.raises(PermissionError):
+            polls.close(code, guess, poll.id)
+    _, other_key, _ = polls.rooms.create_room(1, {}, driver="other")
+    with pytest.raises(PermissionError):  # another room's key does not drive this one's polls
+        polls.reveal(code, other_key, poll.id)
+    assert polls.current(code).status == "open"
+    with pytest.raises(PermissionError):  # a code that is no room's: nothing is read or written
+        polls.open_poll("../x", key, "tokens", "", QUERY)
+
+
+def test_polls_are_kept_for_another_replica_and_a_restarted_server(tmp_path):
+    polls, code, key = room(tmp_path)
+    poll = polls.open_poll(code, key, "tokens", "How many?", QUERY, stage=3, real={"count": 30, "answer": "30"})
+    polls.answer(code, poll.id, "on-replica-1", "25")
+    replica = PollStore(RoomStore(tmp_path))  # a fresh store on the same folder: another replica, or a restart
+    assert replica.current(code).id == poll.id and replica.current(code).question == "How many?"
+    replica.answer(code, poll.id, "on-replica-2", "31")
+    replica.answer(code, poll.id, "on-replica-1", "30")  # the same session, its request served by the other replica
+    assert polls.count(code, poll.id) == 2
+    assert sorted(replica.reveal(code, key, poll.id).revealed_answers) == ["30", "31"]
+    assert polls.current(code).status == "revealed" and polls.current(code).real == {"count": 30, "answer": "30"}
+    polls.close(code, key, poll.id)
+    assert replica.current(code) is None and [p.id for p in replica.polls(code)] == [poll.id]
+
+
+def test_thirty_learners_on_two_replicas_answer_at_once_and_each_is_counted_once(tmp_path):
+    polls, code, key = room(tmp_path)
+    poll = polls.open_poll(code, key, "tokens", "", QUERY)
+    replicas = [polls, PollStore(RoomStore(tmp_path))]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda n: replicas[n % 2].answer(code, poll.id, f"learner-{n % 30}", str(n)), range(90)))
+    assert polls.count(code, poll.id) == 30
+    assert len(polls.reveal(code, key, poll.id).revealed_answers) == 30
+
+
+def test_opening_a_poll_closes_the_one_before(tmp_path):
+    polls, code, key = room(tmp_path)
+    first = polls.open_poll(code, key, "tokens", "", QUERY)
+    time.sleep(0.01)
+    second = polls.open_poll(code, key, "temperature", "", QUERY)
+    assert polls.current(code).id == second.id and polls.poll(code, first.id).status == "closed"
+    with pytest.raises(PollClosed):
+        polls.answer(code, first.id, "s", "3")
+    assert [p.id for p in polls.polls(code)] == [first.id, second.id]
+
+
+def test_a_removed_room_takes_its_polls_with_it(tmp_path):
+    rooms = RoomStore(tmp_path, max_files=2)
+    polls = PollStore(rooms)
+    code, key, _ = rooms.create_room(1, QUERY, driver="p")
+    polls.open_poll(code, key, "tokens", "", QUERY)
+    entry = rooms.index.entries[f"room-{code}.json"]
+    entry.mtime -= 4 * 3600  # left for four hours: no longer live
+    import os
+    os.utime(tmp_path / f"room-{code}.json", (entry.mtime, entry.mtime))
+    for i in range(3):
+        rooms.put_link({"q": f"link {i}"})
+    assert rooms.room(code) is None and not (tmp_path / f"polls-{code}").exists()
+
+
+def test_clean_answer_is_what_the_store_keeps():
+    poll = new_poll("prompt_caching", "", QUERY)
+    assert clean_answer(poll, "48") == "48"
+
+
+def test_learners_questions_are_counted_once_each_and_never_kept(tmp_path):
+    polls, code, _ = room(tmp_path)
+    sky = "Why is the sky blue?"
+    for session, question in [("a", sky), ("a", sky), ("b", sky), ("a", "What is a prime?")]:
+        polls.note_question(code, session, question)
+    assert polls.questions_asked(code) == 3 and PollStore(RoomStore(tmp_path)).questions_asked(code) == 3
+    assert not any("sky" in p.read_text() or "sky" in p.name for p in tmp_path.rglob("*.json"))
+    polls.note_question("abcdef", "a", "no such room")
+    assert not (tmp_path / "polls-abcdef").exists()
+
+
+def test_a_poll_opened_with_kind_and_question_only_takes_its_real_figure_at_reveal(tmp_path):
+    """A lesson's stage opens its poll with (kind, question) and the stage's request; the figure may come later."""
+    polls, code, key = room(tmp_path)
+    poll = polls.open_poll(code, key, "tokens", "How many tokens?", QUERY)
+    assert poll.real is None
+    assert polls.reveal(code, key, poll.id, real={"count": 12, "answer": "12"}).real == {"count": 12, "answer": "12"}
+    other = polls.open_poll(code, key, "tokens", "", QUERY, real={"count": 5, "answer": "5"})
+    assert polls.reveal(code, key, other.id, real={"count": 6, "answer": "6"}).real["count"] == 5  # kept as opened
+
+
+def test_a_pick_among_the_models_tokens_takes_only_those():
+    poll = new_poll("next_token", "", QUERY, real=NEXT_TOKEN_REAL, choices=["␣The", "␣Paris"])
+    assert clean_answer(poll, "␣Paris") == "␣Paris"
+    with pytest.raises(ValueError):
+        clean_answer(poll, "Lyon")

@@ -1,0 +1,21 @@
+"""The room summary's HTML (ui/room_summary.py): self-contained (plotly.js inlined, no outside address), every
+learner's answer escaped, one chart per poll."""
+import re
+
+from pipeline.server.polls.record import new_poll
+from ui.report import plotly_js
+from ui.room_summary import room_summary_html
+
+
+def test_the_summary_is_one_offline_file_with_answers_as_text():
+    real = {"top": [{"id": 7, "label": "␣Paris", "text": " Paris", "probability": 0.6}]}
+    polls = [(new_poll("next_token", "What <i>next</i>?", {"q": "France?"}, real=real),
+              ["<script>alert(1)</script>", "Paris"]),
+             (new_poll("tokens", "How many?", {}, real={"count": 9, "answer": "9", "tokens": []}), ["7", "9"])]
+    html = room_summary_html("abc234", polls, questions_asked=3)
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "What &lt;i&gt;next&lt;/i&gt;?" in html and "asked 3 questions" in html
+    assert html.count('class="plotly-graph-div"') == 2
+    assert plotly_js() in html  # inlined, once
+    own = html.replace(plotly_js(), "")
+    assert not re.findall(r"""(?:src|href)=["']?https?://""", own)  # nothing fetched from anywhere
