@@ -49,7 +49,7 @@ def figure_html(fig: go.Figure, height: int = 360) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
 
 
-def _table(rows: list[dict]) -> str:
+def table_html(rows: list[dict]) -> str:
     if not rows:
         return ""
     head = "".join(f"<th>{html_text(str(k))}</th>" for k in rows[0])
@@ -74,7 +74,7 @@ def trace_report(trace) -> str:
     parts += ["<h2>2. The chat template</h2>", legend(),
               highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special}))]
     parts += [f"<h2>3. Tokens ({plural(T, 'token')})</h2>", token_chips(trace.tokens)]
-    parts += ["<h2>4. Batch tensors</h2>", _table([{"tensor": k, "shape (B, T)": v["shape"], "dtype": v["dtype"],
+    parts += ["<h2>4. Batch tensors</h2>", table_html([{"tensor": k, "shape (B, T)": v["shape"], "dtype": v["dtype"],
                                                     "values": v["values"][0][:16]}
                                                    for k, v in trace.batch["single"].items()])]
     W = min(T, 48)
@@ -118,7 +118,7 @@ def trace_report(trace) -> str:
     parts += ["<h2>11. The decode loop and the KV cache</h2>",
               figure_html(go.Figure(go.Scatter(y=[s.kv_cache_bytes / 2**20 for s in trace.steps], mode="lines+markers"))
                    .update_layout(xaxis_title="decode step", yaxis_title="KV cache (MiB)"), 300),
-              _table([{"step": s.step, "token": s.token_text, "id": s.token_id, "cache tokens": s.kv_cache_tokens,
+              table_html([{"step": s.step, "token": s.token_text, "id": s.token_id, "cache tokens": s.kv_cache_tokens,
                        "ms": round(s.seconds * 1000, 1)} for s in trace.steps])]
     parts += ["<h2>12. The end and clean-up</h2>",
               f"<p>finish_reason <b>{html_text(trace.finish_reason)}</b>; released "

@@ -36,6 +36,7 @@ HOSTILE = {  # name -> value; the short ones first (the model tier runs those)
 }
 SHORT = [name for name, value in HOSTILE.items() if len(value) < 100]
 VALID = {"question": "Hi", "text": "Hi there", "file": EXAMPLE_LOG}  # a good value for each positional argument
+VALID_FOR = {"lesson": {"action": "check", "file": str(Path(ROOT) / "lessons" / "first-hour.toml")}}  # where they differ
 REACHED_THE_WEIGHTS = f"error: {weights_cache.CACHE_ENV}: "  # run_cli's unusable weights cache: the checks passed
 
 
@@ -67,7 +68,8 @@ def argv_for(command: str, values: dict[argparse.Action, str | None], tmp_path: 
              base: tuple[str, ...] = ()) -> list[str]:
     """The command line with these values (None: a flag, given alone), every other argument valid."""
     parser = commands()[command]
-    positionals = {a.dest: VALID[a.dest] for a in options(parser) if not a.option_strings}
+    valid = {**VALID, **VALID_FOR.get(command, {})}
+    positionals = {a.dest: valid[a.dest] for a in options(parser) if not a.option_strings}
     given = [f"{a.option_strings[0]}={tmp_path / a.dest}" for a in options(parser) if a.required and a.option_strings]
     for action, value in values.items():
         if value and is_path(action):
@@ -124,7 +126,7 @@ def test_options_are_found_in_the_parsers():
     """The fuzz covers what the parsers hold: every command, and those report takes from trace (add_arguments)."""
     found = set(OPTIONS)
     assert {c for c, _ in found} == {"trace", "tokens", "cache-demo", "cache-audit", "serving", "score", "explain",
-                                     "speculate", "report", "temperature-zero"}
+                                     "speculate", "report", "temperature-zero", "lesson"}
     assert {("trace", "--logit-bias"), ("trace", "--force"), ("serving", "--batch-sizes"), ("report", "--html"),
             ("report", "--force"), ("cache-audit", "--prefill-tps"), ("cache-audit", "file")} <= found
 
