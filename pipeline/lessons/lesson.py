@@ -47,11 +47,13 @@ POLL_KEYS = ("kind", "question")
 class LessonError(InputError):
     """A lesson file that cannot be used: where (file, line) and which field, in the author's words."""
 
-    def __init__(self, path: str, line: int, field: str, message: str):
+    def __init__(self, path: str, line: int | None, field: str, message: str):
         super().__init__(field, message)
-        self.path, self.line = path, line
+        self.path, self.line = path, line  # line None: the whole file (it cannot be read, or is too big)
 
     def __str__(self) -> str:
+        if self.line is None:
+            return f"{self.field}: {self.path} {self.message}"
         return f"{self.path}, line {self.line}: {self.field}: {self.message}"
 
 
@@ -203,12 +205,12 @@ def read_lesson(path: str | Path) -> Lesson:
     path = Path(path)
     try:
         raw = path.read_bytes()
-    except OSError as e:
-        raise LessonError(str(path), 1, "file", f"cannot be read ({e.strerror or e})") from None
+    except (OSError, ValueError) as e:  # ValueError: a path with a NUL in it
+        raise LessonError(str(path), None, "file", f"cannot be read ({getattr(e, 'strerror', None) or e})") from None
     if len(raw) > MAX_FILE_BYTES:
-        raise LessonError(str(path), 1, "file", f"is {len(raw):,} bytes; a lesson is at most {MAX_FILE_BYTES:,}")
+        raise LessonError(str(path), None, "file", f"is {len(raw):,} bytes; a lesson is at most {MAX_FILE_BYTES:,}")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise LessonError(str(path), 1, "file", "is not UTF-8 text") from None
+        raise LessonError(str(path), None, "file", "is not UTF-8 text") from None
     return parse_lesson(text, str(path))

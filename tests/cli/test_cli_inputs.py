@@ -100,7 +100,7 @@ def refusal_problems(action: argparse.Action, code: int, err: str) -> str | None
     if not err.endswith("\n") or err.count("\n") != 1 or len(err) > len("error: \n") + MAX_LINE:
         return f"not one short line ({len(err):,} characters, {err.count(chr(10))} lines): {err[:200]!r}"
     named = tuple(f"error: {n}: " for n in typed_names(action)) + \
-        tuple(f"error: argument {s}: " for s in action.option_strings) + (REACHED_THE_WEIGHTS,)
+        tuple(f"error: argument {s}: " for s in action.option_strings or [action.dest]) + (REACHED_THE_WEIGHTS,)
     return None if err.startswith(named) else f"names another field: {err!r}"
 
 
