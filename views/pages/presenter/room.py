@@ -12,7 +12,20 @@ from pipeline.server.room import PUBLIC_URL_ENV, RoomRefused, new_driver_id, pub
 from views.links import url_state
 from views.pages.presenter import room_key
 
-FOLLOW_EVERY_S = 3  # a learner's page checks the presenter's stage this often (a small file read)
+FOLLOW_EVERY_ENV = "TPE_FOLLOW_EVERY_S"  # a shorter poll, for tests: their browser servers (tests/kit/browser.py)
+
+
+def follow_every_s() -> float:
+    """How often a page in a room checks the presenter's stage: 3 s (a small file read), or TPE_FOLLOW_EVERY_S
+    seconds where that is a number from 0.1 to 60."""
+    try:
+        given = float(os.environ.get(FOLLOW_EVERY_ENV, ""))
+    except ValueError:
+        return 3.0
+    return given if 0.1 <= given <= 60 else 3.0
+
+
+FOLLOW_EVERY_S = follow_every_s()  # read once, when the page's module is first imported by the server
 LONG_LINK = 300  # characters: a longer learner link is given as a short link the server resolves
 
 
