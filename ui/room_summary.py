@@ -13,7 +13,7 @@ from pipeline.server.polls.tally import class_view, real_answer, spread
 
 from .escape import html_text
 from .poll_chart import class_view_figure
-from .report import STYLE, _fig, _table, plotly_js
+from .report import STYLE, _table, figure_html, plotly_js
 from .words import plural
 
 
@@ -26,7 +26,7 @@ def room_summary_html(code: str, polls: list, questions_asked: int) -> str:
         parts.append(f"<h2>{n}. {html_text(poll.question)}</h2>")
         parts.append(f"<p class='note'>{html_text(poll.kind)} · stage {poll.stage} · "
                      f"{plural(len(answers), 'answer')}" + ("" if poll.revealed_at else " · never revealed") + "</p>")
-        parts.append(_fig(class_view_figure(poll.kind, class_view(poll, answers))))
+        parts.append(figure_html(class_view_figure(poll.kind, class_view(poll, answers))))
         parts.append(f"<p><b>The model's real answer:</b> {html_text(real_answer(poll))}</p>")
         numbers = spread(poll, answers)
         if numbers:
