@@ -36,7 +36,7 @@ HOSTILE = {  # name -> value; the short ones first (the model tier runs those)
 }
 SHORT = [name for name, value in HOSTILE.items() if len(value) < 100]
 VALID = {"question": "Hi", "text": "Hi there", "file": EXAMPLE_LOG}  # a good value for each positional argument
-VALID_FOR = {"lesson": {"action": "check", "file": str(Path(ROOT) / "lessons" / "first-hour.toml")}}  # where they differ
+VALID_FOR = {"lesson": {"action": "check", "file": str(Path(ROOT) / "lessons" / "first-hour.toml")}}  # per command
 REACHED_THE_WEIGHTS = f"error: {weights_cache.CACHE_ENV}: "  # run_cli's unusable weights cache: the checks passed
 
 

@@ -53,5 +53,5 @@ def test_visits_and_notes_are_kept_in_order_in_this_session_only():
     assert note_box(other).value == "" and "ms_notes" not in other.session_state
 
 
-def test_poll_answers_are_none_until_the_rooms_polls_fill_them():
+def test_a_session_that_answered_no_poll_has_no_poll_answers():
     assert poll_answers_for("0" * 32) == []

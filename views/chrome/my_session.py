@@ -20,15 +20,18 @@ VISITS, NOTES, SUMMARY = "ms_visits", "ms_notes", "ms_summary"  # session keys
 
 
 def learner_session_id() -> str:
-    """This browser session's id for the room (its poll answers are kept under it)."""
+    """This browser session's id in the room: its poll answers are kept under it (the presenter page's polls), its
+    own questions counted by it (views/request/room_questions.py), and My session reads its answers back by it."""
     return st.session_state.setdefault("ms_session_id", secrets.token_hex(16))
 
 
 def poll_answers_for(session_id: str) -> list:
-    """This learner session's poll answers, each {"question", "yours", "class", "real"} (the summary's table): none
-    yet. The room's polls (stored with the room, answered by session) fill it in: until they do, [] and the summary
-    says there are no poll answers."""
-    return []
+    """This learner session's poll answers, each {"question", "yours", "class", "real"} (the summary's table), from
+    the rooms' polls store: "class" and "real" only for a poll the presenter revealed."""
+    from pipeline.server.polls.store import poll_store
+    from pipeline.server.polls.summary import learner_rows
+
+    return learner_rows(poll_store().answered_by(session_id))
 
 
 def view_link(page: str) -> str:

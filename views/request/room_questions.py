@@ -3,6 +3,8 @@ text). A question is a learner's own when the session followed a room and then r
 it (Presenter mode records the room's questions as it follows)."""
 import streamlit as st
 
+from views.chrome.my_session import learner_session_id
+
 
 def note_room_question() -> None:
     ss = st.session_state
@@ -16,10 +18,4 @@ def note_room_question() -> None:
     from pipeline.server.polls.store import poll_store
 
     for code in rooms:
-        poll_store().note_question(code, ss.setdefault("pl_session", _new_session()), question)
-
-
-def _new_session() -> str:
-    import secrets
-
-    return secrets.token_hex(16)
+        poll_store().note_question(code, learner_session_id(), question)

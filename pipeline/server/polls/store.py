@@ -160,6 +160,28 @@ class PollStore:
         except OSError:
             return 0
 
+    def answered_by(self, session: str) -> list[tuple[str, Poll, str]]:
+        """Every poll this learner session answered, in any room this store keeps: (room code, poll, the answer as
+        stored), in the order the polls were opened. Found by the session's digest (a listing of the rooms' poll
+        folders; only this session's answers are read)."""
+        name = f"{session_digest(session)}.json"
+        try:
+            rooms = [n[len("polls-"):] for n in os.listdir(self.rooms.folder) if n.startswith("polls-")]
+        except OSError:
+            return []
+        found = []
+        for code in filter(CODE.fullmatch, rooms):
+            try:
+                ids = [n[len("answers-"):] for n in os.listdir(self._folder(code)) if n.startswith("answers-")]
+            except OSError:
+                continue
+            for poll_id in filter(POLL_ID.fullmatch, ids):
+                answer = self._read(self._answers(code, poll_id) / name)
+                poll = self.poll(code, poll_id) if answer and isinstance(answer.get("answer"), str) else None
+                if poll is not None:
+                    found.append((code, poll, answer["answer"]))
+        return sorted(found, key=lambda f: f[1].opened_at)
+
     # -- reading --------------------------------------------------------------------------------------------
     def count(self, code: str, poll_id: str) -> int:
         """How many sessions have answered (a listing; no answer is read)."""

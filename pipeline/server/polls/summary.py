@@ -3,6 +3,12 @@ questions learners asked (a count, no names). `summary_csv` writes them; ui/room
 offline HTML file.
 
 One CSV row per (poll, answer): poll, kind, question, answer, learners, model_figure, is_real, answered, real_answer.
+
+A learner's own summary ("My session") has one row per poll they answered (`learner_rows`): the question, their
+answer and, once the poll was revealed, the class's answers counted and the real answer:
+
+    learner_rows([(code, revealed tokens poll, "12")])
+      -> [{"question": "How many tokens?", "yours": "12", "class": "12: 2, 15: 1 (3 answered)", "real": "14 tokens"}]
 """
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import csv
 import io
 
 from pipeline.server.polls.record import Poll
-from pipeline.server.polls.tally import class_view, real_answer
+from pipeline.server.polls.tally import bucket, class_view, real_answer
 
 COLUMNS = ("poll", "kind", "stage", "question", "answer", "learners", "model_figure", "is_real", "answered",
            "real_answer")
@@ -31,6 +37,19 @@ def summary_rows(polls: list[tuple[Poll, list[str]]]) -> list[dict]:
                          "model_figure": "" if row.model is None else round(row.model, 6),
                          "is_real": "yes" if row.real else "", "answered": len(answers),
                          "real_answer": real_answer(poll)})
+    return rows
+
+
+def learner_rows(answered: list[tuple[str, Poll, str]]) -> list[dict]:
+    """One learner's polls (`PollStore.answered_by`): {"question", "yours"} and, after Reveal only, "class" (the
+    class's answers as Reveal froze them, counted) and "real" (the model's real answer)."""
+    rows = []
+    for _, poll, answer in answered:
+        row = {"question": poll.question, "yours": bucket(poll, answer) if poll.kind == "attention" else answer}
+        if poll.revealed_at is not None and poll.revealed_answers is not None:
+            counted = ", ".join(f"{r.answer}: {r.count}" for r in class_view(poll, poll.revealed_answers) if r.count)
+            row.update({"class": f"{counted} ({len(poll.revealed_answers)} answered)", "real": real_answer(poll)})
+        rows.append(row)
     return rows
 
 

@@ -6,6 +6,9 @@ import os
 from kit.paths import ROOT
 from streamlit.testing.v1 import AppTest
 
+from pipeline.server.polls.store import poll_store
+from pipeline.server.room import room_store
+
 LESSON = """title = "Two stages"
 
 [[stages]]
@@ -27,7 +30,8 @@ temperature = 0.5
 """
 
 
-def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_app, tmp_path, monkeypatch):
+def lesson_presenter(tmp_path, monkeypatch) -> AppTest:
+    """The presenter's screen of a server started with LESSON."""
     path = tmp_path / "two.toml"
     path.write_text(LESSON, encoding="utf-8")
     monkeypatch.setenv("TPE_LESSON", str(path))
@@ -35,6 +39,11 @@ def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_ap
     at.run()
     at.switch_page("views/pages/presenter/page.py").run()
     assert not at.exception, at.exception
+    return at
+
+
+def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_app, tmp_path, monkeypatch):
+    at = lesson_presenter(tmp_path, monkeypatch)
     assert at.session_state["req_question"] == "Is a peanut a nut?" and at.session_state["req_max_new_tokens"] == 3
     assert at.title[0].value.startswith("3. Tokens")  # the presenter's screen of the Tokens page
     text = " ".join(m.value for m in at.markdown)
@@ -46,3 +55,18 @@ def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_ap
     assert at.session_state["req_max_new_tokens"] == 2 and at.session_state["req_temperature"] == 0.5
     assert at.title[0].value.startswith("8. ")  # the first screen of the Next token page
     assert "stage 2 of 2" in " ".join(m.value for m in at.markdown)
+
+
+def test_a_stages_poll_opens_in_the_room_with_the_lessons_question_and_kind(tiny_app, tmp_path, monkeypatch):
+    at = lesson_presenter(tmp_path, monkeypatch)
+    assert "ls_poll" not in [b.key for b in at.button]  # no room yet: nothing to open it in
+    at.button(key="pr_start").click().run()
+    room = at.session_state["pr_room"]
+    assert poll_store().current(room) is None
+    at.button(key="ls_poll").click().run()
+    assert not at.exception, at.exception
+    poll = poll_store().current(room)
+    assert (poll.kind, poll.question, poll.status) == ("tokens", "How many tokens?", "open")
+    assert poll.query == room_store().room(room)["query"] and poll.query["max_new_tokens"] == "3"  # the stage's
+    assert poll.stage == 3 and poll.real["count"] > 0  # the Tokens screen; the real figure of that request
+    assert "0 answered" in " ".join(m.value for m in at.markdown)

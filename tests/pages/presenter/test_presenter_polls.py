@@ -10,6 +10,9 @@ import pytest
 from kit.apptest import page_app
 
 from pipeline.server.polls.store import poll_store
+from ui.escape import html_text
+from ui.session_summary import session_summary_html
+from views.chrome.my_session import poll_answers_for
 
 POLL_KEYS = {"pp_open", "pp_reveal", "pp_close"}
 
@@ -186,3 +189,27 @@ def test_learners_pick_among_the_models_eight_best_shuffled(tiny_app):
     at.button(key="pp_reveal").click().run()
     rows = [json.loads(c.proto.spec) for c in at.get("plotly_chart") if "share of the class" in c.proto.spec][0]
     assert rows["data"][0]["text"][2] == "1"  # counted on the model's third token, beside its probability
+
+
+def test_my_session_shows_a_learners_answer_and_after_reveal_the_class_and_the_real_one(tiny_app):
+    at = started(3, req_question="Is a tomato a fruit?")
+    room = at.session_state["pr_room"]
+    at.selectbox(key="pp_kind").set_value("tokens")
+    at.button(key="pp_open").click().run()
+    poll = poll_store().current(room)
+    learner, other = presenter(1, pr_follow=room), presenter(1, pr_follow=room)
+    send(learner, 7)
+    send(other, 9)
+    session = learner.session_state["ms_session_id"]  # the id My session's caller passes (learner_session_id)
+
+    def my_session() -> str:
+        return session_summary_html([], {}, poll_answers_for(session))
+
+    before = my_session()
+    assert f"<td>{html_text(poll.question)}</td><td>7</td><td></td><td></td></tr>" in before  # theirs only
+    at.button(key="pp_reveal").click().run()
+    real = f"{poll_store().poll(room, poll.id).real['count']:,} tokens"
+    after = my_session()
+    assert f"<td>7</td><td>7: 1, 9: 1 (2 answered)</td><td>{real}</td></tr>" in after
+    assert "<td>9</td>" not in after  # the other learner's answer is counted, never theirs
+    assert poll_answers_for(secrets.token_hex(16)) == []  # a session that answered nothing

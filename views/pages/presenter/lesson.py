@@ -1,8 +1,11 @@
 """Presenter mode with a lesson (`./run.sh app --lesson FILE`): the room starts at the lesson's first stage and the
 presenter moves through its stages; each stage brings its request to the room (learners following get it too), the
-presenter's screen that shows its page, what to say, its poll's question and a link to the page with its controls.
-The stages' runs were prepared when the server started (views/server/lesson_runs.py): their progress is shown here."""
+presenter's screen that shows its page, what to say, its poll's question with a button that opens it in the room,
+and a link to the page with its controls. The stages' runs were prepared when the server started
+(views/server/lesson_runs.py): their progress is shown here."""
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import streamlit as st
 
@@ -58,8 +61,9 @@ def progress(runs: LessonRuns) -> None:
     bar()
 
 
-def lesson_panel(screens: list[tuple[str, str]]) -> None:
-    """The lesson's place, its moves and its runs' progress (the presenter only)."""
+def lesson_panel(screens: list[tuple[str, str]], open_poll: Callable[[str, str], None] | None = None) -> None:
+    """The lesson's place, its moves and its runs' progress (the presenter only). `open_poll(kind, question)` opens
+    a poll in the room for its request now (polls.open_room_poll); None while no room is presented."""
     runs = lesson_runs()
     if runs is None:
         return
@@ -81,6 +85,11 @@ def lesson_panel(screens: list[tuple[str, str]]) -> None:
             st.caption(markdown_text(stage.say))
         if stage.poll:
             st.markdown(f"🗳️ Poll ({POLL_NAMES[stage.poll.kind]}): {markdown_text(stage.poll.question)}")
+            if open_poll is None:
+                st.caption("Start presenting to open this poll in the room.")
+            else:
+                st.button("Open this stage's poll", key="ls_poll", icon="🗳️", on_click=open_poll,
+                          args=(stage.poll.kind, stage.poll.question))
         stage_link(page_at(stage.page).script, f"Open this stage's page: {page_at(stage.page).title}", "🔎",
                    query=stage.query())
         progress(runs)

@@ -7,6 +7,7 @@ server-side per room code). The presenter's browser keeps the room's key (views/
 reload or a second tab still presents; a follower whose room is gone is told so.
 """
 import time
+from functools import partial
 
 import numpy as np
 import plotly.graph_objects as go
@@ -27,7 +28,7 @@ from views.links.controls import declare, left_out
 from views.links.params import integer, presenter_key, room_code
 from views.pages.presenter import room_key
 from views.pages.presenter.lesson import lesson_panel, start_lesson
-from views.pages.presenter.polls import learner_polls, presenter_polls
+from views.pages.presenter.polls import learner_polls, open_room_poll, presenter_polls
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
 from views.request.runs import run_for_page
 from views.request.session import TEXT_LIMIT
@@ -191,7 +192,7 @@ else:
     if not code:
         not_presenting_yet(N)
     question_box()
-    lesson_panel(STAGES)
+    lesson_panel(STAGES, partial(open_room_poll, code, ss.pr_key, stage, params, trace, tok) if code else None)
 st.title(f"{stage}. {title}")
 small_map(about=full_page)  # where this stage stands in the model, its parts lit
 if following:

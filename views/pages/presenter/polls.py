@@ -3,8 +3,6 @@ many have answered (a count, never a name or an answer), reveals the class's ans
 and closes it; a learner holding the follow link answers on their own screen and, after Reveal, sees the class view
 with their own answer marked. The store (pipeline/server/polls/store.py) checks the presenter key on every move:
 this page only draws."""
-import secrets
-
 import streamlit as st
 
 from pipeline.server.polls.real import poll_inputs
@@ -15,6 +13,7 @@ from pipeline.server.polls.tally import bucket, class_view, real_answer, spread
 from ui.escape import code_span, markdown_text
 from ui.poll_chart import class_view_figure
 from ui.room_summary import room_summary_html
+from views.chrome.my_session import learner_session_id
 from views.links.controls import left_out
 from views.server.scenarios import prompt_cache_conversation
 
@@ -25,11 +24,6 @@ KIND_TITLES = {"next_token": "Next token: what will the model write next?", "tok
 STAGE_KINDS = {3: "tokens", 7: "attention", 8: "next_token", 9: "temperature", 13: "prompt_caching"}
 PRESENTER_ONLY = "a poll is the presenter's move in the room, not a view a link reproduces"
 ANSWER_ONLY = "a learner's answer goes to the room's poll, not into a link"
-
-
-def _session() -> str:
-    """This browser session's id for its answers (one answer per session per poll); the store keeps its digest."""
-    return st.session_state.setdefault("pl_session", secrets.token_hex(16))  # as views/request/room_questions.py
 
 
 def _state(poll: Poll | None):
@@ -54,15 +48,23 @@ def _inputs(kind: str, trace, tok, pick: bool = False) -> dict:
     return poll_inputs(kind, trace, tok, prompt_cache_conversation() if kind == "prompt_caching" else None, pick)
 
 
+def open_room_poll(code: str, key: str, stage: int, params: dict, trace, tok, kind: str, question: str,
+                   pick: bool = False) -> None:
+    """Open a poll of `kind` asking `question` about the room's request now (`params`, its run `trace`), with its
+    real figure and choices: the one way this page opens a poll (the presenter's form, a lesson stage's poll). A
+    refusal is said on the next run."""
+    try:
+        poll_store().open_poll(code, key, kind, question, params, stage, **_inputs(kind, trace, tok, pick))
+    except (PermissionError, PollFull, OSError, ValueError) as e:
+        st.session_state.pp_error = str(e)
+
+
 def _open(code: str, key: str, stage: int, params: dict, trace, tok) -> None:
-    """Open poll's callback: the kind and question as the presenter left them, the real figure of this request."""
+    """Open poll's callback: the kind and question as the presenter left them."""
     ss = st.session_state
     kind = ss.get("pp_kind", "next_token")
-    try:
-        poll_store().open_poll(code, key, kind, ss.get(f"pp_question_{kind}", ""), params, stage,
-                               **_inputs(kind, trace, tok, bool(ss.get("pp_pick"))))
-    except (PermissionError, PollFull, OSError, ValueError) as e:
-        ss.pp_error = str(e)
+    open_room_poll(code, key, stage, params, trace, tok, kind, ss.get(f"pp_question_{kind}", ""),
+                   bool(ss.get("pp_pick")))
 
 
 def _move(move: str, code: str, key: str, poll_id: str, real: dict | None = None) -> None:
@@ -170,7 +172,7 @@ def learner_polls(code: str) -> None:
     if poll is None:
         return
     st.markdown(f"#### 🗳️ The presenter asks: {markdown_text(poll.question)}")
-    session = _session()
+    session = learner_session_id()  # the id My session reads this learner's answers by
     if poll.status == "open":
         with st.form(f"pl_form_{poll.id}"):
             value = _answer_widget(poll)

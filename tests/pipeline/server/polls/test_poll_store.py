@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.server.polls.record import KINDS, MAX_ANSWER_CHARS, clean_answer, new_poll
 from pipeline.server.polls.store import PollClosed, PollFull, PollStore
+from pipeline.server.polls.summary import learner_rows
 from pipeline.server.room import RoomStore
 
 QUERY = {"q": "What is the capital of France?"}
@@ -184,3 +185,22 @@ def test_a_pick_among_the_models_tokens_takes_only_those():
     assert clean_answer(poll, "␣Paris") == "␣Paris"
     with pytest.raises(ValueError):
         clean_answer(poll, "Lyon")
+
+
+def test_a_learners_answers_are_found_across_rooms_by_their_session_only(tmp_path):
+    polls, code, key = room(tmp_path)
+    other_code, other_key, _ = polls.rooms.create_room(3, QUERY, driver="presenter")
+    first = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
+    polls.answer(code, first.id, "learner-1", "paris")
+    polls.answer(code, first.id, "learner-2", "Rome")
+    polls.reveal(code, key, first.id)
+    second = polls.open_poll(other_code, other_key, "tokens", "How many?", QUERY, real={"count": 14})
+    polls.answer(other_code, second.id, "learner-1", "12")
+    polls.open_poll(code, key, "tokens", "Unanswered", QUERY)
+    found = polls.answered_by("learner-1")
+    assert [(c, p.id, a) for c, p, a in found] == [(code, first.id, "paris"), (other_code, second.id, "12")]
+    assert learner_rows(found) == [
+        {"question": "What comes next?", "yours": "paris", "class": "␣Paris: 1, Rome: 1 (2 answered)",
+         "real": "␣Paris 60.0%, ␣The 20.0%"},
+        {"question": "How many?", "yours": "12"}]  # not revealed: the class and the real answer left out
+    assert polls.answered_by("learner-3") == []
