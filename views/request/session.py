@@ -6,6 +6,7 @@ from dataclasses import asdict, replace
 
 import streamlit as st
 
+from pipeline.model.interface import LanguageModel
 from pipeline.model.passes import PassCounter
 from pipeline.model.registry import resolve
 from pipeline.model.weight_formats import DEFAULT_WEIGHTS
@@ -58,7 +59,7 @@ def current_request() -> ChatRequest:
     return request_from_fields({k: st.session_state[f"req_{k}"] for k in DEFAULTS}, get_model())
 
 
-def request_from_fields(fields: dict, lm) -> ChatRequest:
+def request_from_fields(fields: dict, lm: LanguageModel) -> ChatRequest:
     """The request that the sidebar's fields describe ({name: value} by DEFAULTS' names, as session state holds
     them without `req_`), on model handle `lm` (the picked one); raises InputError for bad input. The sidebar's
     request and a lesson's stage (views/server/lesson_runs.py) are made here, so both are stored under one key."""
