@@ -398,6 +398,9 @@ def test_pages_work_from_a_read_only_cache_folder_and_say_the_store_is_off(tmp_p
         assert not at.exception, at.exception
         assert any("kept in memory only" in c.value and "Read-only file system" in c.value for c in at.caption)
     finally:
+        for store in (run_store(), result_store()):  # their retry threads would write (and log) once unmounted
+            if store.disk is not None:
+                store.disk.close()
         for resource in (model_handle, run_store, result_store, run_queue, warm_up):
             resource.clear()  # the next test gets stores on its own folder
         for mount in reversed(mounts):

@@ -65,6 +65,7 @@ class DiskStore:
         self._emptied = threading.Condition(self._pending_lock)  # notified when nothing waits any more
         self._try_now = threading.Event()  # a write succeeded: the retry thread writes the waiting runs now
         self._retrying: threading.Thread | None = None
+        self._closed = False  # close(): the retry thread stops and writes nothing more
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             remove_stale_temporaries(self.folder)
@@ -206,12 +207,20 @@ class DiskStore:
         wait = self.retry_s[0]
         while True:
             self._try_now.wait(wait)  # the backoff, or a signal that the folder takes files again
+            if self._closed:
+                return
             woken = self._try_now.is_set()
             self._try_now.clear()
             if self._write_pending():
                 log.warning("the runs that waited for %s are written", self.folder)
                 return
             wait = self.retry_s[0] if woken else min(wait * 2, self.retry_s[1])
+
+    def close(self) -> None:
+        """This store is no longer used (a server's stores replaced): its retry thread ends without writing the runs
+        still waiting, and says nothing more."""
+        self._closed = True
+        self._try_now.set()
 
     def attach_memory(self, held) -> None:
         """Nothing to do: a folder does not forget the files it holds (see RedisStore.attach_memory)."""
