@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, events, settle, watch
+from kit.browser import CHROMIUM, SHOTS, events, open_offline, settle, visit
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -23,13 +23,6 @@ def server(tiny_server):
 def browser(server, chromium):
     """The module's Chromium (kit.browser_fixtures), once its server is up."""
     return chromium
-
-
-def visit(context, url: str):
-    page = watch(context.new_page())
-    page.goto(url)
-    settle(page)
-    return page
 
 
 def download(page, button, name: str, said: list[str]):
@@ -71,19 +64,12 @@ def test_the_json_and_the_html_report_download_and_the_report_opens_with_the_net
     path = tmp_path / "report.html"
     download(page, page.get_by_role("button", name=re.compile("Download the report")), "report", said).save_as(path)
     context.close()
-    offline = browser.new_context(offline=True)
-    asked = []
-    offline.on("request", lambda r: asked.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
-    report = offline.new_page()
-    report.goto(path.as_uri())
-    report.wait_for_function("() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
-                             " return plots.length >= 10 && plots.every(p => p.querySelector('.main-svg')); }",
-                             timeout=60_000)
+    report, asked = open_offline(browser, path, min_plots=10)
     assert report.locator("h2").count() == 12
     assert report.locator(".js-plotly-plot .main-svg").count() >= 10  # charts drawn by the embedded plotly.js
     assert asked == []
     report.screenshot(path=str(SHOTS / "room_report_offline.png"))
-    offline.close()
+    report.context.close()
 
 
 def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server, browser, tmp_path):

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, open_page, settle, watch
+from kit.browser import CHROMIUM, SHOTS, open_offline, open_page, settle, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -43,14 +43,7 @@ def test_the_session_summary_downloads_and_opens_offline(tiny_server, chromium, 
     info.value.save_as(path)
     context.close()
 
-    offline = chromium.new_context(offline=True)
-    asked = []
-    offline.on("request", lambda r: asked.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
-    summary = offline.new_page()
-    summary.goto(path.as_uri())
-    summary.wait_for_function("() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
-                              " return plots.length >= 2 && plots.every(p => p.querySelector('.main-svg')); }",
-                              timeout=60_000)
+    summary, asked = open_offline(chromium, path, min_plots=2)
     titles = summary.locator(".visit h3").all_inner_texts()
     assert [re.sub(r"^\d+\. ", "", t) for t in titles] == ["Tokens", "Request & template"]
     assert summary.locator(".note-text").first.inner_text() == NOTE  # shown as text, not markup
@@ -58,5 +51,5 @@ def test_the_session_summary_downloads_and_opens_offline(tiny_server, chromium, 
     assert summary.locator(".js-plotly-plot .main-svg").count() >= 2  # drawn by the embedded plotly.js
     assert asked == []
     summary.screenshot(path=str(SHOTS / "my_session_offline.png"), full_page=True)
-    offline.close()
+    summary.context.close()
     assert Path(path).stat().st_size > 0

@@ -13,18 +13,11 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, settle, watch
+from kit.browser import CHROMIUM, SHOTS, open_offline, settle, visit
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 HOSTILE = "<img src=x onerror=\"window.pwned=1\">" + "x" * 10_000
-
-
-def visit(context, url: str):
-    page = watch(context.new_page())
-    page.goto(url)
-    settle(page)
-    return page
 
 
 def body(page) -> str:
@@ -128,18 +121,11 @@ def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_cac
         page.get_by_role("button", name=re.compile("Download the room summary \\(CSV")).click()
     csv_text = Path(info.value.path()).read_text(encoding="utf-8")
     assert "Quokka" in csv_text and "questions learners asked" in csv_text
-    offline = chromium.new_context(offline=True)
-    asked = []
-    offline.on("request", lambda r: asked.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
-    summary = offline.new_page()
-    summary.goto(path.as_uri())
-    summary.wait_for_function("() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
-                              " return plots.length >= 1 && plots.every(p => p.querySelector('.main-svg')); }",
-                              timeout=60_000)
+    summary, asked = open_offline(chromium, path, min_plots=1)
     assert asked == [] and summary.evaluate("() => window.pwned") is None
     assert "<img src=x" in summary.inner_text("body")
     summary.screenshot(path=str(SHOTS / "room_poll_summary_offline.png"))
-    offline.close()
+    summary.context.close()
     page.get_by_role("button", name="Close the poll").click()
     settle(page)
     for learner in learners:

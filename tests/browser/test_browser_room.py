@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
 from kit.browser import CHROMIUM, SHOTS, app_server, question_shown, settle, watch
-from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage
+from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage, walk_every_stage
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -184,14 +184,8 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     learner.goto(follow)
     # The follow page's first run takes the presenter's request and reruns (url_state.switch_request): settle()
     # waits for the run after it, the one that completes.
-    wait_for_stage(learner, 1, timeout_s=300)
-    settle(learner)
-    assert learner.get_by_role("button", name=re.compile("Next")).count() == 0
-    for n in range(2, 14):
-        page.keyboard.press("ArrowRight")
-        wait_for_stage(page, n, timeout_s=120)
-        settle(page)
-        assert page.locator('[data-testid="stException"]').count() == 0, f"stage {n}"
+
+    def at_each(n: int) -> None:
         if n == 8:
             ticks = page.locator(".js-plotly-plot .ytick text").first.get_attribute("style")
             assert "font-size: 20px" in ticks, ticks  # projector-sized, not Streamlit's 12 px
@@ -200,9 +194,9 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
         if n == 12:
             event = page.locator('[data-testid="stMain"] [data-testid="stCode"]').first.bounding_box()
             assert event["height"] < 600, event  # the token ids on one line, not one per line
+
+    walk_every_stage(page, learner, at_each)
     page.screenshot(path=str(SHOTS / f"room_presenter_{walk}_13.png"))
-    # the learner's page checks the presenter's stage every few seconds
-    wait_for_stage(learner, 13, timeout_s=60)
     assert learner.locator('[data-testid="stException"]').count() == 0
     learner.screenshot(path=str(SHOTS / f"room_learner_{walk}_13.png"))
     page.keyboard.press("ArrowLeft")

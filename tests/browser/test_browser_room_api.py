@@ -4,13 +4,12 @@ same server the whole time (server.py: the pages and the API on one port, one qu
 hold (every stage drawn without an exception, the learner follows to the last, without the presenter's buttons), and
 every answer the client streamed is its own question's greedy answer (the pages' runs and the API's never mix)."""
 import os
-import re
 import threading
 
 import openai
 import pytest
-from kit.browser import CHROMIUM, SHOTS, app_server, settle, watch
-from kit.room_walk import start_presenting, visit, wait_for_stage
+from kit.browser import CHROMIUM, SHOTS, app_server, watch
+from kit.room_walk import start_presenting, visit, walk_every_stage
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -66,16 +65,7 @@ def test_a_presenter_and_a_learner_walk_the_room_while_an_sdk_client_streams(ser
         follow = start_presenting(page)
         learner = watch(learner_context.new_page())
         learner.goto(follow)
-        wait_for_stage(learner, 1, timeout_s=300)  # its first run takes the presenter's request, then reruns
-        settle(learner)
-        assert learner.get_by_role("button", name=re.compile("Next")).count() == 0
-        for n in range(2, 14):
-            page.keyboard.press("ArrowRight")
-            wait_for_stage(page, n, timeout_s=120)
-            settle(page)
-            assert page.locator('[data-testid="stException"]').count() == 0, f"stage {n}"
-        wait_for_stage(learner, 13, timeout_s=60)  # the learner's page checks the presenter's stage every few s
-        settle(learner)
+        walk_every_stage(page, learner)
         assert learner.locator('[data-testid="stException"]').count() == 0
         learner.screenshot(path=str(SHOTS / "room_learner_beside_api_13.png"))
     finally:

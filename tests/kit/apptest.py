@@ -180,3 +180,20 @@ def shown(elements) -> str:
     from kit.markdown_links import shown as resolved
 
     return " ".join(resolved(e.value) for e in elements)
+
+
+def presenter_at(stage: int, **state):
+    """Presenter mode at `stage` on a short answer (4 tokens), run once without an exception; `state`: more
+    session state (a follow link: `pr_follow=CODE`, a learner's page)."""
+    at = page_app("presenter", pr_stage=stage, **{"req_max_new_tokens": 4, **state}).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def presenting_at(stage: int, **state):
+    """A presenter who pressed Start presenting: the room exists from then on (a visit alone makes none)."""
+    at = presenter_at(stage, **state)
+    at.button(key="pr_start").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["pr_room"], [e.value for e in at.error]
+    return at

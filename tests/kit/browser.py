@@ -225,6 +225,28 @@ def question_shown(page, timeout_s: float = 30) -> str:
     return box.input_value()
 
 
+def visit(context, url: str):
+    """A watched page of `context` at `url`, settled (the page's run finished)."""
+    page = watch(context.new_page())
+    page.goto(url)
+    settle(page)
+    return page
+
+
+def open_offline(chromium, path: Path, min_plots: int):
+    """A saved HTML file (a report, a summary) opened in an offline context of `chromium`, once at least `min_plots`
+    charts are drawn: (the page, the addresses it asked for other than file: and data:, which should be none)."""
+    offline = chromium.new_context(offline=True)
+    asked = []
+    offline.on("request", lambda r: asked.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    page = offline.new_page()
+    page.goto(path.as_uri())
+    page.wait_for_function("n => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
+                           " return plots.length >= n && plots.every(p => p.querySelector('.main-svg')); }",
+                           arg=min_plots, timeout=60_000)
+    return page, asked
+
+
 @contextlib.contextmanager
 def fresh_page(chromium, width: int = 1400, height: int = 1200):
     """A watched page in a new context of `chromium` (kit.browser_fixtures' fixture): no cookie, storage or session

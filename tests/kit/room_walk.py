@@ -2,14 +2,7 @@
 waiting for a stage (tests/browser/test_browser_room.py and the room beside API traffic use them)."""
 import re
 
-from kit.browser import settle, watch
-
-
-def visit(context, url: str):
-    page = watch(context.new_page())
-    page.goto(url)
-    settle(page)
-    return page
+from kit.browser import settle, visit  # noqa: F401  (visit: the room tests' way in)
 
 
 def start_presenting(page) -> str:
@@ -33,3 +26,19 @@ def wait_for_stage(page, n: int, timeout_s: float) -> None:
     page.wait_for_function("n => document.querySelector('h1') && "
                            "document.querySelector('h1').innerText.startsWith(n + '.')",
                            arg=n, timeout=timeout_s * 1000)
+
+
+def walk_every_stage(page, learner, at_each=lambda n: None, last: int = 13) -> None:
+    """The learner (on the follow link) reaches stage 1; the presenter presses → to each stage up to `last`, no
+    stage raising (at_each(n): the caller's checks there); the learner follows to the last one."""
+    wait_for_stage(learner, 1, timeout_s=300)  # its first run takes the presenter's request, then reruns
+    settle(learner)
+    assert learner.get_by_role("button", name=re.compile("Next")).count() == 0
+    for n in range(2, last + 1):
+        page.keyboard.press("ArrowRight")
+        wait_for_stage(page, n, timeout_s=120)
+        settle(page)
+        assert page.locator('[data-testid="stException"]').count() == 0, f"stage {n}"
+        at_each(n)
+    wait_for_stage(learner, last, timeout_s=60)  # the learner's page checks the presenter's stage every few s
+    settle(learner)

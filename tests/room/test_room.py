@@ -9,6 +9,9 @@ import secrets
 import pytest
 import segno
 
+from kit.apptest import presenter_at as presenter
+from kit.apptest import presenting_at as started
+
 from pipeline.server.room import RoomStore, is_loopback, public_base, room_store
 
 KOREAN_SYSTEM = "항상 한국어로만 대답하세요."  # SmolLM2 then starts its answer with <0xED>, the first byte of 토
@@ -116,21 +119,6 @@ def test_a_folder_that_takes_no_file_keeps_links_and_rooms_in_memory_and_says_so
 
 
 # ---- presenter mode in AppTest -------------------------------------------------------------------
-def presenter(stage: int, **state):
-    from kit.apptest import page_app
-
-    at = page_app("presenter", pr_stage=stage, **{"req_max_new_tokens": 4, **state}).run()
-    assert not at.exception, at.exception
-    return at
-
-
-def started(stage: int, **state):
-    """A presenter who pressed Start presenting: the room exists from then on (a visit alone makes none)."""
-    at = presenter(stage, **state)
-    at.button(key="pr_start").click().run()
-    assert not at.exception, at.exception
-    assert at.session_state["pr_room"], [e.value for e in at.error]
-    return at
 
 
 @pytest.mark.app

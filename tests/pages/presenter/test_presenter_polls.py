@@ -8,6 +8,8 @@ import secrets
 
 import pytest
 from kit.apptest import page_app
+from kit.apptest import presenter_at as presenter
+from kit.apptest import presenting_at as started
 
 from pipeline.server.polls.store import poll_store
 from ui.escape import html_text
@@ -17,17 +19,6 @@ from views.chrome.my_session import poll_answers_for
 POLL_KEYS = {"pp_open", "pp_reveal", "pp_close"}
 
 
-def presenter(stage: int, **state):
-    at = page_app("presenter", pr_stage=stage, **{"req_max_new_tokens": 4, **state}).run()
-    assert not at.exception, at.exception
-    return at
-
-
-def started(stage: int, **state):
-    at = presenter(stage, **state)
-    at.button(key="pr_start").click().run()
-    assert at.session_state["pr_room"], [e.value for e in at.error]
-    return at
 
 
 def send(learner, answer) -> None:
