@@ -129,10 +129,27 @@ class PollStore:
             raise PollClosed("This poll is closed: the presenter has revealed the answers or moved on.")
         stored = clean_answer(poll, text)
         path = self._answers(code, poll_id) / f"{session_digest(session)}.json"
-        if not path.exists() and self.count(code, poll_id) >= self.max_answers:
+        before = self._read(path)  # this session's earlier answer, or None
+        if before is None and self.count(code, poll_id) >= self.max_answers:
             raise PollFull(f"This poll has taken {self.max_answers} answers, its most.")
         self._write(path, {"answer": stored, "at": time.time()})
+        # another server may have revealed the poll, or taken the last answers, between the checks and the write:
+        # look again, and take back a write that the frozen answers (or the limit) would leave uncounted
+        poll = self.poll(code, poll_id)
+        if poll is None or poll.status != "open":
+            self._take_back(path, before)
+            raise PollClosed("This poll is closed: the presenter has revealed the answers or moved on.")
+        if before is None and self.count(code, poll_id) > self.max_answers:
+            self._take_back(path, before)
+            raise PollFull(f"This poll has taken {self.max_answers} answers, its most.")
         return stored
+
+    def _take_back(self, path: Path, before: dict | None) -> None:
+        """Put back the session's earlier answer, or remove the one just written when it had none."""
+        if before is not None:
+            self._write(path, before)
+        else:
+            path.unlink(missing_ok=True)
 
     def answer_of(self, code: str, poll_id: str, session: str) -> str | None:
         data = self._read(self._answers(code, poll_id) / f"{session_digest(session)}.json")

@@ -204,3 +204,43 @@ def test_a_learners_answers_are_found_across_rooms_by_their_session_only(tmp_pat
          "real": "␣Paris 60.0%, ␣The 20.0%"},
         {"question": "How many?", "yours": "12"}]  # not revealed: the class and the real answer left out
     assert polls.answered_by("learner-3") == []
+
+
+class _Late(PollStore):
+    """A server whose answer's write lands only after `meanwhile()` (another server's move) has run."""
+    meanwhile = staticmethod(lambda: None)
+
+    def _write(self, path, data):
+        if path.parent.name.startswith("answers-"):
+            self.meanwhile()
+        super()._write(path, data)
+
+
+def test_an_answer_written_after_another_servers_reveal_is_taken_back(tmp_path):
+    polls, code, key = room(tmp_path)
+    poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
+    polls.answer(code, poll.id, "early", "Rome")
+    late = _Late(polls.rooms)  # a second store on the same folder
+    late.answer(code, poll.id, "changed", "Paris")
+    late.meanwhile = lambda: polls.reveal(code, key, poll.id)  # the open check passes, then Reveal, then the write
+    with pytest.raises(PollClosed):
+        late.answer(code, poll.id, "learner", "Lyon")
+    late.meanwhile = lambda: None
+    with pytest.raises(PollClosed):
+        late.answer(code, poll.id, "changed", "Lyon")
+    frozen = polls.poll(code, poll.id).revealed_answers
+    assert sorted(frozen) == ["Paris", "Rome"]
+    assert late.answer_of(code, poll.id, "learner") is None  # never "Your answer" while uncounted
+    assert late.answer_of(code, poll.id, "changed") == "Paris"  # the counted answer, not the late change
+    assert polls.count(code, poll.id) == len(frozen)
+
+
+def test_the_answer_past_the_limit_from_a_racing_server_is_taken_back(tmp_path):
+    polls, code, key = room(tmp_path, max_answers=2)
+    poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
+    polls.answer(code, poll.id, "first", "Rome")
+    late = _Late(polls.rooms, max_answers=2)
+    late.meanwhile = lambda: polls.answer(code, poll.id, "second", "Paris")  # takes the last place meanwhile
+    with pytest.raises(PollFull):
+        late.answer(code, poll.id, "third", "Lyon")
+    assert late.answer_of(code, poll.id, "third") is None and polls.count(code, poll.id) == 2
