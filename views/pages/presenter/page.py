@@ -192,7 +192,8 @@ else:
     if not code:
         not_presenting_yet(N)
     question_box()
-    lesson_panel(STAGES, partial(open_room_poll, code, ss.pr_key, stage, params, trace, tok) if code else None)
+    if code:  # the presenter's notes and coming questions: for the holder of the room's key only, never a learner
+        lesson_panel(STAGES, partial(open_room_poll, code, ss.pr_key, stage, params, trace, tok))
 st.title(f"{stage}. {title}")
 small_map(about=full_page)  # where this stage stands in the model, its parts lit
 if following:
