@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.lessons.fields import PAGE_URLS, POLL_KINDS, REQUEST_CHECKS
+from pipeline.core.poll_kinds import KINDS
+from pipeline.lessons.fields import PAGE_URLS, REQUEST_CHECKS
 from pipeline.lessons.lesson import LessonError, parse_lesson
 from pipeline.lessons.lines import line_of
 
@@ -88,4 +89,4 @@ def test_the_lists_match_the_apps_pages_and_links():
 
     assert PAGE_URLS == tuple(p.url for p in PAGES)
     assert set(REQUEST_CHECKS) == set(REQUEST)
-    assert POLL_KINDS == ("next_token", "tokens", "temperature", "attention", "prompt_caching")
+    assert KINDS == ("next_token", "tokens", "temperature", "attention", "prompt_caching")

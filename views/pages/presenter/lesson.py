@@ -9,15 +9,12 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from pipeline.core.poll_kinds import kind_name
 from ui.escape import markdown_text
 from views.chrome.frame import stage_link
 from views.chrome.page_list import page_at
 from views.links import url_state
 from views.server.lesson_runs import LessonRuns, lesson_runs
-
-POLL_NAMES = {"next_token": "Next token", "tokens": "Tokens", "temperature": "Temperature", "attention": "Attention",
-              "prompt_caching": "Prompt caching"}
-
 
 def screen_of(page: str, screens: list[tuple[str, str]]) -> int | None:
     """The presenter's screen (1-based) that shows this page's stage, or None where no screen does."""
@@ -85,7 +82,7 @@ def lesson_panel(screens: list[tuple[str, str]], open_poll: Callable[[str, str],
         if stage.say:
             st.caption(markdown_text(stage.say))
         if stage.poll:
-            st.markdown(f"🗳️ Poll ({POLL_NAMES[stage.poll.kind]}): {markdown_text(stage.poll.question)}")
+            st.markdown(f"🗳️ Poll ({kind_name(stage.poll.kind)}): {markdown_text(stage.poll.question)}")
             st.button("Open this stage's poll", key="ls_poll", icon="🗳️", on_click=open_poll,
                       args=(stage.poll.kind, stage.poll.question))
         stage_link(page_at(stage.page).script, f"Open this stage's page: {page_at(stage.page).title}", "🔎",

@@ -5,6 +5,7 @@ with their own answer marked. The store (pipeline/server/polls/store.py) checks 
 this page only draws."""
 import streamlit as st
 
+from pipeline.core.poll_kinds import kind_title
 from pipeline.server.polls.real import poll_inputs
 from pipeline.server.polls.record import DEFAULT_QUESTIONS, KINDS, MAX_QUESTION_CHARS, Poll
 from pipeline.server.polls.store import PollClosed, PollFull, poll_store
@@ -15,13 +16,10 @@ from ui.poll_chart import class_view_figure
 from ui.room_summary import room_summary_html
 from views.chrome.my_session import learner_session_id
 from views.links.controls import left_out
+from views.pages.presenter.room import FOLLOW_EVERY_S
+from views.pages.presenter.stages import poll_kind_at
 from views.server.scenarios import prompt_cache_conversation
 
-WATCH_EVERY_S = 3  # as the room's own watch (room.FOLLOW_EVERY_S)
-KIND_TITLES = {"next_token": "Next token: what will the model write next?", "tokens": "Tokens: how many?",
-               "temperature": "Temperature: will 10 draws agree?", "attention": "Attention: which token?",
-               "prompt_caching": "Prompt caching: how many tokens reused?"}
-STAGE_KINDS = {3: "tokens", 7: "attention", 8: "next_token", 9: "temperature", 13: "prompt_caching"}
 PRESENTER_ONLY = "a poll is the presenter's move in the room, not a view a link reproduces"
 ANSWER_ONLY = "a learner's answer goes to the room's poll, not into a link"
 
@@ -30,14 +28,14 @@ def _state(poll: Poll | None):
     return None if poll is None else (poll.id, poll.status)
 
 
-@st.fragment(run_every=WATCH_EVERY_S)
+@st.fragment(run_every=FOLLOW_EVERY_S)
 def watch_poll(code: str, shown) -> None:
     """A learner's page: when the room's poll opens, is revealed or closes, draw the page again."""
     if _state(poll_store().current(code)) != shown:
         st.rerun()
 
 
-@st.fragment(run_every=WATCH_EVERY_S)
+@st.fragment(run_every=FOLLOW_EVERY_S)
 def answered(code: str, poll_id: str) -> None:
     """The presenter's live count: how many learner sessions have answered (no name, no answer)."""
     st.markdown(f"### {poll_store().count(code, poll_id)} answered")
@@ -87,7 +85,7 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
     if poll is None:
         with st.expander("Ask the room a question (learners answer on their own screens)", icon="🗳️"):
             kind = left_out(st.selectbox, "pp_kind", PRESENTER_ONLY, "Kind of question", KINDS,
-                            index=KINDS.index(STAGE_KINDS.get(stage, "next_token")), format_func=KIND_TITLES.get)
+                            index=KINDS.index(poll_kind_at(stage)), format_func=kind_title)
             left_out(st.text_input, f"pp_question_{kind}", PRESENTER_ONLY, "Question", value=DEFAULT_QUESTIONS[kind],
                      max_chars=MAX_QUESTION_CHARS)
             if kind == "next_token":
