@@ -65,10 +65,10 @@ def _open(code: str, key: str, stage: int, params: dict, trace, tok) -> None:
                    bool(ss.get("pp_pick")))
 
 
-def _move(move: str, code: str, key: str, poll_id: str, real: dict | None = None) -> None:
+def _move(move: str, code: str, key: str, poll_id: str) -> None:
     try:
         if move == "reveal":
-            poll_store().reveal(code, key, poll_id, real)
+            poll_store().reveal(code, key, poll_id)
         else:
             poll_store().close(code, key, poll_id)
     except (PermissionError, OSError, ValueError) as e:
@@ -101,10 +101,8 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
             answered(code, poll.id)
         else:
             st.markdown(f"### {len(poll.revealed_answers or [])} answered")
-    # a poll opened without its real figure (a lesson's, before its run) takes this request's, if it is the poll's
-    real = _inputs(poll.kind, trace, tok)["real"] if poll.real is None and poll.query == params else None
     c2.button("Reveal", key="pp_reveal", type="primary", disabled=poll.status != "open", on_click=_move,
-              args=("reveal", code, key, poll.id, real), width="stretch")
+              args=("reveal", code, key, poll.id), width="stretch")
     c3.button("Close the poll", key="pp_close", on_click=_move, args=("close", code, key, poll.id), width="stretch")
     if poll.status == "revealed":
         draw_class_view(poll)

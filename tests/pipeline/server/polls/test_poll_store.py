@@ -170,16 +170,6 @@ def test_learners_questions_are_counted_once_each_and_never_kept(tmp_path):
     assert not (tmp_path / "polls-abcdef").exists()
 
 
-def test_a_poll_opened_with_kind_and_question_only_takes_its_real_figure_at_reveal(tmp_path):
-    """A lesson's stage opens its poll with (kind, question) and the stage's request; the figure may come later."""
-    polls, code, key = room(tmp_path)
-    poll = polls.open_poll(code, key, "tokens", "How many tokens?", QUERY)
-    assert poll.real is None
-    assert polls.reveal(code, key, poll.id, real={"count": 12, "answer": "12"}).real == {"count": 12, "answer": "12"}
-    other = polls.open_poll(code, key, "tokens", "", QUERY, real={"count": 5, "answer": "5"})
-    assert polls.reveal(code, key, other.id, real={"count": 6, "answer": "6"}).real["count"] == 5  # kept as opened
-
-
 def test_a_pick_among_the_models_tokens_takes_only_those():
     poll = new_poll("next_token", "", QUERY, real=NEXT_TOKEN_REAL, choices=["␣The", "␣Paris"])
     assert clean_answer(poll, "␣Paris") == "␣Paris"
