@@ -201,8 +201,12 @@ def _line_in_message(message: str) -> int:
 
 
 def read_lesson(path: str | Path) -> Lesson:
-    """The lesson in this file (TOML, UTF-8); LessonError when it cannot be read or used."""
+    """The lesson in this file (TOML, UTF-8, named *.toml); LessonError when it cannot be read or used (a .json or
+    any other file is refused by its name, before it is read)."""
     path = Path(path)
+    if path.suffix.lower() != ".toml":
+        raise LessonError(str(path), None, "file", "is not a .toml file: a lesson is written in TOML "
+                          "(docs/lessons.md), not JSON or any other format")
     try:
         raw = path.read_bytes()
     except (OSError, ValueError) as e:  # ValueError: a path with a NUL in it
