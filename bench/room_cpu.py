@@ -82,8 +82,8 @@ def instrument(parts: Parts) -> None:
 
     parts.wrap(RunQueue, "_start", "queue: admit (tokenize, Answer, join)")
     parts.wrap(RunQueue, "_step", "queue: step (the rest)")
-    parts.wrap(trace_module, "_prefill", "captured prefill")
-    parts.wrap(trace_module, "_prefill_together", "captured prefill (arrivals together)")
+    parts.wrap(trace_module, "prefill_request", "captured prefill")
+    parts.wrap(trace_module, "prefill_together", "captured prefill (arrivals together)")
     # the static batched step (CUDA) runs its pass inside this part: ModelHandle.forward below is HF's forward only
     parts.wrap(BatchDecoder, "step", lambda self: f"decode step, rest (B={len(self.rows):>2})")
     for owner in (BatchDecoder, GraphedBatchDecoder):  # the joined cache made anew, or the rows moved in a bucket

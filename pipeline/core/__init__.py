@@ -7,4 +7,5 @@
   timing.py     honest timing comparisons: interleaved, repeated, medians and ranges
   long_jobs.py  long work as a generator of short chunks the queue runs between questions
   common_prefix.py  how long a start two sequences share (`common_prefix_len`), where they part (`first_difference`)
+  poll_kinds.py  the kinds of a room's poll, their names and titles (the polls and the lesson files)
 """

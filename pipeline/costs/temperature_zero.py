@@ -85,7 +85,7 @@ def check_arguments(requests, new_tokens, max_batch, filler_share, seed) -> None
 
 
 def _prefill(lm: LanguageModel, prompts: list[list[int]]) -> tuple[list, list[Pass]]:
-    """The arrivals' prefill as the room runs it (pipeline.run.trace._prefill_together): one pass when it can, else
+    """The arrivals' prefill as the room runs it (pipeline.run.trace.prefill_together): one pass when it can, else
     one each. Also each prompt's pass: (rows in it, its row, its padding: a batched prefill pads on the right)."""
     from pipeline.model.prefill import can_batch_prefill, run_prefill, run_prefill_batch
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+from pipeline.core.poll_kinds import KINDS
 from pipeline.model.registry import CHAT_FORMATS, MODELS
 from pipeline.model.weight_formats import WEIGHT_FORMATS
 from pipeline.stages.logit_bias import logit_bias_text, parse_logit_bias
@@ -18,8 +19,6 @@ PAGE_URLS = ("start", "journey", "request", "tokens", "tensors", "embeddings", "
              "next-token", "why-token", "what-if", "constrained", "generation", "kv-cache", "prefill-decode",
              "how-it-learned", "faster-decode", "prompt-caching", "cache-audit", "traffic", "compare-models",
              "presenter")
-POLL_KINDS = ("next_token", "tokens", "temperature", "attention", "prompt_caching")  # the room's polls
-MAX_POLL_QUESTION = 300  # characters: a question a room reads from the projector
 MAX_TOP_K = 262_144  # the largest vocabulary of the registry's models (Gemma 3); the link checks the model's own
 ROOM_NAMES = ("room", "key", "follow", "stage")  # the presenter's own link names: a lesson never sets them
 CONTROL_NAME = re.compile(r"[a-z]+\.[a-z0-9_]+")  # a page's control as its link names it: `nt.top_k`
@@ -108,6 +107,6 @@ def check_control(name: str, value) -> str:
 
 
 def check_poll_kind(value) -> str:
-    if value not in POLL_KINDS:
-        raise ValueError(f"{str(value)[:40]!r} is not a poll; one of {', '.join(POLL_KINDS)}")
+    if value not in KINDS:
+        raise ValueError(f"{str(value)[:40]!r} is not a poll; one of {', '.join(KINDS)}")
     return value

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.errors import InputError
+from pipeline.core.poll_kinds import MAX_QUESTION_CHARS
 from pipeline.lessons.fields import (
-    MAX_POLL_QUESTION,
     REQUEST_CHECKS,
     check_control,
     check_page,
@@ -59,7 +59,7 @@ class LessonError(InputError):
 
 @dataclass(frozen=True)
 class Poll:
-    kind: str  # one of fields.POLL_KINDS
+    kind: str  # one of pipeline.core.poll_kinds.KINDS
     question: str
 
 
@@ -169,7 +169,7 @@ class _Reader:
             kind = check_poll_kind(poll["kind"])
         except ValueError as e:
             self.fail(f"{where}poll.kind", str(e), n, "poll", "kind")
-        question = self.text_field(poll, "question", f"{where}poll.", MAX_POLL_QUESTION, n, "poll", required=True)
+        question = self.text_field(poll, "question", f"{where}poll.", MAX_QUESTION_CHARS, n, "poll", required=True)
         return Poll(kind, question)
 
     def lesson(self, data: dict) -> Lesson:
@@ -201,8 +201,12 @@ def _line_in_message(message: str) -> int:
 
 
 def read_lesson(path: str | Path) -> Lesson:
-    """The lesson in this file (TOML, UTF-8); LessonError when it cannot be read or used."""
+    """The lesson in this file (TOML, UTF-8, named *.toml); LessonError when it cannot be read or used (a .json or
+    any other file is refused by its name, before it is read)."""
     path = Path(path)
+    if path.suffix.lower() != ".toml":
+        raise LessonError(str(path), None, "file", "is not a .toml file: a lesson is written in TOML "
+                          "(docs/lessons.md), not JSON or any other format")
     try:
         raw = path.read_bytes()
     except (OSError, ValueError) as e:  # ValueError: a path with a NUL in it

@@ -105,12 +105,12 @@ def sample_options(options: GenerationOptions, temperatures: Sequence[float],
 def draw_samples(request: ChatRequest, lm: LanguageModel, temperatures: Sequence[float], base_seed: int,
                  max_prompt_tokens: int | None = None) -> SampleSet:
     """len(temperatures) samples of `request` in one batch, sample i at temperatures[i] with seed base_seed + i."""
-    from pipeline.run.trace import _prefill
+    from pipeline.run.trace import prefill_request
     from pipeline.stages.batched_decoding import decode_batch
 
     options = sample_options(request.options, temperatures, base_seed)
     t0 = time.perf_counter()
-    started = _prefill(request, lm, max_prompt_tokens, t0)  # once, for every sample
+    started = prefill_request(request, lm, max_prompt_tokens, t0)  # once, for every sample
     caches = [started.kv_cache] + [copy.deepcopy(started.kv_cache) for _ in options[1:]]  # per layer (1, Hkv, T, Dh)
     ids = started.tokenized.ids
     decodes = decode_batch(lm, caches, [started.last_logits] * len(options), options,

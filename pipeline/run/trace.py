@@ -45,10 +45,11 @@ class _Started:
     reused_positions: int = 0  # prompt positions whose K/V (and captures) came from the server's prefix cache
 
 
-def _prefill(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None,
-             t0: float | None = None, reuse: Reuse | None = None) -> _Started:
-    """reuse: the server's prefix cache (pipeline.prompt_cache.reuse): the cached blocks the prompt starts with are
-    not run again (their captures kept with them), and its own blocks are kept."""
+def prefill_request(request: ChatRequest, lm: LanguageModel, max_prompt_tokens: int | None,
+                    t0: float | None = None, reuse: Reuse | None = None) -> _Started:
+    """The request checked and its prompt run once, captured: what its decode starts from (run_trace's, a sample
+    set's, the server's trace engine's). reuse: the server's prefix cache (pipeline.prompt_cache.reuse): the
+    cached blocks the prompt starts with are not run again (their captures kept with them), and its own are kept."""
     from pipeline.model.prefill import run_prefill
 
     checked = _checked(request, lm, max_prompt_tokens, t0)
@@ -70,9 +71,9 @@ def _kept(s: _Started, lm: LanguageModel, reuse: Reuse | None) -> _Started:
     return s
 
 
-def _prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None,
-                      arrived_at: list[float | None], counters: list[PassCounter | None] | None = None,
-                      reuse: Reuse | None = None) -> list[_Started | InputError]:
+def prefill_together(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None,
+                     arrived_at: list[float | None], counters: list[PassCounter | None] | None = None,
+                     reuse: Reuse | None = None) -> list[_Started | InputError]:
     """Requests admitted together: each checked on its own (a refused one is its InputError, the others go on),
     the rest prefilled in one batched pass where run_prefill_batch can take them, else one by one.
     counters: each request's caller's pass counter (None: the current caller's for all). reuse: the server's prefix
@@ -177,7 +178,7 @@ def run_trace(request: ChatRequest, lm: LanguageModel | None = None, max_prompt_
     from pipeline.stages.generation import decode_loop
 
     lm = lm or shared_model()
-    s = _prefill(request, lm, max_prompt_tokens)
+    s = prefill_request(request, lm, max_prompt_tokens)
     decode = decode_loop(lm, s.kv_cache, s.last_logits, request.options, s.rid, s.prefill_started_at, force,
                          prompt_ids=s.tokenized.ids)
     s.kv_cache = None  # the request's KV cache is freed once the answer is complete
@@ -187,7 +188,7 @@ def run_trace(request: ChatRequest, lm: LanguageModel | None = None, max_prompt_
 def run_traces(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens: int | None = None,
                arrived_at: list[float] | None = None) -> list[Trace | InputError]:
     """Several requests at once, as a serving engine batches them: the prompts prefilled (and captured)
-    together (_prefill_together: one batched pass where it can take them, as the queue admits a gap's
+    together (prefill_together: one batched pass where it can take them, as the queue admits a gap's
     arrivals), then all answers decoded together, one forward pass per step.
 
     Returns one Trace per request, or the InputError that refused it (the others still run).
@@ -195,7 +196,7 @@ def run_traces(requests: list[ChatRequest], lm: LanguageModel, max_prompt_tokens
     """
     from pipeline.stages.batched_decoding import decode_batch
 
-    started = _prefill_together(requests, lm, max_prompt_tokens, arrived_at or [None] * len(requests))
+    started = prefill_together(requests, lm, max_prompt_tokens, arrived_at or [None] * len(requests))
     ok = [s for s in started if isinstance(s, _Started)]
     decodes = decode_batch(lm, [s.kv_cache for s in ok], [s.last_logits for s in ok], [s.request.options for s in ok],
                            [s.rid for s in ok], [s.prefill_started_at for s in ok],
@@ -237,7 +238,7 @@ def run_constrained_trace(request: ChatRequest, lm: LanguageModel, kind: str, sp
     from pipeline.stages.constrained import check_spec, constrained_decode
 
     check_spec(kind, spec)  # refuse a bad grammar before any forward pass
-    s = _prefill(request, lm, max_prompt_tokens)
+    s = prefill_request(request, lm, max_prompt_tokens)
     decode, steps = constrained_decode(lm, s.kv_cache, s.last_logits, request, kind, spec, s.rid, s.prefill_started_at,
                                        prompt_ids=s.tokenized.ids)
     s.kv_cache = None

@@ -164,12 +164,12 @@ class TraceEngine(_Engine):
         return payload[1]
 
     def start(self, payload) -> Hashable:
-        from pipeline.run.trace import _prefill
+        from pipeline.run.trace import prefill_request
         from pipeline.stages.generation import Answer
 
         key, request, arrived_at = payload
         lm = self.lm_for(request)
-        s = _prefill(request, lm, self.max_prompt_tokens, arrived_at, self.reuse)
+        s = prefill_request(request, lm, self.max_prompt_tokens, arrived_at, self.reuse)
         answer = Answer(lm, s.last_logits, request.options, s.rid, s.prefill_started_at, prompt_ids=s.tokenized.ids)
         row = self._batch(lm).join(answer, s.kv_cache)
         s.kv_cache = None  # the batch holds it now
@@ -178,10 +178,10 @@ class TraceEngine(_Engine):
     def start_together(self, payloads: list, contexts: list[contextvars.Context] | None = None
                        ) -> list[Hashable | BaseException]:
         """Requests admitted in the same gap between steps: those of one model prefilled in one batched pass
-        (pipeline.run.trace._prefill_together), each joining the batch as `start` joins it. One handle per payload,
+        (pipeline.run.trace.prefill_together), each joining the batch as `start` joins it. One handle per payload,
         or the error that refused it. contexts: each payload's caller's context (the queue's tickets'), whose
         pass counter its passes count for; None: the current one for all."""
-        from pipeline.run.trace import _prefill_together
+        from pipeline.run.trace import prefill_together
         from pipeline.stages.generation import Answer
 
         callers = [counter_in(c) for c in contexts] if contexts else [current_counter()] * len(payloads)
@@ -191,9 +191,9 @@ class TraceEngine(_Engine):
             by_model.setdefault(id(self.lm_for(request)), []).append(n)
         for numbers in by_model.values():
             lm = self.lm_for(payloads[numbers[0]][1])
-            started = _prefill_together([payloads[n][1] for n in numbers], lm, self.max_prompt_tokens,
-                                        [payloads[n][2] for n in numbers], counters=[callers[n] for n in numbers],
-                                        reuse=self.reuse)
+            started = prefill_together([payloads[n][1] for n in numbers], lm, self.max_prompt_tokens,
+                                       [payloads[n][2] for n in numbers], counters=[callers[n] for n in numbers],
+                                       reuse=self.reuse)
             for n, s in zip(numbers, started):
                 if isinstance(s, BaseException):
                     out[n] = s

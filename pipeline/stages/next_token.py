@@ -18,6 +18,7 @@ from pipeline.core.maths import top_indices
 from pipeline.stages.penalties import penalized
 from pipeline.stages.request import GenerationOptions
 from pipeline.text.token_names import tokens_text
+from pipeline.text.unfinished import continuation_label
 
 STAGE_NAMES = ("softmax", "penalties", "temperature", "top_k", "top_p", "min_p")
 MAX_DRAWS = 10_000_000  # the page offers 10,000; 10 million draws are 80 MB of float64
@@ -156,6 +157,17 @@ def candidates(tokenizer, logits: np.ndarray, k: int = 15) -> list[dict]:
     return [{"rank": r, "token": text, "id": int(i), "logit": round(float(logits[i]), 3), "probability": float(p[i])}
             for r, (i, text) in enumerate(zip(top, tokens_text(tokenizer, top)), start=1)]
 
+
+
+def first_answer_top(tokenizer, trace, k: int = 8) -> list[dict]:
+    """The first answer step's k best tokens as Next token's "Top candidates" table has them (`candidates` over
+    step 0's logits, softmax at T = 1 over all V), each labelled as it reads after the prompt: id, label (text as
+    the page names it), text (decoded), probability. Empty for a run with no answer step."""
+    if not len(trace.steps):
+        return []
+    top = candidates(tokenizer, trace.step_logits[0].astype(np.float64), k)  # (V,) logits of step 0
+    return [{"id": c["id"], "label": continuation_label(tokenizer, trace.ids, c["id"]),
+             "text": tokenizer.decode([c["id"]]), "probability": c["probability"]} for c in top]
 
 
 def answer_confidence(step_logits: np.ndarray, chosen_ids) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ import pytest
 from kit.cli import run_cli
 from kit.paths import ROOT
 
-from pipeline.lessons.fields import POLL_KINDS
+from pipeline.core.poll_kinds import KINDS
 from pipeline.lessons.lesson import read_lesson
 
 SHIPPED = sorted((Path(ROOT) / "lessons").glob("*.toml"))
@@ -29,7 +29,7 @@ def test_every_shipped_lesson_passes_the_check(tmp_path, path):
 
 def test_the_first_hour_has_every_poll_and_fits_its_time():
     lesson = read_lesson(Path(ROOT) / "lessons" / "first-hour.toml")
-    assert {s.poll.kind for s in lesson.stages if s.poll} == set(POLL_KINDS)
+    assert {s.poll.kind for s in lesson.stages if s.poll} == set(KINDS)
     assert 40 <= sum(s.minutes for s in lesson.stages) <= 50
 
 

@@ -55,3 +55,27 @@ def test_visits_and_notes_are_kept_in_order_in_this_session_only():
 
 def test_a_session_that_answered_no_poll_has_no_poll_answers():
     assert poll_answers_for("0" * 32) == []
+
+
+def test_a_visits_top_tokens_are_the_next_token_polls_figure(tiny_app):
+    """My session keeps the first answer token's 8 best as the next-token poll's real figure has them (one helper):
+    softmax at T = 1 over the step's logits, labelled as they read after the prompt, at any temperature and top-k."""
+    from pipeline.run.trace import run_trace
+    from pipeline.server.polls.real import real_figure
+    from pipeline.stages.request import ChatRequest, GenerationOptions
+    from views.request.session import DEFAULTS
+
+    query = {"max_new_tokens": "2", "temperature": "0.4", "top_k": "3"}
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = query
+    at.run()
+    at.switch_page("views/pages/tokens.py").run()
+    assert not at.exception, at.exception
+    visit = at.session_state["ms_visits"][-1]
+    options = GenerationOptions(max_new_tokens=2, temperature=0.4, top_k=3)
+    trace = run_trace(ChatRequest.from_question(DEFAULTS["question"], options=options), tiny_app)  # the page's run
+    assert trace.text == visit["answer"]
+    real = real_figure("next_token", trace, tiny_app.tokenizer)["top"]
+    assert len(visit["top"]) == 8 == len(real)
+    assert [label for label, _ in visit["top"]] == [c["label"] for c in real]
+    assert [round(p, 9) for _, p in visit["top"]] == [round(c["probability"], 9) for c in real]

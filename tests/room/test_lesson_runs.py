@@ -57,7 +57,8 @@ def test_every_stage_is_run_through_the_queue_and_stored(tmp_path, capfd):
 
 
 def _wait_for_report(capfd, timeout_s: float = 30) -> str:
-    """What the progress thread printed, once it printed its total line."""
+    """What the progress thread printed, once it printed its total line; AssertionError with what it printed when
+    that line does not come within timeout_s."""
     import time
 
     seen, end = "", time.monotonic() + timeout_s
@@ -66,7 +67,7 @@ def _wait_for_report(capfd, timeout_s: float = 30) -> str:
         if "stages' runs ready" in seen:
             return seen
         time.sleep(0.2)
-    return seen
+    raise AssertionError(f"no \"stages' runs ready\" line in {timeout_s:g} s; the progress printed: {seen!r}")
 
 
 def test_the_stage_request_is_the_one_its_link_opens(tmp_path):

@@ -48,14 +48,13 @@ def view_link(page: str) -> str:
 def record_visit(page: str, title: str, trace, tokenizer) -> str:
     """Keep this view in the session's list (a view shown again in a row is kept once, its figures updated):
     its link, question, answer and the first answer token's top candidates as shown. Returns its link."""
-    from pipeline.text.unfinished import continuation_label
+    from pipeline.stages.next_token import first_answer_top
 
     link = view_link(page)
     visit = {"title": title, "page": page, "link": link, "at": time.strftime("%H:%M")}
     if trace is not None:
         visit.update(question=trace.request.messages[-1][1][:500], model=trace.dims.name, answer=trace.text[:2000],
-                     top=[[continuation_label(tokenizer, trace.ids, c.id), float(c.prob)]
-                          for c in (trace.steps[0].top[:8] if trace.steps else [])])
+                     top=[[c["label"], c["probability"]] for c in first_answer_top(tokenizer, trace)])
     visits = st.session_state.setdefault(VISITS, [])
     if visits and visits[-1]["link"] == link:
         visits[-1] = visit

@@ -158,14 +158,29 @@ def request_params() -> dict[str, str]:
     return request_query(_request_defaults())
 
 
+def request_fields(query: dict[str, str]) -> dict[str, Any]:
+    """The request these query parameters describe, as the sidebar's session keys (`req_model`, ...) and values:
+    each read by its link parser, the model and its weights first (the other fields' ranges follow that model); an
+    absent or unusable one is its default. Writes nothing: load_request and a lesson's stages (views/server/
+    lesson_runs.py) both read a query through it."""
+    from views.server.state import using_model  # a model's files only: its dimensions are known before it loads
+
+    defaults = _request_defaults()
+
+    def read(name: str, param: Param):
+        try:
+            return param.parse(query[name]) if name in query else defaults[param.key]
+        except (ValueError, TypeError, InputError):
+            return defaults[param.key]
+    fields = {REQUEST[name].key: read(name, REQUEST[name]) for name in ("model", "weights")}
+    with using_model(fields["req_model"], fields["req_weights"]):
+        return {param.key: fields[param.key] if param.key in fields else read(name, param)
+                for name, param in REQUEST.items()}
+
+
 def load_request(query: dict[str, str]) -> None:
     """Make the sidebar's request the one these query parameters describe (absent or unusable: default)."""
-    defaults = _request_defaults()
-    for name, param in REQUEST.items():
-        try:
-            st.session_state[param.key] = param.parse(query[name]) if name in query else defaults[param.key]
-        except (ValueError, TypeError, InputError):
-            st.session_state[param.key] = defaults[param.key]
+    st.session_state.update(request_fields(query))
 
 
 def switch_request(query: dict[str, str]) -> None:

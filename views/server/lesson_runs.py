@@ -18,7 +18,7 @@ import streamlit as st
 from pipeline.lessons.lesson import Lesson, LessonError, Stage, read_lesson
 from pipeline.model.registry import resolve
 from pipeline.stages.request import ChatRequest
-from views.links.url_state import REQUEST
+from views.links.url_state import request_fields
 from views.request.session import DEFAULTS, request_from_fields, request_key
 from views.server.scenarios import submit_scenario
 from views.server.state import get_model, run_store, using_model
@@ -29,16 +29,10 @@ LESSON_ENV = "TPE_LESSON"  # the lesson file `./run.sh app --lesson FILE` names
 
 def stage_request(stage: Stage) -> ChatRequest:
     """The request a page shows once the stage's link is opened: the link's fields over the sidebar's defaults,
-    read by the link's own parsers (views/links/url_state.py's load_request), made by the sidebar's one builder."""
-    query = stage.request
-    fields = dict(DEFAULTS)
-    for name in ("model", "weights"):  # first: the other fields' ranges follow the model
-        if name in query:
-            fields[REQUEST[name].key.removeprefix("req_")] = REQUEST[name].parse(query[name])
+    read as a link is (views/links/url_state.py's request_fields), made by the sidebar's one builder."""
+    read = {key.removeprefix("req_"): value for key, value in request_fields(stage.request).items()}
+    fields = {**DEFAULTS, **read}
     with using_model(fields["model"], fields["weights"]):
-        for name, param in REQUEST.items():
-            if name in query and name not in ("model", "weights"):
-                fields[param.key.removeprefix("req_")] = param.parse(query[name])
         return request_from_fields(fields, get_model(fields["model"], fields["weights"]))
 
 

@@ -7,6 +7,7 @@ import streamlit as st
 
 from pipeline.run.record import Trace
 from pipeline.run.trace import run_trace
+from pipeline.server.store.memory import RunStore
 from pipeline.stages.request import ChatRequest
 from views.request.session import request_key
 from views.server.state import (
@@ -26,28 +27,31 @@ def model_result_key(key: tuple) -> tuple:
     return (picked_model_key(), picked_weights(), *key)
 
 
-def stored_result(key: tuple):
-    """The picked model's result stored under model_result_key(key) by result_through_queue, or None: nothing runs."""
-    return result_store().peek(model_result_key(key))
+def stored_result(key: tuple, store: RunStore | None = None):
+    """The picked model's result stored under model_result_key(key) by result_through_queue, or None: nothing runs.
+    store: where it is kept (result_store() unless given)."""
+    return (result_store() if store is None else store).peek(model_result_key(key))
 
 
-def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0):
+def result_through_queue(key: tuple, compute, cost: int, prompt_tokens: int = 0, store: RunStore | None = None):
     """`compute()`'s result on the picked model, stored under model_result_key(key): computed once per server
     through the model's queue (its place shown meanwhile); `get_model()` inside `compute` is the picked model.
-    prompt_tokens: the longest prompt it runs (a long one is refused while the queue is long)."""
-    stored = stored_result(key)
+    prompt_tokens: the longest prompt it runs (a long one is refused while the queue is long).
+    store: where the result is kept, result_store() unless given (a result too big for it: a small store of its own)."""
+    stored = stored_result(key, store)
     if stored is not None:
         return stored
-    return wait_for(submit_result(key, compute, cost, prompt_tokens))
+    return wait_for(submit_result(key, compute, cost, prompt_tokens, store))
 
 
-def submit_result(key: tuple, compute, cost: int, prompt_tokens: int = 0):
+def submit_result(key: tuple, compute, cost: int, prompt_tokens: int = 0, store: RunStore | None = None):
     """result_through_queue's ticket, not waited for (a lesson's runs prepared at start)."""
     model, weights, key = picked_model_key(), picked_weights(), model_result_key(key)
+    store = result_store() if store is None else store  # (an empty store is falsy: len 0)
 
     def work():
         with using_model(model, weights):
-            return result_store().get_or_run(key, compute)
+            return store.get_or_run(key, compute)
     return run_queue().submit(key, work, cost, prompt_tokens)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from pipeline.server.polls.record import MAX_CHOICES
 from pipeline.stages.attention import attention_for_layer
-from pipeline.stages.next_token import candidates, draw, filter_stages
+from pipeline.stages.next_token import draw, filter_stages, first_answer_top
 from pipeline.text.unfinished import continuation_label
 
 TOP = 8  # next_token: the candidates shown beside the class's answers
@@ -45,10 +45,7 @@ def real_figure(kind: str, trace, tokenizer, cache_rows: list[dict] | None = Non
     """The model's answer to a poll of `kind` about `trace`'s request. cache_rows: the conversation scenario's rows
     (prompt_caching only)."""
     if kind == "next_token":
-        logits = trace.step_logits[0].astype(np.float64)  # (V,) as Next token's page reads step 0
-        top = candidates(tokenizer, logits, TOP)
-        return {"top": [{"id": c["id"], "label": continuation_label(tokenizer, trace.ids, c["id"]),
-                         "text": tokenizer.decode([c["id"]]), "probability": c["probability"]} for c in top]}
+        return {"top": first_answer_top(tokenizer, trace, TOP)}
     if kind == "tokens":
         return {"count": len(trace.tokens), "answer": str(len(trace.tokens)),
                 "tokens": [t.text for t in trace.tokens[:MAX_TOKENS_SHOWN]]}

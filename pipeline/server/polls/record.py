@@ -15,10 +15,10 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 
-KINDS = ("next_token", "tokens", "temperature", "attention", "prompt_caching")  # the names a lesson file uses
+from pipeline.core.poll_kinds import KINDS, MAX_QUESTION_CHARS
+
 NUMBER_KINDS = ("tokens", "prompt_caching")
 MAX_ANSWER_CHARS = 200  # a guess at a token, a number, a word: a longer text is cut, never refused
-MAX_QUESTION_CHARS = 300
 MAX_NUMBER = 1_000_000  # a number answer above this is no guess at a prompt of at most 4,096 tokens
 MAX_CHOICES = 1024  # an attention poll's positions: the last 1,024 of a longer prompt
 POLL_ID = re.compile(r"[0-9a-f]{12}")

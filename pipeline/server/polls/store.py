@@ -84,9 +84,9 @@ class PollStore:
     # -- the presenter's moves (the key) --------------------------------------------------------------------
     def open_poll(self, code: str, key: str, kind: str, question: str, query: dict[str, str], stage: int = 0,
                   real: dict | None = None, choices: list[str] = ()) -> Poll:
-        """Open a poll of `kind` asking `question` about the request `query` (a lesson stage's poll gives kind and
-        question); the room's open poll, if any, is closed. `real`: the model's figure (`real.real_figure`),
-        kept until Reveal. PermissionError without the room's key; PollFull past MAX_POLLS."""
+        """Open a poll of `kind` asking `question` about the request `query`; the room's open poll, if any, is
+        closed. `real`: the model's figure (`real.real_figure`), kept until Reveal. PermissionError without the
+        room's key; PollFull past MAX_POLLS."""
         self._check_key(code, key)
         if len(self.polls(code)) >= self.max_polls:
             raise PollFull(f"This room has asked {self.max_polls} questions, its most.")
@@ -98,15 +98,14 @@ class PollStore:
         self._write(self._folder(code) / "current.json", {"poll": poll.id})
         return poll
 
-    def reveal(self, code: str, key: str, poll_id: str, real: dict | None = None) -> Poll:
-        """Show the class's answers (frozen now) and the real figure; `real` is kept when the poll was opened without
-        one (a lesson's poll opened before its run was made). PermissionError without the key."""
+    def reveal(self, code: str, key: str, poll_id: str) -> Poll:
+        """Show the class's answers (frozen now) and the real figure kept since the poll opened. PermissionError
+        without the key."""
         self._check_key(code, key)
         poll = self._poll_or_raise(code, poll_id)
         if poll.status != "open":
             return poll
-        poll = _with(poll, revealed_at=time.time(), revealed_answers=self.answers(code, poll_id),
-                     real=poll.real if poll.real is not None else real)
+        poll = _with(poll, revealed_at=time.time(), revealed_answers=self.answers(code, poll_id))
         self._save(code, poll)
         return poll
 
@@ -129,10 +128,27 @@ class PollStore:
             raise PollClosed("This poll is closed: the presenter has revealed the answers or moved on.")
         stored = clean_answer(poll, text)
         path = self._answers(code, poll_id) / f"{session_digest(session)}.json"
-        if not path.exists() and self.count(code, poll_id) >= self.max_answers:
+        before = self._read(path)  # this session's earlier answer, or None
+        if before is None and self.count(code, poll_id) >= self.max_answers:
             raise PollFull(f"This poll has taken {self.max_answers} answers, its most.")
         self._write(path, {"answer": stored, "at": time.time()})
+        # another server may have revealed the poll, or taken the last answers, between the checks and the write:
+        # look again, and take back a write that the frozen answers (or the limit) would leave uncounted
+        poll = self.poll(code, poll_id)
+        if poll is None or poll.status != "open":
+            self._take_back(path, before)
+            raise PollClosed("This poll is closed: the presenter has revealed the answers or moved on.")
+        if before is None and self.count(code, poll_id) > self.max_answers:
+            self._take_back(path, before)
+            raise PollFull(f"This poll has taken {self.max_answers} answers, its most.")
         return stored
+
+    def _take_back(self, path: Path, before: dict | None) -> None:
+        """Put back the session's earlier answer, or remove the one just written when it had none."""
+        if before is not None:
+            self._write(path, before)
+        else:
+            path.unlink(missing_ok=True)
 
     def answer_of(self, code: str, poll_id: str, session: str) -> str | None:
         data = self._read(self._answers(code, poll_id) / f"{session_digest(session)}.json")

@@ -11,6 +11,7 @@ def test_the_grid_covers_the_answer_with_hfs_own_weights(tiny_app):
     from pipeline.run.trace import run_trace
     from pipeline.stages.request import ChatRequest
 
+    from views.pages.attention.answer import answer_prefills
     from views.server.state import result_store, server_reuse
     from views.server.waiting import model_result_key
 
@@ -25,9 +26,11 @@ def test_the_grid_covers_the_answer_with_hfs_own_weights(tiny_app):
     assert not at.exception, [e.message for e in at.exception]
     answer = run_trace(ChatRequest.from_question(question), tiny_app).generated_token_ids  # the page's run
     ids = prompt + list(answer)
-    # the pass went through the queue (kept in the result store) and read the prompt's blocks, kept by the page's
-    # run with their captures, from the server's prefix cache
-    assert result_store().peek(model_result_key(("answer prefill", tuple(ids)))) is not None
+    # the pass went through the queue, is kept in its own small store (not in the shared result store, whose budget a
+    # long prompt's pass would fill), and read the prompt's blocks, kept by the page's run with their captures, from
+    # the server's prefix cache
+    key = model_result_key(("answer prefill", tuple(ids)))
+    assert answer_prefills().peek(key) is not None and result_store().peek(key) is None
     block = server_reuse().config.block_size
     assert sum(c.session_tokens_reused for c in server_reuse().caches.values()) - reused >= T // block * block > 0
     layer, head = int(at.slider(key="at_layer").value), int(at.selectbox(key="at_head").value)

@@ -42,7 +42,8 @@ def test_branch_samples_side_by_side_equal_single_runs(tiny_app):
     at.selectbox(key="gen_branch_step").set_value(2).run()
     assert not at.exception
     top = at.dataframe[-1].value
-    assert len(top) == 5 and list(top["chosen"]).count("✓") <= 1
+    chosen = wanted[1][2]  # sample 1's own run (seed 21, T = 1.5) took this token at step 2
+    assert len(top) == 5 and list(top["chosen"]) == ["✓" if i == chosen else "" for i in top["id"]]
     link = next(m.value for m in at.markdown if "Open What if" in m.value)
     href = link[link.index("](") + 2:link.index(")", link.index("]("))]
     query = {k: v[0] for k, v in parse_qs(urlparse(href).query).items()}

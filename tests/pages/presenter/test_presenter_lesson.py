@@ -46,6 +46,8 @@ def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_ap
     at = lesson_presenter(tmp_path, monkeypatch)
     assert at.session_state["req_question"] == "Is a peanut a nut?" and at.session_state["req_max_new_tokens"] == 3
     assert at.title[0].value.startswith("3. Tokens")  # the presenter's screen of the Tokens page
+    assert "stage 1 of 2" not in " ".join(m.value for m in at.markdown)  # no room presented: no lesson panel yet
+    at.button(key="pr_start").click().run()
     text = " ".join(m.value for m in at.markdown)
     assert "stage 1 of 2" in text and "Tokens first" in text and "How many tokens?" in text
     assert any("Lesson runs prepared" in p.proto.text for p in at.get("progress"))
@@ -59,7 +61,7 @@ def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_ap
 
 def test_a_stages_poll_opens_in_the_room_with_the_lessons_question_and_kind(tiny_app, tmp_path, monkeypatch):
     at = lesson_presenter(tmp_path, monkeypatch)
-    assert "ls_poll" not in [b.key for b in at.button]  # no room yet: nothing to open it in
+    assert "ls_poll" not in [b.key for b in at.button]  # no room yet: no panel, nothing to open it in
     at.button(key="pr_start").click().run()
     room = at.session_state["pr_room"]
     assert poll_store().current(room) is None
@@ -70,3 +72,19 @@ def test_a_stages_poll_opens_in_the_room_with_the_lessons_question_and_kind(tiny
     assert poll.query == room_store().room(room)["query"] and poll.query["max_new_tokens"] == "3"  # the stage's
     assert poll.stage == 3 and poll.real["count"] > 0  # the Tokens screen; the real figure of that request
     assert "0 answered" in " ".join(m.value for m in at.markdown)
+
+
+def test_a_learner_who_stops_following_sees_no_lesson_panel(tiny_app, tmp_path, monkeypatch):
+    presenter = lesson_presenter(tmp_path, monkeypatch)
+    presenter.button(key="pr_start").click().run()
+    code = presenter.session_state["pr_room"]
+    learner = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    learner.run()
+    learner.session_state["pr_follow"] = code
+    learner.switch_page("views/pages/presenter/page.py").run()
+    assert learner.session_state["pr_follow"] == code and not learner.exception, learner.exception
+    learner.button(key="pr_unfollow").click().run()
+    assert "pr_follow" not in learner.session_state and not learner.exception, learner.exception
+    text = " ".join(m.value for m in [*learner.markdown, *learner.caption])
+    assert "Count the pieces." not in text and "How many tokens?" not in text and "stage 1 of 2" not in text, text
+    assert not [b for b in learner.button if b.key in ("ls_prev", "ls_next", "ls_poll")]

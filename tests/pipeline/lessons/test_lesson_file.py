@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.lessons.fields import PAGE_URLS, POLL_KINDS, REQUEST_CHECKS
-from pipeline.lessons.lesson import LessonError, parse_lesson
+from pipeline.core.poll_kinds import KINDS
+from pipeline.lessons.fields import PAGE_URLS, REQUEST_CHECKS
+from pipeline.lessons.lesson import LessonError, parse_lesson, read_lesson
 from pipeline.lessons.lines import line_of
 
 GOOD = """title = "Two stages"
@@ -88,4 +89,15 @@ def test_the_lists_match_the_apps_pages_and_links():
 
     assert PAGE_URLS == tuple(p.url for p in PAGES)
     assert set(REQUEST_CHECKS) == set(REQUEST)
-    assert POLL_KINDS == ("next_token", "tokens", "temperature", "attention", "prompt_caching")
+    assert KINDS == ("next_token", "tokens", "temperature", "attention", "prompt_caching")
+
+
+def test_a_lesson_file_not_named_toml_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "first.json"
+    path.write_text('{"title": "Two stages", "stages": []}', encoding="utf-8")
+    with pytest.raises(LessonError) as e:
+        read_lesson(path)
+    assert str(path) in str(e.value) and "not a .toml file" in str(e.value) and "TOML" in str(e.value)
+    good = tmp_path / "first.TOML"
+    good.write_text(GOOD, encoding="utf-8")
+    assert read_lesson(good).title

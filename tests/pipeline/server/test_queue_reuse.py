@@ -101,14 +101,14 @@ def test_the_reused_positions_show_the_captures_kept_with_their_blocks(tiny_lm):
 
 
 def test_the_byte_budget_holds_under_pressure_and_evicts_the_least_recently_used(tiny_lm):
-    from pipeline.run.trace import _prefill
+    from pipeline.run.trace import prefill_request
 
     one_prompt = None
     budgets = []
     reuse = ServerReuse(PrefixCacheConfig(block_size=16, max_bytes=1))  # replaced below, once a block's size is known
     for i in range(4):
         request = _request("Which box?", system=f"Shelf {i}. " + SYSTEM)  # each its own system prompt: no sharing
-        s = _prefill(request, tiny_lm, None, reuse=reuse)
+        s = prefill_request(request, tiny_lm, None, reuse=reuse)
         cache = reuse.cache_for(tiny_lm)
         if one_prompt is None:  # nothing fits a budget of 1 byte: every block was evicted as soon as it was kept
             assert not cache.blocks and cache.bytes_held == 0
@@ -120,9 +120,9 @@ def test_the_byte_budget_holds_under_pressure_and_evicts_the_least_recently_used
         budgets.append(cache.bytes_held)
         assert cache.bytes_held <= cache.config.max_bytes
     assert len(budgets) == 3 and all(b > 0 for b in budgets)
-    again = _prefill(_request("Which box?", system="Shelf 1. " + SYSTEM), tiny_lm, None, reuse=reuse)
+    again = prefill_request(_request("Which box?", system="Shelf 1. " + SYSTEM), tiny_lm, None, reuse=reuse)
     assert again.reused_positions == 0  # shelf 1's blocks were evicted for shelves 2 and 3
-    latest = _prefill(_request("Which box?", system="Shelf 3. " + SYSTEM), tiny_lm, None, reuse=reuse)
+    latest = prefill_request(_request("Which box?", system="Shelf 3. " + SYSTEM), tiny_lm, None, reuse=reuse)
     whole = (len(latest.tokenized.ids) - 1) // 16 * 16  # what it would reuse had nothing of shelf 3 gone
     assert 0 < latest.reused_positions < whole  # shelf 3's last blocks went first, to keep shelf 1's again
     assert reuse.cache_for(tiny_lm).bytes_held <= reuse.config.max_bytes
@@ -131,14 +131,14 @@ def test_the_byte_budget_holds_under_pressure_and_evicts_the_least_recently_used
 def test_a_gemma_prompt_past_its_sliding_window_keeps_nothing_and_says_why(tiny_gemma):
     """The tiny Gemma 3's window is 4 positions: its sliding layers keep only their last 3, so no block can be cut
     out of the cache; the request still runs whole, and the next one reuses nothing."""
-    from pipeline.run.trace import _prefill
+    from pipeline.run.trace import prefill_request
 
     reuse = ServerReuse(PrefixCacheConfig(block_size=16))
-    s = _prefill(_request("What is two and two?"), tiny_gemma, None, reuse=reuse)
+    s = prefill_request(_request("What is two and two?"), tiny_gemma, None, reuse=reuse)
     why = reuse.keep(tiny_gemma, s.tokenized.ids, s.kv_cache, s.prefill)
     assert "sliding window" in why and "keep only their last 3 positions" in why
     assert not reuse.cache_for(tiny_gemma).blocks
-    assert _prefill(_request("Name a colour."), tiny_gemma, None, reuse=reuse).reused_positions == 0
+    assert prefill_request(_request("Name a colour."), tiny_gemma, None, reuse=reuse).reused_positions == 0
 
 
 def test_what_reuse_saved_is_measured_interleaved_against_the_same_prompt_uncached(tiny_lm):

@@ -5,14 +5,25 @@ import streamlit as st
 
 from pipeline.model.prefill_record import Prefill
 from pipeline.server.run_queue import cost_of
+from pipeline.server.store.memory import RunStore
 from views.links.controls import linked
 from views.links.params import boolean
 from views.server.state import get_model, server_reuse
 from views.server.waiting import result_through_queue
 
 
+ANSWER_PREFILLS_KEPT = 2  # a captured pass over a long prompt is hundreds of MB
+
+
+@st.cache_resource
+def answer_prefills() -> RunStore:
+    """The last ANSWER_PREFILLS_KEPT answer passes, shared by every session: kept apart from result_store(), whose
+    256 MB they would fill, pushing out every commitment, sample set and comparison it holds."""
+    return RunStore(max_bytes=ANSWER_PREFILLS_KEPT, size_of=lambda _prefill: 1)
+
+
 def _answer_prefill(ids: list[int]) -> Prefill:
-    """The captured pass over `ids` on the picked model, kept for everyone in the result store."""
+    """The captured pass over `ids` on the picked model, through the queue, kept in answer_prefills()."""
     def run() -> Prefill:
         from pipeline.model.prefill import captured_past, run_prefill  # torch: only once the answer is asked for
 
@@ -20,7 +31,8 @@ def _answer_prefill(ids: list[int]) -> Prefill:
         return run_prefill(lm, ids, past=captured_past(lm, ids, reuse)).prefill
 
     reuse = server_reuse()
-    return result_through_queue(("answer prefill", tuple(ids)), run, cost_of(len(ids), 0), len(ids))
+    return result_through_queue(("answer prefill", tuple(ids)), run, cost_of(len(ids), 0), len(ids),
+                                store=answer_prefills())
 
 
 def attention_ids(trace) -> tuple[list[int], Prefill, str]:

@@ -9,15 +9,12 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from pipeline.core.poll_kinds import kind_name
 from ui.escape import markdown_text
 from views.chrome.frame import stage_link
 from views.chrome.page_list import page_at
 from views.links import url_state
 from views.server.lesson_runs import LessonRuns, lesson_runs
-
-POLL_NAMES = {"next_token": "Next token", "tokens": "Tokens", "temperature": "Temperature", "attention": "Attention",
-              "prompt_caching": "Prompt caching"}
-
 
 def screen_of(page: str, screens: list[tuple[str, str]]) -> int | None:
     """The presenter's screen (1-based) that shows this page's stage, or None where no screen does."""
@@ -61,9 +58,10 @@ def progress(runs: LessonRuns) -> None:
     bar()
 
 
-def lesson_panel(screens: list[tuple[str, str]], open_poll: Callable[[str, str], None] | None = None) -> None:
-    """The lesson's place, its moves and its runs' progress (the presenter only). `open_poll(kind, question)` opens
-    a poll in the room for its request now (polls.open_room_poll); None while no room is presented."""
+def lesson_panel(screens: list[tuple[str, str]], open_poll: Callable[[str, str], None]) -> None:
+    """The lesson's place, its moves, its notes and its runs' progress: drawn for the presenter of a room only (a
+    learner, following or not, never sees the notes or the questions to come). `open_poll(kind, question)` opens a
+    poll in the room for its request now (polls.open_room_poll)."""
     runs = lesson_runs()
     if runs is None:
         return
@@ -84,12 +82,9 @@ def lesson_panel(screens: list[tuple[str, str]], open_poll: Callable[[str, str],
         if stage.say:
             st.caption(markdown_text(stage.say))
         if stage.poll:
-            st.markdown(f"🗳️ Poll ({POLL_NAMES[stage.poll.kind]}): {markdown_text(stage.poll.question)}")
-            if open_poll is None:
-                st.caption("Start presenting to open this poll in the room.")
-            else:
-                st.button("Open this stage's poll", key="ls_poll", icon="🗳️", on_click=open_poll,
-                          args=(stage.poll.kind, stage.poll.question))
+            st.markdown(f"🗳️ Poll ({kind_name(stage.poll.kind)}): {markdown_text(stage.poll.question)}")
+            st.button("Open this stage's poll", key="ls_poll", icon="🗳️", on_click=open_poll,
+                      args=(stage.poll.kind, stage.poll.question))
         stage_link(page_at(stage.page).script, f"Open this stage's page: {page_at(stage.page).title}", "🔎",
                    query=stage.query())
         progress(runs)

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from pipeline.costs.named_time import ttft
+from pipeline.server.polls.real import attention_head
 from pipeline.server.room import room_store
 from pipeline.stages.next_token import filter_stages
 from pipeline.text.pieces import token_pieces
@@ -30,26 +31,12 @@ from views.pages.presenter import room_key
 from views.pages.presenter.lesson import lesson_panel, start_lesson
 from views.pages.presenter.polls import learner_polls, open_room_poll, presenter_polls
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
+from views.pages.presenter.stages import STAGES
 from views.request.runs import run_for_page
 from views.request.session import TEXT_LIMIT
 from views.server.scenarios import prompt_cache_conversation
 from views.server.state import get_model
 
-STAGES = [  # (title, full page)
-    ("The request", "views/pages/request.py"),
-    ("The chat template", "views/pages/request.py"),
-    ("Tokens", "views/pages/tokens.py"),
-    ("Batch tensors", "views/pages/tensors.py"),
-    ("Embedding lookup", "views/pages/embeddings.py"),
-    ("Through every layer", "views/pages/layers/page.py"),
-    ("Attention", "views/pages/attention/page.py"),
-    ("Logits: a score for every token", "views/pages/next_token/page.py"),
-    ("Sampling", "views/pages/next_token/page.py"),
-    ("Detokenize and stream", "views/pages/generation/page.py"),
-    ("The decode loop and the KV cache", "views/pages/kv_cache/page.py"),
-    ("The end token and clean-up", "views/pages/generation/page.py"),
-    ("The next request: prompt caching", "views/pages/prompt_caching.py"),
-]
 N = len(STAGES)
 FONT = 20  # chart text in px, next to the 1.55rem body text
 BIG = """<style>
@@ -192,7 +179,8 @@ else:
     if not code:
         not_presenting_yet(N)
     question_box()
-    lesson_panel(STAGES, partial(open_room_poll, code, ss.pr_key, stage, params, trace, tok) if code else None)
+    if code:  # the presenter's notes and coming questions: for the holder of the room's key only, never a learner
+        lesson_panel(STAGES, partial(open_room_poll, code, ss.pr_key, stage, params, trace, tok))
 st.title(f"{stage}. {title}")
 small_map(about=full_page)  # where this stage stands in the model, its parts lit
 if following:
@@ -250,7 +238,7 @@ elif stage == 6:
 elif stage == 7:
     from pipeline.stages.attention import attention_for_layer
 
-    layer, head = m.L // 2, 0
+    layer, head = attention_head(trace)
     W = min(T, 24)
     A = attention_for_layer(trace.prefill, layer, first_row=T - W, window=m.window(layer))[head][:, T - W:]  # (W, W)
     st.markdown(f"Each token reads from the tokens before it. Layer {layer}, head {head}, the last {W} tokens "

@@ -5,6 +5,7 @@ with their own answer marked. The store (pipeline/server/polls/store.py) checks 
 this page only draws."""
 import streamlit as st
 
+from pipeline.core.poll_kinds import kind_title
 from pipeline.server.polls.real import poll_inputs
 from pipeline.server.polls.record import DEFAULT_QUESTIONS, KINDS, MAX_QUESTION_CHARS, Poll
 from pipeline.server.polls.store import PollClosed, PollFull, poll_store
@@ -15,13 +16,10 @@ from ui.poll_chart import class_view_figure
 from ui.room_summary import room_summary_html
 from views.chrome.my_session import learner_session_id
 from views.links.controls import left_out
+from views.pages.presenter.room import FOLLOW_EVERY_S
+from views.pages.presenter.stages import poll_kind_at
 from views.server.scenarios import prompt_cache_conversation
 
-WATCH_EVERY_S = 3  # as the room's own watch (room.FOLLOW_EVERY_S)
-KIND_TITLES = {"next_token": "Next token: what will the model write next?", "tokens": "Tokens: how many?",
-               "temperature": "Temperature: will 10 draws agree?", "attention": "Attention: which token?",
-               "prompt_caching": "Prompt caching: how many tokens reused?"}
-STAGE_KINDS = {3: "tokens", 7: "attention", 8: "next_token", 9: "temperature", 13: "prompt_caching"}
 PRESENTER_ONLY = "a poll is the presenter's move in the room, not a view a link reproduces"
 ANSWER_ONLY = "a learner's answer goes to the room's poll, not into a link"
 
@@ -30,14 +28,14 @@ def _state(poll: Poll | None):
     return None if poll is None else (poll.id, poll.status)
 
 
-@st.fragment(run_every=WATCH_EVERY_S)
+@st.fragment(run_every=FOLLOW_EVERY_S)
 def watch_poll(code: str, shown) -> None:
     """A learner's page: when the room's poll opens, is revealed or closes, draw the page again."""
     if _state(poll_store().current(code)) != shown:
         st.rerun()
 
 
-@st.fragment(run_every=WATCH_EVERY_S)
+@st.fragment(run_every=FOLLOW_EVERY_S)
 def answered(code: str, poll_id: str) -> None:
     """The presenter's live count: how many learner sessions have answered (no name, no answer)."""
     st.markdown(f"### {poll_store().count(code, poll_id)} answered")
@@ -67,10 +65,10 @@ def _open(code: str, key: str, stage: int, params: dict, trace, tok) -> None:
                    bool(ss.get("pp_pick")))
 
 
-def _move(move: str, code: str, key: str, poll_id: str, real: dict | None = None) -> None:
+def _move(move: str, code: str, key: str, poll_id: str) -> None:
     try:
         if move == "reveal":
-            poll_store().reveal(code, key, poll_id, real)
+            poll_store().reveal(code, key, poll_id)
         else:
             poll_store().close(code, key, poll_id)
     except (PermissionError, OSError, ValueError) as e:
@@ -87,7 +85,7 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
     if poll is None:
         with st.expander("Ask the room a question (learners answer on their own screens)", icon="🗳️"):
             kind = left_out(st.selectbox, "pp_kind", PRESENTER_ONLY, "Kind of question", KINDS,
-                            index=KINDS.index(STAGE_KINDS.get(stage, "next_token")), format_func=KIND_TITLES.get)
+                            index=KINDS.index(poll_kind_at(stage)), format_func=kind_title)
             left_out(st.text_input, f"pp_question_{kind}", PRESENTER_ONLY, "Question", value=DEFAULT_QUESTIONS[kind],
                      max_chars=MAX_QUESTION_CHARS)
             if kind == "next_token":
@@ -103,10 +101,8 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
             answered(code, poll.id)
         else:
             st.markdown(f"### {len(poll.revealed_answers or [])} answered")
-    # a poll opened without its real figure (a lesson's, before its run) takes this request's, if it is the poll's
-    real = _inputs(poll.kind, trace, tok)["real"] if poll.real is None and poll.query == params else None
     c2.button("Reveal", key="pp_reveal", type="primary", disabled=poll.status != "open", on_click=_move,
-              args=("reveal", code, key, poll.id, real), width="stretch")
+              args=("reveal", code, key, poll.id), width="stretch")
     c3.button("Close the poll", key="pp_close", on_click=_move, args=("close", code, key, poll.id), width="stretch")
     if poll.status == "revealed":
         draw_class_view(poll)

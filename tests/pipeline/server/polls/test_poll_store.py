@@ -170,16 +170,6 @@ def test_learners_questions_are_counted_once_each_and_never_kept(tmp_path):
     assert not (tmp_path / "polls-abcdef").exists()
 
 
-def test_a_poll_opened_with_kind_and_question_only_takes_its_real_figure_at_reveal(tmp_path):
-    """A lesson's stage opens its poll with (kind, question) and the stage's request; the figure may come later."""
-    polls, code, key = room(tmp_path)
-    poll = polls.open_poll(code, key, "tokens", "How many tokens?", QUERY)
-    assert poll.real is None
-    assert polls.reveal(code, key, poll.id, real={"count": 12, "answer": "12"}).real == {"count": 12, "answer": "12"}
-    other = polls.open_poll(code, key, "tokens", "", QUERY, real={"count": 5, "answer": "5"})
-    assert polls.reveal(code, key, other.id, real={"count": 6, "answer": "6"}).real["count"] == 5  # kept as opened
-
-
 def test_a_pick_among_the_models_tokens_takes_only_those():
     poll = new_poll("next_token", "", QUERY, real=NEXT_TOKEN_REAL, choices=["␣The", "␣Paris"])
     assert clean_answer(poll, "␣Paris") == "␣Paris"
@@ -204,3 +194,43 @@ def test_a_learners_answers_are_found_across_rooms_by_their_session_only(tmp_pat
          "real": "␣Paris 60.0%, ␣The 20.0%"},
         {"question": "How many?", "yours": "12"}]  # not revealed: the class and the real answer left out
     assert polls.answered_by("learner-3") == []
+
+
+class _Late(PollStore):
+    """A server whose answer's write lands only after `meanwhile()` (another server's move) has run."""
+    meanwhile = staticmethod(lambda: None)
+
+    def _write(self, path, data):
+        if path.parent.name.startswith("answers-"):
+            self.meanwhile()
+        super()._write(path, data)
+
+
+def test_an_answer_written_after_another_servers_reveal_is_taken_back(tmp_path):
+    polls, code, key = room(tmp_path)
+    poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
+    polls.answer(code, poll.id, "early", "Rome")
+    late = _Late(polls.rooms)  # a second store on the same folder
+    late.answer(code, poll.id, "changed", "Paris")
+    late.meanwhile = lambda: polls.reveal(code, key, poll.id)  # the open check passes, then Reveal, then the write
+    with pytest.raises(PollClosed):
+        late.answer(code, poll.id, "learner", "Lyon")
+    late.meanwhile = lambda: None
+    with pytest.raises(PollClosed):
+        late.answer(code, poll.id, "changed", "Lyon")
+    frozen = polls.poll(code, poll.id).revealed_answers
+    assert sorted(frozen) == ["Paris", "Rome"]
+    assert late.answer_of(code, poll.id, "learner") is None  # never "Your answer" while uncounted
+    assert late.answer_of(code, poll.id, "changed") == "Paris"  # the counted answer, not the late change
+    assert polls.count(code, poll.id) == len(frozen)
+
+
+def test_the_answer_past_the_limit_from_a_racing_server_is_taken_back(tmp_path):
+    polls, code, key = room(tmp_path, max_answers=2)
+    poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
+    polls.answer(code, poll.id, "first", "Rome")
+    late = _Late(polls.rooms, max_answers=2)
+    late.meanwhile = lambda: polls.answer(code, poll.id, "second", "Paris")  # takes the last place meanwhile
+    with pytest.raises(PollFull):
+        late.answer(code, poll.id, "third", "Lyon")
+    assert late.answer_of(code, poll.id, "third") is None and polls.count(code, poll.id) == 2
