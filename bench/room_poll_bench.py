@@ -10,6 +10,18 @@ twice (its second answer replaces its first), the sessions spread over the repli
 "N answered" every 0.2 s, as the page's 3-second watch does. Printed: the time until every answer is in, each
 answer's latency (p50, p95, max), errors, and whether Reveal's frozen answers are exactly the second answers, one per
 session. Exits 1 if an answer is lost or counted twice, an error happened, or it took over 10 s.
+
+  .venv/bin/python bench/room_poll_bench.py --server [--learners 30] [--rounds 2]
+
+--server: the same room on a real server (server.py started here on its own store of runs, as
+bench/api_beside_learners.py starts it; SmolLM2, the server's default model), learners asking new questions while a
+poll is open. Rounds interleaved (round r "without" then "with", the next the other way round): every round each of
+the learners asks a new question on Journey over Streamlit's websocket (the room bench's learner, 0.3 s apart, timed
+to the page's end); in a "with" round the presenter has just opened a poll and each learner, at the same time, opens
+its follow page (presenter?follow=CODE, which draws the open poll) and answers through the poll store, as that
+page's form does. Printed: the learners' time to a new question's answer, p50 and p95 per round and their median
+over the rounds with the range, per side, and the ratio of the p95s with / without; per poll: answers counted (each
+learner once), Reveal's frozen answers, errors, and the time until all answers were in after the poll opened.
 """
 from __future__ import annotations
 
@@ -52,7 +64,15 @@ def main() -> int:
     ap.add_argument("--learners", type=int, default=30)
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--folder", help="the room folder (default: a fresh temporary one)")
+    ap.add_argument("--server", action="store_true", help="learners asking new questions on a real server, rounds "
+                    "with and without a poll that all of them answer")
+    ap.add_argument("--rounds", type=int, default=2, help="with --server: rounds of each side (default 2)")
+    ap.add_argument("--timeout", type=float, default=300.0, help="with --server: per page, seconds")
     args = ap.parse_args()
+    if args.server:
+        from room_poll_server import run_on_server  # bench/ is this script's folder
+
+        return run_on_server(args.learners, args.rounds, args.timeout)
     folder = Path(args.folder or tempfile.mkdtemp(prefix="room-poll-bench-"))
     rooms = RoomStore(folder)
     code, key, _ = rooms.create_room(3, {"q": "How many tokens?"}, driver="bench")

@@ -68,3 +68,19 @@ def test_run_sh_agent_runs_the_agent_bench_and_the_api_bench_parses_its_argument
     assert agent.returncode == 0 and "--turns" in agent.stdout and "--base-url" in agent.stdout, agent.stderr[-2000:]
     beside = run([sys.executable, "api_beside_learners.py", "--help"])
     assert beside.returncode == 0 and "--learners" in beside.stdout and "--clients" in beside.stdout, beside.stderr
+
+
+def test_the_poll_bench_on_a_server_finds_the_learner_and_server_it_reuses():
+    """bench/room_poll_bench.py --server imports the room bench's learner, the started server and its own store of
+    runs from the other benches: every one exists, and its arguments parse."""
+    out = run([sys.executable, "-c", "import room_poll_server as s; print(s.run_on_server.__name__)"])
+    assert out.returncode == 0 and out.stdout.strip() == "run_on_server", out.stderr[-2000:]
+    usage = run([sys.executable, "room_poll_bench.py", "--help"])
+    assert usage.returncode == 0 and "--server" in usage.stdout and "--rounds" in usage.stdout, usage.stderr
+
+
+def test_the_poll_bench_counts_a_room_of_answers_through_the_store():
+    """The store-only room: 6 learners answering twice through two replicas' stores, each counted once."""
+    out = run([sys.executable, "room_poll_bench.py", "--learners", "6"], timeout=120)
+    assert out.returncode == 0 and "counted 6 (expected 6)" in out.stdout and "PASS" in out.stdout, \
+        out.stdout[-2000:] + out.stderr[-2000:]
