@@ -27,8 +27,6 @@ def forget_ended_before(moment: float) -> None:
     _followed[:] = [f for f in _followed if f["ended"] is None or f["ended"] >= moment]
 
 
-FOLLOW_EVERY_ENV = "TPE_FOLLOW_EVERY_S"  # views.pages.presenter.room's poll of the presenter's stage (default 3 s)
-FOLLOW_EVERY_TEST_S = "1"
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
@@ -49,13 +47,10 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
     server's default ("all") a real-model server played every scenario in the background after the first
     visit: 58-128 s of jobs in a whole-suite run, taking the cores from the other test process, and in the
     What if test a question waited 24 s behind one of them. The warm-up of every scenario is tested on its own
-    (tests/pages/test_serving_pages.py), and the room's servers (tests/test_room_*.py) keep the default.
-    A page in a room checks the presenter's stage every FOLLOW_EVERY_TEST_S (unless set), not every 3 s: a learner's
-    page in a test turns a second after the presenter's, not up to 3 s after."""
+    (tests/pages/test_serving_pages.py), and the room's servers (tests/test_room_*.py) keep the default."""
     port = free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request"),
-           FOLLOW_EVERY_ENV: os.environ.get(FOLLOW_EVERY_ENV, FOLLOW_EVERY_TEST_S), **(env or {})}
+    env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request"), **(env or {})}
     if cache_dir is not None:
         env["TPE_CACHE_DIR"] = str(cache_dir)
     with open(ROOT / "artifacts" / log_name, "w") as log:

@@ -1,6 +1,7 @@
 """`./run.sh app --lesson FILE` as run.sh starts it (server.py, TPE_LESSON) on the tiny models: before anyone opens a
 page, every stage's run is queued at start and written to the room's store of runs (cache/runs), its progress
 printed on the terminal, stage by stage, then the total; a presenter's browser then finds the lesson's stage 1."""
+import re
 import os
 import time
 
@@ -58,6 +59,8 @@ def test_the_lessons_runs_are_stored_at_start_with_progress_on_the_terminal(tiny
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = watch(browser.new_page())
             page.goto(f"{url}/presenter")
+            settle(page)
+            page.get_by_role("button", name=re.compile("Start presenting")).click()  # the panel is the presenter's
             settle(page)
             body = page.locator("body").inner_text()
             assert "Server lesson" in body and "stage 1 of 2" in body and "Lesson runs prepared: 2 of 2" in body
