@@ -197,3 +197,23 @@ def presenting_at(stage: int, **state):
     assert not at.exception, at.exception
     assert at.session_state["pr_room"], [e.value for e in at.error]
     return at
+
+
+def link_opened(page: str, query: dict[str, str]):
+    """A link opened as a browser opens it: app.py with this query string (the request is read on the session's
+    first page), then views/pages/`page` (its controls read on arrival); `page` "start.py" stays on app.py's first
+    page. Run, not checked: the caller asserts what it means."""
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    from .paths import ROOT
+
+    lighter_apptest()
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.query_params = dict(query)
+    at.run()
+    if page != "start.py":
+        at.query_params = dict(query)
+        at.switch_page(f"views/pages/{page}").run()
+    return at

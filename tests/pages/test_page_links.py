@@ -2,11 +2,10 @@
 own (`nt.top_k`) that never shares one with the request's (`top_k`). AppTest on the tiny model (fast tier) through
 app.py: each page of PAGES is drawn, its controls enumerated and set away from their defaults, the link it writes
 opened in a fresh session, and the same request and controls found there."""
-import os
 
 import pytest
-from kit.apptest import lighter_apptest, page_app
-from kit.paths import ROOT, app_page_table
+from kit.apptest import link_opened, page_app
+from kit.paths import app_page_table
 from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
@@ -77,13 +76,7 @@ def linked_keys(at) -> set[str]:
 def app_at(file: str, query: dict[str, str]) -> AppTest:
     """app.py opened with this query string, then at the page (as a browser opening the link: the request
     is read on the first page of the session, the page's controls on arrival at it)."""
-    lighter_apptest()
-    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
-    at.query_params = dict(query)
-    at.run()
-    if file != "start.py":
-        at.query_params = dict(query)
-        at.switch_page(f"views/pages/{file}").run()
+    at = link_opened(file, query)
     assert not at.exception, at.exception
     return at
 

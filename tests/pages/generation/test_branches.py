@@ -4,7 +4,7 @@ token text is escaped; a picked token shows its top-5 and a What if link whose r
 samples identical says so; the page's link carries every control and reproduces the samples."""
 from urllib.parse import parse_qs, urlparse
 
-from kit.apptest import html_blocks, lighter_apptest, page_app
+from kit.apptest import html_blocks, link_opened, page_app
 from kit.texts import DEFAULT_QUESTION
 
 from pipeline.run.trace import run_trace
@@ -71,17 +71,7 @@ def test_token_text_is_escaped(tiny_app):
 
 def app_at(query: dict[str, str]):
     """app.py opened with this query string, then at Generation (as a browser opening the link)."""
-    import os
-
-    from kit.paths import ROOT
-    from streamlit.testing.v1 import AppTest
-
-    lighter_apptest()
-    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
-    at.query_params = dict(query)
-    at.run()
-    at.query_params = dict(query)
-    at.switch_page("views/pages/generation/page.py").run()
+    at = link_opened("generation/page.py", query)
     assert not at.exception, at.exception
     return at
 

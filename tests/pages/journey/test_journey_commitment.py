@@ -3,13 +3,10 @@ ui/commitment.py) on the tiny model (fast tier): on a click it shows each answer
 from the same pass Layers' strip reads, and each token is a link that opens the logit lens at that position on Layers.
 """
 import html
-import os
 import re
 from urllib.parse import parse_qsl, urlsplit
 
-from kit.apptest import lighter_apptest, page_app
-from kit.paths import ROOT
-from streamlit.testing.v1 import AppTest
+from kit.apptest import link_opened, page_app
 
 QUESTION = "Where is each word of the answer decided?"  # asked by no other test: no stored commitment yet
 
@@ -47,12 +44,7 @@ def test_journey_draws_the_strip_compact_and_each_token_opens_its_lens_on_layers
     assert query["q"] == QUESTION  # the request travels in the link: Layers opens on this very run
 
     # the link opened as a browser opens it: app.py with its query string, then Layers
-    lighter_apptest()
-    layers = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
-    layers.query_params = dict(query)
-    layers.run()
-    layers.query_params = dict(query)
-    layers.switch_page("views/pages/layers/page.py").run()
+    layers = link_opened("layers/page.py", query)
     assert not layers.exception, [e.message for e in layers.exception]
     assert layers.selectbox(key="ly_commit_token").value == len(answer) - 1
     table = layers.dataframe[-1].value
