@@ -109,8 +109,9 @@ case "${1:-app}" in
     bytecode
     # One pytest process per core, two at most (each loads both real models and may start app servers and
     # Chromium); a test file stays on one worker, so its module's servers start once. TPE_TEST_WORKERS=0: serial.
+    # Files go out in tests/kit/file_order.py's order (browser files, which mostly wait, beside files that compute).
     status=0
-    "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile "${@:2}" || status=$?
+    "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile --no-loadscope-reorder "${@:2}" || status=$?
     if [ $# -le 1 ]; then
       # The whole suite: then the tests that compare two float32 computations (marker `numeric`: they call
       # tests/kit/tolerance.py) once more on torch's portable kernels, which round sums in another order than this

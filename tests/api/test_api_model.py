@@ -2,10 +2,10 @@
 SDKs' greedy answers are Hugging Face's `generate` for the same messages, and the logprobs are the log-softmax of the
 model's own logits for those tokens."""
 import numpy as np
-import openai
 import pytest
 import torch
 from kit.browser import app_server
+from kit.sdks import openai
 from kit.tolerance import assert_within, logits_tolerance
 
 from pipeline.model.registry import MODELS

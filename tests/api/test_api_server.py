@@ -3,6 +3,7 @@ the official openai and anthropic SDKs, and curl. The server runs the tiny model
 what is checked here is the protocol, the errors, the keys and the queue's places; the real model's answers (equal
 to Hugging Face's generate, logprobs equal to its logits' log-softmax) are tests/test_api_model.py."""
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -10,13 +11,10 @@ import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-import os
-
-import anthropic
 import jsonschema
-import openai
 import pytest
 from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, question_shown, settle, watch
+from kit.sdks import anthropic, openai
 
 pytestmark = pytest.mark.browser
 
@@ -213,32 +211,32 @@ def test_anthropic_messages_whole_and_streamed(an):
 
 
 @pytest.mark.parametrize("kwargs,error,param", [
-    (dict(temperature=5), openai.BadRequestError, "temperature"),
-    (dict(max_tokens=100_000), openai.BadRequestError, "max_tokens"),
-    (dict(messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}]), openai.BadRequestError,
+    (dict(temperature=5), "BadRequestError", "temperature"),
+    (dict(max_tokens=100_000), "BadRequestError", "max_tokens"),
+    (dict(messages=[{"role": "tool", "content": "x", "tool_call_id": "1"}]), "BadRequestError",
      "messages[0].role"),
-    (dict(tools=[{"type": "function", "function": {"name": "f"}}]), openai.BadRequestError, "tools"),
-    (dict(top_logprobs=2), openai.BadRequestError, "top_logprobs"),
-    (dict(model="gpt-4o"), openai.NotFoundError, "model"),
-    (dict(messages=[{"role": "user", "content": "tomato " * 9000}]), openai.UnprocessableEntityError, "messages"),
+    (dict(tools=[{"type": "function", "function": {"name": "f"}}]), "BadRequestError", "tools"),
+    (dict(top_logprobs=2), "BadRequestError", "top_logprobs"),
+    (dict(model="gpt-4o"), "NotFoundError", "model"),
+    (dict(messages=[{"role": "user", "content": "tomato " * 9000}]), "UnprocessableEntityError", "messages"),
     (dict(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objct"}}}),
-     openai.UnprocessableEntityError, "response_format.json_schema.schema"),
+     "UnprocessableEntityError", "response_format.json_schema.schema"),
 ])
 def test_every_openai_error_comes_through_the_sdks_own_class(oa, kwargs, error, param):
-    with pytest.raises(error) as e:
+    with pytest.raises(getattr(openai, error)) as e:
         oa.chat.completions.create(**{"model": SMOL, "messages": HI, "max_tokens": 4, **kwargs})
     assert e.value.body["param"] == param and param in e.value.message
 
 
 @pytest.mark.parametrize("kwargs,error,field", [
-    (dict(max_tokens=0), anthropic.BadRequestError, "max_tokens"),
-    (dict(extra_body={"top_k": -1}), anthropic.BadRequestError, "top_k"),
-    (dict(model="claude-sonnet-4-5"), anthropic.NotFoundError, "model"),
-    (dict(messages=[{"role": "user", "content": "tomato " * 9000}]), anthropic.UnprocessableEntityError,
+    (dict(max_tokens=0), "BadRequestError", "max_tokens"),
+    (dict(extra_body={"top_k": -1}), "BadRequestError", "top_k"),
+    (dict(model="claude-sonnet-4-5"), "NotFoundError", "model"),
+    (dict(messages=[{"role": "user", "content": "tomato " * 9000}]), "UnprocessableEntityError",
      "messages"),
 ])
 def test_every_anthropic_error_comes_through_the_sdks_own_class(an, kwargs, error, field):
-    with pytest.raises(error) as e:
+    with pytest.raises(getattr(anthropic, error)) as e:
         an.messages.create(**{"model": SMOL, "max_tokens": 4, "messages": HI, **kwargs})
     assert e.value.body["error"]["message"].startswith(field)
 
@@ -316,7 +314,7 @@ def test_past_its_places_a_client_gets_429_and_a_stream_it_leaves_frees_them(oa)
     assert len(left) >= SLOTS + 1 and not any(" 256 tokens" in line for line in left), left
 
 
-def client_at(server, address: str) -> openai.OpenAI:
+def client_at(server, address: str) -> "openai.OpenAI":
     """An SDK client whose connections leave from `address` (127.0.0.x: loopback, another client to the server)."""
     import httpx2 as httpx  # the openai SDK's own HTTP client library
 

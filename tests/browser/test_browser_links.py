@@ -223,7 +223,7 @@ def slowed_server(tiny_server_cache, tmp_path_factory):
 
 
 def test_a_reload_during_a_run_brings_back_the_question_typed(slowed_server, chromium):
-    """Issue 45: the address holds the request from the start of the run the form started, so a reload while that
+    """The address holds the request from the start of the run the form started, so a reload while that
     run is still going (a slow one) brings back the question typed, not the one before. Before, the address was
     written only after the page had run."""
     context = chromium.new_context(viewport={"width": 1400, "height": 1200})
@@ -236,7 +236,8 @@ def test_a_reload_during_a_run_brings_back_the_question_typed(slowed_server, chr
     before = run_mark(page)
     page.locator('[data-testid="stSidebar"] button', has_text="Run the model").click()
     page.wait_for_function("q => new URLSearchParams(location.search).get('q') === q", arg=typed, timeout=60_000)
-    assert run_mark(page) == before, "the run ended: it was to be still going"
+    # still going: no mark newer than before (the run going on has made the old one stale: run_mark says '')
+    assert run_mark(page) in (before, ""), "the run ended: it was to be still going"
     page.reload()
     assert question_shown(page) == typed
     context.close()

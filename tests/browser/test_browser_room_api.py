@@ -6,10 +6,10 @@ every answer the client streamed is its own question's greedy answer (the pages'
 import os
 import threading
 
-import openai
 import pytest
 from kit.browser import CHROMIUM, SHOTS, app_server, watch
 from kit.room_walk import start_presenting, visit, walk_every_stage
+from kit.sdks import openai
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]

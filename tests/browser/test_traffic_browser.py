@@ -6,9 +6,9 @@ import re
 import subprocess
 import sys
 
-import openai
 import pytest
 from kit.browser import CHROMIUM, ROOT, SHOTS, app_server, fresh_page, question_shown, settle
+from kit.sdks import openai
 
 pytestmark = pytest.mark.browser
 

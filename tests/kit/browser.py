@@ -160,7 +160,11 @@ def open_page(page, title: str, timeout_s: float = 300, shot: Path | None = None
 
 
 # The app's end-of-run marks (views.chrome.frame.run_marker): "SESSION:COUNT" of the newest on the page, '' before any.
+# A mark inside a stale element (Streamlit's data-stale="true": drawn by an earlier run, not yet redrawn by the run
+# going on) is not the end of that run: a page that runs its script again at once (a link opened, a fragment) still
+# shows the first run's mark while the second redraws the sidebar and the controls.
 RUN_MARK = ("() => { let best = ''; let most = -1; for (const m of document.querySelectorAll('.tpe-run-done')) {"
+            " if (m.closest('[data-stale=\"true\"]')) continue;"
             " const n = Number(m.dataset.run); if (n > most) { most = n; best = m.dataset.session + ':' + n; } }"
             " return best; }")
 _seen: dict[int, tuple[object, str]] = {}  # id(page) -> (the page, the mark settle() last saw on it)

@@ -1,10 +1,13 @@
 """Weight formats on the real SmolLM2 (marker `model`): each format's greedy answer on the default question
 against fp32's, the KL figure against a direct computation, the int8 copy's memory."""
+import importlib.util
+
 import pytest
 from kit.texts import DEFAULT_QUESTION
 
-pytestmark = pytest.mark.model
-pytest.importorskip("torchao", reason="the int8 format quantizes with torchao")
+# torchao looked for, not imported, at collection: its import costs ~2 s in every process that collects this file
+pytestmark = [pytest.mark.model, pytest.mark.skipif(importlib.util.find_spec("torchao") is None,
+                                                     reason="the int8 format quantizes with torchao")]
 
 
 @pytest.fixture(scope="module")
