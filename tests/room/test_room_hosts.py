@@ -1,97 +1,160 @@
 """A room on two hosts sharing one Redis: `./run.sh room-store`, `room-host` and `room-balancer`, the hosts being
-two network namespaces on this machine (veth pairs on a private bridge, 10.x addresses; nothing leaves the
-machine). Host A runs Redis and one replica, host B one replica, HAProxy in the root namespace in front of both.
+two network namespaces on this machine joined by a third, the switch (a bridge, a veth pair to each host, 10.x
+addresses; nothing leaves the machine). Host A runs Redis and one replica, host B one replica, the switch HAProxy in
+front of both and this test's Chromium. Nothing is made in the root namespace: the other browser tests' Chromium
+runs there and aborts every request in flight (net::ERR_NETWORK_CHANGED) when a link or an address comes or goes.
 Checked: a question asked on A then on B is computed once (the replicas' queue logs count the model runs);
 A's replicas killed, A's learner reconnects through the balancer to B and sees their question without a new run;
 Redis stopped and restarted mid-session: no error page, and the run asked meanwhile is in Redis afterwards.
 The replicas run the tiny random-weight model (conftest's `tiny_server_cache`). Needs root and namespaces:
 skipped with the reason where they cannot be made (a CI container without CAP_NET_ADMIN)."""
+import contextlib
+import itertools
 import os
 import re
 import shutil
 import signal
+import socket
+import struct
 import subprocess
+import sys
 import time
+from collections import Counter
 from urllib.parse import quote
 
 import pytest
 from kit.browser import CHROMIUM, ROOT, open_page, question_shown, watch
 
-from pipeline.server.health import free_port, wait_healthy
-
-pytestmark = [pytest.mark.browser, pytest.mark.multihost,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed"),
-              pytest.mark.skipif(not (shutil.which("haproxy") and shutil.which("redis-server")),
-                                 reason="haproxy or redis-server is not installed (./run.sh test installs them)")]
+pytestmark = pytest.mark.multihost
 Q1, Q2 = "Why is the sky green?", "What is a prime number?"
-REPLICA_PORT, STORE_PORT = 8601, 6390
+REPLICA_PORT, STORE_PORT, BALANCER_PORT = 8601, 6390, 8500  # each namespace is new: every port is free there
+SUBNET = "10.77.0"  # seen inside the LAN's namespaces only, so it clashes with nothing on the machine
 RUN_LINE = re.compile(r"request \d+ left: waited")  # the queue's log line as each model run of a page ends
+_lans = itertools.count()
 
 
 def _ip(*args: str, ns: str | None = None) -> None:
-    cmd = (["ip", "netns", "exec", ns] if ns else []) + ["ip", *args]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    """`ip` in the network namespace `ns` (`ip -n`); in the root namespace only `ip netns add` and `del`, which make
+    no link there."""
+    subprocess.run(["ip", *(["-n", ns] if ns else []), *args], check=True, capture_output=True, text=True)
 
 
-def _free_subnet() -> str:
-    used = subprocess.run(["ip", "-4", "addr"], capture_output=True, text=True).stdout
-    for n in range(os.getpid() % 200, os.getpid() % 200 + 50):
-        prefix = f"10.{200 + n % 50}.{n % 250}"
-        if f"inet {prefix}." not in used:
-            return prefix
-    pytest.skip("no free 10.x subnet")
-
-
-@pytest.fixture(scope="module")
-def lan():
-    """Two hosts: network namespaces A and B, each with a veth pair to a bridge in the root namespace."""
+@contextlib.contextmanager
+def two_host_lan():
+    """A switch and two hosts, each a network namespace: the switch holds a bridge (address SUBNET.1) and a veth
+    pair joins each host to it. Each pair is made in its host with the peer end created in the switch, so the root
+    namespace never sees a link, an address or a route come or go. Yields (the switch's namespace,
+    [(namespace, address) of host A, of host B])."""
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("network namespaces need root and iproute2")
-    tag, prefix = os.getpid() % 100000, _free_subnet()
-    bridge, spaces = f"tpebr{tag}", [f"tpe{tag}a", f"tpe{tag}b"]
-    made: list[tuple[str, str]] = []
+    name = f"tpe{os.getpid()}-{next(_lans)}"
+    switch, hosts = f"{name}-switch", [f"{name}-a", f"{name}-b"]
+    made: list[str] = []
 
     def clean():
-        for kind, name in reversed(made):
-            subprocess.run(["ip", "netns", "del", name] if kind == "ns" else ["ip", "link", "del", name],
-                           capture_output=True)
+        for ns in reversed(made):  # a veth pair goes with either end's namespace, the bridge with the switch
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     try:
-        _ip("link", "add", bridge, "type", "bridge")
-        made.append(("link", bridge))
-        _ip("addr", "add", f"{prefix}.1/24", "dev", bridge)
-        _ip("link", "set", bridge, "up")
-        addresses = []
-        for n, ns in enumerate(spaces):
+        for ns in (switch, *hosts):
             _ip("netns", "add", ns)
-            made.append(("ns", ns))
-            outside, inside = f"{ns}0", f"{ns}1"
-            _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-            made.append(("link", outside))
-            _ip("link", "set", inside, "netns", ns)
-            _ip("link", "set", outside, "master", bridge, "up")
-            address = f"{prefix}.{2 + n}"
-            _ip("addr", "add", f"{address}/24", "dev", inside, ns=ns)
-            _ip("link", "set", inside, "up", ns=ns)
+            made.append(ns)
             _ip("link", "set", "lo", "up", ns=ns)
-            addresses.append(address)
+        _ip("link", "add", "lan", "type", "bridge", ns=switch)
+        _ip("addr", "add", f"{SUBNET}.1/24", "dev", "lan", ns=switch)
+        _ip("link", "set", "lan", "up", ns=switch)
+        for n, ns in enumerate(hosts):
+            port = f"port{n}"
+            _ip("link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", switch, ns=ns)
+            _ip("link", "set", port, "master", "lan", "up", ns=switch)
+            _ip("addr", "add", f"{SUBNET}.{2 + n}/24", "dev", "eth0", ns=ns)
+            _ip("link", "set", "eth0", "up", ns=ns)
     except subprocess.CalledProcessError as e:
         clean()
         pytest.skip(f"cannot make network namespaces here: {' '.join(e.cmd)}: {e.stderr.strip()}")
     try:
-        yield list(zip(spaces, addresses))
+        yield switch, [(ns, f"{SUBNET}.{2 + n}") for n, ns in enumerate(hosts)]
     finally:
         clean()
 
 
+RTM_EVENTS = {16: "new link", 17: "link deleted", 20: "new address", 21: "address deleted", 24: "new route",
+              25: "route deleted"}
+# what Chromium's network change notifier listens to (links, IPv4 and IPv6 addresses), and the routes
+ROOT_GROUPS = 0x1 | 0x10 | 0x40 | 0x100 | 0x400  # RTMGRP_LINK, _IPV4_IFADDR, _IPV4_ROUTE, _IPV6_IFADDR, _IPV6_ROUTE
+
+
+def _root_view() -> str:
+    return "".join(subprocess.run(["ip", "-o", *what], capture_output=True, text=True, check=True).stdout
+                   for what in (["link"], ["addr"], ["route"], ["-6", "route"]))
+
+
+def _events(sock: socket.socket) -> Counter:
+    """The netlink messages the socket has received, counted by kind."""
+    sock.setblocking(False)
+    seen = Counter()
+    while True:
+        try:
+            data = sock.recv(1 << 16)
+        except BlockingIOError:
+            return seen
+        offset = 0
+        while offset + 16 <= len(data):  # each message: a 16-byte header (length, type, ...), then its body
+            length, kind = struct.unpack_from("=IH", data, offset)
+            seen[RTM_EVENTS.get(kind, f"netlink message {kind}")] += 1
+            offset += max(16, (length + 3) & ~3)
+
+
+def test_building_and_removing_the_lan_changes_nothing_in_the_root_namespace():
+    """The root namespace's links, addresses and routes are the same before, during and after, and no change
+    came or went meanwhile (a netlink socket subscribed as Chromium's is)."""
+    before = _root_view()
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.bind((0, ROOT_GROUPS))  # subscribed once bind returns
+        with two_host_lan() as (switch, hosts):
+            during = _root_view()
+            ports = subprocess.run(["ip", "-n", switch, "-o", "link", "show", "master", "lan"],
+                                   capture_output=True, text=True, check=True).stdout
+            assert ports.count("state UP") == 2, f"the switch's bridge lacks its two hosts:\n{ports}"
+        after = _root_view()
+        seen = _events(sock)
+    assert not seen, f"the root namespace saw {dict(seen)} (an unrelated change on this machine meanwhile too)"
+    assert before == during == after
+
+
+@pytest.fixture(scope="module")
+def lan():
+    with two_host_lan() as built:
+        yield built
+
 
 class Room:
-    """The room's processes, each in its own process group (killed as a group)."""
+    """The room's processes, each in its own process group (killed as a group); the test's own checks run in the
+    switch's namespace (`in_lan`), as the balancer and the browser do."""
 
     def __init__(self, tmp, lan, cache):
-        (self.ns_a, self.a), (self.ns_b, self.b) = lan
+        self.switch, ((self.ns_a, self.a), (self.ns_b, self.b)) = lan
         self.tmp, self.cache, self.procs = tmp, cache, {}
         self.store_dir = tmp / "store"
-        self.port = free_port()
+        self.port = BALANCER_PORT
+
+    def in_lan(self, *cmd: str, **kwargs) -> subprocess.CompletedProcess:
+        """`cmd` run in the switch's namespace, from the project's folder, its output captured."""
+        return subprocess.run(["ip", "netns", "exec", self.switch, *cmd], cwd=ROOT, capture_output=True, text=True,
+                              **kwargs)
+
+    def chromium(self):
+        """An executable that starts Debian's Chromium in the switch's namespace (Playwright drives it through pipes,
+        which `ip netns exec` passes on)."""
+        wrapper = self.tmp / "chromium-in-the-switch"
+        wrapper.write_text(f'#!/bin/sh\nexec ip netns exec {self.switch} {CHROMIUM} "$@"\n')
+        wrapper.chmod(0o755)
+        return wrapper
+
+    def healthy(self, address: str, seconds: float) -> bool:
+        """Whether the replica at `address` answers its health check from the switch within `seconds`."""
+        code = ("import sys; from pipeline.server.health import wait_healthy; "
+                f"sys.exit(not wait_healthy(sys.argv[1], {seconds}))")
+        return self.in_lan(sys.executable, "-c", code, f"http://{address}:{REPLICA_PORT}").returncode == 0
 
     def start(self, name: str, args: list[str], ns: str | None = None, **env) -> None:
         cmd = (["ip", "netns", "exec", ns] if ns else []) + ["bash", "run.sh", *args]
@@ -125,10 +188,10 @@ class Room:
                    for p in (self.tmp / f"logs-{name}").glob("replica-*.log"))
 
     def stored_runs(self) -> int:
-        import redis
-
-        url = (self.store_dir / "store.url").read_text().strip()
-        return len(redis.Redis.from_url(url, socket_timeout=2).keys("tpe:runs:*"))
+        """Runs in the room's Redis, asked from the switch (raises while Redis does not answer)."""
+        code = ("import sys, redis; url = open(sys.argv[1]).read().strip(); "
+                "print(len(redis.Redis.from_url(url, socket_timeout=2).keys('tpe:runs:*')))")
+        return int(self.in_lan(sys.executable, "-c", code, str(self.store_dir / "store.url"), check=True).stdout)
 
     def stop_all(self) -> None:
         for name in list(self.procs):
@@ -167,10 +230,10 @@ def room(lan, tiny_server_cache, tmp_path_factory):
         r.start_host("b", r.ns_b, r.b)
         hosts = r.tmp / "hosts.txt"
         hosts.write_text(f"# host A\n{r.a}:{REPLICA_PORT}\n# host B\n{r.b}:{REPLICA_PORT}\n")
-        r.start("balancer", ["room-balancer", str(hosts), str(r.port)],
+        r.start("balancer", ["room-balancer", str(hosts), str(r.port)], ns=r.switch,
                 ROOM_BALANCER_CFG=str(r.tmp / "haproxy.cfg"))
         for address in (r.a, r.b):
-            if not wait_healthy(f"http://{address}:{REPLICA_PORT}", 300):
+            if not r.healthy(address, 300):
                 pytest.fail(f"the replica at {address} never became healthy")
         _wait_for(lambda: _both_up((r.tmp / "balancer.out").read_text(errors="replace")), 60,
                   "the balancer to see both hosts")
@@ -195,13 +258,17 @@ def _on(browser, url: str, replica: str):
     return context, watch(context.new_page())
 
 
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+@pytest.mark.skipif(not (shutil.which("haproxy") and shutil.which("redis-server")),
+                    reason="haproxy or redis-server is not installed (./run.sh test installs them)")
 def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_restart(room):
     from playwright.sync_api import sync_playwright
 
     url = f"http://127.0.0.1:{room.port}"
     link = lambda q: f"{url}/journey?q={quote(q)}&max_new_tokens=4"  # noqa: E731
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=room.chromium(), args=["--no-sandbox"])
         ctx_a, page_a = _on(browser, url, "r1")
         ctx_b, page_b = _on(browser, url, "r2")
         # 1. the same question on host A, then on host B: one model run, on A
