@@ -11,6 +11,7 @@ import argparse
 
 from pipeline.cli.arguments import check_model_arg, write_json, write_output
 from pipeline.cli.commands import trace
+from pipeline.core.errors import InputError
 from pipeline.core.files import check_output_file
 
 NAME = "report"
@@ -24,6 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """The run as one HTML page that opens from disk with no server and no network."""
+    for name in ("samples", "temperatures"):  # trace's, for many samples in one batch; the report shows one run
+        if getattr(args, name) is not None:
+            raise InputError(name, "draws many samples, which `trace` prints; the report shows one run: leave it "
+                                   "out (or use --temperature).")
     request, force = trace.trace_inputs(args)
     check_output_file(args.html_file, "html")
     check_output_file(args.json_file, "json")

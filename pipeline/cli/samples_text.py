@@ -12,7 +12,8 @@ def print_samples(tokenizer, samples: SampleSet) -> None:
         print(f"  [{i}] seed {s.seed}, temperature {s.temperature:g}, {len(s.generated_token_ids)} tokens "
               f"({s.finish_reason}): {s.text!r}")
     if samples.all_identical:
-        print("  All the samples are identical: raise --temperature to see them part.")
+        print("  All the samples are identical: raise their temperature (--temperature, or --temperatures one per "
+              "sample) to see them part.")
         return
     parted = [p for p in samples.positions if p.disagree]
     print(f"  They disagree at {len(parted)} of {len(samples.positions)} positions; how much there: {samples.measure}.")

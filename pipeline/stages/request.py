@@ -49,11 +49,7 @@ class GenerationOptions:
         if not _int(self.max_new_tokens) or not 0 < self.max_new_tokens <= MAX_NEW_TOKENS:
             raise InputError("max_new_tokens", f"must be an integer from 1 to {MAX_NEW_TOKENS:,}, "
                                                f"got {self.max_new_tokens!r}.")
-        if not _finite(self.temperature) or self.temperature < 0:
-            raise InputError("temperature", f"must be 0 (greedy) or more, got {self.temperature!r}.")
-        if 0 < self.temperature < MIN_TEMPERATURE:
-            raise InputError("temperature", f"must be 0 (greedy) or at least {MIN_TEMPERATURE}, got "
-                                            f"{self.temperature!r}: smaller values are greedy in all but name.")
+        check_temperature("temperature", self.temperature)
         if not _int(self.top_k) or self.top_k < 0:
             raise InputError("top_k", f"must be 0 (off) or a positive integer, got {self.top_k!r}.")
         if not _finite(self.top_p) or not 0 < self.top_p <= 1:
@@ -86,6 +82,16 @@ class GenerationOptions:
         d["stop"] = list(self.stop)
         d["logit_bias"] = logit_bias_body(self)
         return d
+
+
+def check_temperature(field: str, t) -> float:
+    """A temperature a request accepts: 0 (greedy) or from MIN_TEMPERATURE up, finite; InputError naming `field`."""
+    if not _finite(t) or t < 0:
+        raise InputError(field, f"must be 0 (greedy) or more, got {t!r}.")
+    if 0 < t < MIN_TEMPERATURE:
+        raise InputError(field, f"must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {t!r}: smaller values are "
+                                "greedy in all but name.")
+    return float(t)
 
 
 MAX_REPETITION_PENALTY = 10.0  # far past any use (1.2 is the CTRL paper's advice): a bound for a link's value

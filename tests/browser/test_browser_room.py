@@ -12,6 +12,8 @@ import pytest
 from kit.browser import CHROMIUM, SHOTS, app_server, question_shown, settle, watch
 from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage, walk_every_stage
 
+from views.pages.presenter.stages import STAGES, stage_number
+
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
@@ -186,23 +188,23 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     # waits for the run after it, the one that completes.
 
     def at_each(n: int) -> None:
-        if n == 8:
+        if n == stage_number("Logits: a score for every token"):
             ticks = page.locator(".js-plotly-plot .ytick text").first.get_attribute("style")
             assert "font-size: 20px" in ticks, ticks  # projector-sized, not Streamlit's 12 px
-        if n == 9 and walk == "korean":
+        if n == stage_number("Sampling") and walk == "korean":
             assert "Chosen: 토 (1/3)" in page.inner_text("body")  # named by its character, as Journey does
-        if n == 12:
+        if n == stage_number("The end token and clean-up"):
             event = page.locator('[data-testid="stMain"] [data-testid="stCode"]').first.bounding_box()
             assert event["height"] < 600, event  # the token ids on one line, not one per line
 
     walk_every_stage(page, learner, at_each)
-    page.screenshot(path=str(SHOTS / f"room_presenter_{walk}_13.png"))
+    page.screenshot(path=str(SHOTS / f"room_presenter_{walk}_{len(STAGES)}.png"))
     assert learner.locator('[data-testid="stException"]').count() == 0
-    learner.screenshot(path=str(SHOTS / f"room_learner_{walk}_13.png"))
+    learner.screenshot(path=str(SHOTS / f"room_learner_{walk}_{len(STAGES)}.png"))
     page.keyboard.press("ArrowLeft")
-    wait_for_stage(page, 12, timeout_s=60)
+    wait_for_stage(page, len(STAGES) - 1, timeout_s=60)
     settle(page)  # the link is rewritten once the screen has run
-    assert "stage=12" in page.url
+    assert f"stage={len(STAGES) - 1}" in page.url
     opened = watch(context.new_page())  # the Journey link (short for the long question) opens the same request
     opened.goto(journey)
     settle(opened)

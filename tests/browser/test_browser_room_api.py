@@ -11,6 +11,8 @@ from kit.browser import CHROMIUM, SHOTS, app_server, watch
 from kit.room_walk import start_presenting, visit, walk_every_stage
 from kit.sdks import openai
 
+from views.pages.presenter.stages import STAGES
+
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
@@ -67,7 +69,7 @@ def test_a_presenter_and_a_learner_walk_the_room_while_an_sdk_client_streams(ser
         learner.goto(follow)
         walk_every_stage(page, learner)
         assert learner.locator('[data-testid="stException"]').count() == 0
-        learner.screenshot(path=str(SHOTS / "room_learner_beside_api_13.png"))
+        learner.screenshot(path=str(SHOTS / f"room_learner_beside_api_{len(STAGES)}.png"))
     finally:
         client.stop.set()
         client.join(timeout=120)

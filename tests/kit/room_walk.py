@@ -3,6 +3,7 @@ waiting for a stage (tests/browser/test_browser_room.py and the room beside API 
 import re
 
 from kit.browser import settle, visit  # noqa: F401  (visit: the room tests' way in)
+from views.pages.presenter.stages import STAGES
 
 
 def start_presenting(page) -> str:
@@ -28,7 +29,7 @@ def wait_for_stage(page, n: int, timeout_s: float) -> None:
                            arg=n, timeout=timeout_s * 1000)
 
 
-def walk_every_stage(page, learner, at_each=lambda n: None, last: int = 13) -> None:
+def walk_every_stage(page, learner, at_each=lambda n: None, last: int = len(STAGES)) -> None:
     """The learner (on the follow link) reaches stage 1; the presenter presses → to each stage up to `last`, no
     stage raising (at_each(n): the caller's checks there); the learner follows to the last one."""
     wait_for_stage(learner, 1, timeout_s=300)  # its first run takes the presenter's request, then reruns

@@ -96,3 +96,37 @@ def test_a_lesson_that_cannot_be_used_is_said_and_nothing_runs(tmp_path):
     runs = start_lesson_runs(str(path))
     assert runs.lesson is None and runs.stages == []
     assert runs.problem.startswith(f"{path}, line 5: stages[0].page:")
+
+
+def test_a_branching_stage_prepares_the_presenters_samples(tmp_path):
+    """A Generation stage with its Branch section on is shown on "Many answers at once": the samples that screen
+    draws (ROOM_TEMPERATURES, ROOM_SEED, the stage's request) are drawn at start and stored where it looks."""
+    from pipeline.lessons.lesson import parse_lesson
+    from views.request.samples import ROOM_SEED, ROOM_TEMPERATURES
+    from views.request.session import request_key
+    from views.server.lesson_runs import stage_request, start_lesson_runs
+    from views.server.state import default_model_key, using_model
+    from views.server.waiting import stored_result
+
+    text = """title = "Branching"
+
+[[stages]]
+title = "Many answers"
+page = "generation"
+[stages.request]
+q = "Do owls blink?"
+max_new_tokens = 3
+[stages.controls]
+"gen.branch_on" = true
+"""
+    path = tmp_path / "branching.toml"
+    path.write_text(text, encoding="utf-8")
+    runs = start_lesson_runs(str(path))
+    (stage,) = runs.stages
+    assert stage.samples_ticket is not None
+    for ticket in stage.tickets():
+        ticket.result(timeout=300)
+    request = stage_request(parse_lesson(text).stages[0])
+    with using_model(default_model_key(), "fp32"):
+        samples = stored_result(("samples", request_key(request), ROOM_TEMPERATURES, ROOM_SEED))
+    assert samples is not None and [s.temperature for s in samples.samples] == list(ROOM_TEMPERATURES)

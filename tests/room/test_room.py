@@ -8,11 +8,11 @@ import secrets
 
 import pytest
 import segno
-
 from kit.apptest import presenter_at as presenter
 from kit.apptest import presenting_at as started
 
 from pipeline.server.room import RoomStore, is_loopback, public_base, room_store
+from views.pages.presenter.stages import stage_number
 
 KOREAN_SYSTEM = "항상 한국어로만 대답하세요."  # SmolLM2 then starts its answer with <0xED>, the first byte of 토
 KOREAN = "토마토는 과일이야?"
@@ -144,8 +144,8 @@ def test_presenter_survives_a_question_too_long_for_a_qr_code(tiny_app):
     assert room_store().link(code)["q"] == question  # the server resolves the short link
 
 
-def test_stage_12_keeps_the_token_ids_on_one_line(tiny_app):
-    at = presenter(12, req_max_new_tokens=8)
+def test_the_end_token_stage_keeps_the_token_ids_on_one_line(tiny_app):
+    at = presenter(stage_number("The end token and clean-up"), req_max_new_tokens=8)
     event = [c.value for c in at.code if '"completed"' in c.value][0]
     assert "generated_token_ids" in event and len(event.splitlines()) < 14, event
 

@@ -19,6 +19,7 @@ from pipeline.lessons.lesson import Lesson, LessonError, Stage, read_lesson
 from pipeline.model.registry import resolve
 from pipeline.stages.request import ChatRequest
 from views.links.url_state import request_fields
+from views.request.samples import submit_room_samples
 from views.request.session import DEFAULTS, request_from_fields, request_key
 from views.server.scenarios import submit_scenario
 from views.server.state import get_model, run_store, using_model
@@ -43,9 +44,10 @@ class StageRun:
     ticket: object | None  # a run queue's ticket; None: found in the store already
     key: tuple
     scenario_ticket: object | None = None  # a prompt-caching stage's scenario
+    samples_ticket: object | None = None  # a Generation stage with its Branch section on: the presenter's samples
 
     def tickets(self) -> list:
-        return [t for t in (self.ticket, self.scenario_ticket) if t is not None]
+        return [t for t in (self.ticket, self.scenario_ticket, self.samples_ticket) if t is not None]
 
     def done(self) -> bool:
         return all(t.done() for t in self.tickets())
@@ -76,7 +78,8 @@ class LessonRuns:
 
 
 def _queue_stage(number: int, stage: Stage) -> StageRun:
-    """Queue the stage's run (and a prompt-caching stage's scenario) as its page would, without waiting for them."""
+    """Queue the stage's run (and a prompt-caching stage's scenario, a branching stage's samples) as its page and
+    its presenter's screen would, without waiting for them."""
     request = stage_request(stage)
     key = request_key(request)
     ticket = None if run_store().peek(key, disk=True) is not None else submit_run(request)
@@ -85,6 +88,9 @@ def _queue_stage(number: int, stage: Stage) -> StageRun:
     if stage.page == "prompt-caching" and scenario:
         with using_model(resolve(request.model).key, request.weights):  # the page's picked model
             run.scenario_ticket = submit_scenario(scenario, int(stage.controls.get("pc.block_size", "16")))
+    if stage.page == "generation" and stage.controls.get("gen.branch_on") == "1":  # "Many answers at once"
+        with using_model(resolve(request.model).key, request.weights):
+            run.samples_ticket = submit_room_samples(request)
     return run
 
 

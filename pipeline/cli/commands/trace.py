@@ -14,7 +14,7 @@ from pipeline.core.files import check_output_file
 from pipeline.model.interface import LanguageModel
 from pipeline.run.samples import MAX_SAMPLES, check_count
 from pipeline.stages.logit_bias import parse_logit_bias
-from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions
+from pipeline.stages.request import MAX_TOKEN_ID, ChatRequest, GenerationOptions, check_temperature
 
 NAME = "trace"
 HELP = "follow one chat request through every stage"
@@ -25,7 +25,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("question")
     p.add_argument("--system", default=None, help="system prompt (the template adds a default one if omitted)")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULTS.max_new_tokens)
-    p.add_argument("--temperature", type=float, default=DEFAULTS.temperature)
+    temperature = p.add_mutually_exclusive_group()
+    temperature.add_argument("--temperature", type=float, default=DEFAULTS.temperature)
+    temperature.add_argument("--temperatures", default=None, metavar="T1,T2,...",
+                             help="one temperature per sample, drawn together in one batch (--samples is then their "
+                                  "number)")
     p.add_argument("--top-k", type=int, default=DEFAULTS.top_k)
     p.add_argument("--top-p", type=float, default=DEFAULTS.top_p)
     p.add_argument("--min-p", type=float, default=DEFAULTS.min_p)
@@ -43,8 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where each answer token was decided: the first layer from which the logit lens keeps it "
                         "(top-1, top-3, probability over 0.5) through the last; one more pass of the model")
     p.add_argument("--samples", type=int, default=None, metavar="N",
-                   help=f"draw N samples (1 to {MAX_SAMPLES}) together in one batch, sample i seeded SEED + i, and "
-                        "compare them position by position")
+                   help=f"draw N samples (1 to {MAX_SAMPLES}) together in one batch, sample i seeded SEED + i at "
+                        "--temperature (or its own of --temperatures), and compare them position by position")
     p.add_argument("--model", default=None, help="smollm2-135m (the default), gemma-3-270m, or a local Hugging Face "
                                                   "causal-LM folder")
     p.add_argument("--plain", action="store_true", help="plain-text completion: the question as it is, no chat format")
@@ -59,8 +63,9 @@ def run(args) -> int:
     request, force = trace_inputs(args)
     check_output_file(args.json_file, "json")
     check_model_arg(args.model)
-    if args.samples is not None:
-        return run_samples(args, request, force)
+    temperatures = sample_temperatures(args)
+    if temperatures is not None:
+        return run_samples(args, request, force, temperatures)
     from pipeline.cli.trace_text import print_trace
     from pipeline.model.prefill import top_per_position
     from pipeline.model.registry import resolve
@@ -112,6 +117,40 @@ def parse_force(items: list[str], max_new_tokens: int) -> dict[int, int]:
     return out
 
 
+def parse_temperatures(text: str) -> list[float]:
+    """'0, 1.0,1.5' -> [0.0, 1.0, 1.5]: one per sample (at most MAX_SAMPLES), each one a request accepts."""
+    items = text.split(",")
+    if len(items) > MAX_SAMPLES:
+        raise InputError("temperatures", f"gives {len(items):,} temperatures; at most {MAX_SAMPLES} samples are drawn "
+                                         "in one batch.")
+    out = []
+    for n, item in enumerate(items, 1):
+        if not item.strip():
+            raise InputError("temperatures", f"temperature {n} is empty: give one number per sample, separated by "
+                                             "commas (0,1.0,1.5).")
+        try:
+            t = float(item)
+        except ValueError:
+            raise InputError("temperatures", f"temperature {n}, {shown(item.strip())}, is not a number.") from None
+        try:
+            out.append(check_temperature("temperatures", t))
+        except InputError as e:
+            raise InputError("temperatures", f"temperature {n} {e.message}") from None
+    return out
+
+
+def sample_temperatures(args) -> list[float] | None:
+    """Each sample's temperature, --samples and --temperatures checked against each other; None for one run."""
+    n = None if args.samples is None else check_count(args.samples)
+    if args.temperatures is None:
+        return None if n is None else [args.temperature] * n
+    temperatures = parse_temperatures(args.temperatures)
+    if n is not None and n != len(temperatures):
+        raise InputError("temperatures", f"gives {len(temperatures)} temperatures but --samples is {n}: one per "
+                                         "sample (or leave --samples out).")
+    return temperatures
+
+
 def model_from_args(args):
     """The model --model names, in the format --weights names (a folder is loaded afresh, then converted)."""
     from pipeline.model.loader import converted_copy, load_model, shared_model
@@ -154,18 +193,19 @@ def trace_from_args(args, request: ChatRequest, force: dict[int, int], lm: Langu
     return lm, run_trace(request, lm, force=force)
 
 
-def run_samples(args, request: ChatRequest, force: dict[int, int]) -> int:
-    """`trace --samples N`: N samples in one batch, sample i seeded --seed + i at --temperature; the JSON holds
-    "samples" [{seed, generated_token_ids, ...}] and "positions" [{position, disagree, divergence, ...}]."""
-    check_count(args.samples)
+def run_samples(args, request: ChatRequest, force: dict[int, int], temperatures: list[float]) -> int:
+    """`trace --samples N` or `--temperatures T1,...`: the samples in one batch, sample i seeded --seed + i at
+    temperatures[i]; the JSON holds "samples" [{seed, temperature, generated_token_ids, ...}] and "positions"
+    [{position, disagree, divergence, ...}]."""
     for name, given in (("force", force), ("commitment", args.commitment), ("tensors", args.tensors)):
         if given:
-            raise InputError(name, "is for one run; leave it out with --samples (or run each seed on its own).")
+            raise InputError(name, "is for one run; leave it out with --samples or --temperatures (or run each seed "
+                                   "on its own).")
     from pipeline.cli.samples_text import print_samples
     from pipeline.run.samples import draw_samples
 
     lm, startup_s = started_model(args)
-    samples = draw_samples(request, lm, [request.options.temperature] * args.samples, request.options.seed)
+    samples = draw_samples(request, lm, temperatures, request.options.seed)
     print_samples(lm.tokenizer, samples)
     if args.json_file:
         out = {"model": lm.dims.name, "prompt_token_ids": samples.prompt_ids, "options": request.options.to_dict(),

@@ -61,7 +61,7 @@ def test_identical_samples_say_so(tiny_app):
 
 def test_token_text_is_escaped(tiny_app):
     from pipeline.run.samples import Position, Sample, SampleSet
-    from views.pages.generation.branches import samples_table
+    from views.request.samples import samples_table
 
     s = SampleSet([1], [Sample(0, 1.0, [5], "<b>x</b>", "length", [[]]), Sample(1, 1.0, [6], "y", "length", [[]])],
                   [Position(0, (5, 6), True, 0.5)], 0.1, 0.0)

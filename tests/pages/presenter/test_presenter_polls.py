@@ -15,6 +15,7 @@ from pipeline.server.polls.store import poll_store
 from ui.escape import html_text
 from ui.session_summary import session_summary_html
 from views.chrome.my_session import poll_answers_for
+from views.pages.presenter.stages import stage_number
 
 POLL_KEYS = {"pp_open", "pp_reveal", "pp_close"}
 
@@ -122,25 +123,25 @@ def same_figures_as_the_pages(question: str) -> None:
     prompt-caching screen's reused tokens."""
     from kit.apptest import chart_data
 
-    at = started(8, req_question=question)
+    at = started(stage_number("Logits: a score for every token"), req_question=question)
     room = at.session_state["pr_room"]
-    poll = open_kind(at, room, 8, "next_token")
+    poll = open_kind(at, room, stage_number("Logits: a score for every token"), "next_token")
     page = page_app("next_token", req_question=question, req_max_new_tokens=4, nt_draws=10).run()
     table = next(d.value for d in page.dataframe if "probability" in d.value.columns)
     assert list(table["id"][:8]) == [c["id"] for c in poll.real["top"]]
     assert list(table["probability"][:8]) == [f"{c['probability']:.2%}" for c in poll.real["top"]]
     first_draw = next(m.value for m in page.markdown if m.value.startswith("First draw with seed"))
-    draws = open_kind(at, room, 9, "temperature").real
+    draws = open_kind(at, room, stage_number("Sampling"), "temperature").real
     assert f"seed {draws['seed']}: `" in first_draw and f" {draws['draws'][0]} `" in first_draw, (first_draw, draws)
-    tokens_poll = open_kind(at, room, 3, "tokens")
+    tokens_poll = open_kind(at, room, stage_number("Tokens"), "tokens")
     tokens_page = page_app("tokens", req_question=question, req_max_new_tokens=4).run()
     count = next(m.value for m in tokens_page.metric if m.label == "Tokens in the prompt")
     assert str(tokens_poll.real["count"]) == str(count)
-    attention = open_kind(at, room, 7, "attention").real
-    heatmap = chart_data(at.get("plotly_chart")[-1])[0]["z"]  # stage 7: the last W tokens' rows
+    attention = open_kind(at, room, stage_number("Attention"), "attention").real
+    heatmap = chart_data(at.get("plotly_chart")[-1])[0]["z"]  # the Attention screen: the last W tokens' rows
     last_row = [float(w) for w in heatmap[-1]]
     assert last_row == pytest.approx(attention["weights"][-len(last_row):], abs=1e-6)
-    caching = open_kind(at, room, 13, "prompt_caching").real
+    caching = open_kind(at, room, stage_number("The next request: prompt caching"), "prompt_caching").real
     said = [m.value for m in at.markdown if f"**{caching['label']}**" in m.value]
     assert said and f"**{caching['reused']} reused**" in said[0] and f"{caching['tokens']} tokens" in said[0], said
 

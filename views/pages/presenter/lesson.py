@@ -14,27 +14,23 @@ from ui.escape import markdown_text
 from views.chrome.frame import stage_link
 from views.chrome.page_list import page_at
 from views.links import url_state
+from views.pages.presenter.stages import screen_of
 from views.server.lesson_runs import LessonRuns, lesson_runs
 
-def screen_of(page: str, screens: list[tuple[str, str]]) -> int | None:
-    """The presenter's screen (1-based) that shows this page's stage, or None where no screen does."""
-    script = page_at(page).script
-    return next((n for n, (_, full_page) in enumerate(screens, 1) if full_page == script), None)
 
-
-def go_to_stage(n: int, screens: list[tuple[str, str]]) -> None:
+def go_to_stage(n: int) -> None:
     """Lesson stage n (0-based): its request becomes the room's (the page runs again with it), its screen is shown."""
     runs = lesson_runs()
     stage = runs.lesson.stages[n]
     ss = st.session_state
     ss.ls_stage = n
-    screen = screen_of(stage.page, screens)
+    screen = screen_of(page_at(stage.page).script, stage.controls)
     if screen is not None:
         ss.pr_stage = screen
     url_state.switch_request(stage.request)  # the sidebar's defaults for what the stage leaves out
 
 
-def start_lesson(screens: list[tuple[str, str]]) -> None:
+def start_lesson() -> None:
     """Before the screen is drawn: a presenter's first visit starts the room at the lesson's first stage (a presenter
     taking up a room again keeps where the room is)."""
     runs = lesson_runs()
@@ -44,7 +40,7 @@ def start_lesson(screens: list[tuple[str, str]]) -> None:
     if ss.get("pr_room"):
         ss.ls_stage = 0
         return
-    go_to_stage(0, screens)
+    go_to_stage(0)
 
 
 def progress(runs: LessonRuns) -> None:
@@ -58,7 +54,7 @@ def progress(runs: LessonRuns) -> None:
     bar()
 
 
-def lesson_panel(screens: list[tuple[str, str]], open_poll: Callable[[str, str], None]) -> None:
+def lesson_panel(open_poll: Callable[[str, str], None]) -> None:
     """The lesson's place, its moves, its notes and its runs' progress: drawn for the presenter of a room only (a
     learner, following or not, never sees the notes or the questions to come). `open_poll(kind, question)` opens a
     poll in the room for its request now (polls.open_room_poll)."""
@@ -74,11 +70,11 @@ def lesson_panel(screens: list[tuple[str, str]], open_poll: Callable[[str, str],
     with st.container(border=True):
         c = st.columns([1, 6, 1])
         if c[0].button("◀ Lesson", key="ls_prev", disabled=n == 0, width="stretch"):
-            go_to_stage(n - 1, screens)
+            go_to_stage(n - 1)
         c[1].markdown(f"📚 **{markdown_text(lesson.title)}** — stage {n + 1} of {len(lesson.stages)}: "
                       f"**{markdown_text(stage.title)}**" + (f" ({stage.minutes} min)" if stage.minutes else ""))
         if c[2].button("Lesson ▶", key="ls_next", disabled=n + 1 == len(lesson.stages), width="stretch"):
-            go_to_stage(n + 1, screens)
+            go_to_stage(n + 1)
         if stage.say:
             st.caption(markdown_text(stage.say))
         if stage.poll:

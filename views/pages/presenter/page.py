@@ -1,4 +1,4 @@
-"""Presenter mode: the request's life in 13 screens, large type, ← / → to move, for a projector.
+"""Presenter mode: the request's life screen by screen (stages.py), large type, ← / → to move, for a projector.
 
 Every screen shows the real data of the sidebar's request and links into its full page. "Start presenting" makes
 a room (a visit makes none); the first and last screens then show learners a link (and QR code) that follows the
@@ -13,6 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
+from pipeline.core.errors import InputError
 from pipeline.costs.named_time import ttft
 from pipeline.server.polls.real import attention_head
 from pipeline.server.room import room_store
@@ -20,7 +21,7 @@ from pipeline.stages.next_token import filter_stages
 from pipeline.text.pieces import token_pieces
 from pipeline.text.unfinished import continuation_label
 from ui.chips import highlighted_template, token_chips
-from ui.escape import axis_labels, code_span, json_text, plotly_label
+from ui.escape import axis_labels, code_span, json_text, markdown_text, plotly_label
 from ui.words import plural
 from views.chrome.frame import end_page, stage_link
 from views.chrome.navigation import back_next, sent_as_plain_text, small_map
@@ -33,7 +34,8 @@ from views.pages.presenter.polls import learner_polls, open_room_poll, presenter
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
 from views.pages.presenter.stages import STAGES
 from views.request.runs import run_for_page
-from views.request.session import TEXT_LIMIT
+from views.request.samples import ROOM_SEED, ROOM_TEMPERATURES, draw, samples_side_by_side
+from views.request.session import TEXT_LIMIT, current_request
 from views.server.scenarios import prompt_cache_conversation
 from views.server.state import get_model
 
@@ -126,7 +128,7 @@ if ss.pop("pr_adopt", False) and not following:
         if kept_room["query"] != url_state.request_params():
             url_state.switch_request(kept_room["query"])
 if not following:
-    start_lesson(STAGES)  # `--lesson FILE`: the room starts at the lesson's first stage
+    start_lesson()  # `--lesson FILE`: the room starts at the lesson's first stage
 ss.setdefault("pr_stage", 1)
 stage = min(max(int(ss.pr_stage), 1), N)
 trace = run_for_page()
@@ -180,7 +182,7 @@ else:
         not_presenting_yet(N)
     question_box()
     if code:  # the presenter's notes and coming questions: for the holder of the room's key only, never a learner
-        lesson_panel(STAGES, partial(open_room_poll, code, ss.pr_key, stage, params, trace, tok))
+        lesson_panel(partial(open_room_poll, code, ss.pr_key, stage, params, trace, tok))
 st.title(f"{stage}. {title}")
 small_map(about=full_page)  # where this stage stands in the model, its parts lit
 if following:
@@ -199,11 +201,11 @@ def big_chart(fig: go.Figure, height: int = 480) -> None:
     st.plotly_chart(fig, width="stretch")
 
 
-if stage == 1:
+if title == "The request":
     st.markdown("An app sends the **whole conversation** as one JSON body. Nothing is remembered between calls.")
     st.code(json_text(trace.request.openai, indent=1), language="json", wrap_lines=True)
     learner_links(following or code, code is not None, stage)
-elif stage == 2:
+elif title == "The chat template":
     if sent_as_plain_text():  # no template: the text goes as it is (as on Journey)
         st.markdown(f"This request goes as **plain text**: the messages as they are, with no chat template and no "
                     f"turn markers: {len(trace.prompt_text):,} characters.")
@@ -213,29 +215,29 @@ elif stage == 2:
     with st.container(height=560 if len(trace.prompt_text) > 1500 else "content"):  # a long prompt scrolls
         st.markdown(highlighted_template(trace.segments, sorted({t.text for t in trace.tokens if t.special})),
                     unsafe_allow_html=True)
-elif stage == 3:
+elif title == "Tokens":
     st.markdown(f"The tokenizer cuts that text into **{plural(T, 'token')}**; the model only ever sees the ids.")
     st.markdown(token_chips(trace.tokens, pieces=token_pieces(tok, trace.ids), shown=400),
                 unsafe_allow_html=True)
-elif stage == 4:
+elif title == "Batch tensors":
     single = trace.batch["single"]
     st.markdown(f"The ids become tensors of shape (B, T) = (1, {T}).")
     for name, v in single.items():
         row = v["values"][0]
         st.markdown(f"**`{name}`** {v['shape']} — `{row[:12]}{' …' if len(row) > 12 else ''}`")
-elif stage == 5:
+elif title == "Embedding lookup":
     E = trace.prefill.embeddings[-min(T, 16):, :64].astype(np.float32)  # (≤16, 64) a corner of (T, D)
     st.markdown(f"Each id picks its row of **D = {m.D} numbers** from a table of V = {m.V:,} rows. "
                 f"The last {plural(len(E), 'token')}, first {E.shape[1]} numbers:")
     labels = axis_labels([t.text for t in trace.tokens])[-len(E):]
     big_chart(go.Figure(go.Heatmap(z=E, y=labels, colorscale="RdBu", zmid=0)).update_yaxes(autorange="reversed"))
-elif stage == 6:
+elif title == "Through every layer":
     norms = np.linalg.norm(trace.prefill.hidden_states[:, -1].astype(np.float32), axis=-1)  # (L+1,)
     st.markdown(f"The vectors pass through **L = {m.L} blocks**; each adds attention's and the MLP's "
                 "changes. The last token's vector grows as it goes up:")
     big_chart(go.Figure(go.Scatter(y=norms, mode="lines+markers")).update_layout(
         xaxis_title="after block (0 = embedding)", yaxis_title="length of the last token's vector"))
-elif stage == 7:
+elif title == "Attention":
     from pipeline.stages.attention import attention_for_layer
 
     layer, head = attention_head(trace)
@@ -246,7 +248,7 @@ elif stage == 7:
     labels = axis_labels([t.text for t in trace.tokens])[T - W:]
     big_chart(go.Figure(go.Heatmap(z=np.where(np.triu(np.ones((W, W)), 1) > 0, np.nan, A), x=labels, y=labels,
                                    colorscale="Blues", zmin=0)).update_yaxes(autorange="reversed"), 600)
-elif stage == 8:
+elif title == "Logits: a score for every token":
     top = trace.steps[0].top[:8]
     st.markdown(f"The last position is scored against **all {m.V:,} tokens**; softmax turns scores into "
                 "probabilities. The best candidates for the first answer token:")
@@ -254,7 +256,7 @@ elif stage == 8:
     big_chart(go.Figure(go.Bar(x=[c.prob for c in top][::-1],
                                y=[plotly_label(f"({i}) {n}") for i, n in enumerate(names)][::-1],
                                orientation="h")).update_layout(xaxis_tickformat=".0%"))
-elif stage == 9:
+elif title == "Sampling":
     o = trace.request.options
     stages = filter_stages(trace.step_logits[0], o, trace.ids)
     st.markdown(f"This run used temperature {o.temperature}, top-k {o.top_k}, top-p {o.top_p}, min-p {o.min_p}"
@@ -262,25 +264,33 @@ elif stage == 9:
     st.markdown(" → ".join(f"**{s.name}**: {plural(s.kept, 'candidate')}" for s in stages))
     first = token_pieces(tok, trace.generated_token_ids)[0]  # '토 (1/3)' for part of a character
     st.markdown(f"Chosen: **{code_span(first.with_bytes)}** (id {trace.steps[0].token_id}).")
-elif stage == 10:
+elif title == "Many answers at once":
+    st.markdown(f"The same request answered **{len(ROOM_TEMPERATURES)} times at once**, in one batch: sample 0 "
+                "greedy (T = 0), the others at T = 1, each with its own seed. Where they part, the model had more "
+                "than one likely next token.")
+    try:
+        samples_side_by_side(draw(current_request(), list(ROOM_TEMPERATURES), ROOM_SEED), "1.3em", 560)
+    except InputError as e:  # a long prompt while the queue is long
+        st.warning(markdown_text(e))
+elif title == "Detokenize and stream":
     deltas = [e for e in trace.events if e["event"] == "text_delta"]
     st.markdown(f"Each chosen token is turned back into text and sent at once: {plural(len(deltas), 'event')} "
                 f"for {plural(S, 'token')}. First token after **{ttft(trace).shown}** ({ttft(trace).label}; "
                 "the captured run records every layer: the plain serving path is faster).")
     st.code(trace.text or "(empty answer)", language=None, wrap_lines=True)
-elif stage == 11:
+elif title == "The decode loop and the KV cache":
     st.markdown(f"Each new token is fed back; the KV cache keeps every earlier token's keys and values, so only "
                 f"the new one goes through the model. {m.kv_bytes(1):,} bytes per token:")
     big_chart(go.Figure(go.Scatter(y=[s.kv_cache_bytes / 2**20 for s in trace.steps], mode="lines+markers"))
               .update_layout(xaxis_title="decode step", yaxis_title="KV cache (MiB)"))
-elif stage == 12:
+elif title == "The end token and clean-up":
     why = {"eos": "the model chose its end token", "length": "the token limit was reached",
            "stop": "a stop string appeared"}[trace.finish_reason]
     st.markdown(f"It stopped because **{why}**. The server sends a `completed` event with the usage "
                 f"({trace.usage.prompt_tokens} prompt + {trace.usage.completion_tokens} completion tokens) and frees "
                 f"**{trace.cleanup.kv_bytes_released:,} bytes** of KV cache.")
     st.code(json_text(trace.events[-1], indent=1), language="json", wrap_lines=True)
-elif stage == 13:
+elif title == "The next request: prompt caching":
     rows = prompt_cache_conversation()
     st.markdown("The next request resends the whole conversation. A prompt cache keeps the keys and values of a "
                 "start it has seen, so only the new part is computed:")
@@ -289,6 +299,8 @@ elif stage == 13:
         st.markdown(f"**{r['label']}**: {plural(s['n_tokens'], 'token')}, **{s['tokens_reused']} reused**, "
                     f"{s['tokens_computed']} computed")
     learner_links(following or code, code is not None, stage)
+else:  # a title in STAGES with no screen here: a mistake in this file, never a blank screen
+    raise KeyError(f"presenter mode draws no screen for the stage {title!r}")
 
 stage_link(full_page, f"Open the full page: {title}", "🔎")
 stage_link("views/pages/start.py", "Leave presenter mode", "🚪")
