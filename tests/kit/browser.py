@@ -207,6 +207,10 @@ def settle(page, timeout: float = 400) -> None:
     _seen[id(page)] = (page, run_mark(page))
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
                            ".every(p => p.querySelector('.main-svg'))", timeout=30_000)
+    # and for every element's code: Streamlit loads a widget's or a chart's script when the page first draws one,
+    # showing a grey skeleton (data-testid stSkeleton) meanwhile; on a busy machine the run's mark came while the
+    # sidebar's boxes were still skeletons, and a test read no request box at all
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=60_000)
 
 
 def question_shown(page, timeout_s: float = 30) -> str:

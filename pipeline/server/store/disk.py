@@ -216,11 +216,15 @@ class DiskStore:
                 return
             wait = self.retry_s[0] if woken else min(wait * 2, self.retry_s[1])
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 10) -> None:
         """This store is no longer used (a server's stores replaced): its retry thread ends without writing the runs
-        still waiting, and says nothing more."""
+        still waiting, and says nothing more. Returns once that thread has ended (at most `timeout_s`): it may be
+        listing the folder after its last write, which holds the folder open (a disk could not be unmounted)."""
         self._closed = True
         self._try_now.set()
+        retrying = self._retrying
+        if retrying is not None and retrying is not threading.current_thread():
+            retrying.join(timeout_s)
 
     def attach_memory(self, held) -> None:
         """Nothing to do: a folder does not forget the files it holds (see RedisStore.attach_memory)."""
