@@ -173,9 +173,11 @@ def decided_strip() -> None:
     the logit lens keeps it as its top-1; a token opens the lens at its position on Layers."""
     st.markdown("**Where each answer token was decided**")
     c = kept_commitment(trace.ids, trace.generated_token_ids)
-    if c is None and not st.button("Show where each answer token was decided (one more pass of the model)",
-                                   key="jo_commit_go"):
+    slot = st.empty()  # the button, cleared in the run it starts: the strip takes its place
+    if c is None and not slot.button("Show where each answer token was decided (one more pass of the model)",
+                                     key="jo_commit_go"):
         return
+    slot.empty()
     if c is None:
         c = run_commitment(trace.ids, trace.generated_token_ids)
     rule = next(iter(DEFINITIONS))  # top-1 from then on: Layers' default, where the other two are offered

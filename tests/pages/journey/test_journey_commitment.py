@@ -27,6 +27,7 @@ def test_journey_draws_the_strip_compact_and_each_token_opens_its_lens_on_layers
     assert strip_of(at) == ""  # one more pass of the model: only on a click, until someone has made it
     at.button(key="jo_commit_go").click().run()
     assert not at.exception, [e.message for e in at.exception]
+    assert not [b for b in at.button if b.key == "jo_commit_go"]  # the strip took the button's place
     strip = strip_of(at)
     trace = run_trace(ChatRequest.from_question(QUESTION, options=GenerationOptions(max_new_tokens=6)), tiny_app)
     answer = trace.generated_token_ids
