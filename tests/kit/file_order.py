@@ -48,8 +48,9 @@ def interleaved_files(items, measured: dict[str, float]) -> list[str]:
 
 @pytest.hookimpl(trylast=True)  # after kit.tiers has marked the tests that use the real model
 def pytest_collection_modifyitems(config, items):
-    """In the workers of a `--dist loadfile` run (`./run.sh test`) only: other runs keep pytest's order."""
-    if not hasattr(config, "workerinput") or getattr(config.option, "dist", "no") != "loadfile":
+    """In the workers of a run with `--no-loadscope-reorder` (`./run.sh test`) only: other runs keep pytest's order.
+    (A worker's `config.option.dist` reads "no": xdist sets it so before collection.)"""
+    if not hasattr(config, "workerinput") or config.getoption("loadscopereorder", True):
         return
     measured = json.loads(FILE_SECONDS.read_text()) if FILE_SECONDS.exists() else {}
     rank = {path: n for n, path in enumerate(interleaved_files(items, measured))}

@@ -208,7 +208,9 @@ def run_samples(args, request: ChatRequest, force: dict[int, int], temperatures:
     samples = draw_samples(request, lm, temperatures, request.options.seed)
     print_samples(lm.tokenizer, samples)
     if args.json_file:
-        out = {"model": lm.dims.name, "prompt_token_ids": samples.prompt_ids, "options": request.options.to_dict(),
+        options = request.options.to_dict()
+        del options["temperature"]  # each sample's own is in "samples"
+        out = {"model": lm.dims.name, "prompt_token_ids": samples.prompt_ids, "options": options,
                **samples.to_json(), "startup_s": startup_s}
         write_json(args.json_file, out, "the samples")
         print(f"\nWrote the samples to {args.json_file}")

@@ -185,6 +185,8 @@ class DiskStore:
         """The retry thread: write the waiting runs, oldest first, until one fails. Whether none waits any more
         (then the thread ends)."""
         while True:
+            if self._closed:  # close(): nothing more is written
+                return False
             with self._pending_lock:
                 if not self._pending:
                     self._retrying = None  # a run kept from now on starts a new thread
@@ -213,6 +215,8 @@ class DiskStore:
             self._try_now.clear()
             if self._write_pending():
                 log.warning("the runs that waited for %s are written", self.folder)
+                return
+            if self._closed:
                 return
             wait = self.retry_s[0] if woken else min(wait * 2, self.retry_s[1])
 

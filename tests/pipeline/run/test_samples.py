@@ -158,7 +158,8 @@ def test_trace_samples_json_equals_single_traces(tmp_path, tiny_app_model):
                                  "--json", str(out), *common)
     assert code == 0, err
     j = json.loads(out.read_text())
-    assert [s["seed"] for s in j["samples"]] == [40, 41, 42]
+    assert [(s["seed"], s["temperature"]) for s in j["samples"]] == [(40, 1.0), (41, 1.0), (42, 1.0)]
+    assert "temperature" not in j["options"]  # each sample's own is given; the options' one may be none of them
     for s in j["samples"]:
         one = tmp_path / f"one-{s['seed']}.json"
         code, _, err = run_cli(tmp_path, "trace", "Are tomatoes fruit?", "--seed", str(s["seed"]), "--json", str(one),

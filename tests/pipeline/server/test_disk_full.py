@@ -73,3 +73,17 @@ def test_what_waits_is_bounded_oldest_first_out(tmp_path, monkeypatch):
     store.put("room", b"x")
     assert store.wait_written(timeout=60)
     assert DiskStore(tmp_path).get(1) == b"r" * 100_000 and DiskStore(tmp_path).get(0) is None
+
+
+def test_a_closed_store_writes_nothing_more_and_its_retry_thread_ends(tmp_path):
+    run = os.urandom(300_000)
+    with tiny_tmpfs(tmp_path / "disk", size="1m") as disk:
+        store = DiskStore(disk / "runs", retry_s=(0.05, 0.2))
+        fill(disk)
+        store.put("answer", run)
+        assert store.waiting == 1
+        retrying = store._retrying
+        store.close()
+        assert retrying is not None and not retrying.is_alive()  # close() returned once its thread had ended
+        (disk / "filler").unlink()  # room again: nobody writes the run now
+        assert os.listdir(disk / "runs") == [] and DiskStore(disk / "runs").get("answer") is None
