@@ -110,7 +110,8 @@ case "${1:-app}" in
     browser
     # One pytest process per core, two at most (each loads both real models and may start app servers and
     # Chromium); a test file stays on one worker, so its module's servers start once. TPE_TEST_WORKERS=0: serial.
-    # Files go out in tests/kit/file_order.py's order (browser files, which mostly wait, beside files that compute).
+    # Files go out in the order collected (tests/api/ and tests/browser/, the longest, first): by default xdist sorts
+    # them by their count of tests, which put the browser files, few tests each but most of the time, last.
     status=0
     "$VENV/bin/python" -m pytest -q -n "$(workers)" --dist loadfile --no-loadscope-reorder "${@:2}" || status=$?
     if [ $# -le 1 ]; then
