@@ -45,29 +45,35 @@ async def follow_page(url: str, code: str, timeout: float) -> bool:
                 return POLL_SHOWN in sent
 
 
-async def answer_poll(url: str, polls: PollStore, code: str, poll_id: str, session: str, text: str,
-                      opened: float, timeout: float) -> dict:
-    """One learner's answer: its follow page shows the poll, then the answer goes through the poll store as the
-    page's form sends it. Seconds from the poll's opening to the answer kept."""
+async def answer_poll(url: str, code: str, answer: tuple | None, opened: float, timeout: float) -> dict:
+    """One learner's follow page, opened at the round's start; with `answer` = (poll store, poll id, session, text)
+    the page shows the open poll and the answer goes through the poll store as the page's form sends it. "at":
+    seconds from the round's start (the poll's opening) to the page's end, or to the answer kept."""
     out = {"error": None, "shown": False, "at": None}
     try:
         out["shown"] = await follow_page(url, code, timeout)
-        await asyncio.to_thread(polls.answer, code, poll_id, session, text)
+        if answer is not None:
+            polls, poll_id, session, text = answer
+            await asyncio.to_thread(polls.answer, code, poll_id, session, text)
         out["at"] = time.monotonic() - opened
     except Exception as e:  # noqa: BLE001 - counted and printed
         out["error"] = f"{type(e).__name__}: {str(e)[:200]}"
     return out
 
 
-async def one_round(url: str, questions: list[str], poll: tuple | None, timeout: float) -> tuple[list, list]:
-    """The learners' new questions, 0.3 s apart; with `poll` = (store, code, poll_id, answers by session), every
-    learner also answers it from the moment it opened. Returns (the learners' results, the answers' results)."""
+async def one_round(url: str, questions: list[str], code: str | None, poll: tuple | None,
+                    timeout: float) -> tuple[list, list]:
+    """The learners' new questions, 0.3 s apart. With the room's `code`, each learner also opens its follow page at
+    the round's start (both sides of the comparison: a room's learners follow it whether or not a poll is open);
+    with `poll` = (store, poll_id, answers by session) that page shows the open poll and the learner answers it.
+    Returns (the learners' results, the follow pages' results)."""
     opened = time.monotonic()
     answers = []
-    if poll is not None:
-        polls, code, poll_id, wanted = poll
-        answers = [asyncio.create_task(answer_poll(url, polls, code, poll_id, s, a, opened, timeout))
-                   for s, a in wanted.items()]
+    if code is not None:
+        polls, poll_id, wanted = poll if poll is not None else (None, None, {f"learner-{i}": None
+                                                                              for i in range(len(questions))})
+        answers = [asyncio.create_task(answer_poll(url, code, None if poll is None else (polls, poll_id, s, a),
+                                                   opened, timeout)) for s, a in wanted.items()]
     tasks = []
     for q in questions:
         tasks.append(asyncio.create_task(learner(url, q, [o for o in questions if o != q], timeout)))
@@ -95,7 +101,7 @@ def run_on_server(n: int, rounds: int, timeout: float) -> int:
             return [f"{QUESTIONS[(r * n + i) % len(QUESTIONS)]} ({tag}: round {r}, learner {i})" for i in range(n)]
 
         asyncio.run(follow_page(url, code, timeout))  # warm: the stage's own run, stored
-        asyncio.run(one_round(url, questions(), None, timeout))  # warm: the pages' first runs, not measured
+        asyncio.run(one_round(url, questions(), None, None, timeout))  # warm: the pages' first runs, not measured
         wait_for_quiet_queue(str(ROOT / "artifacts" / LOG_NAME), 5.0, limit_s=120.0)
         sides = {"without": [], "with": []}
         checks = []
@@ -106,15 +112,19 @@ def run_on_server(n: int, rounds: int, timeout: float) -> int:
                     opened = polls.open_poll(code, key, "tokens", f"How many tokens? (round {r})", ROOM_QUERY, 3,
                                              real={"count": 5, "answer": "5", "tokens": []})
                     wanted = {f"learner-{i}": str(100 * r + i) for i in range(n)}
-                    poll = (polls, code, opened.id, wanted)
-                learners, answers = asyncio.run(one_round(url, questions(), poll, timeout))
+                    poll = (polls, opened.id, wanted)
+                learners, answers = asyncio.run(one_round(url, questions(), code, poll, timeout))
                 seconds = [x["seconds"] for x in learners if x["seconds"] is not None]
                 errors = [f"learner {x['question']!r}: {x['error']}" for x in learners if x["error"]]
                 errors += [f"cross-talk {x['question']!r}" for x in learners if x["cross_talk"]]
+                errors += [f"follow page: {a['error']}" for a in answers if a["error"]]
+                if poll is None and any(a["shown"] for a in answers):
+                    errors.append("a follow page showed a poll in a round without one")
                 line = (f"round {r + 1} {side:<7}: new question p50 {statistics.median(seconds):5.1f} s, "
                         f"p95 {p95(seconds):5.1f} s; learner errors {len(errors)}")
                 if poll is not None:
                     frozen = sorted(polls.reveal(code, key, opened.id).revealed_answers)
+                    polls.close(code, key, opened.id)  # the next "without" round's follow pages show no poll
                     check = {"counted": polls.count(code, opened.id), "exact": frozen == sorted(wanted.values()),
                              "errors": [a["error"] for a in answers if a["error"]],
                              "shown": sum(a["shown"] for a in answers),
@@ -141,7 +151,6 @@ def report(sides: dict, checks: list[dict], n: int, load: tuple) -> int:
     print(f"  p95 with / without a poll: {ratio:.2f}x (per round pair: "
           f"{', '.join(f'{w / o:.2f}x' for w, o in zip(p95s['with'], p95s['without']))})")
     errors = [e for results in sides.values() for r in results for e in r["errors"]]
-    errors += [e for c in checks for e in c["errors"]]
     once = all(c["counted"] == n and c["exact"] for c in checks)
     all_in = [c["all_in"] for c in checks]
     print(f"  every answer counted once: {once} ({', '.join(str(c['counted']) for c in checks)} counted of {n}); "
