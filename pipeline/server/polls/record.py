@@ -49,8 +49,13 @@ class Poll:
 
     @property
     def status(self) -> str:
-        """'open' (taking answers), 'revealed' (the class view shown, no more answers), or 'closed'."""
-        return "closed" if self.closed_at else "revealed" if self.revealed_at else "open"
+        """'open' (taking answers), 'revealing' (Reveal pressed: no more answers, the class's answers not frozen
+        yet: `PollStore.reveal`), 'revealed' (the class view shown), or 'closed'."""
+        if self.closed_at:
+            return "closed"
+        if self.revealed_at:
+            return "revealed" if self.revealed_answers is not None else "revealing"
+        return "open"
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -11,6 +11,11 @@ The policy, in a few lines:
 - One answer per session per poll: a second answer replaces the first (the same file). A poll takes at most
   MAX_ANSWERS sessions; an answer is cleaned and bounded first (`record.clean_answer`). Answers are taken while the
   poll is open; Reveal freezes them in the poll's record (the class view and the summary read that copy).
+- Reveal and an answer on another replica, at the same moment: Reveal first marks the poll revealed (no answer is
+  taken from then on), waits REVEAL_SETTLE_S for the answers already under way to finish (each writes its file,
+  then reads the poll again and takes its file back if the poll is no longer open), and only then lists the answers
+  it freezes. So an answer told "kept" is among the frozen ones and an answer told "closed" is not, unless one
+  answer's two steps straddle more than REVEAL_SETTLE_S (a stalled shared disk).
 - A learner who followed the room and asks a question of their own is counted (`note_question`: one empty file per
   session and question, named by a digest; no text is kept), for the room summary.
 - The room's files go with the room: when the room index removes a room it removes `polls-CODE/` too, so a room's
@@ -34,6 +39,7 @@ from pipeline.server.room import CODE, RoomStore
 MAX_POLLS = 50  # a whole day's workshop asks a few dozen questions
 MAX_ANSWERS = 300  # learner sessions per poll: a lecture hall, with room for reloads (each a new session)
 MAX_QUESTIONS = 5000  # learners' own questions counted per room
+REVEAL_SETTLE_S = 0.5  # Reveal's wait for answers under way (an answer's write and second look take milliseconds)
 
 
 class PollClosed(Exception):
@@ -103,9 +109,13 @@ class PollStore:
         without the key."""
         self._check_key(code, key)
         poll = self._poll_or_raise(code, poll_id)
-        if poll.status != "open":
+        if poll.status == "open":
+            poll = _with(poll, revealed_at=time.time())
+            self._save(code, poll)  # from now on answer() refuses, and takes back a write it made just before
+        elif poll.status != "revealing":  # revealed or closed already
             return poll
-        poll = _with(poll, revealed_at=time.time(), revealed_answers=self.answers(code, poll_id))
+        time.sleep(max(0.0, poll.revealed_at + REVEAL_SETTLE_S - time.time()))  # also a Reveal cut short: finished
+        poll = _with(poll, revealed_answers=self.answers(code, poll_id))
         self._save(code, poll)
         return poll
 

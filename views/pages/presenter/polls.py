@@ -99,10 +99,12 @@ def presenter_polls(code: str, key: str, stage: int, params: dict, trace, tok) -
     with c1:
         if poll.status == "open":
             answered(code, poll.id)
+        elif poll.status == "revealing":  # another replica's Reveal under way, or one cut short: Reveal finishes it
+            st.markdown("### Revealing…")
         else:
             st.markdown(f"### {len(poll.revealed_answers or [])} answered")
-    c2.button("Reveal", key="pp_reveal", type="primary", disabled=poll.status != "open", on_click=_move,
-              args=("reveal", code, key, poll.id), width="stretch")
+    c2.button("Reveal", key="pp_reveal", type="primary", disabled=poll.status not in ("open", "revealing"),
+              on_click=_move, args=("reveal", code, key, poll.id), width="stretch")
     c3.button("Close the poll", key="pp_close", on_click=_move, args=("close", code, key, poll.id), width="stretch")
     if poll.status == "revealed":
         draw_class_view(poll)
