@@ -8,8 +8,6 @@ from kit.browser import app_server
 from kit.sdks import openai
 from kit.tolerance import assert_within, logits_tolerance
 
-from pipeline.model.registry import MODELS
-from pipeline.model.weights_cache import weights_cache_dir
 from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.stages.tokens import tokenize_request
 
@@ -22,13 +20,10 @@ NEW = 24
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(real_server_cache):
     """A server on the real weights (linked, read-only) with stores of its own."""
-    root = tmp_path_factory.mktemp("api-real-cache")
-    for spec in MODELS.values():
-        if weights_cache_dir(spec).is_dir():
-            (root / spec.cache_folder).symlink_to(weights_cache_dir(spec), target_is_directory=True)
-    with app_server("api-model-server.log", cache_dir=root, script="server.py", env={"TPE_API_KEY": ""}) as url:
+    with app_server("api-model-server.log", cache_dir=real_server_cache, script="server.py",
+                    env={"TPE_API_KEY": ""}) as url:
         yield url
 
 

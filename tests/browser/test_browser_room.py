@@ -31,9 +31,10 @@ def server(tiny_server_cache):
 
 
 @pytest.fixture(scope="module")
-def real_server():
-    """A server on the real model, started only for the walk that needs what the real weights answer."""
-    with app_server("browser-room-real-server.log") as url:
+def real_server(real_server_cache):
+    """A server on the real model, started only for the walk that needs what the real weights answer (its rooms in a
+    store of its own: kit.app_fixtures' real_server_cache)."""
+    with app_server("browser-room-real-server.log", cache_dir=real_server_cache) as url:
         yield url
 
 

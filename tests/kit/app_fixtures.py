@@ -1,5 +1,5 @@
 """Fixtures of the app on the tiny models: their weights cache, a server's cache folder, AppTest through the
-app's own path (a pytest plugin)."""
+app's own path; and a real-model server's cache folder with stores of its own (a pytest plugin)."""
 import pytest
 
 from kit.apptest import clear_streamlit_caches
@@ -59,6 +59,22 @@ def tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
     names = [weights_cache_dir().name] + ([GEMMA3.cache_folder] if tiny_app_gemma is not None else [])
     for name in names:
         (root / name).symlink_to(tiny_app_model[0] / name, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def real_server_cache(tmp_path_factory):
+    """A fresh TPE_CACHE_DIR for an app server on the real models: each converted weights folder a link to the
+    user's (read, never written), empty stores of runs, results and rooms. A server on the user's own cache kept its
+    rooms there: every run of a test that starts presenting left a live room of the client the server cannot name
+    (localhost), and the eleventh such run within the rooms' three live hours was refused a room."""
+    from pipeline.model.registry import MODELS
+    from pipeline.model.weights_cache import weights_cache_dir
+
+    root = tmp_path_factory.mktemp("real-server-cache")
+    for spec in MODELS.values():
+        if weights_cache_dir(spec).is_dir():
+            (root / spec.cache_folder).symlink_to(weights_cache_dir(spec), target_is_directory=True)
     return root
 
 

@@ -7,11 +7,14 @@ from views.pages.presenter.stages import STAGES
 
 
 def start_presenting(page) -> str:
-    """Press Start presenting (a visit makes no room) and return the learners' follow link once it is drawn."""
+    """Press Start presenting (a visit makes no room) and return the learners' follow link once it is drawn. A room
+    the server refuses (views/pages/presenter/room.py's "No new room now") fails here, naming why."""
     page.get_by_role("button", name=re.compile("Start presenting")).click()
     settle(page)
     follow = page.locator('[data-testid="stMain"] code', has_text="follow=").first
-    follow.wait_for(timeout=60_000)  # a finished run's code blocks can still be mounting (lazy-loaded)
+    refused = page.locator('[data-testid="stAlert"]', has_text="No new room now").first
+    follow.or_(refused).first.wait_for(timeout=60_000)  # a finished run's code blocks may still be mounting (lazy)
+    assert not refused.is_visible(), f"the server made no room: {refused.text_content()}"
     return follow.inner_text().strip()
 
 
