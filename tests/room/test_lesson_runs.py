@@ -100,10 +100,10 @@ def test_a_lesson_that_cannot_be_used_is_said_and_nothing_runs(tmp_path):
 
 def test_a_branching_stage_prepares_the_presenters_samples(tmp_path):
     """A Generation stage with its Branch section on is shown on "Many answers at once": the samples that screen
-    draws (ROOM_TEMPERATURES, ROOM_SEED, the stage's request) are drawn at start and stored where it looks."""
+    draws (the room's default where the stage sets no samples, the stage's request) are drawn at start and stored
+    where it looks."""
     from pipeline.lessons.lesson import parse_lesson
-    from views.request.samples import ROOM_SEED, ROOM_TEMPERATURES
-    from views.request.session import request_key
+    from views.request.samples import ROOM_CONTROLS, room_plan, samples_key
     from views.server.lesson_runs import stage_request, start_lesson_runs
     from views.server.state import default_model_key, using_model
     from views.server.waiting import stored_result
@@ -127,6 +127,8 @@ max_new_tokens = 3
     for ticket in stage.tickets():
         ticket.result(timeout=300)
     request = stage_request(parse_lesson(text).stages[0])
+    room = room_plan(ROOM_CONTROLS)
     with using_model(default_model_key(), "fp32"):
-        samples = stored_result(("samples", request_key(request), ROOM_TEMPERATURES, ROOM_SEED))
-    assert samples is not None and [s.temperature for s in samples.samples] == list(ROOM_TEMPERATURES)
+        assert stage.samples_key == samples_key(request, room.temperatures, room.seed)
+        samples = stored_result(stage.samples_key)
+    assert samples is not None and [s.temperature for s in samples.samples] == [0.0, 1.0, 1.0, 1.0]
