@@ -188,9 +188,12 @@ def test_a_lesson_stages_samples_are_the_ones_the_screen_draws_and_its_learners_
     assert [k for k, _ in result_store().items() if k[2:3] == ("samples",)] == drawn_keys
 
 
-def test_a_lesson_stages_bad_controls_are_named_and_the_defaults_drawn(tiny_app, tmp_path, monkeypatch):
+def test_a_lesson_stages_bad_controls_are_named_and_the_defaults_drawn(tiny_app, tmp_path, monkeypatch, capfd):
+    """On the presenter's screen (a note each) and on the terminal when the lesson's runs are queued at start."""
     bad = '"gen.branch_n" = 9\n"gen.branch_t0" = 3\n"gen.branch_seed" = "seven"\n'
     at, _ = lesson_presenter(tmp_path, monkeypatch, BRANCH_LESSON + bad)
+    assert ("lesson: stage 1 'Three answers': gen.branch_n: '9' must be a whole number from 2 to 8; the default 4 "
+            "is used instead.") in capfd.readouterr().out
     warnings = " ".join(w.value for w in at.warning)
     for name in ("gen.branch_n", "gen.branch_t0", "gen.branch_seed"):
         assert name.replace("_", "\\_") in warnings or name in warnings, warnings
