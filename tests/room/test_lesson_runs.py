@@ -51,23 +51,25 @@ def test_every_stage_is_run_through_the_queue_and_stored(tmp_path, capfd):
     with using_model(default_model_key(), "fp32"):  # the scenario as the page reads it: the picked model's
         assert result_store().peek(model_result_key(scenario_key("conversation", 8))) is not None
     assert runs.finished() and runs.ready() == 2
-    out = _wait_for_report(capfd)
+    out = _wait_for_report(capfd, "A short lesson")
     assert "stage 1/2 'Tokens': ready" in out and "stage 2/2 'Prompt caching': ready" in out
     assert "2 of 2 stages' runs ready" in out
 
 
-def _wait_for_report(capfd, timeout_s: float = 30) -> str:
-    """What the progress thread printed, once it printed its total line; AssertionError with what it printed when
-    that line does not come within timeout_s."""
+def _wait_for_report(capfd, title: str, timeout_s: float = 30) -> str:
+    """What the progress threads printed, once the one of the lesson titled `title` printed its total line (another
+    test's lesson may still print its own); AssertionError with what was printed when that line does not come
+    within timeout_s."""
     import time
 
+    total = f"lesson {title!r}: "
     seen, end = "", time.monotonic() + timeout_s
     while time.monotonic() < end:
         seen += capfd.readouterr().out
-        if "stages' runs ready" in seen:
+        if any(line.startswith(total) and "stages' runs ready" in line for line in seen.splitlines()):
             return seen
         time.sleep(0.2)
-    raise AssertionError(f"no \"stages' runs ready\" line in {timeout_s:g} s; the progress printed: {seen!r}")
+    raise AssertionError(f"no {total}... stages' runs ready line in {timeout_s:g} s; the progress printed: {seen!r}")
 
 
 def test_the_stage_request_is_the_one_its_link_opens(tmp_path):
@@ -100,10 +102,10 @@ def test_a_lesson_that_cannot_be_used_is_said_and_nothing_runs(tmp_path):
 
 def test_a_branching_stage_prepares_the_presenters_samples(tmp_path):
     """A Generation stage with its Branch section on is shown on "Many answers at once": the samples that screen
-    draws (ROOM_TEMPERATURES, ROOM_SEED, the stage's request) are drawn at start and stored where it looks."""
+    draws (the room's default where the stage sets no samples, the stage's request) are drawn at start and stored
+    where it looks."""
     from pipeline.lessons.lesson import parse_lesson
-    from views.request.samples import ROOM_SEED, ROOM_TEMPERATURES
-    from views.request.session import request_key
+    from views.request.samples import ROOM_CONTROLS, room_plan, samples_key
     from views.server.lesson_runs import stage_request, start_lesson_runs
     from views.server.state import default_model_key, using_model
     from views.server.waiting import stored_result
@@ -127,6 +129,8 @@ max_new_tokens = 3
     for ticket in stage.tickets():
         ticket.result(timeout=300)
     request = stage_request(parse_lesson(text).stages[0])
+    room = room_plan(ROOM_CONTROLS)
     with using_model(default_model_key(), "fp32"):
-        samples = stored_result(("samples", request_key(request), ROOM_TEMPERATURES, ROOM_SEED))
-    assert samples is not None and [s.temperature for s in samples.samples] == list(ROOM_TEMPERATURES)
+        assert stage.samples_key == samples_key(request, room.temperatures, room.seed)
+        samples = stored_result(stage.samples_key)
+    assert samples is not None and [s.temperature for s in samples.samples] == [0.0, 1.0, 1.0, 1.0]

@@ -19,7 +19,7 @@ from pipeline.lessons.lesson import Lesson, LessonError, Stage, read_lesson
 from pipeline.model.registry import resolve
 from pipeline.stages.request import ChatRequest
 from views.links.url_state import request_fields
-from views.request.samples import submit_room_samples
+from views.request.samples import room_plan, submit_samples
 from views.request.session import DEFAULTS, request_from_fields, request_key
 from views.server.scenarios import submit_scenario
 from views.server.state import get_model, run_store, using_model
@@ -45,6 +45,7 @@ class StageRun:
     key: tuple
     scenario_ticket: object | None = None  # a prompt-caching stage's scenario
     samples_ticket: object | None = None  # a Generation stage with its Branch section on: the presenter's samples
+    samples_key: tuple | None = None  # where those samples are kept (views/request/samples.py's samples_key)
 
     def tickets(self) -> list:
         return [t for t in (self.ticket, self.scenario_ticket, self.samples_ticket) if t is not None]
@@ -89,8 +90,11 @@ def _queue_stage(number: int, stage: Stage) -> StageRun:
         with using_model(resolve(request.model).key, request.weights):  # the page's picked model
             run.scenario_ticket = submit_scenario(scenario, int(stage.controls.get("pc.block_size", "16")))
     if stage.page == "generation" and stage.controls.get("gen.branch_on") == "1":  # "Many answers at once"
+        plan = room_plan(stage.controls)  # as the presenter's screen reads the stage's controls
+        for note in plan.notes:
+            print(f"lesson: stage {number} {stage.title!r}: {note}", flush=True)
         with using_model(resolve(request.model).key, request.weights):
-            run.samples_ticket = submit_room_samples(request)
+            run.samples_key, run.samples_ticket = submit_samples(request, plan)
     return run
 
 

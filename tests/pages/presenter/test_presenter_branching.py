@@ -1,7 +1,8 @@
-"""Presenter mode's "Many answers at once" (views/pages/presenter/stages.py): the room's request answered by
-ROOM_TEMPERATURES' samples in one batch, side by side (Generation's samples_side_by_side), each sample the answer a
-single run with its seed and temperature gives; a learner following the room sees the same samples, drawn again
-from the same seeds. AppTest on the tiny models, both layouts (fast tier)."""
+"""Presenter mode's "Many answers at once" (views/pages/presenter/stages.py): the room's request answered by the
+samples its stage's Branch controls ask for (views/request/samples.py's room_plan; ROOM_CONTROLS where no lesson stage
+sets others) in one batch, side by side (Generation's samples_side_by_side), each sample the answer a single run with
+its seed and temperature gives; a learner following the room sees the same samples, drawn again from the same seeds.
+A lesson's stage sets them, and its start-up queues the same draw. AppTest on the tiny models (fast tier)."""
 import re
 
 import pytest
@@ -12,10 +13,12 @@ from pipeline.stages.request import ChatRequest, GenerationOptions
 from pipeline.text.pieces import token_pieces
 from ui.escape import html_text
 from views.pages.presenter.stages import stage_number
-from views.request.samples import ROOM_SEED, ROOM_TEMPERATURES
+from views.request.samples import room_plan
 
 QUESTION = "Is a peanut a nut?"  # not the default question: a learner's fresh session must take the room's
 STAGE = stage_number("Many answers at once")
+ROOM = room_plan({})  # sample 0 greedy, three at T = 1, seeds 0 to 3
+ROOM_TEMPERATURES, ROOM_SEED = ROOM.temperatures, ROOM.seed
 
 
 def table(at) -> str:
@@ -58,6 +61,9 @@ def check_the_stage(model: str | None) -> None:
     state = {"req_question": QUESTION, **({"req_model": model} if model else {})}
     at = presenting_at(STAGE, **state)
     assert at.title[0].value == f"{STAGE}. Many answers at once"
+    assert ROOM_TEMPERATURES == (0.0, 1.0, 1.0, 1.0) and ROOM_SEED == 0  # the room's documented default
+    assert "sample 0 greedy (T = 0, seed 0), samples 1 to 3 at T = 1 (seeds 1 to 3)" in " ".join(
+        m.value for m in at.markdown)
     drawn = table(at)
     n = len(ROOM_TEMPERATURES)
     for i, t in enumerate(ROOM_TEMPERATURES):
@@ -79,3 +85,118 @@ def check_the_stage(model: str | None) -> None:
     assert learner.title[0].value == f"{STAGE}. Many answers at once"
     assert learner.session_state["req_question"] == QUESTION
     assert table(learner) == drawn
+
+
+def test_a_stages_controls_are_read_with_the_branch_sections_checks():
+    """sample_plan: N, the base seed and each sample's temperature from the Branch section's link controls, the
+    section's defaults where absent; a bad value is named in a note and its default used, never raised."""
+    from views.request.samples import ROOM_CONTROLS, sample_plan
+
+    plan = sample_plan({"gen.branch_n": "3", "gen.branch_seed": "5", "gen.branch_t0": "0.7", "gen.branch_t1": "1.5",
+                        "gen.branch_t2": "0", "gen.branch_t5": "2"})  # t5: past N, not read
+    assert (plan.temperatures, plan.seed, plan.notes) == ((0.7, 1.5, 0.0), 5, ())
+    assert plan.describe() == ("sample 0 at T = 0.7 (seed 5), sample 1 at T = 1.5 (seed 6), "
+                               "sample 2 greedy (T = 0, seed 7)")
+    assert sample_plan({}).temperatures == (1.0,) * 4 and sample_plan({}).seed == 0  # Generation's defaults
+    assert room_plan({"gen.branch_on": "1", "nt.top_k": "8"}) == sample_plan(ROOM_CONTROLS) == ROOM
+    assert room_plan({"gen.branch_n": "2"}).temperatures == (0.0, 1.0)  # the room's sample 0 stays greedy
+    bad = sample_plan({"gen.branch_n": "9", "gen.branch_seed": "-1", "gen.branch_t0": "abc", "gen.branch_t1": "nan",
+                       "gen.branch_t2": "2.5", "gen.branch_t3": "9" * 5000})
+    assert (bad.temperatures, bad.seed) == ((1.0,) * 4, 0)
+    assert [note.split(":")[0] for note in bad.notes] == ["gen.branch_n", "gen.branch_seed"] + [
+        f"gen.branch_t{i}" for i in range(4)]
+    assert bad.notes[0] == "gen.branch_n: '9' must be a whole number from 2 to 8; the default 4 is used instead."
+    assert all(len(note) < 300 for note in bad.notes)  # a long value is quoted in part
+
+
+BRANCH_LESSON = """title = "Branching"
+
+[[stages]]
+title = "Three answers"
+page = "generation"
+[stages.request]
+q = "Is a peanut a nut?"
+max_new_tokens = 4
+[stages.controls]
+"gen.branch_on" = true
+"""
+CONTROLS = """"gen.branch_n" = 3
+"gen.branch_seed" = 5
+"gen.branch_t0" = 0.7
+"gen.branch_t1" = 1.5
+"gen.branch_t2" = 0
+"""
+
+
+def lesson_presenter(tmp_path, monkeypatch, text: str):
+    """The presenter's first screen on a server started with this lesson (TPE_LESSON), through app.py."""
+    import os
+
+    from kit.paths import ROOT
+    from streamlit.testing.v1 import AppTest
+
+    path = tmp_path / "branching.toml"
+    path.write_text(text, encoding="utf-8")
+    monkeypatch.setenv("TPE_LESSON", str(path))
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.run()
+    at.switch_page("views/pages/presenter/page.py").run()
+    assert not at.exception, at.exception
+    assert at.title[0].value == f"{STAGE}. Many answers at once"
+    return at, path
+
+
+def test_a_lesson_stages_samples_are_the_ones_the_screen_draws_and_its_learners_see(tiny_app, tmp_path, monkeypatch):
+    """A lesson stage with N = 3, its temperatures and a seed: the presenter's screen draws those 3 samples (each its
+    single run), says so, stores them under the key the lesson's start-up queues, and a follower sees the same."""
+    from pipeline.lessons.lesson import read_lesson
+    from views.request.samples import samples_key
+    from views.server.lesson_runs import stage_request, start_lesson_runs
+    from views.server.state import default_model_key, result_store, using_model
+    from views.server.waiting import model_result_key
+
+    result_store().clear()
+    at, path = lesson_presenter(tmp_path, monkeypatch, BRANCH_LESSON + CONTROLS)
+    drawn = table(at)
+    wanted_t, wanted_seeds = (0.7, 1.5, 0.0), (5, 6, 7)
+    assert drawn.count("<th>sample ") == 3
+    for t, seed in zip(wanted_t, wanted_seeds):
+        assert f"seed {seed} · T {t:g}" in drawn
+    text = " ".join(m.value for m in at.markdown)
+    assert ("**3 times at once**, in one batch: sample 0 at T = 0.7 (seed 5), sample 1 at T = 1.5 (seed 6), "
+            "sample 2 greedy (T = 0, seed 7)") in text
+    lm = tiny_app
+    cells = columns(drawn, 3)
+    for t, seed, column in zip(wanted_t, wanted_seeds, cells):
+        labels = [f"<code>{html_text(q.label)}</code>" for q in token_pieces(lm.tokenizer, single(lm, None, t, seed))]
+        assert column == labels + ["·"] * (len(column) - len(labels))
+
+    drawn_keys = [k for k, _ in result_store().items() if k[2:3] == ("samples",)]
+    assert len(drawn_keys) == 1, drawn_keys  # the screen's draw is the one the lesson queued at start: no other
+    again = start_lesson_runs(str(path))  # the lesson's start-up, once more: it finds its samples stored
+    (stage,) = again.stages
+    assert stage.samples_ticket is None
+    with using_model(default_model_key(), "fp32"):
+        assert [model_result_key(stage.samples_key)] == drawn_keys
+        assert stage.samples_key == samples_key(stage_request(read_lesson(str(path)).stages[0]), wanted_t, 5)
+
+    at.button(key="pr_start").click().run()
+    assert not at.exception, at.exception
+    learner = presenter_at(1, pr_follow=at.session_state["pr_room"])  # the room carries the stage's controls
+    assert learner.title[0].value == f"{STAGE}. Many answers at once"
+    assert table(learner) == table(at)
+    assert [k for k, _ in result_store().items() if k[2:3] == ("samples",)] == drawn_keys
+
+
+def test_a_lesson_stages_bad_controls_are_named_and_the_defaults_drawn(tiny_app, tmp_path, monkeypatch, capfd):
+    """On the presenter's screen (a note each) and on the terminal when the lesson's runs are queued at start."""
+    bad = '"gen.branch_n" = 9\n"gen.branch_t0" = 3\n"gen.branch_seed" = "seven"\n'
+    at, _ = lesson_presenter(tmp_path, monkeypatch, BRANCH_LESSON + bad)
+    assert ("lesson: stage 1 'Three answers': gen.branch_n: '9' must be a whole number from 2 to 8; the default 4 "
+            "is used instead.") in capfd.readouterr().out
+    warnings = " ".join(w.value for w in at.warning)
+    for name in ("gen.branch_n", "gen.branch_t0", "gen.branch_seed"):
+        assert name.replace("_", "\\_") in warnings or name in warnings, warnings
+    assert "must be a whole number from 2 to 8" in warnings
+    drawn = table(at)
+    assert drawn.count("<th>sample ") == 4 and "seed 0 · T 1" in drawn  # the defaults: 4 samples, seed 0, T = 1

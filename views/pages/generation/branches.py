@@ -1,7 +1,8 @@
 """Generation's "Branch: N samples": N samples of the sidebar's request drawn together in one batch, side by side
 (views/request/samples.py draws them, as the presenter's "Many answers at once" does), each with its own temperature
 and seed chosen here; a token picked shows its top-5 alternatives and a link that opens What if at that step of that
-sample."""
+sample. Its widgets read their link values with the parsers and defaults of views/request/samples.py (BRANCH_N,
+BRANCH_SEED, BRANCH_T), the ones sample_plan reads a lesson stage's controls with for the presenter's screen."""
 from __future__ import annotations
 
 from urllib.parse import urlencode
@@ -14,12 +15,20 @@ from pipeline.run.samples import MAX_SAMPLES, SampleSet
 from pipeline.stages.request import OPTION_RANGES, ChatRequest
 from ui.escape import markdown_text
 from views.links.controls import linked
-from views.links.params import boolean, integer, option
+from views.links.params import boolean, integer
 from views.links.url_state import request_params
-from views.request.samples import draw, samples_side_by_side
+from views.request.samples import (
+    BRANCH_N,
+    BRANCH_SEED,
+    BRANCH_T,
+    DEFAULT_N,
+    DEFAULT_SEED,
+    DEFAULT_T,
+    MAX_BASE_SEED,
+    draw,
+    samples_side_by_side,
+)
 from views.request.slider_args import slider_args
-
-MAX_BASE_SEED = OPTION_RANGES["seed"].hi - MAX_SAMPLES  # sample i's seed S + i stays a seed the app accepts
 
 
 def what_if_href(sample_seed: int, temperature: float, step: int) -> str:
@@ -39,14 +48,14 @@ def branch_section(request: ChatRequest) -> None:
                 "pass rounds its scores a little differently). Where they part, the model had more than one likely "
                 "continuation.")
     c1, c2, c3 = st.columns([2, 2, 1])
-    n = linked(c1.slider, "gen_branch_n", integer(2, MAX_SAMPLES), "samples (N)", 2, MAX_SAMPLES, 4)
-    seed = linked(c2.number_input, "gen_branch_seed", integer(0, MAX_BASE_SEED), "base seed S (sample i gets S + i)",
-                  0, MAX_BASE_SEED, 0)
+    n = linked(c1.slider, "gen_branch_n", BRANCH_N, "samples (N)", 2, MAX_SAMPLES, DEFAULT_N)
+    seed = linked(c2.number_input, "gen_branch_seed", BRANCH_SEED, "base seed S (sample i gets S + i)",
+                  0, MAX_BASE_SEED, DEFAULT_SEED)
     on = linked(c3.toggle, "gen_branch_on", boolean, "Draw them", False,
                 help="Runs the model: N answers in one batch (kept for everyone once drawn).")
     cols = st.columns(n)
-    temperatures = [linked(cols[i].number_input, f"gen_branch_t{i}", option("temperature"), f"T of sample {i}",
-                           value=1.0, **slider_args(OPTION_RANGES["temperature"])) for i in range(n)]
+    temperatures = [linked(cols[i].number_input, f"gen_branch_t{i}", BRANCH_T, f"T of sample {i}",
+                           value=DEFAULT_T, **slider_args(OPTION_RANGES["temperature"])) for i in range(n)]
     if not on:
         st.caption("Turn on “Draw them” to draw the samples.")
         return

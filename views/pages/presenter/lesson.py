@@ -30,6 +30,17 @@ def go_to_stage(n: int) -> None:
     url_state.switch_request(stage.request)  # the sidebar's defaults for what the stage leaves out
 
 
+def lesson_controls(screen: int) -> dict[str, str]:
+    """The link controls of the lesson's current stage where presenter screen `screen` (1-based) is the one that
+    shows it (a section's screen reads them: "Many answers at once" draws the stage's samples); else none."""
+    runs = lesson_runs()
+    n = st.session_state.get("ls_stage")
+    if runs is None or runs.lesson is None or n is None or not 0 <= int(n) < len(runs.lesson.stages):
+        return {}
+    stage = runs.lesson.stages[int(n)]
+    return dict(stage.controls) if screen_of(page_at(stage.page).script, stage.controls) == screen else {}
+
+
 def start_lesson() -> None:
     """Before the screen is drawn: a presenter's first visit starts the room at the lesson's first stage (a presenter
     taking up a room again keeps where the room is)."""

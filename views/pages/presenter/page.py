@@ -29,12 +29,12 @@ from views.links import url_state
 from views.links.controls import declare, left_out
 from views.links.params import integer, presenter_key, room_code
 from views.pages.presenter import room_key
-from views.pages.presenter.lesson import lesson_panel, start_lesson
+from views.pages.presenter.lesson import lesson_controls, lesson_panel, start_lesson
 from views.pages.presenter.polls import learner_polls, open_room_poll, presenter_polls
 from views.pages.presenter.room import learner_links, not_presenting_yet, present, room_state, watch_room
 from views.pages.presenter.stages import STAGES
 from views.request.runs import run_for_page
-from views.request.samples import ROOM_SEED, ROOM_TEMPERATURES, draw, samples_side_by_side
+from views.request.samples import branch_controls, draw, room_plan, samples_side_by_side
 from views.request.session import TEXT_LIMIT, current_request
 from views.server.scenarios import prompt_cache_conversation
 from views.server.state import get_model
@@ -52,6 +52,11 @@ st.markdown(BIG, unsafe_allow_html=True)  # a fixed style sheet: no user text in
 
 def go_to(n: int) -> None:
     st.session_state.pr_stage = min(max(n, 1), N)
+
+
+def request_part(query: dict[str, str]) -> dict[str, str]:
+    """A room's query without the screen's own controls (a branching stage's samples): its request's parameters."""
+    return {name: value for name, value in query.items() if name in url_state.REQUEST}
 
 
 def ask_new_question() -> None:
@@ -112,7 +117,7 @@ if following:  # a learner following a presenter's room
         st.button("Stop following", key="pr_unfollow", on_click=lambda: ss.pop("pr_follow", None))
         end_page()
     seen_before.add(following)
-    if room["query"] != url_state.request_params() and room["query"] != ss.get("pr_switched"):
+    if request_part(room["query"]) != url_state.request_params() and room["query"] != ss.get("pr_switched"):
         ss.pr_switched = room["query"]  # once per request: no loop if one would not apply
         url_state.switch_request(room["query"])
     ss.setdefault("pr_room_questions", set()).add(ss.get("req_question", ""))  # not a learner's own question
@@ -125,7 +130,7 @@ if ss.pop("pr_adopt", False) and not following:
     kept_room = room_store().room(ss.get("pr_room", ""))
     if kept_room is not None:
         ss.pr_stage, ss.pr_take_back = kept_room["stage"], True
-        if kept_room["query"] != url_state.request_params():
+        if request_part(kept_room["query"]) != url_state.request_params():
             url_state.switch_request(kept_room["query"])
 if not following:
     start_lesson()  # `--lesson FILE`: the room starts at the lesson's first stage
@@ -136,6 +141,10 @@ tok = get_model().tokenizer
 m, T, S = trace.dims, len(trace.tokens), len(trace.steps)
 title, full_page = STAGES[stage - 1]
 code = None
+# "Many answers at once" draws the samples its stage's controls ask for: a learner's from the room, the presenter's
+# from the lesson's stage shown here (none: the room's defaults); the room carries them to its learners
+screen_controls = {} if title != "Many answers at once" else branch_controls(room["query"] if following
+                                                                               else lesson_controls(stage))
 if following:
     nav = st.columns([6, 1])
     nav[0].progress(stage / N, text=f"Stage {stage} of {N} — following the presenter (room {following}); this "
@@ -146,7 +155,7 @@ if following:
         st.caption("This room is kept in this server's memory only (its folder takes no file): a restart of the "
                    "server loses it.")
 else:
-    params = url_state.request_params()
+    params = {**url_state.request_params(), **screen_controls}
     code = present()
     room = room_store().room(code) if code else None
     take_back = ss.pop("pr_take_back", False)
@@ -265,11 +274,13 @@ elif title == "Sampling":
     first = token_pieces(tok, trace.generated_token_ids)[0]  # '토 (1/3)' for part of a character
     st.markdown(f"Chosen: **{code_span(first.with_bytes)}** (id {trace.steps[0].token_id}).")
 elif title == "Many answers at once":
-    st.markdown(f"The same request answered **{len(ROOM_TEMPERATURES)} times at once**, in one batch: sample 0 "
-                "greedy (T = 0), the others at T = 1, each with its own seed. Where they part, the model had more "
-                "than one likely next token.")
+    plan = room_plan(screen_controls)
+    for note in plan.notes:  # a lesson's control that could not be used: its default is drawn instead
+        st.warning(markdown_text(note), icon="📚")
+    st.markdown(f"The same request answered **{len(plan.temperatures)} times at once**, in one batch: "
+                f"{plan.describe()}. Where they part, the model had more than one likely next token.")
     try:
-        samples_side_by_side(draw(current_request(), list(ROOM_TEMPERATURES), ROOM_SEED), "1.3em", 560)
+        samples_side_by_side(draw(current_request(), list(plan.temperatures), plan.seed), "1.3em", 560)
     except InputError as e:  # a long prompt while the queue is long
         st.warning(markdown_text(e))
 elif title == "Detokenize and stream":
