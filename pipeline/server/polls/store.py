@@ -115,6 +115,9 @@ class PollStore:
         elif poll.status != "revealing":  # revealed or closed already
             return poll
         time.sleep(max(0.0, poll.revealed_at + REVEAL_SETTLE_S - time.time()))  # also a Reveal cut short: finished
+        poll = self._poll_or_raise(code, poll_id)  # as it is now: closed meanwhile (another tab's Close, a new poll)
+        if poll.status != "revealing":  # or revealed by another replica: left as it is
+            return poll
         poll = _with(poll, revealed_answers=self.answers(code, poll_id))
         self._save(code, poll)
         return poll

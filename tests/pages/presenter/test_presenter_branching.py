@@ -200,3 +200,51 @@ def test_a_lesson_stages_bad_controls_are_named_and_the_defaults_drawn(tiny_app,
     assert "must be a whole number from 2 to 8" in warnings
     drawn = table(at)
     assert drawn.count("<th>sample ") == 4 and "seed 0 · T 1" in drawn  # the defaults: 4 samples, seed 0, T = 1
+
+
+TWO_STAGES = """title = "Branching, second"
+
+[[stages]]
+title = "Tokens first"
+page = "tokens"
+[stages.request]
+q = "Is a peanut a nut?"
+max_new_tokens = 4
+
+[[stages]]
+title = "Three answers"
+page = "generation"
+[stages.request]
+q = "Is a peanut a nut?"
+max_new_tokens = 4
+[stages.controls]
+"gen.branch_on" = true
+""" + CONTROLS
+
+
+def test_a_presenter_taking_the_room_up_again_mid_lesson_keeps_the_stages_samples(tiny_app, tmp_path, monkeypatch):
+    """The lesson's second stage ("Many answers at once" with N = 3) shown and the room started, then the presenter's
+    private link opened again (a reload, another machine): the screen is that lesson stage's, with its 3 samples.
+    Before, taking a room up again set the lesson back to its first stage, and the screen drew the room's defaults."""
+    import os
+
+    from kit.paths import ROOT
+    from streamlit.testing.v1 import AppTest
+
+    path = tmp_path / "two.toml"
+    path.write_text(TWO_STAGES, encoding="utf-8")
+    monkeypatch.setenv("TPE_LESSON", str(path))
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.run()
+    at.switch_page("views/pages/presenter/page.py").run()
+    assert not at.exception, at.exception
+    at.button(key="pr_start").click().run()  # the lesson's panel is the presenter's of a room
+    at.button(key="ls_next").click().run()
+    assert not at.exception, at.exception
+    assert at.title[0].value == f"{STAGE}. Many answers at once"
+    assert table(at).count("<th>sample ") == 3
+    code, key = at.session_state["pr_room"], at.session_state["pr_key"]
+    again = presenter_at(STAGE, pr_room=code, pr_key=key, req_question=QUESTION)  # the private link, a new session
+    assert again.title[0].value == f"{STAGE}. Many answers at once"
+    assert again.session_state["ls_stage"] == 1
+    assert table(again) == table(at)

@@ -10,6 +10,8 @@ from collections.abc import Callable
 import streamlit as st
 
 from pipeline.core.poll_kinds import kind_name
+from pipeline.lessons.lesson import Lesson
+from pipeline.server.room import room_store
 from ui.escape import markdown_text
 from views.chrome.frame import stage_link
 from views.chrome.page_list import page_at
@@ -42,16 +44,27 @@ def lesson_controls(screen: int) -> dict[str, str]:
 
 
 def start_lesson() -> None:
-    """Before the screen is drawn: a presenter's first visit starts the room at the lesson's first stage (a presenter
-    taking up a room again keeps where the room is)."""
+    """Before the screen is drawn: a presenter's first visit starts the room at the lesson's first stage; a presenter
+    taking up a room again (a reload, a second tab, the private link) keeps where the room is, and the lesson's
+    stage is the one the room shows (lesson_stage_of), so its controls and its panel are that stage's."""
     runs = lesson_runs()
     ss = st.session_state
     if runs is None or runs.lesson is None or "ls_stage" in ss:
         return
-    if ss.get("pr_room"):
-        ss.ls_stage = 0
+    room = room_store().room(ss["pr_room"]) if ss.get("pr_room") else None
+    if room is not None:
+        ss.ls_stage = lesson_stage_of(runs.lesson, int(room["stage"]), room["query"])
         return
     go_to_stage(0)
+
+
+def lesson_stage_of(lesson: Lesson, screen: int, query: dict[str, str]) -> int:
+    """The lesson stage (0-based) a room at presenter screen `screen` with link parameters `query` shows: the first
+    on that screen whose own parameters (request and controls) are all in the room's query, else the first on that
+    screen, else the lesson's first."""
+    on_screen = [i for i, s in enumerate(lesson.stages) if screen_of(page_at(s.page).script, s.controls) == screen]
+    shown = [i for i in on_screen if all(query.get(k) == v for k, v in lesson.stages[i].query().items())]
+    return (shown or on_screen or [0])[0]
 
 
 def progress(runs: LessonRuns) -> None:

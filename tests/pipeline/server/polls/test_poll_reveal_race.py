@@ -3,6 +3,8 @@ answer told "kept" is among the answers Reveal froze, and an answer told "closed
 interleaving of the two with events; before Reveal marked the poll first and waited for the answers under way,
 both failed (the first answer was kept but left out of the frozen ones, the second was told "closed" but counted)."""
 import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -81,7 +83,7 @@ def test_a_reveal_cut_short_is_finished_by_the_next_and_refuses_answers_meanwhil
     def the_server_dies(_seconds):
         raise KeyboardInterrupt  # the presenter's server killed between marking the poll and freezing its answers
 
-    monkeypatch.setattr(store_module.time, "sleep", the_server_dies)
+    monkeypatch.setattr(store_module, "time", SimpleNamespace(time=time.time, sleep=the_server_dies))
     with pytest.raises(KeyboardInterrupt):
         presenter.reveal(code, key, poll_id)
     monkeypatch.undo()
@@ -92,3 +94,16 @@ def test_a_reveal_cut_short_is_finished_by_the_next_and_refuses_answers_meanwhil
     assert replica.current(code).id == poll_id  # still the room's poll: the presenter's Reveal finishes it
     finished = replica.reveal(code, key, poll_id)
     assert finished.status == "revealed" and sorted(finished.revealed_answers) == ["4", "6"]
+
+
+def test_a_close_during_reveals_wait_stays_closed(tmp_path, monkeypatch):
+    """The presenter's second tab (or another replica) closes the poll while the first tab's Reveal waits: the poll
+    stays closed, and learners' screens do not get it back."""
+    presenter, replica, code, key, poll_id = open_room_poll(tmp_path)
+
+    def another_tab_closes(_seconds):
+        replica.close(code, key, poll_id)
+
+    monkeypatch.setattr(store_module, "time", SimpleNamespace(time=time.time, sleep=another_tab_closes))
+    assert presenter.reveal(code, key, poll_id).status == "closed"
+    assert replica.poll(code, poll_id).status == "closed" and replica.current(code) is None
