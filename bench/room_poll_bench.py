@@ -19,7 +19,7 @@ poll is open. Rounds interleaved (round r "without" then "with", the next the ot
 the learners asks a new question on Journey over Streamlit's websocket (the room bench's learner, 0.3 s apart, timed
 to the page's end), and at the same time opens its follow page (presenter?follow=CODE), as a room's learners do
 whether or not a poll is open; in a "with" round the presenter has just opened a poll, the follow page draws it and
-the learner answers through the poll store, as that page's form does. (Until 2026-12-06 18:14 only the "with"
+the learner answers through the poll store, as that page's form does. (Before 2026-12-06 19:49 only the "with"
 rounds opened the follow pages, so their p95 also paid for 30 page runs that the "without" rounds never made.)
 Printed: the learners' time to a new question's answer, p50 and p95 per round and their median over the rounds with
 the range, per side, and the ratio of the p95s with / without; per poll: answers counted (each learner once),

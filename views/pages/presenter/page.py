@@ -117,8 +117,9 @@ if following:  # a learner following a presenter's room
         st.button("Stop following", key="pr_unfollow", on_click=lambda: ss.pop("pr_follow", None))
         end_page()
     seen_before.add(following)
-    if request_part(room["query"]) != url_state.request_params() and room["query"] != ss.get("pr_switched"):
-        ss.pr_switched = room["query"]  # once per request: no loop if one would not apply
+    if request_part(room["query"]) != url_state.request_params() and \
+            request_part(room["query"]) != ss.get("pr_switched"):
+        ss.pr_switched = request_part(room["query"])  # once per request: no loop if one would not apply
         url_state.switch_request(room["query"])
     ss.setdefault("pr_room_questions", set()).add(ss.get("req_question", ""))  # not a learner's own question
     ss.pr_stage = room["stage"]
@@ -165,7 +166,8 @@ else:
         st.warning(f"At {time.strftime('%H:%M:%S', time.localtime(room['moved_at']))} another screen holding this "
                    "room's key (another tab of yours, or someone else with your presenter link) moved your "
                    f"learners to stage {room['stage']}"
-                   + (" with another request" if room["query"] != params else "") + ". Your screen did not move; "
+                   + (" with another request" if request_part(room["query"]) != request_part(params) else "")
+                   + ". Your screen did not move; "
                    "your next move (or the button) takes the room back.", icon="⚠️")
         st.button("Take the room back", key="pr_take", on_click=lambda: ss.update(pr_take_back=True))
     elif room is not None:
