@@ -128,8 +128,9 @@ CONTROLS = """"gen.branch_n" = 3
 """
 
 
-def lesson_presenter(tmp_path, monkeypatch, text: str):
-    """The presenter's first screen on a server started with this lesson (TPE_LESSON), through app.py."""
+def lesson_presenter(tmp_path, monkeypatch, text: str, first_screen: int = STAGE):
+    """The presenter's first screen (`first_screen`) on a server started with this lesson (TPE_LESSON), through
+    app.py."""
     import os
 
     from kit.paths import ROOT
@@ -142,7 +143,7 @@ def lesson_presenter(tmp_path, monkeypatch, text: str):
     at.run()
     at.switch_page("views/pages/presenter/page.py").run()
     assert not at.exception, at.exception
-    assert at.title[0].value == f"{STAGE}. Many answers at once"
+    assert at.title[0].value.startswith(f"{first_screen}. ")
     return at, path
 
 
@@ -202,42 +203,19 @@ def test_a_lesson_stages_bad_controls_are_named_and_the_defaults_drawn(tiny_app,
     assert drawn.count("<th>sample ") == 4 and "seed 0 · T 1" in drawn  # the defaults: 4 samples, seed 0, T = 1
 
 
-TWO_STAGES = """title = "Branching, second"
-
-[[stages]]
+TOKENS_FIRST = """[[stages]]
 title = "Tokens first"
 page = "tokens"
-[stages.request]
-q = "Is a peanut a nut?"
-max_new_tokens = 4
 
-[[stages]]
-title = "Three answers"
-page = "generation"
-[stages.request]
-q = "Is a peanut a nut?"
-max_new_tokens = 4
-[stages.controls]
-"gen.branch_on" = true
-""" + CONTROLS
+"""
+TWO_STAGES = BRANCH_LESSON.replace("[[stages]]\n", TOKENS_FIRST + "[[stages]]\n", 1) + CONTROLS
 
 
 def test_a_presenter_taking_the_room_up_again_mid_lesson_keeps_the_stages_samples(tiny_app, tmp_path, monkeypatch):
     """The lesson's second stage ("Many answers at once" with N = 3) shown and the room started, then the presenter's
     private link opened again (a reload, another machine): the screen is that lesson stage's, with its 3 samples.
     Before, taking a room up again set the lesson back to its first stage, and the screen drew the room's defaults."""
-    import os
-
-    from kit.paths import ROOT
-    from streamlit.testing.v1 import AppTest
-
-    path = tmp_path / "two.toml"
-    path.write_text(TWO_STAGES, encoding="utf-8")
-    monkeypatch.setenv("TPE_LESSON", str(path))
-    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
-    at.run()
-    at.switch_page("views/pages/presenter/page.py").run()
-    assert not at.exception, at.exception
+    at, _ = lesson_presenter(tmp_path, monkeypatch, TWO_STAGES, first_screen=stage_number("Tokens"))
     at.button(key="pr_start").click().run()  # the lesson's panel is the presenter's of a room
     at.button(key="ls_next").click().run()
     assert not at.exception, at.exception
