@@ -24,8 +24,9 @@ def room_summary_html(code: str, polls: list, questions_asked: int) -> str:
              f"learners asked {plural(questions_asked, 'question')} of their own (a count: no names, no texts).</p>"]
     for n, (poll, answers) in enumerate(polls, start=1):
         parts.append(f"<h2>{n}. {html_text(poll.question)}</h2>")
+        revealed = poll.revealed_answers is not None  # a Reveal cut short and then closed froze nothing
         parts.append(f"<p class='note'>{html_text(poll.kind)} · stage {poll.stage} · "
-                     f"{plural(len(answers), 'answer')}" + ("" if poll.revealed_at else " · never revealed") + "</p>")
+                     f"{plural(len(answers), 'answer')}" + ("" if revealed else " · never revealed") + "</p>")
         parts.append(figure_html(class_view_figure(poll.kind, class_view(poll, answers))))
         parts.append(f"<p><b>The model's real answer:</b> {html_text(real_answer(poll))}</p>")
         numbers = spread(poll, answers)

@@ -19,3 +19,15 @@ def test_the_summary_is_one_offline_file_with_answers_as_text():
     assert plotly_js() in html  # inlined, once
     own = html.replace(plotly_js(), "")
     assert not re.findall(r"""(?:src|href)=["']?https?://""", own)  # nothing fetched from anywhere
+
+
+def test_a_poll_is_said_revealed_only_when_reveal_froze_its_answers():
+    """A Reveal cut short (the server killed in its wait) and the poll then closed: the class never saw it."""
+    from dataclasses import replace
+
+    opened = new_poll("tokens", "How many?", {}, real={"count": 9, "answer": "9", "tokens": []})
+    cut_short = replace(opened, revealed_at=1.0, closed_at=2.0)
+    revealed = replace(opened, revealed_at=1.0, revealed_answers=["7"], closed_at=2.0)
+    notes = [re.findall(r"<p class='note'>([^<]*)</p>", room_summary_html("abc234", [(p, ["7"])], 0))[-1]
+             for p in (opened, cut_short, revealed)]
+    assert [n.endswith("never revealed") for n in notes] == [True, True, False], notes
