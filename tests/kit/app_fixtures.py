@@ -1,5 +1,7 @@
 """Fixtures of the app on the tiny models: their weights cache, a server's cache folder, AppTest through the
 app's own path; and a real-model server's cache folder with stores of its own (a pytest plugin)."""
+import threading
+
 import pytest
 
 from kit.apptest import clear_streamlit_caches
@@ -132,3 +134,15 @@ def page_lm(request):
     from pipeline.model.loader import shared_model
 
     return shared_model()
+
+
+@pytest.fixture
+def lessons_reported():
+    """After the test, wait for the lesson-progress threads it started (views/server/lesson_runs.py prints a line
+    as each stage's runs are ready, up to 0.5 s after the last): a line printed later landed in the next test's
+    output on that worker (a CLI test that reads its stdout whole failed on it)."""
+    yield
+    for thread in threading.enumerate():
+        if thread.name == "lesson-progress":
+            thread.join(60)
+            assert not thread.is_alive(), "a lesson's runs were still being prepared 60 s after its test"

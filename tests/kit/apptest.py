@@ -217,3 +217,20 @@ def link_opened(page: str, query: dict[str, str]):
         at.query_params = dict(query)
         at.switch_page(f"views/pages/{page}").run()
     return at
+
+
+def lesson_presenter(tmp_path, monkeypatch, lesson_text: str):
+    """The presenter's screen on a server started with this lesson (its file in tmp_path named by TPE_LESSON),
+    through app.py, run once without an exception: (the AppTest, the lesson's file)."""
+    from streamlit.testing.v1 import AppTest
+
+    from kit.paths import ROOT
+
+    path = tmp_path / "lesson.toml"
+    path.write_text(lesson_text, encoding="utf-8")
+    monkeypatch.setenv("TPE_LESSON", str(path))
+    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
+    at.run()
+    at.switch_page("views/pages/presenter/page.py").run()
+    assert not at.exception, at.exception
+    return at, path

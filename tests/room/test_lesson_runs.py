@@ -9,7 +9,7 @@ import pytest
 from kit.paths import ROOT
 from streamlit.testing.v1 import AppTest
 
-pytestmark = pytest.mark.usefixtures("tiny_app")
+pytestmark = pytest.mark.usefixtures("tiny_app", "lessons_reported")
 
 LESSON = """title = "A short lesson"
 

@@ -6,7 +6,7 @@ A lesson's stage sets them, and its start-up queues the same draw. AppTest on th
 import re
 
 import pytest
-from kit.apptest import html_blocks, presenter_at, presenting_at
+from kit.apptest import html_blocks, lesson_presenter, presenter_at, presenting_at
 
 from pipeline.run.trace import run_trace
 from pipeline.stages.request import ChatRequest, GenerationOptions
@@ -14,6 +14,8 @@ from pipeline.text.pieces import token_pieces
 from ui.escape import html_text
 from views.pages.presenter.stages import stage_number
 from views.request.samples import room_plan
+
+pytestmark = pytest.mark.usefixtures("lessons_reported")  # kit.app_fixtures
 
 QUESTION = "Is a peanut a nut?"  # not the default question: a learner's fresh session must take the room's
 STAGE = stage_number("Many answers at once")
@@ -128,21 +130,9 @@ CONTROLS = """"gen.branch_n" = 3
 """
 
 
-def lesson_presenter(tmp_path, monkeypatch, text: str, first_screen: int = STAGE):
-    """The presenter's first screen (`first_screen`) on a server started with this lesson (TPE_LESSON), through
-    app.py."""
-    import os
-
-    from kit.paths import ROOT
-    from streamlit.testing.v1 import AppTest
-
-    path = tmp_path / "branching.toml"
-    path.write_text(text, encoding="utf-8")
-    monkeypatch.setenv("TPE_LESSON", str(path))
-    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
-    at.run()
-    at.switch_page("views/pages/presenter/page.py").run()
-    assert not at.exception, at.exception
+def branching_presenter(tmp_path, monkeypatch, text: str, first_screen: int = STAGE):
+    """The presenter's first screen (`first_screen`) on a server started with this lesson (kit.apptest)."""
+    at, path = lesson_presenter(tmp_path, monkeypatch, text)
     assert at.title[0].value.startswith(f"{first_screen}. ")
     return at, path
 
@@ -157,7 +147,7 @@ def test_a_lesson_stages_samples_are_the_ones_the_screen_draws_and_its_learners_
     from views.server.waiting import model_result_key
 
     result_store().clear()
-    at, path = lesson_presenter(tmp_path, monkeypatch, BRANCH_LESSON + CONTROLS)
+    at, path = branching_presenter(tmp_path, monkeypatch, BRANCH_LESSON + CONTROLS)
     drawn = table(at)
     wanted_t, wanted_seeds = (0.7, 1.5, 0.0), (5, 6, 7)
     assert drawn.count("<th>sample ") == 3
@@ -192,7 +182,7 @@ def test_a_lesson_stages_samples_are_the_ones_the_screen_draws_and_its_learners_
 def test_a_lesson_stages_bad_controls_are_named_and_the_defaults_drawn(tiny_app, tmp_path, monkeypatch, capfd):
     """On the presenter's screen (a note each) and on the terminal when the lesson's runs are queued at start."""
     bad = '"gen.branch_n" = 9\n"gen.branch_t0" = 3\n"gen.branch_seed" = "seven"\n'
-    at, _ = lesson_presenter(tmp_path, monkeypatch, BRANCH_LESSON + bad)
+    at, _ = branching_presenter(tmp_path, monkeypatch, BRANCH_LESSON + bad)
     assert ("lesson: stage 1 'Three answers': gen.branch_n: '9' must be a whole number from 2 to 8; the default 4 "
             "is used instead.") in capfd.readouterr().out
     warnings = " ".join(w.value for w in at.warning)
@@ -215,7 +205,7 @@ def test_a_presenter_taking_the_room_up_again_mid_lesson_keeps_the_stages_sample
     """The lesson's second stage ("Many answers at once" with N = 3) shown and the room started, then the presenter's
     private link opened again (a reload, another machine): the screen is that lesson stage's, with its 3 samples.
     Before, taking a room up again set the lesson back to its first stage, and the screen drew the room's defaults."""
-    at, _ = lesson_presenter(tmp_path, monkeypatch, TWO_STAGES, first_screen=stage_number("Tokens"))
+    at, _ = branching_presenter(tmp_path, monkeypatch, TWO_STAGES, first_screen=stage_number("Tokens"))
     at.button(key="pr_start").click().run()  # the lesson's panel is the presenter's of a room
     at.button(key="ls_next").click().run()
     assert not at.exception, at.exception

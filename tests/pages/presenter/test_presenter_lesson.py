@@ -3,11 +3,15 @@ request and the screen of its page, the lesson's buttons move through its stages
 Fast tier: the tiny model through app.py."""
 import os
 
+import pytest
+from kit.apptest import lesson_presenter
 from kit.paths import ROOT
 from streamlit.testing.v1 import AppTest
 
 from pipeline.server.polls.store import poll_store
 from pipeline.server.room import room_store
+
+pytestmark = pytest.mark.usefixtures("lessons_reported")  # kit.app_fixtures
 
 LESSON = """title = "Two stages"
 
@@ -30,20 +34,8 @@ temperature = 0.5
 """
 
 
-def lesson_presenter(tmp_path, monkeypatch) -> AppTest:
-    """The presenter's screen of a server started with LESSON."""
-    path = tmp_path / "two.toml"
-    path.write_text(LESSON, encoding="utf-8")
-    monkeypatch.setenv("TPE_LESSON", str(path))
-    at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
-    at.run()
-    at.switch_page("views/pages/presenter/page.py").run()
-    assert not at.exception, at.exception
-    return at
-
-
 def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_app, tmp_path, monkeypatch):
-    at = lesson_presenter(tmp_path, monkeypatch)
+    at, _ = lesson_presenter(tmp_path, monkeypatch, LESSON)
     assert at.session_state["req_question"] == "Is a peanut a nut?" and at.session_state["req_max_new_tokens"] == 3
     assert at.title[0].value.startswith("3. Tokens")  # the presenter's screen of the Tokens page
     assert "stage 1 of 2" not in " ".join(m.value for m in at.markdown)  # no room presented: no lesson panel yet
@@ -60,7 +52,7 @@ def test_the_room_starts_at_the_lessons_first_stage_and_moves_through_it(tiny_ap
 
 
 def test_a_stages_poll_opens_in_the_room_with_the_lessons_question_and_kind(tiny_app, tmp_path, monkeypatch):
-    at = lesson_presenter(tmp_path, monkeypatch)
+    at, _ = lesson_presenter(tmp_path, monkeypatch, LESSON)
     assert "ls_poll" not in [b.key for b in at.button]  # no room yet: no panel, nothing to open it in
     at.button(key="pr_start").click().run()
     room = at.session_state["pr_room"]
@@ -75,7 +67,7 @@ def test_a_stages_poll_opens_in_the_room_with_the_lessons_question_and_kind(tiny
 
 
 def test_a_learner_who_stops_following_sees_no_lesson_panel(tiny_app, tmp_path, monkeypatch):
-    presenter = lesson_presenter(tmp_path, monkeypatch)
+    presenter, _ = lesson_presenter(tmp_path, monkeypatch, LESSON)
     presenter.button(key="pr_start").click().run()
     code = presenter.session_state["pr_room"]
     learner = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
