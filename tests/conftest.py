@@ -27,7 +27,7 @@ from kit.process_setup import prepare_test_process
 prepare_test_process()
 
 pytest_plugins = ["kit.hypothesis_profiles", "kit.model_fixtures", "kit.app_fixtures", "kit.browser_fixtures",
-                  "kit.tiers", "kit.browser_report", "kit.numeric"]
+                  "kit.tiers", "kit.browser_report", "kit.numeric", "kit.redis_server"]
 
 
 def _files_needing_absent_streamlit() -> list[str]:

@@ -9,6 +9,7 @@
   kv_budget.py      the KV bytes the running batch may reserve, by device
   wiring.py         the queue, engines and stores wired as one server runs them (the app and the benches)
   room.py           rooms and short links: `RoomStore`, the address learners reach
+  room_files.py     where a room's files live: the cache folder, or the room's Redis (`TPE_STORE`)
   room_index.py     which room files the folder keeps (live rooms never go)
   polls/            a room's polls: the presenter asks, learners answer, Reveal shows the class beside the model
   room_schedule.py  the queue's schedule as rows a chart draws

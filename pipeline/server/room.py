@@ -1,12 +1,13 @@
 """What a room of learners needs from the server: the address their laptops can reach, short links
 for views whose query string is too long for a QR code, and the presenter's current stage.
 
-Short links and rooms are small JSON files under the cache folder, written atomically (temporary
-file, then rename), so every replica behind the balancer reads what another one wrote. Temporaries a
-killed writer left are removed when the store starts and when it lists its folder again (as the disk store of runs).
+Short links and rooms are small JSON files (`room_files`): under the cache folder, written atomically (temporary
+file, then rename), so every replica behind the balancer reads what another one wrote; or, with `TPE_STORE=redis://`,
+in the room's Redis, so the replicas of every host do. Temporaries a killed writer left are removed when the store
+starts and when it lists its folder again (as the disk store of runs).
 Only the server makes a room, only when someone starts to present, and only the holder of its presenter key
-(128 random bits) moves it. Which files are kept, and for how long, is `room_index`'s policy: a room seen in the
-last hours is never removed to make space.
+(128 random bits) moves it. Which files are kept, and for how long, is `room_index`'s policy on disk and
+`redis_rooms`' in Redis: a room seen in the last hours is never removed to make space.
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.core.files import write_atomic
-from pipeline.server.room_index import LIVE_S, FolderIndex
+from pipeline.server.room_files import RoomFiles, room_files
+from pipeline.server.room_index import LIVE_S
 from pipeline.text.counts import plural
 
 PUBLIC_URL_ENV = "TPE_PUBLIC_URL"  # e.g. the LAN address and port, or https://llm-workshop.example.org
@@ -112,51 +113,38 @@ class RoomStore:
     SHA-256, never the key). Nothing a learner sees derives the key: moving a room (`set_stage`) needs it.
 
     Files are bounded in count and bytes (the least recently written go first). A folder that takes no file
-    (read-only, full) does not stop a room: it is kept in this process's memory (bounded too), and the record
-    says `saved: False`, so both screens can say that other replicas and a restart will not see it.
+    (read-only, full), or a room's Redis that does not answer, does not stop a room: it is kept in this process's
+    memory (bounded too), and the record says `saved: False`, so both screens can say that other replicas and a
+    restart will not see it. `files`: where the files go (room_files.room_files picks: the folder, or Redis).
     """
 
     def __init__(self, folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES,
-                 max_rooms: int = MAX_ROOMS, per_client: int = PER_CLIENT):
+                 max_rooms: int = MAX_ROOMS, per_client: int = PER_CLIENT, files: RoomFiles | None = None):
         self.folder = Path(folder)
-        self.max_files, self.max_bytes = max_files, max_bytes
         self.max_rooms, self.per_client = max_rooms, per_client
+        self.files = files if files is not None else room_files(self.folder, max_files, max_bytes)
         self._lock = threading.RLock()  # a write reads first, under the same lock
         self._memory: OrderedDict[str, dict] = OrderedDict()  # name -> data the folder did not take
         self._touched: dict[str, float] = {}  # room file -> when this process last wrote its "seen" time
-        self.index = FolderIndex(self.folder)  # lists the folder once (and its dead writers' temporaries)
 
     def _write(self, name: str, data: dict) -> bool:
-        """Write one file; False when the folder takes no file (read-only, full): the data is then kept in
-        memory (bounded), where this process still reads it."""
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.folder / name, lambda f: f.write(json.dumps(data, ensure_ascii=False)), text=True)
-        except OSError:
-            self._memory[name] = data
-            self._memory.move_to_end(name)
-            while len(self._memory) > MEMORY_ENTRIES:
-                self._memory.popitem(last=False)
-            return False
-        self._memory.pop(name, None)
-        self.index.rescan_if_due()
-        self.index.wrote(name, str(data.get("client", "")))
-        self.index.bound(self.max_files, self.max_bytes)
-        return True
+        """Write one file; False when it was not kept (a folder that takes no file, Redis unavailable): the data is
+        then kept in memory (bounded), where this process still reads it."""
+        with self._lock:
+            if not self.files.write(name, data):
+                self._memory[name] = data
+                self._memory.move_to_end(name)
+                while len(self._memory) > MEMORY_ENTRIES:
+                    self._memory.popitem(last=False)
+                return False
+            self._memory.pop(name, None)
+            return True
 
     def _read(self, name: str) -> dict | None:
         """The data of one file, the memory's copy first (it is newer than a file the folder refused to replace)."""
         if name in self._memory:
             return self._memory[name]
-        try:
-            data = json.loads((self.folder / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if not isinstance(data, dict):
-            return None
-        with self._lock:
-            self.index.found(name, str(data.get("client", "")))  # another replica wrote it: counted, no listing
-        return data
+        return self.files.read(name)
 
     def put_link(self, query: dict[str, str]) -> str | None:
         """A short code for these query parameters (the same parameters always give the same code), or None
@@ -186,12 +174,11 @@ class RoomStore:
         key = secrets.token_hex(KEY_BYTES)
         who = _digest(f"client:{client}")[:16]
         with self._lock:
-            self.index.rescan_if_due()
-            if self.index.live_rooms(who) >= self.per_client:
+            if self.files.live_rooms(who) >= self.per_client:
                 raise RoomRefused(f"{plural(self.per_client, 'room')} were started from this address in the last "
                                   f"{LIVE_S // 3600} hours and are still kept for their learners: present in one of "
                                   "them (its presenter link), or try again later.")
-            if self.index.live_rooms() >= self.max_rooms:
+            if self.files.live_rooms() >= self.max_rooms:
                 raise RoomRefused(f"This server keeps {plural(self.max_rooms, 'room')} in use now, its most: a new one "
                                   "can start once one of them has been left for a few hours.")
             while True:
@@ -243,7 +230,7 @@ class RoomStore:
                     if len(self._touched) > MEMORY_ENTRIES:  # forget the oldest touches (rooms long gone)
                         for old in sorted(self._touched, key=self._touched.get)[:len(self._touched) // 2]:
                             del self._touched[old]
-                    self.index.touch(name)
+                    self.files.touch(name, str(data.get("client", "")))
         return {"stage": data["stage"], "query": {str(k): str(v) for k, v in data["query"].items()},
                 "driver": str(data.get("driver", "")), "moved_at": float(data.get("moved_at") or 0),
                 "saved": name not in self._memory}

@@ -50,30 +50,30 @@ def test_loopback_hosts(host, loop):
 
 
 # ---- short links and rooms -----------------------------------------------------------------------
-def test_a_short_link_gives_back_its_query_in_another_process(tmp_path):
+def test_a_short_link_gives_back_its_query_in_another_process(replicas):
     query = {"q": "토마토 " * 600, "max_new_tokens": "8"}
-    code = RoomStore(tmp_path).put_link(query)
-    assert len(code) == 10 and RoomStore(tmp_path).put_link(dict(reversed(query.items()))) == code
-    assert RoomStore(tmp_path).link(code) == query  # a fresh store: what a second replica reads
-    assert RoomStore(tmp_path).link("0000000000") is None
-    assert RoomStore(tmp_path).link("../../etc/passwd") is None  # codes are checked before any file is read
+    code = replicas().put_link(query)
+    assert len(code) == 10 and replicas().put_link(dict(reversed(query.items()))) == code
+    assert replicas().link(code) == query  # a fresh store: what a second replica (on another host: Redis) reads
+    assert replicas().link("0000000000") is None
+    assert replicas().link("../../etc/passwd") is None  # codes are checked before any file is read
 
 
-def test_a_room_keeps_the_presenters_stage_and_request(tmp_path):
-    rooms = RoomStore(tmp_path)
+def test_a_room_keeps_the_presenters_stage_and_request(replicas):
+    rooms = replicas()
     code, key, saved = rooms.create_room(4, {"q": KOREAN}, driver="me")
     assert saved and re.fullmatch(r"[a-z0-9]{6}", code) and re.fullmatch(r"[0-9a-f]{32}", key)
     assert rooms.set_stage(code, key, 5, {"q": KOREAN}, driver="me")
-    again = RoomStore(tmp_path).room(code)  # a fresh store: what a second replica reads
+    again = replicas().room(code)  # a fresh store: what a second replica reads
     assert again["stage"] == 5 and again["query"] == {"q": KOREAN} and again["driver"] == "me" and again["saved"]
-    (tmp_path / "room-bad000.json").write_text("{not json")
+    replicas.damage("room-bad000.json")
     assert rooms.room("bad000") is None
     with pytest.raises(ValueError):
         rooms.set_stage("../x", key, 1, {}, driver="me")
 
 
-def test_only_the_presenter_key_moves_a_room_and_no_file_holds_it(tmp_path):
-    rooms = RoomStore(tmp_path)
+def test_only_the_presenter_key_moves_a_room_and_no_file_holds_it(replicas):
+    rooms = replicas()
     code, key, _ = rooms.create_room(2, {"q": "Are tomatoes fruit?"}, driver="presenter")
     guesses = ["", code, key.upper(), key[:-1] + ("0" if key[-1] != "0" else "1"), secrets.token_hex(16),
                hashlib.sha256(f"room:{code}".encode()).hexdigest()[:32],  # what a learner could derive from the code
@@ -85,8 +85,8 @@ def test_only_the_presenter_key_moves_a_room_and_no_file_holds_it(tmp_path):
     with pytest.raises(PermissionError):  # a room nobody made cannot be driven into existence
         rooms.set_stage("abcdef", key, 9, {"q": "hijacked"}, driver="learner")
     assert rooms.room("abcdef") is None
-    assert RoomStore(tmp_path).room(code)["stage"] == 2
-    assert all(key not in p.read_text() for p in tmp_path.iterdir())  # the file keeps the key's digest only
+    assert replicas().room(code)["stage"] == 2
+    assert all(key not in text for text in replicas.everything())  # the store keeps the key's digest only
     other, other_key, _ = rooms.create_room(1, {}, driver="b")
     assert other != code and other_key != key and not rooms.may_drive(other, key)
 
@@ -220,10 +220,32 @@ def test_a_read_only_room_folder_is_said_on_both_screens_and_the_room_works_from
     store = RoomStore(blocker / "room")
     monkeypatch.setattr(pipeline.server.room, "room_store", lambda: store)
     at = started(3)
-    assert [w for w in at.warning if "cannot write its room folder" in w.value], [w.value for w in at.warning]
+    assert [w for w in at.warning if "cannot write to its room store" in w.value], [w.value for w in at.warning]
     learner = presenter(1, pr_follow=at.session_state["pr_room"])
     assert learner.title[0].value == "3. Tokens"  # on this server the room works from memory
     assert [c for c in learner.caption if "memory only" in c.value]
+
+
+def test_a_room_on_two_hosts_sharing_the_rooms_redis_is_followed_and_driven_from_either(tiny_app, redis_server,
+                                                                                        tmp_path, monkeypatch):
+    """With TPE_STORE=redis:// every host's replicas share the room: before, a room was a file of one host's folder,
+    and a learner the balancer sent to another host waited for ever."""
+    import pipeline.server.room
+    from pipeline.server.store.redis_rooms import RedisRoomFiles
+
+    hosts = {name: RoomStore(tmp_path / name, files=RedisRoomFiles(redis_server.url, max_links=100)) for name in "ab"}
+    on = lambda name: monkeypatch.setattr(pipeline.server.room, "room_store", lambda: hosts[name])  # noqa: E731
+    on("a")
+    at = started(3)  # the presenter's page, served by host A
+    room = at.session_state["pr_room"]
+    on("b")
+    learner = presenter(1, pr_follow=room)  # a learner the balancer sent to host B
+    assert learner.title[0].value == "3. Tokens" and not [c for c in learner.caption if "memory only" in c.value]
+    at.button(key="pr_next").click().run()  # the presenter's next press, now served by host B
+    assert hosts["a"].room(room)["stage"] == 4
+    learner.run()  # the follower's poll
+    assert learner.title[0].value.startswith("4."), learner.title[0].value
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_a_visit_makes_no_room_until_the_presenter_starts(tiny_app):

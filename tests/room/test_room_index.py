@@ -21,7 +21,7 @@ def test_a_flood_of_links_and_rooms_past_the_bound_leaves_a_live_room(tmp_path):
     store = RoomStore(tmp_path, max_files=20, per_client=1000)
     code, key, _ = store.create_room(3, {"q": "Are tomatoes fruit?"}, driver="presenter")
     aged(tmp_path, code, LIVE_S / 2)  # the presenter rests on one stage: the oldest file of the folder
-    store.index.rescan()
+    store.files.index.rescan()
     for i in range(60):
         store.put_link({"q": f"question {i}"})
     for i in range(30):  # rooms started by other visitors: older ones give way only once they are not live
@@ -36,7 +36,7 @@ def test_a_room_nobody_saw_for_hours_gives_way(tmp_path):
     store = RoomStore(tmp_path, max_files=5)
     old, _, _ = store.create_room(1, {}, driver="a")
     aged(tmp_path, old, LIVE_S + 60)
-    store.index.rescan()
+    store.files.index.rescan()
     for i in range(5):
         store.put_link({"q": f"question {i}"})
     assert store.room(old) is None
@@ -67,7 +67,7 @@ def test_rooms_are_bounded_per_client_and_in_all_and_none_is_removed_for_it(tmp_
         store.create_room(1, {}, driver="d", client="192.168.1.10")
     assert all(store.room(c) is not None for c in mine)
     aged(tmp_path, mine[0], LIVE_S + 1)  # left for hours: it counts no more
-    store.index.rescan()
+    store.files.index.rescan()
     store.create_room(1, {}, driver="d", client="192.168.1.7")
     assert all("192.168.1" not in p.read_text() for p in tmp_path.glob("room-*.json"))  # a digest, not the address
 
@@ -95,7 +95,7 @@ def test_replicas_sharing_the_folder_keep_each_others_live_rooms(tmp_path):
         a.put_link({"q": f"question {i}"})
     assert a.room(theirs)["stage"] == 2
     aged(tmp_path, theirs, LIVE_S + 60)  # A lists the folder and sees it as left for hours ...
-    a.index.rescan()
+    a.files.index.rescan()
     b.room(theirs, seen=True)  # ... while a follower on replica B polls it: its file is touched now
     for i in range(30, 40):
         a.put_link({"q": f"question {i}"})  # A stats the file before removing it and keeps it

@@ -1,5 +1,5 @@
-"""A room's polls, kept beside the room's own file, so every replica sharing the room's folder sees them and a
-restarted server still has them.
+"""A room's polls, kept beside the room's own file (pipeline/server/room_files.py: the room's folder, or the room's
+Redis), so every replica sharing the room sees them and a restarted server still has them.
 
 The policy, in a few lines:
 - Only the holder of the room's presenter key (`RoomStore.may_drive`) opens, reveals or closes a poll; opening one
@@ -18,8 +18,9 @@ The policy, in a few lines:
   answer's two steps straddle more than REVEAL_SETTLE_S (a stalled shared disk).
 - A learner who followed the room and asks a question of their own is counted (`note_question`: one empty file per
   session and question, named by a digest; no text is kept), for the room summary.
-- The room's files go with the room: when the room index removes a room it removes `polls-CODE/` too, so a room's
-  polls are bounded by MAX_POLLS x MAX_ANSWERS short files (about 5 MB at most) and never outlive it.
+- The room's files go with the room: when the room index removes a room it removes `polls-CODE/` too (in Redis they
+  expire with it: each time the room is seen, both are kept a week longer), so a room's polls are bounded by
+  MAX_POLLS x MAX_ANSWERS short files (about 5 MB at most) and never outlive it.
 
 Example: open (key) -> answer(s1, "Paris"), answer(s2, "Rome"), answer(s1, "Lyon") -> count 2 -> reveal (key) ->
 revealed_answers ["Lyon", "Rome"] (s1's second answer replaced its first).
@@ -27,12 +28,8 @@ revealed_answers ["Lyon", "Rome"] (s1's second answer replaced its first).
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import time
-from pathlib import Path
 
-from pipeline.core.files import write_atomic
 from pipeline.server.polls.record import POLL_ID, Poll, clean_answer, new_poll
 from pipeline.server.room import CODE, RoomStore
 
@@ -55,33 +52,26 @@ def session_digest(session: str) -> str:
 
 
 class PollStore:
-    """The polls of the rooms `rooms` keeps (its folder, its keys)."""
+    """The polls of the rooms `rooms` keeps (its files: the folder or the room's Redis; its keys)."""
 
     def __init__(self, rooms: RoomStore, max_polls: int = MAX_POLLS, max_answers: int = MAX_ANSWERS):
         self.rooms, self.max_polls, self.max_answers = rooms, max_polls, max_answers
+        self.files = rooms.files
 
     # -- where --------------------------------------------------------------------------------------------
-    def _folder(self, code: str) -> Path:
+    def _folder(self, code: str) -> str:
         if not CODE.fullmatch(code or ""):
             raise ValueError("room code")
-        return self.rooms.folder / f"polls-{code}"
+        return f"polls-{code}"
 
-    def _answers(self, code: str, poll_id: str) -> Path:
+    def _answers(self, code: str, poll_id: str) -> str:
         if not POLL_ID.fullmatch(poll_id or ""):
             raise ValueError("poll id")
-        return self._folder(code) / f"answers-{poll_id}"
+        return f"{self._folder(code)}/answers-{poll_id}"
 
-    def _write(self, path: Path, data: dict) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, lambda f: f.write(json.dumps(data, ensure_ascii=False)), text=True)
-
-    @staticmethod
-    def _read(path: Path) -> dict | None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+    def _write(self, name: str, data: dict) -> None:
+        if not self.files.write(name, data):
+            raise OSError(f"the room's store ({self.files.where}) did not keep {name}")
 
     def _check_key(self, code: str, key: str) -> None:
         if not self.rooms.may_drive(code, key):
@@ -101,7 +91,7 @@ class PollStore:
             self._save(code, _with(now, closed_at=time.time()))
         poll = new_poll(kind, question, query, stage, real, choices)
         self._save(code, poll)
-        self._write(self._folder(code) / "current.json", {"poll": poll.id})
+        self._write(f"{self._folder(code)}/current.json", {"poll": poll.id})
         return poll
 
     def reveal(self, code: str, key: str, poll_id: str) -> Poll:
@@ -140,114 +130,92 @@ class PollStore:
         if poll is None or poll.status != "open":
             raise PollClosed("This poll is closed: the presenter has revealed the answers or moved on.")
         stored = clean_answer(poll, text)
-        path = self._answers(code, poll_id) / f"{session_digest(session)}.json"
-        before = self._read(path)  # this session's earlier answer, or None
+        name = f"{self._answers(code, poll_id)}/{session_digest(session)}.json"
+        before = self.files.read(name)  # this session's earlier answer, or None
         if before is None and self.count(code, poll_id) >= self.max_answers:
             raise PollFull(f"This poll has taken {self.max_answers} answers, its most.")
-        self._write(path, {"answer": stored, "at": time.time()})
+        self._write(name, {"answer": stored, "at": time.time()})
         # another server may have revealed the poll, or taken the last answers, between the checks and the write:
         # look again, and take back a write that the frozen answers (or the limit) would leave uncounted
         poll = self.poll(code, poll_id)
         if poll is None or poll.status != "open":
-            self._take_back(path, before)
+            self._take_back(name, before)
             raise PollClosed("This poll is closed: the presenter has revealed the answers or moved on.")
         if before is None and self.count(code, poll_id) > self.max_answers:
-            self._take_back(path, before)
+            self._take_back(name, before)
             raise PollFull(f"This poll has taken {self.max_answers} answers, its most.")
         return stored
 
-    def _take_back(self, path: Path, before: dict | None) -> None:
+    def _take_back(self, name: str, before: dict | None) -> None:
         """Put back the session's earlier answer, or remove the one just written when it had none."""
         if before is not None:
-            self._write(path, before)
+            self._write(name, before)
         else:
-            path.unlink(missing_ok=True)
+            self.files.remove(name)
 
     def answer_of(self, code: str, poll_id: str, session: str) -> str | None:
-        data = self._read(self._answers(code, poll_id) / f"{session_digest(session)}.json")
+        data = self.files.read(f"{self._answers(code, poll_id)}/{session_digest(session)}.json")
         answer = data.get("answer") if data else None
         return answer if isinstance(answer, str) else None
 
     def note_question(self, code: str, session: str, question: str) -> None:
         """A learner who followed room `code` asked a question of their own: counted once per session and question
         (a file named by a digest of both; neither is kept), at most MAX_QUESTIONS per room."""
-        folder = self._folder(code) / "asked"
         if not self.rooms.room(code) or self.questions_asked(code) >= MAX_QUESTIONS:
             return
         digest = hashlib.sha256(f"{session_digest(session)}|{question}".encode("utf-8", "surrogatepass"))
-        path = folder / f"{digest.hexdigest()[:32]}.json"
-        if not path.exists():
-            try:
-                self._write(path, {"at": time.time()})
-            except OSError:  # a folder that takes no file: the count is a summary's, never worth a page's error
-                pass
+        name = f"{self._folder(code)}/asked/{digest.hexdigest()[:32]}.json"
+        if self.files.read(name) is None:
+            self.files.write(name, {"at": time.time()})  # not kept (no file, no Redis): a summary's count, no error
 
     def questions_asked(self, code: str) -> int:
         """How many questions learners who followed the room asked (a count: no name, no text)."""
-        try:
-            return sum(1 for name in os.listdir(self._folder(code) / "asked") if name.endswith(".json"))
-        except OSError:
-            return 0
+        return len(self.files.names(f"{self._folder(code)}/asked"))
 
     def answered_by(self, session: str) -> list[tuple[str, Poll, str]]:
         """Every poll this learner session answered, in any room this store keeps: (room code, poll, the answer as
-        stored), in the order the polls were opened. Found by the session's digest (a listing of the rooms' poll
-        folders; only this session's answers are read)."""
-        name = f"{session_digest(session)}.json"
-        try:
-            rooms = [n[len("polls-"):] for n in os.listdir(self.rooms.folder) if n.startswith("polls-")]
-        except OSError:
-            return []
+        stored), in the order the polls were opened. Found by the session's digest (the rooms' polls listed; only
+        this session's answers are read)."""
+        leaf = f"{session_digest(session)}.json"
         found = []
-        for code in filter(CODE.fullmatch, rooms):
-            try:
-                ids = [n[len("answers-"):] for n in os.listdir(self._folder(code)) if n.startswith("answers-")]
-            except OSError:
+        for code in [f[len("polls-"):] for f in self.files.folders() if f.startswith("polls-")]:
+            if not CODE.fullmatch(code):
                 continue
-            for poll_id in filter(POLL_ID.fullmatch, ids):
-                answer = self._read(self._answers(code, poll_id) / name)
-                poll = self.poll(code, poll_id) if answer and isinstance(answer.get("answer"), str) else None
-                if poll is not None:
+            for poll in self.polls(code):
+                answer = self.files.read(f"{self._answers(code, poll.id)}/{leaf}")
+                if answer and isinstance(answer.get("answer"), str):
                     found.append((code, poll, answer["answer"]))
         return sorted(found, key=lambda f: f[1].opened_at)
 
     # -- reading --------------------------------------------------------------------------------------------
     def count(self, code: str, poll_id: str) -> int:
         """How many sessions have answered (a listing; no answer is read)."""
-        try:
-            return sum(1 for name in os.listdir(self._answers(code, poll_id)) if name.endswith(".json"))
-        except OSError:
-            return 0
+        return len(self.files.names(self._answers(code, poll_id)))
 
     def answers(self, code: str, poll_id: str) -> list[str]:
         folder = self._answers(code, poll_id)
-        try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
-        except OSError:
-            return []
-        answers = [self._read(folder / n) for n in names[:self.max_answers]]
+        answers = [self.files.read(f"{folder}/{n}") for n in self.files.names(folder)[:self.max_answers]]
         return [a["answer"] for a in answers if a and isinstance(a.get("answer"), str)]
 
     def poll(self, code: str, poll_id: str) -> Poll | None:
         if not (CODE.fullmatch(code or "") and POLL_ID.fullmatch(poll_id or "")):
             return None
-        data = self._read(self._folder(code) / f"poll-{poll_id}.json")
+        data = self.files.read(f"{self._folder(code)}/poll-{poll_id}.json")
         return Poll.from_json(data) if data else None
 
     def current(self, code: str) -> Poll | None:
         """The room's poll that is not closed (open or revealed), or None."""
         if not CODE.fullmatch(code or ""):
             return None
-        pointer = self._read(self._folder(code) / "current.json")
+        pointer = self.files.read(f"{self._folder(code)}/current.json")
         poll = self.poll(code, str(pointer.get("poll"))) if pointer else None
         return poll if poll is not None and poll.status != "closed" else None
 
     def polls(self, code: str) -> list[Poll]:
         """Every poll of the room, in the order they were opened (the room summary)."""
-        try:
-            names = [n for n in os.listdir(self._folder(code)) if n.startswith("poll-") and n.endswith(".json")]
-        except OSError:
+        if not CODE.fullmatch(code or ""):
             return []
+        names = [n for n in self.files.names(self._folder(code)) if n.startswith("poll-")]
         found = [self.poll(code, n[len("poll-"):-len(".json")]) for n in names]
         return sorted((p for p in found if p is not None), key=lambda p: p.opened_at)
 
@@ -258,7 +226,7 @@ class PollStore:
         return poll
 
     def _save(self, code: str, poll: Poll) -> None:
-        self._write(self._folder(code) / f"poll-{poll.id}.json", poll.to_json())
+        self._write(f"{self._folder(code)}/poll-{poll.id}.json", poll.to_json())
 
 
 def _with(poll: Poll, **changes) -> Poll:

@@ -68,6 +68,26 @@ def decode(raw: bytes):
         raise ValueError(f"damaged value ({type(e).__name__})") from e
 
 
+def connect(url: str, timeout_s: float = 5.0, connect_timeout_s: float = 0.5, on_connect=None):
+    """A redis-py client that gives up fast and never retries on its own (the caller's backoff decides):
+    a connection after connect_timeout_s, a call on an open one after timeout_s. on_connect(connection): called for
+    every new connection instead of redis-py's own set-up (which it must then do: connection.on_connect())."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=min(connect_timeout_s, timeout_s),
+                                retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
+                                redis_connect_func=on_connect)
+
+
+def unanswered_errors() -> tuple[type[Exception], ...]:
+    """What a Redis that does not answer raises (not imported before a store asks for Redis)."""
+    import redis
+
+    return (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
 def address_of(url: str) -> str:
     """'redis://:secret@10.0.0.2:6390/0' -> '10.0.0.2:6390' (what a page may show: never the password)."""
     parts = urlsplit(url)
@@ -80,14 +100,9 @@ class RedisStore:
                  shares: Callable[[Hashable], bool] = lambda key: True,
                  pending_max_bytes: int = PENDING_MAX_BYTES, watch_s: float = WATCH_S):
         import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
 
-        self.client = redis.Redis.from_url(url, socket_timeout=timeout_s,
-                                           socket_connect_timeout=min(connect_timeout_s, timeout_s),
-                                           retry=Retry(NoBackoff(), 0), retry_on_timeout=False,
-                                           health_check_interval=0, redis_connect_func=self._connected)
-        self._errors = (redis.ConnectionError, redis.TimeoutError, OSError)
+        self.client = connect(url, timeout_s, connect_timeout_s, on_connect=self._connected)
+        self._errors = unanswered_errors()
         self._response_error = redis.ResponseError
         self.where = address_of(url)
         self.prefix, self.shares = prefix, shares

@@ -4,7 +4,6 @@ and foreign values are misses, eviction under maxmemory (allkeys-lru), a value t
 Redis going down and coming back."""
 import os
 import pickle
-import shutil
 import socket
 import subprocess
 import time
@@ -12,64 +11,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kit.redis_server import PASSWORD, REDIS, Server, answers_ping, needs_redis
 
 from pipeline.server.health import free_port
 from pipeline.server.store.memory import RunStore
 from pipeline.server.store.redis_store import HEADER, RedisStore, address_of, decode, encode
 
-REDIS = shutil.which("redis-server")
-pytestmark = pytest.mark.skipif(REDIS is None,
-                                reason="Debian's redis-server is not installed (./run.sh room-store installs it)")
-PASSWORD = "test-room-secret"
-
-
-
-def _answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith((b"+PONG", b"-NOAUTH"))
-    except OSError:
-        return False
-
-
-class Server:
-    def __init__(self, tmp_path, maxmemory: str = "64mb"):
-        self.port, self.dir, self.maxmemory, self.proc = free_port(), tmp_path, maxmemory, None
-        self.url = f"redis://:{PASSWORD}@127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--protected-mode", "yes",
-                                      "--requirepass", PASSWORD, "--maxmemory", self.maxmemory,
-                                      "--maxmemory-policy", "allkeys-lru", "--save", "", "--appendonly", "no",
-                                      "--dir", str(self.dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
-        while not _answers(self.port):
-            assert self.proc.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)  # waiting for the server's port, bounded
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-
-    def kill(self) -> None:
-        """kill -9: no snapshot, no goodbye (this server keeps nothing on disk: it restarts empty)."""
-        self.proc.kill()
-        self.proc.wait(timeout=20)
-
-    def client(self):
-        import redis
-
-        return redis.Redis.from_url(self.url)
+pytestmark = needs_redis
 
 
 @pytest.fixture
-def server(tmp_path):
-    s = Server(tmp_path)
-    s.start()
-    yield s
-    s.stop()
+def server(redis_server):
+    return redis_server
 
 
 def test_put_on_one_replica_is_found_by_another_and_values_are_compressed(server):
@@ -276,7 +229,7 @@ def room_store(tmp_path, port: int) -> subprocess.Popen:
     proc = subprocess.Popen(["bash", "run.sh", "room-store", "127.0.0.1", str(port)], cwd=Path(__file__).parents[3],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20
-    while not _answers(port):
+    while not answers_ping(port):
         assert proc.poll() is None and time.monotonic() < deadline, "room-store did not start"
         time.sleep(0.05)  # waiting for the server's port, bounded
     return proc
@@ -314,7 +267,7 @@ def test_a_room_store_from_before_the_append_only_file_keeps_its_snapshot(tmp_pa
                             "runs.rdb", "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
-        while not _answers(port):
+        while not answers_ping(port):
             assert old.poll() is None and time.monotonic() < deadline, "redis-server did not start"
             time.sleep(0.05)  # waiting for the server's port, bounded
         import redis

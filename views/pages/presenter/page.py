@@ -153,7 +153,7 @@ if following:
     nav[1].button("Stop following", key="pr_unfollow", width="stretch",
                   on_click=lambda: ss.pop("pr_follow", None))
     if not room["saved"]:
-        st.caption("This room is kept in this server's memory only (its folder takes no file): a restart of the "
+        st.caption("This room is kept in this server's memory only (its room store took no file): a restart of the "
                    "server loses it.")
 else:
     params = {**url_state.request_params(), **screen_controls}
@@ -178,9 +178,10 @@ else:
         ss.pr_sent = (stage, params)
         room = room_store().room(code) if code else None
         if not saved:
-            st.warning("This server cannot write its room folder, so this room lives in its memory only: learners "
-                       "on this server follow, learners on another replica of the room do not, and a restart of "
-                       "the server forgets it.", icon="💾")
+            where = code_span(room_store().files.where)
+            st.warning(f"This server cannot write to its room store ({where}), so this room lives in its memory "
+                       "only: learners on this server follow, learners on another replica of the room do not, and a "
+                       "restart of the server forgets it.", icon="💾")
     if code:
         watch_room(code, room_state(room))
     nav = st.columns([1, 6, 1])

@@ -10,23 +10,22 @@ import pytest
 
 from pipeline.server.polls import store as store_module
 from pipeline.server.polls.store import PollClosed, PollStore
-from pipeline.server.room import RoomStore
 
 QUERY = {"q": "How many tokens?"}
 
 
-def open_room_poll(tmp_path):
-    """(the presenter's store, a replica's store on the same folder, code, key, poll id), two answers in."""
-    presenter = PollStore(RoomStore(tmp_path))
+def open_room_poll(replicas):
+    """(the presenter's store, another replica's (kit.redis_server.Replicas), code, key, poll id), two answers in."""
+    presenter = PollStore(replicas())
     code, key, _ = presenter.rooms.create_room(3, QUERY, driver="presenter")
     poll = presenter.open_poll(code, key, "tokens", "How many tokens?", QUERY, real={"count": 5, "answer": "5"})
     presenter.answer(code, poll.id, "early-1", "4")
     presenter.answer(code, poll.id, "early-2", "6")
-    return presenter, PollStore(RoomStore(tmp_path)), code, key, poll.id
+    return presenter, PollStore(replicas()), code, key, poll.id
 
 
-def test_an_answer_arriving_while_reveal_lists_the_answers_is_refused(tmp_path, monkeypatch):
-    presenter, replica, code, key, poll_id = open_room_poll(tmp_path)
+def test_an_answer_arriving_while_reveal_lists_the_answers_is_refused(replicas, monkeypatch):
+    presenter, replica, code, key, poll_id = open_room_poll(replicas)
     outcome = {}
     listing = PollStore.answers
 
@@ -45,17 +44,17 @@ def test_an_answer_arriving_while_reveal_lists_the_answers_is_refused(tmp_path, 
     assert presenter.answer_of(code, poll_id, "late") is None
 
 
-def test_an_answer_written_just_before_reveal_is_taken_back_before_the_listing(tmp_path, monkeypatch):
-    presenter, replica, code, key, poll_id = open_room_poll(tmp_path)
+def test_an_answer_written_just_before_reveal_is_taken_back_before_the_listing(replicas, monkeypatch):
+    presenter, replica, code, key, poll_id = open_room_poll(replicas)
     written, revealing = threading.Event(), threading.Event()
     writing = PollStore._write
 
-    def write(self, path, data):
+    def write(self, path: str, data):
         writing(self, path, data)
-        if self is replica and path.parent.name == f"answers-{poll_id}":
+        if self is replica and path.rsplit("/", 2)[-2] == f"answers-{poll_id}":
             written.set()  # the learner's file is on disk; hold before its second look at the poll ...
             assert revealing.wait(10)  # ... until the presenter's Reveal has marked the poll
-        elif self is presenter and path.name == f"poll-{poll_id}.json" and data.get("revealed_at"):
+        elif self is presenter and path.endswith(f"/poll-{poll_id}.json") and data.get("revealed_at"):
             revealing.set()
 
     monkeypatch.setattr(PollStore, "_write", write)
@@ -77,8 +76,8 @@ def test_an_answer_written_just_before_reveal_is_taken_back_before_the_listing(t
     assert presenter.answer_of(code, poll_id, "late") is None
 
 
-def test_a_reveal_cut_short_is_finished_by_the_next_and_refuses_answers_meanwhile(tmp_path, monkeypatch):
-    presenter, replica, code, key, poll_id = open_room_poll(tmp_path)
+def test_a_reveal_cut_short_is_finished_by_the_next_and_refuses_answers_meanwhile(replicas, monkeypatch):
+    presenter, replica, code, key, poll_id = open_room_poll(replicas)
 
     def the_server_dies(_seconds):
         raise KeyboardInterrupt  # the presenter's server killed between marking the poll and freezing its answers
@@ -96,10 +95,10 @@ def test_a_reveal_cut_short_is_finished_by_the_next_and_refuses_answers_meanwhil
     assert finished.status == "revealed" and sorted(finished.revealed_answers) == ["4", "6"]
 
 
-def test_a_close_during_reveals_wait_stays_closed(tmp_path, monkeypatch):
+def test_a_close_during_reveals_wait_stays_closed(replicas, monkeypatch):
     """The presenter's second tab (or another replica) closes the poll while the first tab's Reveal waits: the poll
     stays closed, and learners' screens do not get it back."""
-    presenter, replica, code, key, poll_id = open_room_poll(tmp_path)
+    presenter, replica, code, key, poll_id = open_room_poll(replicas)
 
     def another_tab_closes(_seconds):
         replica.close(code, key, poll_id)

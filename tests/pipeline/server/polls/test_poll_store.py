@@ -17,8 +17,9 @@ NEXT_TOKEN_REAL = {"top": [{"id": 7, "label": "␣Paris", "text": " Paris", "pro
                            {"id": 9, "label": "␣The", "text": " The", "probability": 0.2}]}
 
 
-def room(tmp_path, **bounds):
-    rooms = RoomStore(tmp_path)
+def room(replicas, **bounds):
+    """(the presenter's PollStore, code, key) of a new room; `replicas` makes the room stores (kit.redis_server)."""
+    rooms = replicas()
     code, key, _ = rooms.create_room(8, QUERY, driver="presenter")
     return PollStore(rooms, **bounds), code, key
 
@@ -29,8 +30,8 @@ def test_the_five_kinds_are_named_as_lesson_files_name_them():
         new_poll("guess_the_weather", "?", QUERY)
 
 
-def test_one_answer_per_session_and_a_second_replaces_the_first(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_one_answer_per_session_and_a_second_replaces_the_first(replicas):
+    polls, code, key = room(replicas)
     poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, stage=8, real=NEXT_TOKEN_REAL)
     polls.answer(code, poll.id, "learner-1", "Paris")
     polls.answer(code, poll.id, "learner-2", "Rome")
@@ -41,12 +42,11 @@ def test_one_answer_per_session_and_a_second_replaces_the_first(tmp_path):
     assert revealed.status == "revealed" and sorted(revealed.revealed_answers) == ["Lyon", "Rome"]
     with pytest.raises(PollClosed):  # Reveal freezes the answers
         polls.answer(code, poll.id, "learner-3", "Paris")
-    names = [p.name for p in (tmp_path / f"polls-{code}" / f"answers-{poll.id}").iterdir()]
-    assert not any("learner" in n for n in names)  # no session id in a file name, only its digest
+    assert not any("learner" in n for n in replicas.everything())  # no session id stored, only its digest
 
 
-def test_answers_are_bounded_and_kept_as_text(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_answers_are_bounded_and_kept_as_text(replicas):
+    polls, code, key = room(replicas)
     poll = polls.open_poll(code, key, "next_token", "", QUERY, real=NEXT_TOKEN_REAL)
     assert poll.question.startswith("What will the model write next")  # an empty question: the kind's own
     stored = polls.answer(code, poll.id, "s", "<img src=x onerror=alert(1)>" + "x" * 10_000)
@@ -69,8 +69,8 @@ def test_answers_are_bounded_and_kept_as_text(tmp_path):
         polls.answer(code, chips.id, "s", "2")  # no such position offered
 
 
-def test_a_poll_takes_a_bounded_count_of_answers_and_a_room_a_bounded_count_of_polls(tmp_path):
-    polls, code, key = room(tmp_path, max_answers=3, max_polls=2)
+def test_a_poll_takes_a_bounded_count_of_answers_and_a_room_a_bounded_count_of_polls(replicas):
+    polls, code, key = room(replicas, max_answers=3, max_polls=2)
     poll = polls.open_poll(code, key, "tokens", "", QUERY)
     for s in ("a", "b", "c"):
         polls.answer(code, poll.id, s, "5")
@@ -83,8 +83,8 @@ def test_a_poll_takes_a_bounded_count_of_answers_and_a_room_a_bounded_count_of_p
         polls.open_poll(code, key, "tokens", "", QUERY)
 
 
-def test_only_the_presenter_key_opens_reveals_or_closes(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_only_the_presenter_key_opens_reveals_or_closes(replicas):
+    polls, code, key = room(replicas)
     guesses = ["", code, key.upper(), key[:-1] + ("0" if key[-1] != "0" else "1"), secrets.token_hex(16),
                hashlib.sha256(f"room:{code}".encode()).hexdigest()[:32], "\udcff" * 32]
     for guess in guesses:
@@ -104,11 +104,11 @@ def test_only_the_presenter_key_opens_reveals_or_closes(tmp_path):
         polls.open_poll("../x", key, "tokens", "", QUERY)
 
 
-def test_polls_are_kept_for_another_replica_and_a_restarted_server(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_polls_are_kept_for_another_replica_and_a_restarted_server(replicas):
+    polls, code, key = room(replicas)
     poll = polls.open_poll(code, key, "tokens", "How many?", QUERY, stage=3, real={"count": 30, "answer": "30"})
     polls.answer(code, poll.id, "on-replica-1", "25")
-    replica = PollStore(RoomStore(tmp_path))  # a fresh store on the same folder: another replica, or a restart
+    replica = PollStore(replicas())  # a fresh store on the same folder: another replica, or a restart
     assert replica.current(code).id == poll.id and replica.current(code).question == "How many?"
     replica.answer(code, poll.id, "on-replica-2", "31")
     replica.answer(code, poll.id, "on-replica-1", "30")  # the same session, its request served by the other replica
@@ -119,18 +119,18 @@ def test_polls_are_kept_for_another_replica_and_a_restarted_server(tmp_path):
     assert replica.current(code) is None and [p.id for p in replica.polls(code)] == [poll.id]
 
 
-def test_thirty_learners_on_two_replicas_answer_at_once_and_each_is_counted_once(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_thirty_learners_on_two_replicas_answer_at_once_and_each_is_counted_once(replicas):
+    polls, code, key = room(replicas)
     poll = polls.open_poll(code, key, "tokens", "", QUERY)
-    replicas = [polls, PollStore(RoomStore(tmp_path))]
+    replicas = [polls, PollStore(replicas())]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda n: replicas[n % 2].answer(code, poll.id, f"learner-{n % 30}", str(n)), range(90)))
     assert polls.count(code, poll.id) == 30
     assert len(polls.reveal(code, key, poll.id).revealed_answers) == 30
 
 
-def test_opening_a_poll_closes_the_one_before(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_opening_a_poll_closes_the_one_before(replicas):
+    polls, code, key = room(replicas)
     first = polls.open_poll(code, key, "tokens", "", QUERY)
     time.sleep(0.01)
     second = polls.open_poll(code, key, "temperature", "", QUERY)
@@ -145,7 +145,7 @@ def test_a_removed_room_takes_its_polls_with_it(tmp_path):
     polls = PollStore(rooms)
     code, key, _ = rooms.create_room(1, QUERY, driver="p")
     polls.open_poll(code, key, "tokens", "", QUERY)
-    entry = rooms.index.entries[f"room-{code}.json"]
+    entry = rooms.files.index.entries[f"room-{code}.json"]
     entry.mtime -= 4 * 3600  # left for four hours: no longer live
     import os
     os.utime(tmp_path / f"room-{code}.json", (entry.mtime, entry.mtime))
@@ -159,15 +159,16 @@ def test_clean_answer_is_what_the_store_keeps():
     assert clean_answer(poll, "48") == "48"
 
 
-def test_learners_questions_are_counted_once_each_and_never_kept(tmp_path):
-    polls, code, _ = room(tmp_path)
+def test_learners_questions_are_counted_once_each_and_never_kept(replicas):
+    polls, code, _ = room(replicas)
     sky = "Why is the sky blue?"
     for session, question in [("a", sky), ("a", sky), ("b", sky), ("a", "What is a prime?")]:
         polls.note_question(code, session, question)
-    assert polls.questions_asked(code) == 3 and PollStore(RoomStore(tmp_path)).questions_asked(code) == 3
-    assert not any("sky" in p.read_text() or "sky" in p.name for p in tmp_path.rglob("*.json"))
+    assert polls.questions_asked(code) == 3 and PollStore(replicas()).questions_asked(code) == 3
+    assert not any("sky" in text for text in replicas.everything())
+    before = replicas.everything()
     polls.note_question("abcdef", "a", "no such room")
-    assert not (tmp_path / "polls-abcdef").exists()
+    assert replicas.everything() == before
 
 
 def test_a_pick_among_the_models_tokens_takes_only_those():
@@ -177,8 +178,8 @@ def test_a_pick_among_the_models_tokens_takes_only_those():
         clean_answer(poll, "Lyon")
 
 
-def test_a_learners_answers_are_found_across_rooms_by_their_session_only(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_a_learners_answers_are_found_across_rooms_by_their_session_only(replicas):
+    polls, code, key = room(replicas)
     other_code, other_key, _ = polls.rooms.create_room(3, QUERY, driver="presenter")
     first = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
     polls.answer(code, first.id, "learner-1", "paris")
@@ -201,16 +202,16 @@ class _Late(PollStore):
     meanwhile = staticmethod(lambda: None)
 
     def _write(self, path, data):
-        if path.parent.name.startswith("answers-"):
+        if path.rsplit("/", 2)[-2].startswith("answers-"):
             self.meanwhile()
         super()._write(path, data)
 
 
-def test_an_answer_written_after_another_servers_reveal_is_taken_back(tmp_path):
-    polls, code, key = room(tmp_path)
+def test_an_answer_written_after_another_servers_reveal_is_taken_back(replicas):
+    polls, code, key = room(replicas)
     poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
     polls.answer(code, poll.id, "early", "Rome")
-    late = _Late(polls.rooms)  # a second store on the same folder
+    late = _Late(replicas())  # a second store on the same folder
     late.answer(code, poll.id, "changed", "Paris")
     late.meanwhile = lambda: polls.reveal(code, key, poll.id)  # the open check passes, then Reveal, then the write
     with pytest.raises(PollClosed):
@@ -225,11 +226,11 @@ def test_an_answer_written_after_another_servers_reveal_is_taken_back(tmp_path):
     assert polls.count(code, poll.id) == len(frozen)
 
 
-def test_the_answer_past_the_limit_from_a_racing_server_is_taken_back(tmp_path):
-    polls, code, key = room(tmp_path, max_answers=2)
+def test_the_answer_past_the_limit_from_a_racing_server_is_taken_back(replicas):
+    polls, code, key = room(replicas, max_answers=2)
     poll = polls.open_poll(code, key, "next_token", "What comes next?", QUERY, real=NEXT_TOKEN_REAL)
     polls.answer(code, poll.id, "first", "Rome")
-    late = _Late(polls.rooms, max_answers=2)
+    late = _Late(replicas(), max_answers=2)
     late.meanwhile = lambda: polls.answer(code, poll.id, "second", "Paris")  # takes the last place meanwhile
     with pytest.raises(PollFull):
         late.answer(code, poll.id, "third", "Lyon")

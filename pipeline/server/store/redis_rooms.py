@@ -1,0 +1,189 @@
+"""A room's files in the room's Redis (`TPE_STORE=redis://...`): the rooms, short links and polls every host's
+replicas share, as `DiskRoomFiles` keeps them in one folder for the replicas of one machine
+(pipeline/server/room_files.py has the calls both answer).
+
+Keys, all under `tpe:room:`:
+- `f:NAME`: a top-level file (`link-CODE.json`, `room-CODE.json`), its JSON as a string;
+- `d:FOLDER`: a hash of the files directly in FOLDER (`d:polls-CODE` holds `current.json` and `poll-ID.json`,
+  `d:polls-CODE/answers-ID` one field per learner session), so listing or counting a folder is one call;
+- `sub:TOP`: the `d:` keys under a top-level folder; `folders`: the top-level folders, scored by their last write;
+- `live`, `client:WHO`: the rooms, scored by when they were last seen (all, and per starting client's digest);
+- `links`: the short links, scored by when they were written.
+
+How long: a room and its polls stay KEEP_S after the room was last seen (each touch — a page of the room asking,
+at most once a minute per replica — renews them); a link LINK_KEEP_S after it was written. Over `max_links` links
+the oldest go. Live rooms are counted from `live` and `client:WHO` (seen within LIVE_S), as the disk's index counts
+them, so a new room is refused at the same bounds. Redis's own `maxmemory` with `allkeys-lru` (`./run.sh
+room-store`) evicts the least recently used keys first: a live room is read every few seconds by its pages, so runs
+(megabytes, asked less often) go long before it.
+
+Redis down: a call gives up (0.5 s to connect, 5 s on an open connection) and Redis is skipped for a backoff
+(0.5 s doubling to 30 s); meanwhile a read is None, a write False (the room store then keeps the room in this
+replica's memory and both screens say so), a count 0.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from pipeline.server.room_index import LIVE_S
+from pipeline.server.store.redis_store import BACKOFF_S, address_of, connect, unanswered_errors
+
+PREFIX = "tpe:room:"
+KEEP_S = 7 * 24 * 3600  # a room and its polls, after it was last seen: a week's workshop, and its summaries
+LINK_KEEP_S = 30 * 24 * 3600  # a short link, after it was made
+log = logging.getLogger("pipeline.server.store.redis_rooms")
+
+
+class _Down(Exception):
+    """Redis did not answer (or is being skipped during its backoff)."""
+
+
+def top_level(name: str) -> bool:
+    """'room-abc123.json' is; 'polls-abc123/current.json' is not (a file of a folder: a field of its hash)."""
+    return "/" not in name
+
+
+def polls_folder(room_name: str) -> str:
+    """'room-abc123.json' -> 'polls-abc123': the folder of the room's polls, which lives and goes with it."""
+    return f"polls-{room_name[len('room-'):-len('.json')]}"
+
+
+class RedisRoomFiles:
+    def __init__(self, url: str, max_links: int, timeout_s: float = 5.0, connect_timeout_s: float = 0.5):
+        self.client = connect(url, timeout_s, connect_timeout_s)
+        self._errors = unanswered_errors()
+        self.where = f"Redis at {address_of(url)}"
+        self.max_links = max_links
+        self.problem: str | None = None  # why Redis is not being used now, in words (None: it is)
+        self._lock = threading.Lock()
+        self._skip_until, self._backoff = 0.0, BACKOFF_S[0]
+
+    def _call(self, fn):
+        """fn(pipeline)'s answers, run as one transaction-free round trip; _Down when Redis is skipped or does not
+        answer (then the backoff starts)."""
+        if time.monotonic() < self._skip_until:
+            raise _Down
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            fn(pipe)
+            answers = pipe.execute()
+        except self._errors as e:
+            with self._lock:
+                self._skip_until = time.monotonic() + self._backoff
+                self._backoff = min(self._backoff * 2, BACKOFF_S[1])
+                if self.problem is None:
+                    log.warning("room store at %s unavailable: %s", self.where, e)
+                self.problem = f"the room's shared store ({self.where}) is unavailable"
+            raise _Down from e
+        if self.problem is not None:
+            with self._lock:
+                self.problem, self._backoff = None, BACKOFF_S[0]
+        return answers
+
+    # -- files ------------------------------------------------------------------------------------------
+    def read(self, name: str) -> dict | None:
+        try:
+            if top_level(name):
+                raw, = self._call(lambda p: p.get(PREFIX + "f:" + name))
+            else:
+                folder, leaf = name.rsplit("/", 1)
+                raw, = self._call(lambda p: p.hget(PREFIX + "d:" + folder, leaf))
+        except _Down:
+            return None
+        try:
+            data = json.loads(raw) if raw is not None else None
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def write(self, name: str, data: dict) -> bool:
+        text, now = json.dumps(data, ensure_ascii=False), time.time()
+        try:
+            if not top_level(name):
+                self._call(lambda p: self._write_nested(p, name, text, now))
+            elif name.startswith("room-"):
+                who = PREFIX + "client:" + str(data.get("client", ""))
+                self._call(lambda p: (p.set(PREFIX + "f:" + name, text, ex=KEEP_S),
+                                      p.zadd(PREFIX + "live", {name: now}), p.zadd(who, {name: now}),
+                                      p.expire(who, KEEP_S)))
+            else:
+                self._call(lambda p: (p.set(PREFIX + "f:" + name, text, ex=LINK_KEEP_S),
+                                      p.zadd(PREFIX + "links", {name: now})))
+                self._bound_links()
+        except _Down:
+            return False
+        return True
+
+    @staticmethod
+    def _write_nested(p, name: str, text: str, now: float) -> None:
+        folder, leaf = name.rsplit("/", 1)
+        top = name.split("/", 1)[0]
+        key = PREFIX + "d:" + folder
+        p.hset(key, leaf, text)
+        p.expire(key, KEEP_S)
+        p.sadd(PREFIX + "sub:" + top, key)
+        p.expire(PREFIX + "sub:" + top, KEEP_S)
+        p.zadd(PREFIX + "folders", {top: now})
+
+    def _bound_links(self) -> None:
+        """Past max_links links, the oldest written go."""
+        count, = self._call(lambda p: p.zcard(PREFIX + "links"))
+        if count <= self.max_links:
+            return
+        oldest = self._call(lambda p: p.zpopmin(PREFIX + "links", count - self.max_links))[0]
+        if oldest:
+            self._call(lambda p: p.delete(*[PREFIX + "f:" + n.decode() for n, _ in oldest]))
+
+    def remove(self, name: str) -> None:
+        try:
+            if top_level(name):
+                self._call(lambda p: (p.delete(PREFIX + "f:" + name), p.zrem(PREFIX + "links", name)))
+            else:
+                folder, leaf = name.rsplit("/", 1)
+                self._call(lambda p: p.hdel(PREFIX + "d:" + folder, leaf))
+        except _Down:
+            pass
+
+    def names(self, folder: str) -> list[str]:
+        try:
+            keys, = self._call(lambda p: p.hkeys(PREFIX + "d:" + folder))
+        except _Down:
+            return []
+        return sorted(k.decode() for k in keys if k.endswith(b".json"))
+
+    def folders(self) -> list[str]:
+        try:
+            _, found = self._call(lambda p: (p.zremrangebyscore(PREFIX + "folders", "-inf", time.time() - KEEP_S),
+                                             p.zrange(PREFIX + "folders", 0, -1)))
+        except _Down:
+            return []
+        return sorted(f.decode() for f in found)
+
+    # -- rooms --------------------------------------------------------------------------------------------
+    def touch(self, name: str, client: str) -> None:
+        """Room `name` seen now: it and its polls are kept KEEP_S from now, and it counts as live."""
+        now, key, sub = time.time(), PREFIX + "f:" + name, PREFIX + "sub:" + polls_folder(name)
+        try:
+            there, folders = self._call(lambda p: (p.expire(key, KEEP_S), p.smembers(sub)))
+            who = PREFIX + "client:" + client
+            if not there:  # gone (expired, evicted): no longer counted
+                self._call(lambda p: (p.zrem(PREFIX + "live", name), p.zrem(who, name)))
+                return
+            self._call(lambda p: (p.zadd(PREFIX + "live", {name: now}), p.zadd(who, {name: now}),
+                                  p.expire(who, KEEP_S), p.expire(sub, KEEP_S),
+                                  *[p.expire(f.decode(), KEEP_S) for f in folders]))
+        except _Down:
+            pass
+
+    def live_rooms(self, client: str | None = None) -> int:
+        """Rooms seen within LIVE_S: all of them, or those `client` (a digest) started."""
+        key, now = PREFIX + ("live" if client is None else "client:" + client), time.time()
+        try:
+            _, count = self._call(lambda p: (p.zremrangebyscore(key, "-inf", now - KEEP_S),
+                                             p.zcount(key, now - LIVE_S, "+inf")))
+        except _Down:
+            return 0
+        return int(count)
