@@ -172,9 +172,11 @@ class RedisRoomFiles:
             if not there:  # gone (expired, evicted): no longer counted
                 self._call(lambda p: (p.zrem(PREFIX + "live", name), p.zrem(who, name)))
                 return
+            polls = {polls_folder(name): now} if folders else {}  # still listed for "My session" (folders())
             self._call(lambda p: (p.zadd(PREFIX + "live", {name: now}), p.zadd(who, {name: now}),
                                   p.expire(who, KEEP_S), p.expire(sub, KEEP_S),
-                                  *[p.expire(f.decode(), KEEP_S) for f in folders]))
+                                  *[p.expire(f.decode(), KEEP_S) for f in folders],
+                                  *([p.zadd(PREFIX + "folders", polls)] if polls else [])))
         except _Down:
             pass
 

@@ -88,8 +88,10 @@ def test_a_rooms_pages_renew_its_lifetime_and_its_polls_and_a_room_gone_is_gone_
     keys = [PREFIX + f"f:room-{code}.json", PREFIX + f"d:polls-{code}", PREFIX + f"d:polls-{code}/answers-{poll.id}"]
     for k in keys:
         client.expire(k, 100)  # as if days had passed since the room was last seen
+    client.zadd(PREFIX + "folders", {f"polls-{code}": time.time() - KEEP_S + 100})
     b.room(code, seen=True)  # a follower's page asks (on another host)
     assert all(KEEP_S - 60 < client.ttl(k) <= KEEP_S for k in keys)
+    assert client.zscore(PREFIX + "folders", f"polls-{code}") > time.time() - 60  # still found for "My session"
     a.room(code)  # a read that is not a page of the room does not renew it
     client.delete(PREFIX + f"f:room-{code}.json")  # its lifetime ended (or Redis's memory bound evicted it)
     assert a.room(code) is None and b.room(code, seen=True) is None  # its followers are told (the pages say so)
