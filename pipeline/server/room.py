@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pipeline.server.room_files import RoomFiles, room_files
+from pipeline.server.room_files import DiskRoomFiles, RoomFiles, StoreUnavailable
 from pipeline.server.room_index import LIVE_S
 from pipeline.text.counts import plural
 
@@ -126,6 +126,7 @@ class RoomStore:
         self._lock = threading.RLock()  # a write reads first, under the same lock
         self._memory: OrderedDict[str, dict] = OrderedDict()  # name -> data the folder did not take
         self._touched: dict[str, float] = {}  # room file -> when this process last wrote its "seen" time
+        self._recent: OrderedDict[str, dict] = OrderedDict()  # room file -> what the store last gave (its outages)
 
     def _write(self, name: str, data: dict) -> bool:
         """Write one file; False when it was not kept (a folder that takes no file, Redis unavailable): the data is
@@ -141,10 +142,27 @@ class RoomStore:
             return True
 
     def _read(self, name: str) -> dict | None:
-        """The data of one file, the memory's copy first (it is newer than a file the folder refused to replace)."""
-        if name in self._memory:
-            return self._memory[name]
-        return self.files.read(name)
+        """The data of one file, the memory's copy first (it is newer than a file the folder refused to replace).
+        A store that does not answer (Redis away) is not a file gone: the last copy this process read is used, so a
+        presenter keeps the room and followers keep following until it is back."""
+        data = self._memory.get(name)
+        if data is not None:
+            return data
+        try:
+            data = self.files.read(name)
+        except StoreUnavailable:
+            return self._recent.get(name)
+        if not name.startswith("room-"):  # a room is small and its outage matters; links are not kept twice
+            return data
+        with self._lock:
+            if data is None:
+                self._recent.pop(name, None)
+            else:
+                self._recent[name] = data
+                self._recent.move_to_end(name)
+                while len(self._recent) > MEMORY_ENTRIES:
+                    self._recent.popitem(last=False)
+        return data
 
     def put_link(self, query: dict[str, str]) -> str | None:
         """A short code for these query parameters (the same parameters always give the same code), or None
@@ -234,6 +252,18 @@ class RoomStore:
         return {"stage": data["stage"], "query": {str(k): str(v) for k, v in data["query"].items()},
                 "driver": str(data.get("driver", "")), "moved_at": float(data.get("moved_at") or 0),
                 "saved": name not in self._memory}
+
+
+def room_files(folder: Path, max_files: int, max_bytes: int) -> RoomFiles:
+    """The room's files: in Redis when TPE_STORE names it (shared by every host's replicas), else in `folder`."""
+    from pipeline.server.store.shared import store_url
+
+    url = store_url()
+    if url is None:
+        return DiskRoomFiles(folder, max_files, max_bytes)
+    from pipeline.server.store.redis_rooms import RedisRoomFiles
+
+    return RedisRoomFiles(url, max_links=max_files)
 
 
 class RoomRefused(Exception):

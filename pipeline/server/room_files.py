@@ -3,13 +3,15 @@ replica on every host reads the room, its short links and its polls that another
 
 Names are relative paths: `link-CODE.json` and `room-CODE.json` at the top, a room's polls under `polls-CODE/`
 (`polls-CODE/poll-ID.json`, `polls-CODE/answers-ID/DIGEST.json`: pipeline/server/polls/store.py). Both backends give
-the same answers to the same calls: `read` (None for a missing or unreadable file, never an error), `write` (False
+the same answers to the same calls: `read` (None for a missing or unreadable file; StoreUnavailable when Redis does
+not answer, so that a room is never taken for gone while its store is away), `write` (False
 when the file was not kept: a folder that takes no file, Redis unavailable), `remove`, `names` (the files directly in
 a folder), `folders` (the top level's folders), and for rooms `touch` (seen now) and `live_rooms` (seen within LIVE_S,
 all or one client's). Which links and rooms are kept, and for how long: `room_index` on disk, Redis's keys' lifetimes
 and a bound on links in `pipeline/server/store/redis_rooms.py`; a live room is never removed by either.
 
-`TPE_STORE=redis://...` (the same variable as the runs' store: pipeline/server/store/shared.py) picks Redis.
+`TPE_STORE=redis://...` (the same variable as the runs' store: pipeline/server/store/shared.py) picks Redis
+(`room.room_files`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,11 @@ from typing import Protocol
 
 from pipeline.core.files import write_atomic
 from pipeline.server.room_index import FolderIndex
+
+
+class StoreUnavailable(OSError):
+    """The room's store did not answer (Redis down, or skipped during its backoff): not the same as a missing file,
+    which `read` says with None. A folder never raises it."""
 
 
 class RoomFiles(Protocol):
@@ -108,15 +115,3 @@ class DiskRoomFiles:
         with self._lock:
             self.index.rescan_if_due()
             return self.index.live_rooms(client)
-
-
-def room_files(folder: Path, max_files: int, max_bytes: int) -> RoomFiles:
-    """The room's files: in Redis when TPE_STORE names it (shared by every host's replicas), else in `folder`."""
-    from pipeline.server.store.shared import store_url
-
-    url = store_url()
-    if url is None:
-        return DiskRoomFiles(folder, max_files, max_bytes)
-    from pipeline.server.store.redis_rooms import RedisRoomFiles
-
-    return RedisRoomFiles(url, max_links=max_files)

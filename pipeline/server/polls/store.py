@@ -32,6 +32,7 @@ import time
 
 from pipeline.server.polls.record import POLL_ID, Poll, clean_answer, new_poll
 from pipeline.server.room import CODE, RoomStore
+from pipeline.server.room_files import StoreUnavailable
 
 MAX_POLLS = 50  # a whole day's workshop asks a few dozen questions
 MAX_ANSWERS = 300  # learner sessions per poll: a lecture hall, with room for reloads (each a new session)
@@ -68,6 +69,14 @@ class PollStore:
         if not POLL_ID.fullmatch(poll_id or ""):
             raise ValueError("poll id")
         return f"{self._folder(code)}/answers-{poll_id}"
+
+    def _read(self, name: str) -> dict | None:
+        """A file's data; None when it is missing, or while the room's store does not answer (a poll is then not
+        shown for a moment, and an answer's write fails with the reason)."""
+        try:
+            return self.files.read(name)
+        except StoreUnavailable:
+            return None
 
     def _write(self, name: str, data: dict) -> None:
         if not self.files.write(name, data):
@@ -131,7 +140,7 @@ class PollStore:
             raise PollClosed("This poll is closed: the presenter has revealed the answers or moved on.")
         stored = clean_answer(poll, text)
         name = f"{self._answers(code, poll_id)}/{session_digest(session)}.json"
-        before = self.files.read(name)  # this session's earlier answer, or None
+        before = self._read(name)  # this session's earlier answer, or None
         if before is None and self.count(code, poll_id) >= self.max_answers:
             raise PollFull(f"This poll has taken {self.max_answers} answers, its most.")
         self._write(name, {"answer": stored, "at": time.time()})
@@ -154,7 +163,7 @@ class PollStore:
             self.files.remove(name)
 
     def answer_of(self, code: str, poll_id: str, session: str) -> str | None:
-        data = self.files.read(f"{self._answers(code, poll_id)}/{session_digest(session)}.json")
+        data = self._read(f"{self._answers(code, poll_id)}/{session_digest(session)}.json")
         answer = data.get("answer") if data else None
         return answer if isinstance(answer, str) else None
 
@@ -165,7 +174,7 @@ class PollStore:
             return
         digest = hashlib.sha256(f"{session_digest(session)}|{question}".encode("utf-8", "surrogatepass"))
         name = f"{self._folder(code)}/asked/{digest.hexdigest()[:32]}.json"
-        if self.files.read(name) is None:
+        if self._read(name) is None:
             self.files.write(name, {"at": time.time()})  # not kept (no file, no Redis): a summary's count, no error
 
     def questions_asked(self, code: str) -> int:
@@ -174,16 +183,18 @@ class PollStore:
 
     def answered_by(self, session: str) -> list[tuple[str, Poll, str]]:
         """Every poll this learner session answered, in any room this store keeps: (room code, poll, the answer as
-        stored), in the order the polls were opened. Found by the session's digest (the rooms' polls listed; only
-        this session's answers are read)."""
+        stored), in the order the polls were opened. Found by the session's digest (the rooms' polls listed; a poll
+        is read only where this session answered it)."""
         leaf = f"{session_digest(session)}.json"
         found = []
         for code in [f[len("polls-"):] for f in self.files.folders() if f.startswith("polls-")]:
             if not CODE.fullmatch(code):
                 continue
-            for poll in self.polls(code):
-                answer = self.files.read(f"{self._answers(code, poll.id)}/{leaf}")
-                if answer and isinstance(answer.get("answer"), str):
+            ids = [n[len("poll-"):-len(".json")] for n in self.files.names(self._folder(code)) if n.startswith("poll-")]
+            for poll_id in filter(POLL_ID.fullmatch, ids):
+                answer = self._read(f"{self._answers(code, poll_id)}/{leaf}")
+                poll = self.poll(code, poll_id) if answer and isinstance(answer.get("answer"), str) else None
+                if poll is not None:
                     found.append((code, poll, answer["answer"]))
         return sorted(found, key=lambda f: f[1].opened_at)
 
@@ -194,20 +205,20 @@ class PollStore:
 
     def answers(self, code: str, poll_id: str) -> list[str]:
         folder = self._answers(code, poll_id)
-        answers = [self.files.read(f"{folder}/{n}") for n in self.files.names(folder)[:self.max_answers]]
+        answers = [self._read(f"{folder}/{n}") for n in self.files.names(folder)[:self.max_answers]]
         return [a["answer"] for a in answers if a and isinstance(a.get("answer"), str)]
 
     def poll(self, code: str, poll_id: str) -> Poll | None:
         if not (CODE.fullmatch(code or "") and POLL_ID.fullmatch(poll_id or "")):
             return None
-        data = self.files.read(f"{self._folder(code)}/poll-{poll_id}.json")
+        data = self._read(f"{self._folder(code)}/poll-{poll_id}.json")
         return Poll.from_json(data) if data else None
 
     def current(self, code: str) -> Poll | None:
         """The room's poll that is not closed (open or revealed), or None."""
         if not CODE.fullmatch(code or ""):
             return None
-        pointer = self.files.read(f"{self._folder(code)}/current.json")
+        pointer = self._read(f"{self._folder(code)}/current.json")
         poll = self.poll(code, str(pointer.get("poll"))) if pointer else None
         return poll if poll is not None and poll.status != "closed" else None
 
