@@ -1,6 +1,6 @@
 """A room of 30 answers one poll: every answer counted once, no error, within 10 s.
 
-  .venv/bin/python bench/room_poll_bench.py [--learners 30] [--replicas 2] [--folder DIR]
+  .venv/bin/python bench/room_poll_bench.py [--learners 30] [--replicas 2] [--folder DIR] [--store redis://...]
 
 The presenter's process makes a room in a fresh room folder (or --folder: a shared one, e.g. the NFS folder of a
 room on several hosts) and opens a `tokens` poll. Then `--replicas` processes, each with its own store on that folder
@@ -10,6 +10,8 @@ twice (its second answer replaces its first), the sessions spread over the repli
 "N answered" every 0.2 s, as the page's 3-second watch does. Printed: the time until every answer is in, each
 answer's latency (p50, p95, max), errors, and whether Reveal's frozen answers are exactly the second answers, one per
 session. Exits 1 if an answer is lost or counted twice, an error happened, or it took over 10 s.
+--store URL: the room in that Redis (TPE_STORE, as `./run.sh room-host --store` gives every host's replicas), each
+replica process on a folder of its own, as on several hosts: only Redis joins them.
 
   .venv/bin/python bench/room_poll_bench.py --server [--learners 30] [--rounds 2]
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -37,14 +40,17 @@ from pathlib import Path
 
 from pipeline.server.polls.store import PollStore
 from pipeline.server.room import RoomStore
+from pipeline.server.store.shared import STORE_ENV
 
 LIMIT_S = 10.0  # the issue's target: a room of 30 answers within 10 s
 
 
 def replica(folder: str, code: str, poll_id: str, rounds: list[list[tuple[str, str]]], start: float, barrier,
-            out) -> None:
+            out, store_url: str | None = None) -> None:
     """One replica's process: answers for its sessions, round by round (a learner's second answer comes after their
-    first was taken, on whichever replica); (latencies, errors) sent back."""
+    first was taken, on whichever replica); (latencies, errors) sent back. store_url: the room's Redis (TPE_STORE)."""
+    if store_url:
+        os.environ[STORE_ENV] = store_url
     store = PollStore(RoomStore(Path(folder)))
     while time.time() < start:
         time.sleep(0.001)
@@ -66,6 +72,7 @@ def main() -> int:
     ap.add_argument("--learners", type=int, default=30)
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--folder", help="the room folder (default: a fresh temporary one)")
+    ap.add_argument("--store", help="a redis:// URL: the room in that Redis, each replica on a folder of its own")
     ap.add_argument("--server", action="store_true", help="learners asking new questions on a real server, rounds "
                     "with and without a poll that all of them answer")
     ap.add_argument("--rounds", type=int, default=2, help="with --server: rounds of each side (default 2)")
@@ -76,6 +83,8 @@ def main() -> int:
 
         return run_on_server(args.learners, args.rounds, args.timeout)
     folder = Path(args.folder or tempfile.mkdtemp(prefix="room-poll-bench-"))
+    if args.store:
+        os.environ[STORE_ENV] = args.store
     rooms = RoomStore(folder)
     code, key, _ = rooms.create_room(3, {"q": "How many tokens?"}, driver="bench")
     polls = PollStore(rooms)
@@ -90,7 +99,9 @@ def main() -> int:
     ctx = multiprocessing.get_context("spawn")
     out, barrier = ctx.Queue(), ctx.Barrier(args.replicas)
     start = time.time() + 3.0  # every process started before the first answer
-    procs = [ctx.Process(target=replica, args=(str(folder), code, poll.id, w, start, barrier, out)) for w in work]
+    homes = [folder / f"host-{i}" if args.store else folder for i in range(args.replicas)]  # Redis: hosts apart
+    procs = [ctx.Process(target=replica, args=(str(home), code, poll.id, w, start, barrier, out, args.store))
+             for home, w in zip(homes, work)]
     for p in procs:
         p.start()
     counts = []
@@ -111,6 +122,7 @@ def main() -> int:
     frozen = sorted(polls.reveal(code, key, poll.id).revealed_answers)
     exact = frozen == sorted(final.values())
     p95 = latencies[int(0.95 * (len(latencies) - 1))]
+    print(f"room store: {rooms.files.where}")
     print(f"{args.learners} learners, {args.replicas} replicas, {len(latencies)} answers (each learner twice): all in "
           f"{done_s:.2f} s after the start")
     print(f"answer latency: p50 {statistics.median(latencies) * 1000:.1f} ms, p95 {p95 * 1000:.1f} ms, "
