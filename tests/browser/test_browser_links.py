@@ -251,7 +251,9 @@ def test_a_reload_during_a_run_brings_back_the_question_typed(server, browser):
         # still going: no mark newer than before (the run going on has made the old one stale: run_mark says '')
         assert run_mark(page) in (before, ""), "the run ended: it was to be still going"
         page.reload()
-        assert question_shown(page) == typed
+        # the reloaded page's box, drawn before its (slow) run's page: up to 120 s (the 30 s default was passed by a
+        # reload at load 18 on the 2 cores, the box still empty)
+        assert question_shown(page, timeout_s=120) == typed
 
 
 def test_a_token_of_journeys_strip_opens_its_lens_on_layers(server, browser):
