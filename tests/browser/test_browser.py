@@ -2,16 +2,16 @@
 
 Moves the temperature slider, draws 1,000 times, selects a head, then visits every page with a question holding
 HTML (which must show as text), saving a screenshot of each under artifacts/browser/, and checks that no request
-left the machine. The server
+left the machine; on Compare models, the Korean question's chips are drawn where a reader sees them. The server
 runs the tiny random-weight model (conftest's `tiny_server_cache`): what is checked here is layout,
 controls and escaping, not what the real weights answer.
 """
 import os
 import re
-from urllib.parse import urlparse
+from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, choose, settle, watch
+from kit.browser import CHROMIUM, SHOTS, app_server, choose, new_tab, settle, watch
 
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 
@@ -26,21 +26,25 @@ def server(tiny_server_cache):
 
 
 @pytest.fixture(scope="module")
-def browser_page(server):
-    from playwright.sync_api import sync_playwright
+def context(chromium):
+    """The module's browser context (kit.browser_fixtures' Chromium): the shared page below, and tabs of their own."""
+    context = chromium.new_context(viewport={"width": 1400, "height": 3000})
+    yield context
+    context.close()
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = watch(browser.new_page(viewport={"width": 1400, "height": 3000}))
-        page.dialogs = []
-        page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
-        page.hosts = set()  # every host the page asked for anything (scripts, fonts, images, the app's socket)
-        page.on("request", lambda r: page.hosts.add(urlparse(r.url).netloc) if r.url.startswith("http") else None)
-        page.goto(server)
-        settle(page, timeout=300)  # first run: model load and the default request's trace
-        yield page
-        browser.close()
+
+@pytest.fixture(scope="module")
+def browser_page(server, context):
+    """The page most tests here share: the app's first page drawn once for them."""
+    page = watch(context.new_page())
+    page.dialogs = []
+    page.on("dialog", lambda d: (page.dialogs.append(d.message), d.dismiss()))
+    page.hosts = set()  # every host the page asked for anything (scripts, fonts, images, the app's socket)
+    page.on("request", lambda r: page.hosts.add(urlparse(r.url).netloc) if r.url.startswith("http") else None)
+    page.goto(server)
+    settle(page, timeout=300)  # first run: model load and the default request's trace
+    yield page
+    page.close()
 
 
 def page_titles() -> list[str]:
@@ -152,3 +156,38 @@ def test_a_lone_surrogate_typed_in_a_box_is_removed_with_a_note_naming_the_box(b
     # end-of-run mark in a whole-suite run, not explained)
     browser_page.get_by_text("tomatoplum", exact=True).first.wait_for(timeout=120_000)
     check_page(browser_page, "tokens_lone_surrogate")
+
+
+# Chips (ui/more_below.py): on Compare models, the Korean question's chips in each model's column are drawn where a
+# reader sees them, not clipped by a box of fixed height (SmolLM2's column once hid all of them below its system
+# prompt, with no cue). Tiny models; screenshot artifacts/browser/readable_compare_korean.png.
+KOREAN = "토마토는 과일인가요?"
+# For each chip of the user's turn (its title ends in '· user'): the part of it that no clipping box around it inside
+# its column (overflow other than visible) cuts off, as a share of its own area. 1 = wholly inside every such box.
+SHOWN_SHARES = """() => [...document.querySelectorAll('[data-testid="stMain"] span[title*="· user"]')].map(chip => {
+    let r = chip.getBoundingClientRect(); let [l, t, rr, b] = [r.left, r.top, r.right, r.bottom];
+    for (let a = chip.parentElement; a && !a.matches('[data-testid="stColumn"], [data-testid="stMain"]');
+         a = a.parentElement) {  // the boxes drawn around the chips, not the page's own scrolling
+        const s = getComputedStyle(a);
+        if (s.overflowX === 'visible' && s.overflowY === 'visible') continue;
+        const c = a.getBoundingClientRect();
+        l = Math.max(l, c.left); t = Math.max(t, c.top); rr = Math.min(rr, c.right); b = Math.min(b, c.bottom);
+    }
+    const area = r.width * r.height;
+    return area ? Math.max(0, rr - l) * Math.max(0, b - t) / area : 0; })"""
+
+
+def test_the_korean_question_shows_in_both_columns_of_compare(context, server):
+    """On a tab of its own (its own session, a 1000-pixel-high window), beside the page the other tests share."""
+    with new_tab(context, height=1000) as page:
+        page.goto(f"{server}/compare-models?{urlencode({'q': KOREAN})}")
+        settle(page)
+        main = page.locator('[data-testid="stMain"]')
+        main.get_by_text("2. The prompt each model reads").wait_for(timeout=300_000)  # the comparison, once done
+        main.locator('span[title*="· user"]').first.wait_for(timeout=60_000)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        main.get_by_text("2. The prompt each model reads").evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(SHOTS / "readable_compare_korean.png"))
+        shares = page.evaluate(SHOWN_SHARES)
+        assert len(shares) >= 2 * 7, shares  # both columns: at least one chip per character of the question
+        assert min(shares) > 0.99, f"user chips clipped: {shares}"

@@ -5,17 +5,48 @@ import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, choose, fresh_page, question_shown, run_mark, settle, watch
+from kit.browser import CHROMIUM, SHOTS, choose, new_tab, question_shown, run_mark, settle
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
 
 PHISHING_QUERY = "seed=%5BSession%20expired%3A%20log%20in%20again%5D%28http%3A//evil.example/login%29"
+SLOW = "(a slow run)"  # a question holding it runs slowly on the module's server (kit.slow_app)
 
 
-def test_a_tampered_parameter_shows_its_text_not_a_link(tiny_server, chromium):
-    with fresh_page(chromium, height=1600) as page:
-        page.goto(f"{tiny_server}/journey?{PHISHING_QUERY}")
+@pytest.fixture(scope="module")
+def server(tiny_server_cache, tmp_path_factory):
+    """The module's one app server, on the tiny models: app.py slowed only on the runs whose question holds SLOW
+    (kit.slow_app), for the reload test; every other run is as usual. One server's start, first page and warm-up
+    for the file instead of two (a plain one and a slowed one)."""
+    from kit.slow_app import slowed_app_server
+
+    with slowed_app_server(tmp_path_factory.mktemp("slowed"), "browser-links.log", tiny_server_cache,
+                           mark=SLOW, host="localhost") as (url, _):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    """The context of the module's pages, each test on tabs of its own (kit.browser.new_tab): its own sessions
+    and history. The app keeps no cookie or storage that these pages read (a session is its page's socket)."""
+    context = chromium.new_context()
+    yield context
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def link_opener(chromium):
+    """A second context, where the shared links are opened: a browser that never held the page that made the
+    link, so no cookie, storage or session of it."""
+    context = chromium.new_context()
+    yield context
+    context.close()
+
+
+def test_a_tampered_parameter_shows_its_text_not_a_link(server, browser):
+    with new_tab(browser, height=1600) as page:
+        page.goto(f"{server}/journey?{PHISHING_QUERY}")
         settle(page, timeout=300)
         page.screenshot(path=str(SHOTS / "phishing_link.png"))
         warning = page.locator('[data-testid="stAlertContentWarning"]', has_text="was not usable")
@@ -39,7 +70,7 @@ run_marker()  # what settle() waits for, as app.py draws it
 """
 
 
-def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_path, chromium):
+def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_path, browser):
     """The Markdown model in tests/markdown_links.py checked against the real renderer: every hostile text
     is a live link when shown raw, and none is through markdown_text or code_span."""
     import subprocess
@@ -59,7 +90,7 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_healthy(f"http://localhost:{port}")
-        with fresh_page(chromium, width=1200, height=3000) as page:
+        with new_tab(browser, width=1200, height=3000) as page:
             page.goto(f"http://localhost:{port}")
             settle(page, timeout=120)
             page.screenshot(path=str(SHOTS / "hostile_markdown.png"), full_page=True)
@@ -145,35 +176,30 @@ def share_link(page, path: str) -> str:
 
 
 @pytest.mark.parametrize("path", list(VIEWS))
-def test_a_shared_link_opens_the_same_request_controls_and_answer(tiny_server, chromium, path):
+def test_a_shared_link_opens_the_same_request_controls_and_answer(server, browser, link_opener, path):
     from urllib.parse import parse_qs, urlparse
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
     query, change = VIEWS[path]
-    first = chromium.new_context(viewport={"width": 1400, "height": 1600})
-    page = watch(first.new_page())
-    page.goto(f"{tiny_server}/{path}?{query}")
-    settle(page, timeout=300)
-    opened = page.evaluate(CONTROLS)
-    change(page)
-    settle(page, timeout=300)
-    controls = page.evaluate(CONTROLS)
-    assert controls != opened, f"{path}: the change moved no control"
-    link = share_link(page, path)
-    second = chromium.new_context(viewport={"width": 1400, "height": 1600})  # a fresh browser: no shared state
-    again = watch(second.new_page())
-    again.goto(link)
-    settle(again, timeout=300)
-    again.screenshot(path=str(SHOTS / f"link_{path}.png"), full_page=True)
-    assert again.locator('[data-testid="stException"]').count() == 0, path
-    assert again.evaluate(REQUEST_BOXES) == page.evaluate(REQUEST_BOXES), (path, link)
-    assert again.evaluate(CONTROLS) == controls, (path, link)
-    assert main_text(again) == main_text(page), (path, link)
+    link_opener.clear_cookies()
+    with new_tab(browser, height=1600) as page, new_tab(link_opener, height=1600) as again:
+        page.goto(f"{server}/{path}?{query}")
+        settle(page, timeout=300)
+        opened = page.evaluate(CONTROLS)
+        change(page)
+        settle(page, timeout=300)
+        controls = page.evaluate(CONTROLS)
+        assert controls != opened, f"{path}: the change moved no control"
+        link = share_link(page, path)
+        again.goto(link)  # in the other context: no state shared with the page that made the link
+        settle(again, timeout=300)
+        again.screenshot(path=str(SHOTS / f"link_{path}.png"), full_page=True)
+        assert again.locator('[data-testid="stException"]').count() == 0, path
+        assert again.evaluate(REQUEST_BOXES) == page.evaluate(REQUEST_BOXES), (path, link)
+        assert again.evaluate(CONTROLS) == controls, (path, link)
+        assert main_text(again) == main_text(page), (path, link)
     if path == "next-token":  # the issue's link: the request keeps its top-k and seed, the page its step
         params = parse_qs(urlparse(link).query)
         assert params["top_k"] == ["40"] and params["seed"] == ["7"] and params["nt.step"] == ["3"], link
-    first.close()
-    second.close()
 
 
 def page_shown(page) -> tuple[str, str]:
@@ -181,87 +207,72 @@ def page_shown(page) -> tuple[str, str]:
     return page.evaluate("() => location.pathname"), page.locator("h1").first.inner_text()
 
 
-def test_back_and_forward_move_between_pages(tiny_server, chromium):
+def test_back_and_forward_move_between_pages(server, browser):
     """Issue 45: Journey → Tokens → Attention, then Back twice lands on Journey (drawn again, its map and first
     section there), and Forward on Tokens. Before, each run's writes to the address added entries of the same page
     (ui/history_entries.py), so Back stayed on Attention."""
     from kit.browser import open_page
 
-    context = chromium.new_context(viewport={"width": 1400, "height": 1200})
-    page = watch(context.new_page())
-    page.goto(f"{tiny_server}/journey?max_new_tokens=3")
-    settle(page, timeout=300)
-    for title in ("Tokens", "Attention"):
-        open_page(page, title)
+    with new_tab(browser) as page:
+        page.goto(f"{server}/journey?max_new_tokens=3")
         settle(page, timeout=300)
-    assert page_shown(page) == ("/attention", "Attention")
-    page.go_back()
-    settle(page, timeout=300)
-    assert page_shown(page) == ("/tokens", "Tokens")
-    page.go_back()
-    settle(page, timeout=300)
-    assert page_shown(page) == ("/journey", "Journey")
-    assert page.locator(".tpe-map[data-size='full']").count() == 1
-    assert page.locator("h3", has_text="1. The app sends a request").count() == 1
-    assert "max_new_tokens=3" in page.url  # the address as it was left
-    page.go_forward()
-    settle(page, timeout=300)
-    assert page_shown(page) == ("/tokens", "Tokens")
-    context.close()
+        for title in ("Tokens", "Attention"):
+            open_page(page, title)
+            settle(page, timeout=300)
+        assert page_shown(page) == ("/attention", "Attention")
+        page.go_back()
+        settle(page, timeout=300)
+        assert page_shown(page) == ("/tokens", "Tokens")
+        page.go_back()
+        settle(page, timeout=300)
+        assert page_shown(page) == ("/journey", "Journey")
+        assert page.locator(".tpe-map[data-size='full']").count() == 1
+        assert page.locator("h3", has_text="1. The app sends a request").count() == 1
+        assert "max_new_tokens=3" in page.url  # the address as it was left
+        page.go_forward()
+        settle(page, timeout=300)
+        assert page_shown(page) == ("/tokens", "Tokens")
 
 
-SLOW = "(a slow run)"  # a question holding it runs slowly on the slowed server (kit.slow_app)
-
-
-@pytest.fixture(scope="module")
-def slowed_server(tiny_server_cache, tmp_path_factory):
-    from kit.slow_app import slowed_app_server
-
-    with slowed_app_server(tmp_path_factory.mktemp("slowed"), "browser-links-slowed.log", tiny_server_cache,
-                           mark=SLOW, host="localhost") as (url, _):
-        yield url
-
-
-def test_a_reload_during_a_run_brings_back_the_question_typed(slowed_server, chromium):
+def test_a_reload_during_a_run_brings_back_the_question_typed(server, browser):
     """The address holds the request from the start of the run the form started, so a reload while that
     run is still going (a slow one) brings back the question typed, not the one before. Before, the address was
     written only after the page had run."""
-    context = chromium.new_context(viewport={"width": 1400, "height": 1200})
-    page = watch(context.new_page())
-    page.goto(f"{slowed_server}/tokens?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
-    settle(page, timeout=300)
-    typed = f"Is a kiwi a berry? {SLOW}"
-    box = page.locator('[data-testid="stSidebar"] textarea').first
-    box.fill(typed)
-    before = run_mark(page)
-    page.locator('[data-testid="stSidebar"] button', has_text="Run the model").click()
-    page.wait_for_function("q => new URLSearchParams(location.search).get('q') === q", arg=typed, timeout=60_000)
-    # still going: no mark newer than before (the run going on has made the old one stale: run_mark says '')
-    assert run_mark(page) in (before, ""), "the run ended: it was to be still going"
-    page.reload()
-    assert question_shown(page) == typed
-    context.close()
+    with new_tab(browser) as page:
+        page.goto(f"{server}/tokens?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
+        settle(page, timeout=300)
+        typed = f"Is a kiwi a berry? {SLOW}"
+        box = page.locator('[data-testid="stSidebar"] textarea').first
+        box.fill(typed)
+        before = run_mark(page)
+        page.locator('[data-testid="stSidebar"] button', has_text="Run the model").click()
+        page.wait_for_function("q => new URLSearchParams(location.search).get('q') === q", arg=typed,
+                               timeout=60_000)
+        # still going: no mark newer than before (the run going on has made the old one stale: run_mark says '')
+        assert run_mark(page) in (before, ""), "the run ended: it was to be still going"
+        page.reload()
+        # the reloaded page's box, drawn before its (slow) run's page: up to 120 s (the 30 s default was passed by a
+        # reload at load 18 on the 2 cores, the box still empty)
+        assert question_shown(page, timeout_s=120) == typed
 
 
-def test_a_token_of_journeys_strip_opens_its_lens_on_layers(tiny_server, chromium):
+def test_a_token_of_journeys_strip_opens_its_lens_on_layers(server, browser):
     """Journey's compact commitment strip: a click on an answer token lands on Layers, on this run, with the lens's
     token picker at that token (its link's `ly.commit_token`)."""
-    context = chromium.new_context(viewport={"width": 1400, "height": 1600})
-    page = watch(context.new_page())
-    page.goto(f"{tiny_server}/journey?max_new_tokens=4&q=Which%20layer%20decides%20each%20word%3F")
-    settle(page, timeout=300)
-    page.get_by_role("button", name=re.compile("Show where each answer token was decided")).click()
-    settle(page, timeout=300)
-    links = page.locator("a.tpe-commit-link")
-    n = links.count()
-    assert 1 <= n <= 4
-    links.nth(n - 1).click()
-    page.wait_for_url(re.compile(r"/layers\?"), timeout=30_000)
-    settle(page, timeout=300)
-    assert page_shown(page) == ("/layers", "Layers")
-    assert question_shown(page) == "Which layer decides each word?"
-    picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="logit lens at the answer token")
-    chosen = picker.locator("input").input_value()
-    assert chosen.startswith(f"({n - 1}) "), chosen
-    assert page.locator('[data-testid="stException"]').count() == 0
-    context.close()
+    with new_tab(browser, height=1600) as page:
+        page.goto(f"{server}/journey?max_new_tokens=4&q=Which%20layer%20decides%20each%20word%3F")
+        settle(page, timeout=300)
+        page.get_by_role("button", name=re.compile("Show where each answer token was decided")).click()
+        settle(page, timeout=300)
+        links = page.locator("a.tpe-commit-link")
+        n = links.count()
+        assert 1 <= n <= 4
+        links.nth(n - 1).click()
+        page.wait_for_url(re.compile(r"/layers\?"), timeout=30_000)
+        settle(page, timeout=300)
+        assert page_shown(page) == ("/layers", "Layers")
+        assert question_shown(page) == "Which layer decides each word?"
+        picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="logit lens at the answer token")
+        chosen = picker.locator("input").input_value()
+        assert chosen.startswith(f"({n - 1}) "), chosen
+        assert page.locator('[data-testid="stException"]').count() == 0

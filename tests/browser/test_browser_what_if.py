@@ -3,6 +3,7 @@ character ('토 (1–2/3)', never bare '<0xED><0x86>'), a branch made and compar
 Screenshots under artifacts/browser/what_if_*.png."""
 import os
 import re
+from urllib.parse import urlencode
 
 import pytest
 from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, open_page, settle, watch
@@ -79,11 +80,13 @@ def test_what_if_with_a_korean_and_a_long_question():
         page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})"))
         page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url} (HTTP {r.status})"))
         page.on("console", lambda m: m.type == "error" and failed.append(f"console: {m.text[:300]}"))
-        page.goto(url)
-        settle(page)
         for name, question, step in (("korean", KOREAN, 5), ("long", LONG_QUESTION, 2)):
             try:
-                ask(page, question)
+                if name == "korean":  # by a link, straight to What if: no page before it drawn
+                    page.goto(f"{url}/what-if?{urlencode({'q': question})}")
+                    settle(page)
+                else:  # typed in the sidebar of What if
+                    ask(page, question)
                 open_what_if(page)
                 so_far = branch_at(page, step, name)
             except Exception:

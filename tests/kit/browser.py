@@ -21,6 +21,14 @@ CHROMIUM = "/usr/bin/chromium"
 _followed: list[dict] = []
 
 
+def follow_server(name: str, log: Path) -> dict:
+    """Report the server `name` (its log's tail) in a failed test's report; set the returned dict's "ended" to
+    time.monotonic() when it stops."""
+    followed = {"name": name, "log": log, "ended": None}
+    _followed.append(followed)
+    return followed
+
+
 def forget_ended_before(moment: float) -> None:
     """Drop the pages and servers that ended before `moment` (a test's start): only the test that closed them
     reports them."""
@@ -57,8 +65,7 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
         proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", script, "--server.port", str(port), *args],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
         url = f"http://{host}:{port}"
-        followed = {"name": f"server {url}", "log": ROOT / "artifacts" / log_name, "ended": None}
-        _followed.append(followed)
+        followed = follow_server(f"server {url}", ROOT / "artifacts" / log_name)
         try:
             if not wait_healthy(url):
                 pytest.fail("the Streamlit server did not start")
@@ -259,3 +266,16 @@ def fresh_page(chromium, width: int = 1400, height: int = 1200):
         yield watch(context.new_page())
     finally:
         context.close()
+
+
+@contextlib.contextmanager
+def new_tab(context, width: int = 1400, height: int = 1200):
+    """A watched page (a tab) of a context the module's tests share, closed after: its own session and history, the
+    context's cookies and storage shared. A tab of a used context draws a page ~1-1.5 s of Chromium CPU cheaper than
+    a new context (bench/RESULTS.md); use it where a test's meaning needs no fresh browser."""
+    page = watch(context.new_page())
+    page.set_viewport_size({"width": width, "height": height})
+    try:
+        yield page
+    finally:
+        page.close()

@@ -11,13 +11,14 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pipeline.server.health import free_port, wait_healthy
 
-from .browser import ROOT
+from .browser import ROOT, follow_server
 
 SLEEP_S = 600  # longer than any test waits: the run is still going when the test acts
 WRAPPER = """
@@ -49,11 +50,13 @@ def slowed_app_server(folder: Path, log_name: str, cache_dir: Path, mark: str | 
     with open(ROOT / "artifacts" / log_name, "w") as log:
         server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(script), "--server.port", str(port)],
                                   cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+        url = f"http://{host}:{port}"
+        followed = follow_server(f"slowed server {url}", ROOT / "artifacts" / log_name)  # a failure's report
         try:
-            url = f"http://{host}:{port}"
             if not wait_healthy(url):
                 pytest.fail("the Streamlit server did not start")
             yield url, server
         finally:
+            followed["ended"] = time.monotonic()
             server.kill()
             server.wait(timeout=30)
