@@ -58,7 +58,8 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
     (tests/pages/test_serving_pages.py), and the room's servers (tests/test_room_*.py) keep the default."""
     port = free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
-    env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request"), **(env or {})}
+    env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request"), "PYTHONUNBUFFERED": "1",
+           **(env or {})}
     if cache_dir is not None:
         env["TPE_CACHE_DIR"] = str(cache_dir)
     with open(ROOT / "artifacts" / log_name, "w") as log:
@@ -72,8 +73,26 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
             yield url
         finally:
             followed["ended"] = time.monotonic()
-            proc.terminate()
-            proc.wait(timeout=30)
+            stop(proc, port)
+
+
+def stop(proc: subprocess.Popen, port: int, timeout_s: float = 30) -> None:
+    """Stop an app server as Ctrl+C does (Streamlit says "Stopping..." and closes its port), then, once its port is
+    closed, end the process: Python's own shutdown after that took 2-8 s of wall time and ~1.6 s of CPU per server
+    (its output is unbuffered, PYTHONUNBUFFERED: nothing it wrote is lost)."""
+    import socket
+
+    proc.terminate()
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("localhost", port), timeout=1).close()
+        except OSError:  # refused: no longer serving
+            break
+        time.sleep(0.05)  # polling the port, bounded by the deadline
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=timeout_s)
 
 
 def watch(page):
