@@ -65,7 +65,9 @@ def _wait_balancer_sees_both(log_path, timeout: float) -> None:
 
 @pytest.fixture(scope="module")
 def room_env(tiny_server_cache):
-    return {**os.environ, "TPE_CACHE_DIR": str(tiny_server_cache)}
+    """The replicas' environment: the tiny model, and a warm-up of the default request only (no prompt-caching
+    scenario played in the background: no page of this test opens one)."""
+    return {**os.environ, "TPE_CACHE_DIR": str(tiny_server_cache), "TPE_WARM_UP": "request"}
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +91,8 @@ def room(room_env):
 
 def _done(page, question: str, timeout_s: float = 600) -> None:
     page.wait_for_function("q => document.body.innerText.includes('This run took') && "
-                           "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000)
+                           "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000,
+                           polling=250)  # the body's whole text read 4 times a second, not at every frame
 
 
 def _first_run_done(page, question: str, timeout_s: float = 300) -> None:
