@@ -23,7 +23,7 @@ from collections import Counter
 from urllib.parse import quote
 
 import pytest
-from kit.browser import CHROMIUM, ROOT, open_page, question_shown, watch
+from kit.browser import CHROMIUM, ROOT, open_page, question_shown, settle, watch
 
 pytestmark = pytest.mark.multihost
 Q1, Q2 = "Why is the sky green?", "What is a prime number?"
@@ -249,6 +249,17 @@ def _done(page, question: str, timeout_s: float = 300) -> None:
                            polling=250)  # the body's whole text read 4 times a second, not at every frame
 
 
+def _ask(page, question: str) -> None:
+    """The learner types a new question in the sidebar and runs it, on the page they have open (no reload: a new
+    page load costs the browser about as much again as the run's drawing), then waits for that run's end."""
+    settle(page)  # the end-of-run mark already on the page, so the one waited for below is the new run's
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    sidebar.locator("textarea").first.fill(question)
+    sidebar.get_by_role("button", name="Run the model").click()
+    settle(page)
+    _done(page, question)
+
+
 def _replica(context) -> str | None:
     return next((c["value"] for c in context.cookies() if c["name"] == "TPE_REPLICA"), None)
 
@@ -298,8 +309,7 @@ def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_rest
         # 3. Redis stopped mid-session: pages keep working from memory and say so; restarted: the run is stored
         before = room.stored_runs()
         room.kill("store", signal.SIGTERM)  # a clean stop: Redis saves its snapshot, so earlier runs survive
-        page_b.goto(link(Q2))
-        _done(page_b, Q2)
+        _ask(page_b, Q2)
         assert room.runs_on("b") == 1
         body = page_b.inner_text("body")
         assert "unavailable" in body and "Traceback" not in body
@@ -307,7 +317,6 @@ def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_rest
         room.start_store()
         _wait_for(lambda: _store_answers(room) and room.stored_runs() == before + 1, 120,
                   "the run asked while Redis was down to be written once it was back")
-        page_a.goto(link(Q2))  # the other learner (on B now) asks it too: from memory, no run
-        _done(page_a, Q2)
+        _ask(page_a, Q2)  # the other learner (on B now) asks it too: from memory, no run
         assert room.runs_on("b") == 1
         browser.close()
