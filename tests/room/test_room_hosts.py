@@ -295,8 +295,9 @@ def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_rest
         assert (room.runs_on("a"), room.runs_on("b")) == (1, 0), "host B ran the question again"
 
         # 2. every replica of host A killed: its learner is sent to B and sees the question, no new run
-        # away from Journey, so Journey's last line below is drawn afresh, by B
-        open_page(page_a, "Tokens", shot=ROOT / "artifacts" / "room-hosts-Tokens.png")
+        # away from Journey, so Journey's last line below is drawn afresh, by B; to a page of the same request that
+        # loads nothing more (Tokens loads the other model's tokenizer too, on A and again on B as it reconnects)
+        open_page(page_a, "Request & template", shot=ROOT / "artifacts" / "room-hosts-Request.png")
         room.kill("a")
         _wait_for(lambda: page_a.wait_for_timeout(500) or _replica(ctx_a) == "r2", 180,
                   "the learner of host A to reconnect to host B")
