@@ -55,7 +55,7 @@ def app_server(log_name: str, host: str = "localhost", cache_dir: Path | None = 
     server's default ("all") a real-model server played every scenario in the background after the first
     visit: 58-128 s of jobs in a whole-suite run, taking the cores from the other test process, and in the
     What if test a question waited 24 s behind one of them. The warm-up of every scenario is tested on its own
-    (tests/pages/test_serving_pages.py), and the room's servers (tests/test_room_*.py) keep the default."""
+    (tests/pages/test_serving_pages.py); the room tests' replicas (tests/room/) set TPE_WARM_UP=request too."""
     port = free_port()
     (ROOT / "artifacts").mkdir(exist_ok=True)
     env = {**os.environ, "TPE_WARM_UP": os.environ.get("TPE_WARM_UP", "request"), "PYTHONUNBUFFERED": "1",
