@@ -3,8 +3,10 @@ two network namespaces on this machine joined by a third, the switch (a bridge, 
 addresses; nothing leaves the machine). Host A runs Redis and one replica, host B one replica, the switch HAProxy in
 front of both and this test's Chromium. Nothing is made in the root namespace: the other browser tests' Chromium
 runs there and aborts every request in flight (net::ERR_NETWORK_CHANGED) when a link or an address comes or goes.
-Checked: a question asked on A then on B is computed once (the replicas' queue logs count the model runs);
-A's replicas killed, A's learner reconnects through the balancer to B and sees their question without a new run;
+Checked: a question asked on A then on B is computed once (the replicas' queue logs count the model runs); a
+presenter on A and a learner following on B share the room (rooms are in Redis too); A's replicas killed, A's learner
+reconnects through the balancer to B and sees their question without a new run, and the presenter, on B now, still
+drives the room;
 Redis stopped and restarted mid-session: no error page, and the run asked meanwhile is in Redis afterwards.
 The replicas run the tiny random-weight model (conftest's `tiny_server_cache`). Needs root and namespaces:
 skipped with the reason where they cannot be made (a CI container without CAP_NET_ADMIN)."""
@@ -24,6 +26,7 @@ from urllib.parse import quote
 
 import pytest
 from kit.browser import CHROMIUM, ROOT, open_page, question_shown, settle, watch
+from kit.room_walk import next_stage, start_presenting, wait_for_stage
 
 pytestmark = pytest.mark.multihost
 Q1, Q2 = "Why is the sky green?", "What is a prime number?"
@@ -295,6 +298,18 @@ def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_rest
         assert _replica(ctx_b) == "r2"
         assert (room.runs_on("a"), room.runs_on("b")) == (1, 0), "host B ran the question again"
 
+        # 1b. a presenter on host A (a tab of A's browser), a learner following on host B: the room is in Redis
+        presenter = watch(ctx_a.new_page())
+        presenter.goto(f"{url}/presenter?q={quote(Q1)}&max_new_tokens=4")
+        settle(presenter)
+        code = re.search(r"follow=([a-z0-9]+)", start_presenting(presenter)).group(1)
+        follower = watch(ctx_b.new_page())
+        follower.goto(f"{url}/presenter?follow={code}")
+        wait_for_stage(follower, 1, timeout_s=300)
+        next_stage(presenter, 2)
+        wait_for_stage(follower, 2, timeout_s=60)
+        b_runs = room.runs_on("b")  # what the follower's stages asked of host B, if anything
+
         # 2. every replica of host A killed: its learner is sent to B and sees the question, no new run
         # away from Journey, so Journey's last line below is drawn afresh, by B; to a page of the same request that
         # loads nothing more (Tokens loads the other model's tokenizer too, on A and again on B as it reconnects)
@@ -305,14 +320,19 @@ def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_rest
         open_page(page_a, "Journey", shot=ROOT / "artifacts" / "room-hosts-Journey.png")
         _done(page_a, Q1)
         assert question_shown(page_a) == Q1
-        assert room.runs_on("b") == 0, "host B ran host A's question again"
+        assert room.runs_on("b") == b_runs, "host B ran host A's question again"
         assert page_a.locator('[data-testid="stException"]').count() == 0
+        # the presenter's tab, now on host B too (its key kept by its browser), still drives; the learner follows
+        wait_for_stage(presenter, 2, timeout_s=180)
+        settle(presenter)
+        next_stage(presenter, 3)
+        wait_for_stage(follower, 3, timeout_s=60)
 
         # 3. Redis stopped mid-session: pages keep working from memory and say so; restarted: the run is stored
         before = room.stored_runs()
         room.kill("store", signal.SIGTERM)  # a clean stop: Redis saves its snapshot, so earlier runs survive
         _ask(page_b, Q2)
-        assert room.runs_on("b") == 1
+        assert room.runs_on("b") == b_runs + 1
         body = page_b.inner_text("body")
         assert "unavailable" in body and "Traceback" not in body
         assert page_b.locator('[data-testid="stException"]').count() == 0
@@ -320,5 +340,5 @@ def test_two_hosts_share_runs_through_redis_survive_a_dead_host_and_a_redis_rest
         _wait_for(lambda: _store_answers(room) and room.stored_runs() == before + 1, 120,
                   "the run asked while Redis was down to be written once it was back")
         _ask(page_a, Q2)  # the other learner (on B now) asks it too: from memory, no run
-        assert room.runs_on("b") == 1
+        assert room.runs_on("b") == b_runs + 1
         browser.close()
