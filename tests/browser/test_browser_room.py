@@ -9,9 +9,10 @@ import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, app_server, question_shown, settle, watch
+from kit.browser import CHROMIUM, SHOTS, SIDEBAR_LINK, WAIT_POLL_MS, app_server, question_shown, settle, watch
 from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage, walk_every_stage
 
+from views.chrome.page_list import page_at
 from views.pages.presenter.stages import STAGES, stage_number
 
 pytestmark = [pytest.mark.browser,
@@ -54,17 +55,6 @@ def chart_titles(page) -> str:
     except PlaywrightTimeout:  # a page without charts: the assertion that follows says what was missing
         pass
     return " | ".join(page.locator(".js-plotly-plot .gtitle").all_text_contents())
-
-
-
-
-
-def test_a_bookmarked_page_opens_that_page(server, browser):
-    context = browser.new_context()
-    page = visit(context, f"{server}/journey")
-    assert page.locator("h1").first.inner_text().strip() == "Journey"
-    assert "Page not found" not in page.inner_text("body")
-    context.close()
 
 
 def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
@@ -153,15 +143,12 @@ WALKS = {  # a question whose first answer token is part of a Korean character, 
     "korean": {"q": "토마토는 과일이야?", "system": "항상 한국어로만 대답하세요.", "max_new_tokens": "8"},
     "long": {"q": "Tell me everything about tomatoes, please. " * 68, "max_new_tokens": "4"},
 }
-
-
-
-
-
-
-
-
-
+# The last stage each walk reaches. The Korean walk stops at the last screen that shows the request's own tokens:
+# the prompt-caching screen after it plays a fixed English conversation, whatever the request, which on the real
+# model is the walk's biggest job (~7 s of CPU, 25-35 s of a loaded machine's time). That screen is walked in a
+# browser by the long walk and drawn on the real model by the presenter's AppTests
+# (tests/pages/presenter/test_presenter_polls.py).
+LAST_STAGE = {"korean": stage_number("The end token and clean-up"), "long": len(STAGES)}
 
 
 @pytest.mark.parametrize("walk", list(WALKS))
@@ -198,29 +185,35 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
             event = page.locator('[data-testid="stMain"] [data-testid="stCode"]').first.bounding_box()
             assert event["height"] < 600, event  # the token ids on one line, not one per line
 
-    walk_every_stage(page, learner, at_each)
-    page.screenshot(path=str(SHOTS / f"room_presenter_{walk}_{len(STAGES)}.png"))
+    last = LAST_STAGE[walk]
+    walk_every_stage(page, learner, at_each, last=last)
+    page.screenshot(path=str(SHOTS / f"room_presenter_{walk}_{last}.png"))
     assert learner.locator('[data-testid="stException"]').count() == 0
-    learner.screenshot(path=str(SHOTS / f"room_learner_{walk}_{len(STAGES)}.png"))
+    learner.screenshot(path=str(SHOTS / f"room_learner_{walk}_{last}.png"))
     page.keyboard.press("ArrowLeft")
-    wait_for_stage(page, len(STAGES) - 1, timeout_s=60)
+    wait_for_stage(page, last - 1, timeout_s=60)
     settle(page)  # the link is rewritten once the screen has run
-    assert f"stage={len(STAGES) - 1}" in page.url
+    assert f"stage={last - 1}" in page.url
     opened = watch(context.new_page())  # the Journey link (short for the long question) opens the same request
     opened.goto(journey)
     settle(opened)
+    assert opened.locator("h1").first.inner_text().strip() == "Journey"  # a bookmarked page opens that page
+    assert "Page not found" not in opened.inner_text("body")
     assert question_shown(opened) == WALKS[walk]["q"]
     if walk == "korean":
         reads_as_korean(opened, "journey")
-        for path in KOREAN_PAGES:
-            reads_as_korean(visit(context, f"{server}/{path}?{urlencode(WALKS[walk])}"), path)
+        for path in KOREAN_PAGES:  # through the sidebar, as a learner goes on: the session keeps the request
+            opened.locator(SIDEBAR_LINK, has_text=page_at(path).title).first.click()
+            settle(opened)
+            assert urlparse(opened.url).path == f"/{path}", opened.url
+            reads_as_korean(opened, path)
     learner.context.close()
     context.close()
 
 
 # The pages that name prompt tokens (chips, axes, tables, titles) besides Journey; every other page is opened with a
 # Korean question by AppTests in test_any_script_pages.py. Next token names the answer's tokens, which the real model
-# gives in Korean. They open on the Korean walk's request, whose runs the walk has made.
+# gives in Korean. They show the Korean walk's request, whose runs the walk has made.
 KOREAN_PAGES = ("request", "tokens", "attention", "next-token")
 
 
@@ -229,13 +222,13 @@ def reads_as_korean(page, path: str) -> None:
     assert page.locator('[data-testid="stException"]').count() == 0, path
     try:  # a page drawn before the run is ready (a server still loading the network) fills in later
         page.wait_for_function("() => document.body.innerText.includes('토') || [...document.querySelectorAll("
-                               "'.js-plotly-plot')].some(p => p.textContent.includes('토'))", timeout=120_000)
+                               "'.js-plotly-plot')].some(p => p.textContent.includes('토'))", timeout=120_000,
+                               polling=WAIT_POLL_MS)
     except Exception:  # the assert below names the page; its screenshot shows what it held
         page.screenshot(path=str(SHOTS / f"room_korean_{path}_failed.png"), full_page=True)
     text = page.inner_text("body") + " ".join(page.locator(".js-plotly-plot").all_text_contents())
     assert "토" in text, f"{path}: no Korean character on the page"
     page.screenshot(path=str(SHOTS / f"room_korean_{path}.png"))
-    page.close()
 
 
 def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser, tiny_server_cache):
@@ -285,7 +278,6 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
         assert (now["stage"], now["query"], now["driver"]) == (left["stage"], left["query"], left["driver"]), url
         learn.screenshot(path=str(SHOTS / f"room_takeover_try_{n}.png"))
         learn.close()
-    learner.close()
     assert "someone else" not in page.inner_text("body")
 
     page.keyboard.press("ArrowLeft")  # back to stage 1, where the links are
@@ -297,17 +289,17 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     key = parse_qs(urlparse(private).query)["key"][0]
     assert key not in body and key not in page.url  # not on the projected screen until the presenter opens it
     page.locator("summary", has_text="Your presenter link").first.click()  # closed again
-    other = browser.new_context()  # the presenter's private link, opened in another browser
-    tab = watch(other.new_page())
+    tab = watch(learner.new_page())  # the presenter's private link, opened in another browser (the learner's)
     tab.goto(private.replace("stage=1", "stage=5"))  # the same request, another stage
     wait_for_stage(tab, 5, timeout_s=300)
     settle(tab)
     assert "key=" not in tab.url  # the key leaves the address bar once the page has run
     assert json.loads(room_file.read_text())["stage"] == 5
-    page.wait_for_function("() => document.body.innerText.includes('someone else')", timeout=60_000)
+    page.wait_for_function("() => document.body.innerText.includes('someone else')", timeout=60_000,
+                           polling=WAIT_POLL_MS)
     assert "moved your learners to stage 5." in page.inner_text("body")  # the same request: only the stage moved
     page.screenshot(path=str(SHOTS / "room_presenter_told_of_another_driver.png"))
-    other.close()
+    learner.close()
     presenter.close()
 
 
@@ -323,7 +315,7 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     key = parse_qs(urlparse(private).query)["key"][0]
     page.locator("summary", has_text="Your presenter link").first.click()  # closed again
     page.wait_for_function("code => document.cookie.includes('tpe_presenter_' + code + '=')", arg=code,
-                           timeout=30_000)  # what a reload needs: the browser holds the room's key
+                           timeout=30_000, polling=WAIT_POLL_MS)  # what a reload needs: the browser holds the key
     learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
     learner.goto(f"{server}/presenter?follow={code}")
     wait_for_stage(learner, 1, timeout_s=300)
@@ -354,13 +346,14 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     assert parse_qs(urlparse(bare.url).query)["q"] == ["Why is the sky blue?"], bare.url
     next_stage(bare, 5)
     wait_for_stage(learner, 5, timeout_s=60)
-    stranger = watch(browser.new_context().new_page())  # the same address in a browser without the key: follows
+    # the same address in a browser without the key (the learner's, which holds none): follows
+    stranger = watch(learner.context.new_page())
     stranger.goto(tab.url)
     wait_for_stage(stranger, 5, timeout_s=300)
     settle(stranger)
     assert stranger.get_by_role("button", name=re.compile("Next")).count() == 0
     tab.screenshot(path=str(SHOTS / "room_presenter_second_tab.png"))
-    for context in (stranger.context, learner.context, presenter):
+    for context in (learner.context, presenter):
         context.close()
 
 
@@ -421,7 +414,7 @@ def test_a_flood_of_presenter_visits_leaves_the_live_room_and_a_removed_room_tel
 
     (folder / f"room-{code}.json").unlink()  # what the bound does to a room nobody has seen for hours
     learner.wait_for_function("code => document.body.innerText.includes('Room ' + code + ' has ended')", arg=code,
-                              timeout=60_000)
+                              timeout=60_000, polling=WAIT_POLL_MS)
     assert "Waiting for the presenter" not in learner.inner_text("body")
     learner.screenshot(path=str(SHOTS / "room_follower_told_the_room_ended.png"))
     learner.context.close()

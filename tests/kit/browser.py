@@ -36,6 +36,10 @@ def forget_ended_before(moment: float) -> None:
 
 
 
+# How often a wait for a condition in the page (wait_for_function) checks it: Playwright's default checks on every
+# animation frame, which costs Chromium ~0.05-0.07 s of CPU for each second waited (bench/RESULTS.md); the waits
+# here are for runs, text and charts that take a second or more, and every 100 ms finds them as well.
+WAIT_POLL_MS = 100
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
@@ -176,7 +180,8 @@ def open_page(page, title: str, timeout_s: float = 300, shot: Path | None = None
         page.locator(SIDEBAR_LINK, has_text=title).first.click()
         try:
             page.wait_for_function("t => document.querySelector('h1') && "
-                                   "document.querySelector('h1').innerText.includes(t)", arg=title, timeout=15_000)
+                                   "document.querySelector('h1').innerText.includes(t)", arg=title, timeout=15_000,
+                                   polling=WAIT_POLL_MS)
             return
         except PlaywrightTimeout:  # not there yet
             if time.monotonic() > deadline:
@@ -217,7 +222,8 @@ def settle(page, timeout: float = 400) -> None:
     try:
         page.wait_for_function(f"""before => {{ const now = ({RUN_MARK})(); if (!now) return false;
             if (!before) return true; const [s, n] = now.split(':'); const [bs, bn] = before.split(':');
-            return s !== bs || Number(n) > Number(bn); }}""", arg=before, timeout=timeout * 1000)
+            return s !== bs || Number(n) > Number(bn); }}""", arg=before, timeout=timeout * 1000,
+                               polling=WAIT_POLL_MS)
     except PlaywrightTimeout:
         marks = page.evaluate("() => [...document.querySelectorAll('.tpe-run-done')].map(m => m.dataset.session "
                               "+ ':' + m.dataset.run)")
@@ -232,11 +238,12 @@ def settle(page, timeout: float = 400) -> None:
                              f"focus on {focus!r}; page events {events(page)}") from None
     _seen[id(page)] = (page, run_mark(page))
     page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
-                           ".every(p => p.querySelector('.main-svg'))", timeout=30_000)
+                           ".every(p => p.querySelector('.main-svg'))", timeout=30_000, polling=WAIT_POLL_MS)
     # and for every element's code: Streamlit loads a widget's or a chart's script when the page first draws one,
     # showing a grey skeleton (data-testid stSkeleton) meanwhile; on a busy machine the run's mark came while the
     # sidebar's boxes were still skeletons, and a test read no request box at all
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=60_000)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=60_000,
+                           polling=WAIT_POLL_MS)
 
 
 def question_shown(page, timeout_s: float = 30) -> str:
@@ -248,7 +255,7 @@ def question_shown(page, timeout_s: float = 30) -> str:
     box = page.locator('[data-testid="stSidebar"] textarea').first
     try:
         page.wait_for_function("() => { const t = document.querySelector('[data-testid=\"stSidebar\"] textarea');"
-                               " return t && t.value !== ''; }", timeout=timeout_s * 1000)
+                               " return t && t.value !== ''; }", timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
     except PlaywrightTimeout:
         pass
     return box.input_value()
@@ -272,7 +279,7 @@ def open_offline(chromium, path: Path, min_plots: int):
     page.goto(path.as_uri())
     page.wait_for_function("n => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
                            " return plots.length >= n && plots.every(p => p.querySelector('.main-svg')); }",
-                           arg=min_plots, timeout=60_000)
+                           arg=min_plots, timeout=60_000, polling=WAIT_POLL_MS)
     return page, asked
 
 

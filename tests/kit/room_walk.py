@@ -2,7 +2,7 @@
 waiting for a stage (tests/browser/test_browser_room.py and the room beside API traffic use them)."""
 import re
 
-from kit.browser import settle, visit  # noqa: F401  (visit: the room tests' way in)
+from kit.browser import WAIT_POLL_MS, settle, visit  # noqa: F401  (visit: the room tests' way in)
 from views.pages.presenter.stages import STAGES
 
 
@@ -29,7 +29,7 @@ def wait_for_stage(page, n: int, timeout_s: float) -> None:
     """Wait until the presenter page's title is stage `n`'s ('3. Tokens ...')."""
     page.wait_for_function("n => document.querySelector('h1') && "
                            "document.querySelector('h1').innerText.startsWith(n + '.')",
-                           arg=n, timeout=timeout_s * 1000)
+                           arg=n, timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
 
 
 def walk_every_stage(page, learner, at_each=lambda n: None, last: int = len(STAGES)) -> None:
