@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 
 from pipeline.server.room_files import StoreUnavailable
 from pipeline.server.room_index import LIVE_S
-from pipeline.server.store.redis_store import BACKOFF_S, address_of, connect, unanswered_errors
+from pipeline.server.store.redis_store import Backoff, address_of, connect, unanswered_errors
 
 PREFIX = "tpe:room:"
 KEEP_S = 7 * 24 * 3600  # a room and its polls, after it was last seen: a week's workshop, and its summaries
@@ -64,32 +63,28 @@ class RedisRoomFiles:
         self._errors = (*unanswered_errors(), redis.ResponseError)
         self.where = f"Redis at {address_of(url)}"
         self.max_links, self.max_link_bytes = max_links, max_link_bytes
-        self.problem: str | None = None  # why Redis is not being used now, in words (None: it is)
-        self._lock = threading.Lock()
-        self._skip_until, self._backoff = 0.0, BACKOFF_S[0]
+        self.backoff = Backoff(f"the room's shared store ({self.where})", log)
 
     def _call(self, fn, atomic: bool = False):
         """fn(pipeline)'s answers in one round trip; `atomic`: as one transaction (all of its commands or none: never
         a field written without its lifetime). _Down when Redis is skipped, does not answer, or refuses (a write
         past its maxmemory, a disk it cannot save to): then the backoff starts."""
-        if time.monotonic() < self._skip_until:
+        if self.backoff.skipping():
             raise _Down
         try:
             pipe = self.client.pipeline(transaction=atomic)
             fn(pipe)
             answers = pipe.execute()
         except self._errors as e:
-            with self._lock:
-                self._skip_until = time.monotonic() + self._backoff
-                self._backoff = min(self._backoff * 2, BACKOFF_S[1])
-                if self.problem is None:
-                    log.warning("room store at %s unavailable: %s", self.where, e)
-                self.problem = f"the room's shared store ({self.where}) is unavailable"
+            self.backoff.failed(e)
             raise _Down from e
-        if self.problem is not None:
-            with self._lock:
-                self.problem, self._backoff = None, BACKOFF_S[0]
+        self.backoff.answered()
         return answers
+
+    @property
+    def problem(self) -> str | None:
+        """Why Redis is not being used now, in words (None: it is)."""
+        return self.backoff.problem
 
     # -- files ------------------------------------------------------------------------------------------
     def read(self, name: str) -> dict | None:

@@ -54,6 +54,36 @@ class _Down(Exception):
     """Redis did not answer (or is being skipped during its backoff)."""
 
 
+class Backoff:
+    """A Redis that did not answer is skipped for a while: 0.5 s after a failure, doubling to 30 s, back to 0.5 s once
+    it answers. `problem` says so in words while it lasts (None: Redis answers)."""
+
+    def __init__(self, what: str, log_as: logging.Logger):
+        self.what, self.log = what, log_as  # what: 'the shared store (Redis at 10.0.0.1:6390)'
+        self.problem: str | None = None
+        self.skip_until, self._wait = 0.0, BACKOFF_S[0]
+        self._lock = threading.Lock()
+
+    def skipping(self) -> bool:
+        return time.monotonic() < self.skip_until
+
+    def failed(self, e: Exception) -> None:
+        with self._lock:
+            self.skip_until = time.monotonic() + self._wait
+            self._wait = min(self._wait * 2, BACKOFF_S[1])
+            if self.problem is None:
+                self.log.warning("%s unavailable: %s", self.what, e)
+            self.problem = f"{self.what} is unavailable"
+
+    def answered(self) -> bool:
+        """Redis answered: True when that ends an outage."""
+        if self.problem is None:
+            return False
+        with self._lock:
+            back, self.problem, self._wait = self.problem is not None, None, BACKOFF_S[0]
+        return back
+
+
 def encode(obj) -> bytes:
     return HEADER + zlib.compress(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), 6)
 
@@ -108,9 +138,8 @@ class RedisStore:
         self.prefix, self.shares = prefix, shares
         self.max_value_bytes = MAX_VALUE_BYTES if max_value_bytes is None else max_value_bytes
         self.pending_max_bytes, self.watch_s = pending_max_bytes, watch_s
-        self.problem: str | None = None  # why the shared store is not being used now, in words (None: it is)
+        self.backoff = Backoff(f"the shared store (Redis at {self.where})", log)
         self._lock = threading.Lock()
-        self._skip_until, self._backoff = 0.0, BACKOFF_S[0]
         self._pending: OrderedDict[str, bytes] = OrderedDict()  # written once Redis is back
         self._pending_bytes = 0
         self._local: OrderedDict[str, str] = OrderedDict()  # keys kept here only -> why (the newest 10,000)
@@ -122,6 +151,11 @@ class RedisStore:
         self._resending: threading.Thread | None = None
         self._resent = threading.Condition(self._lock)
         self.resends = 0  # passes that sent this replica's values again (after restarts of Redis) finished so far
+
+    @property
+    def problem(self) -> str | None:
+        """Why the shared store is not being used now, in words (None: it is)."""
+        return self.backoff.problem
 
     def redis_key(self, key: Hashable) -> str:
         digest = hashlib.sha256(f"{FORMAT}|{key!r}".encode("utf-8", "surrogatepass")).hexdigest()[:40]
@@ -141,16 +175,15 @@ class RedisStore:
 
     def _call(self, fn):
         """fn()'s answer; _Down when Redis is skipped (backoff) or does not answer (then the backoff starts)."""
-        if time.monotonic() < self._skip_until:
+        if self.backoff.skipping():
             raise _Down
         try:
             answer = fn()
         except self._errors as e:
-            self._mark_down(e)
+            self.backoff.failed(e)
             raise _Down from e
-        if self.problem is not None:
+        if self.backoff.answered():
             with self._lock:
-                self.problem, self._backoff = None, BACKOFF_S[0]
                 self._new_connection = True  # back: the same Redis? (and a resend cut short goes on)
             log.warning("shared store at %s is back; writing %d waiting value(s)", self.where, len(self._pending))
         if self._new_connection:
@@ -227,14 +260,6 @@ class RedisStore:
         with self._resent:
             return self._resent.wait_for(lambda: self.resends >= count, timeout)
 
-    def _mark_down(self, e: Exception) -> None:
-        with self._lock:
-            self._skip_until = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, BACKOFF_S[1])
-            if self.problem is None:
-                log.warning("shared store at %s unavailable: %s", self.where, e)
-            self.problem = f"the shared store (Redis at {self.where}) is unavailable"
-
     def _flush(self) -> None:
         while True:
             with self._lock:
@@ -244,7 +269,7 @@ class RedisStore:
             try:
                 self.client.set(name, data)
             except self._errors as e:
-                self._mark_down(e)
+                self.backoff.failed(e)
                 return
             except self._response_error:  # too big for Redis's memory: it stays local
                 pass
@@ -269,7 +294,7 @@ class RedisStore:
     def _retry_until_written(self) -> None:
         """Background: once Redis answers again, write what waited (nobody may ask meanwhile)."""
         while self._pending:
-            time.sleep(max(0.05, self._skip_until - time.monotonic()))  # the backoff, not synchronisation
+            time.sleep(max(0.05, self.backoff.skip_until - time.monotonic()))  # the backoff, not synchronisation
             try:
                 self._call(lambda: self.client.ping())
             except _Down:

@@ -114,7 +114,7 @@ def test_redis_away_is_not_a_room_gone_the_presenter_keeps_driving_and_followers
     fresh, fresh_key, saved = a.create_room(5, QUERY, driver="presenter")
     assert not saved and a.room(fresh)["saved"] is False and a.room(fresh)["stage"] == 5  # this replica's memory
     redis_server.start()  # back (empty: this test's Redis keeps nothing on disk)
-    a.files._skip_until = b.files._skip_until = 0.0  # the backoff's wait, not what is tested
+    a.files.backoff.skip_until = b.files.backoff.skip_until = 0.0  # the backoff's wait, not what is tested
     assert b.set_stage(code, key, 3, QUERY, driver="presenter") and b.files.problem is None
     assert a.room(code)["stage"] == 3  # the next move went back to Redis: every host sees it again
 

@@ -217,7 +217,7 @@ def state_of(store: RedisStore, server: Server) -> str:
         fresh = str(server.client().ping())
     except redis.RedisError as e:
         fresh = f"{type(e).__name__}: {e}"
-    return (f"problem={store.problem!r}, skipped for {store._skip_until - time.monotonic():.1f} s more, "
+    return (f"problem={store.problem!r}, skipped for {store.backoff.skip_until - time.monotonic():.1f} s more, "
             f"resends={store.resends}, server pid {server.proc.pid} exit code {server.proc.poll()}, "
             f"a fresh client's ping: {fresh}")
 
