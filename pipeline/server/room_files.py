@@ -32,6 +32,7 @@ class StoreUnavailable(OSError):
 
 class RoomFiles(Protocol):
     where: str  # what a page may name: the folder, or Redis's address (never its password)
+    problem: str | None  # why the store does not answer now, in words (None: it does; a folder: always None)
 
     def read(self, name: str) -> dict | None: ...
 
@@ -56,6 +57,8 @@ class DiskRoomFiles:
     """The files in `folder`, each written whole (write_atomic). Links and rooms at its top are kept in an index
     (room_index.FolderIndex: bounded by max_files and max_bytes, live rooms never removed; a room's `polls-CODE/`
     goes with it)."""
+
+    problem = None  # a folder answers (a write it refuses is said by the room's `saved`)
 
     def __init__(self, folder: Path, max_files: int, max_bytes: int):
         self.folder, self.where = Path(folder), str(folder)

@@ -248,6 +248,28 @@ def test_a_room_on_two_hosts_sharing_the_rooms_redis_is_followed_and_driven_from
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+def test_a_presenter_whose_room_store_is_away_keeps_the_key_and_is_told(tiny_app, redis_server, tmp_path,
+                                                                         monkeypatch):
+    """A replica that never read the room, while Redis does not answer: before, "this server no longer keeps the
+    room", and the presenter's key was dropped for good."""
+    import pipeline.server.room
+    from pipeline.server.store.redis_rooms import RedisRoomFiles
+
+    first = RoomStore(tmp_path / "a", files=RedisRoomFiles(redis_server.url, max_links=100))
+    code, key, _ = first.create_room(2, {"q": "Are tomatoes fruit?"}, driver="presenter")
+    other = RoomStore(tmp_path / "b", files=RedisRoomFiles(redis_server.url, max_links=100))
+    monkeypatch.setattr(pipeline.server.room, "room_store", lambda: other)
+    redis_server.stop()
+    at = presenter(2, pr_room=code, pr_key=key)
+    assert [w for w in at.warning if "does not answer now" in w.value], [w.value for w in at.warning]
+    assert not [w for w in at.warning if "does not open room" in w.value]
+    assert at.session_state["pr_room"] == code and at.session_state["pr_key"] == key
+    redis_server.start()  # back (empty: this test's Redis keeps nothing, so the room is gone now: said as such)
+    other.files.backoff.skip_until = 0.0  # the backoff's wait, not what is tested
+    at.run()
+    assert [w for w in at.warning if f"does not open room {code}" in w.value], [w.value for w in at.warning]
+
+
 def test_a_visit_makes_no_room_until_the_presenter_starts(tiny_app):
     """Every visit to /presenter used to make a room file: 5,100 visits pushed a live room out of the store."""
     before = set(room_store().folder.glob("room-*.json"))

@@ -66,8 +66,13 @@ def present() -> str | None:
     ss = st.session_state
     ss.setdefault("pr_driver", new_driver_id())
     code, key = ss.get("pr_room"), ss.get("pr_key")
-    if code and key and rooms.room_store().may_drive(code, key):
+    store = rooms.room_store()
+    if code and key and store.may_drive(code, key):
         return code
+    if code and key and store.files.problem:  # the room's Redis away: the room may well be there, the key is kept
+        st.warning(f"The room store does not answer now ({store.files.problem}), so room {code} cannot be shown: "
+                   "this screen keeps its key and tries again with your next step (or a reload).", icon="🔌")
+        return None
     if code and key:
         st.warning(f"This presenter link does not open room {code} (its key is not that room's, or this server "
                    "no longer keeps the room). Start presenting makes a new room of your own.", icon="🔑")
