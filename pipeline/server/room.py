@@ -115,7 +115,7 @@ class RoomStore:
     Files are bounded in count and bytes (the least recently written go first). A folder that takes no file
     (read-only, full), or a room's Redis that does not answer, does not stop a room: it is kept in this process's
     memory (bounded too), and the record says `saved: False`, so both screens can say that other replicas and a
-    restart will not see it. `files`: where the files go (room_files.room_files picks: the folder, or Redis).
+    restart will not see it. `files`: where the files go (`room_files` below picks: the folder, or Redis).
     """
 
     def __init__(self, folder: Path, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES,
@@ -133,10 +133,7 @@ class RoomStore:
         then kept in memory (bounded), where this process still reads it."""
         with self._lock:
             if not self.files.write(name, data):
-                self._memory[name] = data
-                self._memory.move_to_end(name)
-                while len(self._memory) > MEMORY_ENTRIES:
-                    self._memory.popitem(last=False)
+                _keep(self._memory, name, data)
                 return False
             self._memory.pop(name, None)
             return True
@@ -158,10 +155,7 @@ class RoomStore:
             if data is None:
                 self._recent.pop(name, None)
             else:
-                self._recent[name] = data
-                self._recent.move_to_end(name)
-                while len(self._recent) > MEMORY_ENTRIES:
-                    self._recent.popitem(last=False)
+                _keep(self._recent, name, data)
         return data
 
     def put_link(self, query: dict[str, str]) -> str | None:
@@ -252,6 +246,14 @@ class RoomStore:
         return {"stage": data["stage"], "query": {str(k): str(v) for k, v in data["query"].items()},
                 "driver": str(data.get("driver", "")), "moved_at": float(data.get("moved_at") or 0),
                 "saved": name not in self._memory}
+
+
+def _keep(kept: OrderedDict, name: str, data: dict) -> None:
+    """`data` kept in this process's memory under `name`, the newest last; at most MEMORY_ENTRIES (oldest out)."""
+    kept[name] = data
+    kept.move_to_end(name)
+    while len(kept) > MEMORY_ENTRIES:
+        kept.popitem(last=False)
 
 
 def room_files(folder: Path, max_files: int, max_bytes: int) -> RoomFiles:

@@ -50,6 +50,7 @@ class RoomFiles(Protocol):
 
 
 def top_level(name: str) -> bool:
+    """'room-abc123.json' is; 'polls-abc123/current.json' is not (a file of a folder: in Redis, a field of its hash)."""
     return "/" not in name
 
 

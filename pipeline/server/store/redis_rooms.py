@@ -28,7 +28,7 @@ import json
 import logging
 import time
 
-from pipeline.server.room_files import StoreUnavailable
+from pipeline.server.room_files import StoreUnavailable, top_level
 from pipeline.server.room_index import LIVE_S
 from pipeline.server.store.redis_store import Backoff, address_of, connect, unanswered_errors
 
@@ -42,11 +42,6 @@ log = logging.getLogger("pipeline.server.store.redis_rooms")
 
 class _Down(Exception):
     """Redis did not answer (or is being skipped during its backoff)."""
-
-
-def top_level(name: str) -> bool:
-    """'room-abc123.json' is; 'polls-abc123/current.json' is not (a file of a folder: a field of its hash)."""
-    return "/" not in name
 
 
 def polls_folder(room_name: str) -> str:

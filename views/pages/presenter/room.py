@@ -70,8 +70,9 @@ def present() -> str | None:
     if code and key and store.may_drive(code, key):
         return code
     if code and key and store.files.problem:  # the room's Redis away: the room may well be there, the key is kept
-        st.warning(f"The room store does not answer now ({store.files.problem}), so room {code} cannot be shown: "
-                   "this screen keeps its key and tries again with your next step (or a reload).", icon="🔌")
+        st.warning(f"The room store does not answer now ({store.files.where}), so room {code} cannot be shown yet. "
+                   "This screen keeps its key and tries again at your next step or a reload; Start presenting would "
+                   "make another room.", icon="🔌")
         return None
     if code and key:
         st.warning(f"This presenter link does not open room {code} (its key is not that room's, or this server "
