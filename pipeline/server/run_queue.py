@@ -128,6 +128,8 @@ class RunQueue:
             ticket = Ticket(self, key, work, cost, batch)
             self._by_key[key] = ticket
             (self._background if background else self._waiting).append(ticket)
+            if not background:  # the figure the long-prompt rule reads, as it stands once this job is in
+                log.info("a job came in; %d in the queue", len(self._waiting) + self._busy())
             self._wake.notify()
             return ticket
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, events, open_offline, settle, visit
+from kit.browser import CHROMIUM, SHOTS, events, open_expander, open_offline, settle, visit
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -49,7 +49,7 @@ def test_the_json_and_the_html_report_download_and_the_report_opens_with_the_net
     page = visit(context, f"{server}/journey?{urlencode({'q': question})}")
     said = []  # what the page's console said, for a download that never came
     page.on("console", lambda m: said.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
-    page.locator("summary", has_text="Share or export this view").first.click()
+    open_expander(page, "Share or export this view")
     page.get_by_role("button", name=re.compile("Make the downloads")).click()  # made on the server, for this request
     settle(page)
     as_json = page.get_by_role("button", name=re.compile("Download the run as JSON"))

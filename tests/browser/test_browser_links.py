@@ -5,7 +5,7 @@ import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, choose, new_tab, question_shown, run_mark, settle
+from kit.browser import CHROMIUM, SHOTS, choose, new_tab, question_shown, run_mark, settle, share_link
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -166,13 +166,6 @@ VIEWS = {  # page -> (the link it is first opened with, what the browser then ch
     "embeddings": (QUESTION, set_words),
     "constrained": (QUESTION, lambda page: radio(page, "regular expression").click()),
 }
-
-
-def share_link(page, path: str) -> str:
-    box = page.locator('[data-testid="stSidebar"] code').filter(has_text=f"/{path}")
-    if not box.first.is_visible():
-        page.locator("summary", has_text="Share or export this view").first.click()
-    return box.first.inner_text().strip()
 
 
 @pytest.mark.parametrize("path", list(VIEWS))

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, open_offline, open_page, settle, watch
+from kit.browser import CHROMIUM, SHOTS, open_expander, open_offline, open_page, settle, watch
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -16,8 +16,7 @@ NOTE = "Tokens are pieces <i>not</i> words"
 
 def open_my_session(page) -> None:
     """Open the sidebar's expander (unless a rerun kept it open) until its note box shows."""
-    if not page.get_by_role("button", name="Save the note").is_visible():
-        page.locator("summary", has_text="My notes and session").first.click()
+    open_expander(page, "My notes and session")
     page.get_by_role("button", name="Save the note").wait_for(state="visible", timeout=30_000)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, WAIT_POLL_MS, open_offline, settle, visit
+from kit.browser import CHROMIUM, SHOTS, WAIT_POLL_MS, open_expander, open_offline, settle, visit
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -49,7 +49,7 @@ def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_cac
     settle(page)
     code = page.evaluate("() => new URLSearchParams(location.search).get('room')")
     assert code, page.url
-    page.locator("summary", has_text="Ask the room a question").first.click()
+    open_expander(page, "Ask the room a question")
     page.get_by_role("button", name="Open the poll").click()
     settle(page)
     wait_text(page, "0 answered")
@@ -107,7 +107,7 @@ def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_cac
     assert learners[0].evaluate("() => window.pwned") is None and learners[0].locator("img[src=x]").count() == 0
     learners[2].screenshot(path=str(SHOTS / "room_poll_learner_class_view.png"))
 
-    page.locator("summary", has_text="Room summary").first.click()
+    open_expander(page, "Room summary")
     page.get_by_role("button", name="Make the room summary").click()
     settle(page)
     button = page.get_by_role("button", name=re.compile("Download the room summary \\(HTML"))

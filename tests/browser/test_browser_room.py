@@ -9,7 +9,8 @@ import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, SIDEBAR_LINK, WAIT_POLL_MS, app_server, question_shown, settle, watch
+from kit.browser import (CHROMIUM, SHOTS, SIDEBAR_LINK, WAIT_POLL_MS, app_server, open_expander, question_shown,
+                         settle, share_link, watch)
 from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage, walk_every_stage
 
 from views.chrome.page_list import page_at
@@ -62,7 +63,7 @@ def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
     first = browser.new_context(viewport={"width": 1300, "height": 1200})
     page = visit(first, f"{server}/attention?q={quote(question)}&max_new_tokens=8&layer=3&head=2")
     assert "layer 3, head 2" in chart_titles(page)
-    page.locator("summary", has_text="Share or export this view").first.click()
+    open_expander(page, "Share or export this view")
     link = page.locator('[data-testid="stSidebar"] code').filter(has_text="/attention").first.inner_text().strip()
     params = parse_qs(urlparse(link).query)
     assert params["q"] == [question] and params["at.layer"] == ["3"] and params["at.head"] == ["2"]
@@ -84,14 +85,6 @@ def test_tampered_links_fall_back_with_a_note(server, browser):
     assert "The link's layer was not usable" in body and "The link's temperature was not usable" in body
     assert page.locator("b", has_text="hi").count() == 0  # the question is text, not markup
     context.close()
-
-
-def share_link(page, path: str) -> str:
-    """The link in the sidebar's share box (the expander is opened if it is closed)."""
-    box = page.locator('[data-testid="stSidebar"] code').filter(has_text=f"/{path}")
-    if not box.first.is_visible():
-        page.locator("summary", has_text="Share or export this view").first.click()
-    return box.first.inner_text().strip()
 
 
 def slider(page, label: str):
@@ -284,7 +277,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     wait_for_stage(page, 1, timeout_s=120)
     settle(page)
     body = page.inner_text("body")
-    page.locator("summary", has_text="Your presenter link").first.click()
+    open_expander(page, "Your presenter link")
     private = page.locator('[data-testid="stMain"] code').filter(has_text="key=").first.inner_text().strip()
     key = parse_qs(urlparse(private).query)["key"][0]
     assert key not in body and key not in page.url  # not on the projected screen until the presenter opens it
@@ -310,7 +303,7 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
     page = visit(presenter, f"{server}/presenter?q=Why+is+the+sky+blue%3F&max_new_tokens=4")
     code = parse_qs(urlparse(start_presenting(page)).query)["follow"][0]
-    page.locator("summary", has_text="Your presenter link").first.click()
+    open_expander(page, "Your presenter link")
     private = page.locator('[data-testid="stMain"] code').filter(has_text="key=").first.inner_text().strip()
     key = parse_qs(urlparse(private).query)["key"][0]
     page.locator("summary", has_text="Your presenter link").first.click()  # closed again

@@ -166,6 +166,25 @@ def choose(page, box, option, shot: Path | None = None) -> None:
     item.click()
 
 
+def open_expander(page, label: str, timeout_s: float = 30) -> None:
+    """Open the expander whose summary shows `label` (unless it is open) and wait until it has finished opening.
+    Streamlit grows an opening expander's <details> over 500 ms with its content clipped: the content's boxes stand
+    still, so Playwright finds a button "stable", yet the point under it is the expander's own block for most of the
+    growth. A click then can press on the button and release on that block: no click, no run (seen in a room's poll
+    test, its page's fragments rerunning meanwhile)."""
+    details = page.locator("details", has=page.locator("summary", has_text=label)).first
+    if not details.evaluate("d => d.open"):
+        details.locator("summary").first.click()
+    page.wait_for_function("d => d.open && d.getAnimations({subtree: true}).length === 0", arg=details.element_handle(),
+                           timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
+
+
+def share_link(page, path: str) -> str:
+    """The link to `path` in the sidebar's share box (its expander opened first)."""
+    open_expander(page, "Share or export this view")
+    return page.locator('[data-testid="stSidebar"] code').filter(has_text=f"/{path}").first.inner_text().strip()
+
+
 SIDEBAR_LINK = '[data-testid="stSidebar"] a[data-testid="stPageLink-NavLink"]'
 
 
