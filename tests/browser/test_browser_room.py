@@ -249,8 +249,9 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
              f"{server}/presenter?room={code}&key={secrets.token_hex(16)}&stage=9&q=hijacked",
              f"{server}/presenter?room={code}&key={hashlib.sha256(f'room:{code}'.encode()).hexdigest()[:32]}",
              f"{server}/presenter?follow={code}&room={code}&key={code * 6}&stage=9"]
+    learn = watch(learner.new_page())  # one tab for every try: each address opens a session of its own anyway, and a
+    # page opened in a tab that already ran one costs Chromium half the CPU of a new tab (bench/RESULTS.md)
     for n, url in enumerate(tries):
-        learn = watch(learner.new_page())
         learn.goto(url)
         learn.wait_for_selector("h1", timeout=300_000)
         settle(learn)
@@ -270,7 +271,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
         now = json.loads(room_file.read_text())
         assert (now["stage"], now["query"], now["driver"]) == (left["stage"], left["query"], left["driver"]), url
         learn.screenshot(path=str(SHOTS / f"room_takeover_try_{n}.png"))
-        learn.close()
+    learn.close()
     assert "someone else" not in page.inner_text("body")
 
     page.keyboard.press("ArrowLeft")  # back to stage 1, where the links are
