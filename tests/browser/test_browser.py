@@ -11,7 +11,7 @@ import re
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, app_server, choose, new_tab, settle, watch
+from kit.browser import CHROMIUM, SHOTS, app_server, choose, shared_tab, settle, watch
 
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 
@@ -179,7 +179,7 @@ SHOWN_SHARES = """() => [...document.querySelectorAll('[data-testid="stMain"] sp
 
 def test_the_korean_question_shows_in_both_columns_of_compare(context, server):
     """On a tab of its own (its own session, a 1000-pixel-high window), beside the page the other tests share."""
-    with new_tab(context, height=1000) as page:
+    with shared_tab(context, height=1000) as page:
         page.goto(f"{server}/compare-models?{urlencode({'q': KOREAN})}")
         settle(page)
         main = page.locator('[data-testid="stMain"]')

@@ -5,7 +5,7 @@ import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, choose, new_tab, question_shown, run_mark, settle, share_link
+from kit.browser import CHROMIUM, SHOTS, choose, shared_tab, question_shown, run_mark, settle, share_link
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -28,8 +28,9 @@ def server(tiny_server_cache, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(chromium):
-    """The context of the module's pages, each test on tabs of its own (kit.browser.new_tab): its own sessions
-    and history. The app keeps no cookie or storage that these pages read (a session is its page's socket)."""
+    """The context of the module's pages, the tests taking turns on its one tab (kit.browser.shared_tab), each
+    address a session of its own. The app keeps no cookie or storage that these pages read (a session is its page's
+    socket)."""
     context = chromium.new_context()
     yield context
     context.close()
@@ -45,7 +46,7 @@ def link_opener(chromium):
 
 
 def test_a_tampered_parameter_shows_its_text_not_a_link(server, browser):
-    with new_tab(browser, height=1600) as page:
+    with shared_tab(browser, height=1600) as page:
         page.goto(f"{server}/journey?{PHISHING_QUERY}")
         settle(page, timeout=300)
         page.screenshot(path=str(SHOTS / "phishing_link.png"))
@@ -90,7 +91,7 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_healthy(f"http://localhost:{port}")
-        with new_tab(browser, width=1200, height=3000) as page:
+        with shared_tab(browser, width=1200, height=3000) as page:
             page.goto(f"http://localhost:{port}")
             settle(page, timeout=120)
             page.screenshot(path=str(SHOTS / "hostile_markdown.png"), full_page=True)
@@ -174,7 +175,7 @@ def test_a_shared_link_opens_the_same_request_controls_and_answer(server, browse
 
     query, change = VIEWS[path]
     link_opener.clear_cookies()
-    with new_tab(browser, height=1600) as page, new_tab(link_opener, height=1600) as again:
+    with shared_tab(browser, height=1600) as page, shared_tab(link_opener, height=1600) as again:
         page.goto(f"{server}/{path}?{query}")
         settle(page, timeout=300)
         opened = page.evaluate(CONTROLS)
@@ -206,7 +207,7 @@ def test_back_and_forward_move_between_pages(server, browser):
     (ui/history_entries.py), so Back stayed on Attention."""
     from kit.browser import open_page
 
-    with new_tab(browser) as page:
+    with shared_tab(browser) as page:
         page.goto(f"{server}/journey?max_new_tokens=3")
         settle(page, timeout=300)
         for title in ("Tokens", "Attention"):
@@ -231,7 +232,7 @@ def test_a_reload_during_a_run_brings_back_the_question_typed(server, browser):
     """The address holds the request from the start of the run the form started, so a reload while that
     run is still going (a slow one) brings back the question typed, not the one before. Before, the address was
     written only after the page had run."""
-    with new_tab(browser) as page:
+    with shared_tab(browser) as page:
         page.goto(f"{server}/tokens?max_new_tokens=3&q=Is%20a%20pepper%20a%20fruit%3F")
         settle(page, timeout=300)
         typed = f"Is a kiwi a berry? {SLOW}"
@@ -252,7 +253,7 @@ def test_a_reload_during_a_run_brings_back_the_question_typed(server, browser):
 def test_a_token_of_journeys_strip_opens_its_lens_on_layers(server, browser):
     """Journey's compact commitment strip: a click on an answer token lands on Layers, on this run, with the lens's
     token picker at that token (its link's `ly.commit_token`)."""
-    with new_tab(browser, height=1600) as page:
+    with shared_tab(browser, height=1600) as page:
         page.goto(f"{server}/journey?max_new_tokens=4&q=Which%20layer%20decides%20each%20word%3F")
         settle(page, timeout=300)
         page.get_by_role("button", name=re.compile("Show where each answer token was decided")).click()

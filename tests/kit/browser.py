@@ -313,14 +313,20 @@ def fresh_page(chromium, width: int = 1400, height: int = 1200):
         context.close()
 
 
+_tabs: dict = {}  # id(context) -> (context, its tab the module's tests take turns on)
+
+
 @contextlib.contextmanager
-def new_tab(context, width: int = 1400, height: int = 1200):
-    """A watched page (a tab) of a context the module's tests share, closed after: its own session and history, the
-    context's cookies and storage shared. A tab of a used context draws a page ~1-1.5 s of Chromium CPU cheaper than
-    a new context (bench/RESULTS.md); use it where a test's meaning needs no fresh browser."""
-    page = watch(context.new_page())
+def shared_tab(context, width: int = 1400, height: int = 1200):
+    """The one watched tab of a context the module's tests share, sized for this test and left open for the next:
+    each address a test opens in it starts a session of its own (a Streamlit session is its page's socket); the
+    context's cookies and storage are shared, and so is the tab's history (a test goes back only as far as it went).
+    A page opened in a tab that already ran one costs Chromium ~2 s of CPU, in a new tab ~3.7 s, in a new context
+    ~4.2 s (bench/RESULTS.md); use it where a test's meaning needs no fresh browser. Two tests never hold it at once:
+    a module's tests run one after another."""
+    kept = _tabs.get(id(context))
+    if kept is None or kept[0] is not context or kept[1].is_closed():
+        kept = _tabs[id(context)] = (context, watch(context.new_page()))
+    page = kept[1]
     page.set_viewport_size({"width": width, "height": height})
-    try:
-        yield page
-    finally:
-        page.close()
+    yield page
