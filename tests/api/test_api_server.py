@@ -330,7 +330,7 @@ def test_a_flood_past_the_queues_bound_gets_429_with_retry_after_and_others_keep
     # a story of at least 600 characters: each job runs for many tokens, so none ends before the checks below
     schema = {"type": "object", "properties": {"story": {"type": "string", "minLength": 600}}, "required": ["story"]}
     log = ROOT / "artifacts" / "api-server.log"
-    logged = len(log.read_text().splitlines())
+    logged = len(log.read_text(errors="replace").splitlines())
     flood: dict = {}
 
     def fill_the_places():
@@ -340,17 +340,23 @@ def test_a_flood_past_the_queues_bound_gets_429_with_retry_after_and_others_keep
             response_format={"type": "json_schema", "json_schema": {"name": "story", "schema": schema}})
     filling = threading.Thread(target=fill_the_places)
     filling.start()
-    queue_lengths = []  # the queue's log says each job that comes in, and how many are in the queue then
-    while len(queue_lengths) < SLOTS and filling.is_alive():
+
+    def queue_lengths() -> list[int]:  # the queue's log says each job that comes in, and how many are in the queue then
+        lines = log.read_text(errors="replace").splitlines()[logged:]
+        counts = [line.rsplit("a job came in; ", 1)[1].split()[0] for line in lines if "a job came in; " in line]
+        return [int(n) for n in counts if n.isdigit()]
+    while len(queue_lengths()) < SLOTS and filling.is_alive():
         time.sleep(0.05)
-        queue_lengths = [int(line.rsplit("; ", 1)[1].split()[0]) for line in log.read_text().splitlines()[logged:]
-                         if "a job came in; " in line]
-    assert len(queue_lengths) >= SLOTS and max(queue_lengths) >= SLOTS, (queue_lengths, filling.is_alive())
+    assert len(queue_lengths()) >= SLOTS and max(queue_lengths()) >= SLOTS, (queue_lengths(), filling.is_alive())
     long_prompt = [{"role": "system", "content": "Remember this. " * 400}, {"role": "user", "content": "Well?"}]
-    with pytest.raises(openai.RateLimitError) as long_refused:  # the flood's jobs stand in the line
-        long_asker.chat.completions.create(model=SMOL, messages=long_prompt, max_tokens=1)
-    with pytest.raises(openai.RateLimitError) as flood_more:  # its places are all held while its jobs wait
-        flooder.chat.completions.create(model=SMOL, messages=HI, max_tokens=1)
+    try:
+        with pytest.raises(openai.RateLimitError) as long_refused:  # the flood's jobs stand in the line
+            long_asker.chat.completions.create(model=SMOL, messages=long_prompt, max_tokens=1)
+        with pytest.raises(openai.RateLimitError) as flood_more:  # its places are all held while its jobs wait
+            flooder.chat.completions.create(model=SMOL, messages=HI, max_tokens=1)
+    except pytest.fail.Exception as e:  # say what the queue held: a flood job that ended too soon shows here
+        raise AssertionError(f"{e}; the queue's lengths as jobs came in: {queue_lengths()}; the flood still going: "
+                             f"{filling.is_alive()}") from None
     assert filling.is_alive(), "the flood ended before both refusals: its jobs were not long enough to check them"
     short = learner.chat.completions.create(model=SMOL, messages=HI, max_tokens=2, temperature=0)
     filling.join()

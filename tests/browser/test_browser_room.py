@@ -250,7 +250,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
              f"{server}/presenter?room={code}&key={hashlib.sha256(f'room:{code}'.encode()).hexdigest()[:32]}",
              f"{server}/presenter?follow={code}&room={code}&key={code * 6}&stage=9"]
     learn = watch(learner.new_page())  # one tab for every try: each address opens a session of its own anyway, and a
-    # page opened in a tab that already ran one costs Chromium half the CPU of a new tab (bench/RESULTS.md)
+    # page opened in a tab that already ran one costs Chromium's renderer about half a new tab's CPU (bench/RESULTS.md)
     for n, url in enumerate(tries):
         learn.goto(url)
         learn.wait_for_selector("h1", timeout=300_000)

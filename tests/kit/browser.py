@@ -171,12 +171,14 @@ def open_expander(page, label: str, timeout_s: float = 30) -> None:
     Streamlit grows an opening expander's <details> over 500 ms with its content clipped: the content's boxes stand
     still, so Playwright finds a button "stable", yet the point under it is the expander's own block for most of the
     growth. A click then can press on the button and release on that block: no click, no run (seen in a room's poll
-    test, its page's fragments rerunning meanwhile)."""
-    details = page.locator("details", has=page.locator("summary", has_text=label)).first
-    if not details.evaluate("d => d.open"):
-        details.locator("summary").first.click()
-    page.wait_for_function("d => d.open && d.getAnimations({subtree: true}).length === 0", arg=details.element_handle(),
-                           timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
+    test, its page's fragments rerunning meanwhile). The growth is an animation of the <details> itself; what runs
+    inside it (a spinner, a stale element's fade) is not waited for."""
+    summary = page.locator("summary", has_text=label).first
+    if not summary.evaluate("s => s.closest('details').open"):
+        summary.click()
+    page.wait_for_function("""label => [...document.querySelectorAll('details')].some(d => d.open
+        && [...d.children].some(c => c.tagName === 'SUMMARY' && c.innerText.includes(label))
+        && d.getAnimations().length === 0)""", arg=label, timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
 
 
 def share_link(page, path: str) -> str:
@@ -321,12 +323,20 @@ def shared_tab(context, width: int = 1400, height: int = 1200):
     """The one watched tab of a context the module's tests share, sized for this test and left open for the next:
     each address a test opens in it starts a session of its own (a Streamlit session is its page's socket); the
     context's cookies and storage are shared, and so is the tab's history (a test goes back only as far as it went).
-    A page opened in a tab that already ran one costs Chromium ~2 s of CPU, in a new tab ~3.7 s, in a new context
-    ~4.2 s (bench/RESULTS.md); use it where a test's meaning needs no fresh browser. Two tests never hold it at once:
-    a module's tests run one after another."""
+    Opening a page costs Chromium's renderer 4.0-4.4 s of CPU in a new context and 3.6-3.8 s in a new tab of a used
+    one; a reload in a tab that already ran a page costs 1.6-2.2 s (bench/RESULTS.md). Use it where a test's meaning
+    needs no fresh browser. Its recorded events start afresh for each test; a test that fails takes the tab with it
+    (the next test gets a new one). Two tests never hold it at once: a module's tests run one after another."""
     kept = _tabs.get(id(context))
     if kept is None or kept[0] is not context or kept[1].is_closed():
         kept = _tabs[id(context)] = (context, watch(context.new_page()))
     page = kept[1]
+    page.tpe_events.clear()  # in place: the failure report's copy (_followed) holds the same list
     page.set_viewport_size({"width": width, "height": height})
-    yield page
+    try:
+        yield page
+    except BaseException:
+        _tabs.pop(id(context), None)
+        with contextlib.suppress(Exception):  # a crashed page may not close cleanly: the test's own error matters
+            page.close()
+        raise
