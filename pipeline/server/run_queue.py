@@ -128,10 +128,11 @@ class RunQueue:
             ticket = Ticket(self, key, work, cost, batch)
             self._by_key[key] = ticket
             (self._background if background else self._waiting).append(ticket)
-            if not background:  # the figure the long-prompt rule reads, as it stands once this job is in
-                log.info("a job came in; %d in the queue", len(self._waiting) + self._busy())
+            queued = len(self._waiting) + self._busy()  # the figure the long-prompt rule reads, this job in
             self._wake.notify()
-            return ticket
+        if not background:  # said outside the lock: the log's write never holds up the worker
+            log.info("a job came in; %d in the queue", queued)
+        return ticket
 
     def submit_long(self, key: Hashable, steps: Callable[[], Steps], asker: Hashable) -> LongTicket:
         """Queue a long job: `steps()` makes its generator of chunks (pipeline.core.long_jobs), called at its first

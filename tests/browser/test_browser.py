@@ -11,7 +11,7 @@ import re
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, app_server, choose, shared_tab, settle, watch
+from kit.browser import CHROMIUM, SHOTS, app_server, choose, settle, shared_tab, watch
 
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 

@@ -5,7 +5,7 @@ import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, choose, shared_tab, question_shown, run_mark, settle, share_link
+from kit.browser import CHROMIUM, SHOTS, choose, question_shown, run_mark, settle, share_link, shared_tab
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]

@@ -63,8 +63,7 @@ def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
     first = browser.new_context(viewport={"width": 1300, "height": 1200})
     page = visit(first, f"{server}/attention?q={quote(question)}&max_new_tokens=8&layer=3&head=2")
     assert "layer 3, head 2" in chart_titles(page)
-    open_expander(page, "Share or export this view")
-    link = page.locator('[data-testid="stSidebar"] code').filter(has_text="/attention").first.inner_text().strip()
+    link = share_link(page, "attention")
     params = parse_qs(urlparse(link).query)
     assert params["q"] == [question] and params["at.layer"] == ["3"] and params["at.head"] == ["2"]
     page.screenshot(path=str(SHOTS / "room_link_source.png"))

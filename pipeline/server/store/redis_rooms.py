@@ -30,7 +30,7 @@ import time
 
 from pipeline.server.room_files import StoreUnavailable, top_level
 from pipeline.server.room_index import LIVE_S
-from pipeline.server.store.redis_store import Backoff, address_of, connect, unanswered_errors
+from pipeline.server.store.redis_store import Backoff, Down, address_of, connect, unanswered_errors
 
 PREFIX = "tpe:room:"
 KEEP_S = 7 * 24 * 3600  # a room and its polls, after it was last seen: a week's workshop, and its summaries
@@ -38,10 +38,6 @@ LINK_KEEP_S = 30 * 24 * 3600  # a short link, after it was made
 MAX_LINK_BYTES_ALL = 64 * 2**20  # all short links together (the folder's bound): a flood of long links never
 # crowds the room's own keys out of Redis's memory
 log = logging.getLogger("pipeline.server.store.redis_rooms")
-
-
-class _Down(Exception):
-    """Redis did not answer (or is being skipped during its backoff)."""
 
 
 def polls_folder(room_name: str) -> str:
@@ -62,17 +58,17 @@ class RedisRoomFiles:
 
     def _call(self, fn, atomic: bool = False):
         """fn(pipeline)'s answers in one round trip; `atomic`: as one transaction (all of its commands or none: never
-        a field written without its lifetime). _Down when Redis is skipped, does not answer, or refuses (a write
+        a field written without its lifetime). Down when Redis is skipped, does not answer, or refuses (a write
         past its maxmemory, a disk it cannot save to): then the backoff starts."""
         if self.backoff.skipping():
-            raise _Down
+            raise Down
         try:
             pipe = self.client.pipeline(transaction=atomic)
             fn(pipe)
             answers = pipe.execute()
         except self._errors as e:
             self.backoff.failed(e)
-            raise _Down from e
+            raise Down from e
         self.backoff.answered()
         return answers
 
@@ -91,7 +87,7 @@ class RedisRoomFiles:
             else:
                 folder, leaf = name.rsplit("/", 1)
                 raw, = self._call(lambda p: p.hget(PREFIX + "d:" + folder, leaf))
-        except _Down as e:
+        except Down as e:
             raise StoreUnavailable(self.problem or f"{self.where} is unavailable") from e
         try:
             data = json.loads(raw) if raw is not None else None
@@ -117,7 +113,7 @@ class RedisRoomFiles:
                 if new:  # a link written again (two replicas at once) is counted once
                     self._call(lambda p: p.incrby(PREFIX + "links_total", size))
                 self._bound_links()
-        except _Down:
+        except Down:
             return False
         return True
 
@@ -156,13 +152,13 @@ class RedisRoomFiles:
             else:
                 folder, leaf = name.rsplit("/", 1)
                 self._call(lambda p: p.hdel(PREFIX + "d:" + folder, leaf))
-        except _Down:
+        except Down:
             pass
 
     def names(self, folder: str) -> list[str]:
         try:
             keys, = self._call(lambda p: p.hkeys(PREFIX + "d:" + folder))
-        except _Down:
+        except Down:
             return []
         return sorted(k.decode() for k in keys if k.endswith(b".json"))
 
@@ -170,7 +166,7 @@ class RedisRoomFiles:
         try:
             _, found = self._call(lambda p: (p.zremrangebyscore(PREFIX + "folders", "-inf", time.time() - KEEP_S),
                                              p.zrange(PREFIX + "folders", 0, -1)))
-        except _Down:
+        except Down:
             return []
         return sorted(f.decode() for f in found)
 
@@ -191,7 +187,7 @@ class RedisRoomFiles:
                                   p.expire(who, KEEP_S), p.expire(sub, KEEP_S),
                                   *[p.expire(f.decode(), KEEP_S) for f in folders],
                                   *([p.zadd(PREFIX + "folders", polls)] if polls else [])), atomic=True)
-        except _Down:
+        except Down:
             pass
 
     def live_rooms(self, client: str | None = None) -> int:
@@ -200,6 +196,6 @@ class RedisRoomFiles:
         try:
             _, count = self._call(lambda p: (p.zremrangebyscore(key, "-inf", now - KEEP_S),
                                              p.zcount(key, now - LIVE_S, "+inf")))
-        except _Down:
+        except Down:
             return 0
         return int(count)

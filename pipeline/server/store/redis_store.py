@@ -50,8 +50,9 @@ WATCH_S = 5.0  # how often a store with memory attached asks Redis whether it is
 log = logging.getLogger("pipeline.server.store.redis_store")
 
 
-class _Down(Exception):
-    """Redis did not answer (or is being skipped during its backoff)."""
+class Down(Exception):
+    """Redis did not answer (or is being skipped during its backoff): both Redis stores (runs, rooms) raise it
+    inside, and answer their callers without it."""
 
 
 class Backoff:
@@ -174,14 +175,14 @@ class RedisStore:
         self._new_connection = True
 
     def _call(self, fn):
-        """fn()'s answer; _Down when Redis is skipped (backoff) or does not answer (then the backoff starts)."""
+        """fn()'s answer; Down when Redis is skipped (backoff) or does not answer (then the backoff starts)."""
         if self.backoff.skipping():
-            raise _Down
+            raise Down
         try:
             answer = fn()
         except self._errors as e:
             self.backoff.failed(e)
-            raise _Down from e
+            raise Down from e
         if self.backoff.answered():
             with self._lock:
                 self._new_connection = True  # back: the same Redis? (and a resend cut short goes on)
@@ -230,7 +231,7 @@ class RedisStore:
             chunk = held[start:start + 256]
             try:
                 there = self._call(lambda: self._exist([name for name, _, _ in chunk]))
-            except _Down:
+            except Down:
                 complete = False
                 break
             for (_, key, value), found in zip(chunk, there):
@@ -297,7 +298,7 @@ class RedisStore:
             time.sleep(max(0.05, self.backoff.skip_until - time.monotonic()))  # the backoff, not synchronisation
             try:
                 self._call(lambda: self.client.ping())
-            except _Down:
+            except Down:
                 continue
 
     # -- the store --------------------------------------------------------------------------------------
@@ -308,7 +309,7 @@ class RedisStore:
         name = self.redis_key(key)
         try:
             raw = self._call(lambda: self.client.get(name))
-        except _Down:
+        except Down:
             raw = self._pending.get(name)
         if raw is None:
             return None
@@ -317,7 +318,7 @@ class RedisStore:
         except ValueError:
             try:
                 self._call(lambda: self.client.delete(name))
-            except _Down:
+            except Down:
                 pass
             return None
 
@@ -331,7 +332,7 @@ class RedisStore:
             return
         try:
             self._call(lambda: self.client.set(name, data))
-        except _Down:
+        except Down:
             self._keep_for_later(name, data)
         except self._response_error as e:  # OOM: larger than Redis's whole maxmemory
             self._kept_local(name, f"Redis refused it ({str(e)[:80]})")
@@ -357,7 +358,7 @@ class RedisStore:
         """Bytes Redis uses (its INFO's used_memory), 0 when it does not answer."""
         try:
             return int(self._call(lambda: self.client.info("memory"))["used_memory"])
-        except _Down:
+        except Down:
             return 0
 
 
@@ -371,7 +372,7 @@ def _watch(store_ref: "weakref.ref[RedisStore]") -> None:
         wait = store.watch_s
         try:
             store._call(store.client.ping)
-        except _Down:
+        except Down:
             pass
         del store  # not kept alive by its own watcher while it sleeps
         time.sleep(wait)
