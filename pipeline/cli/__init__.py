@@ -21,6 +21,7 @@ is printed shows control characters escaped (pipeline.cli.terminal).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -42,9 +43,13 @@ ELSEWHERE = {"report": "the HTML report is made by ui/, the layer above pipeline
                        "(or `python -m ui report ...`) with the same options."}
 
 
+@functools.cache
 def build_parser(commands: Sequence[ModuleType] = COMMANDS, prog: str = PROG,
                  description: str | None = __doc__) -> argparse.ArgumentParser:
-    """A subcommand per command module, made the same way for each: its NAME, its HELP, its add_arguments."""
+    """A subcommand per command module, made the same way for each: its NAME, its HELP, its add_arguments.
+    Made once per process for each set of commands and name (parsing leaves a parser as it was): building it, eleven
+    commands' options and argparse's messages looked up in gettext's catalogues, takes ~2-4 ms, which a process that
+    runs the command line many times (the tests' in-process runs) paid on every run."""
     parser = CliParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in commands:
