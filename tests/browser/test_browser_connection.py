@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle, watch
+from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle, until, watch
 
 from ui.connection_notice import NOTE
 
@@ -35,11 +35,11 @@ def test_a_killed_server_is_said_to_be_restarting_not_the_internet(tiny_server_c
                 settle(page, timeout=300)
                 # the watcher runs in the page: its script is started by the page's run, not necessarily before the
                 # run's end mark shows, so wait for the watcher itself
-                page.wait_for_function("() => window.__tpeConnectionNotice === true", timeout=60_000)
+                until(page, "() => window.__tpeConnectionNotice === true", timeout_s=60)
                 os.kill(listening_pid(int(url.rsplit(":", 1)[1])), signal.SIGKILL)
                 page.wait_for_selector(DIALOG, timeout=120_000)  # Streamlit shows it from its sixth failed ping
-                page.wait_for_function("note => document.querySelector('[data-testid=\"stDialog\"]')"
-                                       ".innerText.includes(note)", arg=NOTE, timeout=10_000)
+                until(page, "note => document.querySelector('[data-testid=\"stDialog\"]')"
+                      ".innerText.includes(note)", arg=NOTE, timeout_s=10)
                 page.screenshot(path=str(SHOTS / "connection-error.png"))
                 said = page.locator(DIALOG).inner_text()
                 assert "Connection error" in said and NOTE in said
@@ -67,13 +67,13 @@ def test_a_server_killed_during_a_pages_first_run_is_said_to_be_restarting(tiny_
                 page.wait_for_selector("h1", timeout=300_000)  # the page has begun: its title is drawn
                 # the scripts run once their elements are drawn (Streamlit fetches st.html's code on first use):
                 # in place during the first run, not only after it (before the fix: after, so this wait failed)
-                page.wait_for_function("() => window.__tpeConnectionNotice === true && "
-                                       "window.__tpeTextGuard === true", timeout=60_000)
+                until(page, "() => window.__tpeConnectionNotice === true && "
+                      "window.__tpeTextGuard === true", timeout_s=60)
                 assert run_mark(page) == "", "the first run ended: it was to be still going"
                 os.kill(server.pid, signal.SIGKILL)
-                page.wait_for_function("() => { const d = document.querySelector('[data-testid=\"stDialog\"]');"
-                                       " return d && /restarting|internet|Streamlit still running/"
-                                       ".test(d.innerText); }", timeout=120_000)  # from its sixth failed ping
+                until(page, "() => { const d = document.querySelector('[data-testid=\"stDialog\"]');"
+                      " return d && /restarting|internet|Streamlit still running/"
+                      ".test(d.innerText); }", timeout_s=120)  # from its sixth failed ping
                 page.screenshot(path=str(SHOTS / "connection-error-first-run.png"))
                 said = page.locator(DIALOG).inner_text()
                 assert "Connection error" in said and NOTE in said, said

@@ -8,7 +8,7 @@ from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, events, open_expander, open_offline, settle, visit
+from kit.browser import CHROMIUM, SHOTS, events, open_expander, open_offline, settle, until, visit
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -80,9 +80,8 @@ def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server
     # Every chart gets its button once the page's last run has drawn it (ui/chart_export.py adds it beside the
     # camera); the modebar shows only while the mouse is over a chart drawn before the hover (a hover on a chart
     # that is drawn again afterwards shows nothing: the cause of a flaky 'no .tpe-svg in 30 s').
-    page.wait_for_function("() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
-                           " return plots.length > 0 && plots.every(p => p.querySelector('.tpe-svg')); }",
-                           timeout=30_000)
+    until(page, "() => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
+          " return plots.length > 0 && plots.every(p => p.querySelector('.tpe-svg')); }", timeout_s=30)
     plot = page.locator(".js-plotly-plot").first
     plot.hover()
     plot.locator(".tpe-svg").wait_for(state="visible", timeout=30_000)

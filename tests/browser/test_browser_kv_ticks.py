@@ -7,7 +7,7 @@ import os
 import urllib.parse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, fresh_page, settle
+from kit.browser import CHROMIUM, SHOTS, fresh_page, settle, until
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -47,7 +47,7 @@ def test_kv_cache_step_ticks_never_overlap_on_gemma(tiny_server_cache, tiny_serv
         page.get_by_text("1. How the cache grows").wait_for(timeout=60_000)
         page.screenshot(path=str(SHOTS / f"kv_ticks_{width}.png"))
         try:  # plotly lays out a chart's ticks after its SVG exists (settle waits for the SVG): wait for the ticks
-            page.wait_for_function(f"() => ({TICKS})().filter(t => t.length > 3).length >= 2", timeout=60_000)
+            until(page, f"() => ({TICKS})().filter(t => t.length > 3).length >= 2", timeout_s=60)
         except Exception:  # the assert below says what was drawn
             pass
         charts = [ticks for ticks in page.evaluate(TICKS) if len(ticks) > 3][:2]  # growth, then per layer

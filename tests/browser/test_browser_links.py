@@ -5,7 +5,7 @@ import os
 import re
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, choose, question_shown, run_mark, settle, share_link, shared_tab
+from kit.browser import CHROMIUM, SHOTS, choose, question_shown, run_mark, settle, share_link, shared_tab, until
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -241,8 +241,7 @@ def test_a_reload_during_a_run_brings_back_the_question_typed(server, browser):
         box.fill(typed)
         before = run_mark(page)
         page.locator('[data-testid="stSidebar"] button', has_text="Run the model").click()
-        page.wait_for_function("q => new URLSearchParams(location.search).get('q') === q", arg=typed,
-                               timeout=60_000)
+        until(page, "q => new URLSearchParams(location.search).get('q') === q", arg=typed, timeout_s=60)
         # still going: no mark newer than before (the run going on has made the old one stale: run_mark says '')
         assert run_mark(page) in (before, ""), "the run ended: it was to be still going"
         page.reload()

@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, WAIT_POLL_MS, open_expander, open_offline, settle, visit
+from kit.browser import CHROMIUM, SHOTS, open_expander, open_offline, settle, until, visit
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -25,8 +25,7 @@ def body(page) -> str:
 
 
 def wait_text(page, text: str, timeout_s: float = 60) -> None:
-    page.wait_for_function("t => document.body.innerText.includes(t)", arg=text, timeout=timeout_s * 1000,
-                           polling=WAIT_POLL_MS)
+    until(page, "t => document.body.innerText.includes(t)", arg=text, timeout_s=timeout_s)
 
 
 def answer(page, text: str) -> None:

@@ -9,8 +9,8 @@ import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
-from kit.browser import (CHROMIUM, SHOTS, SIDEBAR_LINK, WAIT_POLL_MS, app_server, open_expander, question_shown,
-                         settle, share_link, watch)
+from kit.browser import (CHROMIUM, SHOTS, SIDEBAR_LINK, app_server, open_expander, question_shown, settle,
+                         share_link, until, watch)
 from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage, walk_every_stage
 
 from views.chrome.page_list import page_at
@@ -213,9 +213,8 @@ def reads_as_korean(page, path: str) -> None:
     """The page names a Korean token by its character (토), not only by its bytes (<0xED>)."""
     assert page.locator('[data-testid="stException"]').count() == 0, path
     try:  # a page drawn before the run is ready (a server still loading the network) fills in later
-        page.wait_for_function("() => document.body.innerText.includes('토') || [...document.querySelectorAll("
-                               "'.js-plotly-plot')].some(p => p.textContent.includes('토'))", timeout=120_000,
-                               polling=WAIT_POLL_MS)
+        until(page, "() => document.body.innerText.includes('토') || [...document.querySelectorAll("
+              "'.js-plotly-plot')].some(p => p.textContent.includes('토'))", timeout_s=120)
     except Exception:  # the assert below names the page; its screenshot shows what it held
         page.screenshot(path=str(SHOTS / f"room_korean_{path}_failed.png"), full_page=True)
     text = page.inner_text("body") + " ".join(page.locator(".js-plotly-plot").all_text_contents())
@@ -288,8 +287,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     settle(tab)
     assert "key=" not in tab.url  # the key leaves the address bar once the page has run
     assert json.loads(room_file.read_text())["stage"] == 5
-    page.wait_for_function("() => document.body.innerText.includes('someone else')", timeout=60_000,
-                           polling=WAIT_POLL_MS)
+    until(page, "() => document.body.innerText.includes('someone else')", timeout_s=60)
     assert "moved your learners to stage 5." in page.inner_text("body")  # the same request: only the stage moved
     page.screenshot(path=str(SHOTS / "room_presenter_told_of_another_driver.png"))
     learner.close()
@@ -307,8 +305,8 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     private = page.locator('[data-testid="stMain"] code').filter(has_text="key=").first.inner_text().strip()
     key = parse_qs(urlparse(private).query)["key"][0]
     page.locator("summary", has_text="Your presenter link").first.click()  # closed again
-    page.wait_for_function("code => document.cookie.includes('tpe_presenter_' + code + '=')", arg=code,
-                           timeout=30_000, polling=WAIT_POLL_MS)  # what a reload needs: the browser holds the key
+    # what a reload needs: the browser holds the key
+    until(page, "code => document.cookie.includes('tpe_presenter_' + code + '=')", arg=code, timeout_s=30)
     learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
     learner.goto(f"{server}/presenter?follow={code}")
     wait_for_stage(learner, 1, timeout_s=300)
@@ -406,8 +404,7 @@ def test_a_flood_of_presenter_visits_leaves_the_live_room_and_a_removed_room_tel
     wait_for_stage(learner, 2, timeout_s=60)  # the room still turns its learners' pages
 
     (folder / f"room-{code}.json").unlink()  # what the bound does to a room nobody has seen for hours
-    learner.wait_for_function("code => document.body.innerText.includes('Room ' + code + ' has ended')", arg=code,
-                              timeout=60_000, polling=WAIT_POLL_MS)
+    until(learner, "code => document.body.innerText.includes('Room ' + code + ' has ended')", arg=code, timeout_s=60)
     assert "Waiting for the presenter" not in learner.inner_text("body")
     learner.screenshot(path=str(SHOTS / "room_follower_told_the_room_ended.png"))
     learner.context.close()

@@ -3,7 +3,7 @@ under the graph picked one). Tiny model; screenshot artifacts/browser/why_token_
 import os
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, fresh_page, settle
+from kit.browser import CHROMIUM, SHOTS, fresh_page, settle, until
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -37,7 +37,7 @@ def test_clicking_a_node_of_the_graph_picks_it(tiny_server, chromium):
         page.keyboard.press("Home")  # the lowest threshold, 0.01: the tiny model's graph then has several nodes
         settle(page)
         try:  # plotly draws the chart after its SVG exists (settle waits for the SVG)
-            page.wait_for_function(f"() => ({MARKERS})().length > 1", timeout=60_000)
+            until(page, f"() => ({MARKERS})().length > 1", timeout_s=60)
         except Exception:  # the assert below says what was drawn
             pass
         markers = page.evaluate(MARKERS)

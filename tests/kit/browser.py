@@ -35,11 +35,19 @@ def forget_ended_before(moment: float) -> None:
     _followed[:] = [f for f in _followed if f["ended"] is None or f["ended"] >= moment]
 
 
-
 # How often a wait for a condition in the page (wait_for_function) checks it: Playwright's default checks on every
 # animation frame, which costs Chromium ~0.05-0.07 s of CPU for each second waited (bench/RESULTS.md); the waits
 # here are for runs, text and charts that take a second or more, and every 100 ms finds them as well.
 WAIT_POLL_MS = 100
+
+
+def until(page, condition: str, arg=None, timeout_s: float = 30, every_ms: int = WAIT_POLL_MS):
+    """Wait until the JavaScript function `condition` (called with `arg`) returns something true in `page`, checked
+    every `every_ms` (WAIT_POLL_MS; longer where a check reads the whole page's text); Playwright's TimeoutError after
+    `timeout_s`. The one way the tests wait for a condition inside a page."""
+    return page.wait_for_function(condition, arg=arg, timeout=timeout_s * 1000, polling=every_ms)
+
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 
@@ -176,9 +184,9 @@ def open_expander(page, label: str, timeout_s: float = 30) -> None:
     summary = page.locator("summary", has_text=label).first
     if not summary.evaluate("s => s.closest('details').open"):
         summary.click()
-    page.wait_for_function("""label => [...document.querySelectorAll('details')].some(d => d.open
+    until(page, """label => [...document.querySelectorAll('details')].some(d => d.open
         && [...d.children].some(c => c.tagName === 'SUMMARY' && c.innerText.includes(label))
-        && d.getAnimations().length === 0)""", arg=label, timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
+        && d.getAnimations().length === 0)""", arg=label, timeout_s=timeout_s)
 
 
 def share_link(page, path: str) -> str:
@@ -200,9 +208,8 @@ def open_page(page, title: str, timeout_s: float = 300, shot: Path | None = None
     while True:
         page.locator(SIDEBAR_LINK, has_text=title).first.click()
         try:
-            page.wait_for_function("t => document.querySelector('h1') && "
-                                   "document.querySelector('h1').innerText.includes(t)", arg=title, timeout=15_000,
-                                   polling=WAIT_POLL_MS)
+            until(page, "t => document.querySelector('h1') && "
+                  "document.querySelector('h1').innerText.includes(t)", arg=title, timeout_s=15)
             return
         except PlaywrightTimeout:  # not there yet
             if time.monotonic() > deadline:
@@ -241,10 +248,9 @@ def settle(page, timeout: float = 400) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     try:
-        page.wait_for_function(f"""before => {{ const now = ({RUN_MARK})(); if (!now) return false;
+        until(page, f"""before => {{ const now = ({RUN_MARK})(); if (!now) return false;
             if (!before) return true; const [s, n] = now.split(':'); const [bs, bn] = before.split(':');
-            return s !== bs || Number(n) > Number(bn); }}""", arg=before, timeout=timeout * 1000,
-                               polling=WAIT_POLL_MS)
+            return s !== bs || Number(n) > Number(bn); }}""", arg=before, timeout_s=timeout)
     except PlaywrightTimeout:
         marks = page.evaluate("() => [...document.querySelectorAll('.tpe-run-done')].map(m => m.dataset.session "
                               "+ ':' + m.dataset.run)")
@@ -258,13 +264,12 @@ def settle(page, timeout: float = 400) -> None:
                              f"holds the marks {marks}; running indicator {running}; alerts {alerts}; "
                              f"focus on {focus!r}; page events {events(page)}") from None
     _seen[id(page)] = (page, run_mark(page))
-    page.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')]"
-                           ".every(p => p.querySelector('.main-svg'))", timeout=30_000, polling=WAIT_POLL_MS)
+    until(page, "() => [...document.querySelectorAll('.js-plotly-plot')]"
+          ".every(p => p.querySelector('.main-svg'))", timeout_s=30)
     # and for every element's code: Streamlit loads a widget's or a chart's script when the page first draws one,
     # showing a grey skeleton (data-testid stSkeleton) meanwhile; on a busy machine the run's mark came while the
     # sidebar's boxes were still skeletons, and a test read no request box at all
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=60_000,
-                           polling=WAIT_POLL_MS)
+    until(page, "() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout_s=60)
 
 
 def question_shown(page, timeout_s: float = 30) -> str:
@@ -275,8 +280,8 @@ def question_shown(page, timeout_s: float = 30) -> str:
 
     box = page.locator('[data-testid="stSidebar"] textarea').first
     try:
-        page.wait_for_function("() => { const t = document.querySelector('[data-testid=\"stSidebar\"] textarea');"
-                               " return t && t.value !== ''; }", timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
+        until(page, "() => { const t = document.querySelector('[data-testid=\"stSidebar\"] textarea');"
+              " return t && t.value !== ''; }", timeout_s=timeout_s)
     except PlaywrightTimeout:
         pass
     return box.input_value()
@@ -298,9 +303,9 @@ def open_offline(chromium, path: Path, min_plots: int):
     offline.on("request", lambda r: asked.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
     page = offline.new_page()
     page.goto(path.as_uri())
-    page.wait_for_function("n => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
-                           " return plots.length >= n && plots.every(p => p.querySelector('.main-svg')); }",
-                           arg=min_plots, timeout=60_000, polling=WAIT_POLL_MS)
+    until(page, "n => { const plots = [...document.querySelectorAll('.js-plotly-plot')];"
+          " return plots.length >= n && plots.every(p => p.querySelector('.main-svg')); }", arg=min_plots,
+          timeout_s=60)
     return page, asked
 
 

@@ -2,7 +2,7 @@
 waiting for a stage (tests/browser/test_browser_room.py and the room beside API traffic use them)."""
 import re
 
-from kit.browser import WAIT_POLL_MS, settle, visit  # noqa: F401  (visit: the room tests' way in)
+from kit.browser import settle, until, visit  # noqa: F401  (visit: the room tests' way in)
 from views.pages.presenter.stages import STAGES
 
 
@@ -27,9 +27,8 @@ def next_stage(page, n: int) -> None:
 
 def wait_for_stage(page, n: int, timeout_s: float) -> None:
     """Wait until the presenter page's title is stage `n`'s ('3. Tokens ...')."""
-    page.wait_for_function("n => document.querySelector('h1') && "
-                           "document.querySelector('h1').innerText.startsWith(n + '.')",
-                           arg=n, timeout=timeout_s * 1000, polling=WAIT_POLL_MS)
+    until(page, "n => document.querySelector('h1') && "
+          "document.querySelector('h1').innerText.startsWith(n + '.')", arg=n, timeout_s=timeout_s)
 
 
 def walk_every_stage(page, learner, at_each=lambda n: None, last: int = len(STAGES)) -> None:

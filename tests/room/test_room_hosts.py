@@ -25,7 +25,7 @@ from collections import Counter
 from urllib.parse import quote
 
 import pytest
-from kit.browser import CHROMIUM, ROOT, open_page, question_shown, settle, watch
+from kit.browser import CHROMIUM, ROOT, open_page, question_shown, settle, until, watch
 from kit.room_walk import next_stage, start_presenting, wait_for_stage
 
 pytestmark = pytest.mark.multihost
@@ -247,9 +247,9 @@ def room(lan, tiny_server_cache, tmp_path_factory):
 
 
 def _done(page, question: str, timeout_s: float = 300) -> None:
-    page.wait_for_function("q => document.body.innerText.includes('This run took') && "
-                           "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000,
-                           polling=250)  # the body's whole text read 4 times a second, not at every frame
+    # the body's whole text read 4 times a second, not every 100 ms
+    until(page, "q => document.body.innerText.includes('This run took') && "
+          "document.body.innerText.includes(q)", arg=question, timeout_s=timeout_s, every_ms=250)
 
 
 def _ask(page, question: str) -> None:

@@ -11,7 +11,7 @@ import time
 from urllib.parse import quote
 
 import pytest
-from kit.browser import CHROMIUM, ROOT, open_page, question_shown, watch
+from kit.browser import CHROMIUM, ROOT, open_page, question_shown, until, watch
 
 from pipeline.server.health import wait_healthy
 
@@ -93,9 +93,9 @@ def room(room_env):
 
 
 def _done(page, question: str, timeout_s: float = 600) -> None:
-    page.wait_for_function("q => document.body.innerText.includes('This run took') && "
-                           "document.body.innerText.includes(q)", arg=question, timeout=timeout_s * 1000,
-                           polling=250)  # the body's whole text read 4 times a second, not at every frame
+    # the body's whole text read 4 times a second, not every 100 ms
+    until(page, "q => document.body.innerText.includes('This run took') && "
+          "document.body.innerText.includes(q)", arg=question, timeout_s=timeout_s, every_ms=250)
 
 
 def _first_run_done(page, question: str, timeout_s: float = 300) -> None:

@@ -8,6 +8,7 @@ import re
 import plotly
 import plotly.io as pio
 import pytest
+from kit.browser import until
 from plotly.offline import get_plotlyjs
 
 from pipeline.run.trace import run_trace
@@ -111,7 +112,7 @@ def test_the_report_draws_offline_with_every_label_inside_its_figure(default_tra
         page = context.new_page()
         page.goto(path.as_uri())
         n_figures = len(figures(path.read_text(encoding="utf-8")))
-        page.wait_for_function(f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n_figures}")
+        until(page, f"() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n_figures}")
         page.evaluate("() => document.fonts.ready")
         plots = page.evaluate(MEASURE)
         registered = set(page.evaluate("() => Object.keys(Plotly.PlotSchema.get().traces)"))
