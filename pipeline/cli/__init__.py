@@ -47,9 +47,11 @@ ELSEWHERE = {"report": "the HTML report is made by ui/, the layer above pipeline
 def build_parser(commands: Sequence[ModuleType] = COMMANDS, prog: str = PROG,
                  description: str | None = __doc__) -> argparse.ArgumentParser:
     """A subcommand per command module, made the same way for each: its NAME, its HELP, its add_arguments.
-    Made once per process for each set of commands and name (parsing leaves a parser as it was): building it, eleven
-    commands' options and argparse's messages looked up in gettext's catalogues, takes ~2-4 ms, which a process that
-    runs the command line many times (the tests' in-process runs) paid on every run."""
+    Made once per process for each (commands, prog, description) passed, since parsing leaves a parser as it was:
+    building it (every command's options, argparse's messages looked up in gettext's catalogues) takes ~2-4 ms, which
+    a process that runs the command line many times (the tests' in-process runs) paid on every run. The parser is
+    shared: a caller adds nothing to it, and a command's run() never changes a value in place that may be a default
+    (an append option's list is the parser's own when the option was not given)."""
     parser = CliParser(prog=prog, description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in commands:

@@ -8,7 +8,6 @@ import re
 import plotly
 import plotly.io as pio
 import pytest
-from kit.browser import until
 from plotly.offline import get_plotlyjs
 
 from pipeline.run.trace import run_trace
@@ -98,7 +97,7 @@ MEASURE = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
 @pytest.mark.browser
 @pytest.mark.skipif(not os.path.exists("/usr/bin/chromium"), reason="Debian's chromium is not installed")
 def test_the_report_draws_offline_with_every_label_inside_its_figure(default_trace, app_template, tmp_path):
-    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS
+    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, until
     from playwright.sync_api import sync_playwright
 
     path = tmp_path / "report.html"
