@@ -21,6 +21,21 @@ pytestmark = pytest.mark.browser
 SMOL = "SmolLM2-135M-Instruct"
 SLOTS = 4  # each client's places in the queue on this server (TPE_API_CLIENT_SLOTS)
 HI = [{"role": "user", "content": "Hello there"}]
+SERVER_LOG = ROOT / "artifacts" / "api-server.log"  # the module's server's log (the queue's and the batch's lines)
+
+
+def server_log(start: int = 0) -> list[str]:
+    """The server's log lines from line `start` on."""
+    return SERVER_LOG.read_text(errors="replace").splitlines()[start:]
+
+
+def wait_for_log(enough, timeout_s: float, going=lambda: True) -> list[str]:
+    """The log's lines once enough(lines) holds, or after timeout_s, or once going() is false (what would write the
+    lines has stopped): the caller asserts on what it got. Checked every 50 ms: the server writes as it works."""
+    deadline = time.monotonic() + timeout_s
+    while not enough(lines := server_log()) and going() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return lines
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +305,7 @@ def test_past_its_places_a_client_gets_429_and_a_stream_it_leaves_frees_them(oa)
     with pytest.raises(openai.RateLimitError) as e:
         oa.chat.completions.create(model=SMOL, messages=HI, max_tokens=4, temperature=1.0, n=SLOTS + 1)
     assert int(e.value.response.headers["retry-after"]) >= 1
-    logged = (ROOT / "artifacts" / "api-server.log").read_text().count(" left: ")  # requests that left the batch
+    logged = sum(" left: " in line for line in server_log())  # requests that left the batch
     stream = oa.chat.completions.create(model=SMOL, messages=HI, max_tokens=256, temperature=1.0, n=SLOTS,
                                         stream=True)
     next(iter(stream))  # every place of this client is held by the stream now
@@ -305,11 +320,7 @@ def test_past_its_places_a_client_gets_429_and_a_stream_it_leaves_frees_them(oa)
             time.sleep(0.05)
     assert answered is not None, "the stream's places were not given back once its client left"
     # ... and its answers left the batch early: the queue's log has no request that ran its 256 tokens
-    log = ROOT / "artifacts" / "api-server.log"
-    deadline = time.monotonic() + 30
-    while log.read_text().count(" left: ") < logged + SLOTS + 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    lines = log.read_text().splitlines()
+    lines = wait_for_log(lambda lines: sum(" left: " in line for line in lines) >= logged + SLOTS + 1, 30)
     left = [line for line in lines if " left: " in line][logged:]
     assert len(left) >= SLOTS + 1 and not any(" 256 tokens" in line for line in left), left
 
@@ -329,8 +340,7 @@ def test_a_flood_past_the_queues_bound_gets_429_with_retry_after_and_others_keep
     flooder, long_asker, learner = (client_at(server, f"127.0.0.{n}") for n in (2, 3, 4))
     # a story of at least 600 characters: each job runs for many tokens, so none ends before the checks below
     schema = {"type": "object", "properties": {"story": {"type": "string", "minLength": 600}}, "required": ["story"]}
-    log = ROOT / "artifacts" / "api-server.log"
-    logged = len(log.read_text(errors="replace").splitlines())
+    logged = len(server_log())
     flood: dict = {}
 
     def fill_the_places():
@@ -341,12 +351,12 @@ def test_a_flood_past_the_queues_bound_gets_429_with_retry_after_and_others_keep
     filling = threading.Thread(target=fill_the_places)
     filling.start()
 
-    def queue_lengths() -> list[int]:  # the queue's log says each job that comes in, and how many are in the queue then
-        lines = log.read_text(errors="replace").splitlines()[logged:]
-        counts = [line.rsplit("a job came in; ", 1)[1].split()[0] for line in lines if "a job came in; " in line]
+    def queue_lengths(lines=None) -> list[int]:  # the queue's log says each job that comes in, and how many are in
+        # the queue then
+        counts = [line.rsplit("a job came in; ", 1)[1].split()[0] for line in (lines or server_log())[logged:]
+                  if "a job came in; " in line]
         return [int(n) for n in counts if n.isdigit()]
-    while len(queue_lengths()) < SLOTS and filling.is_alive():
-        time.sleep(0.05)
+    wait_for_log(lambda lines: len(queue_lengths(lines)) >= SLOTS, 120, going=filling.is_alive)
     assert len(queue_lengths()) >= SLOTS and max(queue_lengths()) >= SLOTS, (queue_lengths(), filling.is_alive())
     long_prompt = [{"role": "system", "content": "Remember this. " * 400}, {"role": "user", "content": "Well?"}]
     try:
