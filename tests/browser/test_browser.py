@@ -3,7 +3,7 @@
 Moves the temperature slider, draws 1,000 times, selects a head, then visits every page with a question holding
 HTML (which must show as text), saving a screenshot of each under artifacts/browser/, and checks that no request
 left the machine; on Compare models, the Korean question's chips are drawn where a reader sees them. The server
-runs the tiny random-weight model (conftest's `tiny_server_cache`): what is checked here is layout,
+runs the tiny random-weight model (kit.browser_fixtures' `tiny_server`): what is checked here is layout,
 controls and escaping, not what the real weights answer.
 """
 import os
@@ -11,7 +11,7 @@ import re
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, app_server, choose, settle, shared_tab, watch
+from kit.browser import CHROMIUM, SHOTS, choose, settle, shared_tab, watch
 
 EVIL = "<img src=x onerror=alert(1)> <s>Are tomatoes fruit?</s>"
 
@@ -20,9 +20,8 @@ pytestmark = [pytest.mark.browser,
 
 
 @pytest.fixture(scope="module")
-def server(tiny_server_cache):
-    with app_server("browser-server.log", cache_dir=tiny_server_cache) as url:
-        yield url
+def server(tiny_server):
+    return tiny_server
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Downloads in a real browser: the run as JSON and the HTML report from the sidebar's export box, the report opened
 with the network blocked, and every chart as PNG and SVG, with no request to any host but the app's own (Debian's
-chromium through Playwright; the server runs the tiny random-weight model, conftest's `tiny_server_cache`)."""
+chromium through Playwright; the server runs the tiny random-weight model: kit.browser_fixtures' `tiny_server`)."""
 import json
 import os
 import re

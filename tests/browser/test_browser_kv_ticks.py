@@ -37,8 +37,8 @@ def overlaps(ticks) -> int:
 
 
 @pytest.mark.parametrize("width", [900, 1400])
-def test_kv_cache_step_ticks_never_overlap_on_gemma(tiny_server_cache, tiny_server, chromium, width):
-    if not (tiny_server_cache / "gemma-3-270m").exists():
+def test_kv_cache_step_ticks_never_overlap_on_gemma(tiny_server_folder, tiny_server, chromium, width):
+    if not (tiny_server_folder / "gemma-3-270m").exists():
         pytest.skip("Gemma's tokenizer is not converted here")
     with fresh_page(chromium, width=width, height=2600) as page:  # both charts in the screenshot
         page.goto(f"{tiny_server}/kv-cache?{urllib.parse.urlencode({'model': 'gemma-3-270m', 'format': 'plain'})}")

@@ -39,8 +39,8 @@ def the_poll(folder: Path, code: str) -> dict:
     return json.loads((folder / f"polls-{code}" / f"poll-{pointer['poll']}.json").read_text())
 
 
-def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_cache, chromium, tmp_path):
-    folder = tiny_server_cache / "room"
+def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_folder, chromium, tmp_path):
+    folder = tiny_server_folder / "room"
     presenter = chromium.new_context(viewport={"width": 1600, "height": 1100}, accept_downloads=True)
     page = visit(presenter, f"{tiny_server}/presenter?{urlencode({'q': 'Is a tomato a fruit?', 'max_new_tokens': 4})}"
                             "&stage=8")

@@ -50,10 +50,7 @@ def tiny_app_gemma(tiny_app_model):
     return LoadedModel(model=model, tokenizer=tokenizer, name=GEMMA3.display_name, device=torch.device("cpu"))
 
 
-@pytest.fixture(scope="module")
-def tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
-    """A fresh TPE_CACHE_DIR for app servers on the tiny model (browser tier): empty stores of runs and rooms,
-    the weights folder a link to the tiny model's. The server loads it as it loads the real cache."""
+def _tiny_server_folder(tiny_app_model, tiny_app_gemma, tmp_path_factory):
     from pipeline.model.registry import GEMMA3
     from pipeline.model.weights_cache import weights_cache_dir
 
@@ -62,6 +59,20 @@ def tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
     for name in names:
         (root / name).symlink_to(tiny_app_model[0] / name, target_is_directory=True)
     return root
+
+
+@pytest.fixture(scope="module")
+def tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
+    """A fresh TPE_CACHE_DIR for app servers on the tiny model (browser tier): empty stores of runs and rooms,
+    the weights folder a link to the tiny model's. The server loads it as it loads the real cache."""
+    return _tiny_server_folder(tiny_app_model, tiny_app_gemma, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
+    """The same, made once a test process: the cache folder of kit.browser_fixtures' `tiny_server`, which the browser
+    files of a process share."""
+    return _tiny_server_folder(tiny_app_model, tiny_app_gemma, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

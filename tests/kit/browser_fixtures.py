@@ -1,22 +1,32 @@
-"""Fixtures of the browser tests (a pytest plugin): one app server on the tiny models and one Chromium for all the
-tests of a module, each test on a fresh page of its own (kit.browser.fresh_page).
+"""Fixtures of the browser tests (a pytest plugin): one app server on the tiny models for the browser files of a test
+process, one Chromium for all the tests of a module, each test on a fresh page of its own (kit.browser.fresh_page).
 
 A server's start and its first run (model load, the default request's warm-up) took 12-20 s of each browser test
-that started its own; the tests of a module now pay it once. What a test leaves in a browser (its session, cookies,
-the address it opened) goes with its page's context; the server keeps only what it keeps for any two visitors (the
-runs it computed, the rooms made), in a cache folder of the module's own (app_fixtures' `tiny_server_cache`)."""
-from pathlib import Path
+that started its own; the tests that use `tiny_server` now pay it once a test process (under xdist, once a worker).
+What a test leaves in a browser (its session, cookies, the address it opened) goes with its page's context; the server
+keeps only what it keeps for any two visitors (the runs it computed, the rooms made), in a cache folder of its own
+(app_fixtures' `shared_tiny_server_cache`, the `tiny_server_folder` fixture). A file whose tests need a server in a
+state of their own (a store's bound, a slowed script, the API) starts its own."""
 
 import pytest
 
 from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server
 
 
-@pytest.fixture(scope="module")
-def tiny_server(request, tiny_server_cache):
-    """The URL of an app server on the tiny models (kit.browser.app_server) shared by the module's tests; its log is
-    artifacts/TEST_FILE.log."""
-    with app_server(f"{Path(request.module.__file__).stem}.log", cache_dir=tiny_server_cache) as url:
+@pytest.fixture(scope="session")
+def tiny_server_folder(shared_tiny_server_cache):
+    """The TPE_CACHE_DIR of `tiny_server`: its stores of runs and rooms (room/), its weights folders' links."""
+    return shared_tiny_server_cache
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_server_folder):
+    """The URL of an app server on the tiny models (kit.browser.app_server) shared by the browser files of this test
+    process; its log is artifacts/tiny-server-PROCESS.log (PROCESS: the xdist worker, or main)."""
+    import os
+
+    with app_server(f"tiny-server-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log",
+                    cache_dir=tiny_server_folder) as url:
         yield url
 
 

@@ -134,10 +134,10 @@ def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
 
 
 @pytest.mark.browser
-def test_page_in_chromium_draws_no_link_from_the_log(tiny_server_cache):
+def test_page_in_chromium_draws_no_link_from_the_log(tiny_server):
     """Streamlit's own Markdown (GFM) in Debian's Chromium: a `ts` holding a link and a user message holding
     one show as text; a Claude Haiku 4.5 log says why nothing is cached. Screenshots in artifacts/browser/."""
-    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle, watch
+    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, settle, watch
 
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed")
@@ -146,7 +146,8 @@ def test_page_in_chromium_draws_no_link_from_the_log(tiny_server_cache):
     haiku = jsonl(*({"ts": 60 * k, "body": {**anthropic_body(1500, f"order {k}? " + EVIL, "claude-haiku-4-5")}}
                     for k in range(3)))
     SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server("cache-audit-browser.log", cache_dir=tiny_server_cache) as url, sync_playwright() as p:
+    with sync_playwright() as p:
+        url = tiny_server
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = watch(browser.new_page(viewport={"width": 1400, "height": 3000}))
         page.goto(f"{url}/cache-audit")
