@@ -50,7 +50,7 @@ def test_a_killed_server_is_said_to_be_restarting_not_the_internet(tiny_server_c
 
 
 def test_a_server_killed_during_a_pages_first_run_is_said_to_be_restarting(tiny_server_cache, tmp_path):
-    """Issue 45: the dialog's rewrite (and the text boxes' guard) is in the page before the page's own content, so
+    """The dialog's rewrite (and the text boxes' guard) is in the page before the page's own content, so
     a server that dies while the first run is still going leaves a page that says so, not "are you connected?".
     The page is slowed (kit.slow_app): its first run is still going when the server is killed."""
     from kit.browser import run_mark

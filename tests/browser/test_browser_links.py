@@ -1,5 +1,5 @@
-"""Links in a real browser: issue 19's phishing link shows its text literally, with no live link; issue 37's shared
-links reproduce a view; issue 45's Back and Forward move between pages, and a reload during a run keeps the question
+"""Links in a real browser: a phishing link shows its text literally, with no live link; shared links reproduce a
+view; Back and Forward move between pages, and a reload during a run keeps the question
 typed."""
 import os
 import re
@@ -111,7 +111,7 @@ def test_streamlits_own_renderer_links_the_raw_texts_but_not_the_escaped(tmp_pat
     assert len(linked_raw) >= len(HOSTILE) - 2, linked_raw  # the renderer does link them (raw HTML is not drawn)
 
 
-# Issue 37: a link reproduces a view. Each page: controls set in the browser, the share box's link opened in a fresh
+# A link reproduces a view. Each page: controls set in the browser, the share box's link opened in a fresh
 # context (no shared state), and the same request, controls and page text found there.
 MAIN = '[data-testid="stMain"] '
 CONTROLS = ("""() => { const q = s => [...document.querySelectorAll(s)]; const out = [];
@@ -203,7 +203,7 @@ def page_shown(page) -> tuple[str, str]:
 
 
 def test_back_and_forward_move_between_pages(server, browser):
-    """Issue 45: Journey → Tokens → Attention, then Back twice lands on Journey (drawn again, its map and first
+    """Journey → Tokens → Attention, then Back twice lands on Journey (drawn again, its map and first
     section there), and Forward on Tokens. Before, each run's writes to the address added entries of the same page
     (ui/history_entries.py), so Back stayed on Attention."""
     from kit.browser import open_page

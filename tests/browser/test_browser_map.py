@@ -37,7 +37,7 @@ LIT = ("m => [...document.querySelectorAll(`.tpe-map[data-size='${m}'] [data-lit
 
 
 def test_starts_list_opens_its_pages_and_the_full_map_lights_the_page_left(tiny_server, chromium):
-    """Issue 45: a line of Start's list is a link (it was text) that opens its page with the request kept; that page
+    """A line of Start's list is a link (it was text) that opens its page with the request kept; that page
     draws the small map with its parts lit (Tensors & batch: no part of the map opens it); back on Start, the full
     map lights the page the user came from, and says so (on the first visit: where a request starts)."""
     from kit.browser import SIDEBAR_LINK

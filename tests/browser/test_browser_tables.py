@@ -1,4 +1,4 @@
-"""Tables drawn whole in a laptop's window (issue 45's walk): in Chromium at 1280 × 900 with the sidebar open, no
+"""Tables drawn whole in a laptop's window (a walk found them cut): in Chromium at 1280 × 900 with the sidebar open, no
 table on Prefill & decode (the roofline's, the ceilings measured) or on Compare models is wider than its box (the
 grid's scroller holds nothing past its right edge); and the server's log holds none of torchao's or torch's import
 lines. Tiny models; screenshots artifacts/browser/tables_*.png."""

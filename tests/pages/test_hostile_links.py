@@ -1,4 +1,4 @@
-"""Issue 19: a tampered link or hostile text never plants a link under our name, and the grammars that
+"""A tampered link or hostile text never plants a link under our name, and the grammars that
 crashed the parsers are clear messages. Every page of app.py in AppTest with every query parameter
 tampered; each element's Markdown is read by a model of Streamlit's renderer (tests/markdown_links.py)."""
 import os

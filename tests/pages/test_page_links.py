@@ -1,4 +1,4 @@
-"""Issue 37, links that reproduce a view: every control of every page is in its link, under a name of the page's
+"""Links that reproduce a view: every control of every page is in its link, under a name of the page's
 own (`nt.top_k`) that never shares one with the request's (`top_k`). AppTest on the tiny model (fast tier) through
 app.py: each page of PAGES is drawn, its controls enumerated and set away from their defaults, the link it writes
 opened in a fresh session, and the same request and controls found there."""

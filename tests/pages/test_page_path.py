@@ -137,7 +137,7 @@ def test_the_map_is_on_start_journey_and_small_on_stage_pages(tiny_app, page, si
 
 
 def test_starts_list_of_pages_is_links_that_carry_the_request(tiny_app):
-    """Issue 45: in the app, each line of Start's list is a link to its page (it was a caption: the links named
+    """In the app, each line of Start's list is a link to its page (it was a caption: the links named
     views/<file> instead of views/pages/<file>, and the page not found fell back to text)."""
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
     at.query_params = {"max_new_tokens": "3"}
@@ -177,7 +177,7 @@ ABOUT = {
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p not in ("start", "journey")])
 def test_every_other_page_draws_the_small_map_with_its_own_stage_lit(tiny_app, page):
-    """Issue 45: the small map was on 9 pages only (those a part of the map opens). Every page but Start and Journey
+    """The small map was on 9 pages only (those a part of the map opens). Every page but Start and Journey
     (they draw the full map) draws it once under its title, lit: the parts that open the page (marked as the
     current page), or the parts the page is about."""
     at = page_app(page, req_max_new_tokens=3)
@@ -192,7 +192,7 @@ def test_every_other_page_draws_the_small_map_with_its_own_stage_lit(tiny_app, p
 
 
 def test_the_full_map_lights_the_page_the_user_came_from(tiny_app):
-    """Issue 45: the full map on Start and Journey lit nothing. It lights where a request starts on a first visit,
+    """The full map on Start and Journey lit nothing. It lights where a request starts on a first visit,
     and the parts of the page the user came from after one, saying which."""
     at = AppTest.from_file(os.path.join(ROOT, "app.py"), default_timeout=600)
     at.query_params = {"max_new_tokens": "3"}

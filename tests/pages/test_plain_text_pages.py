@@ -1,4 +1,4 @@
-"""Gemma sent as plain text (issue 45's walk): Journey said the messages are written "with marker tokens around each
+"""Gemma sent as plain text (as a walk found it): Journey said the messages are written "with marker tokens around each
 turn" while its chips showed `<bos>Are tomatoes fruit?`, and the map's request part still said "(chat template)"
 (fast tier: the tiny Gemma 3 on Gemma's real tokenizer, saved where the app looks for Gemma's weights)."""
 import pytest

@@ -1,4 +1,4 @@
-"""Sentences issue 45's walk found wrong (fast tier): a count of 0 or 1 in a sentence written for several, a number
+"""Sentences a walk found wrong (fast tier): a count of 0 or 1 in a sentence written for several, a number
 too long to read reported as 'inf', json's message cut before its place, a folder the user never typed."""
 import re
 

@@ -1,4 +1,4 @@
-"""Issue 19, the fuzz findings (bench/fuzz_public.py): each public function below either accepts its input
+"""The fuzz findings (bench/fuzz_public.py): each public function below either accepts its input
 or raises InputError naming the field, never another exception. Each failure the fuzzing found is kept
 as an @example, so it is tried first on every run (fast tier)."""
 import math

@@ -45,7 +45,7 @@ def test_the_gpu_session_script_parses_and_names_its_verbs():
 
 @pytest.mark.model
 def test_the_gpu_decode_bench_runs_its_quick_sizes_on_a_cpu():
-    """Issue 40's table at its CPU sizes (a tiny random-weight model): every row printed, the greedy ids of the
+    """The GPU decode table at its CPU sizes (a tiny random-weight model): every row printed, the greedy ids of the
     plain, graphed and HF paths equal (the script exits non-zero otherwise)."""
     out = run([sys.executable, "gpu_decode.py", "--quick", "--device", "cpu", "--tokens", "3", "--repeats", "1"])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""User text quoted in a Markdown message never becomes a link (issue 19): ui.escape.markdown_text and
+"""User text quoted in a Markdown message never becomes a link: ui.escape.markdown_text and
 code_span, checked with a model of Streamlit's renderer (tests/markdown_links.py)."""
 import html
 

@@ -1,4 +1,4 @@
-"""Prefill & decode as issue 45's walk found it (fast tier, tiny model): the roofline's table of nine columns ran
+"""Prefill & decode as a walk through the app found it (fast tier, tiny model): the roofline's table of nine columns ran
 past the page's right edge, and the batching chart's per-user line could fall from B = 1 to B = 4 under load with
 no word that this is noise."""
 import time

@@ -1,4 +1,4 @@
-"""One figure, one definition (issue 37): the FLOPs of a pass from one function on every page, the roofline's
+"""One figure, one definition: the FLOPs of a pass from one function on every page, the roofline's
 third regime (overhead-bound), every speed verdict kept with its date, and a time always named by its path."""
 from types import SimpleNamespace
 

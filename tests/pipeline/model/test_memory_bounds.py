@@ -1,4 +1,4 @@
-"""Memory a long prompt may cost the server (issue 19), pinned from the dimensions, not from a timing.
+"""Memory a long prompt may cost the server, pinned from the dimensions, not from a timing.
 
 The Layers page's reductions over the (L+1, T, D) captures read a few positions at a time: what they
 allocate (numpy reports its arrays to tracemalloc) stays under layers.derived_bytes_bound, far less

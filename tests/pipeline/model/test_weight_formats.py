@@ -214,5 +214,5 @@ def test_the_faster_decode_page_measures_every_format(tiny_app, monkeypatch):
     assert said[0] == "**fp32** (6 tokens): the same", said  # quality_rows' greedy answer: 2 x STEPS tokens
     assert all(v.startswith(f"**{w}** (") for w, v in zip(["fp32", "bf16", "int8"], said))
     assert len(answers.code) == 3 and all(c.value for c in answers.code)
-    import re  # when it was measured: a result kept for everyone may be hours old (issue 45's walk: it said nothing)
+    import re  # when it was measured: a result kept for everyone may be hours old (a walk found it said nothing)
     assert any(re.match(r"Measured at \d\d:\d\d on this machine, once for everyone", c.value) for c in at.caption)

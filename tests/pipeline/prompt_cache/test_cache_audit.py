@@ -1,4 +1,4 @@
-"""Cache audit (issue 8): the traps found and named in the prepared logs and gone after the fixes, token counts
+"""Cache audit: the traps found and named in the prepared logs and gone after the fixes, token counts
 against tiktoken, the bill by hand, bad input refused with InputError, the radix-tree search against the naive
 all-pairs loop. The providers' rules: test_cache_audit_rules.py; the command line: tests/cli/test_cli_cache_audit.py;
 the page: tests/pages/cache_audit/test_page_cache_audit.py.
@@ -291,7 +291,7 @@ def test_every_rule_names_its_source():
         assert RULES["providers"][p]["price"]["source"]
 
 
-# ---- issue 19: values that crashed the audit --------------------------------------------------------
+# ---- values that crashed the audit (fuzzed) --------------------------------------------------------
 def test_prices_past_float_range_are_refused():
     report = ca.audit_log('{"messages": ' + USER_HI + '}')
     prices = ca.default_prices()

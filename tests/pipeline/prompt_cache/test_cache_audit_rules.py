@@ -148,7 +148,7 @@ def test_anthropic_breakpoints_added_only_when_none_were_sent():
     assert sent.breakpoints == [] and sent.cache_read_input_tokens == 0
 
 
-# ---- issue 18: the rules and the words -------------------------------------------------------------
+# ---- the rules and the words --------------------------------------------------------------------------
 RULE_LINES = "\n".join(f"Rule {k}: answer politely and check the order number first." for k in range(150))
 
 

@@ -179,7 +179,7 @@ def test_compare_page_runs_as_a_long_job_that_its_starter_can_stop_and_start_aga
 
 def test_measuring_the_speed_again_keeps_both_verdicts(tiny_app):
     """A second measurement of the same question is shown beside the first, both dated, with what they agree on;
-    the first is not replaced (issue 37: "4.0x" then "1.9x", each kept alone for everyone)."""
+    the first is not replaced (seen once: "4.0x" then "1.9x", each kept alone for everyone)."""
     import re
 
     from kit.apptest import page_app
