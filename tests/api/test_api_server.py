@@ -351,9 +351,11 @@ def test_a_flood_past_the_queues_bound_gets_429_with_retry_after_and_others_keep
     filling = threading.Thread(target=fill_the_places)
     filling.start()
 
-    def queue_lengths(lines=None) -> list[int]:  # the queue's log says each job that comes in, and how many are in
-        # the queue then
-        counts = [line.rsplit("a job came in; ", 1)[1].split()[0] for line in (lines or server_log())[logged:]
+    def queue_lengths(lines=None) -> list[int]:
+        """The queue's length as each job came in since the test began (the queue logs each), from `lines` (the log's
+        whole text) or the log read now."""
+        lines = server_log() if lines is None else lines
+        counts = [line.rsplit("a job came in; ", 1)[1].split()[0] for line in lines[logged:]
                   if "a job came in; " in line]
         return [int(n) for n in counts if n.isdigit()]
     wait_for_log(lambda lines: len(queue_lengths(lines)) >= SLOTS, 120, going=filling.is_alive)

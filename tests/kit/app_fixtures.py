@@ -69,9 +69,9 @@ def tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def shared_tiny_server_cache(tiny_app_model, tiny_app_gemma, tmp_path_factory):
-    """The same, made once a test process: the cache folder of kit.browser_fixtures' `tiny_server`, which the browser
-    files of a process share."""
+def tiny_server_folder(tiny_app_model, tiny_app_gemma, tmp_path_factory):
+    """The same, made once a test process: the TPE_CACHE_DIR of kit.browser_fixtures' `tiny_server`, which the browser
+    files of a process share (its stores of runs and rooms, room/, and its weights folders' links)."""
     return _tiny_server_folder(tiny_app_model, tiny_app_gemma, tmp_path_factory)
 
 

@@ -5,18 +5,12 @@ A server's start and its first run (model load, the default request's warm-up) t
 that started its own; the tests that use `tiny_server` now pay it once a test process (under xdist, once a worker).
 What a test leaves in a browser (its session, cookies, the address it opened) goes with its page's context; the server
 keeps only what it keeps for any two visitors (the runs it computed, the rooms made), in a cache folder of its own
-(app_fixtures' `shared_tiny_server_cache`, the `tiny_server_folder` fixture). A file whose tests need a server in a
-state of their own (a store's bound, a slowed script, the API) starts its own."""
+(app_fixtures' `tiny_server_folder`). A file whose tests need a server in a state of their own (a store's bound, a
+slowed script, the API) starts its own."""
 
 import pytest
 
 from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server
-
-
-@pytest.fixture(scope="session")
-def tiny_server_folder(shared_tiny_server_cache):
-    """The TPE_CACHE_DIR of `tiny_server`: its stores of runs and rooms (room/), its weights folders' links."""
-    return shared_tiny_server_cache
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import re
 
 import pytest
 from kit.audit_logs import HUGE, USER_HI, anthropic_body, chat, jsonl
+from kit.browser import CHROMIUM, SHOTS, fresh_page, settle
 
 from pipeline.prompt_cache import audit as ca
 
@@ -134,23 +135,14 @@ def test_page_shows_bad_logs_as_plain_text_without_crashing(line, words):
 
 
 @pytest.mark.browser
-def test_page_in_chromium_draws_no_link_from_the_log(tiny_server):
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
+def test_page_in_chromium_draws_no_link_from_the_log(tiny_server, chromium):
     """Streamlit's own Markdown (GFM) in Debian's Chromium: a `ts` holding a link and a user message holding
     one show as text; a Claude Haiku 4.5 log says why nothing is cached. Screenshots in artifacts/browser/."""
-    from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, settle, watch
-
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
     haiku = jsonl(*({"ts": 60 * k, "body": {**anthropic_body(1500, f"order {k}? " + EVIL, "claude-haiku-4-5")}}
                     for k in range(3)))
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        url = tiny_server
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = watch(browser.new_page(viewport={"width": 1400, "height": 3000}))
-        page.goto(f"{url}/cache-audit")
+    with fresh_page(chromium, height=3000) as page:
+        page.goto(f"{tiny_server}/cache-audit")
         settle(page)
         page.get_by_text("Paste", exact=True).click()
         settle(page)
@@ -164,7 +156,6 @@ def test_page_in_chromium_draws_no_link_from_the_log(tiny_server):
             assert page.locator("a[href*='evil.example']").count() == 0, shot
             assert ("claude-haiku-4-5's minimum cacheable length (4,096 tokens)" if shot.endswith("haiku") else
                     "is not ISO-8601") in page.inner_text("body")
-        browser.close()
 
 
 def test_page_reads_this_servers_own_traffic_as_its_log(tiny_app, monkeypatch):
