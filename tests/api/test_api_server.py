@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import jsonschema
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, question_shown, settle, watch
+from kit.browser import CHROMIUM, ROOT, SHOTS, app_server, fresh_page, question_shown, settle
 from kit.sdks import anthropic, openai
 
 pytestmark = pytest.mark.browser
@@ -400,27 +400,19 @@ def test_many_requests_at_once_all_answer_or_are_told_to_retry(oa):
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")
-def test_the_run_link_opens_that_very_run_on_journey(oa):
+def test_the_run_link_opens_that_very_run_on_journey(oa, chromium):
     """The link restores the request in the sidebar, and Journey shows the run the API made (its id), not a new one."""
-    from playwright.sync_api import sync_playwright
-
     messages = [{"role": "system", "content": "You answer in riddles."}, {"role": "user", "content": "Where?"},
                 {"role": "assistant", "content": "Here."}, {"role": "user", "content": "Which seed is sown?"}]
     raw = oa.chat.completions.with_raw_response.create(model=SMOL, messages=messages, max_tokens=7, temperature=0.7,
                                                        seed=3)
     run_id = raw.parse().id.removeprefix("chatcmpl-")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = watch(browser.new_page(viewport={"width": 1400, "height": 1200}))
-            page.goto(raw.headers["x-tpe-run"])
-            settle(page)
-            assert question_shown(page) == "Which seed is sown?"
-            page.get_by_text(run_id).first.wait_for(timeout=30_000)
-            page.screenshot(path=str(SHOTS / "api-run-link.png"))
-        finally:
-            browser.close()
+    with fresh_page(chromium) as page:
+        page.goto(raw.headers["x-tpe-run"])
+        settle(page)
+        assert question_shown(page) == "Which seed is sown?"
+        page.get_by_text(run_id).first.wait_for(timeout=30_000)
+        page.screenshot(path=str(SHOTS / "api-run-link.png"))
 
 
 def test_on_another_address_the_api_needs_its_key(tiny_server_cache):

@@ -26,7 +26,8 @@ def server(tiny_server):
 
 @pytest.fixture(scope="module")
 def context(chromium):
-    """The module's browser context (kit.browser_fixtures' Chromium): the shared page below, and tabs of their own."""
+    """The module's browser context (kit.browser_fixtures' Chromium): the shared page below, and tabs of their own.
+    A new context, not a warm one: its empty HTTP cache fetches every resource, so the page's hosts are all seen."""
     context = chromium.new_context(viewport={"width": 1400, "height": 3000})
     yield context
     context.close()

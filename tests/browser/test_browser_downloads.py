@@ -8,7 +8,8 @@ from pathlib import Path
 from urllib.parse import urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, events, open_expander, open_offline, settle, until, visit
+from kit.browser import (CHROMIUM, SHOTS, events, give_back, open_expander, open_offline, settle, until, visit,
+                         warm_context)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -44,7 +45,7 @@ def test_the_json_and_the_html_report_download_and_the_report_opens_with_the_net
                                                                                              tmp_path):
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-    context = browser.new_context(accept_downloads=True)
+    context = warm_context(browser)
     question = "Are tomatoes fruit?"
     page = visit(context, f"{server}/journey?{urlencode({'q': question})}")
     said = []  # what the page's console said, for a download that never came
@@ -63,7 +64,7 @@ def test_the_json_and_the_html_report_download_and_the_report_opens_with_the_net
     assert run["request"]["openai"]["messages"][-1]["content"] == question  # the run of the request shown
     path = tmp_path / "report.html"
     download(page, page.get_by_role("button", name=re.compile("Download the report")), "report", said).save_as(path)
-    context.close()
+    give_back(context)
     report, asked = open_offline(browser, path, min_plots=10)
     assert report.locator("h2").count() == 12
     assert report.locator(".js-plotly-plot .main-svg").count() >= 10  # charts drawn by the embedded plotly.js
@@ -73,7 +74,9 @@ def test_the_json_and_the_html_report_download_and_the_report_opens_with_the_net
 
 
 def test_every_chart_downloads_as_png_and_svg_without_leaving_the_machine(server, browser, tmp_path):
-    context = browser.new_context(accept_downloads=True, viewport={"width": 1300, "height": 1000})
+    # a new context, not a warm one (kit.browser.warm_context): its empty HTTP cache fetches every resource the page
+    # uses, so every host it would ask is seen asked
+    context = browser.new_context(viewport={"width": 1300, "height": 1000})
     hosts = set()
     context.on("request", lambda r: hosts.add(urlparse(r.url).netloc) if r.url.startswith("http") else None)
     page = visit(context, f"{server}/kv-cache")

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, open_expander, open_offline, open_page, settle, watch
+from kit.browser import (CHROMIUM, SHOTS, give_back, open_expander, open_offline, open_page, settle, tab,
+                         warm_context)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -21,8 +22,8 @@ def open_my_session(page) -> None:
 
 
 def test_the_session_summary_downloads_and_opens_offline(tiny_server, chromium, tmp_path):
-    context = chromium.new_context(accept_downloads=True, viewport={"width": 1400, "height": 1200})
-    page = watch(context.new_page())
+    context = warm_context(chromium, 1400, 1200)
+    page = tab(context)
     page.goto(f"{tiny_server}/tokens?max_new_tokens=2")
     settle(page)
     open_my_session(page)
@@ -40,7 +41,7 @@ def test_the_session_summary_downloads_and_opens_offline(tiny_server, chromium, 
         button.click()
     path = tmp_path / "my-session.html"
     info.value.save_as(path)
-    context.close()
+    give_back(context)
 
     summary, asked = open_offline(chromium, path, min_plots=2)
     titles = summary.locator(".visit h3").all_inner_texts()

@@ -13,7 +13,8 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, open_expander, open_offline, settle, until, visit, watch
+from kit.browser import (CHROMIUM, SHOTS, give_back, open_expander, open_offline, settle, tab, until, visit,
+                         warm_context)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed")]
@@ -41,7 +42,7 @@ def the_poll(folder: Path, code: str) -> dict:
 
 def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_folder, chromium, tmp_path):
     folder = tiny_server_folder / "room"
-    presenter = chromium.new_context(viewport={"width": 1600, "height": 1100}, accept_downloads=True)
+    presenter = warm_context(chromium, 1600, 1100)
     page = visit(presenter, f"{tiny_server}/presenter?{urlencode({'q': 'Is a tomato a fruit?', 'max_new_tokens': 4})}"
                             "&stage=8")
     page.get_by_role("button", name=re.compile("Start presenting")).click()
@@ -56,7 +57,7 @@ def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_fol
     assert poll["kind"] == "next_token"
     typed = next(c["text"].strip() for c in poll["real"]["top"] if c["text"].strip())  # the model's best typable
 
-    learners = [visit(chromium.new_context(viewport={"width": 1300, "height": 1000}),
+    learners = [visit(warm_context(chromium, 1300, 1000),
                       f"{tiny_server}/presenter?follow={code}") for _ in range(3)]
     for learner in learners:
         wait_text(learner, "The presenter asks")
@@ -78,12 +79,13 @@ def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_fol
              f"{tiny_server}/presenter?room={code}&stage=3", f"{tiny_server}/presenter?room={code}&key={key}",
              f"{tiny_server}/presenter?room={code}&key={secrets.token_hex(16)}&pp_reveal=1",
              f"{tiny_server}/presenter?follow={code}&room={code}&key={code * 6}"]
-    tab = watch(learners[1].context.new_page())  # in a learner's browser: one more tab, each try a session of its own
+    another = tab(learners[1].context)  # in a learner's browser: one more tab, each try a session of its own
     for url in tries:
-        tab.goto(url)
-        settle(tab)
-        assert tab.get_by_role("button", name=re.compile("^(Open the poll|Reveal|Close the poll)$")).count() == 0, url
-    tab.close()
+        another.goto(url)
+        settle(another)
+        pollers = another.get_by_role("button", name=re.compile("^(Open the poll|Reveal|Close the poll)$"))
+        assert pollers.count() == 0, url
+    another.close()
     assert the_poll(folder, code)["id"] == poll["id"] and the_poll(folder, code)["revealed_at"] is None
     assert len(list((folder / f"polls-{code}").glob("poll-*.json"))) == 1
 
@@ -129,6 +131,6 @@ def test_a_poll_with_a_presenter_and_three_learners(tiny_server, tiny_server_fol
     page.get_by_role("button", name="Close the poll").click()
     settle(page)
     for learner in learners:
-        learner.context.close()
-    presenter.close()
+        give_back(learner.context)
+    give_back(presenter)
     assert parse_qs(urlparse(page.url).query).get("room") in (None, [code])

@@ -9,8 +9,8 @@ import re
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
 import pytest
-from kit.browser import (CHROMIUM, SHOTS, SIDEBAR_LINK, app_server, open_expander, question_shown, settle,
-                         share_link, until, watch)
+from kit.browser import (CHROMIUM, SHOTS, SIDEBAR_LINK, app_server, give_back, open_expander, question_shown,
+                         settle, share_link, tab, until, warm_context)
 from kit.room_walk import next_stage, start_presenting, visit, wait_for_stage, walk_every_stage
 
 from views.chrome.page_list import page_at
@@ -60,30 +60,30 @@ def chart_titles(page) -> str:
 
 def test_a_copied_link_reproduces_the_view_in_another_browser(server, browser):
     question = "Why is the sky blue?"
-    first = browser.new_context(viewport={"width": 1300, "height": 1200})
+    first = warm_context(browser, 1300, 1200)
     page = visit(first, f"{server}/attention?q={quote(question)}&max_new_tokens=8&layer=3&head=2")
     assert "layer 3, head 2" in chart_titles(page)
     link = share_link(page, "attention")
     params = parse_qs(urlparse(link).query)
     assert params["q"] == [question] and params["at.layer"] == ["3"] and params["at.head"] == ["2"]
     page.screenshot(path=str(SHOTS / "room_link_source.png"))
-    second = browser.new_context(viewport={"width": 1300, "height": 1200})  # a fresh browser: no shared state
+    second = warm_context(browser, 1300, 1200)  # a fresh browser: no shared state
     again = visit(second, link)
     assert "layer 3, head 2" in chart_titles(again)
     assert question_shown(again) == question
     again.screenshot(path=str(SHOTS / "room_link_reopened.png"))
-    first.close()
-    second.close()
+    give_back(first)
+    give_back(second)
 
 
 def test_tampered_links_fall_back_with_a_note(server, browser):
-    context = browser.new_context()
+    context = warm_context(browser)
     page = visit(context, f"{server}/attention?layer=abc&head=99&temperature=hot&q=%3Cb%3Ehi%3C/b%3E")
     body = page.inner_text("body")
     assert page.locator('[data-testid="stException"]').count() == 0
     assert "The link's layer was not usable" in body and "The link's temperature was not usable" in body
     assert page.locator("b", has_text="hi").count() == 0  # the question is text, not markup
-    context.close()
+    give_back(context)
 
 
 def slider(page, label: str):
@@ -94,7 +94,7 @@ def slider(page, label: str):
 def test_links_keep_and_follow_every_control(server, browser):
     """A link's sampler settings open as given; moving a control inside a fragment rewrites the address
     bar and the share box at once; the colour scale travels; a new question leaves nothing stale."""
-    context = browser.new_context(viewport={"width": 1300, "height": 1200})
+    context = warm_context(browser, 1300, 1200)
     page = visit(context, f"{server}/next-token?t=1&top_p=0.5&seed=7")
     assert slider(page, "temperature").get_attribute("aria-valuetext") == "1.00"
     assert slider(page, "top-p").get_attribute("aria-valuetext") == "0.50"
@@ -128,7 +128,7 @@ def test_links_keep_and_follow_every_control(server, browser):
             link
     assert "Pick at least two tokens." not in page.inner_text("body")  # attention by hand kept four tokens
     page.screenshot(path=str(SHOTS / "room_links_attention.png"))
-    context.close()
+    give_back(context)
 
 
 WALKS = {  # a question whose first answer token is part of a Korean character, and a ~600-token one
@@ -146,7 +146,7 @@ LAST_STAGE = {"korean": stage_number("The end token and clean-up"), "long": len(
 @pytest.mark.parametrize("walk", list(WALKS))
 def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(request, browser, walk):
     server = request.getfixturevalue("real_server" if walk == "korean" else "server")
-    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    context = warm_context(browser, 1600, 1000)
     page = visit(context, f"{server}/presenter?{urlencode(WALKS[walk])}")
     assert page.locator("h1").first.inner_text().startswith("1.")
     assert page.locator('[data-testid="stSidebar"]').is_hidden()
@@ -162,7 +162,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     assert "only listens on this computer" in page.inner_text("body")  # this test server binds to localhost
     if walk == "long":
         assert "link=" in journey and len(journey) < 100  # a short link the server resolves
-    learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
+    learner = tab(warm_context(browser, 1300, 1000))
     learner.goto(follow)
     # The follow page's first run takes the presenter's request and reruns (url_state.switch_request): settle()
     # waits for the run after it, the one that completes.
@@ -186,7 +186,7 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
     wait_for_stage(page, last - 1, timeout_s=60)
     settle(page)  # the link is rewritten once the screen has run
     assert f"stage={last - 1}" in page.url
-    opened = watch(context.new_page())  # the Journey link (short for the long question) opens the same request
+    opened = tab(context)  # the Journey link (short for the long question) opens the same request
     opened.goto(journey)
     settle(opened)
     assert opened.locator("h1").first.inner_text().strip() == "Journey"  # a bookmarked page opens that page
@@ -199,8 +199,8 @@ def test_presenter_walks_all_stages_with_the_keyboard_and_a_learner_follows(requ
             settle(opened)
             assert urlparse(opened.url).path == f"/{path}", opened.url
             reads_as_korean(opened, path)
-    learner.context.close()
-    context.close()
+    give_back(learner.context)
+    give_back(context)
 
 
 # The pages that name prompt tokens (chips, axes, tables, titles) besides Journey; every other page is opened with a
@@ -230,7 +230,7 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     import hashlib
     import secrets
 
-    presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
+    presenter = warm_context(browser, 1600, 1000)
     page = visit(presenter, f"{server}/presenter?q=Why+is+the+sky+blue%3F&max_new_tokens=4")
     follow = start_presenting(page)
     code = parse_qs(urlparse(follow).query)["follow"][0]
@@ -242,12 +242,12 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     assert left["stage"] == 2 and left["query"]["q"] == "Why is the sky blue?"
     assert "key=" not in page.url and f"room={code}" in page.url
 
-    learner = browser.new_context(viewport={"width": 1300, "height": 1000})
+    learner = warm_context(browser, 1300, 1000)
     tries = [f"{follow}&stage=9&q=hijacked", f"{server}/presenter?room={code}&stage=9&q=hijacked",
              f"{server}/presenter?room={code}&key={secrets.token_hex(16)}&stage=9&q=hijacked",
              f"{server}/presenter?room={code}&key={hashlib.sha256(f'room:{code}'.encode()).hexdigest()[:32]}",
              f"{server}/presenter?follow={code}&room={code}&key={code * 6}&stage=9"]
-    learn = watch(learner.new_page())  # one tab for every try: each address opens a session of its own anyway, and a
+    learn = tab(learner)  # one tab for every try: each address opens a session of its own anyway, and a
     # page opened in a tab that already ran one costs Chromium's renderer about half a new tab's CPU (bench/RESULTS.md)
     for n, url in enumerate(tries):
         learn.goto(url)
@@ -281,24 +281,24 @@ def test_a_learner_holding_the_follow_link_cannot_drive_the_room(server, browser
     key = parse_qs(urlparse(private).query)["key"][0]
     assert key not in body and key not in page.url  # not on the projected screen until the presenter opens it
     page.locator("summary", has_text="Your presenter link").first.click()  # closed again
-    tab = watch(learner.new_page())  # the presenter's private link, opened in another browser (the learner's)
-    tab.goto(private.replace("stage=1", "stage=5"))  # the same request, another stage
-    wait_for_stage(tab, 5, timeout_s=300)
-    settle(tab)
-    assert "key=" not in tab.url  # the key leaves the address bar once the page has run
+    private_tab = tab(learner)  # the presenter's private link, opened in another browser (the learner's)
+    private_tab.goto(private.replace("stage=1", "stage=5"))  # the same request, another stage
+    wait_for_stage(private_tab, 5, timeout_s=300)
+    settle(private_tab)
+    assert "key=" not in private_tab.url  # the key leaves the address bar once the page has run
     assert json.loads(room_file.read_text())["stage"] == 5
     until(page, "() => document.body.innerText.includes('someone else')", timeout_s=60)
     assert "moved your learners to stage 5." in page.inner_text("body")  # the same request: only the stage moved
     page.screenshot(path=str(SHOTS / "room_presenter_told_of_another_driver.png"))
-    learner.close()
-    presenter.close()
+    give_back(learner)
+    give_back(presenter)
 
 
 def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(server, browser):
     """A reload used to give the presenter's own screen `?room=CODE` without the key: a follower with no Previous or
     Next. The browser keeps the key in a cookie for that room (views/pages/presenter/room_key.py); the key is in
     neither the address nor the page's text, and a learner's browser given the same address only follows."""
-    presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
+    presenter = warm_context(browser, 1600, 1000)
     page = visit(presenter, f"{server}/presenter?q=Why+is+the+sky+blue%3F&max_new_tokens=4")
     code = parse_qs(urlparse(start_presenting(page)).query)["follow"][0]
     open_expander(page, "Your presenter link")
@@ -307,7 +307,7 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     page.locator("summary", has_text="Your presenter link").first.click()  # closed again
     # what a reload needs: the browser holds the key
     until(page, "code => document.cookie.includes('tpe_presenter_' + code + '=')", arg=code, timeout_s=30)
-    learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
+    learner = tab(warm_context(browser, 1300, 1000))
     learner.goto(f"{server}/presenter?follow={code}")
     wait_for_stage(learner, 1, timeout_s=300)
     settle(learner)
@@ -319,16 +319,16 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     next_stage(page, 3)
     wait_for_stage(learner, 3, timeout_s=60)
 
-    tab = watch(presenter.new_page())  # a second tab of the same browser, on the address the first one shows
-    tab.goto(page.url)
-    wait_for_stage(tab, 3, timeout_s=300)
-    settle(tab)
-    next_stage(tab, 4)
+    second_tab = tab(presenter)  # a second tab of the same browser, on the address the first one shows
+    second_tab.goto(page.url)
+    wait_for_stage(second_tab, 3, timeout_s=300)
+    settle(second_tab)
+    next_stage(second_tab, 4)
     wait_for_stage(learner, 4, timeout_s=60)
-    for shown in (page, tab):
+    for shown in (page, second_tab):
         assert shown.get_by_role("button", name="Stop following").count() == 0
         assert key not in shown.url and key not in shown.inner_text("body")
-    bare = watch(presenter.new_page())  # the bare address in that browser offers to go on with the room
+    bare = tab(presenter)  # the bare address in that browser offers to go on with the room
     bare.goto(f"{server}/presenter")
     settle(bare)
     bare.get_by_role("button", name=f"Go on presenting room {code}").click()
@@ -338,14 +338,14 @@ def test_the_presenter_reloads_and_opens_a_second_tab_and_still_drives_the_room(
     next_stage(bare, 5)
     wait_for_stage(learner, 5, timeout_s=60)
     # the same address in a browser without the key (the learner's, which holds none): follows
-    stranger = watch(learner.context.new_page())
-    stranger.goto(tab.url)
+    stranger = tab(learner.context)
+    stranger.goto(second_tab.url)
     wait_for_stage(stranger, 5, timeout_s=300)
     settle(stranger)
     assert stranger.get_by_role("button", name=re.compile("Next")).count() == 0
-    tab.screenshot(path=str(SHOTS / "room_presenter_second_tab.png"))
+    second_tab.screenshot(path=str(SHOTS / "room_presenter_second_tab.png"))
     for context in (learner.context, presenter):
-        context.close()
+        give_back(context)
 
 
 async def _visit_presenter(url: str, n: int, at_once: int = 4) -> list[str]:
@@ -386,10 +386,10 @@ def test_a_flood_of_presenter_visits_leaves_the_live_room_and_a_removed_room_tel
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    presenter = browser.new_context(viewport={"width": 1600, "height": 1000})
+    presenter = warm_context(browser, 1600, 1000)
     page = visit(presenter, f"{server}/presenter?q=Is+a+tomato+a+fruit%3F&max_new_tokens=4")
     code = parse_qs(urlparse(start_presenting(page)).query)["follow"][0]
-    learner = watch(browser.new_context(viewport={"width": 1300, "height": 1000}).new_page())
+    learner = tab(warm_context(browser, 1300, 1000))
     learner.goto(f"{server}/presenter?follow={code}")
     wait_for_stage(learner, 1, timeout_s=300)
     settle(learner)
@@ -407,5 +407,5 @@ def test_a_flood_of_presenter_visits_leaves_the_live_room_and_a_removed_room_tel
     until(learner, "code => document.body.innerText.includes('Room ' + code + ' has ended')", arg=code, timeout_s=60)
     assert "Waiting for the presenter" not in learner.inner_text("body")
     learner.screenshot(path=str(SHOTS / "room_follower_told_the_room_ended.png"))
-    learner.context.close()
-    presenter.close()
+    give_back(learner.context)
+    give_back(presenter)

@@ -7,7 +7,7 @@ import os
 import threading
 
 import pytest
-from kit.browser import CHROMIUM, SHOTS, app_server, watch
+from kit.browser import CHROMIUM, SHOTS, app_server, give_back, tab, warm_context
 from kit.room_walk import start_presenting, visit, walk_every_stage
 from kit.sdks import openai
 
@@ -59,13 +59,13 @@ def test_a_presenter_and_a_learner_walk_the_room_while_an_sdk_client_streams(ser
                                                  temperature=0).choices[0].message.content for q in CLIENT_QUESTIONS}
     client = StreamingClient(server, expected)
     client.start()
-    context = chromium.new_context(viewport={"width": 1600, "height": 1000})
-    learner_context = chromium.new_context(viewport={"width": 1300, "height": 1000})
+    context = warm_context(chromium, 1600, 1000)
+    learner_context = warm_context(chromium, 1300, 1000)
     try:
         page = visit(context, f"{server}/presenter?q=Why+do+owls+hoot%3F&max_new_tokens=4")
         assert page.locator("h1").first.inner_text().startswith("1.")
         follow = start_presenting(page)
-        learner = watch(learner_context.new_page())
+        learner = tab(learner_context)
         learner.goto(follow)
         walk_every_stage(page, learner)
         assert learner.locator('[data-testid="stException"]').count() == 0
@@ -73,8 +73,8 @@ def test_a_presenter_and_a_learner_walk_the_room_while_an_sdk_client_streams(ser
     finally:
         client.stop.set()
         client.join(timeout=120)
-        learner_context.close()
-        context.close()
+        give_back(learner_context)
+        give_back(context)
     assert not client.errors, client.errors
     assert not client.mixed, client.mixed
     assert client.answers >= len(CLIENT_QUESTIONS), "the client streamed too few answers to be beside the room"

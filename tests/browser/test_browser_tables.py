@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server, settle, watch
+from kit.browser import CHROMIUM, SHOTS, app_server, fresh_page, settle
 from kit.paths import ROOT as ROOT_STR
 
 pytestmark = [pytest.mark.browser,
@@ -21,13 +21,8 @@ CUT_PX = """() => [...document.querySelectorAll('[data-testid="stMain"] [data-te
 LOG = "browser-tables.log"
 
 
-def test_tables_fit_a_laptop_window_and_the_log_is_quiet(tiny_server_cache):
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server(LOG, cache_dir=tiny_server_cache) as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = watch(browser.new_page(viewport={"width": 1280, "height": 900}))
+def test_tables_fit_a_laptop_window_and_the_log_is_quiet(tiny_server_cache, chromium):
+    with app_server(LOG, cache_dir=tiny_server_cache) as url, fresh_page(chromium, 1280, 900) as page:
         page.goto(f"{url}/prefill-decode")
         settle(page)
         page.get_by_role("button", name=re.compile("Measure the ceilings")).click()
@@ -46,6 +41,5 @@ def test_tables_fit_a_laptop_window_and_the_log_is_quiet(tiny_server_cache):
         cut = page.evaluate(CUT_PX)
         assert len(cut) >= 4 and all(px >= 0 for _, px in cut), cut  # two candidates' tables, shape, timing
         assert not [c for c in cut if c[1] > 1], cut
-        browser.close()
     log = (Path(ROOT_STR) / "artifacts" / LOG).read_text(encoding="utf-8")
     assert "Failed to load" not in log and "Enum subclass" not in log, log[-2000:]

@@ -6,7 +6,7 @@ import re
 from urllib.parse import urlencode
 
 import pytest
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, ROOT, SHOTS, app_server, open_page, settle, watch
+from kit.browser import CHROMIUM, ROOT, SHOTS, app_server, fresh_page, open_page, settle
 from kit.texts import KOREAN, LONG_QUESTION
 
 SERVER_LOG = ROOT / "artifacts" / "browser-what-if.log"  # app_server's log of this file's server
@@ -69,13 +69,8 @@ def chart_drawn(main) -> bool:
     return "Failed to fetch" not in main.inner_text() and main.locator(".js-plotly-plot").count() == 1
 
 
-def test_what_if_with_a_korean_and_a_long_question():
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with app_server("browser-what-if.log") as url, sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = watch(browser.new_page(viewport={"width": 1400, "height": 2400}))
+def test_what_if_with_a_korean_and_a_long_question(chromium):
+    with app_server("browser-what-if.log") as url, fresh_page(chromium, 1400, 2400) as page:
         failed = []  # what the browser could not fetch (once, a chart's code: every chart on the page said so)
         page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})"))
         page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url} (HTTP {r.status})"))
@@ -107,4 +102,3 @@ def test_what_if_with_a_korean_and_a_long_question():
             main.locator(".js-plotly-plot").first.wait_for(timeout=60_000)  # charts load their code lazily
             assert chart_drawn(main), f"{name}: the branch's chart did not load: {failed}"
             page.screenshot(path=str(SHOTS / f"what_if_{name}.png"), full_page=True)
-        browser.close()

@@ -48,8 +48,10 @@ def until(page, condition: str, arg=None, timeout_s: float = 30, every_ms: int =
     return page.wait_for_function(condition, arg=arg, timeout=timeout_s * 1000, polling=every_ms)
 
 
+# --process-per-site: the tabs of one context on one site (every port of localhost) share one renderer process, so a
+# test's new tab in a warm context (warm_context) draws its page in a renderer that has drawn the app before
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--process-per-site"]
 
 
 
@@ -287,9 +289,18 @@ def question_shown(page, timeout_s: float = 30) -> str:
     return box.input_value()
 
 
-def visit(context, url: str):
-    """A watched page of `context` at `url`, settled (the page's run finished)."""
+def tab(context):
+    """A new watched tab of `context`, sized as warm_context was asked (else the context's own size)."""
     page = watch(context.new_page())
+    size = getattr(context, "tpe_viewport", None)
+    if size is not None:
+        page.set_viewport_size(size)
+    return page
+
+
+def visit(context, url: str):
+    """A watched tab of `context` at `url` (kit.browser.tab), settled (the page's run finished)."""
+    page = tab(context)
     page.goto(url)
     settle(page)
     return page
@@ -309,15 +320,146 @@ def open_offline(chromium, path: Path, min_plots: int):
     return page, asked
 
 
+# A page drawn in a new context costs Chromium's renderer 4.5-5 s of CPU; a new tab of a context whose renderer has
+# drawn the app before, ~2.5 s (bench/RESULTS.md). So a test process keeps one Chromium for all its browser files
+# (chromium_process; each module connects to it: kit.browser_fixtures), its default context holds a tab on the site
+# (localhost: every port) that keeps a renderer alive, and a test takes that context (warm_context) with the cookies
+# and storage of the test before it cleared.
+ANCHOR = "http://localhost:9/tpe-warm-renderer"  # answered by the kit itself (a route), never by a server
+# The switches Playwright gives a Chromium it launches headless (playwright-core's chromiumSwitches and its headless
+# additions, as the installed Playwright has them), for the Chromium chromium_process starts itself: a page behaves
+# as under Playwright's own launch (no throttled background tab or timer, no back-forward cache, screenshots on a
+# surface of their own, a mouse as the pointer)
+_DISABLED = ["AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+             "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding",
+             "ThirdPartyStoragePartitioning", "AvoidCorsURLLoaderRestartOnRedirect", "OptimizationHints",
+             "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch"]
+PLAYWRIGHT_SWITCHES = [
+    "--disable-field-trial-config", "--disable-background-networking", "--disable-background-timer-throttling",
+    "--disable-backgrounding-occluded-windows", "--disable-back-forward-cache", "--disable-breakpad",
+    "--disable-component-extensions-with-background-pages", "--disable-component-update",
+    "--no-default-browser-check", "--disable-default-apps", "--disable-dev-shm-usage", "--disable-extensions",
+    f"--disable-features={','.join(_DISABLED)}", "--enable-features=CDPScreenshotNewSurface,"
+    "SkipListAccountsWithoutGaiaCookies", "--allow-pre-commit-input", "--disable-hang-monitor",
+    "--disable-ipc-flooding-protection", "--disable-popup-blocking", "--disable-prompt-on-repost",
+    "--disable-renderer-backgrounding", "--force-color-profile=srgb", "--metrics-recording-only", "--no-first-run",
+    "--password-store=basic", "--use-mock-keychain", "--no-service-autorun", "--disable-search-engine-choice-screen",
+    "--enable-unsafe-swiftshader", "--disable-infobars", "--disable-sync", "--headless", "--hide-scrollbars",
+    "--mute-audio", "--blink-settings=primaryHoverType=2,availableHoverTypes=2,primaryPointerType=4,"
+    "availablePointerTypes=4"]
+
+
+@contextlib.contextmanager
+def chromium_process(profile: Path):
+    """Debian's Chromium for a whole test process, outside Playwright (whose sync API holds the thread's event loop
+    while it runs: a session-long Playwright would break every later test that runs asyncio), its DevTools on a port
+    of 127.0.0.1. Yields endpoint(): the address to connect_over_cdp to, Chromium started again first if it died."""
+    import re
+
+    state: dict = {"proc": None, "url": None}
+
+    def endpoint() -> str:
+        if state["proc"] is None or state["proc"].poll() is not None:
+            proc = subprocess.Popen([CHROMIUM, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                                     "--remote-debugging-address=127.0.0.1", "--no-startup-window",
+                                     *PLAYWRIGHT_SWITCHES, *CHROMIUM_ARGS],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for line in proc.stderr:  # Chromium says where DevTools listens before anything else it may say
+                found = re.search(r"DevTools listening on (ws://\S+)", line)
+                if found:
+                    state.update(proc=proc, url=found.group(1))
+                    break
+            else:
+                raise RuntimeError(f"Chromium ended before it opened DevTools (exit {proc.wait()})")
+            proc.stderr.close()  # nothing more is read: Chromium's later messages must not fill a pipe
+        return state["url"]
+
+    try:
+        yield endpoint
+    finally:
+        if state["proc"] is not None:
+            state["proc"].terminate()
+            try:
+                state["proc"].wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                state["proc"].kill()
+
+
+_given_back: dict[int, tuple[object, list]] = {}  # id(browser) -> (the browser, its contexts given back)
+
+
+def warm_context(chromium, width: int = 1400, height: int = 1200):
+    """A context of `chromium` (kit.browser_fixtures' fixture) as a new browser is to the app: no cookie, local
+    storage, permission or open tab of another test (each tab it opens is a session of its own). The process's
+    default context when no test holds it, else one given back earlier in the module, else a new one. Its tabs are
+    sized width x height (open them with kit.browser.tab or visit). Kept: the HTTP cache (the app's scripts load
+    from it, as a returning visitor's do) and the renderer. Give it back (give_back) when the test is done."""
+    kept = _given_back.get(id(chromium))
+    if kept is None or kept[0] is not chromium:
+        kept = _given_back[id(chromium)] = (chromium, list(chromium.contexts[:1]))  # the default context, idle
+    idle = kept[1]
+    while idle:
+        context = idle.pop()
+        try:
+            _clear(context)
+            break
+        except Exception:  # noqa: BLE001 - a context a test or a crash closed: take another
+            continue
+    else:
+        context = chromium.new_context()
+        _clear(context)
+    context.tpe_viewport = {"width": width, "height": height}
+    return context
+
+
+def _anchor(context):
+    """The context's tab that keeps its renderer alive: a page on the site (localhost), opened once."""
+    for page in context.pages:
+        if page.url == ANCHOR:
+            return page
+    page = context.new_page()
+    context.route(ANCHOR, lambda route: route.fulfill(content_type="text/html", body="<title>warm</title>"))
+    page.goto(ANCHOR)
+    context.unroute(ANCHOR)
+    return page
+
+
+def _clear(context) -> None:
+    """What a test left in a context: its tabs (but the anchor), cookies, each origin's storage, permissions."""
+    anchor = _anchor(context)
+    for page in context.pages:
+        if page != anchor:
+            page.close()
+    context.clear_cookies()
+    context.clear_permissions()
+    origins = [o["origin"] for o in context.storage_state()["origins"]]
+    if origins:
+        cdp = context.new_cdp_session(anchor)
+        for origin in origins:
+            cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "local_storage,indexeddb,"
+                                                    "cache_storage,service_workers,file_systems"})
+        cdp.detach()
+
+
+def give_back(context) -> None:
+    """A warm_context the test is done with: its tabs closed (their sessions end), kept for the module's next test."""
+    for page in context.pages:
+        if page.url != ANCHOR:
+            page.close()
+    for kept in _given_back.values():
+        if kept[0] is context.browser:
+            kept[1].append(context)
+
+
 @contextlib.contextmanager
 def fresh_page(chromium, width: int = 1400, height: int = 1200):
-    """A watched page in a new context of `chromium` (kit.browser_fixtures' fixture): no cookie, storage or session
-    of another test's page; closed after."""
-    context = chromium.new_context(viewport={"width": width, "height": height})
+    """A watched tab of a warm_context of `chromium`: no cookie, storage or session of another test's page; the
+    context given back after."""
+    context = warm_context(chromium, width, height)
     try:
-        yield watch(context.new_page())
+        yield tab(context)
     finally:
-        context.close()
+        give_back(context)
 
 
 _tabs: dict = {}  # id(context) -> (context, its tab the module's tests take turns on)

@@ -1,5 +1,6 @@
 """Fixtures of the browser tests (a pytest plugin): one app server on the tiny models for the browser files of a test
-process, one Chromium for all the tests of a module, each test on a fresh page of its own (kit.browser.fresh_page).
+process, one Chromium for all of them (each module connected to it), each test in a context of its own
+(kit.browser.warm_context, fresh_page).
 
 A server's start and its first run (model load, the default request's warm-up) took 12-20 s of each browser test
 that started its own; the tests that use `tiny_server` now pay it once a test process (under xdist, once a worker).
@@ -10,7 +11,7 @@ slowed script, the API) starts its own."""
 
 import pytest
 
-from kit.browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, app_server
+from kit.browser import ANCHOR, SHOTS, app_server, chromium_process
 
 
 @pytest.fixture(scope="session")
@@ -24,15 +25,29 @@ def tiny_server(tiny_server_folder):
         yield url
 
 
+@pytest.fixture(scope="session")
+def chromium_endpoint(tmp_path_factory):
+    """One Chromium for the browser tests of this test process (kit.browser.chromium_process): endpoint() gives the
+    address each module's `chromium` connects to."""
+    with chromium_process(tmp_path_factory.mktemp("chromium-profile")) as endpoint:
+        yield endpoint
+
+
 @pytest.fixture(scope="module")
-def chromium():
-    """Debian's Chromium through Playwright, launched once for the module's tests (each opens its own context:
-    kit.browser.fresh_page). A test that needs a browser uses this one: Playwright's sync API cannot run twice at once
-    in a process."""
+def chromium(chromium_endpoint):
+    """The test process's Chromium through Playwright, connected for the module's tests (each takes a context:
+    kit.browser.warm_context or fresh_page). A test that needs a browser uses this one: Playwright's sync API cannot
+    run twice at once in a process, and a module's connection ends with the module (so no later test finds its event
+    loop running). The contexts the module made close with it; the default context and its warm tab stay."""
     from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = p.chromium.connect_over_cdp(chromium_endpoint())
         yield browser
+        default = browser.contexts[:1]
+        for context in default:  # a test that failed holding it left its tabs open: their sessions end here
+            for page in context.pages:
+                if page.url != ANCHOR:
+                    page.close()
         browser.close()

@@ -6,7 +6,7 @@ import os
 import time
 
 import pytest
-from kit.browser import CHROMIUM, ROOT, app_server, settle, watch
+from kit.browser import CHROMIUM, ROOT, app_server, fresh_page, settle
 
 pytestmark = [pytest.mark.browser]
 
@@ -40,7 +40,7 @@ def wait_for_line(log, text: str, timeout_s: float = 240) -> str:
     raise AssertionError(f"no {text!r} in the server's log in {timeout_s} s:\n{seen[-3000:]}")
 
 
-def test_the_lessons_runs_are_stored_at_start_with_progress_on_the_terminal(tiny_server_cache, tmp_path):
+def test_the_lessons_runs_are_stored_at_start_with_progress_on_the_terminal(tiny_server_cache, tmp_path, request):
     path = tmp_path / "server-lesson.toml"
     path.write_text(LESSON, encoding="utf-8")
     with app_server("lesson-server.log", cache_dir=tiny_server_cache, script="server.py",
@@ -52,16 +52,10 @@ def test_the_lessons_runs_are_stored_at_start_with_progress_on_the_terminal(tiny
         assert len(runs) == 2, runs  # both stages' runs, written before any page was opened
         if not os.path.exists(CHROMIUM):
             return
-        from kit.browser import CHROMIUM_ARGS
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = watch(browser.new_page())
+        with fresh_page(request.getfixturevalue("chromium")) as page:
             page.goto(f"{url}/presenter")
             settle(page)
             page.get_by_role("button", name=re.compile("Start presenting")).click()  # the panel is the presenter's
             settle(page)
             body = page.locator("body").inner_text()
             assert "Server lesson" in body and "stage 1 of 2" in body and "Lesson runs prepared: 2 of 2" in body
-            browser.close()
