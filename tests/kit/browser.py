@@ -451,6 +451,17 @@ def give_back(context) -> None:
             kept[1].append(context)
 
 
+def disconnect(chromium) -> None:
+    """The end of a module's connection to the process's Chromium: the tabs a test left open in the default context
+    (one that failed holding it) closed, their sessions ended; the contexts the module made close with the
+    connection."""
+    for page in chromium.contexts[0].pages if chromium.contexts else []:
+        if page.url != ANCHOR:
+            page.close()
+    _given_back.pop(id(chromium), None)
+    chromium.close()
+
+
 @contextlib.contextmanager
 def fresh_page(chromium, width: int = 1400, height: int = 1200):
     """A watched tab of a warm_context of `chromium`: no cookie, storage or session of another test's page; the

@@ -11,7 +11,7 @@ slowed script, the API) starts its own."""
 
 import pytest
 
-from kit.browser import ANCHOR, SHOTS, app_server, chromium_process
+from kit.browser import SHOTS, app_server, chromium_process, disconnect
 
 
 @pytest.fixture(scope="session")
@@ -45,9 +45,4 @@ def chromium(chromium_endpoint):
     with sync_playwright() as p:
         browser = p.chromium.connect_over_cdp(chromium_endpoint())
         yield browser
-        default = browser.contexts[:1]
-        for context in default:  # a test that failed holding it left its tabs open: their sessions end here
-            for page in context.pages:
-                if page.url != ANCHOR:
-                    page.close()
-        browser.close()
+        disconnect(browser)
