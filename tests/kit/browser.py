@@ -353,25 +353,27 @@ PLAYWRIGHT_SWITCHES = [
 def chromium_process(profile: Path):
     """Debian's Chromium for a whole test process, outside Playwright (whose sync API holds the thread's event loop
     while it runs: a session-long Playwright would break every later test that runs asyncio), its DevTools on a port
-    of 127.0.0.1. Yields endpoint(): the address to connect_over_cdp to, Chromium started again first if it died."""
-    import re
-
+    of 127.0.0.1, its messages in artifacts/chromium-PROCESS.log. Yields endpoint(): the address to connect_over_cdp
+    to, Chromium started again first if it died."""
     state: dict = {"proc": None, "url": None}
+    log = ROOT / "artifacts" / f"chromium-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.log"
 
     def endpoint() -> str:
         if state["proc"] is None or state["proc"].poll() is not None:
-            proc = subprocess.Popen([CHROMIUM, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                                     "--remote-debugging-address=127.0.0.1", "--no-startup-window",
-                                     *PLAYWRIGHT_SWITCHES, *CHROMIUM_ARGS],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for line in proc.stderr:  # Chromium says where DevTools listens before anything else it may say
-                found = re.search(r"DevTools listening on (ws://\S+)", line)
-                if found:
-                    state.update(proc=proc, url=found.group(1))
-                    break
-            else:
-                raise RuntimeError(f"Chromium ended before it opened DevTools (exit {proc.wait()})")
-            proc.stderr.close()  # nothing more is read: Chromium's later messages must not fill a pipe
+            port_file = profile / "DevToolsActivePort"  # Chromium writes its port and path there once it listens
+            port_file.unlink(missing_ok=True)
+            log.parent.mkdir(exist_ok=True)
+            with open(log, "ab") as out:
+                proc = subprocess.Popen([CHROMIUM, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+                                         "--remote-debugging-address=127.0.0.1", "--no-startup-window",
+                                         *PLAYWRIGHT_SWITCHES, *CHROMIUM_ARGS], stdout=out, stderr=out)
+            deadline = time.monotonic() + 120  # as long as Playwright's own launch waits, at most
+            while len(lines := (port_file.read_text().split() if port_file.exists() else [])) < 2:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    raise RuntimeError(f"Chromium opened no DevTools port (exit {proc.wait()}; {log})")
+                time.sleep(0.05)  # polling the file Chromium writes, bounded by the deadline
+            state.update(proc=proc, url=f"ws://127.0.0.1:{lines[0]}{lines[1]}")
         return state["url"]
 
     try:
