@@ -364,9 +364,10 @@ def chromium_process(profile: Path):
             port_file.unlink(missing_ok=True)
             log.parent.mkdir(exist_ok=True)
             with open(log, "ab") as out:
+                switches = dict.fromkeys([*PLAYWRIGHT_SWITCHES, *CHROMIUM_ARGS])  # ours beside Playwright's, once
                 proc = subprocess.Popen([CHROMIUM, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                                         "--remote-debugging-address=127.0.0.1", "--no-startup-window",
-                                         *PLAYWRIGHT_SWITCHES, *CHROMIUM_ARGS], stdout=out, stderr=out)
+                                         "--remote-debugging-address=127.0.0.1", "--no-startup-window", *switches],
+                                        stdout=out, stderr=out)
             deadline = time.monotonic() + 120  # as long as Playwright's own launch waits, at most
             while len(lines := (port_file.read_text().split() if port_file.exists() else [])) < 2:
                 if proc.poll() is not None or time.monotonic() > deadline:
@@ -387,7 +388,7 @@ def chromium_process(profile: Path):
                 state["proc"].kill()
 
 
-_given_back: dict[int, tuple[object, list]] = {}  # id(browser) -> (the browser, its contexts given back)
+_given_back: dict[int, list] = {}  # id(browser) -> its contexts given back (dropped at disconnect)
 
 
 def warm_context(chromium, width: int = 1400, height: int = 1200):
@@ -396,10 +397,7 @@ def warm_context(chromium, width: int = 1400, height: int = 1200):
     default context when no test holds it, else one given back earlier in the module, else a new one. Its tabs are
     sized width x height (open them with kit.browser.tab or visit). Kept: the HTTP cache (the app's scripts load
     from it, as a returning visitor's do) and the renderer. Give it back (give_back) when the test is done."""
-    kept = _given_back.get(id(chromium))
-    if kept is None or kept[0] is not chromium:
-        kept = _given_back[id(chromium)] = (chromium, list(chromium.contexts[:1]))  # the default context, idle
-    idle = kept[1]
+    idle = _given_back.setdefault(id(chromium), list(chromium.contexts[:1]))  # at first: the default context
     while idle:
         context = idle.pop()
         try:
@@ -426,12 +424,17 @@ def _anchor(context):
     return page
 
 
+def _close_tabs(context) -> None:
+    """Close every tab of the context but the anchor: their sessions end."""
+    for page in context.pages:
+        if page.url != ANCHOR:
+            page.close()
+
+
 def _clear(context) -> None:
     """What a test left in a context: its tabs (but the anchor), cookies, each origin's storage, permissions."""
     anchor = _anchor(context)
-    for page in context.pages:
-        if page != anchor:
-            page.close()
+    _close_tabs(context)
     context.clear_cookies()
     context.clear_permissions()
     origins = [o["origin"] for o in context.storage_state()["origins"]]
@@ -445,21 +448,16 @@ def _clear(context) -> None:
 
 def give_back(context) -> None:
     """A warm_context the test is done with: its tabs closed (their sessions end), kept for the module's next test."""
-    for page in context.pages:
-        if page.url != ANCHOR:
-            page.close()
-    for kept in _given_back.values():
-        if kept[0] is context.browser:
-            kept[1].append(context)
+    _close_tabs(context)
+    _given_back.setdefault(id(context.browser), []).append(context)
 
 
 def disconnect(chromium) -> None:
     """The end of a module's connection to the process's Chromium: the tabs a test left open in the default context
     (one that failed holding it) closed, their sessions ended; the contexts the module made close with the
     connection."""
-    for page in chromium.contexts[0].pages if chromium.contexts else []:
-        if page.url != ANCHOR:
-            page.close()
+    for context in chromium.contexts[:1]:
+        _close_tabs(context)
     _given_back.pop(id(chromium), None)
     chromium.close()
 
