@@ -344,9 +344,18 @@ PLAYWRIGHT_SWITCHES = [
     "--disable-ipc-flooding-protection", "--disable-popup-blocking", "--disable-prompt-on-repost",
     "--disable-renderer-backgrounding", "--force-color-profile=srgb", "--metrics-recording-only", "--no-first-run",
     "--password-store=basic", "--use-mock-keychain", "--no-service-autorun", "--disable-search-engine-choice-screen",
-    "--enable-unsafe-swiftshader", "--disable-infobars", "--disable-sync", "--headless", "--hide-scrollbars",
+    "--unsafely-disable-devtools-self-xss-warnings", "--enable-unsafe-swiftshader", "--disable-infobars",
+    "--disable-sync", "--headless", "--hide-scrollbars",
     "--mute-audio", "--blink-settings=primaryHoverType=2,availableHoverTypes=2,primaryPointerType=4,"
     "availablePointerTypes=4"]
+# What Playwright's list has that Debian's Chromium on Linux has no use for: Edge's, Windows' and macOS's own
+# (tests/project/test_browser_switches.py compares both lists with the installed Playwright's)
+NOT_FOR_CHROMIUM_ON_LINUX = {
+    "--disable-edgeupdater": "Edge's updater on macOS", "--disable-updater-scheduler": "Edge's updater on macOS",
+    "--edge-skip-compat-layer-relaunch": "Edge on Windows", "--do-not-de-elevate": "Windows' elevated processes",
+    "--disable-stack-profiler": "Chrome for Testing's profiler, which crashes on Windows",
+    "TcpPortRandomizationWin": "a feature of Windows", "msForceBrowserSignIn": "a feature of Edge",
+    "msEdgeUpdateLaunchServicesPreferredVersion": "a feature of Edge on macOS"}
 
 
 @contextlib.contextmanager
