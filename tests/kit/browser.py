@@ -345,9 +345,8 @@ PLAYWRIGHT_SWITCHES = [
     "--disable-renderer-backgrounding", "--force-color-profile=srgb", "--metrics-recording-only", "--no-first-run",
     "--password-store=basic", "--use-mock-keychain", "--no-service-autorun", "--disable-search-engine-choice-screen",
     "--unsafely-disable-devtools-self-xss-warnings", "--enable-unsafe-swiftshader", "--disable-infobars",
-    "--disable-sync", "--headless", "--hide-scrollbars",
-    "--mute-audio", "--blink-settings=primaryHoverType=2,availableHoverTypes=2,primaryPointerType=4,"
-    "availablePointerTypes=4"]
+    "--disable-sync", "--headless", "--hide-scrollbars", "--mute-audio",
+    "--blink-settings=primaryHoverType=2,availableHoverTypes=2,primaryPointerType=4,availablePointerTypes=4"]
 # What Playwright's list has that Debian's Chromium on Linux has no use for: Edge's, Windows' and macOS's own
 # (tests/project/test_browser_switches.py compares both lists with the installed Playwright's)
 NOT_FOR_CHROMIUM_ON_LINUX = {

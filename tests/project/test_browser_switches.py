@@ -27,7 +27,7 @@ def playwrights_switches() -> tuple[list[str], list[str], list[str]]:
     chromiumSwitches(), then what _innerDefaultArgs adds for headless."""
     source = BUNDLE.read_text(encoding="utf-8")
     switches = js_array(source, "chromiumSwitches = (options) => [")
-    headless = js_array(source, 'chromeArguments.push("--headless");\n          chromeArguments.push(', ")")
+    headless = js_array(source, 'chromeArguments.push("--headless");', ")")  # the next push(...) adds the rest
     return ([s for s in switches if s.startswith("--") and not s.endswith("-features=")] + ["--headless", *headless],
             js_array(source, "disabledFeatures = ["), js_array(source, "enabledFeatures = () => ["))
 
