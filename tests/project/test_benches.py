@@ -84,3 +84,25 @@ def test_the_poll_bench_counts_a_room_of_answers_through_the_store():
     out = run([sys.executable, "room_poll_bench.py", "--learners", "6"], timeout=120)
     assert out.returncode == 0 and "counted 6 (expected 6)" in out.stdout and "PASS" in out.stdout, \
         out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_the_suite_cpu_bench_counts_the_cpu_of_a_test_files_child(tmp_path):
+    """bench/suite_cpu.py on a one-test file whose test starts a child that burns a second of CPU: the child's CPU is
+    in the file's row (the processes it owned) and in the table by kind. Its 16-bit acct numbers decoded by hand."""
+    suite_cpu = bench_module("suite_cpu")
+    assert [suite_cpu.comp_t(v) for v in (100, (1 << 13) | 1, (2 << 13) | 5)] == [100, 8, 320]  # m << 3e
+    if "SUITE_CPU_DIR" in os.environ:
+        pytest.skip("run by bench/suite_cpu.py itself: a second accounting file would end the first")
+    test = tmp_path / "test_burn.py"
+    test.write_text("import subprocess, sys\n\n\ndef test_burn():\n"
+                    "    subprocess.run([sys.executable, '-c', 'import time\\nwhile time.process_time() < 1.0: pass'],"
+                    " check=True)\n")
+    out = run([sys.executable, "suite_cpu.py", "--", str(test), "-p", "no:cacheprovider"])
+    if out.returncode == 2 and "process accounting refused" in out.stderr:
+        pytest.skip(out.stderr.strip())  # not root: the bench says so
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    row = next(line for line in out.stdout.splitlines() if line.endswith("test_burn.py")).split()
+    cpu, own, owned = map(float, row[:3])
+    assert owned >= 0.9 and cpu == pytest.approx(own + owned, abs=0.15), row  # the child's second, counted once
+    kinds = out.stdout.split("by kind:")[1].split("Test files")[0]
+    assert "python, other" in kinds, kinds
