@@ -16,6 +16,7 @@ import ctypes
 import glob
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -183,6 +184,7 @@ def main() -> int:
     print(f"  {'CPU':>7}  {'own':>7}  {'owned':>7}  {'wall':>7}  file")
     for cpu, own, owned, wall_s, file in costs[:args.top]:
         print(f"  {cpu:7.1f}  {own:7.1f}  {owned:7.1f}  {wall_s:7.1f}  {file}")
+    shutil.rmtree(folder, ignore_errors=True)
     return code
 
 
