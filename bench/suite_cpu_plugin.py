@@ -14,7 +14,7 @@ _config = None
 
 def _owned() -> dict[int, float]:
     """{pid: CPU seconds} of the processes this test process owns (not itself)."""
-    me, parents, procs = os.getpid(), {}, {}
+    me, parents, procs, tick = os.getpid(), {}, {}, os.sysconf("SC_CLK_TCK")
     profile = f"{_config._tmp_path_factory.getbasetemp()}/chromium-profile"  # the kit's Chromium: one per process
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -28,7 +28,7 @@ def _owned() -> dict[int, float]:
             continue
         pid = int(name)
         parents[pid] = int(fields[1])
-        procs[pid] = ((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), chromium_of_mine)
+        procs[pid] = ((int(fields[11]) + int(fields[12])) / tick, chromium_of_mine)
     owned = {}
     for pid, (cpu, chromium_of_mine) in procs.items():
         up, seen = pid, 0
