@@ -97,15 +97,24 @@ def test_temperature_slider_and_1000_draws_do_not_run_the_model(browser_page):
     check_page(browser_page, "next_token_after_draws")
 
 
+# The head the overview's red frame marks, from its shape and the tiles' spacing (plotly's own layout): (layer, head)
+FRAMED = """() => { const gd = document.querySelector('.st-key-at_overview .js-plotly-plot');
+    const full = gd._fullLayout, frame = full.shapes[0], stride = full.yaxis.tickvals[1] - full.yaxis.tickvals[0];
+    return [(frame.x0 + 1) / stride, (frame.y0 + 1) / stride]; }"""
+
+
 def test_select_a_head(browser_page):
     open_page(browser_page, "Attention")
     box = browser_page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]', has_text="query head").first
     shown = int(re.match(r"head (\d+)", box.locator("input").first.input_value()).group(1))  # the run's opening head
+    layer, framed = browser_page.evaluate(FRAMED)
+    assert framed == shown, (layer, framed, shown)
     head = 0 if shown else 1  # another: picking the head shown runs nothing
     choose(browser_page, box, re.compile(rf"^head {head} "), shot=SHOTS / "attention_head_list_not_open.png")
     settle(browser_page)  # the head picker's fragment reruns and marks its end
     title = re.compile(rf"layer \d+, head {head} \((full attention|sliding window of [\d,]+)\): attention weights")
     assert browser_page.get_by_text(title).count() == 1
+    assert browser_page.evaluate(FRAMED) == [layer, head]  # the overview frames the head shown, not the one before
     check_page(browser_page, f"attention_head_{head}")
 
 

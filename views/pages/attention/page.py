@@ -117,50 +117,52 @@ def layer_kinds_text() -> str:
 
 
 # --- all heads at a glance ---------------------------------------------------------------------------
-st.subheader("All heads at a glance")
-n = tiles.shape[-1]
-grid = at.tile_grid(tiles.transpose(1, 0, 2, 3))  # heads down, layers across: (H*(n+1)-1, L*(n+1)-1)
-over = go.Figure(go.Heatmap(**colour_axis(grid), hoverinfo="skip", showscale=False))
-centres = np.arange(L) * (n + 1) + (n - 1) / 2, np.arange(H) * (n + 1) + (n - 1) / 2
-cx, cy = np.meshgrid(*centres)  # (H, L) each
-focus = np.array([[names[int(last[l_, h].argmax())] for l_ in range(L)] for h in range(H)])
-over.add_trace(go.Scatter(
-    x=cx.ravel(), y=cy.ravel(), mode="markers", marker=dict(size=22, opacity=0.01, color="#000"),
-    customdata=np.stack([np.tile(np.arange(L), H), np.repeat(np.arange(H), L)], axis=1),
-    hovertext=[plotly_label(f"layer {l_}, head {h}: last row {entropy[l_, h]:.1f} bits, most weight on "
-                            f"{focus[h, l_]}") for h in range(H) for l_ in range(L)],
-    hoverinfo="text", showlegend=False))
-sel_l, sel_h = int(st.session_state.at_layer), int(st.session_state.at_head)
-over.add_shape(type="rect", x0=sel_l * (n + 1) - 1, x1=sel_l * (n + 1) + n, y0=sel_h * (n + 1) - 1,
-               y1=sel_h * (n + 1) + n, line=dict(color="#dc2626", width=3))
-over.update_layout(height=60 + 40 * H, margin=dict(t=10, l=10, r=10, b=10), clickmode="event+select", dragmode=False)
-kinds = [str(i) + (f"<br>{'full' if w is None else f'win {w}'}" if sliding else "") for i, w in enumerate(windows)]
-over.update_xaxes(title="layer (L)" + (": sliding window (win) or full attention" if sliding else ""),
-                  tickvals=centres[0], ticktext=kinds, tickfont=TICK_FONT,
-                  showgrid=False, zeroline=False, range=[-1.5, grid.shape[1] + 0.5])
-over.update_yaxes(title="query head (H)", tickvals=centres[1], ticktext=[str(h) for h in range(H)],
-                  tickfont=TICK_FONT, showgrid=False, zeroline=False, range=[grid.shape[0] + 0.5, -1.5])
+def all_heads() -> None:
+    """Every head's last positions as one grid of tiles, the head shown below framed: drawn in the fragment
+    `heads` with it, so picking a layer or a head there moves the frame too."""
+    st.subheader("All heads at a glance")
+    n = tiles.shape[-1]
+    grid = at.tile_grid(tiles.transpose(1, 0, 2, 3))  # heads down, layers across: (H*(n+1)-1, L*(n+1)-1)
+    over = go.Figure(go.Heatmap(**colour_axis(grid), hoverinfo="skip", showscale=False))
+    centres = np.arange(L) * (n + 1) + (n - 1) / 2, np.arange(H) * (n + 1) + (n - 1) / 2
+    cx, cy = np.meshgrid(*centres)  # (H, L) each
+    focus = np.array([[names[int(last[l_, h].argmax())] for l_ in range(L)] for h in range(H)])
+    over.add_trace(go.Scatter(
+        x=cx.ravel(), y=cy.ravel(), mode="markers", marker=dict(size=22, opacity=0.01, color="#000"),
+        customdata=np.stack([np.tile(np.arange(L), H), np.repeat(np.arange(H), L)], axis=1),
+        hovertext=[plotly_label(f"layer {l_}, head {h}: last row {entropy[l_, h]:.1f} bits, most weight on "
+                                f"{focus[h, l_]}") for h in range(H) for l_ in range(L)],
+        hoverinfo="text", showlegend=False))
+    sel_l, sel_h = int(st.session_state.at_layer), int(st.session_state.at_head)
+    over.add_shape(type="rect", x0=sel_l * (n + 1) - 1, x1=sel_l * (n + 1) + n, y0=sel_h * (n + 1) - 1,
+                   y1=sel_h * (n + 1) + n, line=dict(color="#dc2626", width=3))
+    over.update_layout(height=60 + 40 * H, margin=dict(t=10, l=10, r=10, b=10), clickmode="event+select",
+                       dragmode=False)
+    kinds = [str(i) + (f"<br>{'full' if w is None else f'win {w}'}" if sliding else "") for i, w in enumerate(windows)]
+    over.update_xaxes(title="layer (L)" + (": sliding window (win) or full attention" if sliding else ""),
+                      tickvals=centres[0], ticktext=kinds, tickfont=TICK_FONT,
+                      showgrid=False, zeroline=False, range=[-1.5, grid.shape[1] + 0.5])
+    over.update_yaxes(title="query head (H)", tickvals=centres[1], ticktext=[str(h) for h in range(H)],
+                      tickfont=TICK_FONT, showgrid=False, zeroline=False, range=[grid.shape[0] + 0.5, -1.5])
 
+    def open_clicked() -> None:
+        """A click anywhere on a tile (its marker or its cells) opens that head: tile = position // (n + 1)."""
+        points = st.session_state.at_overview.selection.points
+        if not points or points[0].get("x") is None or points[0].get("y") is None:
+            return
+        layer = min(max(int(round(float(points[0]["x"]))) // (n + 1), 0), L - 1)
+        head = min(max(int(round(float(points[0]["y"]))) // (n + 1), 0), H - 1)
+        st.session_state.update(at_layer=layer, at_head=head)
 
-def open_clicked() -> None:
-    """A click anywhere on a tile (its marker or its cells) opens that head: tile = position // (n + 1)."""
-    points = st.session_state.at_overview.selection.points
-    if not points or points[0].get("x") is None or points[0].get("y") is None:
-        return
-    layer = min(max(int(round(float(points[0]["x"]))) // (n + 1), 0), L - 1)
-    head = min(max(int(round(float(points[0]["y"]))) // (n + 1), 0), H - 1)
-    st.session_state.update(at_layer=layer, at_head=head)
-
-
-st.plotly_chart(over, width="stretch", key="at_overview", on_select=open_clicked, selection_mode="points")
-st.caption(f"Every tile is one head: its attention among the last {plural(n, 'position')} (tokens {T - n}–{T - 1}), "
-           f"on the "
-           f"colour scale above. Vertical stripes = a head that keeps reading one token; a bright diagonal = a head "
-           f"that reads the token itself or its neighbour. Click a tile (or use the controls below) to open it. "
-           f"A new question opens on layer {best_layer}, head {best_head}: of the heads whose favourite is not the "
-           f"very first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; "
-           f"spreading evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
-st.markdown(layer_kinds_text())
+    st.plotly_chart(over, width="stretch", key="at_overview", on_select=open_clicked, selection_mode="points")
+    st.caption(f"Every tile is one head: its attention among the last {plural(n, 'position')} "
+               f"(tokens {T - n}–{T - 1}), on the "
+               f"colour scale above. Vertical stripes = a head that keeps reading one token; a bright diagonal = a "
+               f"head that reads the token itself or its neighbour. Click a tile (or use the controls below) to open "
+               f"it. A new question opens on layer {best_layer}, head {best_head}: of the heads whose favourite is not "
+               f"the very first token, its last row is the most focused ({entropy[best_layer, best_head]:.1f} bits; "
+               f"spreading evenly over all {T:,} tokens would be {np.log2(T):.1f} bits).")
+    st.markdown(layer_kinds_text())
 
 
 # --- one head ----------------------------------------------------------------------------------------
@@ -175,7 +177,6 @@ def key_columns(sinks: int) -> tuple[list[int | None], list[str]]:
     return cols, text
 
 
-@fragment
 def one_head() -> None:
     st.subheader("One head")
     c1, c2 = st.columns(2)
@@ -298,5 +299,12 @@ def one_row(A: np.ndarray, cols: list, xlabels: list[str], sinks: int) -> None:
         f"({row[shown[b]]:.0%})" for b in best))
 
 
-one_head()
+@fragment
+def heads() -> None:
+    """The overview and the head picked below, one fragment: a new pick reruns both, never the whole page."""
+    all_heads()
+    one_head()
+
+
+heads()
 back_next()
